@@ -1,0 +1,92 @@
+/* Internal helpers shared by every layer of cmetal: error reporting, checked
+ * arithmetic, allocation and reference counts. Not installed. */
+#ifndef CMETAL_CORE_INTERNAL_H
+#define CMETAL_CORE_INTERNAL_H
+
+#include <cmetal/status.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CM__PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#define CM__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define CM__PRINTF(fmt, args)
+#define CM__UNLIKELY(x) (x)
+#endif
+
+/* Records "function: message" as the calling thread's last error and
+ * returns `status`. The function name is taken from the caller. */
+cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...)
+    CM__PRINTF(3, 4);
+#define cm__fail(status, ...) cm__fail_at(__func__, (status), __VA_ARGS__)
+
+/* Same, but with an explicit public function name, for helpers that report
+ * on behalf of their public caller. */
+#define cm__fail_as(func, status, ...) cm__fail_at((func), (status), __VA_ARGS__)
+
+/* One-line error paths. */
+#define CM__TRY(expr)                        \
+    do {                                     \
+        cm_status cm__s_ = (expr);           \
+        if (CM__UNLIKELY(cm__s_ != CM_OK))   \
+            return cm__s_;                   \
+    } while (0)
+
+#define CM__REQUIRE_ARG(cond, ...)                                  \
+    do {                                                            \
+        if (CM__UNLIKELY(!(cond)))                                  \
+            return cm__fail(CM_ERR_INVALID_ARGUMENT, __VA_ARGS__);  \
+    } while (0)
+
+#define CM__REQUIRE_NONNULL(ptr) \
+    CM__REQUIRE_ARG((ptr) != NULL, "%s = NULL must not be NULL", #ptr)
+
+/* Checked arithmetic: return true on overflow. */
+static inline bool cm__mul_overflow_size(size_t a, size_t b, size_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline bool cm__add_overflow_size(size_t a, size_t b, size_t *out) {
+    return __builtin_add_overflow(a, b, out);
+}
+static inline bool cm__mul_overflow_i64(int64_t a, int64_t b, int64_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline bool cm__add_overflow_i64(int64_t a, int64_t b, int64_t *out) {
+    return __builtin_add_overflow(a, b, out);
+}
+
+/* Allocation through the process allocator (cm_set_allocator). cm__alloc
+ * returns zeroed memory aligned to `align` (power of two, >= alignof(max_align_t)
+ * is applied automatically); cm__free takes NULL. */
+void *cm__alloc(size_t size, size_t align);
+void cm__free(void *ptr);
+#define CM__NEW(type) ((type *)cm__alloc(sizeof(type), _Alignof(type)))
+
+/* Atomic reference counts: retain never fails; release returns true when the
+ * count reached zero and the caller must destroy the object. */
+typedef struct cm__refcount {
+    atomic_uint_fast64_t count;
+} cm__refcount;
+
+static inline void cm__ref_init(cm__refcount *r) {
+    atomic_init(&r->count, 1);
+}
+static inline void cm__ref_retain(cm__refcount *r) {
+    atomic_fetch_add_explicit(&r->count, 1, memory_order_relaxed);
+}
+static inline bool cm__ref_release(cm__refcount *r) {
+    if (atomic_fetch_sub_explicit(&r->count, 1, memory_order_release) == 1) {
+        atomic_thread_fence(memory_order_acquire);
+        return true;
+    }
+    return false;
+}
+static inline uint64_t cm__ref_count(const cm__refcount *r) {
+    return atomic_load_explicit(&r->count, memory_order_relaxed);
+}
+
+#endif /* CMETAL_CORE_INTERNAL_H */

@@ -1,0 +1,106 @@
+/* Status names, the thread-local last-error message, the version and the
+ * process allocator. */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CM__ERROR_CAPACITY 512
+
+static _Thread_local char cm__last_error[CM__ERROR_CAPACITY];
+
+const char *cm_status_name(cm_status status) {
+    switch (status) {
+#define CM__STATUS_NAME(name, value, text) \
+    case name:                             \
+        return #name;
+        CM_STATUS_LIST(CM__STATUS_NAME)
+#undef CM__STATUS_NAME
+    }
+    return "CM_STATUS_UNKNOWN";
+}
+
+const char *cm_status_str(cm_status status) {
+    switch (status) {
+#define CM__STATUS_TEXT(name, value, text) \
+    case name:                             \
+        return text;
+        CM_STATUS_LIST(CM__STATUS_TEXT)
+#undef CM__STATUS_TEXT
+    }
+    return "unknown status";
+}
+
+const char *cm_last_error(void) {
+    return cm__last_error;
+}
+
+cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...) {
+    int n = snprintf(cm__last_error, sizeof cm__last_error, "%s: ", func);
+    if (n < 0 || (size_t)n >= sizeof cm__last_error)
+        return status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cm__last_error + n, sizeof cm__last_error - (size_t)n, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+uint32_t cm_version(void) {
+    return CM_VERSION_NUMBER;
+}
+
+#define CM__STR2(x) #x
+#define CM__STR(x) CM__STR2(x)
+const char *cm_version_string(void) {
+    return CM__STR(CM_VERSION_MAJOR) "." CM__STR(CM_VERSION_MINOR) "." CM__STR(
+        CM_VERSION_PATCH);
+}
+
+/* Default allocator: aligned_alloc needs a size that is a multiple of the
+ * alignment, so round up (checked). */
+static void *cm__default_alloc(size_t size, size_t align, void *user) {
+    (void)user;
+    size_t rounded;
+    if (cm__add_overflow_size(size, align - 1, &rounded))
+        return NULL;
+    rounded &= ~(align - 1);
+    if (rounded == 0)
+        rounded = align;
+    return aligned_alloc(align, rounded);
+}
+
+static void cm__default_free(void *ptr, void *user) {
+    (void)user;
+    free(ptr);
+}
+
+static cm_allocator cm__allocator = {cm__default_alloc, cm__default_free, NULL};
+
+cm_status cm_set_allocator(const cm_allocator *allocator) {
+    if (allocator == NULL) {
+        cm__allocator = (cm_allocator){cm__default_alloc, cm__default_free, NULL};
+        return CM_OK;
+    }
+    CM__REQUIRE_ARG(allocator->alloc != NULL && allocator->free != NULL,
+                    "allocator->%s = NULL must not be NULL",
+                    allocator->alloc == NULL ? "alloc" : "free");
+    cm__allocator = *allocator;
+    return CM_OK;
+}
+
+void *cm__alloc(size_t size, size_t align) {
+    if (align < _Alignof(max_align_t))
+        align = _Alignof(max_align_t);
+    void *p = cm__allocator.alloc(size, align, cm__allocator.user);
+    if (p != NULL && size > 0)
+        memset(p, 0, size);
+    return p;
+}
+
+void cm__free(void *ptr) {
+    if (ptr != NULL)
+        cm__allocator.free(ptr, cm__allocator.user);
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, as README.md's test command runs it:
+#   1. release build with -Werror, every Criterion suite through ctest
+#   2. the same suites built with ASan + UBSan
+#   3. further stages (tools/ci/stage-*.sh, in name order): valgrind,
+#      fuzzing, TSan stress, macOS cross-builds, interop, ...
+# Any failure stops the run with a non-zero exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+step() { printf '\n==== %s\n' "$*"; }
+
+step "build (RelWithDebInfo, -Werror)"
+cmake -S . -B build/ci -DCMETAL_WERROR=ON >/dev/null
+cmake --build build/ci -j"$jobs"
+step "tests"
+(cd build/ci && ctest --output-on-failure -j"$jobs")
+
+step "build (ASan + UBSan, -Werror)"
+cmake -S . -B build/asan -DCMETAL_WERROR=ON -DCMETAL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build/asan -j"$jobs"
+step "tests under ASan + UBSan"
+(cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+   ctest --output-on-failure -j"$jobs")
+
+for stage in tools/ci/stage-*.sh; do
+  [ -e "$stage" ] || continue
+  step "$(basename "$stage" .sh)"
+  bash "$stage"
+done
+step "all checks passed"
