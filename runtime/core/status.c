@@ -1,6 +1,6 @@
 /* Status names, the thread-local last-error message, the version and the
  * process allocator. */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,10 +91,14 @@ cm_status cm_set_allocator(const cm_allocator *allocator) {
     return CM_OK;
 }
 
-void *cm__alloc(size_t size, size_t align) {
+void *cm__alloc_raw(size_t size, size_t align) {
     if (align < _Alignof(max_align_t))
         align = _Alignof(max_align_t);
-    void *p = cm__allocator.alloc(size, align, cm__allocator.user);
+    return cm__allocator.alloc(size > 0 ? size : 1, align, cm__allocator.user);
+}
+
+void *cm__alloc(size_t size, size_t align) {
+    void *p = cm__alloc_raw(size, align);
     if (p != NULL && size > 0)
         memset(p, 0, size);
     return p;

@@ -1,0 +1,95 @@
+/* The device backend interface, and the internal layout of devices and
+ * buffers. A backend (runtime/cpu, runtime/metal) fills a cm__backend table;
+ * the core never asks which backend it holds. */
+#ifndef CMETAL_CORE_BACKEND_H
+#define CMETAL_CORE_BACKEND_H
+
+#include "internal.h"
+
+#include <cmetal/buffer.h>
+#include <cmetal/dtype.h>
+#include <cmetal/tensor.h>
+
+typedef struct cm__backend {
+    cm_device_type type;
+    /* Frees backend state; called once when the last device reference goes. */
+    void (*destroy)(cm_device *device);
+    cm_status (*get_info)(const cm_device *device, cm_device_info *out);
+    cm_status (*synchronize)(cm_device *device);
+    /* Allocates buffer->size bytes of buffer->storage (already resolved and
+     * checked against the device) and sets host and native. */
+    cm_status (*buffer_alloc)(cm_device *device, cm_buffer *buffer);
+    /* Makes the buffer use desc's memory, or a copy of it (then sets
+     * CM_BUFFER_COPIED). Must not call desc->release. */
+    cm_status (*buffer_wrap_host)(cm_device *device, cm_buffer *buffer,
+                                  const cm_host_memory_desc *desc);
+    /* Releases what buffer_alloc or buffer_wrap_host made, after pending
+     * device work on the buffer has finished. */
+    void (*buffer_free)(cm_buffer *buffer);
+    /* Before host access: waits for pending device writes (and, for writes,
+     * reads). NULL when nothing is ever pending. */
+    cm_status (*buffer_prepare_host)(cm_buffer *buffer, bool write);
+} cm__backend;
+
+struct cm_device {
+    cm__refcount ref;
+    const cm__backend *backend;
+    void *impl; /* backend state */
+};
+
+struct cm_buffer {
+    cm__refcount ref;
+    cm_device *device; /* retained */
+    size_t size;
+    cm_storage_mode storage;
+    uint32_t flags;    /* CM_BUFFER_* */
+    void *host;        /* NULL when the host cannot see the memory */
+    void *native;      /* backend object (id<MTLBuffer>) or NULL */
+    void *impl;        /* backend bookkeeping */
+    cm_release_fn release;
+    void *release_context;
+};
+
+struct cm_tensor {
+    cm__refcount ref;
+    cm_buffer *buffer; /* retained */
+    cm_dtype dtype;
+    int32_t ndim;
+    uint32_t flags;    /* CM_TENSOR_*, includes the buffer's read-only flag */
+    uint64_t byte_offset;
+    int64_t shape[CM_MAX_NDIM];
+    int64_t strides[CM_MAX_NDIM];
+};
+
+/* The one constructor of tensors: validates the layout against the buffer
+ * (reporting errors as `func`), retains the buffer and returns +1 in *out.
+ * NULL strides mean compact row-major. */
+cm_status cm__tensor_make(const char *func, cm_buffer *buffer, cm_dtype dtype, int32_t ndim,
+                          const int64_t *shape, const int64_t *strides, uint64_t byte_offset,
+                          uint32_t flags, cm_tensor **out);
+
+/* Element count and compact row-major strides for a shape, overflow-checked
+ * (also against the byte size numel * itemsize fitting in int64). */
+cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape,
+                            size_t itemsize, int64_t *strides_out, int64_t *numel_out);
+
+/* A new device with refcount 1 over `impl`. */
+cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out);
+
+/* Backend entry points, provided by runtime/cpu and runtime/metal (or its
+ * stub when the Metal backend is not built). */
+cm_status cm__cpu_device_count(uint32_t *count);
+cm_status cm__cpu_device_open(uint32_t index, cm_device **out);
+cm_status cm__metal_device_count(uint32_t *count);
+cm_status cm__metal_device_open(uint32_t index, cm_device **out);
+
+/* The dtype table entry, or NULL for an invalid dtype. */
+const cm_dtype_info *cm__dtype(cm_dtype dtype);
+
+/* "shared", "managed", "private", "default". */
+const char *cm__storage_mode_name(cm_storage_mode storage);
+
+/* Host allocation that is not zeroed, for buffer contents. */
+void *cm__alloc_raw(size_t size, size_t align);
+
+#endif /* CMETAL_CORE_BACKEND_H */
