@@ -386,7 +386,8 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
                                k, v->strides[k], k, t->shape[k]);
     }
     int64_t lo_bytes, hi_bytes, first, last;
-    if (cm__mul_overflow_i64(lo, isz, &lo_bytes) || cm__mul_overflow_i64(hi + 1, isz, &hi_bytes) ||
+    if (cm__mul_overflow_i64(lo, isz, &lo_bytes) || cm__mul_overflow_i64(hi, isz, &hi_bytes) ||
+        cm__add_overflow_i64(hi_bytes, isz, &hi_bytes) ||
         cm__add_overflow_i64((int64_t)t->byte_offset, lo_bytes, &first) ||
         cm__add_overflow_i64((int64_t)t->byte_offset, hi_bytes, &last))
         return cm__fail_as(func, CM_ERR_OVERFLOW,
