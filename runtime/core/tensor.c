@@ -346,7 +346,7 @@ cm_status cm_tensor_permute(const cm_tensor *src, const int32_t *axes, cm_tensor
     cm__layout l = cm__layout_of(src);
     for (int32_t k = 0; k < src->ndim; ++k) {
         int32_t a = 0;
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "axes[%d]", k);
         CM__TRY(cm__axis(__func__, name, axes[k], src->ndim, &a));
         CM__REQUIRE_ARG(!seen[a], "axes[%d] = %d repeats an axis", k, axes[k]);

@@ -21,7 +21,7 @@ step "build (ASan + UBSan, -Werror)"
 cmake -S . -B build/asan -DCMETAL_WERROR=ON -DCMETAL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/asan -j"$jobs"
 step "tests under ASan + UBSan"
-(cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+(cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j"$jobs")
 
