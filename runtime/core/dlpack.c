@@ -198,9 +198,10 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
                         "cannot be exported for kDLCPU",
                         cm__storage_mode_name(b->storage),
                         cm_device_type_name(b->device->backend->type));
-    /* Pending device work finishes first; a writable export may be written. */
+    /* Pending device work finishes first. A copy only reads; a writable
+     * export may be written by the consumer, so pending reads finish too. */
     if (b->device->backend->buffer_prepare_host != NULL)
-        CM__TRY(b->device->backend->buffer_prepare_host(b, !read_only || copy));
+        CM__TRY(b->device->backend->buffer_prepare_host(b, !copy && !read_only));
 
     cm_tensor *source = (cm_tensor *)tensor; /* retained below: a refcount, not a write */
     cm_tensor *copied = NULL;

@@ -15,15 +15,16 @@
 #define THREADS 8
 #define VIEWS_PER_THREAD 16
 
+/* All threads and the test start releasing together. */
+static pthread_barrier_t g_start;
+
 typedef struct release_job {
     cm_tensor *views[VIEWS_PER_THREAD];
-    atomic_int *go;
 } release_job;
 
 static void *release_all(void *arg) {
     release_job *job = arg;
-    while (atomic_load(job->go) == 0) {
-    }
+    pthread_barrier_wait(&g_start);
     for (int i = 0; i < VIEWS_PER_THREAD; ++i)
         cm_tensor_release(job->views[i]);
     return NULL;
@@ -31,7 +32,7 @@ static void *release_all(void *arg) {
 
 Test(dlpack_threads, deleter_runs_exactly_once_under_concurrent_releases) {
     static float data[64];
-    for (int round = 0; round < 50; ++round) {
+    for (int round = 0; round < 20; ++round) {
         producer p;
         const int64_t shape[2] = {8, 8};
         producer_init(&p, data, DL_F32, 2, shape, NULL);
@@ -39,12 +40,10 @@ Test(dlpack_threads, deleter_runs_exactly_once_under_concurrent_releases) {
         cm_status s = round % 2 ? cm_dlpack_import_versioned(&p.versioned, NULL, &t)
                                 : cm_dlpack_import(&p.legacy, NULL, &t);
         cr_assert_eq(s, CM_OK, "%s", cm_last_error());
-        atomic_int go;
-        atomic_init(&go, 0);
+        cr_assert_eq(pthread_barrier_init(&g_start, NULL, THREADS + 1), 0);
         release_job jobs[THREADS];
         pthread_t threads[THREADS];
         for (int k = 0; k < THREADS; ++k) {
-            jobs[k].go = &go;
             for (int i = 0; i < VIEWS_PER_THREAD; ++i) {
                 /* A mix of retained references and new views. */
                 if (i % 2 == 0) {
@@ -57,22 +56,21 @@ Test(dlpack_threads, deleter_runs_exactly_once_under_concurrent_releases) {
             cr_assert_eq(pthread_create(&threads[k], NULL, release_all, &jobs[k]), 0);
         }
         cm_tensor_release(t);
-        atomic_store(&go, 1);
+        pthread_barrier_wait(&g_start);
         for (int k = 0; k < THREADS; ++k)
             pthread_join(threads[k], NULL);
+        pthread_barrier_destroy(&g_start);
         cr_assert_eq(atomic_load(&p.deleted), 1, "round %d", round);
     }
 }
 
 typedef struct delete_job {
     cm_dlpack_managed managed[VIEWS_PER_THREAD];
-    atomic_int *go;
 } delete_job;
 
 static void *delete_all(void *arg) {
     delete_job *job = arg;
-    while (atomic_load(job->go) == 0) {
-    }
+    pthread_barrier_wait(&g_start);
     for (int i = 0; i < VIEWS_PER_THREAD; ++i) {
         if (job->managed[i].legacy != NULL)
             job->managed[i].legacy->deleter(job->managed[i].legacy);
@@ -93,7 +91,7 @@ Test(dlpack_threads, export_deleters_run_from_any_thread) {
     static float data[16];
     cm_device *cpu = NULL;
     cr_assert_eq(cm_device_open(CM_DEVICE_CPU, 0, &cpu), CM_OK);
-    for (int round = 0; round < 20; ++round) {
+    for (int round = 0; round < 10; ++round) {
         /* Wrapped memory, so the test sees when the last reference goes. */
         cm_host_memory_desc hd = {.data = data, .size = sizeof data, .release = count_release};
         cm_buffer *buffer = NULL;
@@ -103,12 +101,10 @@ Test(dlpack_threads, export_deleters_run_from_any_thread) {
         cm_tensor *t = NULL;
         cr_assert_eq(cm_tensor_from_buffer(buffer, &td, &t), CM_OK);
         cm_buffer_release(buffer);
-        atomic_int go;
-        atomic_init(&go, 0);
+        cr_assert_eq(pthread_barrier_init(&g_start, NULL, THREADS + 1), 0);
         delete_job jobs[THREADS];
         pthread_t threads[THREADS];
         for (int k = 0; k < THREADS; ++k) {
-            jobs[k].go = &go;
             for (int i = 0; i < VIEWS_PER_THREAD; ++i) {
                 cm_dlpack_export_desc desc = {.max_version = {(uint32_t)(i % 2), 0}};
                 cr_assert_eq(cm_dlpack_export(t, &desc, &jobs[k].managed[i]), CM_OK);
@@ -116,9 +112,10 @@ Test(dlpack_threads, export_deleters_run_from_any_thread) {
             cr_assert_eq(pthread_create(&threads[k], NULL, delete_all, &jobs[k]), 0);
         }
         cm_tensor_release(t);
-        atomic_store(&go, 1);
+        pthread_barrier_wait(&g_start);
         for (int k = 0; k < THREADS; ++k)
             pthread_join(threads[k], NULL);
+        pthread_barrier_destroy(&g_start);
         cr_assert_eq(__atomic_load_n(&g_wrap_released, __ATOMIC_SEQ_CST), round + 1);
     }
     cm_device_release(cpu);
