@@ -52,6 +52,16 @@ Test(dlpack_abi, structs_match_the_spec_on_lp64) {
     cr_assert_eq(sizeof(((DLManagedTensorVersioned *)0)->flags), 8);
 }
 
+Test(dlpack_abi, installed_header_version_is_reported) {
+#ifdef DLPACK_MAJOR_VERSION
+    cr_log_info("dlpack.h %d.%d: a 1.x header", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+    cr_assert_geq(DLPACK_MAJOR_VERSION, 1);
+#else
+    cr_log_info("dlpack.h %d: cmetal/dlpack.h declares the 1.x ABI", DLPACK_VERSION);
+    cr_assert_lt(DLPACK_VERSION, 100);
+#endif
+}
+
 Test(dlpack_abi, constants_match_the_spec) {
     cr_assert_eq(DLPACK_FLAG_BITMASK_READ_ONLY, 1u);
     cr_assert_eq(DLPACK_FLAG_BITMASK_IS_COPIED, 2u);
