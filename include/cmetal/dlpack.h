@@ -113,8 +113,13 @@ typedef struct cm_dlpack_managed {
  * byte_offset = 0, as NumPy and PyTorch do for the CPU. shape and strides
  * (in elements) are always set for ndim > 0, also for compact tensors; for
  * ndim 0 they point to empty arrays. Size-1, zero and negative strides go
- * out as they are. Storage a Metal device can see from the host is exported
- * for kDLCPU the same way after pending device writes finish.
+ * out as they are.
+ *
+ * Metal tensors go out as kDLMetal by default (data = the id<MTLBuffer>,
+ * byte_offset = the view's offset): that arrives with the Metal backend and
+ * fails with CM_ERR_UNSUPPORTED until then. With desc->device_type = kDLCPU,
+ * storage the host can see (shared, managed) is exported like CPU memory,
+ * once pending device writes (and, for a writable export, reads) finish.
  *
  * Read-only: the versioned struct gets DLPACK_FLAG_BITMASK_READ_ONLY when the
  * tensor is read-only (broadcast views included) or desc->read_only is set.
@@ -132,9 +137,10 @@ typedef struct cm_dlpack_managed {
  * Errors: CM_ERR_INVALID_ARGUMENT naming the field (NULL tensor or out,
  * device_id, copy); CM_ERR_UNSUPPORTED for a device type cmetal cannot
  * export to (kDLMetal until the Metal backend exports, CUDA...);
- * CM_ERR_COPY_REQUIRED when only a copy works and desc->copy is
- * CM_COPY_NEVER; CM_ERR_READ_ONLY (see above); CM_ERR_NOT_HOST_VISIBLE for
- * private storage asked for on the CPU; CM_ERR_OUT_OF_MEMORY.
+ * CM_ERR_COPY_REQUIRED when only a copy works (private storage for kDLCPU)
+ * and desc->copy is CM_COPY_NEVER; CM_ERR_NOT_HOST_VISIBLE for private
+ * storage otherwise (a copy through the device arrives with the Metal
+ * backend); CM_ERR_READ_ONLY (see above); CM_ERR_OUT_OF_MEMORY.
  * Thread-safety: safe from any thread; tensors are immutable. */
 CM_API cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc *desc,
                                   cm_dlpack_managed *out);

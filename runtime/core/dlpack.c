@@ -192,12 +192,19 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
     }
 
     cm_buffer *b = tensor->buffer;
-    if (b->host == NULL)
+    if (b->host == NULL) {
+        if (d.copy == CM_COPY_NEVER)
+            return cm__fail(CM_ERR_COPY_REQUIRED,
+                            "the tensor's %s storage on the %s device has no host address: "
+                            "kDLCPU needs a copy and desc->copy is CM_COPY_NEVER",
+                            cm__storage_mode_name(b->storage),
+                            cm_device_type_name(b->device->backend->type));
         return cm__fail(CM_ERR_NOT_HOST_VISIBLE,
-                        "the tensor's %s storage on the %s device has no host address, so it "
-                        "cannot be exported for kDLCPU",
+                        "the tensor's %s storage on the %s device has no host address; copying "
+                        "it out through the device arrives with the Metal backend",
                         cm__storage_mode_name(b->storage),
                         cm_device_type_name(b->device->backend->type));
+    }
     /* Pending device work finishes first. A copy only reads; a writable
      * export may be written by the consumer, so pending reads finish too. */
     if (b->device->backend->buffer_prepare_host != NULL)
