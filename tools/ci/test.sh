@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 jobs=$(nproc 2>/dev/null || echo 2)
 
-step() { printf '\n==== %s\n' "$*"; }
+passed=0
+step() { printf '\n==== %s\n' "$*"; passed=$((passed + 1)); }
 
 step "build (RelWithDebInfo, -Werror)"
 cmake -S . -B build/ci -DCMETAL_WERROR=ON >/dev/null
@@ -30,4 +31,4 @@ for stage in tools/ci/stage-*.sh; do
   step "$(basename "$stage" .sh)"
   bash "$stage"
 done
-step "all checks passed"
+printf '\n==== all checks passed\nchecks: %d passed, 0 failed\n' "$passed"
