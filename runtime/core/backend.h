@@ -8,6 +8,7 @@
 
 #include <cmetal/buffer.h>
 #include <cmetal/dtype.h>
+#include <cmetal/stream.h>
 #include <cmetal/tensor.h>
 
 typedef struct cm__backend {
@@ -29,12 +30,48 @@ typedef struct cm__backend {
     /* Before host access: waits for pending device writes (and, for writes,
      * reads). NULL when nothing is ever pending. */
     cm_status (*buffer_prepare_host)(cm_buffer *buffer, bool write);
+    /* After the host wrote [offset, offset + size) through buffer->host
+     * (managed storage must be told). NULL when nothing is needed. */
+    void (*buffer_host_modified)(cm_buffer *buffer, size_t offset, size_t size);
+    /* Copies between host memory and a buffer the host cannot see, through
+     * the device (staging), and waits. NULL when every buffer is visible. */
+    cm_status (*buffer_transfer)(cm_buffer *buffer, size_t offset, void *host, size_t size,
+                                 bool to_device);
+
+    /* Streams and fences; every entry may be NULL on a device whose work
+     * is synchronous (the CPU): streams are then always idle and fences
+     * signaled. */
+    cm_status (*stream_init)(cm_stream *stream);
+    void (*stream_destroy)(cm_stream *stream); /* after waiting for its work */
+    cm_status (*stream_flush)(cm_stream *stream, bool wait);
+    uint64_t (*stream_submissions)(const cm_stream *stream);
+    cm_status (*stream_signal)(cm_stream *stream, cm_fence *fence);
+    cm_status (*stream_wait)(cm_stream *stream, const cm_fence *fence);
+    cm_status (*fence_wait)(const cm_fence *fence, uint64_t timeout_ns);
+    bool (*fence_signaled)(const cm_fence *fence);
+    void (*fence_destroy)(cm_fence *fence);
 } cm__backend;
+
+struct cm_stream {
+    cm__refcount ref;
+    cm_device *device; /* retained, except by the device's default stream */
+    bool is_default;
+    void *impl;
+};
+
+struct cm_fence {
+    cm__refcount ref;
+    cm_device *device; /* retained */
+    uint64_t value;
+    void *event;       /* id<MTLSharedEvent> on Metal, NULL otherwise */
+    void *impl;
+};
 
 struct cm_device {
     cm__refcount ref;
     const cm__backend *backend;
-    void *impl; /* backend state */
+    void *impl;                /* backend state */
+    cm_stream *default_stream; /* owned; does not retain the device */
 };
 
 struct cm_buffer {
@@ -73,8 +110,13 @@ cm_status cm__tensor_make(const char *func, cm_buffer *buffer, cm_dtype dtype, i
 cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape,
                             size_t itemsize, int64_t *strides_out, int64_t *numel_out);
 
-/* A new device with refcount 1 over `impl`. */
+/* A new device with refcount 1 over `impl`, with its default stream. On
+ * failure the backend still owns impl. */
 cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out);
+
+/* Destroys a device whose last reference went: its default stream (after
+ * waiting for its work), then the backend state. */
+void cm__device_destroy(cm_device *device);
 
 /* Backend entry points, provided by runtime/cpu and runtime/metal (or its
  * stub when the Metal backend is not built). */

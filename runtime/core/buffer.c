@@ -123,3 +123,47 @@ cm_status cm_buffer_get_device(const cm_buffer *buffer, cm_device **out) {
     return CM_OK;
 }
 
+
+static cm_status cm__transfer(const char *func, cm_buffer *buffer, size_t offset, void *data,
+                              size_t size, bool to_device) {
+    size_t end;
+    if (cm__add_overflow_size(offset, size, &end) || end > buffer->size)
+        return cm__fail_as(func, CM_ERR_OUT_OF_BOUNDS,
+                           "offset = %zu with size = %zu reaches past the %zu-byte buffer", offset,
+                           size, buffer->size);
+    if (size == 0)
+        return CM_OK;
+    if (data == NULL)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "data = NULL must not be NULL for %zu bytes", size);
+    if (to_device && (buffer->flags & CM_BUFFER_READ_ONLY))
+        return cm__fail_as(func, CM_ERR_READ_ONLY, "the buffer is read-only");
+    const cm__backend *backend = buffer->device->backend;
+    if (buffer->host == NULL) {
+        if (backend->buffer_transfer == NULL)
+            return cm__fail_as(func, CM_ERR_NOT_HOST_VISIBLE,
+                               "the buffer is not visible to the host");
+        return backend->buffer_transfer(buffer, offset, data, size, to_device);
+    }
+    if (backend->buffer_prepare_host != NULL)
+        CM__TRY(backend->buffer_prepare_host(buffer, to_device));
+    uint8_t *host = (uint8_t *)buffer->host + offset;
+    if (to_device) {
+        memcpy(host, data, size);
+        if (backend->buffer_host_modified != NULL)
+            backend->buffer_host_modified(buffer, offset, size);
+    } else {
+        memcpy(data, host, size);
+    }
+    return CM_OK;
+}
+
+cm_status cm_buffer_write(cm_buffer *buffer, size_t offset, const void *data, size_t size) {
+    CM__REQUIRE_NONNULL(buffer);
+    return cm__transfer(__func__, buffer, offset, (void *)(uintptr_t)data, size, true);
+}
+
+cm_status cm_buffer_read(const cm_buffer *buffer, size_t offset, void *data, size_t size) {
+    CM__REQUIRE_NONNULL(buffer);
+    return cm__transfer(__func__, (cm_buffer *)(uintptr_t)buffer, offset, data, size, false);
+}
