@@ -9,5 +9,6 @@
 #include <cmetal/buffer.h>
 #include <cmetal/tensor.h>
 #include <cmetal/stream.h>
+#include <cmetal/metal.h>
 
 #endif /* CMETAL_CMETAL_H */

@@ -65,20 +65,23 @@ cm_status cm_buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc
     cm_buffer *buffer = NULL;
     CM__TRY(cm__buffer_new(device, desc->size, CM_STORAGE_SHARED, &buffer));
     buffer->flags = desc->flags | CM_BUFFER_FOREIGN;
+    /* The backend may take the callback over (clearing these) to call it
+     * itself, e.g. from Metal's deallocator. */
+    buffer->release = desc->release;
+    buffer->release_context = desc->release_context;
     cm_status status = device->backend->buffer_wrap_host(device, buffer, desc);
     if (status != CM_OK) {
-        cm__free(buffer);
+        cm__free(buffer); /* the callback is never called on failure */
         return status;
     }
     cm_device_retain(device);
     if (buffer->flags & CM_BUFFER_COPIED) {
         /* Nothing of the caller's memory is used any more. */
         buffer->flags &= ~(uint32_t)CM_BUFFER_FOREIGN;
+        buffer->release = NULL;
+        buffer->release_context = NULL;
         if (desc->release != NULL)
             desc->release(desc->release_context);
-    } else {
-        buffer->release = desc->release;
-        buffer->release_context = desc->release_context;
     }
     *out = buffer;
     return CM_OK;
