@@ -499,3 +499,10 @@ __attribute__((constructor)) static void softmetal_load(void) {
   sm__register_metal();
   sm__register_msl();
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+/* GNU libobjc keeps some registration strings only in hashed tables, which
+ * LeakSanitizer reports as leaks; they live as long as the process. */
+SM_EXPORT const char *__lsan_default_suppressions(void);
+SM_EXPORT const char *__lsan_default_suppressions(void) { return "leak:libobjc.so\n"; }
+#endif

@@ -350,16 +350,16 @@ struct sm_cmdbuf {
   id error;
   char *encode_error; /* first encoding error, reported at execution */
   id active_encoder;  /* weak */
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool done;
+  uint64_t seq;     /* commit number on its queue */
   sm_cmdbuf *next; /* queue list */
 };
 
 typedef struct {
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t cv;      /* work arrived */
+  pthread_cond_t done_cv; /* a command buffer finished */
   sm_cmdbuf *head, *tail;
+  uint64_t committed, finished; /* sequence numbers, in commit order */
   bool stop, detached;
 } queue_core;
 
@@ -399,8 +399,6 @@ static void cmdbuf_destroy(sm_obj *o) {
   free(cb->handlers);
   free(cb->encode_error);
   sm__release(cb->error);
-  pthread_mutex_destroy(&cb->mu);
-  pthread_cond_destroy(&cb->cv);
   sm__release((id)cb->queue);
 }
 static sm_class cmdbuf_class = {"SMCommandBuffer", sizeof(sm_cmdbuf), cmdbuf_destroy, Nil, 0};
@@ -501,15 +499,12 @@ static void cmdbuf_execute(sm_cmdbuf *cb) {
   }
   cb->nhandlers = 0;
   sm__pool_pop(pool);
-  pthread_mutex_lock(&cb->mu);
-  cb->done = true;
-  pthread_cond_broadcast(&cb->cv);
-  pthread_mutex_unlock(&cb->mu);
 }
 
 static void core_free(queue_core *c) {
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
+  pthread_cond_destroy(&c->done_cv);
   free(c);
 }
 
@@ -525,8 +520,14 @@ static void *queue_main(void *arg) {
     if (!core->head) core->tail = NULL;
     pthread_mutex_unlock(&core->mu);
     cmdbuf_execute(cb);
-    sm__release((id)cb); /* may destroy the queue, which sets stop */
+    uint64_t seq = cb->seq;
+    /* Drop the queue's reference before waking waiters, so that a waiter
+     * that then releases its own sees the object go. May destroy the queue,
+     * which sets stop. */
+    sm__release((id)cb);
     pthread_mutex_lock(&core->mu);
+    core->finished = seq;
+    pthread_cond_broadcast(&core->done_cv);
   }
   bool detached = core->detached;
   pthread_mutex_unlock(&core->mu);
@@ -573,6 +574,7 @@ static id device_new_queue(id self, SEL cmd) {
   }
   pthread_mutex_init(&q->core->mu, NULL);
   pthread_cond_init(&q->core->cv, NULL);
+  pthread_cond_init(&q->core->done_cv, NULL);
   return (id)q;
 }
 
@@ -581,8 +583,6 @@ static id queue_make_cmdbuf(id self, bool retains) {
   if (!cb) return nil;
   cb->queue = (sm_queue *)sm__retain(self);
   cb->retains_refs = retains;
-  pthread_mutex_init(&cb->mu, NULL);
-  pthread_cond_init(&cb->cv, NULL);
   return sm__autorelease((id)cb);
 }
 
@@ -624,14 +624,15 @@ static void cb_commit(id self, SEL cmd) {
   sm_queue *q = cb->queue;
   queue_core *core = q->core;
   sm__retain(self); /* the queue's reference, dropped after completion */
-  atomic_store(&cb->status, CB_COMMITTED);
   pthread_mutex_lock(&core->mu);
+  atomic_store(&cb->status, CB_COMMITTED);
   if (!q->started) {
     if (pthread_create(&q->thread, NULL, queue_main, core) != 0)
       sm__fatal("-[SMCommandBuffer commit]: cannot start the queue thread");
     q->started = true;
   }
   cb->next = NULL;
+  cb->seq = ++core->committed;
   if (core->tail) core->tail->next = cb;
   else core->head = cb;
   core->tail = cb;
@@ -645,9 +646,10 @@ static void cb_wait(id self, SEL cmd) {
   if (st < CB_COMMITTED)
     sm__fatal("-[SMCommandBuffer %s]: command buffer not committed (status %lu %s): "
               "this would wait forever", sel_getName(cmd), st, status_name(st));
-  pthread_mutex_lock(&cb->mu);
-  while (!cb->done) pthread_cond_wait(&cb->cv, &cb->mu);
-  pthread_mutex_unlock(&cb->mu);
+  queue_core *core = cb->queue->core;
+  pthread_mutex_lock(&core->mu);
+  while (core->finished < cb->seq) pthread_cond_wait(&core->done_cv, &core->mu);
+  pthread_mutex_unlock(&core->mu);
 }
 
 static id cb_error(id self, SEL cmd) { (void)cmd; return ((sm_cmdbuf *)self)->error; }

@@ -194,6 +194,7 @@ static const struct {
 /* Parses one kernel parameter [a, b) and appends its trampoline argument. */
 static bool scan_param(scan *s, kernel_info *k, size_t a, size_t b, int index) {
   const char *c = s->clean;
+  while (a < b && isspace((unsigned char)c[a])) a++;
   size_t at = a;
   while (at + 1 < b && !(c[at] == '[' && c[at + 1] == '[')) at++;
   if (at + 1 >= b) {
