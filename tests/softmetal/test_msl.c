@@ -157,7 +157,7 @@ static const char *const KERNEL_PARTS[] = {
     "  out[3 * i + 1] = float4(v.xy + q.yz, max(q.x, 2.0f), dot(v.xyz, float3(1.0f)));\n"
     "  uint2 u = uint2(7, 9) << 1;\n"
     "  int4 n = int4(-1, 2, -3, 4);\n"
-    "  out[3 * i + 2] = float4(float(u.y), float(abs(n).z), clamp(-2.0f, -1.0f, 1.0f),\n"
+    "  out[3 * i + 2] = float4(float(u.y), float(abs(n).z), float(clamp(-2.0h, -1.0h, 1.0h)),\n"
     "                          select(0.0f, 1.0f, all(v.xy < float2(5.0f))));\n"
     "}\n"};
 

@@ -383,11 +383,41 @@ static bool scan_source(scan *s) {
   return true;
 }
 
-/* The source to compile: attributes blanked, threadgroup locals made shared. */
+/* Length of the pp-number at i, 0 when none starts there. */
+static size_t number_length(const scan *s, size_t i) {
+  const char *c = s->clean;
+  if (i > 0 && (ident_char(c[i - 1]) || c[i - 1] == '.')) return 0;
+  if (!isdigit((unsigned char)c[i]) &&
+      !(c[i] == '.' && i + 1 < s->len && isdigit((unsigned char)c[i + 1])))
+    return 0;
+  size_t j = i;
+  while (j < s->len) {
+    char ch = c[j];
+    if (ident_char(ch) || ch == '.') j++;
+    else if ((ch == '+' || ch == '-') && strchr("eEpP", c[j - 1])) j++;
+    else break;
+  }
+  return j - i;
+}
+
+/* The source to compile: attributes blanked, threadgroup locals shared by the
+ * threadgroup, half literals (1.5h) spelled as user-defined literals. */
 static void emit_source(const scan *s, sbuf *b) {
   size_t from = 0;
   const char *c = s->clean;
   for (size_t i = 0; i < s->len; i++) {
+    size_t num = number_length(s, i);
+    if (num) {
+      size_t last = i + num - 1;
+      bool hex = c[i] == '0' && num > 1 && (c[i + 1] == 'x' || c[i + 1] == 'X');
+      if (!hex && (c[last] == 'h' || c[last] == 'H')) {
+        sb_put(b, s->out + from, last - from);
+        sb_put(b, "_h", 2);
+        from = last + 1;
+      }
+      i = last;
+      continue;
+    }
     if (!(c[i] == 't' && (i == 0 || !ident_char(c[i - 1])) && starts_with(c + i, "threadgroup") &&
           !ident_char(c[i + 11])))
       continue;
