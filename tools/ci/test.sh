@@ -7,6 +7,7 @@
 # Any failure stops the run with a non-zero exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+root=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
 
 passed=0
@@ -23,6 +24,7 @@ cmake -S . -B build/asan -DCMETAL_WERROR=ON -DCMETAL_SANITIZE=ON -DCMAKE_BUILD_T
 cmake --build build/asan -j"$jobs"
 step "tests under ASan + UBSan"
 (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
+   LSAN_OPTIONS=suppressions="$root/tests/lsan.supp" \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j"$jobs")
 
