@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 list=build/ci/criterion-tests.txt
 [ -f "$list" ] || { echo "stage-valgrind: $list missing; run the build first" >&2; exit 1; }
+# GNU libobjc's own tables: see the valgrind.supp files beside their users.
+supp=$(find tests tools -name valgrind.supp -printf ' --suppressions=%p')
 status=0
 while read -r line; do
   [ -n "$line" ] || continue
@@ -16,7 +18,7 @@ while read -r line; do
   rm -rf "$logs" && mkdir -p "$logs"
   eval "${line% *} valgrind -q --trace-children=yes \
         --trace-children-skip='*/clang*,*/c++*,*/ld*,*/as,*/sh,*/bash' \
-        --log-file=$logs/%p.log --leak-check=full \
+        --log-file=$logs/%p.log --leak-check=full $supp \
         --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
         $binary --jobs 1" > "$logs/output.txt" 2>&1 || status=1
   dirty=$(find "$logs" -name '*.log' -size +0 | head -n 5)
