@@ -8,5 +8,6 @@
 #include <cmetal/device.h>
 #include <cmetal/buffer.h>
 #include <cmetal/tensor.h>
+#include <cmetal/ops.h>
 
 #endif /* CMETAL_CMETAL_H */
