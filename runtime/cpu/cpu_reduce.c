@@ -219,6 +219,9 @@ cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd) {
     cm__red r;
     cm__red_setup(&r, op, count);
     cm__cpu_nd_simplify(&red, 0);
+    /* Flipping negative reduced axes moved the start of every reduction by
+     * the same amount; kept axes address the reductions from there. */
+    kept.base[1] += red.base[0] - nd->base[1];
     cm__cpu_nd_simplify(&kept, 1);
     const int64_t isz = (int64_t)cm__dtype(op->in[0].dtype)->size;
     if (red.ndim == 1 && kept.ndim >= 1 && red.strides[0][0] != isz &&
