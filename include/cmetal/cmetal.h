@@ -10,5 +10,6 @@
 #include <cmetal/tensor.h>
 #include <cmetal/stream.h>
 #include <cmetal/metal.h>
+#include <cmetal/ops.h>
 
 #endif /* CMETAL_CMETAL_H */

@@ -11,6 +11,8 @@
 #include <cmetal/stream.h>
 #include <cmetal/tensor.h>
 
+typedef struct cm__op cm__op;
+
 typedef struct cm__backend {
     cm_device_type type;
     /* Frees backend state; called once when the last device reference goes. */
@@ -50,6 +52,11 @@ typedef struct cm__backend {
     cm_status (*fence_wait)(const cm_fence *fence, uint64_t timeout_ns);
     bool (*fence_signaled)(const cm_fence *fence);
     void (*fence_destroy)(cm_fence *fence);
+
+    /* Runs one op (see cm__op below), validated by runtime/core/ops.c.
+     * NULL when the device runs no ops. May refuse what it cannot do with
+     * CM_ERR_UNSUPPORTED (Metal: float64). */
+    cm_status (*run_op)(cm_device *device, const cm__op *op);
 } cm__backend;
 
 struct cm_stream {
@@ -97,6 +104,55 @@ struct cm_tensor {
     int64_t shape[CM_MAX_NDIM];
     int64_t strides[CM_MAX_NDIM];
 };
+
+/* ---------------------------------------------------------------- ops
+ * The core (runtime/core/ops.c) checks every op once: shapes, dtypes,
+ * broadcasting, aliasing, read-only outputs and devices. It hands the
+ * backend one cm__op in which every operand is already laid out over the
+ * same iteration shape, so a backend only iterates:
+ * - fill/copy/cast/unary/binary: `shape` is out's shape; inputs carry stride
+ *   0 on broadcast axes.
+ * - reduce: `shape` is the input's shape; out carries stride 0 on the
+ *   reduced axes (`axis`, or every axis when axis is -1), i.e. out[i] is
+ *   the reduction of every in[0][j] that maps onto it.
+ * numel > 0 always (the core handles empty ops). Strides are in elements of
+ * each operand's dtype and may be negative or 0. Out never partially
+ * overlaps an input; it may be the identical view of an elementwise input. */
+typedef enum cm__op_kind {
+    CM__OP_FILL = 1,   /* out = value (already converted to out.dtype) */
+    CM__OP_COPY = 2,   /* out = in[0], same dtype */
+    CM__OP_CAST = 3,   /* out = convert(in[0]) (ops.h conversion rules) */
+    CM__OP_UNARY = 4,  /* out = code(in[0]), code a cm_unary_op */
+    CM__OP_BINARY = 5, /* out = code(in[0], in[1]), code a cm_binary_op */
+    CM__OP_REDUCE = 6  /* out = code over in[0], code a cm_reduce_op */
+} cm__op_kind;
+
+typedef struct cm__operand {
+    cm_buffer *buffer; /* borrowed; same device as the op */
+    cm_dtype dtype;
+    uint64_t byte_offset;           /* of the element at index 0 */
+    int64_t strides[CM_MAX_NDIM];   /* elements, over cm__op.shape */
+} cm__operand;
+
+struct cm__op {
+    const char *func;    /* the public function, for error messages */
+    cm__op_kind kind;
+    int32_t code;
+    int32_t ndim;
+    int64_t shape[CM_MAX_NDIM];
+    int64_t numel;       /* product of shape, > 0 */
+    int32_t axis;        /* reduce: the reduced axis of shape, or -1 for all */
+    int32_t nin;         /* inputs used: 0 (fill), 1 or 2 */
+    cm__operand out;
+    cm__operand in[2];
+    union {
+        uint8_t bytes[8];
+        uint64_t align_;
+    } value;             /* fill: one element of out.dtype */
+};
+
+/* Converts one element between any two dtypes by the ops.h rules. */
+void cm__convert_element(cm_dtype to, void *dst, cm_dtype from, const void *src);
 
 /* The one constructor of tensors: validates the layout against the buffer
  * (reporting errors as `func`), retains the buffer and returns +1 in *out.
