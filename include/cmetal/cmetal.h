@@ -11,5 +11,6 @@
 #include <cmetal/stream.h>
 #include <cmetal/metal.h>
 #include <cmetal/ops.h>
+#include <cmetal/dlpack.h>
 
 #endif /* CMETAL_CMETAL_H */
