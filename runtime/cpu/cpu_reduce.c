@@ -1,5 +1,7 @@
 /* CPU reductions: sum and mean accumulate floats in double and integers in
- * 64 bits (wrapping); max and min compare exactly and propagate NaN. The
+ * 64 bits (wrapping); max and min compare exactly and propagate NaN. A
+ * contiguous run is split over eight interleaved partial results, combined
+ * at the end (a fixed order: results are deterministic). The
  * kept axes are walked outside, the reduced ones inside; when the reduced
  * axis is strided but a kept axis is contiguous (reducing the rows of a
  * row-major matrix), whole rows are accumulated into a vector instead. */
@@ -35,7 +37,20 @@ typedef void (*cm__acc_fn)(int64_t n, const char *p, int64_t s, cm__acc *acc);
         AT m = acc->FIELD;                                                                \
         if (s == (int64_t)sizeof(T)) {                                                    \
             const T *q = (const T *)(const void *)p;                                      \
-            for (int64_t i = 0; i < n; ++i) {                                             \
+            int64_t i = 0;                                                                \
+            if (n >= 8) { /* eight independent chains: no add-latency bound */           \
+                AT k[8];                                                                  \
+                for (int j = 0; j < 8; ++j)                                               \
+                    k[j] = (AT)LOAD(q[j]);                                                \
+                for (i = 8; i + 8 <= n; i += 8)                                           \
+                    for (int j = 0; j < 8; ++j) {                                         \
+                        const AT x = (AT)LOAD(q[i + j]);                                  \
+                        k[j] = STEP(k[j], x);                                             \
+                    }                                                                     \
+                for (int j = 0; j < 8; ++j)                                               \
+                    m = STEP(m, k[j]);                                                    \
+            }                                                                             \
+            for (; i < n; ++i) {                                                          \
                 const AT x = (AT)LOAD(q[i]);                                              \
                 m = STEP(m, x);                                                           \
             }                                                                             \
