@@ -193,11 +193,13 @@ static void cm__copy_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
 /* Transposing copy of the last two axes: dst is contiguous along the last
  * axis (j) and src along the one before (i).
  *
- * Memory, not arithmetic, sets the speed: touching many rows a few bytes
- * at a time defeats DRAM pages, prefetchers and the TLB. So src is read in
- * panels of CM__PANEL rows x CM__PANEL_BYTES contiguous bytes into a
- * buffer (staying in L2), which is then written out as dst row segments of
- * the same length, through CM__TILE x CM__TILE tiles that stay in L1. */
+ * Memory, not arithmetic, sets the speed. src is read as square panels of
+ * CM__PANEL_BYTES-long row pieces into a small buffer (in L1 for 4-byte
+ * elements), each piece with one wide copy; each dst row piece is then
+ * gathered from the buffer and stored with one wide copy, since scalar
+ * stores that miss fill the store buffer. 256-byte pieces measured best
+ * on the (shared, loaded) development machine; 1 KiB ones were as good
+ * only when it was quiet. */
 typedef struct cm__tile_ctx {
     size_t size;
     int64_t rows, cols;  /* i: axis ndim-2, j: axis ndim-1 */
@@ -206,8 +208,8 @@ typedef struct cm__tile_ctx {
     char *buf;
 } cm__tile_ctx;
 
-#define CM__TILE 32
-#define CM__PANEL_BYTES 1024
+#define CM__PANEL_MIN 32
+#define CM__PANEL_BYTES 256
 #define CM__PANEL_MAX 256
 
 /* buf rows are padded by one cache line so that the column walk of the
@@ -273,7 +275,7 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
     if (panel > CM__PANEL_MAX)
         panel = CM__PANEL_MAX;
     const int64_t big = nd->shape[j] > nd->shape[last] ? nd->shape[j] : nd->shape[last];
-    while (panel > CM__TILE && panel / 2 >= big)
+    while (panel > CM__PANEL_MIN && panel / 2 >= big)
         panel /= 2;
     char *buf = cm__alloc_raw((size_t)(panel * (panel + 64 / isz)) * size, 64);
     if (buf == NULL)
