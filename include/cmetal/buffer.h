@@ -96,6 +96,19 @@ CM_API cm_status cm_buffer_release(cm_buffer *buffer);
 /* Fills *out; pointers in it are borrowed from the buffer. */
 CM_API cm_status cm_buffer_get_info(const cm_buffer *buffer, cm_buffer_info *out);
 
+/* Copies `size` bytes between host memory and [offset, offset + size) of
+ * the buffer, for every storage mode: directly when the host sees the
+ * memory (after waiting for pending device writes), through a device-side
+ * staging copy otherwise (private storage). Both wait until done.
+ * Errors: CM_ERR_OUT_OF_BOUNDS for a range outside the buffer,
+ * CM_ERR_READ_ONLY (write to a read-only buffer), CM_ERR_DEVICE.
+ * Thread-safety: concurrent transfers to overlapping ranges race, as memcpy
+ * would. */
+CM_API cm_status cm_buffer_write(cm_buffer *buffer, size_t offset, const void *data,
+                                 size_t size);
+CM_API cm_status cm_buffer_read(const cm_buffer *buffer, size_t offset, void *data,
+                                size_t size);
+
 /* The buffer's device, borrowed (valid while the buffer lives). */
 CM_API cm_status cm_buffer_get_device(const cm_buffer *buffer, cm_device **out);
 

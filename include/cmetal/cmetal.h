@@ -8,6 +8,9 @@
 #include <cmetal/device.h>
 #include <cmetal/buffer.h>
 #include <cmetal/tensor.h>
+#include <cmetal/stream.h>
+#include <cmetal/metal.h>
+#include <cmetal/ops.h>
 #include <cmetal/dlpack.h>
 
 #endif /* CMETAL_CMETAL_H */

@@ -65,20 +65,23 @@ cm_status cm_buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc
     cm_buffer *buffer = NULL;
     CM__TRY(cm__buffer_new(device, desc->size, CM_STORAGE_SHARED, &buffer));
     buffer->flags = desc->flags | CM_BUFFER_FOREIGN;
+    /* The backend may take the callback over (clearing these) to call it
+     * itself, e.g. from Metal's deallocator. */
+    buffer->release = desc->release;
+    buffer->release_context = desc->release_context;
     cm_status status = device->backend->buffer_wrap_host(device, buffer, desc);
     if (status != CM_OK) {
-        cm__free(buffer);
+        cm__free(buffer); /* the callback is never called on failure */
         return status;
     }
     cm_device_retain(device);
     if (buffer->flags & CM_BUFFER_COPIED) {
         /* Nothing of the caller's memory is used any more. */
         buffer->flags &= ~(uint32_t)CM_BUFFER_FOREIGN;
+        buffer->release = NULL;
+        buffer->release_context = NULL;
         if (desc->release != NULL)
             desc->release(desc->release_context);
-    } else {
-        buffer->release = desc->release;
-        buffer->release_context = desc->release_context;
     }
     *out = buffer;
     return CM_OK;
@@ -123,3 +126,47 @@ cm_status cm_buffer_get_device(const cm_buffer *buffer, cm_device **out) {
     return CM_OK;
 }
 
+
+static cm_status cm__transfer(const char *func, cm_buffer *buffer, size_t offset, void *data,
+                              size_t size, bool to_device) {
+    size_t end;
+    if (cm__add_overflow_size(offset, size, &end) || end > buffer->size)
+        return cm__fail_as(func, CM_ERR_OUT_OF_BOUNDS,
+                           "offset = %zu with size = %zu reaches past the %zu-byte buffer", offset,
+                           size, buffer->size);
+    if (size == 0)
+        return CM_OK;
+    if (data == NULL)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "data = NULL must not be NULL for %zu bytes", size);
+    if (to_device && (buffer->flags & CM_BUFFER_READ_ONLY))
+        return cm__fail_as(func, CM_ERR_READ_ONLY, "the buffer is read-only");
+    const cm__backend *backend = buffer->device->backend;
+    if (buffer->host == NULL) {
+        if (backend->buffer_transfer == NULL)
+            return cm__fail_as(func, CM_ERR_NOT_HOST_VISIBLE,
+                               "the buffer is not visible to the host");
+        return backend->buffer_transfer(buffer, offset, data, size, to_device);
+    }
+    if (backend->buffer_prepare_host != NULL)
+        CM__TRY(backend->buffer_prepare_host(buffer, to_device));
+    uint8_t *host = (uint8_t *)buffer->host + offset;
+    if (to_device) {
+        memcpy(host, data, size);
+        if (backend->buffer_host_modified != NULL)
+            backend->buffer_host_modified(buffer, offset, size);
+    } else {
+        memcpy(data, host, size);
+    }
+    return CM_OK;
+}
+
+cm_status cm_buffer_write(cm_buffer *buffer, size_t offset, const void *data, size_t size) {
+    CM__REQUIRE_NONNULL(buffer);
+    return cm__transfer(__func__, buffer, offset, (void *)(uintptr_t)data, size, true);
+}
+
+cm_status cm_buffer_read(const cm_buffer *buffer, size_t offset, void *data, size_t size) {
+    CM__REQUIRE_NONNULL(buffer);
+    return cm__transfer(__func__, (cm_buffer *)(uintptr_t)buffer, offset, data, size, false);
+}

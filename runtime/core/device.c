@@ -65,18 +65,6 @@ cm_status cm_device_open(cm_device_type type, uint32_t index, cm_device **out) {
                     (int)type);
 }
 
-cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out) {
-    cm_device *device = CM__NEW(cm_device);
-    if (device == NULL)
-        return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for a %s device",
-                        cm_device_type_name(backend->type));
-    cm__ref_init(&device->ref);
-    device->backend = backend;
-    device->impl = impl;
-    *out = device;
-    return CM_OK;
-}
-
 cm_status cm_device_retain(cm_device *device) {
     CM__REQUIRE_NONNULL(device);
     cm__ref_retain(&device->ref);
@@ -84,10 +72,8 @@ cm_status cm_device_retain(cm_device *device) {
 }
 
 cm_status cm_device_release(cm_device *device) {
-    if (device != NULL && cm__ref_release(&device->ref)) {
-        device->backend->destroy(device);
-        cm__free(device);
-    }
+    if (device != NULL && cm__ref_release(&device->ref))
+        cm__device_destroy(device);
     return CM_OK;
 }
 

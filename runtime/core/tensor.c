@@ -551,6 +551,18 @@ static cm_status cm__host_access(const char *func, const cm_tensor *t, cm_dtype 
     return CM_OK;
 }
 
+/* Tells the backend that the host wrote (or is about to write) the
+ * tensor's elements, so managed storage is synchronised before device use. */
+static void cm__host_modified(const cm_tensor *t) {
+    const cm__backend *backend = t->buffer->device->backend;
+    if (backend->buffer_host_modified == NULL)
+        return;
+    uint64_t begin = 0, end = 0;
+    if (cm__layout_check(__func__, t->buffer->size, t->dtype, t->ndim, t->shape, t->strides,
+                         t->byte_offset, NULL, &begin, &end) == CM_OK && end > begin)
+        backend->buffer_host_modified(t->buffer, (size_t)begin, (size_t)(end - begin));
+}
+
 cm_status cm_tensor_host_read(const cm_tensor *tensor, cm_dtype dtype, const void **out) {
     CM__REQUIRE_NONNULL(out);
     *out = NULL;
@@ -567,6 +579,7 @@ cm_status cm_tensor_host_write(cm_tensor *tensor, cm_dtype dtype, void **out) {
     CM__REQUIRE_NONNULL(tensor);
     uint8_t *base;
     CM__TRY(cm__host_access(__func__, tensor, dtype, true, &base));
+    cm__host_modified(tensor);
     *out = base;
     return CM_OK;
 }
@@ -610,5 +623,6 @@ cm_status cm_tensor_set_element(cm_tensor *tensor, const int64_t *index, cm_dtyp
     uint8_t *base;
     CM__TRY(cm__host_access(__func__, tensor, dtype, true, &base));
     memcpy(base + off, value, cm__dtype(dtype)->size);
+    cm__host_modified(tensor);
     return CM_OK;
 }

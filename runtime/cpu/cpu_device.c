@@ -1,5 +1,5 @@
 /* The CPU device: one device, host memory aligned to 256 bytes. */
-#include "core/backend.h"
+#include "cpu_ops.h"
 
 #include <cmetal/device.h>
 
@@ -79,6 +79,7 @@ static const cm__backend cm__cpu_backend = {
     .buffer_wrap_host = cm__cpu_buffer_wrap_host,
     .buffer_free = cm__cpu_buffer_free,
     .buffer_prepare_host = NULL,
+    .run_op = cm__cpu_run_op,
 };
 
 cm_status cm__cpu_device_count(uint32_t *count) {

@@ -183,3 +183,61 @@ Test(buffer, failed_wraps_never_call_the_release_callback) {
     cm_device_release(d);
 }
 
+
+Test(buffer, read_and_write_copy_ranges_and_check_bounds) {
+    cm_device *d = cpu();
+    cm_buffer *b = NULL;
+    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 32}, &b), CM_OK);
+    const char text[] = "0123456789";
+    cr_assert_eq(cm_buffer_write(b, 20, text, 10), CM_OK);
+    char back[11] = {0};
+    cr_assert_eq(cm_buffer_read(b, 20, back, 10), CM_OK);
+    cr_assert_str_eq(back, "0123456789");
+    cr_assert_eq(cm_buffer_write(b, 23, text, 10), CM_ERR_OUT_OF_BOUNDS);
+    cr_assert(strstr(cm_last_error(), "cm_buffer_write: offset = 23 with size = 10 reaches past the 32-byte buffer"),
+              "%s", cm_last_error());
+    cr_assert_eq(cm_buffer_read(b, SIZE_MAX, back, 2), CM_ERR_OUT_OF_BOUNDS);
+    cr_assert_eq(cm_buffer_read(b, 0, NULL, 2), CM_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(cm_last_error(), "data = NULL"));
+    cr_assert_eq(cm_buffer_read(b, 32, NULL, 0), CM_OK, "empty ranges are fine at the end");
+    cm_buffer_release(b);
+
+    static char ro[8];
+    cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = ro, .size = 8,
+                                                               .flags = CM_BUFFER_READ_ONLY},
+                                     &b), CM_OK);
+    cr_assert_eq(cm_buffer_write(b, 0, text, 1), CM_ERR_READ_ONLY);
+    cr_assert(strstr(cm_last_error(), "read-only"));
+    cr_assert_eq(cm_buffer_read(b, 0, back, 8), CM_OK);
+    cm_buffer_release(b);
+    cm_device_release(d);
+}
+
+Test(stream, cpu_streams_are_idle_and_fences_signaled) {
+    cm_device *d = cpu();
+    cm_stream *def = NULL, *s = NULL;
+    cr_assert_eq(cm_device_get_stream(d, &def), CM_OK);
+    cr_assert_not_null(def);
+    cr_assert_eq(cm_stream_create(d, &s), CM_OK);
+    cr_assert_eq(cm_stream_flush(s), CM_OK);
+    cr_assert_eq(cm_stream_synchronize(def), CM_OK);
+    uint64_t n = 99;
+    cr_assert_eq(cm_stream_get_submissions(s, &n), CM_OK);
+    cr_assert_eq(n, 0);
+    cm_fence *f = NULL;
+    cr_assert_eq(cm_stream_signal(s, &f), CM_OK);
+    cm_fence_info info;
+    cr_assert_eq(cm_fence_get_info(f, &info), CM_OK);
+    cr_assert(info.signaled);
+    cr_assert_eq(info.device_type, CM_DEVICE_CPU);
+    cr_assert_null(info.shared_event);
+    cr_assert_eq(cm_stream_wait(def, f), CM_OK);
+    cr_assert_eq(cm_fence_wait(f, 0), CM_OK);
+    cm_device_release(d); /* the stream and fence keep it alive */
+    cm_fence_release(f);
+    cm_stream_retain(def);
+    cm_stream_release(def);
+    cm_stream_release(s);
+    cr_assert_eq(cm_stream_create(NULL, &s), CM_ERR_INVALID_ARGUMENT);
+    cr_assert_null(s);
+}

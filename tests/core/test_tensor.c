@@ -5,11 +5,17 @@
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-static cm_device *cpu(void) {
+/* The device under test: CMETAL_TEST_DEVICE=metal runs this suite on the
+ * Metal device (tests/metal registers it so, on softmetal); else the CPU. */
+static cm_device *test_device(void) {
+    const char *want = getenv("CMETAL_TEST_DEVICE");
+    cm_device_type type = want != NULL && strcmp(want, "metal") == 0 ? CM_DEVICE_METAL
+                                                                      : CM_DEVICE_CPU;
     cm_device *d = NULL;
-    cr_assert_eq(cm_device_open(CM_DEVICE_CPU, 0, &d), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_device_open(type, 0, &d), CM_OK, "%s", cm_last_error());
     return d;
 }
 
@@ -43,7 +49,7 @@ static int32_t at(const cm_tensor *t, const int64_t *index) {
     } while (0)
 
 Test(tensor, create_gives_a_compact_row_major_layout) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *t = iota(d, 3, (int64_t[]){2, 3, 4});
     cm_tensor_info info;
     cr_assert_eq(cm_tensor_get_info(t, &info), CM_OK);
@@ -55,14 +61,16 @@ Test(tensor, create_gives_a_compact_row_major_layout) {
     cr_assert(info.contiguous);
     cr_assert_eq(info.extent_begin, 0);
     cr_assert_eq(info.extent_end, 96);
-    cr_assert_eq(info.device_type, CM_DEVICE_CPU);
+    cm_device_info dinfo;
+    cm_device_get_info(d, &dinfo);
+    cr_assert_eq(info.device_type, dinfo.type);
     cr_assert_eq(at(t, (int64_t[]){1, 2, 3}), 23);
     cm_tensor_release(t);
     cm_device_release(d);
 }
 
 Test(tensor, zero_d_and_zero_size_tensors_work) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *s = iota(d, 0, NULL);
     cm_tensor_info info;
     cm_tensor_get_info(s, &info);
@@ -90,7 +98,7 @@ Test(tensor, zero_d_and_zero_size_tensors_work) {
 }
 
 Test(tensor, layouts_outside_the_buffer_are_refused) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_buffer *b = NULL;
     cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 64}, &b), CM_OK);
     cm_tensor *t = NULL;
@@ -139,7 +147,7 @@ Test(tensor, layouts_outside_the_buffer_are_refused) {
 }
 
 Test(tensor, bad_descs_name_the_field_and_value) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *t = NULL;
     EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 2,
                                                        .shape = (int64_t[]){3, -1}},
@@ -171,7 +179,7 @@ Test(tensor, bad_descs_name_the_field_and_value) {
 }
 
 Test(tensor, sizes_that_overflow_are_refused) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *t = NULL;
     EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 2,
                                                        .shape = (int64_t[]){INT64_MAX, 2}},
@@ -204,7 +212,7 @@ Test(tensor, sizes_that_overflow_are_refused) {
 }
 
 Test(tensor, slice_with_negative_step_reverses) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *t = iota(d, 1, (int64_t[]){10});
     cm_tensor *r = NULL;
     cr_assert_eq(cm_tensor_slice(t, 0, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1, &r), CM_OK);
@@ -230,7 +238,7 @@ Test(tensor, slice_with_negative_step_reverses) {
 }
 
 Test(tensor, broadcast_views_alias_and_are_read_only) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *t = iota(d, 2, (int64_t[]){3, 1});
     cm_tensor *b = NULL;
     cr_assert_eq(cm_tensor_broadcast_to(t, 3, (int64_t[]){2, 3, 4}, &b), CM_OK);
@@ -255,7 +263,7 @@ Test(tensor, broadcast_views_alias_and_are_read_only) {
 }
 
 Test(tensor, typed_access_checks_dtype_bounds_and_read_only) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *t = iota(d, 2, (int64_t[]){2, 2});
     float f;
     EXPECT_ERROR(cm_tensor_get_element(t, (int64_t[]){0, 0}, CM_FLOAT32, &f),
@@ -284,7 +292,7 @@ Test(tensor, typed_access_checks_dtype_bounds_and_read_only) {
 }
 
 Test(tensor, read_only_buffers_make_read_only_tensors) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     static int32_t mem[4] = {1, 2, 3, 4};
     cm_buffer *b = NULL;
     cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = mem, .size = sizeof mem,
@@ -308,7 +316,7 @@ Test(tensor, read_only_buffers_make_read_only_tensors) {
 }
 
 Test(tensor, reshape_follows_strides_or_asks_for_a_copy) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *t = iota(d, 2, (int64_t[]){4, 6});
     cm_tensor *r = NULL, *tt = NULL;
     cr_assert_eq(cm_tensor_reshape(t, 3, (int64_t[]){2, -1, 3}, &r), CM_OK);
@@ -334,7 +342,7 @@ Test(tensor, reshape_follows_strides_or_asks_for_a_copy) {
 }
 
 Test(tensor, permute_squeeze_unsqueeze_select_errors) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     cm_tensor *t = iota(d, 3, (int64_t[]){2, 1, 3});
     cm_tensor *r = NULL;
     EXPECT_ERROR(cm_tensor_permute(t, (int32_t[]){0, 0, 1}, &r), CM_ERR_INVALID_ARGUMENT,
@@ -586,7 +594,7 @@ static cm_tensor *random_op(const cm_tensor *t, const ref_view *v, ref_view *n, 
 }
 
 Test(tensor, view_algebra_matches_a_brute_force_reference) {
-    cm_device *d = cpu();
+    cm_device *d = test_device();
     for (int trial = 0; trial < 300; ++trial) {
         ref_view *v = calloc(1, sizeof *v), *n = calloc(1, sizeof *n);
         v->ndim = (int32_t)rnd(4) + 1;

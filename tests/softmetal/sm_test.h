@@ -1,0 +1,115 @@
+/* Test helpers for softmetal: messages through objc_msg_lookup with exact
+ * prototypes, and clang-ABI block literals built by hand. */
+#ifndef SM_TEST_H
+#define SM_TEST_H
+
+#include <objc/runtime.h>
+#include <objc/message.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "softmetal.h"
+
+typedef unsigned long NSUInteger;
+typedef long NSInteger;
+typedef struct { NSUInteger width, height, depth; } MTLSize;
+typedef struct { NSUInteger location, length; } NSRange;
+
+id MTLCreateSystemDefaultDevice(void);
+id MTLCopyAllDevices(void);
+void *objc_autoreleasePoolPush(void);
+void objc_autoreleasePoolPop(void *token);
+
+/* SEND(return type, (id, SEL, argument types...), receiver, "selector", args...) */
+#define SEND(R, PROTO, obj, sel, ...)                                                  \
+  ((R(*) PROTO)(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(         \
+      (obj), sel_registerName(sel), __VA_ARGS__)
+#define SEND0(R, obj, sel)                                                             \
+  ((R(*)(id, SEL))(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(      \
+      (obj), sel_registerName(sel))
+
+static inline id sm_class_named(const char *name) { return (id)objc_getClass(name); }
+static inline void sm_release(id o) { SEND0(void, o, "release"); }
+static inline id sm_retain(id o) { return SEND0(id, o, "retain"); }
+static inline const char *sm_utf8(id s) { return SEND0(const char *, s, "UTF8String"); }
+static inline NSUInteger sm_u(id o, const char *sel) { return SEND0(NSUInteger, o, sel); }
+
+/* An autoreleased NSString. */
+static inline id sm_str(const char *s) {
+  return SEND(id, (id, SEL, const char *, NSUInteger), sm_class_named("NSString"),
+              "stringWithCString:encoding:", s, 4);
+}
+static inline const char *sm_error_text(id error) {
+  return error ? sm_utf8(SEND0(id, error, "localizedDescription")) : "(no error)";
+}
+
+static inline long sm_live(void) {
+  struct softmetal_stats st;
+  softmetal_stats(&st);
+  return st.live_objects;
+}
+
+/* ---- blocks (clang Block ABI) ---- */
+extern void *_NSConcreteStackBlock[32];
+
+struct sm_test_ctx {
+  atomic_int calls;
+  atomic_int copies;
+  atomic_int disposes;
+  void *ptr;
+  NSUInteger len;
+  id arg;
+  NSUInteger status_seen;
+  atomic_int *order; /* shared sequence counter, optional */
+  int order_seen;
+};
+
+struct sm_block_desc {
+  unsigned long reserved, size;
+  void (*copy)(void *dst, const void *src);
+  void (*dispose)(const void *src);
+};
+
+struct sm_test_block {
+  void *isa;
+  int flags;
+  int reserved;
+  void (*invoke)(void);
+  const struct sm_block_desc *desc;
+  struct sm_test_ctx *ctx; /* captured */
+};
+
+__attribute__((unused)) static void sm_block_copy_helper(void *dst, const void *src) {
+  const struct sm_test_block *s = src;
+  (void)dst;
+  atomic_fetch_add(&s->ctx->copies, 1);
+}
+__attribute__((unused)) static void sm_block_dispose_helper(const void *src) {
+  const struct sm_test_block *s = src;
+  atomic_fetch_add(&s->ctx->disposes, 1);
+}
+static const struct sm_block_desc sm_block_descriptor = {
+    0, sizeof(struct sm_test_block), sm_block_copy_helper, sm_block_dispose_helper};
+
+__attribute__((unused)) static void sm_dealloc_invoke(struct sm_test_block *b, void *ptr, NSUInteger len) {
+  b->ctx->ptr = ptr;
+  b->ctx->len = len;
+  atomic_fetch_add(&b->ctx->calls, 1);
+}
+
+__attribute__((unused)) static void sm_handler_invoke(struct sm_test_block *b, id cb) {
+  b->ctx->arg = cb;
+  b->ctx->status_seen = SEND0(NSUInteger, cb, "status");
+  if (b->ctx->order) b->ctx->order_seen = atomic_fetch_add(b->ctx->order, 1);
+  atomic_fetch_add(&b->ctx->calls, 1);
+}
+
+static inline struct sm_test_block sm_block(void (*invoke)(void), struct sm_test_ctx *ctx) {
+  struct sm_test_block b = {_NSConcreteStackBlock, 1 << 25, 0, invoke, &sm_block_descriptor, ctx};
+  return b;
+}
+#define SM_DEALLOC_BLOCK(ctx) sm_block((void (*)(void))sm_dealloc_invoke, (ctx))
+#define SM_HANDLER_BLOCK(ctx) sm_block((void (*)(void))sm_handler_invoke, (ctx))
+
+#endif

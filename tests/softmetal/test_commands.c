@@ -1,0 +1,304 @@
+/* softmetal command queues, command buffers, blit encoders and events. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "softmetal/sm_test.h"
+
+enum { NotEnqueued, Enqueued, Committed, Scheduled, Completed, Error };
+
+static id dev, queue;
+static void *pool;
+static void setup(void) {
+  dev = MTLCreateSystemDefaultDevice();
+  queue = SEND0(id, dev, "newCommandQueue");
+  pool = objc_autoreleasePoolPush();
+}
+static void teardown(void) {
+  objc_autoreleasePoolPop(pool);
+  sm_release(queue);
+  sm_release(dev);
+  cr_assert_eq(sm_live(), 0, "every object released");
+}
+TestSuite(commands, .init = setup, .fini = teardown);
+
+static id new_buffer(NSUInteger len) {
+  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len,
+              0ul);
+}
+static id cmdbuf(void) { return SEND0(id, queue, "commandBuffer"); }
+static NSUInteger status(id cb) { return sm_u(cb, "status"); }
+static void commit_wait(id cb) {
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+}
+static void copy(id enc, id src, NSUInteger so, id dst, NSUInteger d, NSUInteger n) {
+  SEND(void, (id, SEL, id, NSUInteger, id, NSUInteger, NSUInteger), enc,
+       "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", src, so, dst, d, n);
+}
+static void fill(id enc, id buf, NSUInteger at, NSUInteger n, uint8_t v) {
+  SEND(void, (id, SEL, id, NSRange, uint8_t), enc, "fillBuffer:range:value:", buf,
+       ((NSRange){at, n}), v);
+}
+
+Test(commands, empty_command_buffer_walks_the_status_sequence) {
+  id cb = cmdbuf();
+  cr_assert_eq(status(cb), NotEnqueued);
+  SEND0(void, cb, "enqueue");
+  cr_assert_eq(status(cb), Enqueued);
+  struct sm_test_ctx ctx = {0};
+  struct sm_test_block blk = SM_HANDLER_BLOCK(&ctx);
+  SEND(void, (id, SEL, void *), cb, "addCompletedHandler:", &blk);
+  SEND0(void, cb, "commit");
+  cr_assert_geq(status(cb), Committed);
+  SEND0(void, cb, "waitUntilCompleted");
+  cr_assert_eq(status(cb), Completed);
+  cr_assert_null(SEND0(id, cb, "error"));
+  cr_assert_eq(atomic_load(&ctx.calls), 1);
+  cr_assert_eq(ctx.arg, cb);
+  cr_assert_eq(ctx.status_seen, Completed, "handlers see the final status");
+  cr_assert_eq(atomic_load(&ctx.disposes), 1, "handler released once");
+}
+
+Test(commands, blit_copy_and_fill) {
+  id a = new_buffer(64), b = new_buffer(64);
+  unsigned char *pa = SEND0(void *, a, "contents"), *pb = SEND0(void *, b, "contents");
+  for (int i = 0; i < 64; i++) pa[i] = (unsigned char)i;
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, b, 0, 64, 0xAB);
+  copy(enc, a, 8, b, 16, 8);
+  SEND(void, (id, SEL, id), enc, "synchronizeResource:", a); /* Shared: an error */
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Error);
+  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "synchronizeResource:"));
+  cr_assert_eq(pb[0], 0, "a failed command buffer runs nothing");
+
+  cb = cmdbuf();
+  enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, b, 0, 64, 0xAB);
+  copy(enc, a, 8, b, 16, 8);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Completed);
+  cr_assert_eq(pb[15], 0xAB);
+  for (int i = 0; i < 8; i++) cr_assert_eq(pb[16 + i], 8 + i);
+  cr_assert_eq(pb[24], 0xAB);
+  sm_release(a);
+  sm_release(b);
+}
+
+Test(commands, blit_range_errors_fail_the_command_buffer) {
+  id a = new_buffer(64), b = new_buffer(32);
+  struct {
+    const char *what;
+    NSUInteger so, d, n;
+  } cases[] = {
+      {"sourceOffset = 60 + size = 8 exceeds source length 64", 60, 0, 8},
+      {"destinationOffset = 30 + size = 4 exceeds destination length 32", 0, 30, 4},
+      {"sourceOffset = 18446744073709551615", (NSUInteger)-1, 0, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    id cb = cmdbuf();
+    id enc = SEND0(id, cb, "blitCommandEncoder");
+    copy(enc, a, cases[i].so, b, cases[i].d, cases[i].n);
+    SEND0(void, enc, "endEncoding");
+    commit_wait(cb);
+    cr_assert_eq(status(cb), Error);
+    id err = SEND0(id, cb, "error");
+    cr_assert_str_eq(sm_utf8(SEND0(id, err, "domain")), "MTLCommandBufferErrorDomain");
+    cr_assert_neq(SEND0(NSInteger, err, "code"), 0);
+    cr_assert(strstr(sm_error_text(err), cases[i].what), "%s", sm_error_text(err));
+  }
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, b, 16, 17, 0);
+  copy(enc, a, 0, a, 4, 8); /* overlap in one buffer */
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "range = {16, 17} exceeds"));
+  cb = cmdbuf();
+  enc = SEND0(id, cb, "blitCommandEncoder");
+  copy(enc, a, 0, a, 4, 8);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "overlaps"));
+  sm_release(a);
+  sm_release(b);
+}
+
+Test(commands, private_buffers_take_blits) {
+  id priv = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
+                 32ul);
+  id out = new_buffer(16);
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, priv, 0, 16, 7);
+  copy(enc, priv, 0, out, 0, 16);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Completed);
+  cr_assert_eq(((unsigned char *)SEND0(void *, out, "contents"))[15], 7);
+  sm_release(priv);
+  sm_release(out);
+}
+
+Test(commands, command_buffers_execute_in_commit_order) {
+  enum { N = 200 };
+  id buf = new_buffer(N);
+  atomic_int order = 0;
+  struct sm_test_ctx ctx[N];
+  struct sm_test_block blk[N];
+  id cbs[N];
+  memset(ctx, 0, sizeof ctx);
+  for (int i = 0; i < N; i++) {
+    cbs[i] = cmdbuf();
+    id enc = SEND0(id, cbs[i], "blitCommandEncoder");
+    fill(enc, buf, 0, (NSUInteger)i + 1, (uint8_t)i); /* each overwrites the ones before */
+    SEND0(void, enc, "endEncoding");
+    ctx[i].order = &order;
+    blk[i] = SM_HANDLER_BLOCK(&ctx[i]);
+    SEND(void, (id, SEL, void *), cbs[i], "addCompletedHandler:", &blk[i]);
+  }
+  /* Commit in reverse creation order: commit order is what counts. */
+  for (int i = N - 1; i >= 0; i--) SEND0(void, cbs[i], "commit");
+  SEND0(void, cbs[0], "waitUntilCompleted");
+  unsigned char *p = SEND0(void *, buf, "contents");
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(ctx[i].order_seen, N - 1 - i, "command buffer %d completed out of order", i);
+    cr_assert_eq(atomic_load(&ctx[i].disposes), 1);
+  }
+  cr_assert_eq(p[0], 0, "the last committed (index 0) wrote byte 0 last");
+  cr_assert_eq(p[N - 1], N - 1);
+  sm_release(buf);
+}
+
+Test(commands, unretained_references_do_not_retain_buffers) {
+  id buf = new_buffer(16);
+  id cb = SEND0(id, queue, "commandBufferWithUnretainedReferences");
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, buf, 0, 16, 1);
+  cr_assert_eq(sm_u(buf, "retainCount"), 1);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Completed);
+
+  cb = cmdbuf();
+  enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, buf, 0, 16, 1);
+  cr_assert_eq(sm_u(buf, "retainCount"), 2);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  sm_release(buf);
+}
+
+struct signaller {
+  id event;
+  uint64_t value;
+};
+static void *signal_later(void *arg) {
+  struct signaller *s = arg;
+  SEND(void, (id, SEL, uint64_t), s->event, "setSignaledValue:", s->value);
+  return NULL;
+}
+
+Test(commands, shared_event_signal_and_wait_across_queues) {
+  id event = SEND0(id, dev, "newSharedEvent");
+  id queue2 = SEND0(id, dev, "newCommandQueue");
+  id buf = new_buffer(16);
+  unsigned char *p = SEND0(void *, buf, "contents");
+  /* queue2 waits for 1, then writes; queue signals 1 after its own write. */
+  id waiter = SEND0(id, queue2, "commandBuffer");
+  SEND(void, (id, SEL, id, uint64_t), waiter, "encodeWaitForEvent:value:", event, 1);
+  id enc = SEND0(id, waiter, "blitCommandEncoder");
+  fill(enc, buf, 8, 8, 2);
+  SEND0(void, enc, "endEncoding");
+  SEND(void, (id, SEL, id, uint64_t), waiter, "encodeSignalEvent:value:", event, 2);
+  SEND0(void, waiter, "commit");
+
+  id first = cmdbuf();
+  enc = SEND0(id, first, "blitCommandEncoder");
+  fill(enc, buf, 0, 8, 1);
+  SEND0(void, enc, "endEncoding");
+  SEND(void, (id, SEL, id, uint64_t), first, "encodeSignalEvent:value:", event, 1);
+  SEND0(void, first, "commit");
+  SEND0(void, waiter, "waitUntilCompleted");
+  cr_assert_eq(status(waiter), Completed);
+  cr_assert_eq(p[0], 1);
+  cr_assert_eq(p[8], 2);
+  cr_assert_eq(SEND0(uint64_t, event, "signaledValue"), 2);
+
+  /* A wait released from the CPU. */
+  id cb = SEND0(id, queue2, "commandBuffer");
+  SEND(void, (id, SEL, id, uint64_t), cb, "encodeWaitForEvent:value:", event, 5);
+  SEND0(void, cb, "commit");
+  struct signaller s = {event, 5};
+  pthread_t t;
+  pthread_create(&t, NULL, signal_later, &s);
+  SEND0(void, cb, "waitUntilCompleted");
+  pthread_join(t, NULL);
+  cr_assert_eq(status(cb), Completed);
+  SEND0(void, first, "waitUntilCompleted");
+  sm_release(buf);
+  sm_release(queue2);
+  sm_release(event);
+}
+
+Test(commands, commit_twice_aborts, .signal = SIGABRT) {
+  id cb = cmdbuf();
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "commit");
+}
+
+Test(commands, encoding_after_commit_aborts, .signal = SIGABRT) {
+  id cb = cmdbuf();
+  SEND0(void, cb, "commit");
+  SEND0(id, cb, "blitCommandEncoder");
+}
+
+Test(commands, encoder_used_after_commit_aborts, .signal = SIGABRT) {
+  id buf = new_buffer(16);
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  fill(enc, buf, 0, 1, 0);
+}
+
+Test(commands, commit_with_open_encoder_aborts, .signal = SIGABRT) {
+  id cb = cmdbuf();
+  SEND0(id, cb, "blitCommandEncoder");
+  SEND0(void, cb, "commit");
+}
+
+Test(commands, second_encoder_before_end_encoding_aborts, .signal = SIGABRT) {
+  id cb = cmdbuf();
+  SEND0(id, cb, "blitCommandEncoder");
+  SEND0(id, cb, "computeCommandEncoder");
+}
+
+Test(commands, completed_handler_after_commit_aborts, .signal = SIGABRT) {
+  struct sm_test_ctx ctx = {0};
+  struct sm_test_block blk = SM_HANDLER_BLOCK(&ctx);
+  id cb = cmdbuf();
+  SEND0(void, cb, "commit");
+  SEND(void, (id, SEL, void *), cb, "addCompletedHandler:", &blk);
+}
+
+Test(commands, wait_before_commit_aborts, .signal = SIGABRT) {
+  SEND0(void, cmdbuf(), "waitUntilCompleted");
+}
+
+Test(commands, uncommitted_command_buffer_releases_its_handlers_without_running_them) {
+  struct sm_test_ctx ctx = {0};
+  struct sm_test_block blk = SM_HANDLER_BLOCK(&ctx);
+  void *inner = objc_autoreleasePoolPush();
+  id cb = cmdbuf();
+  SEND(void, (id, SEL, void *), cb, "addCompletedHandler:", &blk);
+  objc_autoreleasePoolPop(inner);
+  cr_assert_eq(atomic_load(&ctx.calls), 0);
+  cr_assert_eq(atomic_load(&ctx.disposes), 1);
+}

@@ -1,0 +1,156 @@
+/* softmetal device, buffers and shared events. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "softmetal/sm_test.h"
+
+enum { PAGE = 16384 };
+#define OPT_SHARED 0ul
+#define OPT_MANAGED 16ul
+#define OPT_PRIVATE 32ul
+#define OPT_MEMORYLESS 48ul
+
+static id dev;
+static void setup(void) { dev = MTLCreateSystemDefaultDevice(); }
+static void teardown(void) {
+  sm_release(dev);
+  cr_assert_eq(sm_live(), 0, "every object released");
+}
+TestSuite(device, .init = setup, .fini = teardown);
+
+static id new_buffer(NSUInteger len, NSUInteger opts) {
+  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len,
+              opts);
+}
+
+static id new_nocopy(void *p, NSUInteger len, NSUInteger opts, void *block) {
+  return SEND(id, (id, SEL, void *, NSUInteger, NSUInteger, void *), dev,
+              "newBufferWithBytesNoCopy:length:options:deallocator:", p, len, opts, block);
+}
+
+Test(device, describes_itself) {
+  cr_assert_not_null(dev);
+  cr_assert_str_eq(sm_utf8(SEND0(id, dev, "name")), "softmetal (software Metal on the CPU)");
+  cr_assert(SEND0(BOOL, dev, "hasUnifiedMemory") != 0);
+  cr_assert_neq(SEND0(uint64_t, dev, "registryID"), 0);
+  cr_assert_geq(sm_u(dev, "maxBufferLength"), (NSUInteger)1 << 30);
+  cr_assert_gt(SEND0(uint64_t, dev, "recommendedMaxWorkingSetSize"), 0);
+  MTLSize m = SEND0(MTLSize, dev, "maxThreadsPerThreadgroup");
+  cr_assert_eq(m.width, 1024);
+  cr_assert_eq(m.height, 1024);
+  cr_assert_eq(m.depth, 1024);
+  cr_assert(SEND(BOOL, (id, SEL, NSInteger), dev, "supportsFamily:", 1007) != 0);
+  cr_assert(SEND(BOOL, (id, SEL, NSInteger), dev, "supportsFamily:", 5001) != 0);
+  cr_assert(SEND(BOOL, (id, SEL, NSInteger), dev, "supportsFamily:", 5002) == 0);
+  cr_assert(SEND(BOOL, (id, SEL, NSInteger), dev, "supportsFamily:", 42) == 0);
+  id again = MTLCreateSystemDefaultDevice();
+  cr_assert_eq(again, dev);
+  cr_assert_eq(sm_u(dev, "retainCount"), 2);
+  sm_release(again);
+}
+
+Test(device, shared_buffer_is_zeroed_and_counted) {
+  cr_assert_eq(sm_u(dev, "currentAllocatedSize"), 0);
+  id b = new_buffer(100, OPT_SHARED);
+  cr_assert_not_null(b);
+  cr_assert_eq(sm_u(b, "length"), 100);
+  cr_assert_eq(sm_u(b, "storageMode"), 0);
+  unsigned char *p = SEND0(void *, b, "contents");
+  cr_assert_not_null(p);
+  for (int i = 0; i < 100; i++) cr_assert_eq(p[i], 0);
+  cr_assert_eq(SEND0(uint64_t, b, "gpuAddress"), (uint64_t)(uintptr_t)p);
+  cr_assert_eq(sm_u(dev, "currentAllocatedSize"), PAGE);
+  sm_release(b);
+  cr_assert_eq(sm_u(dev, "currentAllocatedSize"), 0);
+}
+
+Test(device, private_buffer_has_no_contents) {
+  id b = new_buffer(64, OPT_PRIVATE);
+  cr_assert_eq(sm_u(b, "storageMode"), 2);
+  cr_assert_null(SEND0(void *, b, "contents"));
+  cr_assert_neq(SEND0(uint64_t, b, "gpuAddress"), 0);
+  sm_release(b);
+}
+
+Test(device, bad_buffer_requests_return_nil) {
+  cr_assert_null(new_buffer(0, OPT_SHARED));
+  cr_assert_null(new_buffer(16, OPT_MEMORYLESS));
+  cr_assert_null(new_buffer(16, 0x40));   /* storage mode 4 */
+  cr_assert_null(new_buffer(16, 0x2));    /* cache mode 2 */
+  cr_assert_null(new_buffer(16, 0x1000)); /* unknown bits */
+  cr_assert_null(new_buffer(sm_u(dev, "maxBufferLength") + 1, OPT_SHARED));
+  cr_assert_null(SEND(id, (id, SEL, const void *, NSUInteger, NSUInteger), dev,
+                      "newBufferWithBytes:length:options:", NULL, 16, 0));
+}
+
+Test(device, buffer_with_bytes_copies) {
+  float src[4] = {1, 2, 3, 4};
+  id b = SEND(id, (id, SEL, const void *, NSUInteger, NSUInteger), dev,
+              "newBufferWithBytes:length:options:", src, sizeof src, OPT_MANAGED);
+  src[0] = 9;
+  float *p = SEND0(void *, b, "contents");
+  cr_assert_eq(p[0], 1);
+  cr_assert_eq(p[3], 4);
+  cr_assert_eq(sm_u(b, "storageMode"), 1);
+  SEND(void, (id, SEL, NSRange), b, "didModifyRange:", ((NSRange){4, 12}));
+  sm_release(b);
+}
+
+Test(device, did_modify_range_on_shared_aborts, .signal = SIGABRT) {
+  id b = new_buffer(16, OPT_SHARED);
+  SEND(void, (id, SEL, NSRange), b, "didModifyRange:", ((NSRange){0, 4}));
+}
+
+Test(device, did_modify_range_beyond_length_aborts, .signal = SIGABRT) {
+  id b = new_buffer(16, OPT_MANAGED);
+  SEND(void, (id, SEL, NSRange), b, "didModifyRange:", ((NSRange){8, 9}));
+}
+
+Test(device, nocopy_wraps_memory_and_runs_deallocator_once) {
+  void *mem = aligned_alloc(PAGE, 2 * PAGE);
+  struct sm_test_ctx ctx = {0};
+  struct sm_test_block blk = SM_DEALLOC_BLOCK(&ctx);
+  id b = new_nocopy(mem, 2 * PAGE, OPT_SHARED, &blk);
+  cr_assert_not_null(b);
+  cr_assert_eq(SEND0(void *, b, "contents"), mem);
+  cr_assert_eq(sm_u(b, "length"), 2 * PAGE);
+  cr_assert_eq(atomic_load(&ctx.copies), 1, "the block is copied");
+  cr_assert_eq(atomic_load(&ctx.calls), 0);
+  sm_retain(b);
+  sm_release(b);
+  cr_assert_eq(atomic_load(&ctx.calls), 0);
+  sm_release(b);
+  cr_assert_eq(atomic_load(&ctx.calls), 1);
+  cr_assert_eq(ctx.ptr, mem);
+  cr_assert_eq(ctx.len, 2 * PAGE);
+  cr_assert_eq(atomic_load(&ctx.disposes), 1, "the copy is released once");
+  free(mem);
+}
+
+Test(device, nocopy_refuses_unaligned_memory_without_calling_back) {
+  unsigned char *mem = aligned_alloc(PAGE, 3 * PAGE);
+  struct sm_test_ctx ctx = {0};
+  struct sm_test_block blk = SM_DEALLOC_BLOCK(&ctx);
+  cr_assert_null(new_nocopy(mem + 64, PAGE, OPT_SHARED, &blk));
+  cr_assert_null(new_nocopy(mem + 4096, PAGE, OPT_SHARED, &blk)); /* 4 KiB is not enough */
+  cr_assert_null(new_nocopy(mem, PAGE + 1, OPT_SHARED, &blk));
+  cr_assert_null(new_nocopy(mem, 4096, OPT_SHARED, &blk));
+  cr_assert_null(new_nocopy(mem, 0, OPT_SHARED, &blk));
+  cr_assert_null(new_nocopy(mem, PAGE, OPT_PRIVATE, &blk));
+  cr_assert_null(new_nocopy(NULL, PAGE, OPT_SHARED, &blk));
+  cr_assert_eq(atomic_load(&ctx.calls), 0);
+  cr_assert_eq(atomic_load(&ctx.copies), atomic_load(&ctx.disposes));
+  id b = new_nocopy(mem, PAGE, OPT_SHARED, NULL); /* no deallocator: allowed */
+  cr_assert_not_null(b);
+  sm_release(b);
+  free(mem);
+}
+
+Test(device, shared_event_holds_its_value) {
+  id e = SEND0(id, dev, "newSharedEvent");
+  cr_assert_eq(SEND0(uint64_t, e, "signaledValue"), 0);
+  SEND(void, (id, SEL, uint64_t), e, "setSignaledValue:", 42);
+  cr_assert_eq(SEND0(uint64_t, e, "signaledValue"), 42);
+  sm_release(e);
+}

@@ -1,0 +1,46 @@
+/* Interface between softmetal and the kernels it compiles (C and C++).
+ * Embedded into libsoftmetal.so and written next to the compat metal_stdlib. */
+#ifndef SM_ABI_H
+#define SM_ABI_H
+#include <stdint.h>
+
+#define SM_ABI_VERSION 1u
+#define SM_MAX_BINDINGS 31u
+#define SM_SIMD_WIDTH 32u
+#define SM_SIMD_SLOT 32u /* bytes per lane and bank: 16 of value, then the tag */
+
+struct sm_thread;
+typedef void (*sm_kernel_fn)(struct sm_thread *t);
+
+/* One per kernel function, in the compiled library's softmetal_kernels[]. */
+struct sm_kernel_desc {
+  const char *name;
+  sm_kernel_fn fn;
+  uint32_t needs_fibers;     /* barriers or simdgroup functions */
+  uint32_t buffer_mask;      /* [[buffer(n)]] indices used */
+  uint32_t threadgroup_mask; /* [[threadgroup(n)]] indices used */
+};
+
+/* One per thread of a dispatch; the kernel reads it through sm_cur. */
+struct sm_thread {
+  void *const *buffers;   /* [SM_MAX_BINDINGS] */
+  void *const *tgmem;     /* [SM_MAX_BINDINGS] */
+  uint32_t tpig[3];       /* thread_position_in_grid */
+  uint32_t tpg[3];        /* threads_per_grid */
+  uint32_t tpitg[3];      /* thread_position_in_threadgroup */
+  uint32_t tgpig[3];      /* threadgroup_position_in_grid */
+  uint32_t tptg[3];       /* threads_per_threadgroup */
+  uint32_t tgpg[3];       /* threadgroups_per_grid */
+  uint32_t tiitg;         /* thread_index_in_threadgroup */
+  uint32_t lane;          /* thread_index_in_simdgroup */
+  uint32_t simdgroup;     /* simdgroup_index_in_threadgroup */
+  uint32_t tg_threads;    /* threads in this threadgroup */
+  uint32_t simd_seq;      /* simdgroup operations done by this thread */
+  uint32_t pad_;
+  unsigned char *simd_slots; /* [2][tg_threads][SM_SIMD_SLOT] */
+  void (*barrier)(struct sm_thread *t);   /* threadgroup_barrier */
+  void (*simd_sync)(struct sm_thread *t); /* waits for the simdgroup's active lanes */
+  void *sched;            /* softmetal's scheduler state */
+};
+
+#endif

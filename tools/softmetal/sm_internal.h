@@ -1,0 +1,118 @@
+/* softmetal internals shared between its source files (hidden symbols). */
+#ifndef SM_INTERNAL_H
+#define SM_INTERNAL_H
+
+#include <objc/runtime.h>
+#include <objc/message.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "softmetal.h"
+
+#define SM_EXPORT __attribute__((visibility("default")))
+
+typedef unsigned long NSUInteger;
+typedef long NSInteger;
+typedef struct { NSUInteger width, height, depth; } MTLSize;
+typedef struct { NSUInteger location, length; } NSRange;
+
+/* Exported with Apple's names. */
+SM_EXPORT id MTLCreateSystemDefaultDevice(void);
+SM_EXPORT id MTLCopyAllDevices(void);
+SM_EXPORT void *objc_autoreleasePoolPush(void);
+SM_EXPORT void objc_autoreleasePoolPop(void *token);
+
+/* Every softmetal object starts with this header. */
+typedef struct sm_class sm_class;
+typedef struct sm_obj {
+  Class isa;
+  const sm_class *cls;
+  atomic_long rc;
+} sm_obj;
+
+struct sm_class {
+  const char *name;
+  size_t size;
+  void (*destroy)(sm_obj *self); /* frees what the object owns, or NULL */
+  Class objc;
+  atomic_long live;
+};
+
+/* Cast any method function to IMP without -Wcast-function-type noise. */
+#define SM_IMP(fn) ((IMP)(void (*)(void))(fn))
+
+/* Class definition: begin, add methods, end. */
+Class sm__class_begin(sm_class *k);
+void sm__class_end(sm_class *k);
+void sm__method(Class c, const char *sel, IMP imp, const char *types);
+void sm__class_method(Class c, const char *sel, IMP imp, const char *types);
+
+/* A new instance with rc 1 (+1), zeroed beyond the header. */
+void *sm__new(sm_class *k);
+id sm__retain(id o);
+void sm__release(id o);
+id sm__autorelease(id o);
+bool sm__is(id o, const sm_class *k);
+
+/* API misuse that Metal's validation would stop: print and abort. */
+_Noreturn void sm__fatal(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/* Foundation. */
+extern sm_class sm__string_class, sm__error_class, sm__array_class;
+id sm__string(const char *utf8);                 /* +1 */
+const char *sm__string_utf8(id s);               /* borrowed, NULL for nil */
+id sm__error(const char *domain, NSInteger code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));       /* +1 */
+id sm__array(id *items, size_t n);               /* +1, retains items */
+void *sm__pool_push(void);
+void sm__pool_pop(void *token);
+
+/* Blocks (clang Block ABI). */
+void *sm__block_copy(const void *block);
+void sm__block_release(const void *block);
+void sm__block_invoke_dealloc(const void *block, void *ptr, NSUInteger len);
+void sm__block_invoke_handler(const void *block, id arg);
+
+/* Counters. */
+extern atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits;
+
+/* Per-file registration, run once from the library constructor. */
+void sm__register_metal(void);
+void sm__register_msl(void);
+void sm__add_device_msl_methods(Class device); /* before the device class registers */
+
+/* Messages to our own objects, through the runtime (exact prototypes). */
+static inline IMP sm__lookup(id o, const char *sel) {
+  return objc_msg_lookup(o, sel_registerName(sel));
+}
+
+#endif
+
+/* ------------------------------------------------------------- kernels */
+#include "sm_abi.h"
+
+typedef struct {
+  sm_obj hdr;
+  id function; /* SMFunction, retained */
+  const struct sm_kernel_desc *desc;
+  NSUInteger max_threads;
+} sm_pipeline;
+extern sm_class sm__pipeline_class;
+
+/* A recorded compute dispatch; bindings resolved at execution. */
+typedef struct {
+  sm_pipeline *pipeline;       /* retained */
+  void *buffers[SM_MAX_BINDINGS];   /* resolved pointers (contents + offset) */
+  void *bytes[SM_MAX_BINDINGS];     /* owned copies from setBytes */
+  NSUInteger tg_len[SM_MAX_BINDINGS];
+  MTLSize grid;   /* threads per grid */
+  MTLSize tg;     /* threads per threadgroup */
+  MTLSize groups; /* threadgroups per grid */
+} sm_dispatch;
+
+/* Runs d on the calling thread. On failure writes a message and returns false. */
+bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen);

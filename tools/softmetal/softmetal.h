@@ -1,0 +1,31 @@
+/* softmetal: test hooks of the software Metal framework (libsoftmetal.so).
+ * The runtime itself only uses the Apple-named exports; these are for tests. */
+#ifndef SOFTMETAL_H
+#define SOFTMETAL_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct softmetal_stats {
+  long live_objects;  /* objects alive now, all classes */
+  long allocs;        /* objects created since load */
+  long deallocs;      /* objects destroyed since load */
+  long retains;       /* retain messages since load */
+  long releases;      /* release messages since load */
+  long autoreleases;  /* autorelease messages since load */
+  long live_buffer_bytes; /* bytes held by live buffers */
+  long kernel_compiles;   /* clang++ runs (cache misses) since load */
+  long kernel_cache_hits; /* libraries loaded from the cache since load */
+};
+
+/* Fills *out with process-wide counters. Thread-safety: any thread. */
+void softmetal_stats(struct softmetal_stats *out);
+
+/* Live objects of the class named class_name (e.g. "SMBuffer"), or -1 when
+ * softmetal has no such class. Thread-safety: any thread. */
+long softmetal_live_count(const char *class_name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
