@@ -85,7 +85,8 @@ static cm_status cm__layout_check(const char *func, size_t size, cm_dtype dtype,
         }
         int64_t lo_bytes, hi_bytes, first, last;
         if (cm__mul_overflow_i64(lo, itemsize, &lo_bytes) ||
-            cm__mul_overflow_i64(hi + 1, itemsize, &hi_bytes) ||
+            cm__mul_overflow_i64(hi, itemsize, &hi_bytes) ||
+            cm__add_overflow_i64(hi_bytes, itemsize, &hi_bytes) ||
             cm__add_overflow_i64((int64_t)byte_offset, lo_bytes, &first) ||
             cm__add_overflow_i64((int64_t)byte_offset, hi_bytes, &last))
             return cm__fail_as(func, CM_ERR_OVERFLOW, "the layout's byte extent overflows int64");
