@@ -485,6 +485,45 @@ static void cm__dl_release_versioned(void *context) {
     m->deleter(m);
 }
 
+/* The producer's deleter behind a switch. A buffer, or a backend that takes
+ * the buffer's release callback over (Metal's no-copy deallocator), calls
+ * cm__dl_owner_release exactly once; an import that fails after wrapping
+ * disarms the owner first, so that the caller keeps the managed tensor. */
+typedef struct cm__dl_owner {
+    cm_release_fn release; /* calls the producer's deleter on `managed` */
+    void *managed;
+    atomic_bool armed;
+} cm__dl_owner;
+
+static void cm__dl_owner_release(void *context) {
+    cm__dl_owner *owner = context;
+    if (atomic_load_explicit(&owner->armed, memory_order_acquire))
+        owner->release(owner->managed);
+    cm__free(owner);
+}
+
+/* A new armed owner, or NULL in *out when there is no deleter to call. */
+static cm_status cm__dl_owner_new(const char *func, cm_release_fn release, void *managed,
+                                  cm__dl_owner **out) {
+    *out = NULL;
+    if (release == NULL)
+        return CM_OK;
+    cm__dl_owner *owner = CM__NEW(cm__dl_owner);
+    if (owner == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
+                           "no memory to track the producer's managed tensor");
+    owner->release = release;
+    owner->managed = managed;
+    atomic_init(&owner->armed, true);
+    *out = owner;
+    return CM_OK;
+}
+
+static void cm__dl_owner_disarm(cm__dl_owner *owner) {
+    if (owner != NULL)
+        atomic_store_explicit(&owner->armed, false, memory_order_release);
+}
+
 /* The import shared by both structs. `release` calls the producer's deleter
  * on `managed` (NULL when there is none). Nothing of `managed` is called on
  * failure. */
@@ -511,16 +550,24 @@ static cm_status cm__dl_import_metal(const char *func, void *managed, const DLTe
         }
     }
     const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
+    /* Nothing of the producer's struct is read once its deleter may run. */
+    const bool empty = t->data == NULL;
     cm_buffer *buffer = NULL;
-    cm_status status;
-    if (t->data == NULL) { /* zero-size: nothing to keep alive */
+    cm__dl_owner *owner = NULL;
+    cm_status status = CM_OK;
+    if (empty) { /* zero-size: nothing to keep alive */
         status = cm_buffer_create(device, NULL, &buffer);
     } else {
-        cm_metal_buffer_desc md = {.buffer = t->data,
-                                   .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
-                                   .release = release,
-                                   .release_context = managed};
-        status = cm_buffer_wrap_metal(device, &md, &buffer);
+        status = cm__dl_owner_new(func, release, managed, &owner);
+        if (status == CM_OK) {
+            cm_metal_buffer_desc md = {.buffer = t->data,
+                                       .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
+                                       .release = owner != NULL ? cm__dl_owner_release : NULL,
+                                       .release_context = owner};
+            status = cm_buffer_wrap_metal(device, &md, &buffer);
+            if (status != CM_OK)
+                cm__free(owner); /* never called on failure */
+        }
     }
     cm_device_release(device); /* the buffer holds its own reference */
     if (status != CM_OK)
@@ -529,22 +576,27 @@ static cm_status cm__dl_import_metal(const char *func, void *managed, const DLTe
     status = cm__tensor_make(func, buffer, v->dtype, (int32_t)t->ndim, t->shape, v->strides,
                              t->byte_offset, flags, &view);
     if (status != CM_OK) {
-        buffer->release = NULL; /* failure: the caller keeps the managed tensor */
+        cm__dl_owner_disarm(owner); /* failure: the caller keeps the managed tensor */
         cm_buffer_release(buffer);
         return status;
     }
-    if (t->data == NULL && release != NULL)
-        release(managed);
-    cm_buffer_release(buffer);
-    if (d->copy != CM_COPY_ALWAYS) {
-        *out = view;
-        return CM_OK;
+    cm_buffer_release(buffer); /* the view holds it */
+    if (d->copy == CM_COPY_ALWAYS) {
+        /* Once the copy is made and finished, releasing the view lets the
+         * producer's deleter run. */
+        cm_tensor *copy = NULL;
+        status = cm__copy_on_device(func, view, flags, &copy);
+        if (status != CM_OK)
+            cm__dl_owner_disarm(owner);
+        cm_tensor_release(view);
+        if (status != CM_OK)
+            return status;
+        view = copy;
     }
-    /* The copy is made and finished; releasing the view then lets the
-     * producer's deleter run. */
-    status = cm__copy_on_device(func, view, flags, out);
-    cm_tensor_release(view);
-    return status;
+    if (empty && release != NULL)
+        release(managed);
+    *out = view;
+    return CM_OK;
 }
 
 /* The import shared by both structs. `release` calls the producer's deleter
@@ -567,44 +619,56 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
         CM__TRY(cm__cpu_device(func, NULL, &device));
     }
     const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
-    cm_status status;
+    cm_status status = CM_OK;
+    cm_buffer *buffer = NULL;
+    cm__dl_owner *owner = NULL;
 
-    if (d->copy == CM_COPY_ALWAYS) {
-        status = cm__copy_new(func, device, (const uint8_t *)v.base + v.offset, v.dtype,
-                              (int32_t)t->ndim, t->shape, v.strides, flags, out);
+    if (d->copy != CM_COPY_ALWAYS) {
+        /* In place: the CPU device always can; a Metal device only where
+         * the pages allow (else CM_ERR_COPY_REQUIRED, and the copy below
+         * when desc->copy allows one). The wrap itself never copies, so the
+         * producer's deleter never runs before the tensor exists. */
+        status = cm__dl_owner_new(func, release, managed, &owner);
         if (status == CM_OK) {
-            if (read_only)
-                (*out)->buffer->flags |= CM_BUFFER_READ_ONLY;
-            if (release != NULL)
-                release(managed);
+            cm_host_memory_desc hd = {
+                .data = v.base,
+                .size = v.size,
+                .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
+                .copy = CM_COPY_NEVER,
+                .release = owner != NULL ? cm__dl_owner_release : NULL,
+                .release_context = owner,
+            };
+            status = cm_buffer_wrap_host(device, &hd, &buffer);
+            if (status != CM_OK)
+                cm__free(owner); /* never called on failure */
         }
-        cm_device_release(device);
-        return status;
+        if (status == CM_ERR_OUT_OF_MEMORY)
+            status = cm__fail_as(func, status,
+                                 "no memory for the buffer over the producer's memory");
+        if (status != CM_ERR_COPY_REQUIRED || d->copy == CM_COPY_NEVER) {
+            cm_device_release(device); /* the buffer holds its own reference */
+            if (status != CM_OK)
+                return status;
+            status = cm__tensor_make(func, buffer, v.dtype, (int32_t)t->ndim, t->shape,
+                                     v.strides, v.offset, flags, out);
+            if (status != CM_OK)
+                cm__dl_owner_disarm(owner); /* failure: the caller keeps the managed tensor */
+            cm_buffer_release(buffer);
+            return status;
+        }
     }
 
-    cm_host_memory_desc hd = {
-        .data = v.base,
-        .size = v.size,
-        .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
-        /* The CPU device always wraps in place; a Metal device copies
-         * memory it cannot map when desc->copy allows. */
-        .copy = device->backend->type == CM_DEVICE_CPU ? CM_COPY_NEVER : d->copy,
-        .release = release,
-        .release_context = managed,
-    };
-    cm_buffer *buffer = NULL;
-    status = cm_buffer_wrap_host(device, &hd, &buffer);
-    cm_device_release(device); /* the buffer holds its own reference */
-    if (status == CM_ERR_OUT_OF_MEMORY)
-        return cm__fail_as(func, status, "no memory for the buffer over the producer's memory");
+    /* A compact copy; the producer is done with once it exists. */
+    status = cm__copy_new(func, device, (const uint8_t *)v.base + v.offset, v.dtype,
+                          (int32_t)t->ndim, t->shape, v.strides, flags, out);
+    cm_device_release(device);
     if (status != CM_OK)
         return status;
-    status = cm__tensor_make(func, buffer, v.dtype, (int32_t)t->ndim, t->shape, v.strides,
-                             v.offset, flags, out);
-    if (status != CM_OK)
-        buffer->release = NULL; /* failure: the caller keeps the managed tensor */
-    cm_buffer_release(buffer);
-    return status;
+    if (read_only)
+        (*out)->buffer->flags |= CM_BUFFER_READ_ONLY;
+    if (release != NULL)
+        release(managed);
+    return CM_OK;
 }
 
 static cm_status cm__dl_check_desc(const char *func, const cm_dlpack_import_desc *d) {

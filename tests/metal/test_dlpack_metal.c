@@ -259,3 +259,62 @@ Test(dlpack_metal, host_memory_maps_onto_metal_when_aligned_else_copies_as_allow
     free(page);
     cm_device_release(d);
 }
+
+/* Allocation failures while importing page-aligned host memory onto the
+ * Metal device (a no-copy wrap whose deallocator takes the release callback
+ * over): every failure is CM_ERR_OUT_OF_MEMORY, calls no deleter and leaves
+ * no cmetal allocation behind. */
+static atomic_long alloc_live, alloc_count;
+static long alloc_fail_at;
+
+static void *failing_alloc(size_t size, size_t align, void *user) {
+    (void)user;
+    if (atomic_fetch_add(&alloc_count, 1) + 1 == alloc_fail_at)
+        return NULL;
+    void *p = aligned_alloc(align, (size + align - 1) / align * align);
+    if (p != NULL)
+        atomic_fetch_add(&alloc_live, 1);
+    return p;
+}
+
+static void counting_free(void *p, void *user) {
+    (void)user;
+    if (p != NULL)
+        atomic_fetch_sub(&alloc_live, 1);
+    free(p);
+}
+
+Test(dlpack_metal, host_import_onto_metal_fails_cleanly_at_every_allocation) {
+    cr_assert_eq(cm_set_allocator(&(cm_allocator){failing_alloc, counting_free, NULL}), CM_OK);
+    cm_device *d = metal();
+    float *page = aligned_alloc(CM_METAL_PAGE_SIZE, CM_METAL_PAGE_SIZE);
+    int64_t shape[1] = {CM_METAL_PAGE_SIZE / 4};
+    const long live = atomic_load(&alloc_live);
+    int failures = 0;
+    for (long n = 1; n < 100; ++n) {
+        atomic_store(&host_deleted, 0);
+        DLManagedTensor *m = host_tensor(page, shape);
+        atomic_store(&alloc_count, 0);
+        alloc_fail_at = n;
+        cm_tensor *t = NULL;
+        cm_status s = cm_dlpack_import(m, &(cm_dlpack_import_desc){.device = d}, &t);
+        alloc_fail_at = 0;
+        if (s == CM_OK) {
+            cr_assert_gt(failures, 0);
+            cm_tensor_release(t);
+            cm_device_synchronize(d);
+            cr_assert_eq(atomic_load(&host_deleted), 1);
+            break;
+        }
+        failures++;
+        cr_assert_eq(s, CM_ERR_OUT_OF_MEMORY, "allocation %ld: %s", n, cm_last_error());
+        cr_assert_null(t);
+        cm_device_synchronize(d);
+        cr_assert_eq(atomic_load(&host_deleted), 0, "allocation %ld: the caller keeps it", n);
+        cr_assert_eq(atomic_load(&alloc_live), live, "allocation %ld: nothing leaked", n);
+        host_deleter(m);
+    }
+    cr_assert_eq(atomic_load(&alloc_live), live);
+    free(page);
+    cm_device_release(d);
+}
