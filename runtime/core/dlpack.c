@@ -555,6 +555,12 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
                                const cm_dlpack_import_desc *d, cm_tensor **out) {
     cm__dl_view v;
     CM__TRY(cm__dl_check(func, t, &v));
+    /* A copying wrap runs the producer's deleter before the view is made:
+     * from here on, read the producer's arrays only through these copies. */
+    const int32_t ndim = (int32_t)t->ndim;
+    int64_t shape[CM_MAX_NDIM];
+    if (ndim > 0)
+        memcpy(shape, t->shape, (size_t)ndim * sizeof shape[0]);
     if (t->device.device_type == kDLMetal)
         return cm__dl_import_metal(func, managed, t, &v, release, read_only, d, out);
     /* Host memory: onto the CPU device, or onto desc->device (a Metal
@@ -571,7 +577,7 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
 
     if (d->copy == CM_COPY_ALWAYS) {
         status = cm__copy_new(func, device, (const uint8_t *)v.base + v.offset, v.dtype,
-                              (int32_t)t->ndim, t->shape, v.strides, flags, out);
+                              ndim, shape, v.strides, flags, out);
         if (status == CM_OK) {
             if (read_only)
                 (*out)->buffer->flags |= CM_BUFFER_READ_ONLY;
@@ -599,8 +605,7 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
         return cm__fail_as(func, status, "no memory for the buffer over the producer's memory");
     if (status != CM_OK)
         return status;
-    status = cm__tensor_make(func, buffer, v.dtype, (int32_t)t->ndim, t->shape, v.strides,
-                             v.offset, flags, out);
+    status = cm__tensor_make(func, buffer, v.dtype, ndim, shape, v.strides, v.offset, flags, out);
     if (status != CM_OK)
         buffer->release = NULL; /* failure: the caller keeps the managed tensor */
     cm_buffer_release(buffer);
