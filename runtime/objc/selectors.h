@@ -11,7 +11,7 @@
  * To add a selector: add one X line here (and a row to
  * tests/objc/apple_selectors.tsv, which a test compares with this table). If
  * its signature is new, add a CM__SIG_<sig> line below and write
- * cm__send_<sig> in send.h.
+ * cm__send_<sig> in bridge.h.
  *
  * Ownership follows Cocoa's rule: alloc/new/copy/mutableCopy return +1, as do
  * MTLCreateSystemDefaultDevice and MTLCopyAllDevices; commandBuffer*,
