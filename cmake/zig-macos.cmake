@@ -50,6 +50,18 @@ set(CMAKE_C_COMPILER "${cm_zig_wrappers}/cc")
 set(CMAKE_AR "${cm_zig_wrappers}/ar" CACHE FILEPATH "zig ar" FORCE)
 set(CMAKE_RANLIB "${cm_zig_wrappers}/ranlib" CACHE FILEPATH "zig ranlib" FORCE)
 
+# Header-only, platform-independent dependencies are borrowed from the host
+# (dlpack/dlpack.h from libdlpack-dev), each through its own folder so that
+# the rest of the host's /usr/include stays out of a macOS build.
+set(cm_zig_host_headers "${cm_zig_wrappers}/host-include")
+file(MAKE_DIRECTORY "${cm_zig_host_headers}")
+foreach(dir dlpack)
+  if(EXISTS "/usr/include/${dir}" AND NOT EXISTS "${cm_zig_host_headers}/${dir}")
+    file(CREATE_LINK "/usr/include/${dir}" "${cm_zig_host_headers}/${dir}" SYMBOLIC)
+  endif()
+endforeach()
+set(CMAKE_C_FLAGS_INIT "-isystem ${cm_zig_host_headers}")
+
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
