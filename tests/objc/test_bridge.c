@@ -86,6 +86,37 @@ Test(objc_init, concurrent_first_calls_all_succeed) {
     cr_assert_not_null(CM__SEL(commit));
 }
 
+struct load_result {
+    cm_status status;
+    cm__class string_class;
+};
+
+static void *load_from_thread(void *arg) {
+    struct load_result *r = arg;
+    r->status = cm__metal_load();
+    r->string_class = CM__CLASS(NSString);
+    return NULL;
+}
+
+Test(objc_init, concurrent_framework_loads_agree) {
+    setenv("CMETAL_METAL_FRAMEWORK", CMTEST_SUPPORT_LIB, 1);
+    cmtest_objc_setup();
+    enum { N = 8 };
+    pthread_t threads[N];
+    struct load_result results[N];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(pthread_create(&threads[i], NULL, load_from_thread,
+                                    &results[i]), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(results[i].status, CM_OK);
+        cr_assert_not_null(results[i].string_class);
+        cr_assert_eq(results[i].string_class, results[0].string_class);
+    }
+    cr_assert_str_eq(cm__metal_framework_path(), CMTEST_SUPPORT_LIB);
+}
+
 Test(objc_init, classes_are_found_and_missing_ones_are_null, .init = setup) {
     cm__class string = CM__CLASS(NSString);
     cr_assert_not_null(string);
