@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross-builds the library (everything under runtime/, tests and tools off)
+# Cross-builds the library (everything under runtime/) and the tools
 # for aarch64-macos and x86_64-macos with Zig, warnings as errors, through
 # CMake and cmake/zig-macos.cmake. No macOS SDK: Metal and libobjc are
 # reached through dlopen and our own declarations.
@@ -22,7 +22,7 @@ for target in aarch64-macos x86_64-macos; do
   cmake -S . -B "$dir" -Wno-dev \
     -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/zig-macos.cmake" \
     -DCMETAL_ZIG="$zig" -DCMETAL_ZIG_TARGET="$target" \
-    -DCMETAL_WERROR=ON -DCMETAL_BUILD_TESTS=OFF -DCMETAL_BUILD_TOOLS=OFF \
+    -DCMETAL_WERROR=ON -DCMETAL_BUILD_TESTS=OFF -DCMETAL_BUILD_TOOLS=ON \
     -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$dir" -j2
 
@@ -40,5 +40,10 @@ for target in aarch64-macos x86_64-macos; do
     echo "stage-40-macos: libcmetal.a holds a member that is not an $arch Mach-O object" >&2
     exit 1
   fi
+  # The tools link as executables of the target.
+  for tool in cmetal-demo cmetal-info cmetal-bench cmetal-dlpack-bench; do
+    file "$dir/bin/$tool" | tee -a "$dir/file.txt" | grep -q "Mach-O 64-bit.*$arch" || {
+      echo "stage-40-macos: $tool is not an $arch Mach-O executable" >&2; exit 1; }
+  done
 done
-echo "stage-40-macos: aarch64-macos and x86_64-macos built"
+echo "stage-40-macos: aarch64-macos and x86_64-macos built (library and tools)"
