@@ -105,6 +105,8 @@ inline void cm_store_bits(device uchar *base, long byte, uint size, ulong v) {
 
 // Element offset of linear index i (row-major over shape) along strides.
 inline long cm_offset(long i, uint ndim, constant long *shape, constant long *strides) {
+    if (ndim == 1u) // the common case once the host has coalesced axes
+        return i * strides[0];
     long off = 0;
     for (uint k = ndim; k-- > 0;) {
         const long n = shape[k];

@@ -91,19 +91,12 @@ kernel void cm_reduce_serial(device uchar *out [[buffer(0)]],
     }
 }
 
-// Combines the accumulators of a simdgroup of 32 into lane 0.
-inline ulong cm_simd_combine(uint op, uint dom, ulong acc) {
-    for (ushort d = 16; d > 0; d >>= 1) {
-        const uint lo = simd_shuffle_down(uint(acc), d);
-        const uint hi = simd_shuffle_down(uint(acc >> 32), d);
-        acc = cm_acc_combine(op, dom, acc, (ulong(hi) << 32) | ulong(lo));
-    }
-    return acc;
-}
-
 // One threadgroup per output (a multiple of 32 threads): each thread
-// accumulates a strided share, simdgroups combine by shuffles, then the
-// first simdgroup combines the simdgroups' results.
+// accumulates a strided share; simdgroups combine by shuffles into lane 0,
+// which puts its result in threadgroup memory; then every simdgroup combines
+// those results the same way and thread 0 stores. The shuffles are written
+// in the kernel body rather than in a helper: softmetal runs every kernel of
+// a library on fibers when a helper outside a kernel uses a simd_ function.
 kernel void cm_reduce_threadgroup(device uchar *out [[buffer(0)]],
                                   device const uchar *in0 [[buffer(1)]],
                                   constant cm_reduce_args &a [[buffer(2)]],
@@ -120,19 +113,24 @@ kernel void cm_reduce_threadgroup(device uchar *out [[buffer(0)]],
     for (long m = long(group); m < a.nout; m += long(ngroups)) {
         const long ib = cm_offset(m, a.outer_ndim, a.outer_shape, a.outer_in_strides);
         ulong acc = cm_reduce_run(a, in0, ib, long(tid), long(tsize), dom, isize);
-        acc = cm_simd_combine(a.code, dom, acc);
-        if (lane == 0u)
-            partial[sg] = acc;
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        if (sg == 0u) {
-            ulong v = lane < nsg ? partial[lane] : cm_acc_identity(a.code, dom);
-            v = cm_simd_combine(a.code, dom, v);
-            if (lane == 0u) {
-                const long ob = cm_offset(m, a.outer_ndim, a.outer_shape, a.outer_out_strides);
-                cm_store_bits(out, a.out_offset + ob * long(osize), osize,
-                              cm_acc_result(a.code, dom, v, a.count, a.out_dtype));
+        for (uint round = 0u; round < 2u; ++round) {
+            for (ushort d = 16; d > 0; d >>= 1) {
+                const uint lo = simd_shuffle_down(uint(acc), d);
+                const uint hi = simd_shuffle_down(uint(acc >> 32), d);
+                acc = cm_acc_combine(a.code, dom, acc, (ulong(hi) << 32) | ulong(lo));
+            }
+            if (round == 0u) {
+                if (lane == 0u)
+                    partial[sg] = acc;
+                threadgroup_barrier(mem_flags::mem_threadgroup);
+                acc = lane < nsg ? partial[lane] : cm_acc_identity(a.code, dom);
             }
         }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (tid == 0u) {
+            const long ob = cm_offset(m, a.outer_ndim, a.outer_shape, a.outer_out_strides);
+            cm_store_bits(out, a.out_offset + ob * long(osize), osize,
+                          cm_acc_result(a.code, dom, acc, a.count, a.out_dtype));
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup); // partial is reused
     }
 }

@@ -53,7 +53,7 @@ _Static_assert(sizeof(cm__reduce_args) <= 4096, "setBytes takes at most 4 KiB");
 
 /* Grid limits: threads loop over the elements (grid-stride), so a grid
  * never needs more threads than this. */
-enum { CM__MAX_GRID_THREADS = 1 << 22, CM__MAX_GROUPS = 1 << 16, CM__GROUP_THREADS = 256 };
+enum { CM__MAX_GRID_THREADS = 1 << 16, CM__MAX_GROUPS = 1 << 16, CM__GROUP_THREADS = 256 };
 
 /* Reductions of at least this many elements per output use one
  * threadgroup per output; shorter ones one thread per output. */
@@ -344,11 +344,16 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     memcpy(a.outer_in_strides, outer[1], sizeof a.outer_in_strides);
     memcpy(a.inner_in_strides, inner[0], sizeof a.inner_in_strides);
 
-    const bool use_group = count >= CM__REDUCE_THREADGROUP_MIN;
+    /* The threadgroup kernel combines simdgroups of 32 lanes (every Apple
+     * GPU); elsewhere the serial one is used. */
+    bool use_group = count >= CM__REDUCE_THREADGROUP_MIN;
     cm__kernel kernel;
-    CM__TRY(cm__get_kernel(op->func, device,
-                           use_group ? CM__KERNEL_REDUCE_THREADGROUP : CM__KERNEL_REDUCE_SERIAL,
-                           &kernel));
+    if (use_group) {
+        CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_THREADGROUP, &kernel));
+        use_group = kernel.simd_width == 32;
+    }
+    if (!use_group)
+        CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_SERIAL, &kernel));
     const cm__binding bind[2] = {{op->out.buffer, true}, {op->in[0].buffer, false}};
     const cm__uint group = cm__group_size(&kernel);
     if (use_group) {

@@ -10,6 +10,8 @@
  * asserted anywhere. */
 #include <cmetal/cmetal.h>
 
+#include "bench_metal.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,7 +195,7 @@ static void cpu_model(char *buf, size_t cap) {
 }
 
 int main(int argc, char **argv) {
-    bool json = false;
+    bool json = false, metal = false;
     long mib = 64;
     int reps = 5;
     for (int i = 1; i < argc; ++i) {
@@ -203,8 +205,12 @@ int main(int argc, char **argv) {
             mib = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = (int)strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "metal") == 0 || strcmp(argv[i + 1], "cpu") == 0)) {
+            metal = strcmp(argv[++i], "metal") == 0;
         } else {
-            fprintf(stderr, "usage: cmetal-bench [--json] [--mib N] [--reps N]\n");
+            fprintf(stderr,
+                    "usage: cmetal-bench [--json] [--mib N] [--reps N] [--device cpu|metal]\n");
             return 2;
         }
     }
@@ -212,6 +218,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cmetal-bench: --mib and --reps must be >= 1\n");
         return 2;
     }
+    if (metal)
+        return bench_metal(json, mib, reps);
     bench_env env = {.bytes = (size_t)mib << 20, .reps = reps};
     TRY(cm_device_open(CM_DEVICE_CPU, 0, &env.dev));
     cm_device_info info;
