@@ -53,16 +53,24 @@ struct cm_ew_args {
 };
 
 // Reductions: `outer` axes index the outputs, `inner` axes the reduced
-// elements of one output (both coalesced by the host).
+// elements of one output (both coalesced by the host). A long reduction of
+// few outputs is split: stage 1 reduces `split` chunks of `chunk` elements
+// per output into 64-bit partial accumulators, stage 2 combines them.
+#define CM_REDUCE_WHOLE 0u
+#define CM_REDUCE_PARTIAL 1u
+#define CM_REDUCE_FINISH 2u
+
 struct cm_reduce_args {
     uint outer_ndim;
     uint inner_ndim;
     uint code;       // cm_reduce_op
     uint out_dtype;
     uint in_dtype;
-    uint pad_;
+    uint stage;      // CM_REDUCE_WHOLE, _PARTIAL or _FINISH
     long nout;       // outputs
     long count;      // reduced elements per output
+    long split;      // chunks per output (1 unless split)
+    long chunk;      // elements per chunk
     long out_offset;
     long in_offset;
     long outer_shape[CM_MAX_NDIM];

@@ -63,9 +63,9 @@ inline ulong cm_acc_result(uint op, uint dom, ulong acc, long count, uint odt) {
 }
 
 inline ulong cm_reduce_run(constant cm_reduce_args &a, device const uchar *in0, long base,
-                           long first, long step, uint dom, uint isize) {
+                           long first, long end, long step, uint dom, uint isize) {
     ulong acc = cm_acc_identity(a.code, dom);
-    for (long r = first; r < a.count; r += step) {
+    for (long r = first; r < end; r += step) {
         const long s = base + cm_offset(r, a.inner_ndim, a.inner_shape, a.inner_in_strides);
         const cm_num v = cm_decode(cm_load_bits(in0, a.in_offset + s * long(isize), isize),
                                    a.in_dtype);
@@ -74,7 +74,9 @@ inline ulong cm_reduce_run(constant cm_reduce_args &a, device const uchar *in0, 
     return acc;
 }
 
-// One thread per output: for short reductions.
+// One thread per output: for short reductions (stage WHOLE), and to
+// combine the partial accumulators of a split one (stage FINISH: in0 holds
+// `split` 64-bit accumulators per output).
 kernel void cm_reduce_serial(device uchar *out [[buffer(0)]],
                              device const uchar *in0 [[buffer(1)]],
                              constant cm_reduce_args &a [[buffer(2)]],
@@ -83,18 +85,27 @@ kernel void cm_reduce_serial(device uchar *out [[buffer(0)]],
     const uint dom = cm_domain(a.in_dtype), isize = cm_dtype_size(a.in_dtype);
     const uint osize = cm_dtype_size(a.out_dtype);
     for (long m = long(gid); m < a.nout; m += long(gsize)) {
-        const long ib = cm_offset(m, a.outer_ndim, a.outer_shape, a.outer_in_strides);
+        ulong acc;
+        if (a.stage == CM_REDUCE_FINISH) {
+            acc = cm_acc_identity(a.code, dom);
+            for (long s = 0; s < a.split; ++s)
+                acc = cm_acc_combine(a.code, dom, acc,
+                                     cm_load_bits(in0, (m * a.split + s) * 8l, 8u));
+        } else {
+            const long ib = cm_offset(m, a.outer_ndim, a.outer_shape, a.outer_in_strides);
+            acc = cm_reduce_run(a, in0, ib, 0, a.count, 1, dom, isize);
+        }
         const long ob = cm_offset(m, a.outer_ndim, a.outer_shape, a.outer_out_strides);
-        const ulong acc = cm_reduce_run(a, in0, ib, 0, 1, dom, isize);
         cm_store_bits(out, a.out_offset + ob * long(osize), osize,
                       cm_acc_result(a.code, dom, acc, a.count, a.out_dtype));
     }
 }
 
-// One threadgroup per output (a multiple of 32 threads): each thread
-// accumulates a strided share; simdgroups combine by shuffles into lane 0,
-// which puts its result in threadgroup memory; then every simdgroup combines
-// those results the same way and thread 0 stores. The shuffles are written
+// One threadgroup (a multiple of 32 threads) per output, or per chunk of an
+// output in stage PARTIAL (out then receives the 64-bit accumulators): each
+// thread accumulates a strided share; simdgroups combine by shuffles into
+// lane 0, which puts its result in threadgroup memory; then every simdgroup
+// combines those results the same way and thread 0 stores. The shuffles are written
 // in the kernel body rather than in a helper: softmetal runs every kernel of
 // a library on fibers when a helper outside a kernel uses a simd_ function.
 kernel void cm_reduce_threadgroup(device uchar *out [[buffer(0)]],
@@ -110,9 +121,12 @@ kernel void cm_reduce_threadgroup(device uchar *out [[buffer(0)]],
     threadgroup ulong partial[32];
     const uint dom = cm_domain(a.in_dtype), isize = cm_dtype_size(a.in_dtype);
     const uint osize = cm_dtype_size(a.out_dtype);
-    for (long m = long(group); m < a.nout; m += long(ngroups)) {
+    const long tasks = a.nout * a.split; // (output, chunk) pairs
+    for (long t = long(group); t < tasks; t += long(ngroups)) {
+        const long m = t / a.split, first = (t - m * a.split) * a.chunk;
+        const long end = first + a.chunk < a.count ? first + a.chunk : a.count;
         const long ib = cm_offset(m, a.outer_ndim, a.outer_shape, a.outer_in_strides);
-        ulong acc = cm_reduce_run(a, in0, ib, long(tid), long(tsize), dom, isize);
+        ulong acc = cm_reduce_run(a, in0, ib, first + long(tid), end, long(tsize), dom, isize);
         for (uint round = 0u; round < 2u; ++round) {
             for (ushort d = 16; d > 0; d >>= 1) {
                 const uint lo = simd_shuffle_down(uint(acc), d);
@@ -126,7 +140,9 @@ kernel void cm_reduce_threadgroup(device uchar *out [[buffer(0)]],
                 acc = lane < nsg ? partial[lane] : cm_acc_identity(a.code, dom);
             }
         }
-        if (tid == 0u) {
+        if (tid == 0u && a.stage == CM_REDUCE_PARTIAL) {
+            cm_store_bits(out, t * 8l, 8u, acc);
+        } else if (tid == 0u) {
             const long ob = cm_offset(m, a.outer_ndim, a.outer_shape, a.outer_out_strides);
             cm_store_bits(out, a.out_offset + ob * long(osize), osize,
                           cm_acc_result(a.code, dom, acc, a.count, a.out_dtype));

@@ -37,8 +37,8 @@ typedef struct cm__ew_args {
 } cm__ew_args;
 
 typedef struct cm__reduce_args {
-    uint32_t outer_ndim, inner_ndim, code, out_dtype, in_dtype, pad_;
-    int64_t nout, count;
+    uint32_t outer_ndim, inner_ndim, code, out_dtype, in_dtype, stage;
+    int64_t nout, count, split, chunk;
     int64_t out_offset, in_offset;
     int64_t outer_shape[CM_MAX_NDIM];
     int64_t outer_out_strides[CM_MAX_NDIM];
@@ -48,7 +48,7 @@ typedef struct cm__reduce_args {
 } cm__reduce_args;
 
 _Static_assert(sizeof(cm__ew_args) == 576, "matches cm_ew_args of msl/common.h");
-_Static_assert(sizeof(cm__reduce_args) == 696, "matches cm_reduce_args of msl/common.h");
+_Static_assert(sizeof(cm__reduce_args) == 712, "matches cm_reduce_args of msl/common.h");
 _Static_assert(sizeof(cm__reduce_args) <= 4096, "setBytes takes at most 4 KiB");
 
 /* Grid limits: threads loop over the elements (grid-stride), so a grid
@@ -56,8 +56,19 @@ _Static_assert(sizeof(cm__reduce_args) <= 4096, "setBytes takes at most 4 KiB");
 enum { CM__MAX_GRID_THREADS = 1 << 16, CM__MAX_GROUPS = 1 << 16, CM__GROUP_THREADS = 256 };
 
 /* Reductions of at least this many elements per output use one
- * threadgroup per output; shorter ones one thread per output. */
-enum { CM__REDUCE_THREADGROUP_MIN = 256 };
+ * threadgroup per output; shorter ones one thread per output. At most
+ * CM__REDUCE_SPLIT_MAX_OUT outputs of at least CM__REDUCE_SPLIT_MIN
+ * elements are split into chunks of about CM__REDUCE_CHUNK elements (at
+ * most CM__REDUCE_SPLIT_MAX per output), reduced by one threadgroup each
+ * and then combined. */
+enum {
+    CM__REDUCE_THREADGROUP_MIN = 256,
+    CM__REDUCE_SPLIT_MIN = 8192,
+    CM__REDUCE_SPLIT_MAX_OUT = 64,
+    CM__REDUCE_CHUNK = 4096,
+    CM__REDUCE_SPLIT_MAX = 1024
+};
+enum { CM__STAGE_WHOLE = 0, CM__STAGE_PARTIAL = 1, CM__STAGE_FINISH = 2 };
 
 static atomic_ulong cm__tg_override;
 
@@ -158,8 +169,9 @@ static cm_status cm__get_kernel(const char *func, cm_device *device, int k, cm__
 /* ------------------------------------------------------------ encoding */
 
 typedef struct cm__binding {
-    cm_buffer *buffer;
+    cm_buffer *buffer; /* tracked; NULL for a scratch buffer */
     bool write;
+    cm__id native;     /* the scratch id<MTLBuffer> when buffer is NULL */
 } cm__binding;
 
 /* Encodes one dispatch on the device's default stream: buffers at indices
@@ -184,9 +196,11 @@ static cm_status cm__encode(const char *func, cm_device *device, const cm__kerne
             status = cm__fail_as(func, CM_ERR_DEVICE, "computeCommandEncoder returned nil");
         } else {
             cm__msg_setComputePipelineState(enc, kernel->pipeline);
-            for (int i = 0; i < nbind; ++i)
-                cm__msg_setBuffer_offset_atIndex(enc, bindings[i].buffer->native, 0,
-                                                 (cm__uint)i);
+            for (int i = 0; i < nbind; ++i) {
+                cm_buffer *b = bindings[i].buffer;
+                cm__msg_setBuffer_offset_atIndex(enc, b != NULL ? b->native : bindings[i].native,
+                                                 0, (cm__uint)i);
+            }
             cm__msg_setBytes_length_atIndex(enc, args, args_size, (cm__uint)nbind);
             const cm__mtl_size tg = {group, 1, 1};
             if (groups != 0)
@@ -197,7 +211,8 @@ static cm_status cm__encode(const char *func, cm_device *device, const cm__kerne
                     enc, (cm__mtl_size){threads, 1, 1}, tg);
             cm__msg_endEncoding(enc);
             for (int i = 0; i < nbind; ++i)
-                cm__metal_track(stream, bindings[i].buffer, bindings[i].write);
+                if (bindings[i].buffer != NULL)
+                    cm__metal_track(stream, bindings[i].buffer, bindings[i].write);
         }
     }
     pthread_mutex_unlock(&s->lock);
@@ -303,9 +318,9 @@ static cm_status cm__run_elementwise(cm_device *device, const cm__op *op) {
 
     cm__kernel kernel;
     CM__TRY(cm__get_kernel(op->func, device, kernel_index, &kernel));
-    cm__binding bind[3] = {{op->out.buffer, true}};
+    cm__binding bind[3] = {{op->out.buffer, true, NULL}};
     for (int j = 0; j < op->nin; ++j)
-        bind[1 + j] = (cm__binding){op->in[j].buffer, false};
+        bind[1 + j] = (cm__binding){op->in[j].buffer, false, NULL};
     const cm__uint group = cm__group_size(&kernel);
     const cm__uint threads = (cm__uint)(op->numel < CM__MAX_GRID_THREADS ? op->numel
                                                                         : CM__MAX_GRID_THREADS);
@@ -344,26 +359,55 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     memcpy(a.outer_in_strides, outer[1], sizeof a.outer_in_strides);
     memcpy(a.inner_in_strides, inner[0], sizeof a.inner_in_strides);
 
+    a.split = 1;
+    a.chunk = count;
     /* The threadgroup kernel combines simdgroups of 32 lanes (every Apple
      * GPU); elsewhere the serial one is used. */
     bool use_group = count >= CM__REDUCE_THREADGROUP_MIN;
-    cm__kernel kernel;
+    cm__kernel kernel, serial;
     if (use_group) {
         CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_THREADGROUP, &kernel));
         use_group = kernel.simd_width == 32;
     }
-    if (!use_group)
-        CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_SERIAL, &kernel));
-    const cm__binding bind[2] = {{op->out.buffer, true}, {op->in[0].buffer, false}};
+    CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_SERIAL, &serial));
+    const cm__binding bind[2] = {{op->out.buffer, true, NULL}, {op->in[0].buffer, false, NULL}};
+    if (!use_group) {
+        const cm__uint threads = (cm__uint)(a.nout < CM__MAX_GRID_THREADS ? a.nout
+                                                                         : CM__MAX_GRID_THREADS);
+        return cm__encode(op->func, device, &serial, bind, 2, &a, sizeof a, threads, 0,
+                          cm__min_u(cm__group_size(&serial), threads));
+    }
     const cm__uint group = cm__group_size(&kernel);
-    if (use_group) {
+    if (count < CM__REDUCE_SPLIT_MIN || a.nout > CM__REDUCE_SPLIT_MAX_OUT) {
         const cm__uint groups = (cm__uint)(a.nout < CM__MAX_GROUPS ? a.nout : CM__MAX_GROUPS);
         return cm__encode(op->func, device, &kernel, bind, 2, &a, sizeof a, 0, groups, group);
     }
-    const cm__uint threads = (cm__uint)(a.nout < CM__MAX_GRID_THREADS ? a.nout
-                                                                     : CM__MAX_GRID_THREADS);
-    return cm__encode(op->func, device, &kernel, bind, 2, &a, sizeof a, threads, 0,
-                      cm__min_u(group, threads));
+    /* Split: partial accumulators in a scratch buffer that the command
+     * buffer keeps alive, then one thread per output combines them. */
+    int64_t split = (count + CM__REDUCE_CHUNK - 1) / CM__REDUCE_CHUNK;
+    split = split < CM__REDUCE_SPLIT_MAX ? split : CM__REDUCE_SPLIT_MAX;
+    a.chunk = (count + split - 1) / split;
+    a.split = (count + a.chunk - 1) / a.chunk;
+    const size_t scratch_size = (size_t)(a.nout * a.split) * 8u;
+    cm__id scratch = cm__msg_newBufferWithLength_options(
+        cm__mtl_dev(device)->device, scratch_size, CM__MTL_RESOURCE_STORAGE_PRIVATE);
+    if (scratch == NULL)
+        return cm__fail_as(op->func, CM_ERR_OUT_OF_MEMORY,
+                           "no scratch buffer of %zu bytes for a split reduction", scratch_size);
+    const cm__binding pass1[2] = {{NULL, true, scratch}, {op->in[0].buffer, false, NULL}};
+    const cm__binding pass2[2] = {{op->out.buffer, true, NULL}, {NULL, false, scratch}};
+    a.stage = CM__STAGE_PARTIAL;
+    const cm__uint tasks = (cm__uint)(a.nout * a.split);
+    cm_status status = cm__encode(op->func, device, &kernel, pass1, 2, &a, sizeof a, 0, tasks,
+                                  group);
+    if (status == CM_OK) {
+        a.stage = CM__STAGE_FINISH;
+        const cm__uint threads = (cm__uint)a.nout;
+        status = cm__encode(op->func, device, &serial, pass2, 2, &a, sizeof a, threads, 0,
+                            cm__min_u(cm__group_size(&serial), threads));
+    }
+    cm__objc_release(scratch);
+    return status;
 }
 
 cm_status cm__metal_run_op(cm_device *device, const cm__op *op) {

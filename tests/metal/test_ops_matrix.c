@@ -760,6 +760,23 @@ Test(ops_matrix, reduce_long_rows_and_everything) {
     cm_device_release(dev);
 }
 
+/* Long reductions of few outputs (split into chunks, then combined, on
+ * Metal). */
+Test(ops_matrix, reduce_few_very_long_rows) {
+    cm_device *dev = dev_open();
+    const int64_t rows[2] = {2, 9000}, cols[2] = {9000, 3}, all[3] = {3, 50, 100};
+    const cm_dtype ds[] = {CM_FLOAT32, CM_INT64, CM_UINT16, CM_FLOAT16, CM_BOOL, CM_INT8};
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0]; ++k) {
+        for (int op = 1; op < CM_REDUCE_COUNT; ++op) {
+            const enum layout l = (enum layout)(((size_t)op + k) % L_COUNT);
+            check_reduce(dev, (cm_reduce_op)op, ds[k], ds[k], 2, rows, 1, true, l);
+            check_reduce(dev, (cm_reduce_op)op, ds[k], ds[k], 2, cols, 0, false, l);
+            check_reduce(dev, (cm_reduce_op)op, ds[k], ds[k], 3, all, -1, false, l);
+        }
+    }
+    cm_device_release(dev);
+}
+
 Test(ops_matrix, reduce_results_convert_to_other_output_dtypes) {
     cm_device *dev = dev_open();
     const int64_t shape[2] = {17, 33};
