@@ -1,7 +1,10 @@
 /* cmetal-bench: op throughput on the CPU device, each figure as a ratio to
  * memcpy measured in the same run.
  *
- *   cmetal-bench [--json] [--mib N] [--reps N]
+ *   cmetal-bench [--json] [--mib N] [--reps N] [--device cpu|metal]
+ *
+ * --device metal measures the Metal device instead (bench_metal.c):
+ * dispatch overhead, allocation and private-storage transfers.
  *
  * Bandwidth counts the bytes an op reads plus the bytes it writes; memcpy
  * of S bytes moves 2S. A ratio is op bandwidth / memcpy bandwidth, so 1.0
