@@ -532,6 +532,7 @@ static cm_status cm__metal_synchronize(cm_device *device) {
 
 static void cm__metal_destroy(cm_device *device) {
     cm__metal_device *d = cm__mtl_dev(device);
+    cm__metal_kernels_destroy(d);
     cm__objc_release(d->device);
     cm__free(d);
 }
@@ -556,6 +557,7 @@ static const cm__backend cm__metal_backend = {
     .fence_wait = cm__metal_fence_wait,
     .fence_signaled = cm__metal_fence_signaled,
     .fence_destroy = cm__metal_fence_destroy,
+    .run_op = cm__metal_run_op,
 };
 
 static void cm__read_info(cm__id dev, cm_device_info *info) {
@@ -618,6 +620,7 @@ cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a Metal device");
     }
     d->device = dev;
+    cm__metal_kernels_init(d);
     cm__read_info(dev, &d->info);
     cm_status status = cm__device_new(&cm__metal_backend, d, out);
     if (status != CM_OK)
