@@ -148,6 +148,17 @@ static const char *const KERNEL_PARTS[] = {
     "}\n"
     "\n"
     ,
+    "kernel void tg_count(device uint *out [[buffer(0)]],\n"
+    "                     uint tid [[thread_index_in_threadgroup]],\n"
+    "                     uint tg [[threadgroup_position_in_grid]]) {\n"
+    "  threadgroup atomic_uint counter;\n"
+    "  if (tid == 0) atomic_store_explicit(&counter, 0, memory_order_relaxed);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  atomic_fetch_add_explicit(&counter, tid, memory_order_relaxed);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  if (tid == 0) out[tg] = atomic_load_explicit(&counter, memory_order_relaxed);\n"
+    "}\n"
+    "\n"
     "kernel void vectors(device float4 *out [[buffer(0)]],\n"
     "                    device const packed_float3 *p [[buffer(1)]],\n"
     "                    uint i [[thread_position_in_grid]]) {\n"
@@ -246,7 +257,7 @@ static void expect_ok(id cb) {
 
 Test(msl, library_lists_its_kernels) {
   id names = SEND0(id, lib, "functionNames");
-  cr_assert_eq(sm_u(names, "count"), 13);
+  cr_assert_eq(sm_u(names, "count"), 14);
   cr_assert_str_eq(sm_utf8(SEND(id, (id, SEL, NSUInteger), names, "objectAtIndex:", 0)), "add");
   cr_assert_null(SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("nope")));
   id p = pipeline("add");
@@ -366,6 +377,19 @@ Test(msl, tree_reduction_in_threadgroup_array) {
   }
   sm_release(p);
   sm_release(in);
+  sm_release(out);
+}
+
+Test(msl, threadgroup_atomic_declared_in_the_body) {
+  id out = buffer(5 * 4);
+  id p = pipeline("tg_count"), enc;
+  id cb = begin(&enc, p);
+  set_buffer(enc, out, 0, 0);
+  dispatch_groups(enc, SZ(5, 1, 1), SZ(100, 1, 1));
+  finish(cb, enc);
+  expect_ok(cb);
+  for (int g = 0; g < 5; g++) cr_assert_eq(((unsigned *)contents(out))[g], 99 * 100 / 2);
+  sm_release(p);
   sm_release(out);
 }
 
