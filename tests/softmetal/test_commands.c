@@ -130,6 +130,20 @@ Test(commands, blit_range_errors_fail_the_command_buffer) {
   sm_release(b);
 }
 
+Test(commands, managed_buffers_synchronize) {
+  id m = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
+              16ul);
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, m, 0, 16, 3);
+  SEND(void, (id, SEL, id), enc, "synchronizeResource:", m);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Completed);
+  cr_assert_eq(((unsigned char *)SEND0(void *, m, "contents"))[15], 3);
+  sm_release(m);
+}
+
 Test(commands, private_buffers_take_blits) {
   id priv = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
                  32ul);

@@ -706,6 +706,17 @@ Test(msl, kernel_signature_errors_name_the_line) {
   cr_assert(strstr(sm_error_text(error), "index must be < 31"), "%s", sm_error_text(error));
 }
 
+Test(msl, pipeline_from_a_non_function_is_an_error) {
+  id error = 0;
+  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", lib,
+              &error);
+  cr_assert_null(p);
+  cr_assert(strstr(sm_error_text(error), "is not a kernel function"), "%s", sm_error_text(error));
+  id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("sum"));
+  cr_assert_str_eq(sm_utf8(SEND0(id, fn, "name")), "sum");
+  sm_release(fn);
+}
+
 Test(msl, second_compile_of_a_source_hits_the_cache) {
   struct softmetal_stats a, b;
   softmetal_stats(&a);
@@ -732,6 +743,7 @@ Test(msl, encoding_errors_fail_the_command_buffer) {
       {"kernel add uses [[buffer(3)]] but nothing is bound at index 3", 4},
       {"threadsPerThreadgroup = {0, 1, 1}", 5},
       {"no compute pipeline state set", 6},
+      {"setThreadgroupMemoryLength:atIndex:: length = 20 must be a multiple of 16", 7},
   };
   static char big[4097];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -745,6 +757,10 @@ Test(msl, encoding_errors_fail_the_command_buffer) {
     case 2: set_bytes(enc, big, sizeof big, 3); break;
     case 3: break;
     case 4: set_buffer(enc, (id)0, 0, 3); break;
+    case 7:
+      SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
+           20, 0);
+      break;
     default: break;
     }
     MTLSize tg = cases[i].which == 3 ? SZ(1025, 1, 1) : cases[i].which == 5 ? SZ(0, 1, 1)
