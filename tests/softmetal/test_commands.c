@@ -10,6 +10,7 @@
 enum { NotEnqueued, Enqueued, Committed, Scheduled, Completed, Error };
 
 static id dev, queue;
+static id keep; /* reachable when a test aborts on purpose */
 static void *pool;
 static void setup(void) {
   dev = MTLCreateSystemDefaultDevice();
@@ -274,7 +275,7 @@ Test(commands, encoding_after_commit_aborts, .signal = SIGABRT) {
 }
 
 Test(commands, encoder_used_after_commit_aborts, .signal = SIGABRT) {
-  id buf = new_buffer(16);
+  id buf = keep = new_buffer(16);
   id cb = cmdbuf();
   id enc = SEND0(id, cb, "blitCommandEncoder");
   SEND0(void, enc, "endEncoding");
