@@ -1,5 +1,6 @@
 /* softmetal Foundation subset: object model, pools, NSString, NSError, NSArray. */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <signal.h>
 
 #include "softmetal/sm_test.h"
@@ -132,4 +133,24 @@ Test(foundation, objects_answer_class_and_responds_to_selector) {
   cr_assert(yes != 0);
   cr_assert(no == 0);
   sm_release(s);
+}
+
+Test(foundation, exports_only_apple_names_and_test_hooks) {
+  void *lib = dlopen(SOFTMETAL_PATH, RTLD_NOW | RTLD_NOLOAD);
+  cr_assert_not_null(lib, "%s", dlerror());
+  const char *exported[] = {"MTLCreateSystemDefaultDevice", "MTLCopyAllDevices",
+                            "objc_autoreleasePoolPush", "objc_autoreleasePoolPop",
+                            "softmetal_stats", "softmetal_live_count"};
+  for (size_t i = 0; i < sizeof exported / sizeof exported[0]; i++)
+    cr_assert_not_null(dlsym(lib, exported[i]), "%s", exported[i]);
+  const char *hidden[] = {"sm__new", "sm__fatal", "sm__run_dispatch", "sm__metal_stdlib_text"};
+  for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+    cr_assert_null(dlsym(lib, hidden[i]), "%s is exported", hidden[i]);
+  id (*create)(void);
+  void *sym = dlsym(lib, "MTLCreateSystemDefaultDevice");
+  memcpy(&create, &sym, sizeof create);
+  id dev = create();
+  cr_assert_not_null(dev);
+  sm_release(dev);
+  dlclose(lib);
 }
