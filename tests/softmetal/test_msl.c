@@ -393,6 +393,59 @@ Test(msl, threadgroup_atomic_declared_in_the_body) {
   sm_release(out);
 }
 
+struct tree_job {
+  id queue, pipeline, in, out;
+  id cb;
+};
+static void tree_encode(struct tree_job *j) {
+  j->cb = SEND0(id, j->queue, "commandBuffer");
+  id enc = SEND0(id, j->cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", j->pipeline);
+  set_buffer(enc, j->in, 0, 0);
+  set_buffer(enc, j->out, 0, 1);
+  dispatch_threads(enc, SZ(256 * 64, 1, 1), SZ(256, 1, 1));
+  SEND0(void, enc, "endEncoding");
+}
+
+Test(msl, two_queues_run_fiber_kernels_at_the_same_time) {
+  id p = pipeline("tree");
+  struct tree_job jobs[2];
+  for (int q = 0; q < 2; q++) {
+    jobs[q].queue = q ? SEND0(id, dev, "newCommandQueue") : queue;
+    jobs[q].pipeline = p;
+    jobs[q].in = buffer(256 * 64 * 4);
+    jobs[q].out = buffer(64 * 4);
+    unsigned *pin = contents(jobs[q].in);
+    for (unsigned i = 0; i < 256 * 64; i++) pin[i] = i * (unsigned)(q + 1);
+    tree_encode(&jobs[q]);
+  }
+  SEND0(void, jobs[0].cb, "commit");
+  SEND0(void, jobs[1].cb, "commit");
+  for (int q = 0; q < 2; q++) {
+    SEND0(void, jobs[q].cb, "waitUntilCompleted");
+    expect_ok(jobs[q].cb);
+    unsigned *o = contents(jobs[q].out);
+    for (unsigned g = 0; g < 64; g++) {
+      unsigned want = 0;
+      for (unsigned i = 0; i < 256; i++) want += (g * 256 + i) * (unsigned)(q + 1);
+      cr_assert_eq(o[g], want, "queue %d group %u", q, g);
+    }
+    sm_release(jobs[q].in);
+    sm_release(jobs[q].out);
+  }
+  sm_release(jobs[1].queue);
+  sm_release(p);
+}
+
+Test(msl, standard_header_aliases_compile) {
+  id error = 0;
+  id l = compile("#include <metal_math>\n#include <metal_atomic>\n#include <metal_simdgroup>\n"
+                 "kernel void k(device float *a [[buffer(0)]], uint i [[thread_position_in_grid]])"
+                 " { a[i] = metal::sqrt(a[i]); }\n", &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  sm_release(l);
+}
+
 Test(msl, simdgroup_functions) {
   enum { T = 40 }; /* one full simdgroup and one of 8 lanes */
   id out = buffer(T * 8 * 4);

@@ -528,6 +528,13 @@ static bool run_cxx(const char *cxx, const char *inc, const char *src, const cha
   return false;
 }
 
+/* The other standard headers MSL sources include all mean metal_stdlib. */
+static const char *const aliases[] = {"metal_math",    "metal_atomic",     "metal_compute",
+                                      "metal_simdgroup", "metal_integer",  "metal_common",
+                                      "metal_geometric", "metal_relational"};
+enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
+static const char alias_text[] = "#include <metal_stdlib>\n";
+
 /* Compiles (or finds in the cache) the library for tu; returns a dlopen handle. */
 static void *compile_tu(const char *tu, char **diag) {
   const char *cxx = getenv("SOFTMETAL_CXX");
@@ -536,6 +543,7 @@ static void *compile_tu(const char *tu, char **diag) {
   cache_dir(dir, sizeof dir);
   uint64_t hh = fnv(0xcbf29ce484222325ull, sm__metal_stdlib_text, strlen(sm__metal_stdlib_text));
   hh = fnv(hh, sm__abi_text, strlen(sm__abi_text));
+  for (size_t i = 0; i < N_ALIASES; i++) hh = fnv(hh, aliases[i], strlen(aliases[i]) + 1);
   uint64_t h = fnv(hh, tu, strlen(tu));
   h = fnv(h, cxx, strlen(cxx));
   for (int i = 0; i < N_CXX_FLAGS; i++) h = fnv(h, CXX_FLAGS[i], strlen(CXX_FLAGS[i]) + 1);
@@ -553,9 +561,15 @@ static void *compile_tu(const char *tu, char **diag) {
   snprintf(hdr, sizeof hdr, "%s/metal_stdlib", inc);
   snprintf(abi, sizeof abi, "%s/sm_abi.h", inc);
   bool ok = mkdirs(inc);
-  if (ok && !file_exists(hdr))
-    ok = write_file(abi, sm__abi_text, strlen(sm__abi_text)) &&
+  if (ok && !file_exists(hdr)) {
+    for (size_t i = 0; ok && i < N_ALIASES; i++) {
+      char path[3400];
+      snprintf(path, sizeof path, "%.3000s/%s", inc, aliases[i]);
+      ok = write_file(path, alias_text, sizeof alias_text - 1);
+    }
+    ok = ok && write_file(abi, sm__abi_text, strlen(sm__abi_text)) &&
          write_file(hdr, sm__metal_stdlib_text, strlen(sm__metal_stdlib_text));
+  }
   pthread_mutex_unlock(&g_cache_lock);
   if (!ok) {
     sbuf b = {0};
