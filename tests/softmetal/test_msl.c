@@ -97,6 +97,15 @@ static const char *const KERNEL_PARTS[] = {
     "  o[7] = simd_shuffle_xor(v, 1);\n"
     "}\n"
     "\n"
+    "kernel void half_simd(device int *out [[buffer(0)]],\n"
+    "                      uint tid [[thread_index_in_threadgroup]],\n"
+    "                      uint lane [[thread_index_in_simdgroup]]) {\n"
+    "  int s = -1;\n"
+    "  if (lane < 16) s = simd_sum(int(tid));\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  out[tid] = s;\n"
+    "}\n"
+    "\n"
     "kernel void divergent(device uint *out [[buffer(0)]],\n"
     "                      uint tid [[thread_index_in_threadgroup]]) {\n"
     "  if (tid < 5) return;\n"
@@ -257,7 +266,7 @@ static void expect_ok(id cb) {
 
 Test(msl, library_lists_its_kernels) {
   id names = SEND0(id, lib, "functionNames");
-  cr_assert_eq(sm_u(names, "count"), 14);
+  cr_assert_eq(sm_u(names, "count"), 15);
   cr_assert_str_eq(sm_utf8(SEND(id, (id, SEL, NSUInteger), names, "objectAtIndex:", 0)), "add");
   cr_assert_null(SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("nope")));
   id p = pipeline("add");
@@ -471,6 +480,24 @@ Test(msl, simdgroup_functions) {
     cr_assert_eq(r[5], lanes == 32 ? (base + 31) * 3 + 1 : v, "thread %d broadcast", t);
     cr_assert_eq(r[6], prefix);
     cr_assert_eq(r[7], (base + (lane ^ 1)) * 3 + 1);
+  }
+  sm_release(p);
+  sm_release(out);
+}
+
+Test(msl, simdgroup_function_in_a_branch_uses_the_active_lanes) {
+  id out = buffer(64 * 4);
+  id p = pipeline("half_simd"), enc;
+  id cb = begin(&enc, p);
+  set_buffer(enc, out, 0, 0);
+  dispatch_threads(enc, SZ(64, 1, 1), SZ(64, 1, 1));
+  finish(cb, enc);
+  expect_ok(cb);
+  int *o = contents(out);
+  for (int t = 0; t < 64; t++) {
+    int base = t / 32 * 32, want = 0;
+    for (int l = 0; l < 16; l++) want += base + l;
+    cr_assert_eq(o[t], t % 32 < 16 ? want : -1, "thread %d", t);
   }
   sm_release(p);
   sm_release(out);
@@ -768,6 +795,12 @@ Test(msl, pipeline_from_a_non_function_is_an_error) {
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("sum"));
   cr_assert_str_eq(sm_utf8(SEND0(id, fn, "name")), "sum");
   sm_release(fn);
+}
+
+Test(msl, metallib_urls_are_refused_with_an_error) {
+  id error = 0;
+  cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newLibraryWithURL:error:", (id)0, &error));
+  cr_assert(strstr(sm_error_text(error), "MSL source only"), "%s", sm_error_text(error));
 }
 
 Test(msl, second_compile_of_a_source_hits_the_cache) {

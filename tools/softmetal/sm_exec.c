@@ -196,12 +196,16 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
     if (done == n) break;
     bool released = false;
     for (uint32_t base = 0; base < n; base += SM_SIMD_WIDTH) {
-      uint32_t end = base + SM_SIMD_WIDTH < n ? base + SM_SIMD_WIDTH : n, simd = 0, live = 0;
+      uint32_t end = base + SM_SIMD_WIDTH < n ? base + SM_SIMD_WIDTH : n, simd = 0, live = 0,
+               waiting = 0;
       for (i = base; i < end; i++) {
         live += r->fibers[i].state != F_DONE;
         simd += r->fibers[i].state == F_SIMD;
+        waiting += r->fibers[i].state == F_BARRIER;
       }
-      if (simd && simd == live) {
+      /* Lanes that went on to a barrier skipped this simdgroup function: as on
+       * a GPU, they are inactive lanes for it. */
+      if (simd && simd + waiting == live) {
         for (i = base; i < end; i++)
           if (r->fibers[i].state == F_SIMD) r->fibers[i].state = F_READY;
         released = true;
