@@ -111,7 +111,8 @@ Test(foundation, over_release_aborts, .signal = SIGABRT) {
   SEND0(void, t, "release");
   SEND0(void, sm_class_named("NSString"), "release"); /* class objects: no-op */
   id u = keep[0] = new_string("z", 1, 4);
-  atomic_long *rc = (atomic_long *)((char *)u + 16);
+  void *rc_field = (char *)u + 16; /* isa, class info, then the count */
+  atomic_long *rc = rc_field;
   atomic_store(rc, 0); /* as if already released */
   sm_release(u);
 }
