@@ -262,6 +262,23 @@ Test(commands, shared_event_signal_and_wait_across_queues) {
   sm_release(event);
 }
 
+Test(commands, objects_know_their_device_queue_and_label) {
+  id buf = new_buffer(16);
+  id cb = cmdbuf();
+  cr_assert_eq(SEND0(id, buf, "device"), dev);
+  cr_assert_eq(SEND0(id, queue, "device"), dev);
+  cr_assert_eq(SEND0(id, cb, "commandQueue"), queue);
+  cr_assert_eq(SEND0(id, cb, "device"), dev);
+  cr_assert_null(SEND0(id, buf, "label"));
+  SEND(void, (id, SEL, id), buf, "setLabel:", sm_str("weights"));
+  cr_assert_str_eq(sm_utf8(SEND0(id, buf, "label")), "weights");
+  SEND(void, (id, SEL, id), cb, "setLabel:", sm_str("step 1"));
+  cr_assert_str_eq(sm_utf8(SEND0(id, cb, "label")), "step 1");
+  SEND(void, (id, SEL, id), cb, "setLabel:", (id)0);
+  cr_assert_null(SEND0(id, cb, "label"));
+  sm_release(buf);
+}
+
 Test(commands, commit_twice_aborts, .signal = SIGABRT) {
   id cb = cmdbuf();
   SEND0(void, cb, "commit");

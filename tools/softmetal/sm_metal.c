@@ -259,6 +259,8 @@ static void buffer_did_modify(id self, SEL cmd, NSRange r) {
               r.location, r.length, b->length);
 }
 
+static id buffer_device(id self, SEL cmd) { (void)cmd; return (id)((sm_buffer *)self)->device; }
+
 /* ------------------------------------------------------------- shared events */
 typedef struct {
   sm_obj hdr;
@@ -285,6 +287,8 @@ static id device_new_event(id self, SEL cmd) {
   pthread_cond_init(&e->cv, NULL);
   return (id)e;
 }
+
+static id event_device(id self, SEL cmd) { (void)cmd; return (id)((sm_event *)self)->device; }
 
 static uint64_t event_value(id self, SEL cmd) {
   (void)cmd;
@@ -585,6 +589,10 @@ static id queue_make_cmdbuf(id self, bool retains) {
   cb->retains_refs = retains;
   return sm__autorelease((id)cb);
 }
+
+static id queue_device(id self, SEL cmd) { (void)cmd; return (id)((sm_queue *)self)->device; }
+static id cb_queue(id self, SEL cmd) { (void)cmd; return (id)((sm_cmdbuf *)self)->queue; }
+static id cb_device(id self, SEL cmd) { (void)cmd; return (id)((sm_cmdbuf *)self)->queue->device; }
 
 static id queue_cmdbuf(id self, SEL cmd) { (void)cmd; return queue_make_cmdbuf(self, true); }
 static id queue_cmdbuf_unretained(id self, SEL cmd) {
@@ -993,20 +1001,25 @@ void sm__register_metal(void) {
   sm__method(c, "resourceOptions", SM_IMP(buffer_resource_options), "Q@:");
   sm__method(c, "gpuAddress", SM_IMP(buffer_gpu_address), "Q@:");
   sm__method(c, "didModifyRange:", SM_IMP(buffer_did_modify), "v@:{_NSRange=QQ}");
+  sm__method(c, "device", SM_IMP(buffer_device), "@@:");
   sm__class_end(&buffer_class);
 
   c = sm__class_begin(&event_class);
   sm__method(c, "signaledValue", SM_IMP(event_value), "Q@:");
   sm__method(c, "setSignaledValue:", SM_IMP(event_set_value), "v@:Q");
+  sm__method(c, "device", SM_IMP(event_device), "@@:");
   sm__class_end(&event_class);
 
   c = sm__class_begin(&queue_class);
   sm__method(c, "commandBuffer", SM_IMP(queue_cmdbuf), "@@:");
   sm__method(c, "commandBufferWithUnretainedReferences", SM_IMP(queue_cmdbuf_unretained), "@@:");
+  sm__method(c, "device", SM_IMP(queue_device), "@@:");
   sm__class_end(&queue_class);
 
   c = sm__class_begin(&cmdbuf_class);
   sm__method(c, "status", SM_IMP(cb_status), "Q@:");
+  sm__method(c, "commandQueue", SM_IMP(cb_queue), "@@:");
+  sm__method(c, "device", SM_IMP(cb_device), "@@:");
   sm__method(c, "enqueue", SM_IMP(cb_enqueue), "v@:");
   sm__method(c, "commit", SM_IMP(cb_commit), "v@:");
   sm__method(c, "waitUntilCompleted", SM_IMP(cb_wait), "v@:");

@@ -758,6 +758,16 @@ static id library_function_names(id self, SEL cmd) {
   return sm__autorelease(arr);
 }
 
+static id library_device(id self, SEL cmd) { (void)cmd; return ((sm_library *)self)->device; }
+static id function_device(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_function *)self)->library->device;
+}
+static id pipeline_device(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_function *)((sm_pipeline *)self)->function)->library->device;
+}
+
 static id function_name(id self, SEL cmd) { (void)cmd; return ((sm_function *)self)->name; }
 
 static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
@@ -796,15 +806,18 @@ void sm__register_msl(void) {
   Class c = sm__class_begin(&library_class);
   sm__method(c, "newFunctionWithName:", SM_IMP(library_new_function), "@@:@");
   sm__method(c, "functionNames", SM_IMP(library_function_names), "@@:");
+  sm__method(c, "device", SM_IMP(library_device), "@@:");
   sm__class_end(&library_class);
 
   c = sm__class_begin(&function_class);
   sm__method(c, "name", SM_IMP(function_name), "@@:");
+  sm__method(c, "device", SM_IMP(function_device), "@@:");
   sm__class_end(&function_class);
 
   c = sm__class_begin(&sm__pipeline_class);
   sm__method(c, "maxTotalThreadsPerThreadgroup", SM_IMP(pipeline_max_threads), "Q@:");
   sm__method(c, "threadExecutionWidth", SM_IMP(pipeline_width), "Q@:");
+  sm__method(c, "device", SM_IMP(pipeline_device), "@@:");
   sm__class_end(&sm__pipeline_class);
 }
 
