@@ -312,6 +312,12 @@ Test(commands, second_encoder_before_end_encoding_aborts, .signal = SIGABRT) {
   SEND0(id, cb, "computeCommandEncoder");
 }
 
+Test(commands, encoder_released_without_end_encoding_aborts, .signal = SIGABRT) {
+  void *inner = objc_autoreleasePoolPush();
+  SEND0(id, cmdbuf(), "blitCommandEncoder");
+  objc_autoreleasePoolPop(inner);
+}
+
 Test(commands, completed_handler_after_commit_aborts, .signal = SIGABRT) {
   struct sm_test_ctx ctx = {0};
   struct sm_test_block blk = SM_HANDLER_BLOCK(&ctx);

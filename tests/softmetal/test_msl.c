@@ -288,6 +288,7 @@ Test(msl, add_with_constant_struct_and_partial_threadgroups) {
   id p = pipeline("add"), enc;
   id cb = begin(&enc, p);
   set_buffer(enc, a, 0, 0);
+  cr_assert_eq(sm_u(a, "retainCount"), 2, "bound buffers are retained");
   set_buffer(enc, b, 0, 1);
   set_buffer(enc, out, 0, 2);
   set_bytes(enc, &params, sizeof params, 3);

@@ -696,7 +696,8 @@ typedef struct {
   sm_obj hdr;
   sm_cmdbuf *cb; /* retained */
   bool ended;
-  sm_pipeline *pipeline; /* weak; the dispatch retains it */
+  sm_pipeline *pipeline; /* retained */
+  /* Bound buffers: retained when the command buffer retains references. */
   sm_buffer *buffers[SM_MAX_BINDINGS];
   NSUInteger offsets[SM_MAX_BINDINGS];
   void *bytes[SM_MAX_BINDINGS];
@@ -706,8 +707,13 @@ typedef struct {
 
 static void encoder_destroy(sm_obj *o) {
   sm_encoder *e = (sm_encoder *)o;
-  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) free(e->bytes[i]);
-  if (e->cb->active_encoder == (id)e) e->cb->active_encoder = nil;
+  if (!e->ended)
+    sm__fatal("-[%s dealloc]: encoder released without endEncoding", o->cls->name);
+  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
+    free(e->bytes[i]);
+    release_ref(e->cb, e->buffers[i]);
+  }
+  sm__release((id)e->pipeline);
   sm__release((id)e->cb);
 }
 static sm_class blit_class = {"SMBlitCommandEncoder", sizeof(sm_encoder), encoder_destroy, Nil, 0};
@@ -824,7 +830,10 @@ static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
                 pipeline ? object_getClassName(pipeline) : "nil");
     return;
   }
-  ((sm_encoder *)self)->pipeline = (sm_pipeline *)pipeline;
+  sm_encoder *e = (sm_encoder *)self;
+  sm__retain(pipeline);
+  sm__release((id)e->pipeline);
+  e->pipeline = (sm_pipeline *)pipeline;
 }
 
 static bool index_ok(sm_cmdbuf *cb, const char *sel, NSUInteger index) {
@@ -848,6 +857,8 @@ static void comp_set_buffer(id self, SEL cmd, id buf, NSUInteger offset, NSUInte
       return;
     }
   }
+  keep_ref(cb, b);
+  release_ref(cb, e->buffers[index]);
   e->buffers[index] = b;
   e->offsets[index] = offset;
   free(e->bytes[index]);
@@ -871,6 +882,7 @@ static void comp_set_bytes(id self, SEL cmd, const void *bytes, NSUInteger lengt
   free(e->bytes[index]);
   e->bytes[index] = copy;
   e->bytes_len[index] = length;
+  release_ref(cb, e->buffers[index]);
   e->buffers[index] = NULL;
 }
 
