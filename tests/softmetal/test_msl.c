@@ -20,7 +20,7 @@ static const char *const KERNEL_PARTS[] = {
     "\n"
     "kernel void add(device const float *a [[buffer(0)]],\n"
     "                device const float *b [[buffer(1)]],\n"
-    "                device float *out [[buffer(2)]],\n"
+    "                device float *const out [[buffer(2)]],\n"
     "                constant Params &p [[buffer(3)]],\n"
     "                uint i [[thread_position_in_grid]]) {\n"
     "  if (i < p.n) out[i] = (a[i] + b[i]) * p.scale;\n"

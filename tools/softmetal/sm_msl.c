@@ -239,7 +239,8 @@ static bool scan_param(scan *s, kernel_info *k, size_t a, size_t b, int index) {
     if (n >= SM_MAX_BINDINGS) goto bad_index;
     k->buffer_mask |= 1u << n;
     if (tb[-1] == '&') sb_printf(&k->call, "*(%.*s*)(t->buffers[%u])", type_len - 1, type, n);
-    else if (tb[-1] == '*') sb_printf(&k->call, "(%.*s)(t->buffers[%u])", type_len, type, n);
+    else if (memchr(ta, '*', (size_t)type_len))
+      sb_printf(&k->call, "(%.*s)(t->buffers[%u])", type_len, type, n);
     else goto bad_type;
     return true;
   }
@@ -247,7 +248,7 @@ static bool scan_param(scan *s, kernel_info *k, size_t a, size_t b, int index) {
       sscanf(attr, "threadgroup(%u)%c", &n, &extra) == 1) {
     if (n >= SM_MAX_BINDINGS) goto bad_index;
     k->tg_mask |= 1u << n;
-    if (tb[-1] != '*') goto bad_type;
+    if (!memchr(ta, '*', (size_t)type_len)) goto bad_type;
     sb_printf(&k->call, "(%.*s)(t->tgmem[%u])", type_len, type, n);
     return true;
   }
