@@ -63,6 +63,19 @@ Test(commands, empty_command_buffer_walks_the_status_sequence) {
   cr_assert_eq(atomic_load(&ctx.disposes), 1, "handler released once");
 }
 
+Test(commands, a_command_buffer_blocked_on_an_event_is_scheduled) {
+  id event = SEND0(id, dev, "newSharedEvent");
+  id cb = cmdbuf();
+  SEND(void, (id, SEL, id, uint64_t), cb, "encodeWaitForEvent:value:", event, 1);
+  SEND0(void, cb, "commit");
+  while (status(cb) != Scheduled) /* the queue thread picks it up, then blocks */
+    cr_assert_eq(status(cb), Committed);
+  SEND(void, (id, SEL, uint64_t), event, "setSignaledValue:", 1);
+  SEND0(void, cb, "waitUntilCompleted");
+  cr_assert_eq(status(cb), Completed);
+  sm_release(event);
+}
+
 Test(commands, blit_copy_and_fill) {
   id a = new_buffer(64), b = new_buffer(64);
   unsigned char *pa = SEND0(void *, a, "contents"), *pb = SEND0(void *, b, "contents");
