@@ -10,7 +10,7 @@
 enum { NotEnqueued, Enqueued, Committed, Scheduled, Completed, Error };
 
 static id dev, queue;
-static id keep; /* reachable when a test aborts on purpose */
+static id volatile keep; /* reachable when a test aborts on purpose */
 static void *pool;
 static void setup(void) {
   dev = MTLCreateSystemDefaultDevice();

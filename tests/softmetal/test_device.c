@@ -12,7 +12,7 @@ enum { PAGE = 16384 };
 #define OPT_MEMORYLESS 48ul
 
 static id dev;
-static id keep; /* reachable when a test aborts on purpose */
+static id volatile keep; /* reachable when a test aborts on purpose */
 static void setup(void) { dev = MTLCreateSystemDefaultDevice(); }
 static void teardown(void) {
   sm_release(dev);

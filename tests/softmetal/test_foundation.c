@@ -7,7 +7,7 @@
 
 /* Objects alive when a test aborts on purpose stay reachable from here, so
  * leak checkers see them as still in use rather than lost. */
-static id keep[4];
+static id volatile keep[4];
 
 static id new_string(const void *bytes, NSUInteger len, NSUInteger enc) {
   id s = SEND0(id, sm_class_named("NSString"), "alloc");
