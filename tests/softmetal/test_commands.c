@@ -68,8 +68,9 @@ Test(commands, a_command_buffer_blocked_on_an_event_is_scheduled) {
   id cb = cmdbuf();
   SEND(void, (id, SEL, id, uint64_t), cb, "encodeWaitForEvent:value:", event, 1);
   SEND0(void, cb, "commit");
-  while (status(cb) != Scheduled) /* the queue thread picks it up, then blocks */
-    cr_assert_eq(status(cb), Committed);
+  NSUInteger st;
+  while ((st = status(cb)) != Scheduled) /* the queue thread picks it up, then blocks */
+    cr_assert_eq(st, Committed);
   SEND(void, (id, SEL, uint64_t), event, "setSignaledValue:", 1);
   SEND0(void, cb, "waitUntilCompleted");
   cr_assert_eq(status(cb), Completed);
