@@ -76,6 +76,18 @@ CM_API const char *cm_last_error(void);
 CM_API uint32_t cm_version(void);
 CM_API const char *cm_version_string(void);
 
+/* How this copy of the library was built. Strings are static. */
+typedef struct cm_build_info {
+    const char *version;      /* "0.1.0" */
+    const char *objc_runtime; /* "apple", "gnu", or "none" (no Metal backend) */
+    int metal_backend;        /* 1 when the Metal backend is compiled in */
+    int sanitizers;           /* 1 when built with ASan/UBSan (CMETAL_SANITIZE) */
+    const char *compiler;     /* e.g. "gcc 12.2.0" */
+} cm_build_info;
+
+/* Fills *out. Errors: CM_ERR_INVALID_ARGUMENT for a NULL out. */
+CM_API cm_status cm_get_build_info(cm_build_info *out);
+
 /* Host memory allocator used for every allocation cmetal makes: objects,
  * shape arrays and the CPU device's buffers. alloc returns memory aligned to
  * at least `align` (a power of two) or NULL; free accepts NULL. */

@@ -1,6 +1,6 @@
 /* Status names, the thread-local last-error message, the version and the
  * process allocator. */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,6 +59,35 @@ const char *cm_version_string(void) {
         CM_VERSION_PATCH);
 }
 
+#ifndef CMETAL_OBJC_RUNTIME_NAME
+#define CMETAL_OBJC_RUNTIME_NAME "none"
+#endif
+#ifndef CMETAL_HAS_METAL
+#define CMETAL_HAS_METAL 0
+#endif
+#ifndef CMETAL_SANITIZED
+#define CMETAL_SANITIZED 0
+#endif
+
+cm_status cm_get_build_info(cm_build_info *out) {
+    CM__REQUIRE_NONNULL(out);
+#if defined(__clang__)
+    static const char compiler[] = "clang " __clang_version__;
+#elif defined(__GNUC__)
+    static const char compiler[] = "gcc " __VERSION__;
+#else
+    static const char compiler[] = "unknown";
+#endif
+    *out = (cm_build_info){
+        .version = cm_version_string(),
+        .objc_runtime = CMETAL_OBJC_RUNTIME_NAME,
+        .metal_backend = CMETAL_HAS_METAL,
+        .sanitizers = CMETAL_SANITIZED,
+        .compiler = compiler,
+    };
+    return CM_OK;
+}
+
 /* Default allocator: aligned_alloc needs a size that is a multiple of the
  * alignment, so round up (checked). */
 static void *cm__default_alloc(size_t size, size_t align, void *user) {
@@ -91,10 +120,14 @@ cm_status cm_set_allocator(const cm_allocator *allocator) {
     return CM_OK;
 }
 
-void *cm__alloc(size_t size, size_t align) {
+void *cm__alloc_raw(size_t size, size_t align) {
     if (align < _Alignof(max_align_t))
         align = _Alignof(max_align_t);
-    void *p = cm__allocator.alloc(size, align, cm__allocator.user);
+    return cm__allocator.alloc(size > 0 ? size : 1, align, cm__allocator.user);
+}
+
+void *cm__alloc(size_t size, size_t align) {
+    void *p = cm__alloc_raw(size, align);
     if (p != NULL && size > 0)
         memset(p, 0, size);
     return p;

@@ -7,9 +7,11 @@
 # Any failure stops the run with a non-zero exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+root=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
 
-step() { printf '\n==== %s\n' "$*"; }
+passed=0
+step() { printf '\n==== %s\n' "$*"; passed=$((passed + 1)); }
 
 step "build (RelWithDebInfo, -Werror)"
 cmake -S . -B build/ci -DCMETAL_WERROR=ON >/dev/null
@@ -21,7 +23,8 @@ step "build (ASan + UBSan, -Werror)"
 cmake -S . -B build/asan -DCMETAL_WERROR=ON -DCMETAL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/asan -j"$jobs"
 step "tests under ASan + UBSan"
-(cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+(cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
+   LSAN_OPTIONS=suppressions="$root/tests/lsan.supp" \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j"$jobs")
 
@@ -30,4 +33,4 @@ for stage in tools/ci/stage-*.sh; do
   step "$(basename "$stage" .sh)"
   bash "$stage"
 done
-step "all checks passed"
+printf '\n==== all checks passed\nchecks: %d passed, 0 failed\n' "$passed"

@@ -1,0 +1,71 @@
+/* cmetal/device.h: devices.
+ *
+ * A device is where buffers live and ops run: the CPU, or a Metal GPU
+ * (Apple's Metal.framework, or softmetal on Linux, loaded at run time). */
+#ifndef CMETAL_DEVICE_H
+#define CMETAL_DEVICE_H
+
+#include <cmetal/status.h>
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cm_device cm_device;
+
+typedef enum cm_device_type {
+    /* Resolved by cm_device_open: the CMETAL_DEVICE environment variable
+     * ("cpu" or "metal") if set, else Metal when a Metal device exists, else
+     * the CPU. */
+    CM_DEVICE_DEFAULT = 0,
+    CM_DEVICE_CPU = 1,
+    CM_DEVICE_METAL = 2
+} cm_device_type;
+
+typedef struct cm_device_info {
+    cm_device_type type;              /* never CM_DEVICE_DEFAULT */
+    char name[128];                   /* "cpu", or the MTLDevice name */
+    bool unified_memory;              /* host and device share memory */
+    bool software;                    /* a software implementation (softmetal, cpu) */
+    uint64_t registry_id;             /* MTLDevice registryID; 0 on the CPU */
+    uint64_t max_buffer_length;       /* bytes */
+    uint64_t recommended_working_set; /* bytes; 0 when unknown */
+    uint64_t max_threads_per_threadgroup[3];
+} cm_device_info;
+
+/* Opens device `index` (0-based) of `type`; CM_DEVICE_DEFAULT resolves as
+ * described above and then takes index 0 when index is 0.
+ * Ownership: returns +1 in *out; release with cm_device_release. Buffers and
+ * tensors retain their device, so it may be released before them.
+ * Errors: CM_ERR_INVALID_ARGUMENT (type, NULL out, bad CMETAL_DEVICE),
+ * CM_ERR_NO_DEVICE (no such device, no Metal framework), CM_ERR_OUT_OF_MEMORY.
+ * On failure *out is NULL. Thread-safety: safe from any thread. */
+CM_API cm_status cm_device_open(cm_device_type type, uint32_t index, cm_device **out);
+
+/* Number of devices of `type` present (0 when none; the CPU has one).
+ * Errors: CM_ERR_INVALID_ARGUMENT for type or NULL count. */
+CM_API cm_status cm_device_count(cm_device_type type, uint32_t *count);
+
+/* Reference counting. release(NULL) is a no-op; retain(NULL) fails with
+ * CM_ERR_INVALID_ARGUMENT. The last release frees the device once every
+ * buffer made on it is gone. Thread-safety: atomic. */
+CM_API cm_status cm_device_retain(cm_device *device);
+CM_API cm_status cm_device_release(cm_device *device);
+
+/* Fills *out. Thread-safety: safe from any thread. */
+CM_API cm_status cm_device_get_info(const cm_device *device, cm_device_info *out);
+
+/* Waits until all work submitted on the device has finished. On the CPU
+ * nothing is ever pending. Errors: CM_ERR_DEVICE with the driver's message
+ * when earlier work failed. */
+CM_API cm_status cm_device_synchronize(cm_device *device);
+
+/* "cpu", "metal", "default"; "unknown" otherwise. Static string. */
+CM_API const char *cm_device_type_name(cm_device_type type);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMETAL_DEVICE_H */

@@ -1,0 +1,87 @@
+/* cmetal/stream.h: streams (ordered device work) and fences.
+ *
+ * A stream is an ordered queue of work on one device. On Metal it owns an
+ * MTLCommandQueue and batches work into one command buffer until it is
+ * flushed; on the CPU work runs immediately and a stream is always idle.
+ * Every device has a default stream, used by operations that take none.
+ *
+ * Synchronisation rules:
+ *  - Work on one stream runs in submission order.
+ *  - cmetal tracks the last stream that wrote each buffer: host access
+ *    (cm_tensor_host_read/write, cm_buffer_read/write, DLPack export by
+ *    default) first waits for that write, and only that.
+ *  - Across streams, order work with a fence: cm_stream_signal on the
+ *    producer, cm_stream_wait (device side) or cm_fence_wait (host side) on
+ *    the consumer.
+ *  - Releasing the last reference to a buffer waits for device work that
+ *    uses it. */
+#ifndef CMETAL_STREAM_H
+#define CMETAL_STREAM_H
+
+#include <cmetal/device.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cm_stream cm_stream;
+typedef struct cm_fence cm_fence;
+
+/* A new stream on `device` (Metal: with its own MTLCommandQueue).
+ * Ownership: returns +1; the stream retains the device.
+ * Errors: CM_ERR_INVALID_ARGUMENT, CM_ERR_OUT_OF_MEMORY, CM_ERR_DEVICE. */
+CM_API cm_status cm_stream_create(cm_device *device, cm_stream **out);
+
+/* The device's default stream. Ownership: borrowed; valid while the device
+ * lives (retain it to keep it longer). */
+CM_API cm_status cm_device_get_stream(cm_device *device, cm_stream **out);
+
+/* Reference counting; release(NULL) is a no-op. The last release flushes
+ * the stream and waits for its work. Thread-safety: atomic; any thread. */
+CM_API cm_status cm_stream_retain(cm_stream *stream);
+CM_API cm_status cm_stream_release(cm_stream *stream);
+
+/* Submits batched work without waiting. Errors: CM_ERR_DEVICE with the
+ * driver's message if earlier work on the stream failed (reported once). */
+CM_API cm_status cm_stream_flush(cm_stream *stream);
+
+/* Submits batched work and waits for all of it. Errors: as flush. */
+CM_API cm_status cm_stream_synchronize(cm_stream *stream);
+
+/* Number of command buffers the stream has committed: a measure of
+ * batching (N ops between two flushes commit once). 0 on the CPU. */
+CM_API cm_status cm_stream_get_submissions(const cm_stream *stream, uint64_t *out);
+
+/* A fence that signals when all work submitted to `stream` so far has
+ * finished; submits batched work. On Metal it is an MTLSharedEvent and a
+ * value. Ownership: returns +1. */
+CM_API cm_status cm_stream_signal(cm_stream *stream, cm_fence **out);
+
+/* Makes work submitted to `stream` after this call wait, on the device,
+ * for `fence`. The fence may come from another stream of the same device.
+ * Errors: CM_ERR_INVALID_ARGUMENT for a fence of another device. */
+CM_API cm_status cm_stream_wait(cm_stream *stream, const cm_fence *fence);
+
+/* Waits on the host until the fence signals, or for at most timeout_ns
+ * nanoseconds (UINT64_MAX: forever). Errors: CM_ERR_DEVICE on timeout
+ * (message says so) or failed work. */
+CM_API cm_status cm_fence_wait(const cm_fence *fence, uint64_t timeout_ns);
+
+typedef struct cm_fence_info {
+    cm_device_type device_type;
+    void *shared_event; /* id<MTLSharedEvent> on Metal (borrowed), NULL on the CPU */
+    uint64_t value;     /* signaled when shared_event.signaledValue >= value */
+    bool signaled;      /* at the time of the call */
+} cm_fence_info;
+
+/* Describes the fence, for handing to code outside cmetal (for example
+ * MLX or PyTorch MPS code that waits on the event itself). */
+CM_API cm_status cm_fence_get_info(const cm_fence *fence, cm_fence_info *out);
+
+CM_API cm_status cm_fence_retain(cm_fence *fence);
+CM_API cm_status cm_fence_release(cm_fence *fence);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMETAL_STREAM_H */

@@ -1,0 +1,193 @@
+/* The device backend interface, and the internal layout of devices and
+ * buffers. A backend (runtime/cpu, runtime/metal) fills a cm__backend table;
+ * the core never asks which backend it holds. */
+#ifndef CMETAL_CORE_BACKEND_H
+#define CMETAL_CORE_BACKEND_H
+
+#include "internal.h"
+
+#include <cmetal/buffer.h>
+#include <cmetal/dtype.h>
+#include <cmetal/stream.h>
+#include <cmetal/tensor.h>
+
+typedef struct cm__op cm__op;
+
+typedef struct cm__backend {
+    cm_device_type type;
+    /* Frees backend state; called once when the last device reference goes. */
+    void (*destroy)(cm_device *device);
+    cm_status (*get_info)(const cm_device *device, cm_device_info *out);
+    cm_status (*synchronize)(cm_device *device);
+    /* Allocates buffer->size bytes of buffer->storage (already resolved and
+     * checked against the device) and sets host and native. */
+    cm_status (*buffer_alloc)(cm_device *device, cm_buffer *buffer);
+    /* Makes the buffer use desc's memory, or a copy of it (then sets
+     * CM_BUFFER_COPIED). Must not call desc->release. */
+    cm_status (*buffer_wrap_host)(cm_device *device, cm_buffer *buffer,
+                                  const cm_host_memory_desc *desc);
+    /* Releases what buffer_alloc or buffer_wrap_host made, after pending
+     * device work on the buffer has finished. */
+    void (*buffer_free)(cm_buffer *buffer);
+    /* Before host access: waits for pending device writes (and, for writes,
+     * reads). NULL when nothing is ever pending. */
+    cm_status (*buffer_prepare_host)(cm_buffer *buffer, bool write);
+    /* After the host wrote [offset, offset + size) through buffer->host
+     * (managed storage must be told). NULL when nothing is needed. */
+    void (*buffer_host_modified)(cm_buffer *buffer, size_t offset, size_t size);
+    /* Copies between host memory and a buffer the host cannot see, through
+     * the device (staging), and waits. NULL when every buffer is visible. */
+    cm_status (*buffer_transfer)(cm_buffer *buffer, size_t offset, void *host, size_t size,
+                                 bool to_device);
+
+    /* Streams and fences; every entry may be NULL on a device whose work
+     * is synchronous (the CPU): streams are then always idle and fences
+     * signaled. */
+    cm_status (*stream_init)(cm_stream *stream);
+    void (*stream_destroy)(cm_stream *stream); /* after waiting for its work */
+    cm_status (*stream_flush)(cm_stream *stream, bool wait);
+    uint64_t (*stream_submissions)(const cm_stream *stream);
+    cm_status (*stream_signal)(cm_stream *stream, cm_fence *fence);
+    cm_status (*stream_wait)(cm_stream *stream, const cm_fence *fence);
+    cm_status (*fence_wait)(const cm_fence *fence, uint64_t timeout_ns);
+    bool (*fence_signaled)(const cm_fence *fence);
+    void (*fence_destroy)(cm_fence *fence);
+
+    /* Runs one op (see cm__op below), validated by runtime/core/ops.c.
+     * NULL when the device runs no ops. May refuse what it cannot do with
+     * CM_ERR_UNSUPPORTED (Metal: float64). */
+    cm_status (*run_op)(cm_device *device, const cm__op *op);
+} cm__backend;
+
+struct cm_stream {
+    cm__refcount ref;
+    cm_device *device; /* retained, except by the device's default stream */
+    bool is_default;
+    void *impl;
+};
+
+struct cm_fence {
+    cm__refcount ref;
+    cm_device *device; /* retained */
+    uint64_t value;
+    void *event;       /* id<MTLSharedEvent> on Metal, NULL otherwise */
+    void *impl;
+};
+
+struct cm_device {
+    cm__refcount ref;
+    const cm__backend *backend;
+    void *impl;                /* backend state */
+    cm_stream *default_stream; /* owned; does not retain the device */
+};
+
+struct cm_buffer {
+    cm__refcount ref;
+    cm_device *device; /* retained */
+    size_t size;
+    cm_storage_mode storage;
+    uint32_t flags;    /* CM_BUFFER_* */
+    void *host;        /* NULL when the host cannot see the memory */
+    void *native;      /* backend object (id<MTLBuffer>) or NULL */
+    void *impl;        /* backend bookkeeping */
+    cm_release_fn release;
+    void *release_context;
+};
+
+struct cm_tensor {
+    cm__refcount ref;
+    cm_buffer *buffer; /* retained */
+    cm_dtype dtype;
+    int32_t ndim;
+    uint32_t flags;    /* CM_TENSOR_*, includes the buffer's read-only flag */
+    uint64_t byte_offset;
+    int64_t shape[CM_MAX_NDIM];
+    int64_t strides[CM_MAX_NDIM];
+};
+
+/* ---------------------------------------------------------------- ops
+ * The core (runtime/core/ops.c) checks every op once: shapes, dtypes,
+ * broadcasting, aliasing, read-only outputs and devices. It hands the
+ * backend one cm__op in which every operand is already laid out over the
+ * same iteration shape, so a backend only iterates:
+ * - fill/copy/cast/unary/binary: `shape` is out's shape; inputs carry stride
+ *   0 on broadcast axes.
+ * - reduce: `shape` is the input's shape; out carries stride 0 on the
+ *   reduced axes (`axis`, or every axis when axis is -1), i.e. out[i] is
+ *   the reduction of every in[0][j] that maps onto it.
+ * numel > 0 always (the core handles empty ops). Strides are in elements of
+ * each operand's dtype and may be negative or 0. Out never partially
+ * overlaps an input; it may be the identical view of an elementwise input. */
+typedef enum cm__op_kind {
+    CM__OP_FILL = 1,   /* out = value (already converted to out.dtype) */
+    CM__OP_COPY = 2,   /* out = in[0], same dtype */
+    CM__OP_CAST = 3,   /* out = convert(in[0]) (ops.h conversion rules) */
+    CM__OP_UNARY = 4,  /* out = code(in[0]), code a cm_unary_op */
+    CM__OP_BINARY = 5, /* out = code(in[0], in[1]), code a cm_binary_op */
+    CM__OP_REDUCE = 6  /* out = code over in[0], code a cm_reduce_op */
+} cm__op_kind;
+
+typedef struct cm__operand {
+    cm_buffer *buffer; /* borrowed; same device as the op */
+    cm_dtype dtype;
+    uint64_t byte_offset;           /* of the element at index 0 */
+    int64_t strides[CM_MAX_NDIM];   /* elements, over cm__op.shape */
+} cm__operand;
+
+struct cm__op {
+    const char *func;    /* the public function, for error messages */
+    cm__op_kind kind;
+    int32_t code;
+    int32_t ndim;
+    int64_t shape[CM_MAX_NDIM];
+    int64_t numel;       /* product of shape, > 0 */
+    int32_t axis;        /* reduce: the reduced axis of shape, or -1 for all */
+    int32_t nin;         /* inputs used: 0 (fill), 1 or 2 */
+    cm__operand out;
+    cm__operand in[2];
+    union {
+        uint8_t bytes[8];
+        uint64_t align_;
+    } value;             /* fill: one element of out.dtype */
+};
+
+/* Converts one element between any two dtypes by the ops.h rules. */
+void cm__convert_element(cm_dtype to, void *dst, cm_dtype from, const void *src);
+
+/* The one constructor of tensors: validates the layout against the buffer
+ * (reporting errors as `func`), retains the buffer and returns +1 in *out.
+ * NULL strides mean compact row-major. */
+cm_status cm__tensor_make(const char *func, cm_buffer *buffer, cm_dtype dtype, int32_t ndim,
+                          const int64_t *shape, const int64_t *strides, uint64_t byte_offset,
+                          uint32_t flags, cm_tensor **out);
+
+/* Element count and compact row-major strides for a shape, overflow-checked
+ * (also against the byte size numel * itemsize fitting in int64). */
+cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape,
+                            size_t itemsize, int64_t *strides_out, int64_t *numel_out);
+
+/* A new device with refcount 1 over `impl`, with its default stream. On
+ * failure the backend still owns impl. */
+cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out);
+
+/* Destroys a device whose last reference went: its default stream (after
+ * waiting for its work), then the backend state. */
+void cm__device_destroy(cm_device *device);
+
+/* Backend entry points, provided by runtime/cpu and runtime/metal (or its
+ * stub when the Metal backend is not built). */
+cm_status cm__cpu_device_count(uint32_t *count);
+cm_status cm__cpu_device_open(uint32_t index, cm_device **out);
+cm_status cm__metal_device_count(uint32_t *count);
+cm_status cm__metal_device_open(uint32_t index, cm_device **out);
+
+/* The dtype table entry, or NULL for an invalid dtype. */
+const cm_dtype_info *cm__dtype(cm_dtype dtype);
+
+/* "shared", "managed", "private", "default". */
+const char *cm__storage_mode_name(cm_storage_mode storage);
+
+/* Host allocation that is not zeroed, for buffer contents. */
+void *cm__alloc_raw(size_t size, size_t align);
+
+#endif /* CMETAL_CORE_BACKEND_H */

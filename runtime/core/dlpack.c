@@ -1,0 +1,522 @@
+/* DLPack export and import (legacy and versioned managed tensors). */
+#include "backend.h"
+
+#include <cmetal/dlpack.h>
+
+#include <inttypes.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ shared */
+
+/* The DLDeviceType's name, or NULL for a value DLPack does not define. */
+static const char *cm__dl_device_name(int32_t type) {
+    switch (type) {
+    case 1: return "kDLCPU";
+    case 2: return "kDLCUDA";
+    case 3: return "kDLCUDAHost";
+    case 4: return "kDLOpenCL";
+    case 7: return "kDLVulkan";
+    case 8: return "kDLMetal";
+    case 9: return "kDLVPI";
+    case 10: return "kDLROCM";
+    case 11: return "kDLROCMHost";
+    case 12: return "kDLExtDev";
+    case 13: return "kDLCUDAManaged";
+    case 14: return "kDLOneAPI";
+    case 15: return "kDLWebGPU";
+    case 16: return "kDLHexagon";
+    case 17: return "kDLMAIA";
+    case 18: return "kDLTrn";
+    default: return NULL;
+    }
+}
+
+/* Highest DLDataTypeCode the spec defines (kDLFloat4_e2m1fn). */
+#define CM__DL_MAX_DTYPE_CODE 17
+
+/* Copies the elements of a strided host view (element 0 at `src`) into
+ * compact row-major memory at `dst`. The layout was validated, so every
+ * offset stays inside the view's extent. */
+static void cm__copy_to_compact(uint8_t *dst, const uint8_t *src, size_t itemsize, int32_t ndim,
+                                const int64_t *shape, const int64_t *strides, int64_t numel) {
+    if (numel == 0)
+        return;
+    if (ndim == 0) {
+        memcpy(dst, src, itemsize);
+        return;
+    }
+    const int64_t isz = (int64_t)itemsize;
+    const int32_t last = ndim - 1;
+    const int64_t inner = shape[last];
+    int64_t index[CM_MAX_NDIM] = {0};
+    int64_t row = 0; /* byte offset of the current row's first element */
+    for (;;) {
+        if (strides[last] == 1) {
+            memcpy(dst, src + row, (size_t)(inner * isz));
+            dst += inner * isz;
+        } else {
+            for (int64_t i = 0; i < inner; ++i) {
+                memcpy(dst, src + row + i * strides[last] * isz, itemsize);
+                dst += itemsize;
+            }
+        }
+        int32_t k = last - 1;
+        for (; k >= 0; --k) {
+            if (++index[k] < shape[k]) {
+                row += strides[k] * isz;
+                break;
+            }
+            row -= (shape[k] - 1) * strides[k] * isz;
+            index[k] = 0;
+        }
+        if (k < 0)
+            return;
+    }
+}
+
+/* A new compact row-major tensor on `device` holding a copy of the strided
+ * host view at `src`; its buffer is flagged CM_BUFFER_COPIED. */
+static cm_status cm__copy_new(const char *func, cm_device *device, const uint8_t *src,
+                              cm_dtype dtype, int32_t ndim, const int64_t *shape,
+                              const int64_t *strides, uint32_t flags, cm_tensor **out) {
+    const size_t itemsize = cm__dtype(dtype)->size;
+    int64_t numel;
+    CM__TRY(cm__shape_compact(func, ndim, shape, itemsize, NULL, &numel));
+    cm_buffer_desc bd = {.size = (size_t)numel * itemsize, .storage = CM_STORAGE_SHARED};
+    cm_buffer *buffer = NULL;
+    cm_status status = cm_buffer_create(device, &bd, &buffer);
+    if (status == CM_ERR_OUT_OF_MEMORY)
+        return cm__fail_as(func, status, "no memory for a %zu-byte copy", bd.size);
+    if (status != CM_OK)
+        return status;
+    cm__copy_to_compact(buffer->host, src, itemsize, ndim, shape, strides, numel);
+    buffer->flags |= CM_BUFFER_COPIED;
+    status = cm__tensor_make(func, buffer, dtype, ndim, shape, NULL, 0, flags, out);
+    cm_buffer_release(buffer);
+    return status;
+}
+
+/* The CPU device for a new host copy: `preferred` when it is one, else a
+ * newly opened one. Returns +1. */
+static cm_status cm__cpu_device(const char *func, cm_device *preferred, cm_device **out) {
+    if (preferred != NULL && preferred->backend->type == CM_DEVICE_CPU) {
+        cm_device_retain(preferred);
+        *out = preferred;
+        return CM_OK;
+    }
+    cm_status status = cm_device_open(CM_DEVICE_CPU, 0, out);
+    if (status == CM_ERR_OUT_OF_MEMORY)
+        return cm__fail_as(func, status, "no memory to open the CPU device");
+    return status;
+}
+
+/* ------------------------------------------------------------ export */
+
+/* One allocation per export: the managed tensor (first, so `self` is the
+ * block), the tensor it keeps alive, and the arrays its DLTensor points to. */
+typedef struct cm__dlpack_export {
+    union {
+        DLManagedTensor legacy;
+        DLManagedTensorVersioned versioned;
+    } managed;
+    cm_tensor *tensor; /* retained */
+    int64_t shape[CM_MAX_NDIM];
+    int64_t strides[CM_MAX_NDIM];
+} cm__dlpack_export;
+
+static void cm__dlpack_export_free(cm__dlpack_export *e) {
+    cm_tensor *tensor = e->tensor;
+    cm__free(e);
+    cm_tensor_release(tensor);
+}
+
+static void cm__dlpack_delete_legacy(DLManagedTensor *self) {
+    if (self != NULL)
+        cm__dlpack_export_free(self->manager_ctx);
+}
+
+static void cm__dlpack_delete_versioned(DLManagedTensorVersioned *self) {
+    if (self != NULL)
+        cm__dlpack_export_free(self->manager_ctx);
+}
+
+/* Resolves and checks the target device of an export; today only kDLCPU
+ * can be produced. */
+static cm_status cm__export_target(const cm_tensor *tensor, const cm_dlpack_export_desc *d) {
+    static const char func[] = "cm_dlpack_export";
+    const cm_device_type own = tensor->buffer->device->backend->type;
+    int32_t target = d->device_type;
+    if (target == 0)
+        target = own == CM_DEVICE_METAL ? (int32_t)kDLMetal : (int32_t)kDLCPU;
+    const char *name = cm__dl_device_name(target);
+    if (name == NULL)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "desc->device_type = %d is not a DLDeviceType", target);
+    if (target == kDLMetal)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "device type %d (kDLMetal): exporting Metal buffers arrives with the "
+                           "Metal backend; export for kDLCPU instead",
+                           target);
+    if (target != kDLCPU)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "desc->device_type = %d (%s): cmetal exports only for kDLCPU and "
+                           "kDLMetal",
+                           target, name);
+    if (d->device_id != 0)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "desc->device_id = %d must be 0 for kDLCPU", d->device_id);
+    return CM_OK;
+}
+
+cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc *desc,
+                           cm_dlpack_managed *out) {
+    CM__REQUIRE_NONNULL(out);
+    memset(out, 0, sizeof *out);
+    CM__REQUIRE_NONNULL(tensor);
+    const cm_dlpack_export_desc d = desc != NULL ? *desc : (cm_dlpack_export_desc){0};
+    CM__REQUIRE_ARG(d.copy >= CM_COPY_IF_NEEDED && d.copy <= CM_COPY_ALWAYS,
+                    "desc->copy = %d is not a cm_copy_policy", (int)d.copy);
+    CM__TRY(cm__export_target(tensor, &d));
+
+    const bool versioned = d.max_version.major >= 1;
+    const bool read_only = (tensor->flags & CM_TENSOR_READ_ONLY) || d.read_only;
+    bool copy = d.copy == CM_COPY_ALWAYS;
+    if (read_only && !versioned && !copy) {
+        if (d.copy == CM_COPY_NEVER)
+            return cm__fail(CM_ERR_READ_ONLY,
+                            "the %s is read-only and a legacy DLManagedTensor (max_version "
+                            "%u.%u) cannot say so; ask for max_version 1.x or allow a copy",
+                            d.read_only ? "export request" : "tensor", d.max_version.major,
+                            d.max_version.minor);
+        copy = true;
+    }
+
+    cm_buffer *b = tensor->buffer;
+    if (b->host == NULL)
+        return cm__fail(CM_ERR_NOT_HOST_VISIBLE,
+                        "the tensor's %s storage on the %s device has no host address, so it "
+                        "cannot be exported for kDLCPU",
+                        cm__storage_mode_name(b->storage),
+                        cm_device_type_name(b->device->backend->type));
+    /* Pending device work finishes first. A copy only reads; a writable
+     * export may be written by the consumer, so pending reads finish too. */
+    if (b->device->backend->buffer_prepare_host != NULL)
+        CM__TRY(b->device->backend->buffer_prepare_host(b, !copy && !read_only));
+
+    cm_tensor *source = (cm_tensor *)tensor; /* retained below: a refcount, not a write */
+    cm_tensor *copied = NULL;
+    if (copy) {
+        cm_device *cpu = NULL;
+        CM__TRY(cm__cpu_device(__func__, b->device, &cpu));
+        cm_status status = cm__copy_new(__func__, cpu, (const uint8_t *)b->host + tensor->byte_offset,
+                                        tensor->dtype, tensor->ndim, tensor->shape,
+                                        tensor->strides, 0, &copied);
+        cm_device_release(cpu);
+        CM__TRY(status);
+        source = copied;
+    }
+
+    cm__dlpack_export *e = CM__NEW(cm__dlpack_export);
+    if (e == NULL) {
+        cm_tensor_release(copied);
+        return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the managed tensor");
+    }
+    if (copied == NULL)
+        cm_tensor_retain(source);
+    e->tensor = source;
+    const int32_t ndim = source->ndim;
+    if (ndim > 0) {
+        memcpy(e->shape, source->shape, (size_t)ndim * sizeof e->shape[0]);
+        memcpy(e->strides, source->strides, (size_t)ndim * sizeof e->strides[0]);
+    }
+    const cm_dtype_info *info = cm__dtype(source->dtype);
+    DLTensor dl = {
+        .data = (uint8_t *)source->buffer->host + source->byte_offset,
+        .device = {.device_type = kDLCPU, .device_id = 0},
+        .ndim = ndim,
+        .dtype = {.code = info->dl_code, .bits = info->dl_bits, .lanes = info->dl_lanes},
+        .shape = e->shape,
+        .strides = e->strides,
+        .byte_offset = 0,
+    };
+    if (versioned) {
+        DLManagedTensorVersioned *m = &e->managed.versioned;
+        m->version.major = CM_DLPACK_MAJOR_VERSION;
+        m->version.minor = d.max_version.major == 1 && d.max_version.minor < CM_DLPACK_MINOR_VERSION
+                               ? d.max_version.minor
+                               : CM_DLPACK_MINOR_VERSION;
+        m->manager_ctx = e;
+        m->deleter = cm__dlpack_delete_versioned;
+        m->flags = 0;
+        if (copy ? d.read_only : read_only)
+            m->flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
+        if (copy)
+            m->flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
+        m->dl_tensor = dl;
+        out->version = m->version;
+        out->versioned = m;
+    } else {
+        DLManagedTensor *m = &e->managed.legacy;
+        m->dl_tensor = dl;
+        m->manager_ctx = e;
+        m->deleter = cm__dlpack_delete_legacy;
+        out->legacy = m;
+    }
+    out->copied = copy;
+    return CM_OK;
+}
+
+/* ------------------------------------------------------------ import */
+
+/* A validated DLTensor, resolved into what a cmetal view needs. */
+typedef struct cm__dl_view {
+    cm_dtype dtype;
+    size_t itemsize;
+    int64_t numel;
+    int64_t strides[CM_MAX_NDIM]; /* compact ones when dl_tensor.strides is NULL */
+    void *base;                   /* lowest byte the view touches */
+    size_t size;                  /* bytes from base to one past the highest */
+    uint64_t offset;              /* element 0's offset from base */
+} cm__dl_view;
+
+/* Where a zero-size tensor with data = NULL points: never dereferenced. */
+static max_align_t cm__dl_empty;
+
+static cm_status cm__dl_check_device(const char *func, DLDevice device) {
+    const int32_t type = (int32_t)device.device_type;
+    const char *name = cm__dl_device_name(type);
+    if (name == NULL)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "dl_tensor.device.device_type = %d is not a DLDeviceType", type);
+    if (type == kDLMetal)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "dl_tensor.device.device_type = %d (kDLMetal): importing Metal buffers "
+                           "arrives with the Metal backend",
+                           type);
+    if (type != kDLCPU && type != kDLCUDAHost && type != kDLROCMHost)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "dl_tensor.device.device_type = %d (%s): cmetal imports host memory "
+                           "only (kDLCPU, kDLCUDAHost, kDLROCMHost)",
+                           type, name);
+    if (type == kDLCPU && device.device_id != 0)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "dl_tensor.device.device_id = %d must be 0 for kDLCPU",
+                           device.device_id);
+    if (device.device_id < 0)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "dl_tensor.device.device_id = %d must be >= 0", device.device_id);
+    return CM_OK;
+}
+
+static cm_status cm__dl_check_dtype(const char *func, DLDataType dt, cm_dtype *out) {
+    if (dt.code > CM__DL_MAX_DTYPE_CODE)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "dl_tensor.dtype.code = %u is not a DLDataTypeCode", (unsigned)dt.code);
+    if (dt.bits == 0)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "dl_tensor.dtype.bits = 0 must be > 0");
+    if (dt.lanes == 0)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "dl_tensor.dtype.lanes = 0 must be > 0");
+    if (dt.lanes != 1)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "dl_tensor.dtype.lanes = %u: cmetal has no vector element types",
+                           (unsigned)dt.lanes);
+    if (cm_dtype_from_dlpack(dt.code, dt.bits, dt.lanes, out) != CM_OK)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "dl_tensor.dtype = (code %u, bits %u, lanes %u) has no cmetal "
+                           "element type",
+                           (unsigned)dt.code, (unsigned)dt.bits, (unsigned)dt.lanes);
+    return CM_OK;
+}
+
+/* Validates every field of `t` and computes the byte extent of the view. */
+static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *v) {
+    const int32_t ndim = (int32_t)t->ndim;
+    if (ndim < 0)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "dl_tensor.ndim = %d must be >= 0",
+                           ndim);
+    if (ndim > CM_MAX_NDIM)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "dl_tensor.ndim = %d exceeds cmetal's maximum of %d dimensions", ndim,
+                           CM_MAX_NDIM);
+    if (ndim > 0 && t->shape == NULL)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "dl_tensor.shape = NULL with dl_tensor.ndim = %d must not be NULL",
+                           ndim);
+    for (int32_t k = 0; k < ndim; ++k)
+        if (t->shape[k] < 0)
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                               "dl_tensor.shape[%d] = %" PRId64 " must be >= 0", k, t->shape[k]);
+    CM__TRY(cm__dl_check_device(func, t->device));
+    CM__TRY(cm__dl_check_dtype(func, t->dtype, &v->dtype));
+    v->itemsize = cm__dtype(v->dtype)->size;
+    if (t->byte_offset % v->itemsize != 0)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "dl_tensor.byte_offset = %" PRIu64
+                           " must be a multiple of the %s size %zu",
+                           t->byte_offset, cm__dtype(v->dtype)->name, v->itemsize);
+    if (t->byte_offset > (uint64_t)INT64_MAX)
+        return cm__fail_as(func, CM_ERR_OVERFLOW,
+                           "dl_tensor.byte_offset = %" PRIu64 " exceeds INT64_MAX",
+                           t->byte_offset);
+    CM__TRY(cm__shape_compact(func, ndim, t->shape, v->itemsize, v->strides, &v->numel));
+    if (t->strides != NULL && ndim > 0)
+        memcpy(v->strides, t->strides, (size_t)ndim * sizeof v->strides[0]);
+    if (t->data == NULL && v->numel > 0)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "dl_tensor.data = NULL with %" PRId64
+                           " elements: only a zero-size tensor may be NULL",
+                           v->numel);
+    const uintptr_t data = (uintptr_t)t->data;
+    if (v->numel == 0) {
+        v->base = t->data != NULL ? (void *)(data + (uintptr_t)t->byte_offset) : &cm__dl_empty;
+        v->size = 0;
+        v->offset = 0;
+        return CM_OK;
+    }
+    /* Lowest and highest element reached, relative to element 0. */
+    const int64_t isz = (int64_t)v->itemsize;
+    int64_t lo = 0, hi = 0;
+    for (int32_t k = 0; k < ndim; ++k) {
+        int64_t reach;
+        if (cm__mul_overflow_i64(v->strides[k], t->shape[k] - 1, &reach) ||
+            cm__add_overflow_i64(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
+            return cm__fail_as(func, CM_ERR_OVERFLOW,
+                               "dl_tensor.strides[%d] = %" PRId64 " with dl_tensor.shape[%d] = %" PRId64
+                               " overflows the address range",
+                               k, v->strides[k], k, t->shape[k]);
+    }
+    int64_t lo_bytes, hi_bytes, first, last;
+    if (cm__mul_overflow_i64(lo, isz, &lo_bytes) || cm__mul_overflow_i64(hi, isz, &hi_bytes) ||
+        cm__add_overflow_i64(hi_bytes, isz, &hi_bytes) ||
+        cm__add_overflow_i64((int64_t)t->byte_offset, lo_bytes, &first) ||
+        cm__add_overflow_i64((int64_t)t->byte_offset, hi_bytes, &last))
+        return cm__fail_as(func, CM_ERR_OVERFLOW,
+                           "dl_tensor.strides reach beyond the int64 byte range");
+    /* The extent [data + first, data + last) must not wrap the address space;
+     * first is negative when negative strides reach before data. */
+    if (first < 0 && data < (uint64_t)0 - (uint64_t)first)
+        return cm__fail_as(func, CM_ERR_OVERFLOW,
+                           "dl_tensor.strides reach %" PRIu64
+                           " bytes before dl_tensor.data = %p, below address 0",
+                           (uint64_t)0 - (uint64_t)first, t->data);
+    if (last > 0 && UINTPTR_MAX - data < (uint64_t)last)
+        return cm__fail_as(func, CM_ERR_OVERFLOW,
+                           "dl_tensor.data = %p plus %" PRId64 " bytes wraps the address space",
+                           t->data, last);
+    v->base = (void *)(data + (uintptr_t)first); /* modular: first may be negative */
+    v->size = (size_t)(last - first);
+    v->offset = (uint64_t)(-lo_bytes);
+    return CM_OK;
+}
+
+static void cm__dl_release_legacy(void *context) {
+    DLManagedTensor *m = context;
+    m->deleter(m);
+}
+
+static void cm__dl_release_versioned(void *context) {
+    DLManagedTensorVersioned *m = context;
+    m->deleter(m);
+}
+
+/* The import shared by both structs. `release` calls the producer's deleter
+ * on `managed` (NULL when there is none). Nothing of `managed` is called on
+ * failure. */
+static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *t,
+                               cm_release_fn release, bool read_only,
+                               const cm_dlpack_import_desc *d, cm_tensor **out) {
+    cm__dl_view v;
+    CM__TRY(cm__dl_check(func, t, &v));
+    if (d->device != NULL && d->device->backend->type != CM_DEVICE_CPU)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "desc->device is a %s device: importing into it arrives with the "
+                           "Metal backend",
+                           cm_device_type_name(d->device->backend->type));
+    cm_device *device = NULL;
+    CM__TRY(cm__cpu_device(func, d->device, &device));
+    const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
+    cm_status status;
+
+    if (d->copy == CM_COPY_ALWAYS) {
+        status = cm__copy_new(func, device, (const uint8_t *)v.base + v.offset, v.dtype,
+                              (int32_t)t->ndim, t->shape, v.strides, flags, out);
+        if (status == CM_OK) {
+            if (read_only)
+                (*out)->buffer->flags |= CM_BUFFER_READ_ONLY;
+            if (release != NULL)
+                release(managed);
+        }
+        cm_device_release(device);
+        return status;
+    }
+
+    cm_host_memory_desc hd = {
+        .data = v.base,
+        .size = v.size,
+        .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
+        .copy = CM_COPY_NEVER, /* host memory on the CPU device: always in place */
+        .release = release,
+        .release_context = managed,
+    };
+    cm_buffer *buffer = NULL;
+    status = cm_buffer_wrap_host(device, &hd, &buffer);
+    cm_device_release(device); /* the buffer holds its own reference */
+    if (status == CM_ERR_OUT_OF_MEMORY)
+        return cm__fail_as(func, status, "no memory for the buffer over the producer's memory");
+    if (status != CM_OK)
+        return status;
+    status = cm__tensor_make(func, buffer, v.dtype, (int32_t)t->ndim, t->shape, v.strides,
+                             v.offset, flags, out);
+    if (status != CM_OK)
+        buffer->release = NULL; /* failure: the caller keeps the managed tensor */
+    cm_buffer_release(buffer);
+    return status;
+}
+
+static cm_status cm__dl_check_desc(const char *func, const cm_dlpack_import_desc *d) {
+    if (d->copy < CM_COPY_IF_NEEDED || d->copy > CM_COPY_ALWAYS)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "desc->copy = %d is not a cm_copy_policy", (int)d->copy);
+    return CM_OK;
+}
+
+cm_status cm_dlpack_import(DLManagedTensor *managed, const cm_dlpack_import_desc *desc,
+                           cm_tensor **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(managed);
+    const cm_dlpack_import_desc d = desc != NULL ? *desc : (cm_dlpack_import_desc){0};
+    CM__TRY(cm__dl_check_desc(__func__, &d));
+    return cm__dl_import(__func__, managed, &managed->dl_tensor,
+                         managed->deleter != NULL ? cm__dl_release_legacy : NULL, d.read_only,
+                         &d, out);
+}
+
+cm_status cm_dlpack_import_versioned(DLManagedTensorVersioned *managed,
+                                     const cm_dlpack_import_desc *desc, cm_tensor **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(managed);
+    const cm_dlpack_import_desc d = desc != NULL ? *desc : (cm_dlpack_import_desc){0};
+    CM__TRY(cm__dl_check_desc(__func__, &d));
+    /* The spec: on a major mismatch, call the deleter and read nothing else. */
+    const DLPackVersion version = managed->version;
+    if (version.major != CM_DLPACK_MAJOR_VERSION) {
+        if (managed->deleter != NULL)
+            managed->deleter(managed);
+        return cm__fail(CM_ERR_VERSION,
+                        "version = %u.%u: cmetal reads DLPack major version %d only; the "
+                        "producer's deleter was called",
+                        version.major, version.minor, CM_DLPACK_MAJOR_VERSION);
+    }
+    const uint64_t known = DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_COPIED |
+                           DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+    if ((managed->flags & ~known) != 0)
+        return cm__fail(CM_ERR_UNSUPPORTED, "flags = 0x%" PRIx64 " has bits cmetal does not know",
+                        managed->flags);
+    const bool read_only = d.read_only || (managed->flags & DLPACK_FLAG_BITMASK_READ_ONLY);
+    return cm__dl_import(__func__, managed, &managed->dl_tensor,
+                         managed->deleter != NULL ? cm__dl_release_versioned : NULL, read_only,
+                         &d, out);
+}

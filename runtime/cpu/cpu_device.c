@@ -1,0 +1,95 @@
+/* The CPU device: one device, host memory aligned to 256 bytes. */
+#include "cpu_ops.h"
+
+#include <cmetal/device.h>
+
+#include <stdio.h>
+#include <string.h>
+
+/* DLPack recommends 256-byte aligned data. */
+#define CM__CPU_ALIGN 256
+
+static void cm__cpu_destroy(cm_device *device) {
+    (void)device;
+}
+
+static cm_status cm__cpu_get_info(const cm_device *device, cm_device_info *out) {
+    (void)device;
+    out->type = CM_DEVICE_CPU;
+    snprintf(out->name, sizeof out->name, "cpu");
+    out->unified_memory = true;
+    out->software = true;
+    out->max_buffer_length = (uint64_t)PTRDIFF_MAX;
+    out->max_threads_per_threadgroup[0] = 1;
+    out->max_threads_per_threadgroup[1] = 1;
+    out->max_threads_per_threadgroup[2] = 1;
+    return CM_OK;
+}
+
+static cm_status cm__cpu_synchronize(cm_device *device) {
+    (void)device;
+    return CM_OK;
+}
+
+static cm_status cm__cpu_alloc(const char *func, size_t size, void **out) {
+    if (size > (size_t)PTRDIFF_MAX)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
+                           "size = %zu exceeds the CPU device's maximum of %td bytes", size,
+                           PTRDIFF_MAX);
+    *out = cm__alloc_raw(size, CM__CPU_ALIGN);
+    if (*out == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes", size);
+    return CM_OK;
+}
+
+static cm_status cm__cpu_buffer_alloc(cm_device *device, cm_buffer *buffer) {
+    (void)device;
+    if (buffer->storage != CM_STORAGE_SHARED)
+        return cm__fail_as("cm_buffer_create", CM_ERR_UNSUPPORTED,
+                           "desc->storage = %s: the CPU device has only shared storage",
+                           cm__storage_mode_name(buffer->storage));
+    return cm__cpu_alloc("cm_buffer_create", buffer->size, &buffer->host);
+}
+
+static cm_status cm__cpu_buffer_wrap_host(cm_device *device, cm_buffer *buffer,
+                                          const cm_host_memory_desc *desc) {
+    (void)device;
+    if (desc->copy != CM_COPY_ALWAYS) {
+        buffer->host = desc->data;
+        return CM_OK;
+    }
+    CM__TRY(cm__cpu_alloc("cm_buffer_wrap_host", desc->size, &buffer->host));
+    if (desc->size > 0)
+        memcpy(buffer->host, desc->data, desc->size);
+    buffer->flags |= CM_BUFFER_COPIED;
+    return CM_OK;
+}
+
+static void cm__cpu_buffer_free(cm_buffer *buffer) {
+    if (!(buffer->flags & CM_BUFFER_FOREIGN))
+        cm__free(buffer->host);
+}
+
+static const cm__backend cm__cpu_backend = {
+    .type = CM_DEVICE_CPU,
+    .destroy = cm__cpu_destroy,
+    .get_info = cm__cpu_get_info,
+    .synchronize = cm__cpu_synchronize,
+    .buffer_alloc = cm__cpu_buffer_alloc,
+    .buffer_wrap_host = cm__cpu_buffer_wrap_host,
+    .buffer_free = cm__cpu_buffer_free,
+    .buffer_prepare_host = NULL,
+    .run_op = cm__cpu_run_op,
+};
+
+cm_status cm__cpu_device_count(uint32_t *count) {
+    *count = 1;
+    return CM_OK;
+}
+
+cm_status cm__cpu_device_open(uint32_t index, cm_device **out) {
+    if (index != 0)
+        return cm__fail_as("cm_device_open", CM_ERR_NO_DEVICE,
+                           "index = %u: there is one CPU device, index 0", index);
+    return cm__device_new(&cm__cpu_backend, NULL, out);
+}

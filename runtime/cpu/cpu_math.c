@@ -1,0 +1,270 @@
+/* CPU elementwise kernels: unary and binary ops per dtype, each with a
+ * contiguous loop (also with one broadcast operand) the compiler can
+ * vectorise and a strided loop. float16 and bfloat16 run the float32
+ * kernels on blocks converted to float32 and round once on the way out. */
+#include "cpu_ops.h"
+
+#include "core/convert.h"
+
+#include <math.h>
+
+/* ------------------------------------------------------------ generators */
+
+#define CM__BIN(name, T, R, EXPR)                                                         \
+    static void name(int64_t n, char *o, int64_t os, const char *a, int64_t as,           \
+                     const char *b, int64_t bs) {                                         \
+        const int64_t tz = (int64_t)sizeof(T);                                            \
+        if (os == (int64_t)sizeof(R) && as == tz && bs == tz) {                           \
+            R *po = (R *)(void *)o;                                                       \
+            const T *pa = (const T *)(const void *)a, *pb = (const T *)(const void *)b;   \
+            for (int64_t i = 0; i < n; ++i) {                                             \
+                const T x = pa[i], y = pb[i];                                             \
+                po[i] = (R)(EXPR);                                                        \
+            }                                                                             \
+        } else if (os == (int64_t)sizeof(R) && as == tz && bs == 0) {                     \
+            R *po = (R *)(void *)o;                                                       \
+            const T *pa = (const T *)(const void *)a;                                     \
+            const T y = *(const T *)(const void *)b;                                      \
+            for (int64_t i = 0; i < n; ++i) {                                             \
+                const T x = pa[i];                                                        \
+                po[i] = (R)(EXPR);                                                        \
+            }                                                                             \
+        } else if (os == (int64_t)sizeof(R) && as == 0 && bs == tz) {                     \
+            R *po = (R *)(void *)o;                                                       \
+            const T *pb = (const T *)(const void *)b;                                     \
+            const T x = *(const T *)(const void *)a;                                      \
+            for (int64_t i = 0; i < n; ++i) {                                             \
+                const T y = pb[i];                                                        \
+                po[i] = (R)(EXPR);                                                        \
+            }                                                                             \
+        } else {                                                                          \
+            for (int64_t i = 0; i < n; ++i) {                                             \
+                const T x = *(const T *)(const void *)(a + i * as);                       \
+                const T y = *(const T *)(const void *)(b + i * bs);                       \
+                *(R *)(void *)(o + i * os) = (R)(EXPR);                                   \
+            }                                                                             \
+        }                                                                                 \
+    }
+
+#define CM__UN(name, T, EXPR)                                                             \
+    static void name(int64_t n, char *o, int64_t os, const char *a, int64_t as) {         \
+        if (os == (int64_t)sizeof(T) && as == (int64_t)sizeof(T)) {                       \
+            T *po = (T *)(void *)o;                                                       \
+            const T *pa = (const T *)(const void *)a;                                     \
+            for (int64_t i = 0; i < n; ++i) {                                             \
+                const T x = pa[i];                                                        \
+                po[i] = (T)(EXPR);                                                        \
+            }                                                                             \
+        } else {                                                                          \
+            for (int64_t i = 0; i < n; ++i) {                                             \
+                const T x = *(const T *)(const void *)(a + i * as);                       \
+                *(T *)(void *)(o + i * os) = (T)(EXPR);                                   \
+            }                                                                             \
+        }                                                                                 \
+    }
+
+#define CM__CMP_DEFS(E, T)                                 \
+    CM__BIN(cm__eq_##E, T, uint8_t, x == y)                \
+    CM__BIN(cm__ne_##E, T, uint8_t, x != y)                \
+    CM__BIN(cm__lt_##E, T, uint8_t, x < y)                 \
+    CM__BIN(cm__le_##E, T, uint8_t, x <= y)                \
+    CM__BIN(cm__gt_##E, T, uint8_t, x > y)                 \
+    CM__BIN(cm__ge_##E, T, uint8_t, x >= y)
+
+/* Integers wrap through the unsigned type U (no signed overflow). */
+#define CM__INT_DEFS(E, T, U, SIGNED)                                                   \
+    CM__BIN(cm__add_##E, T, T, (U)x + (U)y)                                             \
+    CM__BIN(cm__sub_##E, T, T, (U)x - (U)y)                                             \
+    CM__BIN(cm__mul_##E, T, T, (U)x * (U)y)                                             \
+    CM__BIN(cm__div_##E, T, T,                                                          \
+            y == 0 ? (T)0 : (SIGNED && y == (T)-1) ? (T)(0u - (U)x) : (T)(x / y))       \
+    CM__BIN(cm__min_##E, T, T, x < y ? x : y)                                           \
+    CM__BIN(cm__max_##E, T, T, x > y ? x : y)                                           \
+    CM__CMP_DEFS(E, T)                                                                  \
+    CM__UN(cm__neg_##E, T, 0u - (U)x)                                                   \
+    CM__UN(cm__square_##E, T, (U)x * (U)x)
+
+#define CM__SIGNED_DEFS(E, T, U)                             \
+    CM__INT_DEFS(E, T, U, 1)                                 \
+    CM__UN(cm__abs_##E, T, x < 0 ? (T)(0u - (U)x) : x)       \
+    CM__UN(cm__relu_##E, T, x > 0 ? x : 0)                   \
+    CM__UN(cm__sign_##E, T, (x > 0) - (x < 0))
+
+#define CM__UNSIGNED_DEFS(E, T, U)          \
+    CM__INT_DEFS(E, T, U, 0)                \
+    CM__UN(cm__abs_##E, T, x)               \
+    CM__UN(cm__relu_##E, T, x)              \
+    CM__UN(cm__sign_##E, T, x != 0)
+
+/* Floats: min/max propagate NaN; SUF is the libm suffix (f or empty). */
+#define CM__FLOAT_DEFS(E, T, SUF)                                                         \
+    CM__BIN(cm__add_##E, T, T, x + y)                                                     \
+    CM__BIN(cm__sub_##E, T, T, x - y)                                                     \
+    CM__BIN(cm__mul_##E, T, T, x * y)                                                     \
+    CM__BIN(cm__div_##E, T, T, x / y)                                                     \
+    CM__BIN(cm__min_##E, T, T, (x != x || x < y) ? x : y)                                 \
+    CM__BIN(cm__max_##E, T, T, (x != x || x > y) ? x : y)                                 \
+    CM__CMP_DEFS(E, T)                                                                    \
+    CM__UN(cm__neg_##E, T, -x)                                                            \
+    CM__UN(cm__abs_##E, T, fabs##SUF(x))                                                  \
+    CM__UN(cm__square_##E, T, x * x)                                                      \
+    CM__UN(cm__relu_##E, T, (x != x || x > 0) ? x : (T)0)                                 \
+    CM__UN(cm__sign_##E, T, x > 0 ? (T)1 : x < 0 ? (T)-1 : x == x ? (T)0 : x)             \
+    CM__UN(cm__sqrt_##E, T, sqrt##SUF(x))                                                 \
+    CM__UN(cm__rsqrt_##E, T, (T)1 / sqrt##SUF(x))                                         \
+    CM__UN(cm__exp_##E, T, exp##SUF(x))                                                   \
+    CM__UN(cm__log_##E, T, log##SUF(x))                                                   \
+    CM__UN(cm__sin_##E, T, sin##SUF(x))                                                   \
+    CM__UN(cm__cos_##E, T, cos##SUF(x))                                                   \
+    CM__UN(cm__tanh_##E, T, tanh##SUF(x))                                                 \
+    CM__UN(cm__sigmoid_##E, T, (T)1 / ((T)1 + exp##SUF(-x)))                              \
+    CM__UN(cm__floor_##E, T, floor##SUF(x))                                               \
+    CM__UN(cm__ceil_##E, T, ceil##SUF(x))
+
+CM__SIGNED_DEFS(CM_INT8, int8_t, uint32_t)
+CM__SIGNED_DEFS(CM_INT16, int16_t, uint32_t)
+CM__SIGNED_DEFS(CM_INT32, int32_t, uint32_t)
+CM__SIGNED_DEFS(CM_INT64, int64_t, uint64_t)
+CM__UNSIGNED_DEFS(CM_UINT8, uint8_t, uint32_t)
+CM__UNSIGNED_DEFS(CM_UINT16, uint16_t, uint32_t)
+CM__UNSIGNED_DEFS(CM_UINT32, uint32_t, uint32_t)
+CM__UNSIGNED_DEFS(CM_UINT64, uint64_t, uint64_t)
+CM__FLOAT_DEFS(CM_FLOAT32, float, f)
+CM__FLOAT_DEFS(CM_FLOAT64, double, )
+/* bool: logical and / or, and comparisons. */
+CM__BIN(cm__min_CM_BOOL, uint8_t, uint8_t, x < y ? x : y)
+CM__BIN(cm__max_CM_BOOL, uint8_t, uint8_t, x > y ? x : y)
+CM__CMP_DEFS(CM_BOOL, uint8_t)
+
+/* ------------------------------------------------------------ float16, bfloat16 */
+
+#define CM__BLOCK 256
+
+static void cm__half_load(float *dst, const char *src, int64_t ss, int64_t n, bool bf16) {
+    if (ss == 2) {
+        const uint16_t *s = (const uint16_t *)(const void *)src;
+        if (bf16)
+            for (int64_t i = 0; i < n; ++i)
+                dst[i] = cm__bf16_to_f32(s[i]);
+        else
+            for (int64_t i = 0; i < n; ++i)
+                dst[i] = cm__f16_to_f32(s[i]);
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = *(const uint16_t *)(const void *)(src + i * ss);
+        dst[i] = bf16 ? cm__bf16_to_f32(h) : cm__f16_to_f32(h);
+    }
+}
+
+static void cm__half_store(char *dst, int64_t ds, const float *src, int64_t n, bool bf16) {
+    if (ds == 2) {
+        uint16_t *d = (uint16_t *)(void *)dst;
+        if (bf16)
+            for (int64_t i = 0; i < n; ++i)
+                d[i] = cm__f32_to_bf16(src[i]);
+        else
+            for (int64_t i = 0; i < n; ++i)
+                d[i] = cm__f32_to_f16(src[i]);
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+        *(uint16_t *)(void *)(dst + i * ds) = bf16 ? cm__f32_to_bf16(src[i])
+                                                   : cm__f32_to_f16(src[i]);
+}
+
+static void cm__half_unary(cm__cpu_map1_fn f32, bool bf16, int64_t n, char *o, int64_t os,
+                           const char *a, int64_t as) {
+    float t[CM__BLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += CM__BLOCK) {
+        const int64_t m = n - i0 < CM__BLOCK ? n - i0 : CM__BLOCK;
+        cm__half_load(t, a + i0 * as, as, m, bf16);
+        f32(m, (char *)t, 4, (const char *)t, 4);
+        cm__half_store(o + i0 * os, os, t, m, bf16);
+    }
+}
+
+static void cm__half_binary(cm__cpu_map2_fn f32, bool bf16, bool cmp, int64_t n, char *o,
+                            int64_t os, const char *a, int64_t as, const char *b, int64_t bs) {
+    float ta[CM__BLOCK], tb[CM__BLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += CM__BLOCK) {
+        const int64_t m = n - i0 < CM__BLOCK ? n - i0 : CM__BLOCK;
+        cm__half_load(ta, a + i0 * as, as, m, bf16);
+        cm__half_load(tb, b + i0 * bs, bs, m, bf16);
+        if (cmp) {
+            f32(m, o + i0 * os, os, (const char *)ta, 4, (const char *)tb, 4);
+        } else {
+            f32(m, (char *)ta, 4, (const char *)ta, 4, (const char *)tb, 4);
+            cm__half_store(o + i0 * os, os, ta, m, bf16);
+        }
+    }
+}
+
+#define CM__HALF_UN(op, E, BF)                                                            \
+    static void cm__##op##_##E(int64_t n, char *o, int64_t os, const char *a, int64_t as) { \
+        cm__half_unary(cm__##op##_CM_FLOAT32, BF, n, o, os, a, as);                       \
+    }
+#define CM__HALF_BIN(op, E, BF, CMP)                                                      \
+    static void cm__##op##_##E(int64_t n, char *o, int64_t os, const char *a, int64_t as, \
+                               const char *b, int64_t bs) {                               \
+        cm__half_binary(cm__##op##_CM_FLOAT32, BF, CMP, n, o, os, a, as, b, bs);          \
+    }
+#define CM__HALF_DEFS(E, BF)                                                              \
+    CM__HALF_BIN(add, E, BF, false) CM__HALF_BIN(sub, E, BF, false)                       \
+    CM__HALF_BIN(mul, E, BF, false) CM__HALF_BIN(div, E, BF, false)                       \
+    CM__HALF_BIN(min, E, BF, false) CM__HALF_BIN(max, E, BF, false)                       \
+    CM__HALF_BIN(eq, E, BF, true) CM__HALF_BIN(ne, E, BF, true)                           \
+    CM__HALF_BIN(lt, E, BF, true) CM__HALF_BIN(le, E, BF, true)                           \
+    CM__HALF_BIN(gt, E, BF, true) CM__HALF_BIN(ge, E, BF, true)                           \
+    CM__HALF_UN(neg, E, BF) CM__HALF_UN(abs, E, BF) CM__HALF_UN(square, E, BF)            \
+    CM__HALF_UN(relu, E, BF) CM__HALF_UN(sign, E, BF) CM__HALF_UN(sqrt, E, BF)            \
+    CM__HALF_UN(rsqrt, E, BF) CM__HALF_UN(exp, E, BF) CM__HALF_UN(log, E, BF)             \
+    CM__HALF_UN(sin, E, BF) CM__HALF_UN(cos, E, BF) CM__HALF_UN(tanh, E, BF)              \
+    CM__HALF_UN(sigmoid, E, BF) CM__HALF_UN(floor, E, BF) CM__HALF_UN(ceil, E, BF)
+
+CM__HALF_DEFS(CM_FLOAT16, false)
+CM__HALF_DEFS(CM_BFLOAT16, true)
+
+/* ------------------------------------------------------------ tables */
+
+#define CM__BIN_ARITH_ROW(E)                                                              \
+    [CM_BINARY_ADD][E] = cm__add_##E, [CM_BINARY_SUB][E] = cm__sub_##E,                   \
+    [CM_BINARY_MUL][E] = cm__mul_##E, [CM_BINARY_DIV][E] = cm__div_##E,
+#define CM__BIN_ORDER_ROW(E)                                                              \
+    [CM_BINARY_MIN][E] = cm__min_##E, [CM_BINARY_MAX][E] = cm__max_##E,                   \
+    [CM_BINARY_EQ][E] = cm__eq_##E, [CM_BINARY_NE][E] = cm__ne_##E,                       \
+    [CM_BINARY_LT][E] = cm__lt_##E, [CM_BINARY_LE][E] = cm__le_##E,                       \
+    [CM_BINARY_GT][E] = cm__gt_##E, [CM_BINARY_GE][E] = cm__ge_##E,
+#define CM__BIN_ROW(E) CM__BIN_ARITH_ROW(E) CM__BIN_ORDER_ROW(E)
+
+static const cm__cpu_map2_fn cm__binary_table[CM_BINARY_COUNT][CM_DTYPE_COUNT] = {
+    CM__BIN_ORDER_ROW(CM_BOOL)
+    CM__BIN_ROW(CM_INT8) CM__BIN_ROW(CM_INT16) CM__BIN_ROW(CM_INT32) CM__BIN_ROW(CM_INT64)
+    CM__BIN_ROW(CM_UINT8) CM__BIN_ROW(CM_UINT16) CM__BIN_ROW(CM_UINT32)
+    CM__BIN_ROW(CM_UINT64) CM__BIN_ROW(CM_FLOAT16) CM__BIN_ROW(CM_BFLOAT16)
+    CM__BIN_ROW(CM_FLOAT32) CM__BIN_ROW(CM_FLOAT64)};
+
+#define CM__UN_INT_ROW(E)                                                                 \
+    [CM_UNARY_NEG][E] = cm__neg_##E, [CM_UNARY_ABS][E] = cm__abs_##E,                     \
+    [CM_UNARY_SQUARE][E] = cm__square_##E, [CM_UNARY_RELU][E] = cm__relu_##E,             \
+    [CM_UNARY_SIGN][E] = cm__sign_##E,
+#define CM__UN_FLOAT_ROW(E)                                                               \
+    CM__UN_INT_ROW(E)[CM_UNARY_SQRT][E] = cm__sqrt_##E, [CM_UNARY_RSQRT][E] = cm__rsqrt_##E, \
+    [CM_UNARY_EXP][E] = cm__exp_##E, [CM_UNARY_LOG][E] = cm__log_##E,                     \
+    [CM_UNARY_SIN][E] = cm__sin_##E, [CM_UNARY_COS][E] = cm__cos_##E,                     \
+    [CM_UNARY_TANH][E] = cm__tanh_##E, [CM_UNARY_SIGMOID][E] = cm__sigmoid_##E,           \
+    [CM_UNARY_FLOOR][E] = cm__floor_##E, [CM_UNARY_CEIL][E] = cm__ceil_##E,
+
+static const cm__cpu_map1_fn cm__unary_table[CM_UNARY_COUNT][CM_DTYPE_COUNT] = {
+    CM__UN_INT_ROW(CM_INT8) CM__UN_INT_ROW(CM_INT16) CM__UN_INT_ROW(CM_INT32)
+    CM__UN_INT_ROW(CM_INT64) CM__UN_INT_ROW(CM_UINT8) CM__UN_INT_ROW(CM_UINT16)
+    CM__UN_INT_ROW(CM_UINT32) CM__UN_INT_ROW(CM_UINT64) CM__UN_FLOAT_ROW(CM_FLOAT16)
+    CM__UN_FLOAT_ROW(CM_BFLOAT16) CM__UN_FLOAT_ROW(CM_FLOAT32) CM__UN_FLOAT_ROW(CM_FLOAT64)};
+
+cm__cpu_map1_fn cm__cpu_unary_kernel(cm_unary_op op, cm_dtype dtype) {
+    return cm__unary_table[op][dtype];
+}
+
+cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype) {
+    return cm__binary_table[op][dtype];
+}

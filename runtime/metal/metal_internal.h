@@ -1,0 +1,82 @@
+/* Internal state of the Metal backend, shared by its files. */
+#ifndef CMETAL_METAL_INTERNAL_H
+#define CMETAL_METAL_INTERNAL_H
+
+#include "core/backend.h"
+#include "objc/bridge.h"
+
+#include <pthread.h>
+
+/* MTLResourceOptions storage bits (shift 4) and MTLStorageMode values. */
+enum {
+    CM__MTL_RESOURCE_STORAGE_SHARED = 0,
+    CM__MTL_RESOURCE_STORAGE_MANAGED = 16,
+    CM__MTL_RESOURCE_STORAGE_PRIVATE = 32,
+    CM__MTL_STORAGE_MODE_SHARED = 0,
+    CM__MTL_STORAGE_MODE_MANAGED = 1,
+    CM__MTL_STORAGE_MODE_PRIVATE = 2,
+    CM__MTL_STORAGE_MODE_MEMORYLESS = 3,
+};
+
+/* MTLCommandBufferStatus. */
+enum {
+    CM__MTL_CB_NOT_ENQUEUED = 0,
+    CM__MTL_CB_ENQUEUED = 1,
+    CM__MTL_CB_COMMITTED = 2,
+    CM__MTL_CB_SCHEDULED = 3,
+    CM__MTL_CB_COMPLETED = 4,
+    CM__MTL_CB_ERROR = 5,
+};
+
+typedef struct cm__metal_device {
+    cm__id device;    /* id<MTLDevice>, +1 */
+    cm_device_info info;
+} cm__metal_device;
+
+typedef struct cm__metal_stream {
+    cm__id queue;         /* id<MTLCommandQueue>, +1 */
+    pthread_mutex_t lock; /* guards everything below */
+    cm__id open;          /* the command buffer being filled, +1, or NULL */
+    cm__id last;          /* the last committed command buffer, +1, or NULL */
+    uint64_t submissions; /* command buffers committed */
+    bool failed;          /* a command buffer failed; error not yet reported */
+    char error[384];
+} cm__metal_stream;
+
+/* Per-buffer tracking: the last command buffers that used and wrote it. */
+typedef struct cm__metal_buffer {
+    pthread_mutex_t lock;
+    cm__id last_use;          /* id<MTLCommandBuffer>, +1, or NULL */
+    cm_stream *last_use_stream;   /* retained with last_use */
+    cm__id last_write;
+    cm_stream *last_write_stream;
+    bool gpu_wrote;           /* managed: device copy newer than host's */
+    bool host_dirty;          /* managed: host copy newer than device's */
+    size_t dirty_begin, dirty_end;
+} cm__metal_buffer;
+
+static inline cm__metal_device *cm__mtl_dev(const cm_device *d) {
+    return (cm__metal_device *)d->impl;
+}
+static inline cm__metal_stream *cm__mtl_stream(const cm_stream *s) {
+    return (cm__metal_stream *)s->impl;
+}
+static inline cm__metal_buffer *cm__mtl_buf(const cm_buffer *b) {
+    return (cm__metal_buffer *)b->impl;
+}
+
+/* The stream's open command buffer, created on first use (+0: owned by
+ * the stream). Call with the stream's lock held, inside a pool. */
+cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out);
+
+/* Records that the stream's open command buffer uses the buffer (and
+ * writes it when `write`), and pushes host writes of managed storage to
+ * the device first. Stream lock held. */
+void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write);
+
+/* Commits the open command buffer (if any) and, when `wait`, waits for
+ * everything committed so far; reports a failed command buffer once.
+ * Takes the stream's lock. */
+cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait);
+
+#endif /* CMETAL_METAL_INTERNAL_H */

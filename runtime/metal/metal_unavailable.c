@@ -1,0 +1,43 @@
+/* Stand-in for the Metal backend until it is built: no Metal devices. */
+#include "core/backend.h"
+
+cm_status cm__metal_device_count(uint32_t *count) {
+    *count = 0;
+    return CM_OK;
+}
+
+cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
+    (void)index;
+    *out = NULL;
+    return cm__fail_as("cm_device_open", CM_ERR_NO_DEVICE,
+                       "type = metal: this build of cmetal has no Metal backend yet");
+}
+
+#include <cmetal/metal.h>
+
+static cm_status cm__no_metal(const char *func) {
+    return cm__fail_as(func, CM_ERR_UNSUPPORTED, "this build of cmetal has no Metal backend");
+}
+
+cm_status cm_buffer_wrap_metal(cm_device *device, const cm_metal_buffer_desc *desc,
+                               cm_buffer **out) {
+    (void)device;
+    (void)desc;
+    if (out != NULL)
+        *out = NULL;
+    return cm__no_metal(__func__);
+}
+
+cm_status cm_device_get_metal_device(const cm_device *device, void **out) {
+    (void)device;
+    if (out != NULL)
+        *out = NULL;
+    return cm__no_metal(__func__);
+}
+
+cm_status cm_stream_get_metal_queue(const cm_stream *stream, void **out) {
+    (void)stream;
+    if (out != NULL)
+        *out = NULL;
+    return cm__no_metal(__func__);
+}

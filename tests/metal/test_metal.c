@@ -1,0 +1,291 @@
+/* The Metal backend: devices, buffers of every storage mode, wrapping,
+ * streams and fences. On Linux it runs on softmetal (CMETAL_METAL_FRAMEWORK
+ * points at libsoftmetal.so), whose counters also check that no Metal
+ * object leaks; on a Mac the same tests run on Apple's Metal, without the
+ * softmetal-only checks. */
+#include <cmetal/cmetal.h>
+
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "softmetal.h"
+
+static bool on_softmetal(void) {
+    return getenv("CMETAL_METAL_FRAMEWORK") != NULL;
+}
+
+/* softmetal's test hooks, found in the loaded framework. */
+static void sm_stats(struct softmetal_stats *out) {
+    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(lib, "softmetal is loaded");
+    void (*fn)(struct softmetal_stats *);
+    void *sym = dlsym(lib, "softmetal_stats");
+    cr_assert_not_null(sym);
+    memcpy(&fn, &sym, sizeof fn);
+    fn(out);
+    dlclose(lib);
+}
+
+static long sm_live(const char *cls) {
+    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(lib);
+    long (*fn)(const char *);
+    void *sym = dlsym(lib, "softmetal_live_count");
+    memcpy(&fn, &sym, sizeof fn);
+    long n = fn(cls);
+    dlclose(lib);
+    return n;
+}
+
+static cm_device *metal(void) {
+    cm_device *d = NULL;
+    cr_assert_eq(cm_device_open(CM_DEVICE_METAL, 0, &d), CM_OK, "%s", cm_last_error());
+    return d;
+}
+
+#define EXPECT_ERROR(call, status, fragment)                                                 \
+    do {                                                                                     \
+        cr_assert_eq((call), (status), "%s", cm_last_error());                              \
+        cr_assert(strstr(cm_last_error(), (fragment)) != NULL, "message \"%s\" lacks \"%s\"", \
+                  cm_last_error(), (fragment));                                              \
+    } while (0)
+
+Test(metal, device_opens_and_reports_softmetal) {
+    cm_device *d = metal();
+    cm_device_info info;
+    cr_assert_eq(cm_device_get_info(d, &info), CM_OK);
+    cr_assert_eq(info.type, CM_DEVICE_METAL);
+    cr_assert(strlen(info.name) > 0);
+    cr_assert_eq(info.software, on_softmetal(), "software only when loaded from CMETAL_METAL_FRAMEWORK");
+    cr_assert(info.unified_memory);
+    cr_assert_eq(info.max_threads_per_threadgroup[0], 1024, "a 24-byte struct return");
+    cr_assert_gt(info.max_buffer_length, 0);
+    void *native = NULL;
+    cr_assert_eq(cm_device_get_metal_device(d, &native), CM_OK);
+    cr_assert_not_null(native);
+    uint32_t n = 0;
+    cr_assert_eq(cm_device_count(CM_DEVICE_METAL, &n), CM_OK);
+    cr_assert_geq(n, 1);
+    EXPECT_ERROR(cm_device_open(CM_DEVICE_METAL, n, &(cm_device *){NULL}), CM_ERR_NO_DEVICE,
+                 "Metal devices");
+    cm_device_release(d);
+}
+
+Test(metal, default_device_is_metal_when_present) {
+    unsetenv("CMETAL_DEVICE");
+    cm_device *d = NULL;
+    cr_assert_eq(cm_device_open(CM_DEVICE_DEFAULT, 0, &d), CM_OK);
+    cm_device_info info;
+    cm_device_get_info(d, &info);
+    cr_assert_eq(info.type, CM_DEVICE_METAL);
+    cm_device_release(d);
+}
+
+Test(metal, every_storage_mode_round_trips_bytes) {
+    cm_device *d = metal();
+    const cm_storage_mode modes[] = {CM_STORAGE_SHARED, CM_STORAGE_MANAGED, CM_STORAGE_PRIVATE};
+    for (int m = 0; m < 3; ++m) {
+        cm_buffer *b = NULL;
+        cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){4096, modes[m]}, &b), CM_OK, "%s",
+                     cm_last_error());
+        cm_buffer_info info;
+        cm_buffer_get_info(b, &info);
+        cr_assert_eq(info.storage, modes[m]);
+        cr_assert_not_null(info.native);
+        cr_assert_eq(info.host == NULL, modes[m] == CM_STORAGE_PRIVATE);
+        unsigned char in[1000], out[1000];
+        for (int i = 0; i < 1000; ++i)
+            in[i] = (unsigned char)(i * 7 + m);
+        cr_assert_eq(cm_buffer_write(b, 96, in, sizeof in), CM_OK, "%s", cm_last_error());
+        memset(out, 0, sizeof out);
+        cr_assert_eq(cm_buffer_read(b, 96, out, sizeof out), CM_OK, "%s", cm_last_error());
+        cr_assert_eq(memcmp(in, out, sizeof in), 0, "storage mode %d", modes[m]);
+        cm_buffer_release(b);
+    }
+    cm_device_release(d);
+}
+
+Test(metal, private_storage_refuses_host_access_clearly) {
+    cm_device *d = metal();
+    cm_tensor *t = NULL;
+    cr_assert_eq(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                       .shape = (int64_t[]){8},
+                                                       .storage = CM_STORAGE_PRIVATE},
+                                  &t), CM_OK);
+    const void *p = NULL;
+    EXPECT_ERROR(cm_tensor_host_read(t, CM_FLOAT32, &p), CM_ERR_NOT_HOST_VISIBLE,
+                 "private storage on the metal device is not visible to the host");
+    float v = 1;
+    EXPECT_ERROR(cm_tensor_set_element(t, (int64_t[]){0}, CM_FLOAT32, &v),
+                 CM_ERR_NOT_HOST_VISIBLE, "not visible");
+    cm_tensor_release(t);
+    cm_device_release(d);
+}
+
+Test(metal, zero_size_buffers_exist) {
+    cm_device *d = metal();
+    cm_buffer *b = NULL;
+    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){0}, &b), CM_OK);
+    cm_buffer_info info;
+    cm_buffer_get_info(b, &info);
+    cr_assert_eq(info.size, 0);
+    cr_assert_not_null(info.native);
+    cm_buffer_release(b);
+    EXPECT_ERROR(cm_buffer_create(d, &(cm_buffer_desc){.size = SIZE_MAX}, &b),
+                 CM_ERR_OUT_OF_MEMORY, "exceeds the device's maxBufferLength");
+    cr_assert_null(b);
+    cm_device_release(d);
+}
+
+static atomic_int released;
+static void count_release(void *ctx) {
+    (void)ctx;
+    atomic_fetch_add(&released, 1);
+}
+
+Test(metal, aligned_host_memory_wraps_without_a_copy) {
+    cm_device *d = metal();
+    void *mem = aligned_alloc(CM_METAL_PAGE_SIZE, 2 * CM_METAL_PAGE_SIZE);
+    memset(mem, 0x3c, 2 * CM_METAL_PAGE_SIZE);
+    atomic_store(&released, 0);
+    cm_buffer *b = NULL;
+    cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){
+                     .data = mem, .size = 2 * CM_METAL_PAGE_SIZE, .copy = CM_COPY_NEVER,
+                     .release = count_release},
+                 &b), CM_OK, "%s", cm_last_error());
+    cm_buffer_info info;
+    cm_buffer_get_info(b, &info);
+    cr_assert_eq(info.host, mem, "the MTLBuffer's contents are the caller's memory");
+    cr_assert_eq(info.flags & CM_BUFFER_COPIED, 0);
+    cr_assert_eq(atomic_load(&released), 0);
+    cm_buffer_release(b);
+    cr_assert_eq(atomic_load(&released), 1, "deallocator ran the release callback once");
+    free(mem);
+    cm_device_release(d);
+}
+
+Test(metal, unaligned_host_memory_is_refused_or_copied_as_asked) {
+    cm_device *d = metal();
+    char *mem = malloc(5000);
+    memset(mem, 9, 5000);
+    atomic_store(&released, 0);
+    cm_buffer *b = NULL;
+    EXPECT_ERROR(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = mem + 1, .size = 4000,
+                                                               .copy = CM_COPY_NEVER,
+                                                               .release = count_release},
+                                     &b),
+                 CM_ERR_COPY_REQUIRED, "needs both aligned to 16384 bytes");
+    cr_assert_null(b);
+    cr_assert_eq(atomic_load(&released), 0, "never called on failure");
+    cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = mem + 1, .size = 4000,
+                                                               .release = count_release},
+                                     &b), CM_OK);
+    cr_assert_eq(atomic_load(&released), 1, "copied: the caller's memory is released at once");
+    cm_buffer_info info;
+    cm_buffer_get_info(b, &info);
+    cr_assert(info.flags & CM_BUFFER_COPIED);
+    cr_assert_neq(info.host, mem + 1);
+    cr_assert_eq(((char *)info.host)[3999], 9);
+    cm_buffer_release(b);
+    cr_assert_eq(atomic_load(&released), 1);
+    free(mem);
+    cm_device_release(d);
+}
+
+Test(metal, foreign_mtlbuffers_are_retained_and_released_once) {
+    cm_device *d = metal();
+    cm_buffer *own = NULL, *wrapped = NULL;
+    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 256}, &own), CM_OK);
+    cm_buffer_info info;
+    cm_buffer_get_info(own, &info);
+    long buffers = on_softmetal() ? sm_live("SMBuffer") : 0;
+    atomic_store(&released, 0);
+    cr_assert_eq(cm_buffer_wrap_metal(d, &(cm_metal_buffer_desc){.buffer = info.native,
+                                                                 .release = count_release},
+                                      &wrapped), CM_OK, "%s", cm_last_error());
+    cm_buffer_release(own); /* the wrap keeps the MTLBuffer alive */
+    if (on_softmetal())
+        cr_assert_eq(sm_live("SMBuffer"), buffers);
+    cm_buffer_info winfo;
+    cm_buffer_get_info(wrapped, &winfo);
+    cr_assert_eq(winfo.native, info.native);
+    cr_assert_eq(winfo.size, 256);
+    cr_assert(winfo.flags & CM_BUFFER_FOREIGN);
+    cm_buffer_release(wrapped);
+    cr_assert_eq(atomic_load(&released), 1);
+    if (on_softmetal())
+        cr_assert_eq(sm_live("SMBuffer"), buffers - 1, "the MTLBuffer died with its last owner");
+    EXPECT_ERROR(cm_buffer_wrap_metal(d, &(cm_metal_buffer_desc){0}, &wrapped),
+                 CM_ERR_INVALID_ARGUMENT, "desc->buffer = NULL");
+    cm_device *cpu = NULL;
+    cm_device_open(CM_DEVICE_CPU, 0, &cpu);
+    EXPECT_ERROR(cm_buffer_wrap_metal(cpu, &(cm_metal_buffer_desc){.buffer = info.native},
+                                      &wrapped),
+                 CM_ERR_UNSUPPORTED, "not Metal");
+    cm_device_release(cpu);
+    cm_device_release(d);
+}
+
+Test(metal, fences_order_two_streams) {
+    cm_device *d = metal();
+    cm_stream *a = NULL, *b = NULL;
+    cr_assert_eq(cm_stream_create(d, &a), CM_OK);
+    cr_assert_eq(cm_stream_create(d, &b), CM_OK);
+    void *queue_a = NULL, *queue_b = NULL;
+    cm_stream_get_metal_queue(a, &queue_a);
+    cm_stream_get_metal_queue(b, &queue_b);
+    cr_assert_neq(queue_a, queue_b, "one command queue per stream");
+    cm_fence *f = NULL;
+    cr_assert_eq(cm_stream_signal(a, &f), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_stream_wait(b, f), CM_OK);
+    cm_fence *g = NULL;
+    cr_assert_eq(cm_stream_signal(b, &g), CM_OK);
+    cr_assert_eq(cm_fence_wait(g, UINT64_MAX), CM_OK, "%s", cm_last_error());
+    cm_fence_info info;
+    cr_assert_eq(cm_fence_get_info(f, &info), CM_OK);
+    cr_assert(info.signaled, "b waited for a's fence before signalling its own");
+    cr_assert_not_null(info.shared_event);
+    cr_assert_eq(info.value, 1);
+    uint64_t n = 0;
+    cm_stream_get_submissions(a, &n);
+    cr_assert_eq(n, 1);
+    cm_fence_release(f);
+    cm_fence_release(g);
+    cm_stream_release(a);
+    cm_stream_release(b);
+    cm_device_release(d);
+}
+
+Test(metal, a_full_session_leaks_no_metal_object) {
+    if (!on_softmetal())
+        cr_skip_test("object counts need softmetal");
+    struct softmetal_stats before, after;
+    {
+        cm_device *d = metal(); /* loads the framework */
+        cm_device_release(d);
+    }
+    sm_stats(&before);
+    cm_device *d = metal();
+    cm_stream *s = NULL;
+    cm_stream_create(d, &s);
+    cm_buffer *b = NULL;
+    cm_buffer_create(d, &(cm_buffer_desc){1024, CM_STORAGE_PRIVATE}, &b);
+    char bytes[1024] = {1};
+    cr_assert_eq(cm_buffer_write(b, 0, bytes, sizeof bytes), CM_OK);
+    cr_assert_eq(cm_buffer_read(b, 0, bytes, sizeof bytes), CM_OK);
+    cm_fence *f = NULL;
+    cm_stream_signal(s, &f);
+    cm_fence_wait(f, UINT64_MAX);
+    cm_fence_release(f);
+    cm_buffer_release(b);
+    cm_stream_release(s);
+    cm_device_release(d);
+    sm_stats(&after);
+    cr_assert_eq(after.live_objects, before.live_objects,
+                 "%ld Metal objects outlived the session", after.live_objects - before.live_objects);
+    cr_assert_gt(after.allocs, before.allocs, "the session did make objects");
+}

@@ -1,0 +1,269 @@
+/* cmetal-bench: op throughput on the CPU device, each figure as a ratio to
+ * memcpy measured in the same run.
+ *
+ *   cmetal-bench [--json] [--mib N] [--reps N]
+ *
+ * Bandwidth counts the bytes an op reads plus the bytes it writes; memcpy
+ * of S bytes moves 2S. A ratio is op bandwidth / memcpy bandwidth, so 1.0
+ * means "as fast as memcpy moving as many bytes". Each time is the best of
+ * --reps runs after one warm-up run. Never used as a test: no timing is
+ * asserted anywhere. */
+#include <cmetal/cmetal.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, cm_status s) {
+    fprintf(stderr, "cmetal-bench: %s: %s (%s)\n", what, cm_status_name(s), cm_last_error());
+    exit(1);
+}
+#define TRY(expr)                     \
+    do {                              \
+        cm_status s_ = (expr);        \
+        if (s_ != CM_OK)              \
+            die(#expr, s_);           \
+    } while (0)
+
+typedef struct bench_case {
+    const char *name;
+    const char *note;
+    double goal;       /* 0: no goal */
+    double bytes;      /* read + written */
+    double seconds;    /* best */
+    double ratio;
+} bench_case;
+
+typedef enum which {
+    B_COPY,
+    B_TRANSPOSE,
+    B_CAST_F32_F16,
+    B_CAST_F16_F32,
+    B_FILL,
+    B_ADD_F32,
+    B_SUM_F32,
+    B_SUM_AXIS0_F32,
+    B_COUNT
+} which;
+
+typedef struct bench_env {
+    cm_device *dev;
+    size_t bytes;      /* the working size, MiB-aligned */
+    int reps;
+    void *m_src, *m_dst;
+} bench_env;
+
+static cm_tensor *tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape) {
+    cm_tensor_desc desc = {.dtype = d, .ndim = ndim, .shape = shape};
+    cm_tensor *t = NULL;
+    TRY(cm_tensor_create(dev, &desc, &t));
+    const double zero = 0.5;
+    TRY(cm_fill(t, CM_FLOAT64, &zero)); /* fault the pages in */
+    return t;
+}
+
+static double best_of(int reps, void (*fn)(void *), void *ctx) {
+    fn(ctx); /* warm-up */
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+        const double t0 = now_s();
+        fn(ctx);
+        const double t = now_s() - t0;
+        if (t < best)
+            best = t;
+    }
+    return best;
+}
+
+typedef struct op_ctx {
+    which w;
+    cm_tensor *a, *b, *out;
+    bench_env *env;
+} op_ctx;
+
+static void run_memcpy(void *p) {
+    bench_env *e = p;
+    memcpy(e->m_dst, e->m_src, e->bytes);
+}
+
+static void run_op(void *p) {
+    op_ctx *c = p;
+    const double v = 1.25;
+    switch (c->w) {
+    case B_COPY:
+    case B_TRANSPOSE: TRY(cm_copy(c->a, c->out)); break;
+    case B_CAST_F32_F16:
+    case B_CAST_F16_F32: TRY(cm_cast(c->a, c->out)); break;
+    case B_FILL: TRY(cm_fill(c->out, CM_FLOAT64, &v)); break;
+    case B_ADD_F32: TRY(cm_binary(CM_BINARY_ADD, c->a, c->b, c->out)); break;
+    case B_SUM_F32: TRY(cm_reduce(CM_REDUCE_SUM, c->a, CM_AXIS_ALL, c->out)); break;
+    case B_SUM_AXIS0_F32: TRY(cm_reduce(CM_REDUCE_SUM, c->a, 0, c->out)); break;
+    default: break;
+    }
+}
+
+static void measure(bench_env *env, which w, double memcpy_bw, bench_case *out) {
+    const int64_t n4 = (int64_t)(env->bytes / 4); /* float32 elements */
+    int64_t side = 1;
+    while ((side * 2) * (side * 2) <= n4)
+        side *= 2;
+    op_ctx c = {.w = w, .env = env};
+    int64_t flat[1] = {n4}, sq[2] = {side, side}, rows[2] = {side, n4 / side}, one[1] = {n4 / side};
+    switch (w) {
+    case B_COPY:
+        c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
+        c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
+        *out = (bench_case){"copy contiguous f32", "one memcpy after coalescing", 0.9,
+                            2.0 * (double)n4 * 4, 0, 0};
+        break;
+    case B_TRANSPOSE: {
+        cm_tensor *base = tensor(env->dev, CM_FLOAT32, 2, sq);
+        TRY(cm_tensor_transpose(base, 0, 1, &c.a));
+        cm_tensor_release(base);
+        c.out = tensor(env->dev, CM_FLOAT32, 2, sq);
+        *out = (bench_case){"make-contiguous 2-d transpose f32", "tiled 32x32", 0.5,
+                            2.0 * (double)(side * side) * 4, 0, 0};
+        break;
+    }
+    case B_CAST_F32_F16:
+        c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
+        c.out = tensor(env->dev, CM_FLOAT16, 1, flat);
+        *out = (bench_case){"cast f32 -> f16", "round to nearest even", 0.5,
+                            (double)n4 * 6, 0, 0};
+        break;
+    case B_CAST_F16_F32:
+        c.a = tensor(env->dev, CM_FLOAT16, 1, flat);
+        c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
+        *out = (bench_case){"cast f16 -> f32", "", 0, (double)n4 * 6, 0, 0};
+        break;
+    case B_FILL:
+        c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
+        *out = (bench_case){"fill f32", "writes only", 0, (double)n4 * 4, 0, 0};
+        break;
+    case B_ADD_F32:
+        c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
+        c.b = tensor(env->dev, CM_FLOAT32, 1, flat);
+        c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
+        *out = (bench_case){"add f32", "", 0, (double)n4 * 12, 0, 0};
+        break;
+    case B_SUM_F32:
+        c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
+        c.out = tensor(env->dev, CM_FLOAT32, 0, NULL);
+        *out = (bench_case){"sum f32 (all)", "float64 accumulator", 0, (double)n4 * 4, 0, 0};
+        break;
+    case B_SUM_AXIS0_F32:
+        c.a = tensor(env->dev, CM_FLOAT32, 2, rows);
+        c.out = tensor(env->dev, CM_FLOAT32, 1, one);
+        *out = (bench_case){"sum f32 (axis 0)", "row-vector accumulation", 0,
+                            (double)n4 * 4, 0, 0};
+        break;
+    default: break;
+    }
+    out->seconds = best_of(env->reps, run_op, &c);
+    out->ratio = out->bytes / out->seconds / memcpy_bw;
+    cm_tensor_release(c.a);
+    cm_tensor_release(c.b);
+    cm_tensor_release(c.out);
+}
+
+static void cpu_model(char *buf, size_t cap) {
+    snprintf(buf, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *colon = strchr(line, ':');
+            if (colon != NULL) {
+                snprintf(buf, cap, "%s", colon + 2);
+                buf[strcspn(buf, "\n")] = '\0';
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+int main(int argc, char **argv) {
+    bool json = false;
+    long mib = 64;
+    int reps = 5;
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
+            mib = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = (int)strtol(argv[++i], NULL, 10);
+        } else {
+            fprintf(stderr, "usage: cmetal-bench [--json] [--mib N] [--reps N]\n");
+            return 2;
+        }
+    }
+    if (mib < 1 || reps < 1) {
+        fprintf(stderr, "cmetal-bench: --mib and --reps must be >= 1\n");
+        return 2;
+    }
+    bench_env env = {.bytes = (size_t)mib << 20, .reps = reps};
+    TRY(cm_device_open(CM_DEVICE_CPU, 0, &env.dev));
+    cm_device_info info;
+    TRY(cm_device_get_info(env.dev, &info));
+    env.m_src = malloc(env.bytes);
+    env.m_dst = malloc(env.bytes);
+    if (env.m_src == NULL || env.m_dst == NULL) {
+        fprintf(stderr, "cmetal-bench: no memory for %ld MiB\n", mib);
+        return 1;
+    }
+    memset(env.m_src, 1, env.bytes);
+    memset(env.m_dst, 2, env.bytes);
+    const double t_memcpy = best_of(reps, run_memcpy, &env);
+    const double memcpy_bw = 2.0 * (double)env.bytes / t_memcpy;
+
+    bench_case cases[B_COUNT];
+    for (int w = 0; w < B_COUNT; ++w)
+        measure(&env, (which)w, memcpy_bw, &cases[w]);
+
+    char model[256];
+    cpu_model(model, sizeof model);
+    if (json) {
+        printf("{\"device\": {\"type\": \"%s\", \"name\": \"%s\", \"cpu\": \"%s\"},\n",
+               cm_device_type_name(info.type), info.name, model);
+        printf(" \"mib\": %ld, \"reps\": %d,\n", mib, reps);
+        printf(" \"memcpy\": {\"seconds\": %.6g, \"gb_per_s\": %.4g},\n", t_memcpy,
+               memcpy_bw * 1e-9);
+        printf(" \"cases\": [\n");
+        for (int w = 0; w < B_COUNT; ++w)
+            printf("  {\"name\": \"%s\", \"bytes\": %.0f, \"seconds\": %.6g, \"gb_per_s\": %.4g, "
+                   "\"ratio_to_memcpy\": %.4g, \"goal\": %.3g}%s\n",
+                   cases[w].name, cases[w].bytes, cases[w].seconds,
+                   cases[w].bytes / cases[w].seconds * 1e-9, cases[w].ratio, cases[w].goal,
+                   w + 1 < B_COUNT ? "," : "");
+        printf(" ]}\n");
+    } else {
+        printf("cmetal-bench on the %s device (%s), %ld MiB, best of %d\n", info.name, model,
+               mib, reps);
+        printf("memcpy: %.2f ms, %.2f GB/s moved (read + written)\n\n", t_memcpy * 1e3,
+               memcpy_bw * 1e-9);
+        printf("%-36s %10s %10s %8s %6s  %s\n", "op", "ms", "GB/s", "ratio", "goal", "note");
+        for (int w = 0; w < B_COUNT; ++w) {
+            char goal[16] = "-";
+            if (cases[w].goal > 0)
+                snprintf(goal, sizeof goal, ">=%.1f", cases[w].goal);
+            printf("%-36s %10.2f %10.2f %8.2f %6s  %s\n", cases[w].name,
+                   cases[w].seconds * 1e3, cases[w].bytes / cases[w].seconds * 1e-9,
+                   cases[w].ratio, goal, cases[w].note);
+        }
+    }
+    free(env.m_src);
+    free(env.m_dst);
+    cm_device_release(env.dev);
+    return 0;
+}

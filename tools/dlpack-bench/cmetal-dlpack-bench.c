@@ -1,0 +1,85 @@
+/* cmetal-dlpack-bench: nanoseconds per DLPack export + import + release of
+ * a CPU tensor, legacy and versioned, for sizes from 1 KiB to 1 GiB. The
+ * round trip shares memory, so its time must not grow with the size.
+ *
+ * Usage: cmetal-dlpack-bench [max_bytes]   (default 1 GiB)
+ * Output: one line per size: bytes, ns legacy, ns versioned (median of 5
+ * batches). tools/dlpack_bench.py runs it beside NumPy and PyTorch. */
+#include <cmetal/cmetal.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void check(cm_status s, const char *what) {
+    if (s != CM_OK) {
+        fprintf(stderr, "cmetal-dlpack-bench: %s: %s\n", what, cm_last_error());
+        exit(1);
+    }
+}
+
+static void round_trip(const cm_tensor *t, const cm_dlpack_export_desc *desc) {
+    cm_dlpack_managed m;
+    cm_tensor *back = NULL;
+    check(cm_dlpack_export(t, desc, &m), "export");
+    if (m.versioned != NULL)
+        check(cm_dlpack_import_versioned(m.versioned, NULL, &back), "import");
+    else
+        check(cm_dlpack_import(m.legacy, NULL, &back), "import");
+    cm_tensor_release(back); /* runs the export's deleter */
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median over 5 batches of the time per round trip. */
+static double measure(const cm_tensor *t, const cm_dlpack_export_desc *desc) {
+    long iterations = 1000;
+    for (;;) { /* size a batch to about 20 ms */
+        double t0 = now_ns();
+        for (long i = 0; i < iterations; ++i)
+            round_trip(t, desc);
+        if (now_ns() - t0 > 2e7 || iterations > (1L << 26))
+            break;
+        iterations *= 2;
+    }
+    double batch[5];
+    for (int b = 0; b < 5; ++b) {
+        double t0 = now_ns();
+        for (long i = 0; i < iterations; ++i)
+            round_trip(t, desc);
+        batch[b] = (now_ns() - t0) / (double)iterations;
+    }
+    qsort(batch, 5, sizeof batch[0], cmp_double);
+    return batch[2];
+}
+
+int main(int argc, char **argv) {
+    unsigned long long max_bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (1ull << 30);
+    cm_device *cpu = NULL;
+    check(cm_device_open(CM_DEVICE_CPU, 0, &cpu), "cm_device_open");
+    printf("# bytes ns_legacy ns_versioned\n");
+    for (unsigned long long bytes = 1024; bytes <= max_bytes; bytes *= 4) {
+        const int64_t shape[1] = {(int64_t)(bytes / sizeof(float))};
+        cm_tensor_desc td = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
+        cm_tensor *t = NULL;
+        check(cm_tensor_create(cpu, &td, &t), "cm_tensor_create");
+        cm_dlpack_export_desc legacy = {0};
+        cm_dlpack_export_desc versioned = {.max_version = {1, 0}};
+        double l = measure(t, &legacy);
+        double v = measure(t, &versioned);
+        printf("%llu %.1f %.1f\n", bytes, l, v);
+        fflush(stdout);
+        cm_tensor_release(t);
+    }
+    cm_device_release(cpu);
+    return 0;
+}
