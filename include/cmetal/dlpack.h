@@ -96,6 +96,11 @@ typedef struct cm_dlpack_export_desc {
     cm_copy_policy copy;
     /* Mark the export DLPACK_FLAG_BITMASK_READ_ONLY (versioned only). */
     bool read_only;
+    /* kDLMetal only: do not wait for pending device writes. The consumer
+     * then orders its work after a fence it waits on itself: take one with
+     * cm_stream_signal on the device's stream (cm_fence_get_info gives the
+     * id<MTLSharedEvent> and value). Default false: the export waits. */
+    bool no_wait;
 } cm_dlpack_export_desc;
 
 /* What an export produced: exactly one of the two pointers is non-NULL. */
@@ -113,8 +118,16 @@ typedef struct cm_dlpack_managed {
  * byte_offset = 0, as NumPy and PyTorch do for the CPU. shape and strides
  * (in elements) are always set for ndim > 0, also for compact tensors; for
  * ndim 0 they point to empty arrays. Size-1, zero and negative strides go
- * out as they are. Storage a Metal device can see from the host is exported
- * for kDLCPU the same way after pending device writes finish.
+ * out as they are.
+ * Metal tensors go out, by default, as kDLMetal (device_id 0) with `data` =
+ * the id<MTLBuffer> (never a host address: do no arithmetic on it) and
+ * byte_offset = the view's offset of element 0, as PyTorch MPS and MLX do.
+ * Asked for kDLCPU, host-visible Metal storage (shared, managed) goes out
+ * as above, zero-copy on unified memory; private storage is copied to the
+ * host when desc->copy allows (CM_ERR_COPY_REQUIRED otherwise).
+ * Synchronisation: the export first waits for pending device writes to the
+ * tensor's buffer (and, for a writable export, pending reads), so the
+ * consumer sees finished data; see desc->no_wait.
  *
  * Read-only: the versioned struct gets DLPACK_FLAG_BITMASK_READ_ONLY when the
  * tensor is read-only (broadcast views included) or desc->read_only is set.
@@ -131,7 +144,7 @@ typedef struct cm_dlpack_managed {
  * nothing is allocated and *out is zeroed.
  * Errors: CM_ERR_INVALID_ARGUMENT naming the field (NULL tensor or out,
  * device_id, copy); CM_ERR_UNSUPPORTED for a device type cmetal cannot
- * export to (kDLMetal until the Metal backend exports, CUDA...);
+ * export to (kDLMetal for a CPU tensor, CUDA...);
  * CM_ERR_COPY_REQUIRED when only a copy works and desc->copy is
  * CM_COPY_NEVER; CM_ERR_READ_ONLY (see above); CM_ERR_NOT_HOST_VISIBLE for
  * private storage asked for on the CPU; CM_ERR_OUT_OF_MEMORY.
@@ -145,13 +158,17 @@ CM_API cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_expor
  * writable unless the producer says read-only. */
 typedef struct cm_dlpack_import_desc {
     /* The device the tensor should live on; NULL (default) means where the
-     * data is (the CPU device for host memory). Borrowed for the call. Only
-     * a CPU device is accepted today. */
+     * data is: the CPU device for host memory, Metal device
+     * dl_tensor.device.device_id for kDLMetal. Borrowed for the call. Host
+     * memory may go onto a Metal device: it is mapped without a copy when
+     * its extent is 16 KiB page-aligned (CM_METAL_PAGE_SIZE), else copied as
+     * desc->copy allows. kDLMetal data cannot go onto the CPU device. */
     cm_device *device;
-    /* CM_COPY_IF_NEEDED (default) and CM_COPY_NEVER wrap host memory in
-     * place; CM_COPY_ALWAYS makes a compact row-major copy in a new buffer
-     * (its cm_buffer_info.flags has CM_BUFFER_COPIED) and calls the
-     * producer's deleter before returning. */
+    /* CM_COPY_IF_NEEDED (default): in place where possible, else a copy
+     * (host memory onto a Metal device). CM_COPY_NEVER: in place or
+     * CM_ERR_COPY_REQUIRED. CM_COPY_ALWAYS: a compact row-major copy in a new
+     * buffer; the producer's deleter runs before returning. A copied import's
+     * buffer has CM_BUFFER_COPIED in cm_buffer_info.flags. */
     cm_copy_policy copy;
     /* Import as a read-only tensor even if the producer allows writes. */
     bool read_only;
@@ -168,7 +185,10 @@ typedef struct cm_dlpack_import_desc {
  * tensors), and the extent the view reaches from data + byte_offset in
  * either direction (overflow-checked). In-place imports wrap exactly the
  * bytes the view touches (which may start before data + byte_offset when
- * strides are negative) as a foreign, host-visible buffer.
+ * strides are negative) as a foreign, host-visible buffer. kDLMetal imports
+ * wrap the id<MTLBuffer> in `data` (retained) and check the view against
+ * its length; the producer must have finished writing it (for PyTorch MPS:
+ * torch.mps.synchronize(); for MLX: mx.eval()).
  *
  * Ownership: consumes `managed` on success: cmetal calls managed->deleter
  * (when not NULL) exactly once, when the last tensor or buffer that uses the
@@ -178,8 +198,8 @@ typedef struct cm_dlpack_import_desc {
  * Errors: CM_ERR_INVALID_ARGUMENT naming the field and value
  * ("cm_dlpack_import: dl_tensor.strides[1] = ..."); CM_ERR_UNSUPPORTED for
  * valid DLPack that cmetal cannot hold (ndim > CM_MAX_NDIM, complex, float8,
- * lanes != 1, kDLMetal until the Metal backend imports, CUDA, ROCm and other
- * devices, a Metal target device); CM_ERR_OVERFLOW for an extent beyond the
+ * lanes != 1, CUDA, ROCm and other devices, kDLMetal onto the CPU device),
+ * CM_ERR_NO_DEVICE (kDLMetal without Metal), CM_ERR_COPY_REQUIRED; CM_ERR_OVERFLOW for an extent beyond the
  * address space; CM_ERR_OUT_OF_MEMORY. On failure *out is NULL.
  * Thread-safety: safe from any thread. */
 CM_API cm_status cm_dlpack_import(DLManagedTensor *managed, const cm_dlpack_import_desc *desc,

@@ -24,8 +24,8 @@
  *   Metal devices refuse float64 the same way.
  * - Zero-size tensors are valid everywhere and do nothing (see reductions).
  * - Errors: every failure sets cm_last_error() to a message naming the
- *   function, the argument and the value; the output's contents are then
- *   unchanged.
+ *   function, the argument and the value. The errors listed here are found
+ *   before any element is written, and leave the output unchanged.
  *
  * Conversion rules (cm_cast, cm_fill's value, reduction results)
  * - to bool: nonzero -> 1, zero -> 0 (NaN is nonzero: 1).
@@ -39,7 +39,8 @@
  *   bfloat16 -> float32 -> bfloat16 give back every bit pattern.
  *
  * Ownership (all functions): borrows every tensor for the duration of the
- * call; nothing is retained after it returns.
+ * call. A device that finishes the op later (Metal) keeps what it needs,
+ * so the tensors may be released as soon as the call returns.
  * Thread-safety (all functions): calls on different output tensors may run
  * on any threads; two calls writing overlapping memory at the same time, or
  * writing memory another call reads, are a data race. */

@@ -117,7 +117,11 @@ struct cm_tensor {
  *   the reduction of every in[0][j] that maps onto it.
  * numel > 0 always (the core handles empty ops). Strides are in elements of
  * each operand's dtype and may be negative or 0. Out never partially
- * overlaps an input; it may be the identical view of an elementwise input. */
+ * overlaps an input; it may be the identical view of an elementwise input.
+ * The cm__op lives only for the call: a backend that runs the op later (a
+ * Metal command buffer) copies what it needs and retains the buffers until
+ * the work has finished, since the caller may release its tensors as soon
+ * as the call returns. Errors are reported with cm__fail_as(op->func, ...). */
 typedef enum cm__op_kind {
     CM__OP_FILL = 1,   /* out = value (already converted to out.dtype) */
     CM__OP_COPY = 2,   /* out = in[0], same dtype */

@@ -35,26 +35,25 @@ static inline float cm__f16_to_f32(uint16_t h) {
     return cm__f32_from_bits(sign | bits);
 }
 
-/* float32 -> float16, round to nearest even. */
+/* float32 -> float16, round to nearest even. Every case is computed and
+ * one selected, without branches, so that loops vectorise. */
 static inline uint16_t cm__f32_to_f16(float f) {
-    uint32_t u = cm__f32_bits(f);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    u &= 0x7fffffffu;
-    uint32_t out;
-    if (u >= 0x47800000u) { /* >= 65536, inf or NaN */
-        uint32_t payload = (u >> 13) & 0x3ffu;
-        if (u > 0x7f800000u && payload == 0)
-            payload = 0x200u; /* keep a NaN a NaN */
-        out = u > 0x7f800000u ? 0x7c00u | payload : 0x7c00u;
-    } else if (u < 0x38800000u) { /* below 2^-14: subnormal or zero */
-        /* Adding 0.5 puts the float16 subnormal unit (2^-24) at the last
-         * mantissa bit; the FPU rounds to nearest even. */
-        out = cm__f32_bits(cm__f32_from_bits(u) + 0.5f) - 0x3f000000u;
-    } else {
-        const uint32_t odd = (u >> 13) & 1u;
-        u += 0xc8000fffu + odd; /* rebias (15 - 127) << 23, add half - 1 */
-        out = u >> 13;          /* a carry into the exponent is correct */
-    }
+    const uint32_t x = cm__f32_bits(f);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t u = x & 0x7fffffffu;
+    /* Normal: rebias the exponent ((15 - 127) << 23), add half an ulp minus
+     * one plus the lowest kept bit; a carry into the exponent is right. */
+    const uint32_t norm = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;
+    /* Below 2^-14: adding 0.5 puts the subnormal unit 2^-24 at the last
+     * mantissa bit, and the FPU rounds to nearest even. */
+    const uint32_t sub = cm__f32_bits(cm__f32_from_bits(u) + 0.5f) - 0x3f000000u;
+    /* NaN: keep the top payload bits, set the quiet bit only if none is
+     * left (a NaN must stay a NaN). */
+    const uint32_t payload = (u >> 13) & 0x3ffu;
+    const uint32_t nan = 0x7c00u | payload | (payload == 0 ? 0x200u : 0u);
+    uint32_t out = u < 0x38800000u ? sub : norm;
+    out = u >= 0x47800000u ? 0x7c00u : out; /* >= 65536: infinity */
+    out = u > 0x7f800000u ? nan : out;
     return (uint16_t)(sign | out);
 }
 

@@ -2,8 +2,11 @@
 #include "backend.h"
 
 #include <cmetal/dlpack.h>
+#include <cmetal/metal.h>
+#include <cmetal/ops.h>
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ shared */
@@ -140,9 +143,11 @@ static void cm__dlpack_delete_versioned(DLManagedTensorVersioned *self) {
         cm__dlpack_export_free(self->manager_ctx);
 }
 
-/* Resolves and checks the target device of an export; today only kDLCPU
- * can be produced. */
-static cm_status cm__export_target(const cm_tensor *tensor, const cm_dlpack_export_desc *d) {
+/* Resolves and checks the target device of an export: kDLCPU for tensors
+ * the host can reach (directly or through a copy), kDLMetal for tensors on
+ * a Metal device. */
+static cm_status cm__export_target(const cm_tensor *tensor, const cm_dlpack_export_desc *d,
+                                   int32_t *out) {
     static const char func[] = "cm_dlpack_export";
     const cm_device_type own = tensor->buffer->device->backend->type;
     int32_t target = d->device_type;
@@ -152,20 +157,66 @@ static cm_status cm__export_target(const cm_tensor *tensor, const cm_dlpack_expo
     if (name == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "desc->device_type = %d is not a DLDeviceType", target);
-    if (target == kDLMetal)
+    if (target == kDLMetal && own != CM_DEVICE_METAL)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
-                           "device type %d (kDLMetal): exporting Metal buffers arrives with the "
-                           "Metal backend; export for kDLCPU instead",
-                           target);
-    if (target != kDLCPU)
+                           "desc->device_type = %d (kDLMetal) but the tensor is on the %s "
+                           "device; copy it to a Metal device first",
+                           target, cm_device_type_name(own));
+    if (target != kDLCPU && target != kDLMetal)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                            "desc->device_type = %d (%s): cmetal exports only for kDLCPU and "
                            "kDLMetal",
                            target, name);
     if (d->device_id != 0)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "desc->device_id = %d must be 0 for kDLCPU", d->device_id);
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->device_id = %d must be 0 for %s",
+                           d->device_id, name);
+    *out = target;
     return CM_OK;
+}
+
+/* A compact copy of `tensor` on its own device, made by the device and
+ * finished before returning (for kDLMetal exports that must copy). */
+static cm_status cm__copy_on_device(const char *func, const cm_tensor *tensor, uint32_t flags,
+                                    cm_tensor **out) {
+    cm_device *device = tensor->buffer->device;
+    cm_tensor_desc td = {.dtype = tensor->dtype, .ndim = tensor->ndim, .shape = tensor->shape,
+                         .storage = tensor->buffer->storage};
+    cm_tensor *copy = NULL;
+    CM__TRY(cm_tensor_create(device, &td, &copy));
+    cm_status status = cm_copy(tensor, copy);
+    if (status == CM_OK)
+        status = cm_device_synchronize(device);
+    if (status != CM_OK) {
+        cm_tensor_release(copy);
+        return cm__fail_as(func, status, "the device copy failed: %s", cm_last_error());
+    }
+    copy->buffer->flags |= CM_BUFFER_COPIED;
+    copy->flags |= flags;
+    *out = copy;
+    return CM_OK;
+}
+
+/* A compact host copy of a tensor whose storage the host cannot see
+ * (private Metal storage): the bytes it reaches come through a staging
+ * read, then are compacted. */
+static cm_status cm__copy_to_host(const char *func, const cm_tensor *tensor, cm_tensor **out) {
+    cm_tensor_info info;
+    CM__TRY(cm_tensor_get_info(tensor, &info));
+    const size_t size = (size_t)(info.extent_end - info.extent_begin);
+    uint8_t *staging = cm__alloc_raw(size, 64);
+    if (staging == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a %zu-byte staging copy",
+                           size);
+    cm_status status = cm_buffer_read(tensor->buffer, (size_t)info.extent_begin, staging, size);
+    cm_device *cpu = NULL;
+    if (status == CM_OK)
+        status = cm__cpu_device(func, NULL, &cpu);
+    if (status == CM_OK)
+        status = cm__copy_new(func, cpu, staging + (tensor->byte_offset - info.extent_begin),
+                              tensor->dtype, tensor->ndim, tensor->shape, tensor->strides, 0, out);
+    cm_device_release(cpu);
+    cm__free(staging);
+    return status;
 }
 
 cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc *desc,
@@ -176,7 +227,8 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
     const cm_dlpack_export_desc d = desc != NULL ? *desc : (cm_dlpack_export_desc){0};
     CM__REQUIRE_ARG(d.copy >= CM_COPY_IF_NEEDED && d.copy <= CM_COPY_ALWAYS,
                     "desc->copy = %d is not a cm_copy_policy", (int)d.copy);
-    CM__TRY(cm__export_target(tensor, &d));
+    int32_t target = kDLCPU;
+    CM__TRY(cm__export_target(tensor, &d, &target));
 
     const bool versioned = d.max_version.major >= 1;
     const bool read_only = (tensor->flags & CM_TENSOR_READ_ONLY) || d.read_only;
@@ -192,27 +244,40 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
     }
 
     cm_buffer *b = tensor->buffer;
-    if (b->host == NULL)
-        return cm__fail(CM_ERR_NOT_HOST_VISIBLE,
-                        "the tensor's %s storage on the %s device has no host address, so it "
-                        "cannot be exported for kDLCPU",
-                        cm__storage_mode_name(b->storage),
-                        cm_device_type_name(b->device->backend->type));
-    /* Pending device work finishes first. A copy only reads; a writable
-     * export may be written by the consumer, so pending reads finish too. */
-    if (b->device->backend->buffer_prepare_host != NULL)
-        CM__TRY(b->device->backend->buffer_prepare_host(b, !copy && !read_only));
+    const cm__backend *backend = b->device->backend;
+    if (target == kDLCPU && b->host == NULL) {
+        if (d.copy == CM_COPY_NEVER)
+            return cm__fail(CM_ERR_COPY_REQUIRED,
+                            "the tensor's %s storage on the %s device has no host address, so "
+                            "a kDLCPU export needs a copy, and desc->copy is CM_COPY_NEVER",
+                            cm__storage_mode_name(b->storage),
+                            cm_device_type_name(backend->type));
+        copy = true;
+    }
+    /* Pending device work finishes first (unless the caller waits on a
+     * fence itself). A copy only reads; a writable export may be written
+     * by the consumer, so pending reads finish too. */
+    if (backend->buffer_prepare_host != NULL && !(d.no_wait && target == kDLMetal && !copy))
+        CM__TRY(backend->buffer_prepare_host(b, !copy && !read_only));
 
     cm_tensor *source = (cm_tensor *)tensor; /* retained below: a refcount, not a write */
     cm_tensor *copied = NULL;
     if (copy) {
-        cm_device *cpu = NULL;
-        CM__TRY(cm__cpu_device(__func__, b->device, &cpu));
-        cm_status status = cm__copy_new(__func__, cpu, (const uint8_t *)b->host + tensor->byte_offset,
-                                        tensor->dtype, tensor->ndim, tensor->shape,
-                                        tensor->strides, 0, &copied);
-        cm_device_release(cpu);
-        CM__TRY(status);
+        const uint32_t ro = d.read_only ? CM_TENSOR_READ_ONLY : 0u;
+        if (target == kDLMetal) {
+            CM__TRY(cm__copy_on_device(__func__, tensor, ro, &copied));
+        } else if (b->host == NULL) {
+            CM__TRY(cm__copy_to_host(__func__, tensor, &copied));
+        } else {
+            cm_device *cpu = NULL;
+            CM__TRY(cm__cpu_device(__func__, b->device, &cpu));
+            cm_status status = cm__copy_new(__func__, cpu,
+                                            (const uint8_t *)b->host + tensor->byte_offset,
+                                            tensor->dtype, tensor->ndim, tensor->shape,
+                                            tensor->strides, 0, &copied);
+            cm_device_release(cpu);
+            CM__TRY(status);
+        }
         source = copied;
     }
 
@@ -230,14 +295,19 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         memcpy(e->strides, source->strides, (size_t)ndim * sizeof e->strides[0]);
     }
     const cm_dtype_info *info = cm__dtype(source->dtype);
+    /* kDLCPU: data is element 0's host address (NumPy's and PyTorch's CPU
+     * convention). kDLMetal: data is the id<MTLBuffer> and byte_offset
+     * locates element 0 in it (PyTorch MPS's and MLX's convention). */
+    const bool metal = target == kDLMetal;
     DLTensor dl = {
-        .data = (uint8_t *)source->buffer->host + source->byte_offset,
-        .device = {.device_type = kDLCPU, .device_id = 0},
+        .data = metal ? source->buffer->native
+                      : (uint8_t *)source->buffer->host + source->byte_offset,
+        .device = {.device_type = metal ? kDLMetal : kDLCPU, .device_id = 0},
         .ndim = ndim,
         .dtype = {.code = info->dl_code, .bits = info->dl_bits, .lanes = info->dl_lanes},
         .shape = e->shape,
         .strides = e->strides,
-        .byte_offset = 0,
+        .byte_offset = metal ? source->byte_offset : 0,
     };
     if (versioned) {
         DLManagedTensorVersioned *m = &e->managed.versioned;
@@ -288,15 +358,10 @@ static cm_status cm__dl_check_device(const char *func, DLDevice device) {
     if (name == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "dl_tensor.device.device_type = %d is not a DLDeviceType", type);
-    if (type == kDLMetal)
-        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
-                           "dl_tensor.device.device_type = %d (kDLMetal): importing Metal buffers "
-                           "arrives with the Metal backend",
-                           type);
-    if (type != kDLCPU && type != kDLCUDAHost && type != kDLROCMHost)
+    if (type != kDLCPU && type != kDLCUDAHost && type != kDLROCMHost && type != kDLMetal)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                            "dl_tensor.device.device_type = %d (%s): cmetal imports host memory "
-                           "only (kDLCPU, kDLCUDAHost, kDLROCMHost)",
+                           "(kDLCPU, kDLCUDAHost, kDLROCMHost) and Metal buffers (kDLMetal) only",
                            type, name);
     if (type == kDLCPU && device.device_id != 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
@@ -423,18 +488,84 @@ static void cm__dl_release_versioned(void *context) {
 /* The import shared by both structs. `release` calls the producer's deleter
  * on `managed` (NULL when there is none). Nothing of `managed` is called on
  * failure. */
+/* A kDLMetal import: data is an id<MTLBuffer>, wrapped with a retain; the
+ * producer's managed tensor lives until the wrap dies. */
+static cm_status cm__dl_import_metal(const char *func, void *managed, const DLTensor *t,
+                                     const cm__dl_view *v, cm_release_fn release, bool read_only,
+                                     const cm_dlpack_import_desc *d, cm_tensor **out) {
+    cm_device *device = d->device;
+    if (device != NULL && device->backend->type != CM_DEVICE_METAL)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "desc->device is a %s device but dl_tensor.device is kDLMetal; "
+                           "import onto a Metal device (or desc->device = NULL)",
+                           cm_device_type_name(device->backend->type));
+    if (device != NULL) {
+        cm_device_retain(device);
+    } else {
+        cm_status status = cm_device_open(CM_DEVICE_METAL, (uint32_t)t->device.device_id, &device);
+        if (status != CM_OK) {
+            char why[400];
+            snprintf(why, sizeof why, "%s", cm_last_error());
+            return cm__fail_as(func, status, "dl_tensor.device = (kDLMetal, %d) needs a Metal "
+                               "device: %s", t->device.device_id, why);
+        }
+    }
+    const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
+    cm_buffer *buffer = NULL;
+    cm_status status;
+    if (t->data == NULL) { /* zero-size: nothing to keep alive */
+        status = cm_buffer_create(device, NULL, &buffer);
+    } else {
+        cm_metal_buffer_desc md = {.buffer = t->data,
+                                   .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
+                                   .release = release,
+                                   .release_context = managed};
+        status = cm_buffer_wrap_metal(device, &md, &buffer);
+    }
+    cm_device_release(device); /* the buffer holds its own reference */
+    if (status != CM_OK)
+        return status;
+    cm_tensor *view = NULL;
+    status = cm__tensor_make(func, buffer, v->dtype, (int32_t)t->ndim, t->shape, v->strides,
+                             t->byte_offset, flags, &view);
+    if (status != CM_OK) {
+        buffer->release = NULL; /* failure: the caller keeps the managed tensor */
+        cm_buffer_release(buffer);
+        return status;
+    }
+    if (t->data == NULL && release != NULL)
+        release(managed);
+    cm_buffer_release(buffer);
+    if (d->copy != CM_COPY_ALWAYS) {
+        *out = view;
+        return CM_OK;
+    }
+    /* The copy is made and finished; releasing the view then lets the
+     * producer's deleter run. */
+    status = cm__copy_on_device(func, view, flags, out);
+    cm_tensor_release(view);
+    return status;
+}
+
+/* The import shared by both structs. `release` calls the producer's deleter
+ * on `managed` (NULL when there is none). Nothing of `managed` is called on
+ * failure. */
 static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *t,
                                cm_release_fn release, bool read_only,
                                const cm_dlpack_import_desc *d, cm_tensor **out) {
     cm__dl_view v;
     CM__TRY(cm__dl_check(func, t, &v));
-    if (d->device != NULL && d->device->backend->type != CM_DEVICE_CPU)
-        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
-                           "desc->device is a %s device: importing into it arrives with the "
-                           "Metal backend",
-                           cm_device_type_name(d->device->backend->type));
+    if (t->device.device_type == kDLMetal)
+        return cm__dl_import_metal(func, managed, t, &v, release, read_only, d, out);
+    /* Host memory: onto the CPU device, or onto desc->device (a Metal
+     * device maps it without a copy where its pages allow). */
     cm_device *device = NULL;
-    CM__TRY(cm__cpu_device(func, d->device, &device));
+    if (d->device != NULL) {
+        device = d->device;
+        cm_device_retain(device);
+    } else {
+        CM__TRY(cm__cpu_device(func, NULL, &device));
+    }
     const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
     cm_status status;
 
@@ -455,7 +586,9 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
         .data = v.base,
         .size = v.size,
         .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
-        .copy = CM_COPY_NEVER, /* host memory on the CPU device: always in place */
+        /* The CPU device always wraps in place; a Metal device copies
+         * memory it cannot map when desc->copy allows. */
+        .copy = device->backend->type == CM_DEVICE_CPU ? CM_COPY_NEVER : d->copy,
         .release = release,
         .release_context = managed,
     };

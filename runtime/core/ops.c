@@ -119,10 +119,10 @@ static cm_status cm__check_device(const char *func, const char *out_name, const 
     cm_device *a = out->buffer->device, *b = t->buffer->device;
     if (!cm__same_device(a, b))
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "%s is on a %s device but %s is on a different (%s) device; copy "
-                           "it to %s's device first",
+                           "%s is on a %s device but %s is on a different (%s) device; an "
+                           "op needs all its tensors on one device",
                            name, cm_device_type_name(b->backend->type), out_name,
-                           cm_device_type_name(a->backend->type), out_name);
+                           cm_device_type_name(a->backend->type));
     return CM_OK;
 }
 

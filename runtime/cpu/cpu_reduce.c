@@ -1,5 +1,7 @@
 /* CPU reductions: sum and mean accumulate floats in double and integers in
- * 64 bits (wrapping); max and min compare exactly and propagate NaN. The
+ * 64 bits (wrapping); max and min compare exactly and propagate NaN. A
+ * contiguous run is split over eight interleaved partial results, combined
+ * at the end (a fixed order: results are deterministic). The
  * kept axes are walked outside, the reduced ones inside; when the reduced
  * axis is strided but a kept axis is contiguous (reducing the rows of a
  * row-major matrix), whole rows are accumulated into a vector instead. */
@@ -18,9 +20,19 @@ typedef union cm__acc {
 
 enum { CM__RSUM, CM__RMAX, CM__RMIN, CM__RKINDS };
 
-/* Accumulates n elements at p (byte stride s) into acc[0], or, for the
- * vector form, element i into acc[i]. */
-typedef void (*cm__acc_fn)(int64_t n, const char *p, int64_t s, cm__acc *acc);
+#define CM__VBLOCK 1024
+
+/* The vector form's accumulators, one typed array per domain (typed
+ * arrays, not unions, so that the loops vectorise). */
+typedef struct cm__vacc {
+    double d[CM__VBLOCK];
+    int64_t i[CM__VBLOCK];
+    uint64_t u[CM__VBLOCK];
+} cm__vacc;
+
+/* Accumulates n elements at p (byte stride s) into acc (a cm__acc), or,
+ * for the vector form, contiguous element k into the cm__vacc's [k]. */
+typedef void (*cm__acc_fn)(int64_t n, const char *p, int64_t s, void *acc);
 
 /* Float max/min: once NaN, stays NaN. */
 #define CM__FMAX(m, x) (((m) == (m) && ((x) != (x) || (x) > (m))) ? (x) : (m))
@@ -31,11 +43,25 @@ typedef void (*cm__acc_fn)(int64_t n, const char *p, int64_t s, cm__acc *acc);
 /* Scalar and vector accumulators over elements of T, loaded as AT into
  * acc field FIELD. */
 #define CM__ACC(name, T, AT, FIELD, LOAD, STEP)                                           \
-    static void name(int64_t n, const char *p, int64_t s, cm__acc *acc) {                 \
+    static void name(int64_t n, const char *p, int64_t s, void *acc_) {                   \
+        cm__acc *acc = acc_;                                                              \
         AT m = acc->FIELD;                                                                \
         if (s == (int64_t)sizeof(T)) {                                                    \
             const T *q = (const T *)(const void *)p;                                      \
-            for (int64_t i = 0; i < n; ++i) {                                             \
+            int64_t i = 0;                                                                \
+            if (n >= 8) { /* eight independent chains: no add-latency bound */           \
+                AT k[8];                                                                  \
+                for (int j = 0; j < 8; ++j)                                               \
+                    k[j] = (AT)LOAD(q[j]);                                                \
+                for (i = 8; i + 8 <= n; i += 8)                                           \
+                    for (int j = 0; j < 8; ++j) {                                         \
+                        const AT x = (AT)LOAD(q[i + j]);                                  \
+                        k[j] = STEP(k[j], x);                                             \
+                    }                                                                     \
+                for (int j = 0; j < 8; ++j)                                               \
+                    m = STEP(m, k[j]);                                                    \
+            }                                                                             \
+            for (; i < n; ++i) {                                                          \
                 const AT x = (AT)LOAD(q[i]);                                              \
                 m = STEP(m, x);                                                           \
             }                                                                             \
@@ -47,12 +73,13 @@ typedef void (*cm__acc_fn)(int64_t n, const char *p, int64_t s, cm__acc *acc);
         }                                                                                 \
         acc->FIELD = m;                                                                   \
     }                                                                                     \
-    static void name##_vec(int64_t n, const char *p, int64_t s, cm__acc *acc) {           \
+    static void name##_vec(int64_t n, const char *p, int64_t s, void *acc_) {             \
         (void)s; /* contiguous */                                                         \
+        AT *a = ((cm__vacc *)acc_)->FIELD;                                                \
         const T *q = (const T *)(const void *)p;                                          \
         for (int64_t i = 0; i < n; ++i) {                                                 \
             const AT x = (AT)LOAD(q[i]);                                                  \
-            acc[i].FIELD = STEP(acc[i].FIELD, x);                                         \
+            a[i] = STEP(a[i], x);                                                         \
         }                                                                                 \
     }
 
@@ -100,6 +127,7 @@ typedef struct cm__red {
     bool mean;
     int64_t count;   /* elements per output, for mean */
     cm_dtype acc_dtype; /* CM_FLOAT64, CM_INT64 or CM_UINT64 */
+    char field;      /* the cm__acc member used: 'd', 'i' or 'u' */
     cm__acc init;
     cm_dtype out_dtype;
     cm__acc_fn scalar, vector;
@@ -117,6 +145,7 @@ static void cm__red_setup(cm__red *r, const cm__op *op, int64_t count) {
               : op->code == CM_REDUCE_MIN ? CM__RMIN
                                           : CM__RSUM;
     r->acc_dtype = is_float ? CM_FLOAT64 : is_signed ? CM_INT64 : CM_UINT64;
+    r->field = is_float ? 'd' : (is_signed && r->kind != CM__RSUM) ? 'i' : 'u';
     r->out_dtype = op->out.dtype;
     if (r->kind == CM__RSUM) {
         if (is_float)
@@ -175,22 +204,33 @@ static void cm__red_outer_run(int64_t n, char *const *p, const int64_t *s, void 
 typedef struct cm__vec_ctx {
     const cm__red *r;
     int64_t rn, rs;
-    cm__acc *acc; /* CM__VBLOCK */
+    cm__vacc *acc;
 } cm__vec_ctx;
-
-#define CM__VBLOCK 1024
 
 static void cm__red_vec_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__vec_ctx *c = ctx;
+    cm__vacc *v = c->acc;
+    const cm__red *r = c->r;
     for (int64_t j0 = 0; j0 < n; j0 += CM__VBLOCK) {
         const int64_t m = n - j0 < CM__VBLOCK ? n - j0 : CM__VBLOCK;
-        for (int64_t j = 0; j < m; ++j)
-            c->acc[j] = c->r->init;
+        for (int64_t j = 0; j < m; ++j) {
+            v->d[j] = r->init.d;
+            v->i[j] = r->init.i;
+            v->u[j] = r->init.u;
+        }
         const char *row = p[1] + j0 * s[1];
         for (int64_t i = 0; i < c->rn; ++i)
-            c->r->vector(m, row + i * c->rs, s[1], c->acc);
-        for (int64_t j = 0; j < m; ++j)
-            cm__red_store(c->r, p[0] + (j0 + j) * s[0], c->acc[j]);
+            r->vector(m, row + i * c->rs, s[1], v);
+        for (int64_t j = 0; j < m; ++j) {
+            cm__acc a;
+            if (r->field == 'd')
+                a.d = v->d[j];
+            else if (r->field == 'i')
+                a.i = v->i[j];
+            else
+                a.u = v->u[j];
+            cm__red_store(r, p[0] + (j0 + j) * s[0], a);
+        }
     }
 }
 
@@ -226,10 +266,13 @@ cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd) {
     const int64_t isz = (int64_t)cm__dtype(op->in[0].dtype)->size;
     if (red.ndim == 1 && kept.ndim >= 1 && red.strides[0][0] != isz &&
         kept.strides[1][kept.ndim - 1] == isz) {
-        cm__acc buf[CM__VBLOCK];
-        cm__vec_ctx c = {.r = &r, .rn = red.shape[0], .rs = red.strides[0][0], .acc = buf};
-        cm__cpu_nd_foreach(&kept, cm__red_vec_run, &c);
-        return CM_OK;
+        cm__vacc *buf = cm__alloc_raw(sizeof *buf, 64);
+        if (buf != NULL) {
+            cm__vec_ctx c = {.r = &r, .rn = red.shape[0], .rs = red.strides[0][0], .acc = buf};
+            cm__cpu_nd_foreach(&kept, cm__red_vec_run, &c);
+            cm__free(buf);
+            return CM_OK;
+        } /* else the per-output walk below needs no memory */
     }
     cm__red_ctx c = {.r = &r, .inner = red};
     cm__cpu_nd_foreach(&kept, cm__red_outer_run, &c);

@@ -21,12 +21,26 @@ while read -r line; do
         --log-file=$logs/%p.log --leak-check=full $supp \
         --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
         $binary --jobs 1" > "$logs/output.txt" 2>&1 || status=1
-  dirty=$(find "$logs" -name '*.log' -size +0 | head -n 5)
+  # A test that checks an abort (Criterion's .signal = SIGABRT) ends with
+  # its objects alive: its leaks are expected, its memory errors are not.
+  dirty=""
+  aborted=0
+  for f in $(find "$logs" -name '*.log' -size +0); do
+    if grep -q 'Process terminating with default action of signal' "$f" &&
+       ! grep -qE 'Invalid (read|write|free)|uninitialised|Conditional jump|Mismatched|overlap' "$f"; then
+      aborted=$((aborted + 1))
+    else
+      dirty="$dirty $f"
+    fi
+  done
   processes=$(find "$logs" -name '*.log' | wc -l)
   if [ -n "$dirty" ]; then
-    echo "valgrind: $name: errors reported"; for f in $dirty; do head -n 40 "$f"; done; status=1
+    echo "valgrind: $name: errors reported"
+    for f in $(echo $dirty | tr ' ' '\n' | head -n 3); do head -n 40 "$f"; done
+    status=1
   else
-    echo "valgrind: $name clean in $processes processes: $(tail -n 1 "$logs/output.txt")"
+    echo "valgrind: $name clean in $processes processes ($aborted intended aborts):" \
+         "$(tail -n 1 "$logs/output.txt")"
   fi
 done < "$list"
 exit $status
