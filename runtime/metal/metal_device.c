@@ -77,6 +77,18 @@ cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out
     return CM_OK;
 }
 
+void cm__metal_drop_completed(cm_stream *stream) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    pthread_mutex_lock(&s->lock);
+    cm__id done = NULL;
+    if (s->last != NULL && cm__msg_status(s->last) >= CM__MTL_CB_COMPLETED) {
+        done = s->last;
+        s->last = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    cm__objc_release(done);
+}
+
 cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     cm__metal_stream *s = cm__mtl_stream(stream);
     pthread_mutex_lock(&s->lock);
@@ -89,8 +101,10 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     }
     cm__id last = cm__objc_retain(s->last);
     pthread_mutex_unlock(&s->lock);
-    if (wait && last != NULL)
+    if (wait && last != NULL) {
         cm__msg_waitUntilCompleted(last);
+        cm__metal_drop_completed(stream);
+    }
     cm__objc_release(last);
 
     pthread_mutex_lock(&s->lock);
@@ -372,6 +386,11 @@ static cm_status cm__wait_buffer(const char *func, cm_buffer *buffer, bool write
 static void cm__metal_buffer_free(cm_buffer *buffer) {
     cm__metal_buffer *b = cm__mtl_buf(buffer);
     (void)cm__wait_buffer("cm_buffer_release", buffer, false);
+    /* The stream's last command buffer may be the one that used this
+     * buffer: drop it once done, so the MTLBuffer (and a wrap's release
+     * callback) goes now rather than at the stream's next flush. */
+    if (b->last_use_stream != NULL)
+        cm__metal_drop_completed(b->last_use_stream);
     cm__objc_release(b->last_use);
     cm__objc_release(b->last_write);
     cm_stream_release(b->last_use_stream);

@@ -92,6 +92,10 @@ cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out
  * the device first. Stream lock held. */
 void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write);
 
+/* Releases the stream's last committed command buffer if it has completed
+ * (so the resources it retains go). Takes the stream's lock. */
+void cm__metal_drop_completed(cm_stream *stream);
+
 /* Commits the open command buffer (if any) and, when `wait`, waits for
  * everything committed so far; reports a failed command buffer once.
  * Takes the stream's lock. */
