@@ -607,6 +607,12 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
                                const cm_dlpack_import_desc *d, cm_tensor **out) {
     cm__dl_view v;
     CM__TRY(cm__dl_check(func, t, &v));
+    /* The producer's arrays, copied: nothing below reads its struct once
+     * its deleter may have run. */
+    const int32_t ndim = (int32_t)t->ndim;
+    int64_t shape[CM_MAX_NDIM];
+    if (ndim > 0)
+        memcpy(shape, t->shape, (size_t)ndim * sizeof shape[0]);
     if (t->device.device_type == kDLMetal)
         return cm__dl_import_metal(func, managed, t, &v, release, read_only, d, out);
     /* Host memory: onto the CPU device, or onto desc->device (a Metal
@@ -649,8 +655,8 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
             cm_device_release(device); /* the buffer holds its own reference */
             if (status != CM_OK)
                 return status;
-            status = cm__tensor_make(func, buffer, v.dtype, (int32_t)t->ndim, t->shape,
-                                     v.strides, v.offset, flags, out);
+            status = cm__tensor_make(func, buffer, v.dtype, ndim, shape, v.strides, v.offset,
+                                     flags, out);
             if (status != CM_OK)
                 cm__dl_owner_disarm(owner); /* failure: the caller keeps the managed tensor */
             cm_buffer_release(buffer);
@@ -659,8 +665,8 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
     }
 
     /* A compact copy; the producer is done with once it exists. */
-    status = cm__copy_new(func, device, (const uint8_t *)v.base + v.offset, v.dtype,
-                          (int32_t)t->ndim, t->shape, v.strides, flags, out);
+    status = cm__copy_new(func, device, (const uint8_t *)v.base + v.offset, v.dtype, ndim,
+                          shape, v.strides, flags, out);
     cm_device_release(device);
     if (status != CM_OK)
         return status;

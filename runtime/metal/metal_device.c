@@ -77,6 +77,18 @@ cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out
     return CM_OK;
 }
 
+void cm__metal_drop_completed(cm_stream *stream) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    pthread_mutex_lock(&s->lock);
+    cm__id done = NULL;
+    if (s->last != NULL && cm__msg_status(s->last) >= CM__MTL_CB_COMPLETED) {
+        done = s->last;
+        s->last = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    cm__objc_release(done);
+}
+
 cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     cm__metal_stream *s = cm__mtl_stream(stream);
     pthread_mutex_lock(&s->lock);
@@ -89,8 +101,10 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     }
     cm__id last = cm__objc_retain(s->last);
     pthread_mutex_unlock(&s->lock);
-    if (wait && last != NULL)
+    if (wait && last != NULL) {
         cm__msg_waitUntilCompleted(last);
+        cm__metal_drop_completed(stream);
+    }
     cm__objc_release(last);
 
     pthread_mutex_lock(&s->lock);
@@ -372,6 +386,11 @@ static cm_status cm__wait_buffer(const char *func, cm_buffer *buffer, bool write
 static void cm__metal_buffer_free(cm_buffer *buffer) {
     cm__metal_buffer *b = cm__mtl_buf(buffer);
     (void)cm__wait_buffer("cm_buffer_release", buffer, false);
+    /* The stream's last command buffer may be the one that used this
+     * buffer: drop it once done, so the MTLBuffer (and a wrap's release
+     * callback) goes now rather than at the stream's next flush. */
+    if (b->last_use_stream != NULL)
+        cm__metal_drop_completed(b->last_use_stream);
     cm__objc_release(b->last_use);
     cm__objc_release(b->last_write);
     cm_stream_release(b->last_use_stream);
@@ -532,6 +551,7 @@ static cm_status cm__metal_synchronize(cm_device *device) {
 
 static void cm__metal_destroy(cm_device *device) {
     cm__metal_device *d = cm__mtl_dev(device);
+    cm__metal_kernels_destroy(d);
     cm__objc_release(d->device);
     cm__free(d);
 }
@@ -556,6 +576,7 @@ static const cm__backend cm__metal_backend = {
     .fence_wait = cm__metal_fence_wait,
     .fence_signaled = cm__metal_fence_signaled,
     .fence_destroy = cm__metal_fence_destroy,
+    .run_op = cm__metal_run_op,
 };
 
 static void cm__read_info(cm__id dev, cm_device_info *info) {
@@ -618,6 +639,7 @@ cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a Metal device");
     }
     d->device = dev;
+    cm__metal_kernels_init(d);
     cm__read_info(dev, &d->info);
     cm_status status = cm__device_new(&cm__metal_backend, d, out);
     if (status != CM_OK)

@@ -28,9 +28,27 @@ enum {
     CM__MTL_CB_ERROR = 5,
 };
 
+/* The kernels of msl/, by name (metal_ops.c). */
+enum {
+    CM__KERNEL_FILL,
+    CM__KERNEL_COPY,
+    CM__KERNEL_CAST,
+    CM__KERNEL_UNARY,
+    CM__KERNEL_BINARY,
+    CM__KERNEL_REDUCE_SERIAL,
+    CM__KERNEL_REDUCE_THREADGROUP,
+    CM__KERNEL_COUNT
+};
+
 typedef struct cm__metal_device {
     cm__id device;    /* id<MTLDevice>, +1 */
     cm_device_info info;
+    /* Kernels (metal_ops.c), made at first use under kernels_lock. */
+    pthread_mutex_t kernels_lock;
+    cm__id library;                        /* id<MTLLibrary>, +1, or NULL */
+    cm__id pipelines[CM__KERNEL_COUNT];    /* id<MTLComputePipelineState>, +1 */
+    cm__uint max_threads[CM__KERNEL_COUNT];
+    cm__uint simd_width[CM__KERNEL_COUNT];
 } cm__metal_device;
 
 typedef struct cm__metal_stream {
@@ -74,9 +92,28 @@ cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out
  * the device first. Stream lock held. */
 void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write);
 
+/* Releases the stream's last committed command buffer if it has completed
+ * (so the resources it retains go). Takes the stream's lock. */
+void cm__metal_drop_completed(cm_stream *stream);
+
 /* Commits the open command buffer (if any) and, when `wait`, waits for
  * everything committed so far; reports a failed command buffer once.
  * Takes the stream's lock. */
 cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait);
+
+/* Kernel state of a device (metal_ops.c): init right after the device is
+ * allocated, destroy when it goes (releases the library and pipelines). */
+void cm__metal_kernels_init(cm__metal_device *d);
+void cm__metal_kernels_destroy(cm__metal_device *d);
+
+/* The backend's run_op: encodes one op on the device's default stream
+ * without committing it. */
+cm_status cm__metal_run_op(cm_device *device, const cm__op *op);
+
+/* Test hooks, internal. Compiles `source` as a Metal library and drops it:
+ * CM_ERR_COMPILE with the NSError text when it does not compile. */
+cm_status cm__metal_compile_source(cm_device *device, const char *source);
+/* Forces the threads per threadgroup of every dispatch (0: automatic). */
+void cm__metal_set_threadgroup_override(unsigned long threads);
 
 #endif /* CMETAL_METAL_INTERNAL_H */

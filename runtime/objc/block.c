@@ -1,7 +1,8 @@
 /* Blocks built in C, by the clang Block ABI:
  *   literal     { isa, flags, reserved, invoke, descriptor, captures... }
  *   descriptor  { reserved, size, [copy, dispose if HAS_COPY_DISPOSE],
- *                 [signature if HAS_SIGNATURE] }
+ *                 [signature, layout if HAS_SIGNATURE] }
+ * (layout is NULL: we set no extended-layout flag, as clang emits it.)
  * _Block_copy of a stack-style literal mallocs a copy of `size` bytes and
  * calls copy(dst, src); the last _Block_release of that copy calls
  * dispose(copy). Our captures are fn, context and a shared state whose
@@ -27,12 +28,14 @@ typedef struct cm__block_descriptor_helpers {
     void (*copy)(void *dst, const void *src);
     void (*dispose)(const void *block);
     const char *signature;
+    const char *layout;
 } cm__block_descriptor_helpers;
 
 typedef struct cm__block_descriptor_plain {
     unsigned long reserved;
     unsigned long size;
     const char *signature;
+    const char *layout;
 } cm__block_descriptor_plain;
 
 /* Objective-C type encodings of the block types (block pointer "@?" first). */
@@ -72,14 +75,14 @@ static void cm__block_invoke_completed(cm__block *block, cm__id command_buffer) 
 
 static const cm__block_descriptor_helpers cm__deallocator_descriptor = {
     0, sizeof(cm__block), cm__block_copy_helper, cm__block_dispose_helper,
-    CM__DEALLOCATOR_SIGNATURE};
+    CM__DEALLOCATOR_SIGNATURE, NULL};
 static const cm__block_descriptor_helpers cm__completed_descriptor = {
     0, sizeof(cm__block), cm__block_copy_helper, cm__block_dispose_helper,
-    CM__COMPLETED_SIGNATURE};
+    CM__COMPLETED_SIGNATURE, NULL};
 static const cm__block_descriptor_plain cm__global_deallocator_descriptor = {
-    0, sizeof(cm__block), CM__DEALLOCATOR_SIGNATURE};
+    0, sizeof(cm__block), CM__DEALLOCATOR_SIGNATURE, NULL};
 static const cm__block_descriptor_plain cm__global_completed_descriptor = {
-    0, sizeof(cm__block), CM__COMPLETED_SIGNATURE};
+    0, sizeof(cm__block), CM__COMPLETED_SIGNATURE, NULL};
 
 static cm_status cm__block_require_runtime(const char *func, void *isa) {
     if (isa == NULL)

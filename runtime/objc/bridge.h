@@ -125,12 +125,13 @@ extern cm__objc_runtime cm__objc_rt;
 cm_status cm__objc_init_as(const char *func);
 #define cm__objc_init() cm__objc_init_as(__func__)
 
-/* Loads the Metal framework (after cm__objc_init): $CMETAL_METAL_FRAMEWORK
- * if set, else on macOS /System/Library/Frameworks/Metal.framework/Metal
- * plus CoreGraphics (so MTLCreateSystemDefaultDevice works in command-line
- * tools); no default elsewhere. Resolves MTLCreateSystemDefaultDevice
- * (required) and MTLCopyAllDevices (optional); on GNU also the pool
- * functions, when the framework exports them. Runs once per process.
+/* Runs cm__objc_init, then loads the Metal framework: $CMETAL_METAL_FRAMEWORK
+ * if set, else on macOS /System/Library/Frameworks/Metal.framework/Metal; no
+ * default elsewhere. On macOS CoreGraphics is loaded first, so that
+ * MTLCreateSystemDefaultDevice works in command-line tools. Resolves
+ * MTLCreateSystemDefaultDevice (required) and MTLCopyAllDevices (optional),
+ * and the pool functions when the runtime had none (GNU) and the framework
+ * exports them. Runs once per process; later calls report the first result.
  * Errors: CM_ERR_NO_DEVICE, naming what was tried and CMETAL_METAL_FRAMEWORK.
  * Thread-safety: any thread, any number of times. */
 cm_status cm__metal_load_as(const char *func);

@@ -5,13 +5,13 @@
  *   ident  the C name: colons become underscores, the last one is dropped;
  *          CM__SEL(ident) is the registered SEL, cm__msg_<ident>() the typed
  *          send;
- *   sig    a signature of CM__OBJC_SIGNATURES below, which names the send
- *          function cm__send_<sig> and its C prototype.
+ *   sig    names its C prototype, the CM__SIG_<sig> macro below, and the
+ *          send function cm__send_<sig> of bridge.h.
  *
  * To add a selector: add one X line here (and a row to
  * tests/objc/apple_selectors.tsv, which a test compares with this table). If
  * its signature is new, add a CM__SIG_<sig> line below and write
- * cm__send_<sig> in send.h.
+ * cm__send_<sig> in bridge.h.
  *
  * Ownership follows Cocoa's rule: alloc/new/copy/mutableCopy return +1, as do
  * MTLCreateSystemDefaultDevice and MTLCopyAllDevices; commandBuffer*,

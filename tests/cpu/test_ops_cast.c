@@ -29,6 +29,7 @@ done:
 }
 
 Test(ops_cast, every_dtype_pair_matches_reference_conversion) {
+    REQUIRE_EXACT_REFERENCE();
     cm_device *dev = cpu();
     const int64_t big[1] = {512};
     for (int i = 0; i < N_DTYPES; ++i)
@@ -38,6 +39,7 @@ Test(ops_cast, every_dtype_pair_matches_reference_conversion) {
 }
 
 Test(ops_cast, every_dtype_pair_and_layout_over_the_test_shapes) {
+    REQUIRE_EXACT_REFERENCE();
     cm_device *dev = cpu();
     for (size_t s = 0; s < N_TEST_SHAPES; ++s)
         for (int i = 0; i < N_DTYPES; ++i)

@@ -127,6 +127,7 @@ static const test_shape math_shapes[] = {
 #define N_MATH_SHAPES (sizeof math_shapes / sizeof math_shapes[0])
 
 Test(ops_unary, every_op_dtype_and_layout_matches_reference) {
+    REQUIRE_EXACT_REFERENCE();
     cm_device *dev = cpu();
     int cases = 0;
     for (int op = 1; op < CM_UNARY_COUNT; ++op) {

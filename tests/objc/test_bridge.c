@@ -7,6 +7,7 @@
 
 #include <criterion/criterion.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,37 @@ Test(objc_init, concurrent_first_calls_all_succeed) {
         cr_assert_eq(results[i], CM_OK);
     }
     cr_assert_not_null(CM__SEL(commit));
+}
+
+struct load_result {
+    cm_status status;
+    cm__class string_class;
+};
+
+static void *load_from_thread(void *arg) {
+    struct load_result *r = arg;
+    r->status = cm__metal_load();
+    r->string_class = CM__CLASS(NSString);
+    return NULL;
+}
+
+Test(objc_init, concurrent_framework_loads_agree) {
+    setenv("CMETAL_METAL_FRAMEWORK", CMTEST_SUPPORT_LIB, 1);
+    cmtest_objc_setup();
+    enum { N = 8 };
+    pthread_t threads[N];
+    struct load_result results[N];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(pthread_create(&threads[i], NULL, load_from_thread,
+                                    &results[i]), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(results[i].status, CM_OK);
+        cr_assert_not_null(results[i].string_class);
+        cr_assert_eq(results[i].string_class, results[0].string_class);
+    }
+    cr_assert_str_eq(cm__metal_framework_path(), CMTEST_SUPPORT_LIB);
 }
 
 Test(objc_init, classes_are_found_and_missing_ones_are_null, .init = setup) {
@@ -492,6 +524,42 @@ static void on_dispose(void *context) {
 }
 
 TestSuite(objc_block, .init = setup_metal);
+
+/* The literal as the Block ABI lays it out, read back field by field. */
+struct abi_descriptor {
+    unsigned long reserved, size;
+    void (*copy)(void *, const void *);
+    void (*dispose)(const void *);
+    const char *signature;
+};
+
+Test(objc_block, literal_follows_the_block_abi) {
+    struct calls calls = {0};
+    cm__block blk;
+    cr_assert_eq(cm__block_init_deallocator(&blk, on_dealloc, &calls, on_dispose),
+                 CM_OK);
+    cr_assert_eq(blk.isa, dlsym(RTLD_DEFAULT, "_NSConcreteStackBlock"));
+    cr_assert_eq(blk.flags, (1 << 25) | (1 << 30), "HAS_COPY_DISPOSE | HAS_SIGNATURE");
+    cr_assert_eq((char *)&blk.descriptor - (char *)&blk, 24);
+    cr_assert_eq((char *)&blk.fn - (char *)&blk, 32, "captures after 32 bytes");
+    const struct abi_descriptor *d = blk.descriptor;
+    cr_assert_eq(d->size, sizeof blk);
+    cr_assert_not_null(d->copy);
+    cr_assert_not_null(d->dispose);
+    cr_assert_str_eq(d->signature, "v24@?0^v8Q16");
+    cm__block_release(&blk);
+
+    static cm__block global;
+    cr_assert_eq(cm__block_init_global_completed(&global, on_completed, &calls),
+                 CM_OK);
+    cr_assert_eq(global.isa, dlsym(RTLD_DEFAULT, "_NSConcreteGlobalBlock"));
+    cr_assert_eq(global.flags, 0x50000000, "as clang emits global blocks");
+    const struct {
+        unsigned long reserved, size;
+        const char *signature;
+    } *g = global.descriptor;
+    cr_assert_str_eq(g->signature, "v16@?0@8");
+}
 
 Test(objc_block, completed_handler_runs_once_and_disposes_once) {
     struct calls calls = {0};

@@ -10,6 +10,7 @@
 enum { NotEnqueued, Enqueued, Committed, Scheduled, Completed, Error };
 
 static id dev, queue;
+static id volatile keep; /* reachable when a test aborts on purpose */
 static void *pool;
 static void setup(void) {
   dev = MTLCreateSystemDefaultDevice();
@@ -60,6 +61,20 @@ Test(commands, empty_command_buffer_walks_the_status_sequence) {
   cr_assert_eq(ctx.arg, cb);
   cr_assert_eq(ctx.status_seen, Completed, "handlers see the final status");
   cr_assert_eq(atomic_load(&ctx.disposes), 1, "handler released once");
+}
+
+Test(commands, a_command_buffer_blocked_on_an_event_is_scheduled) {
+  id event = SEND0(id, dev, "newSharedEvent");
+  id cb = cmdbuf();
+  SEND(void, (id, SEL, id, uint64_t), cb, "encodeWaitForEvent:value:", event, 1);
+  SEND0(void, cb, "commit");
+  NSUInteger st;
+  while ((st = status(cb)) != Scheduled) /* the queue thread picks it up, then blocks */
+    cr_assert_eq(st, Committed);
+  SEND(void, (id, SEL, uint64_t), event, "setSignaledValue:", 1);
+  SEND0(void, cb, "waitUntilCompleted");
+  cr_assert_eq(status(cb), Completed);
+  sm_release(event);
 }
 
 Test(commands, blit_copy_and_fill) {
@@ -128,6 +143,20 @@ Test(commands, blit_range_errors_fail_the_command_buffer) {
   cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "overlaps"));
   sm_release(a);
   sm_release(b);
+}
+
+Test(commands, managed_buffers_synchronize) {
+  id m = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
+              16ul);
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, m, 0, 16, 3);
+  SEND(void, (id, SEL, id), enc, "synchronizeResource:", m);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Completed);
+  cr_assert_eq(((unsigned char *)SEND0(void *, m, "contents"))[15], 3);
+  sm_release(m);
 }
 
 Test(commands, private_buffers_take_blits) {
@@ -247,6 +276,23 @@ Test(commands, shared_event_signal_and_wait_across_queues) {
   sm_release(event);
 }
 
+Test(commands, objects_know_their_device_queue_and_label) {
+  id buf = new_buffer(16);
+  id cb = cmdbuf();
+  cr_assert_eq(SEND0(id, buf, "device"), dev);
+  cr_assert_eq(SEND0(id, queue, "device"), dev);
+  cr_assert_eq(SEND0(id, cb, "commandQueue"), queue);
+  cr_assert_eq(SEND0(id, cb, "device"), dev);
+  cr_assert_null(SEND0(id, buf, "label"));
+  SEND(void, (id, SEL, id), buf, "setLabel:", sm_str("weights"));
+  cr_assert_str_eq(sm_utf8(SEND0(id, buf, "label")), "weights");
+  SEND(void, (id, SEL, id), cb, "setLabel:", sm_str("step 1"));
+  cr_assert_str_eq(sm_utf8(SEND0(id, cb, "label")), "step 1");
+  SEND(void, (id, SEL, id), cb, "setLabel:", (id)0);
+  cr_assert_null(SEND0(id, cb, "label"));
+  sm_release(buf);
+}
+
 Test(commands, commit_twice_aborts, .signal = SIGABRT) {
   id cb = cmdbuf();
   SEND0(void, cb, "commit");
@@ -260,7 +306,7 @@ Test(commands, encoding_after_commit_aborts, .signal = SIGABRT) {
 }
 
 Test(commands, encoder_used_after_commit_aborts, .signal = SIGABRT) {
-  id buf = new_buffer(16);
+  id buf = keep = new_buffer(16);
   id cb = cmdbuf();
   id enc = SEND0(id, cb, "blitCommandEncoder");
   SEND0(void, enc, "endEncoding");
@@ -278,6 +324,12 @@ Test(commands, second_encoder_before_end_encoding_aborts, .signal = SIGABRT) {
   id cb = cmdbuf();
   SEND0(id, cb, "blitCommandEncoder");
   SEND0(id, cb, "computeCommandEncoder");
+}
+
+Test(commands, encoder_released_without_end_encoding_aborts, .signal = SIGABRT) {
+  void *inner = objc_autoreleasePoolPush();
+  SEND0(id, cmdbuf(), "blitCommandEncoder");
+  objc_autoreleasePoolPop(inner);
 }
 
 Test(commands, completed_handler_after_commit_aborts, .signal = SIGABRT) {

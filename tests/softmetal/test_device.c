@@ -12,6 +12,7 @@ enum { PAGE = 16384 };
 #define OPT_MEMORYLESS 48ul
 
 static id dev;
+static id volatile keep; /* reachable when a test aborts on purpose */
 static void setup(void) { dev = MTLCreateSystemDefaultDevice(); }
 static void teardown(void) {
   sm_release(dev);
@@ -98,12 +99,12 @@ Test(device, buffer_with_bytes_copies) {
 }
 
 Test(device, did_modify_range_on_shared_aborts, .signal = SIGABRT) {
-  id b = new_buffer(16, OPT_SHARED);
+  id b = keep = new_buffer(16, OPT_SHARED);
   SEND(void, (id, SEL, NSRange), b, "didModifyRange:", ((NSRange){0, 4}));
 }
 
 Test(device, did_modify_range_beyond_length_aborts, .signal = SIGABRT) {
-  id b = new_buffer(16, OPT_MANAGED);
+  id b = keep = new_buffer(16, OPT_MANAGED);
   SEND(void, (id, SEL, NSRange), b, "didModifyRange:", ((NSRange){8, 9}));
 }
 

@@ -1,8 +1,13 @@
 /* softmetal Foundation subset: object model, pools, NSString, NSError, NSArray. */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <signal.h>
 
 #include "softmetal/sm_test.h"
+
+/* Objects alive when a test aborts on purpose stay reachable from here, so
+ * leak checkers see them as still in use rather than lost. */
+static id volatile keep[4];
 
 static id new_string(const void *bytes, NSUInteger len, NSUInteger enc) {
   id s = SEND0(id, sm_class_named("NSString"), "alloc");
@@ -89,12 +94,12 @@ Test(foundation, all_devices_is_an_array_of_the_default_device) {
 }
 
 Test(foundation, array_index_beyond_count_aborts, .signal = SIGABRT) {
-  id all = MTLCopyAllDevices();
+  id all = keep[0] = MTLCopyAllDevices();
   SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", 1);
 }
 
 Test(foundation, unknown_selector_aborts, .signal = SIGABRT) {
-  id dev = MTLCreateSystemDefaultDevice();
+  id dev = keep[0] = MTLCreateSystemDefaultDevice();
   SEND0(void, dev, "noSuchSelector");
 }
 
@@ -105,14 +110,15 @@ Test(foundation, over_release_aborts, .signal = SIGABRT) {
   id t = new_string("y", 1, 4);
   SEND0(void, t, "release");
   SEND0(void, sm_class_named("NSString"), "release"); /* class objects: no-op */
-  id u = new_string("z", 1, 4);
-  atomic_long *rc = (atomic_long *)((char *)u + 16);
+  id u = keep[0] = new_string("z", 1, 4);
+  void *rc_field = (char *)u + 16; /* isa, class info, then the count */
+  atomic_long *rc = rc_field;
   atomic_store(rc, 0); /* as if already released */
   sm_release(u);
 }
 
 Test(foundation, autorelease_without_pool_aborts, .signal = SIGABRT) {
-  id s = new_string("x", 1, 4);
+  id s = keep[0] = new_string("x", 1, 4);
   SEND0(id, s, "autorelease");
 }
 
@@ -128,4 +134,24 @@ Test(foundation, objects_answer_class_and_responds_to_selector) {
   cr_assert(yes != 0);
   cr_assert(no == 0);
   sm_release(s);
+}
+
+Test(foundation, exports_only_apple_names_and_test_hooks) {
+  void *lib = dlopen(SOFTMETAL_PATH, RTLD_NOW | RTLD_NOLOAD);
+  cr_assert_not_null(lib, "%s", dlerror());
+  const char *exported[] = {"MTLCreateSystemDefaultDevice", "MTLCopyAllDevices",
+                            "objc_autoreleasePoolPush", "objc_autoreleasePoolPop",
+                            "softmetal_stats", "softmetal_live_count"};
+  for (size_t i = 0; i < sizeof exported / sizeof exported[0]; i++)
+    cr_assert_not_null(dlsym(lib, exported[i]), "%s", exported[i]);
+  const char *hidden[] = {"sm__new", "sm__fatal", "sm__run_dispatch", "sm__metal_stdlib_text"};
+  for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+    cr_assert_null(dlsym(lib, hidden[i]), "%s is exported", hidden[i]);
+  id (*create)(void);
+  void *sym = dlsym(lib, "MTLCreateSystemDefaultDevice");
+  memcpy(&create, &sym, sizeof create);
+  id dev = create();
+  cr_assert_not_null(dev);
+  sm_release(dev);
+  dlclose(lib);
 }

@@ -20,7 +20,7 @@ static const char *const KERNEL_PARTS[] = {
     "\n"
     "kernel void add(device const float *a [[buffer(0)]],\n"
     "                device const float *b [[buffer(1)]],\n"
-    "                device float *out [[buffer(2)]],\n"
+    "                device float *const out [[buffer(2)]],\n"
     "                constant Params &p [[buffer(3)]],\n"
     "                uint i [[thread_position_in_grid]]) {\n"
     "  if (i < p.n) out[i] = (a[i] + b[i]) * p.scale;\n"
@@ -97,6 +97,15 @@ static const char *const KERNEL_PARTS[] = {
     "  o[7] = simd_shuffle_xor(v, 1);\n"
     "}\n"
     "\n"
+    "kernel void half_simd(device int *out [[buffer(0)]],\n"
+    "                      uint tid [[thread_index_in_threadgroup]],\n"
+    "                      uint lane [[thread_index_in_simdgroup]]) {\n"
+    "  int s = -1;\n"
+    "  if (lane < 16) s = simd_sum(int(tid));\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  out[tid] = s;\n"
+    "}\n"
+    "\n"
     "kernel void divergent(device uint *out [[buffer(0)]],\n"
     "                      uint tid [[thread_index_in_threadgroup]]) {\n"
     "  if (tid < 5) return;\n"
@@ -148,6 +157,17 @@ static const char *const KERNEL_PARTS[] = {
     "}\n"
     "\n"
     ,
+    "kernel void tg_count(device uint *out [[buffer(0)]],\n"
+    "                     uint tid [[thread_index_in_threadgroup]],\n"
+    "                     uint tg [[threadgroup_position_in_grid]]) {\n"
+    "  threadgroup atomic_uint counter;\n"
+    "  if (tid == 0) atomic_store_explicit(&counter, 0, memory_order_relaxed);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  atomic_fetch_add_explicit(&counter, tid, memory_order_relaxed);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  if (tid == 0) out[tg] = atomic_load_explicit(&counter, memory_order_relaxed);\n"
+    "}\n"
+    "\n"
     "kernel void vectors(device float4 *out [[buffer(0)]],\n"
     "                    device const packed_float3 *p [[buffer(1)]],\n"
     "                    uint i [[thread_position_in_grid]]) {\n"
@@ -246,7 +266,7 @@ static void expect_ok(id cb) {
 
 Test(msl, library_lists_its_kernels) {
   id names = SEND0(id, lib, "functionNames");
-  cr_assert_eq(sm_u(names, "count"), 13);
+  cr_assert_eq(sm_u(names, "count"), 15);
   cr_assert_str_eq(sm_utf8(SEND(id, (id, SEL, NSUInteger), names, "objectAtIndex:", 0)), "add");
   cr_assert_null(SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("nope")));
   id p = pipeline("add");
@@ -268,6 +288,7 @@ Test(msl, add_with_constant_struct_and_partial_threadgroups) {
   id p = pipeline("add"), enc;
   id cb = begin(&enc, p);
   set_buffer(enc, a, 0, 0);
+  cr_assert_eq(sm_u(a, "retainCount"), 2, "bound buffers are retained");
   set_buffer(enc, b, 0, 1);
   set_buffer(enc, out, 0, 2);
   set_bytes(enc, &params, sizeof params, 3);
@@ -369,6 +390,72 @@ Test(msl, tree_reduction_in_threadgroup_array) {
   sm_release(out);
 }
 
+Test(msl, threadgroup_atomic_declared_in_the_body) {
+  id out = buffer(5 * 4);
+  id p = pipeline("tg_count"), enc;
+  id cb = begin(&enc, p);
+  set_buffer(enc, out, 0, 0);
+  dispatch_groups(enc, SZ(5, 1, 1), SZ(100, 1, 1));
+  finish(cb, enc);
+  expect_ok(cb);
+  for (int g = 0; g < 5; g++) cr_assert_eq(((unsigned *)contents(out))[g], 99 * 100 / 2);
+  sm_release(p);
+  sm_release(out);
+}
+
+struct tree_job {
+  id queue, pipeline, in, out;
+  id cb;
+};
+static void tree_encode(struct tree_job *j) {
+  j->cb = SEND0(id, j->queue, "commandBuffer");
+  id enc = SEND0(id, j->cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", j->pipeline);
+  set_buffer(enc, j->in, 0, 0);
+  set_buffer(enc, j->out, 0, 1);
+  dispatch_threads(enc, SZ(256 * 64, 1, 1), SZ(256, 1, 1));
+  SEND0(void, enc, "endEncoding");
+}
+
+Test(msl, two_queues_run_fiber_kernels_at_the_same_time) {
+  id p = pipeline("tree");
+  struct tree_job jobs[2];
+  for (int q = 0; q < 2; q++) {
+    jobs[q].queue = q ? SEND0(id, dev, "newCommandQueue") : queue;
+    jobs[q].pipeline = p;
+    jobs[q].in = buffer(256 * 64 * 4);
+    jobs[q].out = buffer(64 * 4);
+    unsigned *pin = contents(jobs[q].in);
+    for (unsigned i = 0; i < 256 * 64; i++) pin[i] = i * (unsigned)(q + 1);
+    tree_encode(&jobs[q]);
+  }
+  SEND0(void, jobs[0].cb, "commit");
+  SEND0(void, jobs[1].cb, "commit");
+  for (int q = 0; q < 2; q++) {
+    SEND0(void, jobs[q].cb, "waitUntilCompleted");
+    expect_ok(jobs[q].cb);
+    unsigned *o = contents(jobs[q].out);
+    for (unsigned g = 0; g < 64; g++) {
+      unsigned want = 0;
+      for (unsigned i = 0; i < 256; i++) want += (g * 256 + i) * (unsigned)(q + 1);
+      cr_assert_eq(o[g], want, "queue %d group %u", q, g);
+    }
+    sm_release(jobs[q].in);
+    sm_release(jobs[q].out);
+  }
+  sm_release(jobs[1].queue);
+  sm_release(p);
+}
+
+Test(msl, standard_header_aliases_compile) {
+  id error = 0;
+  id l = compile("#include <metal_math>\n#include <metal_atomic>\n#include <metal_simdgroup>\n"
+                 "kernel void k(device float *a [[buffer(0)]], uint i [[thread_position_in_grid]])"
+                 " { a[i] = metal::sqrt(a[i]); }\n", &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  sm_release(l);
+}
+
 Test(msl, simdgroup_functions) {
   enum { T = 40 }; /* one full simdgroup and one of 8 lanes */
   id out = buffer(T * 8 * 4);
@@ -394,6 +481,24 @@ Test(msl, simdgroup_functions) {
     cr_assert_eq(r[5], lanes == 32 ? (base + 31) * 3 + 1 : v, "thread %d broadcast", t);
     cr_assert_eq(r[6], prefix);
     cr_assert_eq(r[7], (base + (lane ^ 1)) * 3 + 1);
+  }
+  sm_release(p);
+  sm_release(out);
+}
+
+Test(msl, simdgroup_function_in_a_branch_uses_the_active_lanes) {
+  id out = buffer(64 * 4);
+  id p = pipeline("half_simd"), enc;
+  id cb = begin(&enc, p);
+  set_buffer(enc, out, 0, 0);
+  dispatch_threads(enc, SZ(64, 1, 1), SZ(64, 1, 1));
+  finish(cb, enc);
+  expect_ok(cb);
+  int *o = contents(out);
+  for (int t = 0; t < 64; t++) {
+    int base = t / 32 * 32, want = 0;
+    for (int l = 0; l < 16; l++) want += base + l;
+    cr_assert_eq(o[t], t % 32 < 16 ? want : -1, "thread %d", t);
   }
   sm_release(p);
   sm_release(out);
@@ -682,6 +787,23 @@ Test(msl, kernel_signature_errors_name_the_line) {
   cr_assert(strstr(sm_error_text(error), "index must be < 31"), "%s", sm_error_text(error));
 }
 
+Test(msl, pipeline_from_a_non_function_is_an_error) {
+  id error = 0;
+  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", lib,
+              &error);
+  cr_assert_null(p);
+  cr_assert(strstr(sm_error_text(error), "is not a kernel function"), "%s", sm_error_text(error));
+  id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("sum"));
+  cr_assert_str_eq(sm_utf8(SEND0(id, fn, "name")), "sum");
+  sm_release(fn);
+}
+
+Test(msl, metallib_urls_are_refused_with_an_error) {
+  id error = 0;
+  cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newLibraryWithURL:error:", (id)0, &error));
+  cr_assert(strstr(sm_error_text(error), "MSL source only"), "%s", sm_error_text(error));
+}
+
 Test(msl, second_compile_of_a_source_hits_the_cache) {
   struct softmetal_stats a, b;
   softmetal_stats(&a);
@@ -708,6 +830,7 @@ Test(msl, encoding_errors_fail_the_command_buffer) {
       {"kernel add uses [[buffer(3)]] but nothing is bound at index 3", 4},
       {"threadsPerThreadgroup = {0, 1, 1}", 5},
       {"no compute pipeline state set", 6},
+      {"setThreadgroupMemoryLength:atIndex:: length = 20 must be a multiple of 16", 7},
   };
   static char big[4097];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -721,6 +844,10 @@ Test(msl, encoding_errors_fail_the_command_buffer) {
     case 2: set_bytes(enc, big, sizeof big, 3); break;
     case 3: break;
     case 4: set_buffer(enc, (id)0, 0, 3); break;
+    case 7:
+      SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
+           20, 0);
+      break;
     default: break;
     }
     MTLSize tg = cases[i].which == 3 ? SZ(1025, 1, 1) : cases[i].which == 5 ? SZ(0, 1, 1)

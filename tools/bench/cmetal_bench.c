@@ -1,7 +1,10 @@
 /* cmetal-bench: op throughput on the CPU device, each figure as a ratio to
  * memcpy measured in the same run.
  *
- *   cmetal-bench [--json] [--mib N] [--reps N]
+ *   cmetal-bench [--json] [--mib N] [--reps N] [--device cpu|metal]
+ *
+ * --device metal measures the Metal device instead (bench_metal.c):
+ * dispatch overhead, allocation and private-storage transfers.
  *
  * Bandwidth counts the bytes an op reads plus the bytes it writes; memcpy
  * of S bytes moves 2S. A ratio is op bandwidth / memcpy bandwidth, so 1.0
@@ -11,6 +14,8 @@
  * time is the best of --reps runs after one warm-up run. Never used as a
  * test: no timing is asserted anywhere. */
 #include <cmetal/cmetal.h>
+
+#include "bench_metal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,7 +206,7 @@ static void cpu_model(char *buf, size_t cap) {
 }
 
 int main(int argc, char **argv) {
-    bool json = false;
+    bool json = false, metal = false;
     long mib = 64;
     int reps = 5;
     for (int i = 1; i < argc; ++i) {
@@ -211,8 +216,12 @@ int main(int argc, char **argv) {
             mib = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = (int)strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "metal") == 0 || strcmp(argv[i + 1], "cpu") == 0)) {
+            metal = strcmp(argv[++i], "metal") == 0;
         } else {
-            fprintf(stderr, "usage: cmetal-bench [--json] [--mib N] [--reps N]\n");
+            fprintf(stderr,
+                    "usage: cmetal-bench [--json] [--mib N] [--reps N] [--device cpu|metal]\n");
             return 2;
         }
     }
@@ -220,6 +229,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cmetal-bench: --mib and --reps must be >= 1\n");
         return 2;
     }
+    if (metal)
+        return bench_metal(json, mib, reps);
     bench_env env = {.bytes = (size_t)mib << 20, .reps = reps};
     TRY(cm_device_open(CM_DEVICE_CPU, 0, &env.dev));
     cm_device_info info;

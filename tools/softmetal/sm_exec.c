@@ -1,5 +1,6 @@
 /* softmetal kernel execution: a plain loop for kernels without barriers or
- * simdgroup functions, fibers (one per thread of a threadgroup) otherwise. */
+ * simdgroup functions, fibers (one per thread of a threadgroup) otherwise.
+ * Fiber switches are announced to ASan, TSan and valgrind. */
 #define _GNU_SOURCE /* MAP_ANONYMOUS, ucontext */
 #include "sm_internal.h"
 
@@ -21,9 +22,23 @@
 
 #if SM_ASAN
 #include <sanitizer/common_interface_defs.h>
-enum { STACK_SIZE = 512 * 1024 };
-#else
+#endif
+/* Per fiber. ASan's swapcontext clears the shadow of the whole target stack
+ * on every switch, so bigger stacks cost time there. */
 enum { STACK_SIZE = 128 * 1024 };
+
+#if defined(__SANITIZE_THREAD__)
+#define SM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SM_TSAN 1
+#endif
+#endif
+#ifndef SM_TSAN
+#define SM_TSAN 0
+#endif
+#if SM_TSAN
+#include <sanitizer/tsan_interface.h>
 #endif
 
 #if __has_include(<valgrind/valgrind.h>)
@@ -41,6 +56,7 @@ typedef struct {
   int state;
   unsigned char *stack;
   void *fake_stack;
+  void *tsan_fiber;
   unsigned valgrind_id;
 } fiber;
 
@@ -53,6 +69,7 @@ typedef struct {
   void *main_fake_stack;
   const void *main_bottom;
   size_t main_size;
+  void *main_tsan_fiber;
 } sched;
 
 static _Thread_local sched *t_sched;
@@ -62,6 +79,9 @@ static void to_fiber(sched *s, fiber *f) {
   s->cur = f;
 #if SM_ASAN
   __sanitizer_start_switch_fiber(&s->main_fake_stack, f->stack, STACK_SIZE);
+#endif
+#if SM_TSAN
+  __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
   swapcontext(&s->main, &f->ctx);
 #if SM_ASAN
@@ -74,6 +94,9 @@ static void to_main(sched *s, fiber *f, bool exiting) {
   __sanitizer_start_switch_fiber(exiting ? NULL : &f->fake_stack, s->main_bottom, s->main_size);
 #else
   (void)exiting;
+#endif
+#if SM_TSAN
+  __tsan_switch_to_fiber(s->main_tsan_fiber, 0);
 #endif
   swapcontext(&f->ctx, &s->main);
 #if SM_ASAN
@@ -170,6 +193,9 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   s.fibers = r->fibers;
   s.n = n;
   s.k = r->k;
+#if SM_TSAN
+  s.main_tsan_fiber = __tsan_get_current_fiber();
+#endif
   sched *saved = t_sched;
   t_sched = &s;
   uint32_t i = 0;
@@ -196,12 +222,16 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
     if (done == n) break;
     bool released = false;
     for (uint32_t base = 0; base < n; base += SM_SIMD_WIDTH) {
-      uint32_t end = base + SM_SIMD_WIDTH < n ? base + SM_SIMD_WIDTH : n, simd = 0, live = 0;
+      uint32_t end = base + SM_SIMD_WIDTH < n ? base + SM_SIMD_WIDTH : n, simd = 0, live = 0,
+               waiting = 0;
       for (i = base; i < end; i++) {
         live += r->fibers[i].state != F_DONE;
         simd += r->fibers[i].state == F_SIMD;
+        waiting += r->fibers[i].state == F_BARRIER;
       }
-      if (simd && simd == live) {
+      /* Lanes that went on to a barrier skipped this simdgroup function: as on
+       * a GPU, they are inactive lanes for it. */
+      if (simd && simd + waiting == live) {
         for (i = base; i < end; i++)
           if (r->fibers[i].state == F_SIMD) r->fibers[i].state = F_READY;
         released = true;
@@ -254,17 +284,24 @@ static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t e
     r->fibers[i].valgrind_id =
         VALGRIND_STACK_REGISTER(r->fibers[i].stack, r->fibers[i].stack + STACK_SIZE);
 #endif
+#if SM_TSAN
+    r->fibers[i].tsan_fiber = __tsan_create_fiber(0);
+#endif
   }
   return true;
 }
 
 static void teardown(run_state *r, uint32_t max_threads) {
   if (r->stacks) {
+    for (uint32_t i = 0; i < max_threads; i++) {
 #if SM_VALGRIND
-    for (uint32_t i = 0; i < max_threads; i++) VALGRIND_STACK_DEREGISTER(r->fibers[i].valgrind_id);
-#else
-    (void)max_threads;
+      VALGRIND_STACK_DEREGISTER(r->fibers[i].valgrind_id);
 #endif
+#if SM_TSAN
+      __tsan_destroy_fiber(r->fibers[i].tsan_fiber);
+#endif
+    }
+    (void)max_threads;
     munmap(r->stacks, r->stacks_len);
   }
   free(r->fibers);

@@ -135,6 +135,7 @@ static void root_dealloc(id self, SEL cmd) {
   sm_obj *s = (sm_obj *)self;
   sm_class *k = (sm_class *)s->cls;
   if (k->destroy) k->destroy(s);
+  sm__release(s->label);
   atomic_fetch_sub(&k->live, 1);
   atomic_fetch_add(&g_deallocs, 1);
   free(s);
@@ -150,6 +151,17 @@ static BOOL root_is_kind(id self, SEL cmd, Class c) {
   for (Class k = object_getClass(self); k; k = class_getSuperclass(k))
     if (k == c) return 1;
   return 0;
+}
+
+static id root_label(id self, SEL cmd) { (void)cmd; return ((sm_obj *)self)->label; }
+static void root_set_label(id self, SEL cmd, id label) {
+  sm_obj *s = (sm_obj *)self;
+  if (label && !sm__is(label, &sm__string_class))
+    sm__fatal("-[%s %s]: label is a %s, not an NSString", s->cls->name, sel_getName(cmd),
+              object_getClassName(label));
+  sm__retain(label);
+  sm__release(s->label);
+  s->label = label;
 }
 
 /* Class objects are never counted or freed. */
@@ -456,6 +468,7 @@ static void register_foundation(void) {
   class_addIvar(g_root, "isa", sizeof(Class), 3, "#");
   class_addIvar(g_root, "_sm_cls", sizeof(void *), 3, "^v");
   class_addIvar(g_root, "_sm_rc", sizeof(long), 3, "q");
+  class_addIvar(g_root, "_sm_label", sizeof(id), 3, "@");
   sm__class_method(g_root, "alloc", SM_IMP(root_alloc), "@@:");
   sm__class_method(g_root, "retain", SM_IMP(class_retain), "@@:");
   sm__class_method(g_root, "release", SM_IMP(class_release), "v@:");
@@ -469,6 +482,8 @@ static void register_foundation(void) {
   sm__method(g_root, "class", SM_IMP(root_class), "#@:");
   sm__method(g_root, "respondsToSelector:", SM_IMP(root_responds), "C@::");
   sm__method(g_root, "isKindOfClass:", SM_IMP(root_is_kind), "C@:#");
+  sm__method(g_root, "label", SM_IMP(root_label), "@@:");
+  sm__method(g_root, "setLabel:", SM_IMP(root_set_label), "v@:@");
   objc_registerClassPair(g_root);
 
   Class c = sm__class_begin(&sm__string_class);

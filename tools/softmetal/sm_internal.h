@@ -31,6 +31,7 @@ typedef struct sm_obj {
   Class isa;
   const sm_class *cls;
   atomic_long rc;
+  id label; /* NSString or nil; every Metal object may carry one */
 } sm_obj;
 
 struct sm_class {

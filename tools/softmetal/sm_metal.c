@@ -259,6 +259,8 @@ static void buffer_did_modify(id self, SEL cmd, NSRange r) {
               r.location, r.length, b->length);
 }
 
+static id buffer_device(id self, SEL cmd) { (void)cmd; return (id)((sm_buffer *)self)->device; }
+
 /* ------------------------------------------------------------- shared events */
 typedef struct {
   sm_obj hdr;
@@ -285,6 +287,8 @@ static id device_new_event(id self, SEL cmd) {
   pthread_cond_init(&e->cv, NULL);
   return (id)e;
 }
+
+static id event_device(id self, SEL cmd) { (void)cmd; return (id)((sm_event *)self)->device; }
 
 static uint64_t event_value(id self, SEL cmd) {
   (void)cmd;
@@ -586,6 +590,10 @@ static id queue_make_cmdbuf(id self, bool retains) {
   return sm__autorelease((id)cb);
 }
 
+static id queue_device(id self, SEL cmd) { (void)cmd; return (id)((sm_queue *)self)->device; }
+static id cb_queue(id self, SEL cmd) { (void)cmd; return (id)((sm_cmdbuf *)self)->queue; }
+static id cb_device(id self, SEL cmd) { (void)cmd; return (id)((sm_cmdbuf *)self)->queue->device; }
+
 static id queue_cmdbuf(id self, SEL cmd) { (void)cmd; return queue_make_cmdbuf(self, true); }
 static id queue_cmdbuf_unretained(id self, SEL cmd) {
   (void)cmd;
@@ -688,7 +696,8 @@ typedef struct {
   sm_obj hdr;
   sm_cmdbuf *cb; /* retained */
   bool ended;
-  sm_pipeline *pipeline; /* weak; the dispatch retains it */
+  sm_pipeline *pipeline; /* retained */
+  /* Bound buffers: retained when the command buffer retains references. */
   sm_buffer *buffers[SM_MAX_BINDINGS];
   NSUInteger offsets[SM_MAX_BINDINGS];
   void *bytes[SM_MAX_BINDINGS];
@@ -698,8 +707,13 @@ typedef struct {
 
 static void encoder_destroy(sm_obj *o) {
   sm_encoder *e = (sm_encoder *)o;
-  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) free(e->bytes[i]);
-  if (e->cb->active_encoder == (id)e) e->cb->active_encoder = nil;
+  if (!e->ended)
+    sm__fatal("-[%s dealloc]: encoder released without endEncoding", o->cls->name);
+  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
+    free(e->bytes[i]);
+    release_ref(e->cb, e->buffers[i]);
+  }
+  sm__release((id)e->pipeline);
   sm__release((id)e->cb);
 }
 static sm_class blit_class = {"SMBlitCommandEncoder", sizeof(sm_encoder), encoder_destroy, Nil, 0};
@@ -816,7 +830,10 @@ static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
                 pipeline ? object_getClassName(pipeline) : "nil");
     return;
   }
-  ((sm_encoder *)self)->pipeline = (sm_pipeline *)pipeline;
+  sm_encoder *e = (sm_encoder *)self;
+  sm__retain(pipeline);
+  sm__release((id)e->pipeline);
+  e->pipeline = (sm_pipeline *)pipeline;
 }
 
 static bool index_ok(sm_cmdbuf *cb, const char *sel, NSUInteger index) {
@@ -840,6 +857,8 @@ static void comp_set_buffer(id self, SEL cmd, id buf, NSUInteger offset, NSUInte
       return;
     }
   }
+  keep_ref(cb, b);
+  release_ref(cb, e->buffers[index]);
   e->buffers[index] = b;
   e->offsets[index] = offset;
   free(e->bytes[index]);
@@ -863,6 +882,7 @@ static void comp_set_bytes(id self, SEL cmd, const void *bytes, NSUInteger lengt
   free(e->bytes[index]);
   e->bytes[index] = copy;
   e->bytes_len[index] = length;
+  release_ref(cb, e->buffers[index]);
   e->buffers[index] = NULL;
 }
 
@@ -993,20 +1013,25 @@ void sm__register_metal(void) {
   sm__method(c, "resourceOptions", SM_IMP(buffer_resource_options), "Q@:");
   sm__method(c, "gpuAddress", SM_IMP(buffer_gpu_address), "Q@:");
   sm__method(c, "didModifyRange:", SM_IMP(buffer_did_modify), "v@:{_NSRange=QQ}");
+  sm__method(c, "device", SM_IMP(buffer_device), "@@:");
   sm__class_end(&buffer_class);
 
   c = sm__class_begin(&event_class);
   sm__method(c, "signaledValue", SM_IMP(event_value), "Q@:");
   sm__method(c, "setSignaledValue:", SM_IMP(event_set_value), "v@:Q");
+  sm__method(c, "device", SM_IMP(event_device), "@@:");
   sm__class_end(&event_class);
 
   c = sm__class_begin(&queue_class);
   sm__method(c, "commandBuffer", SM_IMP(queue_cmdbuf), "@@:");
   sm__method(c, "commandBufferWithUnretainedReferences", SM_IMP(queue_cmdbuf_unretained), "@@:");
+  sm__method(c, "device", SM_IMP(queue_device), "@@:");
   sm__class_end(&queue_class);
 
   c = sm__class_begin(&cmdbuf_class);
   sm__method(c, "status", SM_IMP(cb_status), "Q@:");
+  sm__method(c, "commandQueue", SM_IMP(cb_queue), "@@:");
+  sm__method(c, "device", SM_IMP(cb_device), "@@:");
   sm__method(c, "enqueue", SM_IMP(cb_enqueue), "v@:");
   sm__method(c, "commit", SM_IMP(cb_commit), "v@:");
   sm__method(c, "waitUntilCompleted", SM_IMP(cb_wait), "v@:");

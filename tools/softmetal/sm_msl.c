@@ -239,7 +239,8 @@ static bool scan_param(scan *s, kernel_info *k, size_t a, size_t b, int index) {
     if (n >= SM_MAX_BINDINGS) goto bad_index;
     k->buffer_mask |= 1u << n;
     if (tb[-1] == '&') sb_printf(&k->call, "*(%.*s*)(t->buffers[%u])", type_len - 1, type, n);
-    else if (tb[-1] == '*') sb_printf(&k->call, "(%.*s)(t->buffers[%u])", type_len, type, n);
+    else if (memchr(ta, '*', (size_t)type_len))
+      sb_printf(&k->call, "(%.*s)(t->buffers[%u])", type_len, type, n);
     else goto bad_type;
     return true;
   }
@@ -247,7 +248,7 @@ static bool scan_param(scan *s, kernel_info *k, size_t a, size_t b, int index) {
       sscanf(attr, "threadgroup(%u)%c", &n, &extra) == 1) {
     if (n >= SM_MAX_BINDINGS) goto bad_index;
     k->tg_mask |= 1u << n;
-    if (tb[-1] != '*') goto bad_type;
+    if (!memchr(ta, '*', (size_t)type_len)) goto bad_type;
     sb_printf(&k->call, "(%.*s)(t->tgmem[%u])", type_len, type, n);
     return true;
   }
@@ -528,6 +529,13 @@ static bool run_cxx(const char *cxx, const char *inc, const char *src, const cha
   return false;
 }
 
+/* The other standard headers MSL sources include all mean metal_stdlib. */
+static const char *const aliases[] = {"metal_math",    "metal_atomic",     "metal_compute",
+                                      "metal_simdgroup", "metal_integer",  "metal_common",
+                                      "metal_geometric", "metal_relational"};
+enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
+static const char alias_text[] = "#include <metal_stdlib>\n";
+
 /* Compiles (or finds in the cache) the library for tu; returns a dlopen handle. */
 static void *compile_tu(const char *tu, char **diag) {
   const char *cxx = getenv("SOFTMETAL_CXX");
@@ -536,6 +544,7 @@ static void *compile_tu(const char *tu, char **diag) {
   cache_dir(dir, sizeof dir);
   uint64_t hh = fnv(0xcbf29ce484222325ull, sm__metal_stdlib_text, strlen(sm__metal_stdlib_text));
   hh = fnv(hh, sm__abi_text, strlen(sm__abi_text));
+  for (size_t i = 0; i < N_ALIASES; i++) hh = fnv(hh, aliases[i], strlen(aliases[i]) + 1);
   uint64_t h = fnv(hh, tu, strlen(tu));
   h = fnv(h, cxx, strlen(cxx));
   for (int i = 0; i < N_CXX_FLAGS; i++) h = fnv(h, CXX_FLAGS[i], strlen(CXX_FLAGS[i]) + 1);
@@ -553,9 +562,15 @@ static void *compile_tu(const char *tu, char **diag) {
   snprintf(hdr, sizeof hdr, "%s/metal_stdlib", inc);
   snprintf(abi, sizeof abi, "%s/sm_abi.h", inc);
   bool ok = mkdirs(inc);
-  if (ok && !file_exists(hdr))
-    ok = write_file(abi, sm__abi_text, strlen(sm__abi_text)) &&
+  if (ok && !file_exists(hdr)) {
+    for (size_t i = 0; ok && i < N_ALIASES; i++) {
+      char path[3400];
+      snprintf(path, sizeof path, "%.3000s/%s", inc, aliases[i]);
+      ok = write_file(path, alias_text, sizeof alias_text - 1);
+    }
+    ok = ok && write_file(abi, sm__abi_text, strlen(sm__abi_text)) &&
          write_file(hdr, sm__metal_stdlib_text, strlen(sm__metal_stdlib_text));
+  }
   pthread_mutex_unlock(&g_cache_lock);
   if (!ok) {
     sbuf b = {0};
@@ -744,6 +759,16 @@ static id library_function_names(id self, SEL cmd) {
   return sm__autorelease(arr);
 }
 
+static id library_device(id self, SEL cmd) { (void)cmd; return ((sm_library *)self)->device; }
+static id function_device(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_function *)self)->library->device;
+}
+static id pipeline_device(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_function *)((sm_pipeline *)self)->function)->library->device;
+}
+
 static id function_name(id self, SEL cmd) { (void)cmd; return ((sm_function *)self)->name; }
 
 static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
@@ -762,6 +787,16 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   return (id)p;
 }
 
+static id device_new_library_url(id self, SEL cmd, id url, id *error) {
+  (void)self;
+  (void)url;
+  set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
+                             "%s: softmetal compiles MSL source only; metallib files cannot "
+                             "run on the CPU (use newLibraryWithSource:options:error:)",
+                             sel_getName(cmd)));
+  return nil;
+}
+
 static NSUInteger pipeline_max_threads(id self, SEL cmd) {
   (void)cmd;
   return ((sm_pipeline *)self)->max_threads;
@@ -772,21 +807,25 @@ void sm__register_msl(void) {
   Class c = sm__class_begin(&library_class);
   sm__method(c, "newFunctionWithName:", SM_IMP(library_new_function), "@@:@");
   sm__method(c, "functionNames", SM_IMP(library_function_names), "@@:");
+  sm__method(c, "device", SM_IMP(library_device), "@@:");
   sm__class_end(&library_class);
 
   c = sm__class_begin(&function_class);
   sm__method(c, "name", SM_IMP(function_name), "@@:");
+  sm__method(c, "device", SM_IMP(function_device), "@@:");
   sm__class_end(&function_class);
 
   c = sm__class_begin(&sm__pipeline_class);
   sm__method(c, "maxTotalThreadsPerThreadgroup", SM_IMP(pipeline_max_threads), "Q@:");
   sm__method(c, "threadExecutionWidth", SM_IMP(pipeline_width), "Q@:");
+  sm__method(c, "device", SM_IMP(pipeline_device), "@@:");
   sm__class_end(&sm__pipeline_class);
 }
 
 void sm__add_device_msl_methods(Class device) {
   sm__method(device, "newLibraryWithSource:options:error:", SM_IMP(device_new_library),
              "@@:@@^@");
+  sm__method(device, "newLibraryWithURL:error:", SM_IMP(device_new_library_url), "@@:@^@");
   sm__method(device, "newComputePipelineStateWithFunction:error:", SM_IMP(device_new_pipeline),
              "@@:@^@");
 }

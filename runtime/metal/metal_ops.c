@@ -1,0 +1,429 @@
+/* Ops on Metal: the msl/ kernels, compiled from the embedded source at
+ * first use per device, one pipeline per kernel cached with the device.
+ * run_op encodes a dispatch into the default stream's open command buffer
+ * and never commits: ops between two syncs share one command buffer.
+ *
+ * These kernels have run only on softmetal (tools/softmetal), never on
+ * real Metal hardware. */
+#include "metal_internal.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* The joined text of msl/common.h and msl/ *.metal (msl/CMakeLists.txt). */
+extern const char cm__msl_source[];
+
+static const char *const cm__kernel_names[CM__KERNEL_COUNT] = {
+    [CM__KERNEL_FILL] = "cm_fill",
+    [CM__KERNEL_COPY] = "cm_copy",
+    [CM__KERNEL_CAST] = "cm_cast",
+    [CM__KERNEL_UNARY] = "cm_unary",
+    [CM__KERNEL_BINARY] = "cm_binary",
+    [CM__KERNEL_REDUCE_SERIAL] = "cm_reduce_serial",
+    [CM__KERNEL_REDUCE_THREADGROUP] = "cm_reduce_threadgroup",
+};
+
+/* The argument structs of msl/common.h, field for field. */
+typedef struct cm__ew_args {
+    uint32_t ndim, code, out_dtype, in0_dtype, in1_dtype, pad_;
+    int64_t numel;
+    int64_t out_offset, in0_offset, in1_offset;
+    uint64_t value;
+    int64_t shape[CM_MAX_NDIM];
+    int64_t out_strides[CM_MAX_NDIM];
+    int64_t in0_strides[CM_MAX_NDIM];
+    int64_t in1_strides[CM_MAX_NDIM];
+} cm__ew_args;
+
+typedef struct cm__reduce_args {
+    uint32_t outer_ndim, inner_ndim, code, out_dtype, in_dtype, stage;
+    int64_t nout, count, split, chunk;
+    int64_t out_offset, in_offset;
+    int64_t outer_shape[CM_MAX_NDIM];
+    int64_t outer_out_strides[CM_MAX_NDIM];
+    int64_t outer_in_strides[CM_MAX_NDIM];
+    int64_t inner_shape[CM_MAX_NDIM];
+    int64_t inner_in_strides[CM_MAX_NDIM];
+} cm__reduce_args;
+
+_Static_assert(sizeof(cm__ew_args) == 576, "matches cm_ew_args of msl/common.h");
+_Static_assert(sizeof(cm__reduce_args) == 712, "matches cm_reduce_args of msl/common.h");
+_Static_assert(sizeof(cm__reduce_args) <= 4096, "setBytes takes at most 4 KiB");
+
+/* Grid limits: threads loop over the elements (grid-stride), so a grid
+ * never needs more threads than this. */
+enum { CM__MAX_GRID_THREADS = 1 << 16, CM__MAX_GROUPS = 1 << 16, CM__GROUP_THREADS = 256 };
+
+/* Reductions of at least this many elements per output use one
+ * threadgroup per output; shorter ones one thread per output. At most
+ * CM__REDUCE_SPLIT_MAX_OUT outputs of at least CM__REDUCE_SPLIT_MIN
+ * elements are split into chunks of about CM__REDUCE_CHUNK elements (at
+ * most CM__REDUCE_SPLIT_MAX per output), reduced by one threadgroup each
+ * and then combined. */
+enum {
+    CM__REDUCE_THREADGROUP_MIN = 256,
+    CM__REDUCE_SPLIT_MIN = 8192,
+    CM__REDUCE_SPLIT_MAX_OUT = 64,
+    CM__REDUCE_CHUNK = 4096,
+    CM__REDUCE_SPLIT_MAX = 1024
+};
+enum { CM__STAGE_WHOLE = 0, CM__STAGE_PARTIAL = 1, CM__STAGE_FINISH = 2 };
+
+static atomic_ulong cm__tg_override;
+
+void cm__metal_set_threadgroup_override(unsigned long threads) {
+    atomic_store(&cm__tg_override, threads);
+}
+
+/* ------------------------------------------------------------ kernels */
+
+void cm__metal_kernels_init(cm__metal_device *d) {
+    pthread_mutex_init(&d->kernels_lock, NULL);
+}
+
+void cm__metal_kernels_destroy(cm__metal_device *d) {
+    for (int k = 0; k < CM__KERNEL_COUNT; ++k)
+        cm__objc_release(d->pipelines[k]);
+    cm__objc_release(d->library);
+    pthread_mutex_destroy(&d->kernels_lock);
+}
+
+/* Compiles `source` into a library (+1 in *out). */
+static cm_status cm__compile(const char *func, cm__id device, const char *source, cm__id *out) {
+    *out = NULL;
+    cm__id text = NULL;
+    CM__TRY(cm__ns_string_from_utf8(func, source, &text));
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL; /* autoreleased */
+    cm__id library = cm__msg_newLibraryWithSource_options_error(device, text, NULL, &error);
+    cm_status status = CM_OK;
+    if (library == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
+                                   "the Metal kernel library did not compile");
+    cm__objc_pool_pop(pool);
+    cm__objc_release(text);
+    *out = library;
+    return status;
+}
+
+cm_status cm__metal_compile_source(cm_device *device, const char *source) {
+    cm__id library = NULL;
+    CM__TRY(cm__compile("cm__metal_compile_source", cm__mtl_dev(device)->device, source,
+                        &library));
+    cm__objc_release(library);
+    return CM_OK;
+}
+
+/* Makes the pipeline of kernel k; kernels_lock held. */
+static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k) {
+    if (d->library == NULL)
+        CM__TRY(cm__compile(func, d->device, cm__msl_source, &d->library));
+    cm__id name = NULL;
+    CM__TRY(cm__ns_string_from_utf8(func, cm__kernel_names[k], &name));
+    cm__id fn = cm__msg_newFunctionWithName(d->library, name);
+    cm__objc_release(name);
+    if (fn == NULL)
+        return cm__fail_as(func, CM_ERR_INTERNAL, "the kernel library has no function %s",
+                           cm__kernel_names[k]);
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL;
+    cm__id pipeline = cm__msg_newComputePipelineStateWithFunction_error(d->device, fn, &error);
+    cm_status status = CM_OK;
+    if (pipeline == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
+                                   "newComputePipelineStateWithFunction failed");
+    cm__objc_pool_pop(pool);
+    cm__objc_release(fn);
+    if (status != CM_OK)
+        return status;
+    d->max_threads[k] = cm__msg_maxTotalThreadsPerThreadgroup(pipeline);
+    d->simd_width[k] = cm__msg_threadExecutionWidth(pipeline);
+    if (d->max_threads[k] == 0 || d->simd_width[k] == 0) {
+        cm__objc_release(pipeline);
+        return cm__fail_as(func, CM_ERR_DEVICE, "pipeline %s reports no threads",
+                           cm__kernel_names[k]);
+    }
+    d->pipelines[k] = pipeline;
+    return CM_OK;
+}
+
+typedef struct cm__kernel {
+    cm__id pipeline; /* +0: owned by the device */
+    cm__uint max_threads, simd_width;
+} cm__kernel;
+
+static cm_status cm__get_kernel(const char *func, cm_device *device, int k, cm__kernel *out) {
+    cm__metal_device *d = cm__mtl_dev(device);
+    pthread_mutex_lock(&d->kernels_lock);
+    cm_status status = d->pipelines[k] != NULL ? CM_OK : cm__make_pipeline(func, d, k);
+    if (status == CM_OK) {
+        out->pipeline = d->pipelines[k];
+        out->max_threads = d->max_threads[k];
+        out->simd_width = d->simd_width[k];
+    }
+    pthread_mutex_unlock(&d->kernels_lock);
+    return status;
+}
+
+/* ------------------------------------------------------------ encoding */
+
+typedef struct cm__binding {
+    cm_buffer *buffer; /* tracked; NULL for a scratch buffer */
+    bool write;
+    cm__id native;     /* the scratch id<MTLBuffer> when buffer is NULL */
+} cm__binding;
+
+/* Encodes one dispatch on the device's default stream: buffers at indices
+ * 0.., then the argument bytes. Threadgroups of `group` threads; `groups`
+ * threadgroups when nonzero, else `threads` threads in all. */
+static cm_status cm__encode(const char *func, cm_device *device, const cm__kernel *kernel,
+                            const cm__binding *bindings, int nbind, const void *args,
+                            size_t args_size, cm__uint threads, cm__uint groups,
+                            cm__uint group) {
+    const unsigned long forced = atomic_load(&cm__tg_override);
+    if (forced != 0)
+        group = forced;
+    cm_stream *stream = device->default_stream;
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&s->lock);
+    cm__id cb = NULL;
+    cm_status status = cm__metal_stream_open(func, stream, &cb);
+    if (status == CM_OK) {
+        cm__id enc = cm__msg_computeCommandEncoder(cb);
+        if (enc == NULL) {
+            status = cm__fail_as(func, CM_ERR_DEVICE, "computeCommandEncoder returned nil");
+        } else {
+            cm__msg_setComputePipelineState(enc, kernel->pipeline);
+            for (int i = 0; i < nbind; ++i) {
+                cm_buffer *b = bindings[i].buffer;
+                cm__msg_setBuffer_offset_atIndex(enc, b != NULL ? b->native : bindings[i].native,
+                                                 0, (cm__uint)i);
+            }
+            cm__msg_setBytes_length_atIndex(enc, args, args_size, (cm__uint)nbind);
+            const cm__mtl_size tg = {group, 1, 1};
+            if (groups != 0)
+                cm__msg_dispatchThreadgroups_threadsPerThreadgroup(
+                    enc, (cm__mtl_size){groups, 1, 1}, tg);
+            else
+                cm__msg_dispatchThreads_threadsPerThreadgroup(
+                    enc, (cm__mtl_size){threads, 1, 1}, tg);
+            cm__msg_endEncoding(enc);
+            for (int i = 0; i < nbind; ++i)
+                if (bindings[i].buffer != NULL)
+                    cm__metal_track(stream, bindings[i].buffer, bindings[i].write);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    cm__objc_pool_pop(pool);
+    return status;
+}
+
+/* ------------------------------------------------------------ layout */
+
+/* Merges axes of a shape that every operand walks as one: drops size-1
+ * axes, and joins axis k with k + 1 when each operand's stride[k] equals
+ * stride[k + 1] * shape[k + 1]. strides[j] are the nops operands'. */
+static int32_t cm__coalesce(int32_t ndim, int64_t *shape, int nops, int64_t (*strides)[CM_MAX_NDIM]) {
+    int32_t n = 0;
+    for (int32_t k = 0; k < ndim; ++k) {
+        if (shape[k] == 1)
+            continue;
+        bool join = n > 0;
+        for (int j = 0; join && j < nops; ++j)
+            join = strides[j][n - 1] == strides[j][k] * shape[k];
+        if (join) {
+            shape[n - 1] *= shape[k];
+            for (int j = 0; j < nops; ++j)
+                strides[j][n - 1] = strides[j][k];
+        } else {
+            shape[n] = shape[k];
+            for (int j = 0; j < nops; ++j)
+                strides[j][n] = strides[j][k];
+            ++n;
+        }
+    }
+    return n;
+}
+
+static cm__uint cm__min_u(cm__uint a, cm__uint b) {
+    return a < b ? a : b;
+}
+
+/* Threads per threadgroup for a kernel: at most CM__GROUP_THREADS, a
+ * multiple of the SIMD width. */
+static cm__uint cm__group_size(const cm__kernel *k) {
+    cm__uint n = cm__min_u(k->max_threads, CM__GROUP_THREADS);
+    if (n >= k->simd_width)
+        n -= n % k->simd_width;
+    return n;
+}
+
+/* ------------------------------------------------------------ ops */
+
+static const char *cm__operand_name(const cm__op *op, int which) {
+    switch (op->kind) {
+    case CM__OP_FILL: return "tensor";
+    case CM__OP_COPY:
+    case CM__OP_CAST: return which < 0 ? "dst" : "src";
+    case CM__OP_BINARY: return which < 0 ? "out" : which == 0 ? "a" : "b";
+    default: return which < 0 ? "out" : "x";
+    }
+}
+
+static cm_status cm__refuse_float64(const cm__op *op) {
+    for (int which = -1; which < op->nin; ++which) {
+        const cm_dtype dt = which < 0 ? op->out.dtype : op->in[which].dtype;
+        if (dt == CM_FLOAT64)
+            return cm__fail_as(op->func, CM_ERR_UNSUPPORTED,
+                               "%s dtype float64: Metal has no float64 (cast to float32 on "
+                               "the CPU device first)",
+                               cm__operand_name(op, which));
+    }
+    return CM_OK;
+}
+
+static cm_status cm__run_elementwise(cm_device *device, const cm__op *op) {
+    int kernel_index;
+    switch (op->kind) {
+    case CM__OP_FILL: kernel_index = CM__KERNEL_FILL; break;
+    case CM__OP_COPY: kernel_index = CM__KERNEL_COPY; break;
+    case CM__OP_CAST: kernel_index = CM__KERNEL_CAST; break;
+    case CM__OP_UNARY: kernel_index = CM__KERNEL_UNARY; break;
+    default: kernel_index = CM__KERNEL_BINARY; break;
+    }
+    cm__ew_args a;
+    memset(&a, 0, sizeof a);
+    a.code = (uint32_t)op->code;
+    a.out_dtype = (uint32_t)op->out.dtype;
+    a.in0_dtype = op->nin > 0 ? (uint32_t)op->in[0].dtype : 0;
+    a.in1_dtype = op->nin > 1 ? (uint32_t)op->in[1].dtype : 0;
+    a.numel = op->numel;
+    a.out_offset = (int64_t)op->out.byte_offset;
+    a.in0_offset = op->nin > 0 ? (int64_t)op->in[0].byte_offset : 0;
+    a.in1_offset = op->nin > 1 ? (int64_t)op->in[1].byte_offset : 0;
+    memcpy(&a.value, op->value.bytes, sizeof a.value);
+    int64_t strides[3][CM_MAX_NDIM];
+    memcpy(a.shape, op->shape, sizeof a.shape);
+    memcpy(strides[0], op->out.strides, sizeof strides[0]);
+    for (int j = 0; j < op->nin; ++j)
+        memcpy(strides[1 + j], op->in[j].strides, sizeof strides[0]);
+    a.ndim = (uint32_t)cm__coalesce(op->ndim, a.shape, 1 + op->nin, strides);
+    memcpy(a.out_strides, strides[0], sizeof a.out_strides);
+    if (op->nin > 0)
+        memcpy(a.in0_strides, strides[1], sizeof a.in0_strides);
+    if (op->nin > 1)
+        memcpy(a.in1_strides, strides[2], sizeof a.in1_strides);
+
+    cm__kernel kernel;
+    CM__TRY(cm__get_kernel(op->func, device, kernel_index, &kernel));
+    cm__binding bind[3] = {{op->out.buffer, true, NULL}};
+    for (int j = 0; j < op->nin; ++j)
+        bind[1 + j] = (cm__binding){op->in[j].buffer, false, NULL};
+    const cm__uint group = cm__group_size(&kernel);
+    const cm__uint threads = (cm__uint)(op->numel < CM__MAX_GRID_THREADS ? op->numel
+                                                                        : CM__MAX_GRID_THREADS);
+    return cm__encode(op->func, device, &kernel, bind, 1 + op->nin, &a, sizeof a, threads, 0,
+                      cm__min_u(group, threads));
+}
+
+static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
+    cm__reduce_args a;
+    memset(&a, 0, sizeof a);
+    a.code = (uint32_t)op->code;
+    a.out_dtype = (uint32_t)op->out.dtype;
+    a.in_dtype = (uint32_t)op->in[0].dtype;
+    a.out_offset = (int64_t)op->out.byte_offset;
+    a.in_offset = (int64_t)op->in[0].byte_offset;
+    /* Split the axes: reduced ones (inner) and the others (outer). */
+    int64_t outer[2][CM_MAX_NDIM], inner[1][CM_MAX_NDIM];
+    int32_t no = 0, ni = 0;
+    int64_t count = 1;
+    for (int32_t k = 0; k < op->ndim; ++k) {
+        if (op->axis < 0 || k == op->axis) {
+            a.inner_shape[ni] = op->shape[k];
+            inner[0][ni++] = op->in[0].strides[k];
+            count *= op->shape[k];
+        } else {
+            a.outer_shape[no] = op->shape[k];
+            outer[0][no] = op->out.strides[k];
+            outer[1][no++] = op->in[0].strides[k];
+        }
+    }
+    a.count = count;
+    a.nout = op->numel / count;
+    a.outer_ndim = (uint32_t)cm__coalesce(no, a.outer_shape, 2, outer);
+    a.inner_ndim = (uint32_t)cm__coalesce(ni, a.inner_shape, 1, inner);
+    memcpy(a.outer_out_strides, outer[0], sizeof a.outer_out_strides);
+    memcpy(a.outer_in_strides, outer[1], sizeof a.outer_in_strides);
+    memcpy(a.inner_in_strides, inner[0], sizeof a.inner_in_strides);
+
+    a.split = 1;
+    a.chunk = count;
+    /* The threadgroup kernel combines simdgroups of 32 lanes (every Apple
+     * GPU); elsewhere the serial one is used. */
+    bool use_group = count >= CM__REDUCE_THREADGROUP_MIN;
+    cm__kernel kernel, serial;
+    if (use_group) {
+        CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_THREADGROUP, &kernel));
+        use_group = kernel.simd_width == 32;
+    }
+    CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_SERIAL, &serial));
+    const cm__binding bind[2] = {{op->out.buffer, true, NULL}, {op->in[0].buffer, false, NULL}};
+    if (!use_group) {
+        const cm__uint threads = (cm__uint)(a.nout < CM__MAX_GRID_THREADS ? a.nout
+                                                                         : CM__MAX_GRID_THREADS);
+        return cm__encode(op->func, device, &serial, bind, 2, &a, sizeof a, threads, 0,
+                          cm__min_u(cm__group_size(&serial), threads));
+    }
+    /* A software Metal (softmetal) runs a threadgroup's threads one after
+     * another as fibers, paying per thread and per simdgroup sync: one
+     * simdgroup per threadgroup is fastest there. GPUs get up to 256. */
+    const cm__uint group = cm__mtl_dev(device)->info.software ? kernel.simd_width
+                                                               : cm__group_size(&kernel);
+    if (count < CM__REDUCE_SPLIT_MIN || a.nout > CM__REDUCE_SPLIT_MAX_OUT) {
+        const cm__uint groups = (cm__uint)(a.nout < CM__MAX_GROUPS ? a.nout : CM__MAX_GROUPS);
+        return cm__encode(op->func, device, &kernel, bind, 2, &a, sizeof a, 0, groups, group);
+    }
+    /* Split: partial accumulators in a scratch buffer that the command
+     * buffer keeps alive, then one thread per output combines them. */
+    int64_t split = (count + CM__REDUCE_CHUNK - 1) / CM__REDUCE_CHUNK;
+    split = split < CM__REDUCE_SPLIT_MAX ? split : CM__REDUCE_SPLIT_MAX;
+    a.chunk = (count + split - 1) / split;
+    a.split = (count + a.chunk - 1) / a.chunk;
+    const size_t scratch_size = (size_t)(a.nout * a.split) * 8u;
+    cm__id scratch = cm__msg_newBufferWithLength_options(
+        cm__mtl_dev(device)->device, scratch_size, CM__MTL_RESOURCE_STORAGE_PRIVATE);
+    if (scratch == NULL)
+        return cm__fail_as(op->func, CM_ERR_OUT_OF_MEMORY,
+                           "no scratch buffer of %zu bytes for a split reduction", scratch_size);
+    const cm__binding pass1[2] = {{NULL, true, scratch}, {op->in[0].buffer, false, NULL}};
+    const cm__binding pass2[2] = {{op->out.buffer, true, NULL}, {NULL, false, scratch}};
+    a.stage = CM__STAGE_PARTIAL;
+    const cm__uint tasks = (cm__uint)(a.nout * a.split);
+    cm_status status = cm__encode(op->func, device, &kernel, pass1, 2, &a, sizeof a, 0, tasks,
+                                  group);
+    if (status == CM_OK) {
+        a.stage = CM__STAGE_FINISH;
+        const cm__uint threads = (cm__uint)a.nout;
+        status = cm__encode(op->func, device, &serial, pass2, 2, &a, sizeof a, threads, 0,
+                            cm__min_u(cm__group_size(&serial), threads));
+    }
+    cm__objc_release(scratch);
+    return status;
+}
+
+cm_status cm__metal_run_op(cm_device *device, const cm__op *op) {
+    CM__TRY(cm__refuse_float64(op));
+    switch (op->kind) {
+    case CM__OP_FILL:
+    case CM__OP_COPY:
+    case CM__OP_CAST:
+    case CM__OP_UNARY:
+    case CM__OP_BINARY: return cm__run_elementwise(device, op);
+    case CM__OP_REDUCE: return cm__run_reduce(device, op);
+    default:
+        return cm__fail_as(op->func, CM_ERR_INTERNAL, "op kind %d is unknown", (int)op->kind);
+    }
+}

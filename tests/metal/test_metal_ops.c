@@ -1,0 +1,328 @@
+/* Ops on the Metal device (softmetal running the msl/ kernels), beyond the
+ * op matrix of test_ops_matrix.c: float64 refusal, batching into one
+ * command buffer, host access waiting for ops, private storage, failed
+ * command buffers, compile errors, threadgroup shapes, concurrency and
+ * leaks. */
+#include "cpu/ops_util.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include "softmetal.h"
+
+/* Internal test hooks of runtime/metal/metal_ops.c. */
+cm_status cm__metal_compile_source(cm_device *device, const char *source);
+void cm__metal_set_threadgroup_override(unsigned long threads);
+
+static void sm_stats(struct softmetal_stats *out) {
+    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(lib, "softmetal is loaded");
+    void (*fn)(struct softmetal_stats *);
+    void *sym = dlsym(lib, "softmetal_stats");
+    cr_assert_not_null(sym);
+    memcpy(&fn, &sym, sizeof fn);
+    fn(out);
+    dlclose(lib);
+}
+
+static cm_device *metal(void) {
+    cm_device *d = NULL;
+    cr_assert_eq(cm_device_open(CM_DEVICE_METAL, 0, &d), CM_OK, "%s", cm_last_error());
+    return d;
+}
+
+static uint64_t submissions(cm_device *d) {
+    cm_stream *s = NULL;
+    CHECK(cm_device_get_stream(d, &s));
+    uint64_t n = 0;
+    CHECK(cm_stream_get_submissions(s, &n));
+    return n;
+}
+
+static cm_tensor *tensor_1d(cm_device *d, cm_dtype dt, int64_t n, cm_storage_mode storage) {
+    const int64_t shape[1] = {n};
+    cm_tensor_desc desc = {.dtype = dt, .ndim = 1, .shape = shape, .storage = storage};
+    cm_tensor *t = NULL;
+    CHECK(cm_tensor_create(d, &desc, &t));
+    return t;
+}
+
+Test(metal_ops, float64_is_refused_naming_the_argument) {
+    cm_device *d = metal();
+    cm_tensor *f64 = tensor_1d(d, CM_FLOAT64, 4, CM_STORAGE_DEFAULT);
+    cm_tensor *f32 = tensor_1d(d, CM_FLOAT32, 4, CM_STORAGE_DEFAULT);
+    cm_tensor *s64 = NULL, *s32 = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT64}, &s64));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32}, &s32));
+    const double one = 1.0;
+    EXPECT_FAIL(cm_fill(f64, CM_FLOAT64, &one), CM_ERR_UNSUPPORTED,
+                "cm_fill: tensor dtype float64: Metal has no float64");
+    EXPECT_FAIL(cm_cast(f32, f64), CM_ERR_UNSUPPORTED, "cm_cast: dst dtype float64");
+    EXPECT_FAIL(cm_cast(f64, f32), CM_ERR_UNSUPPORTED, "cm_cast: src dtype float64");
+    EXPECT_FAIL(cm_copy(f64, f64), CM_ERR_UNSUPPORTED, "Metal has no float64");
+    EXPECT_FAIL(cm_unary(CM_UNARY_EXP, f64, f64), CM_ERR_UNSUPPORTED, "cm_unary: out dtype");
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f64, f64, f64), CM_ERR_UNSUPPORTED,
+                "cm_binary: out dtype float64");
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f32, CM_AXIS_ALL, s64), CM_ERR_UNSUPPORTED,
+                "cm_reduce: out dtype float64");
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_MAX, f64, 0, s32), CM_ERR_UNSUPPORTED,
+                "cm_reduce: x dtype float64");
+    cr_assert_eq(submissions(d), 0, "nothing was encoded");
+    cm_tensor_release(f64);
+    cm_tensor_release(f32);
+    cm_tensor_release(s64);
+    cm_tensor_release(s32);
+    cm_device_release(d);
+}
+
+Test(metal_ops, ops_between_two_syncs_commit_one_command_buffer) {
+    cm_device *d = metal();
+    cm_tensor *a = tensor_1d(d, CM_FLOAT32, 1000, CM_STORAGE_DEFAULT);
+    cm_tensor *b = tensor_1d(d, CM_FLOAT32, 1000, CM_STORAGE_DEFAULT);
+    cm_tensor *s = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32}, &s));
+    const double one = 1.0;
+    CHECK(cm_fill(a, CM_FLOAT64, &one));
+    CHECK(cm_device_synchronize(d));
+    const uint64_t before = submissions(d);
+    for (int i = 0; i < 64; ++i) /* b = a + a, then a = b: doubles a each time */
+        CHECK(i % 2 == 0 ? cm_binary(CM_BINARY_ADD, a, a, b) : cm_copy(b, a));
+    CHECK(cm_reduce(CM_REDUCE_SUM, a, CM_AXIS_ALL, s));
+    cr_assert_eq(submissions(d), before, "ops do not commit by themselves");
+    CHECK(cm_device_synchronize(d));
+    cr_assert_eq(submissions(d), before + 1, "65 ops, one command buffer");
+    float sum = 0;
+    CHECK(cm_tensor_get_element(s, NULL, CM_FLOAT32, &sum));
+    cr_assert_eq(sum, 1000.0f * 4294967296.0f);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_tensor_release(s);
+    cm_device_release(d);
+}
+
+Test(metal_ops, host_access_after_ops_waits_for_them) {
+    cm_device *d = metal();
+    cm_tensor *a = tensor_1d(d, CM_INT32, 4096, CM_STORAGE_DEFAULT);
+    cm_tensor *b = tensor_1d(d, CM_INT32, 4096, CM_STORAGE_MANAGED);
+    const int64_t seven = 7, three = 3;
+    CHECK(cm_fill(a, CM_INT64, &seven));
+    CHECK(cm_fill(b, CM_INT64, &three));
+    CHECK(cm_binary(CM_BINARY_MUL, a, b, b));
+    /* No explicit sync: host reads wait for the writers. */
+    const int64_t last = 4095;
+    int32_t v = 0;
+    CHECK(cm_tensor_get_element(b, &last, CM_INT32, &v));
+    cr_assert_eq(v, 21);
+    /* A host write to managed storage is seen by the next op. */
+    int32_t *p = NULL;
+    CHECK(cm_tensor_host_write(b, CM_INT32, (void **)&p));
+    p[4095] = 100;
+    CHECK(cm_binary(CM_BINARY_ADD, a, b, a));
+    CHECK(cm_tensor_get_element(a, &last, CM_INT32, &v));
+    cr_assert_eq(v, 107);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_device_release(d);
+}
+
+Test(metal_ops, private_storage_output_reads_back_through_cm_buffer_read) {
+    cm_device *d = metal();
+    const int64_t n = 1000;
+    cm_tensor *src = tensor_1d(d, CM_FLOAT32, n, CM_STORAGE_DEFAULT);
+    cm_tensor *priv = tensor_1d(d, CM_FLOAT16, n, CM_STORAGE_PRIVATE);
+    cm_tensor *back = tensor_1d(d, CM_FLOAT32, n, CM_STORAGE_PRIVATE);
+    float *p = NULL;
+    CHECK(cm_tensor_host_write(src, CM_FLOAT32, (void **)&p));
+    for (int64_t i = 0; i < n; ++i)
+        p[i] = (float)i * 0.25f - 100.0f;
+    CHECK(cm_cast(src, priv));
+    CHECK(cm_unary(CM_UNARY_NEG, priv, priv));
+    CHECK(cm_cast(priv, back));
+    cm_tensor_info info;
+    CHECK(cm_tensor_get_info(back, &info));
+    float out[1000];
+    CHECK(cm_buffer_read(info.buffer, 0, out, sizeof out));
+    for (int64_t i = 0; i < n; ++i)
+        cr_assert_eq(out[i], -((float)i * 0.25f - 100.0f), "element %lld", (long long)i);
+    cm_tensor_release(src);
+    cm_tensor_release(priv);
+    cm_tensor_release(back);
+    cm_device_release(d);
+}
+
+Test(metal_ops, a_failed_command_buffer_surfaces_on_the_next_sync) {
+    cm_device *d = metal();
+    cm_tensor *a = tensor_1d(d, CM_FLOAT32, 64, CM_STORAGE_DEFAULT);
+    const double one = 1.0;
+    cm__metal_set_threadgroup_override(2048); /* over softmetal's limit of 1024 */
+    CHECK(cm_fill(a, CM_FLOAT64, &one));      /* encoding itself succeeds */
+    cm__metal_set_threadgroup_override(0);
+    EXPECT_FAIL(cm_device_synchronize(d), CM_ERR_DEVICE, "threadsPerThreadgroup");
+    cr_assert(strstr(cm_last_error(), "a command buffer of this stream failed") != NULL, "%s",
+              cm_last_error());
+    /* Reported once; later work runs normally. */
+    CHECK(cm_device_synchronize(d));
+    CHECK(cm_fill(a, CM_FLOAT64, &one));
+    float v = 0;
+    const int64_t i = 63;
+    CHECK(cm_tensor_get_element(a, &i, CM_FLOAT32, &v));
+    cr_assert_eq(v, 1.0f);
+    cm_tensor_release(a);
+    cm_device_release(d);
+}
+
+Test(metal_ops, kernel_compile_errors_are_cm_err_compile_with_the_compiler_text) {
+    cm_device *d = metal();
+    EXPECT_FAIL(cm__metal_compile_source(d, "#include <metal_stdlib>\n"
+                                            "kernel void broken(device float *x [[buffer(0)]]) {\n"
+                                            "    x[0] = undeclared_name;\n}\n"),
+                CM_ERR_COMPILE, "undeclared_name");
+    cr_assert(strstr(cm_last_error(), "did not compile") != NULL, "%s", cm_last_error());
+    CHECK(cm__metal_compile_source(d, "#include <metal_stdlib>\n"
+                                      "kernel void fine(device float *x [[buffer(0)]]) {\n"
+                                      "    x[0] = 1.0f;\n}\n"));
+    cm_device_release(d);
+}
+
+Test(metal_ops, the_library_compiles_once_per_device) {
+    cm_device *d = metal();
+    cm_tensor *a = tensor_1d(d, CM_UINT8, 10, CM_STORAGE_DEFAULT);
+    const int64_t v = 5;
+    CHECK(cm_fill(a, CM_INT64, &v)); /* compiles (or loads) the library */
+    struct softmetal_stats s0, s1;
+    sm_stats(&s0);
+    for (int i = 0; i < 10; ++i)
+        CHECK(cm_unary(CM_UNARY_SQUARE, a, a));
+    CHECK(cm_device_synchronize(d));
+    sm_stats(&s1);
+    cr_assert_eq(s1.kernel_compiles + s1.kernel_cache_hits,
+                 s0.kernel_compiles + s0.kernel_cache_hits, "pipelines are cached");
+    const int64_t last = 9;
+    uint8_t got = 0;
+    CHECK(cm_tensor_get_element(a, &last, CM_UINT8, &got));
+    uint8_t want = 5;
+    for (int i = 0; i < 10; ++i)
+        want = (uint8_t)(want * want);
+    cr_assert_eq(got, want);
+    cm_tensor_release(a);
+    cm_device_release(d);
+}
+
+/* The threadgroup reduction gives the same results for any threadgroup
+ * size that is a multiple of the SIMD width. */
+Test(metal_ops, reductions_agree_across_threadgroup_sizes) {
+    cm_device *d = metal();
+    const int64_t shape[2] = {5, 1000};
+    cm_tensor *x = make_view(d, CM_INT32, 2, shape, L_TRANSPOSED, 3, false, NULL);
+    cm_tensor *f = make_view(d, CM_FLOAT32, 2, shape, L_NEGATIVE, 4, true, NULL);
+    const int64_t n5[1] = {5};
+    const unsigned long sizes[] = {0, 32, 64, 96, 256};
+    int64_t want_sum[5], want_max[5];
+    float want_fsum[5];
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+        cm__metal_set_threadgroup_override(sizes[k]);
+        cm_tensor *s = new_tensor(d, CM_INT64, 1, n5), *m = new_tensor(d, CM_INT64, 1, n5),
+                  *fs = new_tensor(d, CM_FLOAT32, 1, n5);
+        CHECK(cm_reduce(CM_REDUCE_SUM, x, 1, s));
+        CHECK(cm_reduce(CM_REDUCE_MAX, x, 1, m));
+        CHECK(cm_reduce(CM_REDUCE_SUM, f, 1, fs));
+        for (int64_t i = 0; i < 5; ++i) {
+            const int64_t gs = get_at(s, &i).i64, gm = get_at(m, &i).i64;
+            const float gf = get_at(fs, &i).f32;
+            if (k == 0) {
+                int64_t sum = 0, best = INT64_MIN;
+                float fsum = 0;
+                for (int64_t j = 0; j < 1000; ++j) {
+                    const int64_t idx[2] = {i, j};
+                    const int64_t v = get_at(x, idx).i32;
+                    sum += v;
+                    best = v > best ? v : best;
+                    fsum += get_at(f, idx).f32; /* exact: halves in [-8, 8] */
+                }
+                want_sum[i] = sum;
+                want_max[i] = best;
+                want_fsum[i] = fsum;
+            }
+            cr_assert_eq(gs, want_sum[i], "threads %lu row %lld", sizes[k], (long long)i);
+            cr_assert_eq(gm, want_max[i], "threads %lu row %lld", sizes[k], (long long)i);
+            cr_assert_eq(gf, want_fsum[i], "threads %lu row %lld", sizes[k], (long long)i);
+        }
+        cm_tensor_release(s);
+        cm_tensor_release(m);
+        cm_tensor_release(fs);
+    }
+    cm__metal_set_threadgroup_override(0);
+    cm_tensor_release(x);
+    cm_tensor_release(f);
+    cm_device_release(d);
+}
+
+typedef struct worker {
+    cm_device *device;
+    int seed;
+    bool ok;
+} worker;
+
+static void *work(void *arg) {
+    worker *w = arg;
+    const int64_t shape[1] = {777};
+    cm_tensor_desc desc = {.dtype = CM_INT32, .ndim = 1, .shape = shape};
+    cm_tensor *a = NULL, *s = NULL;
+    w->ok = cm_tensor_create(w->device, &desc, &a) == CM_OK &&
+            cm_tensor_create(w->device, &(cm_tensor_desc){.dtype = CM_INT64}, &s) == CM_OK;
+    const int64_t v = w->seed;
+    for (int i = 0; w->ok && i < 20; ++i)
+        w->ok = cm_fill(a, CM_INT64, &v) == CM_OK &&
+                cm_reduce(CM_REDUCE_SUM, a, CM_AXIS_ALL, s) == CM_OK;
+    int64_t sum = 0;
+    w->ok = w->ok && cm_tensor_get_element(s, NULL, CM_INT64, &sum) == CM_OK &&
+            sum == 777 * (int64_t)w->seed;
+    cm_tensor_release(a);
+    cm_tensor_release(s);
+    return NULL;
+}
+
+Test(metal_ops, ops_from_several_threads_share_one_device) {
+    cm_device *d = metal(); /* kernels not made yet: the threads race to make them */
+    pthread_t t[4];
+    worker w[4];
+    for (int i = 0; i < 4; ++i) {
+        w[i] = (worker){d, i + 1, false};
+        cr_assert_eq(pthread_create(&t[i], NULL, work, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; ++i) {
+        pthread_join(t[i], NULL);
+        cr_assert(w[i].ok, "thread %d", i);
+    }
+    cm_device_release(d);
+}
+
+Test(metal_ops, a_session_of_ops_leaks_no_metal_object) {
+    {
+        cm_device *d = metal(); /* loads the framework */
+        cm_device_release(d);
+    }
+    struct softmetal_stats before, after;
+    sm_stats(&before);
+    cm_device *d = metal();
+    const int64_t shape[2] = {30, 300};
+    cm_tensor *x = make_view(d, CM_FLOAT16, 2, shape, L_STEP, 1, true, NULL);
+    cm_tensor *y = new_tensor(d, CM_FLOAT32, 2, shape);
+    const int64_t n30[1] = {30};
+    cm_tensor *r = new_tensor(d, CM_FLOAT32, 1, n30), *q = new_tensor(d, CM_FLOAT32, 0, NULL);
+    CHECK(cm_cast(x, y));
+    CHECK(cm_unary(CM_UNARY_TANH, y, y));
+    CHECK(cm_binary(CM_BINARY_MAX, y, y, y));
+    CHECK(cm_reduce(CM_REDUCE_MEAN, y, 1, r));
+    CHECK(cm_reduce(CM_REDUCE_MIN, y, CM_AXIS_ALL, q));
+    CHECK(cm_device_synchronize(d));
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_tensor_release(r);
+    cm_tensor_release(q);
+    cm_device_release(d);
+    sm_stats(&after);
+    cr_assert_eq(after.live_objects, before.live_objects, "%ld Metal objects outlived the session",
+                 after.live_objects - before.live_objects);
+    cr_assert_gt(after.allocs, before.allocs);
+}

@@ -1,0 +1,164 @@
+/* Metal figures of cmetal-bench: what our runtime costs around the GPU.
+ * On softmetal (Linux) they characterise cmetal's overhead on a software
+ * Metal, not Apple hardware; the output says so. No timing is asserted. */
+#include "bench_metal.h"
+
+#include <cmetal/cmetal.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double bm_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void bm_die(const char *what, cm_status s) {
+    fprintf(stderr, "cmetal-bench: %s: %s (%s)\n", what, cm_status_name(s), cm_last_error());
+    exit(1);
+}
+#define BM_TRY(expr)                  \
+    do {                              \
+        cm_status s_ = (expr);        \
+        if (s_ != CM_OK)              \
+            bm_die(#expr, s_);        \
+    } while (0)
+
+typedef struct bm_row {
+    const char *name;
+    double value;
+    const char *unit;
+    const char *note;
+} bm_row;
+
+/* Seconds per op for `total` small adds, synchronising every `per_sync`. */
+static double bm_dispatch(cm_device *dev, int total, int per_sync) {
+    const int64_t shape[1] = {256};
+    cm_tensor_desc desc = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
+    cm_tensor *a = NULL, *b = NULL;
+    BM_TRY(cm_tensor_create(dev, &desc, &a));
+    BM_TRY(cm_tensor_create(dev, &desc, &b));
+    const double one = 1.0;
+    BM_TRY(cm_fill(a, CM_FLOAT64, &one));
+    BM_TRY(cm_binary(CM_BINARY_ADD, a, a, b)); /* warm-up: compiles the kernels */
+    BM_TRY(cm_device_synchronize(dev));
+    const double t0 = bm_now();
+    for (int i = 0; i < total; ++i) {
+        BM_TRY(cm_binary(CM_BINARY_ADD, a, a, b));
+        if ((i + 1) % per_sync == 0)
+            BM_TRY(cm_device_synchronize(dev));
+    }
+    BM_TRY(cm_device_synchronize(dev));
+    const double t = (bm_now() - t0) / total;
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    return t;
+}
+
+static double bm_alloc(cm_device *dev, cm_storage_mode storage, size_t size, int reps) {
+    const double t0 = bm_now();
+    for (int i = 0; i < reps; ++i) {
+        cm_buffer *buf = NULL;
+        BM_TRY(cm_buffer_create(dev, &(cm_buffer_desc){size, storage}, &buf));
+        cm_buffer_release(buf);
+    }
+    return (bm_now() - t0) / reps;
+}
+
+static double bm_best(int reps, double (*fn)(void *), void *ctx) {
+    fn(ctx);
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+        const double t = fn(ctx);
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+typedef struct bm_copy {
+    cm_buffer *buf;
+    void *host, *other;
+    size_t bytes;
+    int mode; /* 0 memcpy, 1 write (to device), 2 read */
+} bm_copy;
+
+static double bm_copy_once(void *p) {
+    bm_copy *c = p;
+    const double t0 = bm_now();
+    if (c->mode == 0)
+        memcpy(c->other, c->host, c->bytes);
+    else if (c->mode == 1)
+        BM_TRY(cm_buffer_write(c->buf, 0, c->host, c->bytes));
+    else
+        BM_TRY(cm_buffer_read(c->buf, 0, c->host, c->bytes));
+    return bm_now() - t0;
+}
+
+int bench_metal(bool json, long mib, int reps) {
+    cm_device *dev = NULL;
+    BM_TRY(cm_device_open(CM_DEVICE_METAL, 0, &dev));
+    cm_device_info info;
+    BM_TRY(cm_device_get_info(dev, &info));
+    const size_t bytes = (size_t)mib << 20;
+    bm_copy c = {.bytes = bytes, .host = malloc(bytes), .other = malloc(bytes)};
+    if (c.host == NULL || c.other == NULL) {
+        fprintf(stderr, "cmetal-bench: no memory for %ld MiB\n", mib);
+        return 1;
+    }
+    memset(c.host, 1, bytes);
+    memset(c.other, 2, bytes);
+    BM_TRY(cm_buffer_create(dev, &(cm_buffer_desc){bytes, CM_STORAGE_PRIVATE}, &c.buf));
+    c.mode = 0;
+    const double t_memcpy = bm_best(reps, bm_copy_once, &c);
+    c.mode = 1;
+    const double t_write = bm_best(reps, bm_copy_once, &c);
+    c.mode = 2;
+    const double t_read = bm_best(reps, bm_copy_once, &c);
+    cm_buffer_release(c.buf);
+    free(c.host);
+    free(c.other);
+
+    const double d1 = bm_dispatch(dev, 256, 1), d64 = bm_dispatch(dev, 1024, 64);
+    const bm_row rows[] = {
+        {"dispatch, 1 op per sync", d1 * 1e6, "us/op", "add of 256 f32, commit + wait each"},
+        {"dispatch, 64 ops per sync", d64 * 1e6, "us/op", "one command buffer per 64 ops"},
+        {"batching speed-up", d1 / d64, "x", "1-per-sync time / 64-per-sync time"},
+        {"buffer create+release, 1 MiB shared", bm_alloc(dev, CM_STORAGE_SHARED, 1 << 20, 200) * 1e6,
+         "us", ""},
+        {"buffer create+release, 1 MiB private",
+         bm_alloc(dev, CM_STORAGE_PRIVATE, 1 << 20, 200) * 1e6, "us", ""},
+        {"host -> device (private) / memcpy", t_memcpy / t_write, "ratio",
+         "cm_buffer_write: staging + blit + wait"},
+        {"device (private) -> host / memcpy", t_memcpy / t_read, "ratio",
+         "cm_buffer_read: blit + wait + copy out"},
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    const char *caveat = info.software
+                             ? "software Metal (softmetal): these figures characterise cmetal's "
+                               "overhead, not Apple hardware"
+                             : "Apple Metal";
+    if (json) {
+        printf("{\"device\": {\"type\": \"metal\", \"name\": \"%s\", \"software\": %s},\n",
+               info.name, info.software ? "true" : "false");
+        printf(" \"note\": \"%s\",\n \"mib\": %ld, \"reps\": %d,\n", caveat, mib, reps);
+        printf(" \"memcpy\": {\"seconds\": %.6g},\n \"cases\": [\n", t_memcpy);
+        for (size_t i = 0; i < n; ++i)
+            printf("  {\"name\": \"%s\", \"value\": %.4g, \"unit\": \"%s\"}%s\n", rows[i].name,
+                   rows[i].value, rows[i].unit, i + 1 < n ? "," : "");
+        printf(" ]}\n");
+    } else {
+        printf("cmetal-bench on the Metal device %s, %ld MiB transfers, best of %d\n", info.name,
+               mib, reps);
+        printf("NOTE: %s.\n", caveat);
+        printf("memcpy of %ld MiB: %.2f ms\n\n", mib, t_memcpy * 1e3);
+        printf("%-40s %10s %6s  %s\n", "figure", "value", "unit", "note");
+        for (size_t i = 0; i < n; ++i)
+            printf("%-40s %10.2f %6s  %s\n", rows[i].name, rows[i].value, rows[i].unit,
+                   rows[i].note);
+    }
+    cm_device_release(dev);
+    return 0;
+}
