@@ -469,9 +469,15 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
         return cm__fail_as(func, CM_ERR_OVERFLOW,
                            "dl_tensor.data = %p plus %" PRId64 " bytes wraps the address space",
                            t->data, last);
+    /* last - first and -lo_bytes may not fit int64: unsigned, exact. */
+    const uint64_t span = (uint64_t)last - (uint64_t)first;
+    if (span > (uint64_t)PTRDIFF_MAX)
+        return cm__fail_as(func, CM_ERR_OVERFLOW,
+                           "dl_tensor.strides span %" PRIu64 " bytes, more than one object can",
+                           span);
     v->base = (void *)(data + (uintptr_t)first); /* modular: first may be negative */
-    v->size = (size_t)(last - first);
-    v->offset = (uint64_t)(-lo_bytes);
+    v->size = (size_t)span;
+    v->offset = (uint64_t)0 - (uint64_t)lo_bytes;
     return CM_OK;
 }
 

@@ -392,6 +392,14 @@ static void strides_wrap(producer *p) {
     p->strides[1] = 1;
 }
 
+static void strides_span(producer *p) {
+    /* Each end fits, but the span between them is larger than any object. */
+    PRODUCER_SET(p, data, (void *)((uintptr_t)1 << 63));
+    PRODUCER_SET(p, strides, p->strides);
+    p->strides[0] = -(INT64_MAX / 4);
+    p->strides[1] = INT64_MAX / 16;
+}
+
 static const bad_case bad_cases[] = {
     {"ndim < 0", ndim_negative, CM_ERR_INVALID_ARGUMENT, "dl_tensor.ndim = -1 must be >= 0"},
     {"ndim > max", ndim_too_big, CM_ERR_UNSUPPORTED, "dl_tensor.ndim = 17 exceeds"},
@@ -423,6 +431,7 @@ static const bad_case bad_cases[] = {
     {"stride bytes", strides_bytes_overflow, CM_ERR_OVERFLOW, "dl_tensor.strides reach beyond"},
     {"below 0", strides_below_zero, CM_ERR_OVERFLOW, "below address 0"},
     {"wrap", strides_wrap, CM_ERR_OVERFLOW, "wraps the address space"},
+    {"span", strides_span, CM_ERR_OVERFLOW, "more than one object can"},
 };
 
 Test(dlpack_import, every_bad_field_fails_naming_it_and_calls_nothing) {

@@ -109,6 +109,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     t.dtype.lanes = fuzz_u8(&in) % 16 ? 1 : fuzz_u16(&in);
     const uint8_t dev = fuzz_u8(&in);
     t.device.device_type = (DLDeviceType)(dev < 200 ? 1 : dev % 24);
+    if (t.device.device_type == kDLMetal) /* data would have to be a real id<MTLBuffer> */
+        t.device.device_type = kDLCUDA;
     t.device.device_id = fuzz_u8(&in) % 16 ? 0 : (int32_t)fuzz_u16(&in) - 2;
     const uint8_t where = fuzz_u8(&in);
     const bool in_arena = where < 224;
