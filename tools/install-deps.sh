@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what cmetal needs on a Debian (bookworm) machine.
-#   tools/install-deps.sh          build and run: compiler, CMake, libobjc, dlpack
-#   tools/install-deps.sh --test   also Criterion, clang, valgrind, Blocks runtime,
+#   tools/install-deps.sh          build and run: compiler, CMake, libobjc, the Blocks
+#                                  runtime and clang (softmetal), dlpack
+#   tools/install-deps.sh --test   also Criterion, valgrind, clang's sanitizer runtimes,
 #                                  NumPy and PyTorch (interop), and Zig from npm
 #                                  (macOS cross-builds) into .deps/
 set -euo pipefail
@@ -18,9 +19,10 @@ done
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 
-pkgs=(build-essential cmake pkg-config libobjc-12-dev libdlpack-dev clang)
+# softmetal (tools/softmetal) needs libobjc, the Blocks runtime and clang++.
+pkgs=(build-essential cmake pkg-config libobjc-12-dev libblocksruntime-dev libdlpack-dev clang)
 if [ "$want_test" = 1 ]; then
-  pkgs+=(libcriterion-dev libblocksruntime-dev valgrind libclang-rt-14-dev
+  pkgs+=(libcriterion-dev valgrind libclang-rt-14-dev
          python3 python3-numpy python3-torch)
   # nodejs from NodeSource bundles npm and conflicts with Debian's npm package.
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)

@@ -24,6 +24,15 @@ typedef enum cm_device_type {
     CM_DEVICE_METAL = 2
 } cm_device_type;
 
+/* GPU families (MTLGPUFamily, asked with supportsFamily:). */
+enum {
+    CM_GPU_FAMILY_APPLE7 = 1u << 0, /* MTLGPUFamilyApple7 (1007): M1, A14 */
+    CM_GPU_FAMILY_APPLE8 = 1u << 1, /* MTLGPUFamilyApple8 (1008): M2, A15 */
+    CM_GPU_FAMILY_APPLE9 = 1u << 2, /* MTLGPUFamilyApple9 (1009): M3, A17 */
+    CM_GPU_FAMILY_MAC2 = 1u << 3,   /* MTLGPUFamilyMac2 (2002) */
+    CM_GPU_FAMILY_METAL3 = 1u << 4  /* MTLGPUFamilyMetal3 (5001) */
+};
+
 typedef struct cm_device_info {
     cm_device_type type;              /* never CM_DEVICE_DEFAULT */
     char name[128];                   /* "cpu", or the MTLDevice name */
@@ -33,6 +42,7 @@ typedef struct cm_device_info {
     uint64_t max_buffer_length;       /* bytes */
     uint64_t recommended_working_set; /* bytes; 0 when unknown */
     uint64_t max_threads_per_threadgroup[3];
+    uint32_t gpu_families;            /* CM_GPU_FAMILY_* the device supports (Metal) */
 } cm_device_info;
 
 /* Opens device `index` (0-based) of `type`; CM_DEVICE_DEFAULT resolves as

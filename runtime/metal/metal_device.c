@@ -588,6 +588,15 @@ static void cm__read_info(cm__id dev, cm_device_info *info) {
     info->registry_id = cm__msg_registryID(dev);
     info->max_buffer_length = cm__msg_maxBufferLength(dev);
     info->recommended_working_set = cm__msg_recommendedMaxWorkingSetSize(dev);
+    static const struct {
+        cm__int family;
+        uint32_t flag;
+    } families[] = {{1007, CM_GPU_FAMILY_APPLE7}, {1008, CM_GPU_FAMILY_APPLE8},
+                    {1009, CM_GPU_FAMILY_APPLE9}, {2002, CM_GPU_FAMILY_MAC2},
+                    {5001, CM_GPU_FAMILY_METAL3}};
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; ++i)
+        if (cm__msg_supportsFamily(dev, families[i].family))
+            info->gpu_families |= families[i].flag;
     cm__mtl_size t = cm__msg_maxThreadsPerThreadgroup(dev);
     info->max_threads_per_threadgroup[0] = t.width;
     info->max_threads_per_threadgroup[1] = t.height;

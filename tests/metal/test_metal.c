@@ -63,6 +63,10 @@ Test(metal, device_opens_and_reports_softmetal) {
     cr_assert_eq(info.software, on_softmetal(), "software only when loaded from CMETAL_METAL_FRAMEWORK");
     cr_assert(info.unified_memory);
     cr_assert_eq(info.max_threads_per_threadgroup[0], 1024, "a 24-byte struct return");
+    if (on_softmetal())
+        cr_assert_eq(info.gpu_families & (CM_GPU_FAMILY_APPLE7 | CM_GPU_FAMILY_METAL3),
+                     CM_GPU_FAMILY_APPLE7 | CM_GPU_FAMILY_METAL3,
+                     "families 0x%x: supportsFamily: answered", info.gpu_families);
     cr_assert_gt(info.max_buffer_length, 0);
     void *native = NULL;
     cr_assert_eq(cm_device_get_metal_device(d, &native), CM_OK);

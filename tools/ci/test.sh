@@ -10,6 +10,9 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
 
+pkg-config --exists criterion || {
+  echo "test.sh: Criterion is missing; run tools/install-deps.sh --test first" >&2; exit 1; }
+
 passed=0
 step() { printf '\n==== %s\n' "$*"; passed=$((passed + 1)); }
 

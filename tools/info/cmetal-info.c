@@ -73,13 +73,14 @@ static void print_json(const cm_build_info *b, const device_report *r, int n) {
         json_string(d->name);
         printf(", \"software\": %s, \"unified_memory\": %s, \"registry_id\": %llu"
                ", \"max_buffer_length\": %llu, \"recommended_working_set\": %llu"
-               ", \"max_threads_per_threadgroup\": [%llu, %llu, %llu], \"storage_modes\": [",
+               ", \"max_threads_per_threadgroup\": [%llu, %llu, %llu], \"gpu_families\": %u"
+               ", \"storage_modes\": [",
                d->software ? "true" : "false", d->unified_memory ? "true" : "false",
                (unsigned long long)d->registry_id, (unsigned long long)d->max_buffer_length,
                (unsigned long long)d->recommended_working_set,
                (unsigned long long)d->max_threads_per_threadgroup[0],
                (unsigned long long)d->max_threads_per_threadgroup[1],
-               (unsigned long long)d->max_threads_per_threadgroup[2]);
+               (unsigned long long)d->max_threads_per_threadgroup[2], d->gpu_families);
         bool first = true;
         for (int m = 1; m < 4; ++m)
             if (r[i].storage[m]) {
@@ -113,6 +114,14 @@ static void print_text(const cm_build_info *b, const device_report *r, int n) {
                    (unsigned long long)d->max_threads_per_threadgroup[0],
                    (unsigned long long)d->max_threads_per_threadgroup[1],
                    (unsigned long long)d->max_threads_per_threadgroup[2]);
+        }
+        if (d->type == CM_DEVICE_METAL) {
+            static const char *names[] = {"Apple7", "Apple8", "Apple9", "Mac2", "Metal3"};
+            printf("  GPU families:               ");
+            for (int f = 0; f < 5; ++f)
+                if (d->gpu_families & (1u << f))
+                    printf(" %s", names[f]);
+            printf("\n");
         }
         printf("  max buffer length:           %llu bytes\n", (unsigned long long)d->max_buffer_length);
         printf("  storage modes:              ");
