@@ -61,7 +61,9 @@ static void cm__on_completed(void *context, cm__id cb) {
     pthread_mutex_unlock(&s->lock);
 }
 
-cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out) {
+/* The stream's open command buffer, created on first use (+0: owned by
+ * the stream). Stream lock held, inside a pool. */
+static cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out) {
     cm__metal_stream *s = cm__mtl_stream(stream);
     if (s->open == NULL) {
         cm__id cb = cm__msg_commandBuffer(s->queue); /* autoreleased */
@@ -75,6 +77,18 @@ cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out
     }
     *out = s->open;
     return CM_OK;
+}
+
+cm_status cm__metal_encode_begin(const char *func, cm_stream *stream, cm__id *cb, void **pool) {
+    *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&cm__mtl_stream(stream)->lock);
+    *cb = NULL;
+    return cm__metal_stream_open(func, stream, cb);
+}
+
+void cm__metal_encode_end(cm_stream *stream, void *pool) {
+    pthread_mutex_unlock(&cm__mtl_stream(stream)->lock);
+    cm__objc_pool_pop(pool);
 }
 
 void cm__metal_drop_completed(cm_stream *stream) {
@@ -163,15 +177,12 @@ static cm_status cm__metal_stream_signal(cm_stream *stream, cm_fence *fence) {
     cm__id event = cm__msg_newSharedEvent(cm__mtl_dev(stream->device)->device);
     if (event == NULL)
         return cm__fail_as("cm_stream_signal", CM_ERR_DEVICE, "newSharedEvent returned nil");
-    cm__metal_stream *s = cm__mtl_stream(stream);
-    void *pool = cm__objc_pool_push();
-    pthread_mutex_lock(&s->lock);
-    cm__id cb = NULL;
-    cm_status status = cm__metal_stream_open("cm_stream_signal", stream, &cb);
+    cm__id cb;
+    void *pool;
+    cm_status status = cm__metal_encode_begin("cm_stream_signal", stream, &cb, &pool);
     if (status == CM_OK)
         cm__msg_encodeSignalEvent_value(cb, event, 1);
-    pthread_mutex_unlock(&s->lock);
-    cm__objc_pool_pop(pool);
+    cm__metal_encode_end(stream, pool);
     if (status == CM_OK)
         status = cm__metal_flush("cm_stream_signal", stream, false);
     if (status != CM_OK) {
@@ -184,15 +195,12 @@ static cm_status cm__metal_stream_signal(cm_stream *stream, cm_fence *fence) {
 }
 
 static cm_status cm__metal_stream_wait(cm_stream *stream, const cm_fence *fence) {
-    cm__metal_stream *s = cm__mtl_stream(stream);
-    void *pool = cm__objc_pool_push();
-    pthread_mutex_lock(&s->lock);
-    cm__id cb = NULL;
-    cm_status status = cm__metal_stream_open("cm_stream_wait", stream, &cb);
+    cm__id cb;
+    void *pool;
+    cm_status status = cm__metal_encode_begin("cm_stream_wait", stream, &cb, &pool);
     if (status == CM_OK)
         cm__msg_encodeWaitForEvent_value(cb, fence->event, fence->value);
-    pthread_mutex_unlock(&s->lock);
-    cm__objc_pool_pop(pool);
+    cm__metal_encode_end(stream, pool);
     return status;
 }
 
@@ -427,34 +435,38 @@ void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write) {
     pthread_mutex_unlock(&b->lock);
 }
 
-/* Encodes a blit on the device's default stream: a copy between two
- * buffers, or (src == NULL) synchronizeResource of dst. */
-static cm_status cm__blit(const char *func, cm_buffer *dst, size_t dst_offset, cm__id src,
-                          cm_buffer *src_buffer, size_t src_offset, size_t size) {
-    cm_stream *stream = dst->device->default_stream;
-    cm__metal_stream *s = cm__mtl_stream(stream);
-    void *pool = cm__objc_pool_push();
-    pthread_mutex_lock(&s->lock);
-    cm__id cb = NULL;
-    cm_status status = cm__metal_stream_open(func, stream, &cb);
-    if (status == CM_OK) {
-        cm__id blit = cm__msg_blitCommandEncoder(cb);
-        if (blit == NULL) {
-            status = cm__fail_as(func, CM_ERR_DEVICE, "blitCommandEncoder returned nil");
-        } else {
-            if (src != NULL)
-                cm__msg_copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size(
-                    blit, src, src_offset, dst->native, dst_offset, size);
-            else
-                cm__msg_synchronizeResource(blit, dst->native);
-            cm__msg_endEncoding(blit);
-            if (src_buffer != NULL)
-                cm__metal_track(stream, src_buffer, false);
-            cm__metal_track(stream, dst, src != NULL);
-        }
+/* One side of a blit: an MTLBuffer, and the cm_buffer that holds it when
+ * there is one (then the blit is tracked on it). */
+typedef struct cm__blit_end {
+    cm__id native;
+    cm_buffer *buffer;
+    size_t offset;
+} cm__blit_end;
+
+/* Encodes a blit on the device's default stream: a copy of `size` bytes
+ * from src to dst, or (src.native == NULL) synchronizeResource of dst. */
+static cm_status cm__blit(const char *func, cm_device *device, cm__blit_end dst,
+                          cm__blit_end src, size_t size) {
+    cm_stream *stream = device->default_stream;
+    cm__id cb;
+    void *pool;
+    cm_status status = cm__metal_encode_begin(func, stream, &cb, &pool);
+    cm__id blit = status == CM_OK ? cm__msg_blitCommandEncoder(cb) : NULL;
+    if (status == CM_OK && blit == NULL)
+        status = cm__fail_as(func, CM_ERR_DEVICE, "blitCommandEncoder returned nil");
+    if (blit != NULL) {
+        if (src.native != NULL)
+            cm__msg_copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size(
+                blit, src.native, src.offset, dst.native, dst.offset, size);
+        else
+            cm__msg_synchronizeResource(blit, dst.native);
+        cm__msg_endEncoding(blit);
+        if (src.buffer != NULL)
+            cm__metal_track(stream, src.buffer, false);
+        if (dst.buffer != NULL)
+            cm__metal_track(stream, dst.buffer, src.native != NULL);
     }
-    pthread_mutex_unlock(&s->lock);
-    cm__objc_pool_pop(pool);
+    cm__metal_encode_end(stream, pool);
     return status;
 }
 
@@ -467,7 +479,8 @@ static cm_status cm__metal_buffer_prepare_host(cm_buffer *buffer, bool write) {
     b->gpu_wrote = false;
     pthread_mutex_unlock(&b->lock);
     if (sync) { /* managed: bring the device's writes to the host copy */
-        CM__TRY(cm__blit(func, buffer, 0, NULL, NULL, 0, 0));
+        CM__TRY(cm__blit(func, buffer->device, (cm__blit_end){buffer->native, buffer, 0},
+                         (cm__blit_end){0}, 0));
         CM__TRY(cm__wait_buffer(func, buffer, false));
     }
     return CM_OK;
@@ -502,32 +515,10 @@ static cm_status cm__metal_buffer_transfer(cm_buffer *buffer, size_t offset, voi
                                                                CM__MTL_RESOURCE_STORAGE_SHARED);
     if (staging == NULL)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no staging buffer of %zu bytes", size);
-    cm_status status;
-    if (to_device) {
-        status = cm__blit(func, buffer, offset, staging, NULL, 0, size);
-    } else {
-        /* Copy device -> staging: staging is the destination. Borrow a
-         * cm_buffer shell so the blit is tracked like any other. */
-        cm_stream *stream = buffer->device->default_stream;
-        cm__metal_stream *s = cm__mtl_stream(stream);
-        void *pool = cm__objc_pool_push();
-        pthread_mutex_lock(&s->lock);
-        cm__id cb = NULL;
-        status = cm__metal_stream_open(func, stream, &cb);
-        if (status == CM_OK) {
-            cm__id blit = cm__msg_blitCommandEncoder(cb);
-            if (blit == NULL) {
-                status = cm__fail_as(func, CM_ERR_DEVICE, "blitCommandEncoder returned nil");
-            } else {
-                cm__msg_copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size(
-                    blit, buffer->native, offset, staging, 0, size);
-                cm__msg_endEncoding(blit);
-                cm__metal_track(stream, buffer, false);
-            }
-        }
-        pthread_mutex_unlock(&s->lock);
-        cm__objc_pool_pop(pool);
-    }
+    const cm__blit_end device_side = {buffer->native, buffer, offset};
+    const cm__blit_end host_side = {staging, NULL, 0};
+    cm_status status = to_device ? cm__blit(func, buffer->device, device_side, host_side, size)
+                                 : cm__blit(func, buffer->device, host_side, device_side, size);
     if (status == CM_OK)
         status = cm__metal_flush(func, buffer->device->default_stream, true);
     if (status == CM_OK && !to_device)

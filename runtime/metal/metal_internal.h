@@ -83,9 +83,11 @@ static inline cm__metal_buffer *cm__mtl_buf(const cm_buffer *b) {
     return (cm__metal_buffer *)b->impl;
 }
 
-/* The stream's open command buffer, created on first use (+0: owned by
- * the stream). Call with the stream's lock held, inside a pool. */
-cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out);
+/* Starts encoding on the stream: pushes a pool, takes the stream's lock
+ * and gives its open command buffer. Always pair with
+ * cm__metal_encode_end, whatever the status. */
+cm_status cm__metal_encode_begin(const char *func, cm_stream *stream, cm__id *cb, void **pool);
+void cm__metal_encode_end(cm_stream *stream, void *pool);
 
 /* Records that the stream's open command buffer uses the buffer (and
  * writes it when `write`), and pushes host writes of managed storage to

@@ -185,11 +185,9 @@ static cm_status cm__encode(const char *func, cm_device *device, const cm__kerne
     if (forced != 0)
         group = forced;
     cm_stream *stream = device->default_stream;
-    cm__metal_stream *s = cm__mtl_stream(stream);
-    void *pool = cm__objc_pool_push();
-    pthread_mutex_lock(&s->lock);
-    cm__id cb = NULL;
-    cm_status status = cm__metal_stream_open(func, stream, &cb);
+    cm__id cb;
+    void *pool;
+    cm_status status = cm__metal_encode_begin(func, stream, &cb, &pool);
     if (status == CM_OK) {
         cm__id enc = cm__msg_computeCommandEncoder(cb);
         if (enc == NULL) {
@@ -215,8 +213,7 @@ static cm_status cm__encode(const char *func, cm_device *device, const cm__kerne
                     cm__metal_track(stream, bindings[i].buffer, bindings[i].write);
         }
     }
-    pthread_mutex_unlock(&s->lock);
-    cm__objc_pool_pop(pool);
+    cm__metal_encode_end(stream, pool);
     return status;
 }
 
