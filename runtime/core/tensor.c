@@ -267,11 +267,31 @@ static cm_status cm__view(const char *func, const cm_tensor *src, const cm__layo
     *out = NULL;                     \
     CM__REQUIRE_NONNULL(src)
 
-/* Moves the byte offset by `index` elements along a stride; the caller has
- * checked that the element exists, so the result lies inside the buffer. */
-static void cm__advance(cm__layout *l, const cm_tensor *src, int64_t index, int64_t stride) {
-    int64_t itemsize = (int64_t)cm__dtype(src->dtype)->size;
-    l->byte_offset = (uint64_t)((int64_t)l->byte_offset + index * stride * itemsize);
+static bool cm__layout_empty(const cm__layout *l) {
+    for (int32_t k = 0; k < l->ndim; ++k)
+        if (l->shape[k] == 0)
+            return true;
+    return false;
+}
+
+/* Moves the byte offset to element `index` along a stride. An empty view
+ * keeps its offset: its strides are arbitrary (any stride is valid beside
+ * a zero-size axis), so the element need not exist. For a non-empty view
+ * the caller has checked that the element exists, so the layout check has
+ * already bounded this product; it is computed checked all the same. */
+static cm_status cm__advance(const char *func, cm__layout *l, const cm_tensor *src,
+                             int64_t index, int64_t stride) {
+    if (cm__layout_empty(l))
+        return CM_OK;
+    int64_t itemsize = (int64_t)cm__dtype(src->dtype)->size, step = 0, moved = 0;
+    if (cm__mul_overflow_i64(index, stride, &step) ||
+        cm__mul_overflow_i64(step, itemsize, &step) ||
+        cm__add_overflow_i64((int64_t)l->byte_offset, step, &moved) || moved < 0)
+        return cm__fail_as(func, CM_ERR_OVERFLOW,
+                           "element %" PRId64 " at stride %" PRId64 " lies outside the view",
+                           index, stride);
+    l->byte_offset = (uint64_t)moved;
+    return CM_OK;
 }
 
 cm_status cm_tensor_slice(const cm_tensor *src, int32_t axis, int64_t start, int64_t stop,
@@ -311,9 +331,12 @@ cm_status cm_tensor_slice(const cm_tensor *src, int32_t axis, int64_t start, int
 
     cm__layout l = cm__layout_of(src);
     l.shape[a] = count;
-    if (count > 0)
-        cm__advance(&l, src, start, src->strides[a]);
-    if (count > 1 && cm__mul_overflow_i64(src->strides[a], step, &l.strides[a]))
+    CM__TRY(cm__advance(__func__, &l, src, start, src->strides[a]));
+    /* An empty view may keep a stride that would overflow: it is never used. */
+    int64_t stride = 0;
+    if (count > 1 && !cm__mul_overflow_i64(src->strides[a], step, &stride))
+        l.strides[a] = stride;
+    else if (count > 1 && !cm__layout_empty(&l))
         return cm__fail(CM_ERR_OVERFLOW, "step = %" PRId64 " times strides[%d] = %" PRId64
                         " overflows", step, a, src->strides[a]);
     return cm__view(__func__, src, &l, out);
@@ -331,7 +354,7 @@ cm_status cm_tensor_select(const cm_tensor *src, int32_t axis, int64_t index, cm
     if (index < 0)
         index += len;
     cm__layout l = cm__layout_of(src);
-    cm__advance(&l, src, index, src->strides[a]);
+    CM__TRY(cm__advance(__func__, &l, src, index, src->strides[a]));
     for (int32_t k = a; k + 1 < l.ndim; ++k) {
         l.shape[k] = l.shape[k + 1];
         l.strides[k] = l.strides[k + 1];

@@ -97,6 +97,43 @@ Test(tensor, zero_d_and_zero_size_tensors_work) {
     cm_device_release(d);
 }
 
+/* Beside a zero-size axis any stride is valid, so slicing or selecting the
+ * other axes must not move the offset by a product that can overflow
+ * (found by fuzzing: 284232362491905 * 2^62). */
+Test(tensor, views_of_empty_tensors_with_huge_strides) {
+    cm_device *d = test_device();
+    cm_buffer *b = NULL;
+    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 0}, &b), CM_OK);
+    const int64_t big = INT64_C(1) << 48, huge = INT64_C(1) << 62;
+    cm_tensor *t = NULL, *v = NULL;
+    cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
+                                                            .shape = (int64_t[]){0, big},
+                                                            .strides = (int64_t[]){1, huge}},
+                                       &t),
+                 CM_OK, "%s", cm_last_error());
+    cm_tensor_info info;
+    cr_assert_eq(cm_tensor_slice(t, 1, big - 3, big, 1, &v), CM_OK, "%s", cm_last_error());
+    cm_tensor_get_info(v, &info);
+    cr_assert_eq(info.shape[1], 3);
+    cr_assert_eq(info.numel, 0);
+    cr_assert_eq(info.byte_offset, 0);
+    cm_tensor_release(v);
+    cr_assert_eq(cm_tensor_slice(t, 1, 0, big, 4, &v), CM_OK, "%s", cm_last_error());
+    cm_tensor_get_info(v, &info);
+    cr_assert_eq(info.shape[1], big / 4);
+    cr_assert_eq(info.strides[1], huge, "the stride times the step overflows and is kept");
+    cm_tensor_release(v);
+    cr_assert_eq(cm_tensor_select(t, 1, big - 1, &v), CM_OK, "%s", cm_last_error());
+    cm_tensor_get_info(v, &info);
+    cr_assert_eq(info.ndim, 1);
+    cr_assert_eq(info.numel, 0);
+    cr_assert_eq(info.byte_offset, 0);
+    cm_tensor_release(v);
+    cm_tensor_release(t);
+    cm_buffer_release(b);
+    cm_device_release(d);
+}
+
 Test(tensor, layouts_outside_the_buffer_are_refused) {
     cm_device *d = test_device();
     cm_buffer *b = NULL;

@@ -1,30 +1,61 @@
 #!/usr/bin/env bash
-# libFuzzer with ASan + UBSan over each fuzz target, for CMETAL_FUZZ_SECONDS
-# (default 60) each, starting from the seed corpus in tests/fuzz/corpus/.
+# libFuzzer with ASan + UBSan over each fuzz target, from the seed corpus in
+# tests/fuzz/corpus/.
+#
+# CI mode (the default) is reproducible: a fixed seed and a fixed number of
+# executions per target, so a commit passes or fails the same way on every
+# machine, and a failure is replayed by running this script again.
+# Exploration mode (CMETAL_FUZZ_SECONDS=N) runs each target for N seconds
+# from a random seed, to look for new bugs before CI does.
+#
 # A crash fails the stage; copy its input into tests/fuzz/regressions/<t>/
-# so that every build replays it from then on.
+# so that every build replays it from then on, and fix the bug.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-seconds=${CMETAL_FUZZ_SECONDS:-60}
+seed=${CMETAL_FUZZ_SEED:-20261122}
 cov="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CC=clang cmake -S . -B build/fuzz -DCMETAL_FUZZ=ON -DCMETAL_WERROR=ON -DCMETAL_BUILD_TOOLS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$cov" >/dev/null
 targets=$(sed -n 's/^set(CMETAL_FUZZ_TARGETS \(.*\))$/\1/p' tests/fuzz/CMakeLists.txt)
 [ -f tests/fuzz/fuzz_dlpack_import.c ] && targets="$targets dlpack_import"
+
+# Executions per target in CI mode: about a minute each on a 2-core CI machine.
+runs_for() {
+  case $1 in
+    tensor_view) echo 250000 ;;
+    dlpack_import) echo 2000000 ;;
+    *) echo 200000 ;;
+  esac
+}
+
 status=0
 for t in $targets; do
   cmake --build build/fuzz -j2 --target "fuzz_$t" >/dev/null
   work=build/fuzz/run-$t
   rm -rf "$work" && mkdir -p "$work/corpus" "$work/crashes"
   cp tests/fuzz/corpus/"$t"/* "$work/corpus/" 2>/dev/null || true
+  if [ -n "${CMETAL_FUZZ_SECONDS:-}" ]; then
+    budget=(-max_total_time="$CMETAL_FUZZ_SECONDS")
+    what="${CMETAL_FUZZ_SECONDS}s from a random seed"
+  else
+    budget=(-seed="$seed" -runs="$(runs_for "$t")")
+    what="seed $seed"
+  fi
+  start=$(date +%s)
   if ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
-     build/fuzz/tests/fuzz/fuzz_"$t" "$work/corpus" -max_total_time="$seconds" -max_len=4096 \
+     build/fuzz/tests/fuzz/fuzz_"$t" "$work/corpus" "${budget[@]}" -max_len=4096 \
        -artifact_prefix="$work/crashes/" -print_final_stats=1 > "$work/log.txt" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log.txt")
     cov_line=$(grep -E '^#[0-9]+.*(DONE|cov:)' "$work/log.txt" | tail -n 1)
-    echo "fuzz $t: $runs executions in ${seconds}s, no crash ($cov_line)"
+    echo "fuzz $t: $runs executions ($what) in $(( $(date +%s) - start ))s, no crash ($cov_line)"
   else
-    echo "fuzz $t: CRASH"; tail -n 60 "$work/log.txt"; ls -l "$work/crashes"; status=1
+    echo "fuzz $t: CRASH ($what)"
+    grep -v -E '^#[0-9]+ +(NEW|REDUCE|pulse)' "$work/log.txt" | tail -n 60
+    for f in "$work"/crashes/*; do
+      [ -f "$f" ] || continue
+      echo "input $f (base64): $(base64 -w0 "$f")"
+    done
+    status=1
   fi
 done
 exit $status
