@@ -1,14 +1,21 @@
 /* cmetal/ops.h: fill, copy, cast, elementwise math and reductions.
  *
- * Every op writes into a caller-made output tensor (the last argument,
- * except for cm_fill whose only tensor is the one filled) and runs on the
- * device that holds the tensors. On the CPU an op has finished when it
- * returns; on Metal it is queued in order, and host access
- * (cm_tensor_host_read, ...) waits for it.
+ * Every op writes into a caller-made output tensor (the last tensor
+ * argument; cm_fill's only tensor is the one filled) and runs on the device
+ * that holds the tensors, on `stream` (the last argument): a stream of that
+ * device, or NULL for its default stream. On the CPU an op has finished
+ * when it returns; on Metal it is queued in order on its stream, and host
+ * access (cm_tensor_host_read, ...) waits for it.
+ *
+ * Streams (see cmetal/stream.h): ops on one stream run in order. Ops on
+ * different streams may run at the same time: order them with a fence
+ * (cm_stream_signal, then cm_stream_wait on the other stream) when one
+ * writes memory the other reads or writes. Host access and
+ * cm_device_synchronize wait for the work of every stream.
  *
  * Common rules
  * - Devices: all tensors of one call must be on the same device, else
- *   CM_ERR_INVALID_ARGUMENT naming both arguments.
+ *   CM_ERR_INVALID_ARGUMENT naming both arguments; so must the stream.
  * - Outputs: a read-only output (or a broadcast view) is refused with
  *   CM_ERR_READ_ONLY.
  * - Aliasing: an output may be the very same view as an elementwise input
@@ -47,6 +54,7 @@
 #ifndef CMETAL_OPS_H
 #define CMETAL_OPS_H
 
+#include <cmetal/stream.h>
 #include <cmetal/tensor.h>
 
 #ifdef __cplusplus
@@ -57,7 +65,8 @@ extern "C" {
  * converted to the tensor's dtype by the conversion rules above. Pass an
  * int64 or uint64 to set any integer exactly, a float64 for floats.
  * Errors: CM_ERR_INVALID_ARGUMENT (NULL, bad dtype), CM_ERR_READ_ONLY. */
-CM_API cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value);
+CM_API cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value,
+                         cm_stream *stream);
 
 /* dst[i] = src[i] for every multi-index i. src and dst have equal shapes
  * and dtypes and any layouts: strided, transposed, negative strides, or a
@@ -65,12 +74,12 @@ CM_API cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value);
  * it contiguous. Bits are copied unchanged (NaN payloads included).
  * Errors: CM_ERR_INVALID_ARGUMENT (shapes differ, overlap, devices),
  * CM_ERR_DTYPE_MISMATCH, CM_ERR_READ_ONLY. */
-CM_API cm_status cm_copy(const cm_tensor *src, cm_tensor *dst);
+CM_API cm_status cm_copy(const cm_tensor *src, cm_tensor *dst, cm_stream *stream);
 
 /* dst[i] = src[i] converted to dst's dtype by the conversion rules above;
  * any pair of dtypes, equal shapes. Equal dtypes behave as cm_copy.
  * Errors: as cm_copy, without CM_ERR_DTYPE_MISMATCH. */
-CM_API cm_status cm_cast(const cm_tensor *src, cm_tensor *dst);
+CM_API cm_status cm_cast(const cm_tensor *src, cm_tensor *dst, cm_stream *stream);
 
 typedef enum cm_unary_op {
     CM_UNARY_INVALID = 0,
@@ -103,7 +112,8 @@ typedef enum cm_unary_op {
  * Errors: CM_ERR_INVALID_ARGUMENT (op, shapes, overlap, devices),
  * CM_ERR_DTYPE_MISMATCH, CM_ERR_UNSUPPORTED (op undefined for the dtype),
  * CM_ERR_READ_ONLY. */
-CM_API cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out);
+CM_API cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out,
+                          cm_stream *stream);
 
 typedef enum cm_binary_op {
     CM_BINARY_INVALID = 0,
@@ -138,7 +148,7 @@ typedef enum cm_binary_op {
  * out's, overlap, devices), CM_ERR_DTYPE_MISMATCH, CM_ERR_UNSUPPORTED,
  * CM_ERR_READ_ONLY. */
 CM_API cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b,
-                           cm_tensor *out);
+                           cm_tensor *out, cm_stream *stream);
 
 typedef enum cm_reduce_op {
     CM_REDUCE_INVALID = 0,
@@ -167,7 +177,8 @@ typedef enum cm_reduce_op {
  * of an empty reduction fails with CM_ERR_INVALID_ARGUMENT.
  * Errors: CM_ERR_INVALID_ARGUMENT (op, axis, out shape, any overlap of out
  * with x, devices), CM_ERR_UNSUPPORTED (float64 on Metal), CM_ERR_READ_ONLY. */
-CM_API cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor *out);
+CM_API cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor *out,
+                           cm_stream *stream);
 
 /* "add", "sqrt", "sum"...; "invalid" otherwise. Static strings. */
 CM_API const char *cm_unary_op_name(cm_unary_op op);

@@ -6,6 +6,8 @@
 
 #include "internal.h"
 
+#include <pthread.h>
+
 #include <cmetal/buffer.h>
 #include <cmetal/dtype.h>
 #include <cmetal/stream.h>
@@ -18,7 +20,6 @@ typedef struct cm__backend {
     /* Frees backend state; called once when the last device reference goes. */
     void (*destroy)(cm_device *device);
     cm_status (*get_info)(const cm_device *device, cm_device_info *out);
-    cm_status (*synchronize)(cm_device *device);
     /* Allocates buffer->size bytes of buffer->storage (already resolved and
      * checked against the device) and sets host and native. */
     cm_status (*buffer_alloc)(cm_device *device, cm_buffer *buffer);
@@ -45,7 +46,8 @@ typedef struct cm__backend {
      * signaled. */
     cm_status (*stream_init)(cm_stream *stream);
     void (*stream_destroy)(cm_stream *stream); /* after waiting for its work */
-    cm_status (*stream_flush)(cm_stream *stream, bool wait);
+    /* Submits batched work, and waits for it when `wait`; errors as `func`. */
+    cm_status (*stream_flush)(const char *func, cm_stream *stream, bool wait);
     uint64_t (*stream_submissions)(const cm_stream *stream);
     cm_status (*stream_signal)(cm_stream *stream, cm_fence *fence);
     cm_status (*stream_wait)(cm_stream *stream, const cm_fence *fence);
@@ -64,6 +66,7 @@ struct cm_stream {
     cm_device *device; /* retained, except by the device's default stream */
     bool is_default;
     void *impl;
+    cm_stream *prev, *next; /* the device's list of live streams */
 };
 
 struct cm_fence {
@@ -79,6 +82,8 @@ struct cm_device {
     const cm__backend *backend;
     void *impl;                /* backend state */
     cm_stream *default_stream; /* owned; does not retain the device */
+    pthread_mutex_t streams_lock; /* guards `streams` */
+    cm_stream *streams;        /* every live stream, the default one included */
 };
 
 struct cm_buffer {
@@ -140,6 +145,7 @@ typedef struct cm__operand {
 
 struct cm__op {
     const char *func;    /* the public function, for error messages */
+    cm_stream *stream;   /* borrowed; of the op's device */
     cm__op_kind kind;
     int32_t code;
     int32_t ndim;
@@ -177,6 +183,18 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
 /* Destroys a device whose last reference went: its default stream (after
  * waiting for its work), then the backend state. */
 void cm__device_destroy(cm_device *device);
+
+/* Submits and waits for the work of every live stream of the device;
+ * reports the first failure as `func`. */
+cm_status cm__device_sync_streams(const char *func, cm_device *device);
+
+/* Calls visit(stream, context) with the device's stream list locked, if
+ * `stream` (known only by address; it may have died) is one of the
+ * device's live streams; returns CM_OK otherwise. A stream flushes its
+ * work before it leaves the list. */
+cm_status cm__device_visit_stream(cm_device *device, const cm_stream *stream,
+                                  cm_status (*visit)(cm_stream *stream, void *context),
+                                  void *context);
 
 /* Backend entry points, provided by runtime/cpu and runtime/metal (or its
  * stub when the Metal backend is not built). */

@@ -86,5 +86,5 @@ cm_status cm_device_get_info(const cm_device *device, cm_device_info *out) {
 
 cm_status cm_device_synchronize(cm_device *device) {
     CM__REQUIRE_NONNULL(device);
-    return device->backend->synchronize(device);
+    return cm__device_sync_streams(__func__, device);
 }

@@ -183,7 +183,7 @@ static cm_status cm__copy_on_device(const char *func, const cm_tensor *tensor, u
                          .storage = tensor->buffer->storage};
     cm_tensor *copy = NULL;
     CM__TRY(cm_tensor_create(device, &td, &copy));
-    cm_status status = cm_copy(tensor, copy);
+    cm_status status = cm_copy(tensor, copy, NULL);
     if (status == CM_OK)
         status = cm_device_synchronize(device);
     if (status != CM_OK) {

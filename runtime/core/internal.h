@@ -28,6 +28,10 @@ cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...)
  * on behalf of their public caller. */
 #define cm__fail_as(func, status, ...) cm__fail_at((func), (status), __VA_ARGS__)
 
+/* Sets the calling thread's last error to `text` as it is (to restore a
+ * message saved from an earlier failure). */
+void cm__set_last_error(const char *text);
+
 /* One-line error paths. */
 #define CM__TRY(expr)                        \
     do {                                     \

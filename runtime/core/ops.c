@@ -220,6 +220,25 @@ static cm_status cm__check_alias(const char *func, const char *out_name, const c
                        (size_t)(ib - base), (size_t)(ie - base));
 }
 
+/* The stream an op on `t`'s device runs on: `stream`, or the device's
+ * default stream when NULL. */
+static cm_status cm__op_stream(const char *func, const cm_tensor *t, cm_stream *stream,
+                               cm_stream **out) {
+    cm_device *device = t->buffer->device;
+    if (stream == NULL) {
+        *out = device->default_stream;
+        return CM_OK;
+    }
+    if (!cm__same_device(stream->device, device))
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "stream = %p belongs to a different (%s) device than the tensors "
+                           "(%s); pass a stream of their device, or NULL for its default",
+                           (void *)stream, cm_device_type_name(stream->device->backend->type),
+                           cm_device_type_name(device->backend->type));
+    *out = stream;
+    return CM_OK;
+}
+
 static cm_status cm__dispatch(cm__op *op) {
     cm_device *device = op->out.buffer->device;
     if (device->backend->run_op == NULL)
@@ -230,9 +249,10 @@ static cm_status cm__dispatch(cm__op *op) {
 
 /* An op over out's shape. */
 static void cm__op_init(cm__op *op, const char *func, cm__op_kind kind, int32_t code,
-                        const cm_tensor *out) {
+                        const cm_tensor *out, cm_stream *stream) {
     memset(op, 0, sizeof *op);
     op->func = func;
+    op->stream = stream;
     op->kind = kind;
     op->code = code;
     op->ndim = out->ndim;
@@ -249,13 +269,14 @@ static bool cm__is_float(cm_dtype d) {
 
 /* ------------------------------------------------------------ fill */
 
-cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value) {
+cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value, cm_stream *stream) {
     CM__REQUIRE_NONNULL(tensor);
     CM__REQUIRE_NONNULL(value);
     CM__REQUIRE_ARG(cm__dtype(dtype) != NULL, "dtype = %d is not a cm_dtype", (int)dtype);
+    CM__TRY(cm__op_stream(__func__, tensor, stream, &stream));
     CM__TRY(cm__check_out(__func__, "tensor", tensor));
     cm__op op;
-    cm__op_init(&op, __func__, CM__OP_FILL, 0, tensor);
+    cm__op_init(&op, __func__, CM__OP_FILL, 0, tensor, stream);
     if (op.numel == 0)
         return CM_OK;
     cm__convert_element(tensor->dtype, op.value.bytes, dtype, value);
@@ -265,16 +286,17 @@ cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value) {
 /* ------------------------------------------------------------ copy, cast */
 
 static cm_status cm__copy_or_cast(const char *func, cm__op_kind kind, const cm_tensor *src,
-                                  cm_tensor *dst) {
+                                  cm_tensor *dst, cm_stream *stream) {
     CM__TRY(cm__check_out(func, "dst", dst));
     CM__TRY(cm__check_device(func, "dst", dst, "src", src));
+    CM__TRY(cm__op_stream(func, dst, stream, &stream));
     if (kind == CM__OP_COPY && src->dtype != dst->dtype)
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH,
                            "src dtype %s differs from dst dtype %s (cm_cast converts)",
                            cm__dname(src->dtype), cm__dname(dst->dtype));
     CM__TRY(cm__check_same_shape(func, "src", src, "dst", dst));
     cm__op op;
-    cm__op_init(&op, func, src->dtype == dst->dtype ? CM__OP_COPY : kind, 0, dst);
+    cm__op_init(&op, func, src->dtype == dst->dtype ? CM__OP_COPY : kind, 0, dst, stream);
     op.nin = 1;
     cm__operand_of(src, &op.in[0]);
     memcpy(op.in[0].strides, src->strides, sizeof op.in[0].strides);
@@ -284,16 +306,16 @@ static cm_status cm__copy_or_cast(const char *func, cm__op_kind kind, const cm_t
     return cm__dispatch(&op);
 }
 
-cm_status cm_copy(const cm_tensor *src, cm_tensor *dst) {
+cm_status cm_copy(const cm_tensor *src, cm_tensor *dst, cm_stream *stream) {
     CM__REQUIRE_NONNULL(src);
     CM__REQUIRE_NONNULL(dst);
-    return cm__copy_or_cast(__func__, CM__OP_COPY, src, dst);
+    return cm__copy_or_cast(__func__, CM__OP_COPY, src, dst, stream);
 }
 
-cm_status cm_cast(const cm_tensor *src, cm_tensor *dst) {
+cm_status cm_cast(const cm_tensor *src, cm_tensor *dst, cm_stream *stream) {
     CM__REQUIRE_NONNULL(src);
     CM__REQUIRE_NONNULL(dst);
-    return cm__copy_or_cast(__func__, CM__OP_CAST, src, dst);
+    return cm__copy_or_cast(__func__, CM__OP_CAST, src, dst, stream);
 }
 
 /* ------------------------------------------------------------ elementwise */
@@ -302,7 +324,7 @@ static bool cm__unary_float_only(cm_unary_op op) {
     return op >= CM_UNARY_SQRT;
 }
 
-cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out) {
+cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream *stream) {
     CM__REQUIRE_ARG((int)op > 0 && op < CM_UNARY_COUNT, "op = %d is not a cm_unary_op",
                     (int)op);
     CM__REQUIRE_NONNULL(x);
@@ -310,6 +332,7 @@ cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out) {
     const char *func = __func__;
     CM__TRY(cm__check_out(func, "out", out));
     CM__TRY(cm__check_device(func, "out", out, "x", x));
+    CM__TRY(cm__op_stream(func, out, stream, &stream));
     if (x->dtype != out->dtype)
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH, "x dtype %s differs from out dtype %s",
                            cm__dname(x->dtype), cm__dname(out->dtype));
@@ -320,7 +343,7 @@ cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out) {
                            x->dtype == CM_BOOL ? "" : " (cast to a floating dtype first)");
     CM__TRY(cm__check_same_shape(func, "x", x, "out", out));
     cm__op o;
-    cm__op_init(&o, func, CM__OP_UNARY, (int32_t)op, out);
+    cm__op_init(&o, func, CM__OP_UNARY, (int32_t)op, out, stream);
     o.nin = 1;
     cm__operand_of(x, &o.in[0]);
     memcpy(o.in[0].strides, x->strides, sizeof o.in[0].strides);
@@ -334,7 +357,8 @@ static bool cm__binary_is_comparison(cm_binary_op op) {
     return op >= CM_BINARY_EQ;
 }
 
-cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_tensor *out) {
+cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_tensor *out,
+                    cm_stream *stream) {
     CM__REQUIRE_ARG((int)op > 0 && op < CM_BINARY_COUNT, "op = %d is not a cm_binary_op",
                     (int)op);
     CM__REQUIRE_NONNULL(a);
@@ -344,6 +368,7 @@ cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_
     CM__TRY(cm__check_out(func, "out", out));
     CM__TRY(cm__check_device(func, "out", out, "a", a));
     CM__TRY(cm__check_device(func, "out", out, "b", b));
+    CM__TRY(cm__op_stream(func, out, stream, &stream));
     if (a->dtype != b->dtype)
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH,
                            "a dtype %s differs from b dtype %s (cm_cast converts)",
@@ -357,7 +382,7 @@ cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_
         return cm__fail_as(func, CM_ERR_UNSUPPORTED, "op = %s is not defined for dtype bool",
                            cm_binary_op_name(op));
     cm__op o;
-    cm__op_init(&o, func, CM__OP_BINARY, (int32_t)op, out);
+    cm__op_init(&o, func, CM__OP_BINARY, (int32_t)op, out, stream);
     o.nin = 2;
     CM__TRY(cm__broadcast_operand(func, "a", a, "out", out->ndim, out->shape, &o.in[0]));
     CM__TRY(cm__broadcast_operand(func, "b", b, "out", out->ndim, out->shape, &o.in[1]));
@@ -370,7 +395,8 @@ cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_
 
 /* ------------------------------------------------------------ reduce */
 
-cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor *out) {
+cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor *out,
+                    cm_stream *stream) {
     CM__REQUIRE_ARG((int)op > 0 && op < CM_REDUCE_COUNT, "op = %d is not a cm_reduce_op",
                     (int)op);
     CM__REQUIRE_NONNULL(x);
@@ -378,6 +404,7 @@ cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor
     const char *func = __func__;
     CM__TRY(cm__check_out(func, "out", out));
     CM__TRY(cm__check_device(func, "out", out, "x", x));
+    CM__TRY(cm__op_stream(func, out, stream, &stream));
     const int32_t nd = x->ndim;
     int32_t a = -1;
     if (axis != CM_AXIS_ALL) {
@@ -424,9 +451,10 @@ cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor
                                "identity",
                                cm_reduce_op_name(op), a < 0 ? 0 : a);
         const double v = op == CM_REDUCE_SUM ? 0.0 : NAN;
-        return cm_fill(out, CM_FLOAT64, &v);
+        return cm_fill(out, CM_FLOAT64, &v, stream);
     }
     o.func = func;
+    o.stream = stream;
     o.kind = CM__OP_REDUCE;
     o.code = (int32_t)op;
     o.ndim = nd;

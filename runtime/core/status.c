@@ -37,6 +37,10 @@ const char *cm_last_error(void) {
     return cm__last_error;
 }
 
+void cm__set_last_error(const char *text) {
+    snprintf(cm__last_error, sizeof cm__last_error, "%s", text);
+}
+
 cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...) {
     int n = snprintf(cm__last_error, sizeof cm__last_error, "%s: ", func);
     if (n < 0 || (size_t)n >= sizeof cm__last_error)

@@ -3,6 +3,66 @@
 
 #include <cmetal/stream.h>
 
+#include <stdio.h>
+
+static void cm__stream_link(cm_stream *stream) {
+    cm_device *device = stream->device;
+    pthread_mutex_lock(&device->streams_lock);
+    stream->next = device->streams;
+    if (device->streams != NULL)
+        device->streams->prev = stream;
+    device->streams = stream;
+    pthread_mutex_unlock(&device->streams_lock);
+}
+
+static void cm__stream_unlink(cm_stream *stream) {
+    cm_device *device = stream->device;
+    pthread_mutex_lock(&device->streams_lock);
+    if (stream->prev != NULL)
+        stream->prev->next = stream->next;
+    else
+        device->streams = stream->next;
+    if (stream->next != NULL)
+        stream->next->prev = stream->prev;
+    pthread_mutex_unlock(&device->streams_lock);
+}
+
+cm_status cm__device_sync_streams(const char *func, cm_device *device) {
+    const cm__backend *backend = device->backend;
+    if (backend->stream_flush == NULL)
+        return CM_OK;
+    /* The lock keeps every listed stream alive: a dying stream unlinks
+     * itself (under the lock) before it is freed. */
+    cm_status status = CM_OK;
+    char first[512] = "";
+    pthread_mutex_lock(&device->streams_lock);
+    for (cm_stream *s = device->streams; s != NULL; s = s->next) {
+        cm_status st = backend->stream_flush(func, s, true);
+        if (status == CM_OK && st != CM_OK) {
+            status = st;
+            snprintf(first, sizeof first, "%s", cm_last_error());
+        }
+    }
+    pthread_mutex_unlock(&device->streams_lock);
+    if (status != CM_OK) /* the first failure's message, not a later one's */
+        cm__set_last_error(first);
+    return status;
+}
+
+cm_status cm__device_visit_stream(cm_device *device, const cm_stream *stream,
+                                  cm_status (*visit)(cm_stream *stream, void *context),
+                                  void *context) {
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&device->streams_lock);
+    for (cm_stream *s = device->streams; s != NULL; s = s->next)
+        if (s == stream) {
+            status = visit(s, context);
+            break;
+        }
+    pthread_mutex_unlock(&device->streams_lock);
+    return status;
+}
+
 static cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out) {
     cm_stream *stream = CM__NEW(cm_stream);
     if (stream == NULL)
@@ -17,6 +77,7 @@ static cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **
             return status;
         }
     }
+    cm__stream_link(stream);
     *out = stream;
     return CM_OK;
 }
@@ -24,7 +85,8 @@ static cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **
 static void cm__stream_destroy(cm_stream *stream) {
     const cm__backend *backend = stream->device->backend;
     if (backend->stream_flush != NULL)
-        (void)backend->stream_flush(stream, true);
+        (void)backend->stream_flush("cm_stream_release", stream, true);
+    cm__stream_unlink(stream);
     if (backend->stream_destroy != NULL)
         backend->stream_destroy(stream);
     cm__free(stream);
@@ -38,8 +100,13 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
     cm__ref_init(&device->ref);
     device->backend = backend;
     device->impl = impl;
+    if (pthread_mutex_init(&device->streams_lock, NULL) != 0) {
+        cm__free(device);
+        return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
+    }
     cm_status status = cm__stream_new(device, true, &device->default_stream);
     if (status != CM_OK) {
+        pthread_mutex_destroy(&device->streams_lock);
         cm__free(device);
         return status;
     }
@@ -50,6 +117,7 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
 void cm__device_destroy(cm_device *device) {
     cm__stream_destroy(device->default_stream);
     device->backend->destroy(device);
+    pthread_mutex_destroy(&device->streams_lock);
     cm__free(device);
 }
 
@@ -91,18 +159,19 @@ cm_status cm_stream_release(cm_stream *stream) {
     return CM_OK;
 }
 
-static cm_status cm__stream_flush(cm_stream *stream, bool wait) {
-    CM__REQUIRE_NONNULL(stream);
+static cm_status cm__stream_flush(const char *func, cm_stream *stream, bool wait) {
+    if (stream == NULL)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "stream = NULL must not be NULL");
     const cm__backend *backend = stream->device->backend;
-    return backend->stream_flush != NULL ? backend->stream_flush(stream, wait) : CM_OK;
+    return backend->stream_flush != NULL ? backend->stream_flush(func, stream, wait) : CM_OK;
 }
 
 cm_status cm_stream_flush(cm_stream *stream) {
-    return cm__stream_flush(stream, false);
+    return cm__stream_flush(__func__, stream, false);
 }
 
 cm_status cm_stream_synchronize(cm_stream *stream) {
-    return cm__stream_flush(stream, true);
+    return cm__stream_flush(__func__, stream, true);
 }
 
 cm_status cm_stream_get_submissions(const cm_stream *stream, uint64_t *out) {

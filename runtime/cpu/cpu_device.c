@@ -26,11 +26,6 @@ static cm_status cm__cpu_get_info(const cm_device *device, cm_device_info *out) 
     return CM_OK;
 }
 
-static cm_status cm__cpu_synchronize(cm_device *device) {
-    (void)device;
-    return CM_OK;
-}
-
 static cm_status cm__cpu_alloc(const char *func, size_t size, void **out) {
     if (size > (size_t)PTRDIFF_MAX)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
@@ -74,7 +69,6 @@ static const cm__backend cm__cpu_backend = {
     .type = CM_DEVICE_CPU,
     .destroy = cm__cpu_destroy,
     .get_info = cm__cpu_get_info,
-    .synchronize = cm__cpu_synchronize,
     .buffer_alloc = cm__cpu_buffer_alloc,
     .buffer_wrap_host = cm__cpu_buffer_wrap_host,
     .buffer_free = cm__cpu_buffer_free,

@@ -29,22 +29,6 @@ static void cm__cb_error_text(cm__id cb, char *buf, size_t cap) {
 
 /* Waits for one command buffer of `stream` (committing it first if it is
  * still the open one) and reports its failure. */
-static cm_status cm__metal_wait_cb(const char *func, cm_stream *stream, cm__id cb) {
-    cm__metal_stream *s = cm__mtl_stream(stream);
-    pthread_mutex_lock(&s->lock);
-    bool is_open = cb == s->open;
-    pthread_mutex_unlock(&s->lock);
-    if (is_open)
-        CM__TRY(cm__metal_flush(func, stream, false));
-    cm__msg_waitUntilCompleted(cb);
-    if (cm__msg_status(cb) == CM__MTL_CB_ERROR) {
-        char text[384];
-        cm__cb_error_text(cb, text, sizeof text);
-        return cm__fail_as(func, CM_ERR_DEVICE, "device work on this buffer failed: %s", text);
-    }
-    return CM_OK;
-}
-
 /* ------------------------------------------------------------ streams */
 
 static void cm__on_completed(void *context, cm__id cb) {
@@ -159,8 +143,8 @@ static void cm__metal_stream_destroy(cm_stream *stream) {
     cm__free(s);
 }
 
-static cm_status cm__metal_stream_flush(cm_stream *stream, bool wait) {
-    return cm__metal_flush(wait ? "cm_stream_synchronize" : "cm_stream_flush", stream, wait);
+static cm_status cm__metal_stream_flush(const char *func, cm_stream *stream, bool wait) {
+    return cm__metal_flush(func, stream, wait);
 }
 
 static uint64_t cm__metal_stream_submissions(const cm_stream *stream) {
@@ -366,43 +350,135 @@ static cm_status cm__metal_buffer_wrap_host(cm_device *device, cm_buffer *buffer
     return CM_OK;
 }
 
-/* Snapshot of a tracked command buffer and its stream, retained. */
-static void cm__tracked(cm_buffer *buffer, bool write, cm__id *cb, cm_stream **stream) {
+/* ------------------------------------------------------------ tracking */
+
+typedef struct cm__wait_target {
+    const char *func;
+    cm__id cb;
+} cm__wait_target;
+
+/* Commits the stream's open command buffer if it is the target. */
+static cm_status cm__commit_if_open(cm_stream *stream, void *context) {
+    const cm__wait_target *t = context;
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    pthread_mutex_lock(&s->lock);
+    bool is_open = t->cb == s->open;
+    pthread_mutex_unlock(&s->lock);
+    return is_open ? cm__metal_flush(t->func, stream, false) : CM_OK;
+}
+
+static cm_status cm__drop_completed_visit(cm_stream *stream, void *context) {
+    (void)context;
+    cm__metal_drop_completed(stream);
+    return CM_OK;
+}
+
+/* Waits for a tracked command buffer of `stream`, committing it first if
+ * the stream is still filling it. */
+static cm_status cm__wait_tracked(const char *func, cm_device *device, const cm_stream *stream,
+                                  cm__id cb) {
+    if (cm__msg_status(cb) == CM__MTL_CB_NOT_ENQUEUED) {
+        cm__wait_target t = {func, cb};
+        CM__TRY(cm__device_visit_stream(device, stream, cm__commit_if_open, &t));
+    }
+    cm__msg_waitUntilCompleted(cb);
+    if (cm__msg_status(cb) == CM__MTL_CB_ERROR) {
+        char text[384];
+        cm__cb_error_text(cb, text, sizeof text);
+        return cm__fail_as(func, CM_ERR_DEVICE, "device work on this buffer failed: %s", text);
+    }
+    return CM_OK;
+}
+
+/* What host access waits for: every tracked stream's last command buffer
+ * that wrote the buffer (writes_only) or used it, retained; and whether
+ * forgotten work means waiting for the whole device. */
+typedef struct cm__wait_list {
+    int n;
+    bool untracked;
+    const cm_stream *stream[CM__METAL_USE_SLOTS];
+    cm__id cb[CM__METAL_USE_SLOTS];
+} cm__wait_list;
+
+static void cm__wait_list_take(cm_buffer *buffer, bool writes_only, cm__wait_list *w) {
     cm__metal_buffer *b = cm__mtl_buf(buffer);
+    w->n = 0;
     pthread_mutex_lock(&b->lock);
-    *cb = cm__objc_retain(write ? b->last_write : b->last_use);
-    *stream = write ? b->last_write_stream : b->last_use_stream;
-    if (*stream != NULL)
-        cm_stream_retain(*stream);
+    w->untracked = b->untracked;
+    b->untracked = false; /* the device-wide wait below covers it */
+    for (int i = 0; i < CM__METAL_USE_SLOTS; ++i) {
+        const cm__metal_use *u = &b->uses[i];
+        cm__id cb = writes_only ? u->write : u->use;
+        if (u->stream != NULL && cb != NULL) {
+            w->stream[w->n] = u->stream;
+            w->cb[w->n++] = cm__objc_retain(cb);
+        }
+    }
     pthread_mutex_unlock(&b->lock);
 }
 
-/* Waits for the last command buffer that wrote (writes_only) or used the
- * buffer. */
+/* Waits for pending device work that wrote (writes_only) or used the
+ * buffer, on every stream. */
 static cm_status cm__wait_buffer(const char *func, cm_buffer *buffer, bool writes_only) {
-    cm__id cb;
-    cm_stream *stream;
-    cm__tracked(buffer, writes_only, &cb, &stream);
-    cm_status status = CM_OK;
-    if (cb != NULL)
-        status = cm__metal_wait_cb(func, stream, cb);
-    cm__objc_release(cb);
-    cm_stream_release(stream);
+    cm__wait_list w;
+    cm__wait_list_take(buffer, writes_only, &w);
+    cm_status status =
+        w.untracked ? cm__device_sync_streams(func, buffer->device) : CM_OK;
+    for (int i = 0; i < w.n; ++i) {
+        if (status == CM_OK)
+            status = cm__wait_tracked(func, buffer->device, w.stream[i], w.cb[i]);
+        cm__objc_release(w.cb[i]);
+    }
     return status;
+}
+
+static void cm__use_clear(cm__metal_use *u) {
+    cm__objc_release(u->use);
+    cm__objc_release(u->write);
+    *u = (cm__metal_use){0};
+}
+
+static bool cm__cb_done(cm__id cb) {
+    return cb == NULL || cm__msg_status(cb) >= CM__MTL_CB_COMPLETED;
+}
+
+/* The stream's slot in the buffer's table: its own, a free one, one whose
+ * work has finished, or, when more streams are busy with the buffer, the
+ * first, whose work is forgotten (host access then waits for the device). */
+static cm__metal_use *cm__use_slot(cm__metal_buffer *b, const cm_stream *stream) {
+    cm__metal_use *slot = NULL;
+    for (int i = 0; i < CM__METAL_USE_SLOTS; ++i) {
+        if (b->uses[i].stream == stream)
+            return &b->uses[i];
+        if (slot == NULL && b->uses[i].stream == NULL)
+            slot = &b->uses[i];
+    }
+    for (int i = 0; slot == NULL && i < CM__METAL_USE_SLOTS; ++i)
+        if (cm__cb_done(b->uses[i].use) && cm__cb_done(b->uses[i].write)) {
+            slot = &b->uses[i];
+            cm__use_clear(slot);
+        }
+    if (slot == NULL) {
+        slot = &b->uses[0];
+        cm__use_clear(slot);
+        b->untracked = true;
+    }
+    slot->stream = stream;
+    return slot;
 }
 
 static void cm__metal_buffer_free(cm_buffer *buffer) {
     cm__metal_buffer *b = cm__mtl_buf(buffer);
     (void)cm__wait_buffer("cm_buffer_release", buffer, false);
-    /* The stream's last command buffer may be the one that used this
-     * buffer: drop it once done, so the MTLBuffer (and a wrap's release
-     * callback) goes now rather than at the stream's next flush. */
-    if (b->last_use_stream != NULL)
-        cm__metal_drop_completed(b->last_use_stream);
-    cm__objc_release(b->last_use);
-    cm__objc_release(b->last_write);
-    cm_stream_release(b->last_use_stream);
-    cm_stream_release(b->last_write_stream);
+    for (int i = 0; i < CM__METAL_USE_SLOTS; ++i) {
+        /* The stream's last command buffer may be the one that used this
+         * buffer: drop it once done, so the MTLBuffer (and a wrap's release
+         * callback) goes now rather than at the stream's next flush. */
+        if (b->uses[i].stream != NULL)
+            (void)cm__device_visit_stream(buffer->device, b->uses[i].stream,
+                                          cm__drop_completed_visit, NULL);
+        cm__use_clear(&b->uses[i]);
+    }
     cm__buffer_impl_free(buffer);
     cm__objc_release(buffer->native);
 }
@@ -416,19 +492,14 @@ void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write) {
                                (cm__ns_range){b->dirty_begin, b->dirty_end - b->dirty_begin});
         b->host_dirty = false;
     }
-    if (b->last_use != s->open) {
-        cm__objc_release(b->last_use);
-        b->last_use = cm__objc_retain(s->open);
-        cm_stream_retain(stream);
-        cm_stream_release(b->last_use_stream);
-        b->last_use_stream = stream;
+    cm__metal_use *u = cm__use_slot(b, stream);
+    if (u->use != s->open) {
+        cm__objc_release(u->use);
+        u->use = cm__objc_retain(s->open);
     }
-    if (write && b->last_write != s->open) {
-        cm__objc_release(b->last_write);
-        b->last_write = cm__objc_retain(s->open);
-        cm_stream_retain(stream);
-        cm_stream_release(b->last_write_stream);
-        b->last_write_stream = stream;
+    if (write && u->write != s->open) {
+        cm__objc_release(u->write);
+        u->write = cm__objc_retain(s->open);
     }
     if (write && buffer->storage == CM_STORAGE_MANAGED)
         b->gpu_wrote = true;
@@ -517,8 +588,12 @@ static cm_status cm__metal_buffer_transfer(cm_buffer *buffer, size_t offset, voi
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no staging buffer of %zu bytes", size);
     const cm__blit_end device_side = {buffer->native, buffer, offset};
     const cm__blit_end host_side = {staging, NULL, 0};
-    cm_status status = to_device ? cm__blit(func, buffer->device, device_side, host_side, size)
-                                 : cm__blit(func, buffer->device, host_side, device_side, size);
+    /* The blit runs on the default stream: first let other streams' work
+     * on the buffer finish (their writes, or for an upload every use). */
+    cm_status status = cm__wait_buffer(func, buffer, !to_device);
+    if (status == CM_OK)
+        status = to_device ? cm__blit(func, buffer->device, device_side, host_side, size)
+                           : cm__blit(func, buffer->device, host_side, device_side, size);
     if (status == CM_OK)
         status = cm__metal_flush(func, buffer->device->default_stream, true);
     if (status == CM_OK && !to_device)
@@ -534,12 +609,6 @@ static cm_status cm__metal_get_info(const cm_device *device, cm_device_info *out
     return CM_OK;
 }
 
-static cm_status cm__metal_synchronize(cm_device *device) {
-    /* Streams other than the default one are synchronised by their owners;
-     * device work is all on the default stream unless a stream is named. */
-    return cm__metal_flush("cm_device_synchronize", device->default_stream, true);
-}
-
 static void cm__metal_destroy(cm_device *device) {
     cm__metal_device *d = cm__mtl_dev(device);
     cm__metal_kernels_destroy(d);
@@ -551,7 +620,6 @@ static const cm__backend cm__metal_backend = {
     .type = CM_DEVICE_METAL,
     .destroy = cm__metal_destroy,
     .get_info = cm__metal_get_info,
-    .synchronize = cm__metal_synchronize,
     .buffer_alloc = cm__metal_buffer_alloc,
     .buffer_wrap_host = cm__metal_buffer_wrap_host,
     .buffer_free = cm__metal_buffer_free,

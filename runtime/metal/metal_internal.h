@@ -61,13 +61,27 @@ typedef struct cm__metal_stream {
     char error[384];
 } cm__metal_stream;
 
-/* Per-buffer tracking: the last command buffers that used and wrote it. */
+/* One stream's work on a buffer: its last command buffers that used and
+ * wrote it (on one queue, waiting for the last one suffices). */
+typedef struct cm__metal_use {
+    /* Not retained (a buffer must not keep a stream alive, nor destroy one
+     * while locks are held): look it up with cm__device_visit_stream. NULL
+     * for a free slot. */
+    const cm_stream *stream;
+    cm__id use;        /* id<MTLCommandBuffer>, +1 */
+    cm__id write;      /* +1, or NULL when the stream only read it */
+} cm__metal_use;
+
+/* Streams tracked per buffer. A buffer used by more streams at once
+ * forgets the work of one (`untracked`), and host access then waits for
+ * every stream of the device instead. */
+#define CM__METAL_USE_SLOTS 4
+
+/* Per-buffer tracking: which streams' command buffers use and write it. */
 typedef struct cm__metal_buffer {
     pthread_mutex_t lock;
-    cm__id last_use;          /* id<MTLCommandBuffer>, +1, or NULL */
-    cm_stream *last_use_stream;   /* retained with last_use */
-    cm__id last_write;
-    cm_stream *last_write_stream;
+    cm__metal_use uses[CM__METAL_USE_SLOTS];
+    bool untracked;           /* work was forgotten: wait for the whole device */
     bool gpu_wrote;           /* managed: device copy newer than host's */
     bool host_dirty;          /* managed: host copy newer than device's */
     size_t dirty_begin, dirty_end;

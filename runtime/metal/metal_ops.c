@@ -174,17 +174,18 @@ typedef struct cm__binding {
     cm__id native;     /* the scratch id<MTLBuffer> when buffer is NULL */
 } cm__binding;
 
-/* Encodes one dispatch on the device's default stream: buffers at indices
- * 0.., then the argument bytes. Threadgroups of `group` threads; `groups`
- * threadgroups when nonzero, else `threads` threads in all. */
-static cm_status cm__encode(const char *func, cm_device *device, const cm__kernel *kernel,
+/* Encodes one dispatch of op->stream: buffers at indices 0.., then the
+ * argument bytes. Threadgroups of `group` threads; `groups` threadgroups
+ * when nonzero, else `threads` threads in all. */
+static cm_status cm__encode(const cm__op *op, const cm__kernel *kernel,
                             const cm__binding *bindings, int nbind, const void *args,
                             size_t args_size, cm__uint threads, cm__uint groups,
                             cm__uint group) {
     const unsigned long forced = atomic_load(&cm__tg_override);
     if (forced != 0)
         group = forced;
-    cm_stream *stream = device->default_stream;
+    const char *func = op->func;
+    cm_stream *stream = op->stream;
     cm__id cb;
     void *pool;
     cm_status status = cm__metal_encode_begin(func, stream, &cb, &pool);
@@ -321,7 +322,7 @@ static cm_status cm__run_elementwise(cm_device *device, const cm__op *op) {
     const cm__uint group = cm__group_size(&kernel);
     const cm__uint threads = (cm__uint)(op->numel < CM__MAX_GRID_THREADS ? op->numel
                                                                         : CM__MAX_GRID_THREADS);
-    return cm__encode(op->func, device, &kernel, bind, 1 + op->nin, &a, sizeof a, threads, 0,
+    return cm__encode(op, &kernel, bind, 1 + op->nin, &a, sizeof a, threads, 0,
                       cm__min_u(group, threads));
 }
 
@@ -371,7 +372,7 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     if (!use_group) {
         const cm__uint threads = (cm__uint)(a.nout < CM__MAX_GRID_THREADS ? a.nout
                                                                          : CM__MAX_GRID_THREADS);
-        return cm__encode(op->func, device, &serial, bind, 2, &a, sizeof a, threads, 0,
+        return cm__encode(op, &serial, bind, 2, &a, sizeof a, threads, 0,
                           cm__min_u(cm__group_size(&serial), threads));
     }
     /* A software Metal (softmetal) runs a threadgroup's threads one after
@@ -381,7 +382,7 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
                                                                : cm__group_size(&kernel);
     if (count < CM__REDUCE_SPLIT_MIN || a.nout > CM__REDUCE_SPLIT_MAX_OUT) {
         const cm__uint groups = (cm__uint)(a.nout < CM__MAX_GROUPS ? a.nout : CM__MAX_GROUPS);
-        return cm__encode(op->func, device, &kernel, bind, 2, &a, sizeof a, 0, groups, group);
+        return cm__encode(op, &kernel, bind, 2, &a, sizeof a, 0, groups, group);
     }
     /* Split: partial accumulators in a scratch buffer that the command
      * buffer keeps alive, then one thread per output combines them. */
@@ -399,12 +400,12 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     const cm__binding pass2[2] = {{op->out.buffer, true, NULL}, {NULL, false, scratch}};
     a.stage = CM__STAGE_PARTIAL;
     const cm__uint tasks = (cm__uint)(a.nout * a.split);
-    cm_status status = cm__encode(op->func, device, &kernel, pass1, 2, &a, sizeof a, 0, tasks,
+    cm_status status = cm__encode(op, &kernel, pass1, 2, &a, sizeof a, 0, tasks,
                                   group);
     if (status == CM_OK) {
         a.stage = CM__STAGE_FINISH;
         const cm__uint threads = (cm__uint)a.nout;
-        status = cm__encode(op->func, device, &serial, pass2, 2, &a, sizeof a, threads, 0,
+        status = cm__encode(op, &serial, pass2, 2, &a, sizeof a, threads, 0,
                             cm__min_u(cm__group_size(&serial), threads));
     }
     cm__objc_release(scratch);

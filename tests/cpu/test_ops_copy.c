@@ -49,7 +49,7 @@ Test(ops_copy, every_dtype_layout_and_shape_matches_elementwise_reference) {
                     cm_tensor *dparent = NULL;
                     cm_tensor *dst = make_view(dev, d, ts->ndim, ts->shape, (enum layout)ld,
                                                22, false, &dparent);
-                    CHECK(cm_copy(src, dst));
+                    CHECK(cm_copy(src, dst, NULL));
                     int64_t idx[CM_MAX_NDIM] = {0};
                     if (numel_of(ts->ndim, ts->shape) > 0) {
                         do {
@@ -86,7 +86,7 @@ Test(ops_copy, make_contiguous_of_large_transposes_and_permutes) {
                 cm_tensor_info vi;
                 CHECK(cm_tensor_get_info(v, &vi));
                 cm_tensor *out = new_tensor(dev, dts[di], 3, vi.shape);
-                CHECK(cm_copy(v, out));
+                CHECK(cm_copy(v, out, NULL));
                 int64_t idx[3] = {0};
                 do {
                     cr_assert(elem_bits_equal(dts[di], get_at(v, idx), get_at(out, idx)));
@@ -95,7 +95,7 @@ Test(ops_copy, make_contiguous_of_large_transposes_and_permutes) {
                 cm_tensor *back = new_tensor(dev, dts[di], 3, shapes[s]);
                 cm_tensor *bv = NULL;
                 CHECK(cm_tensor_permute(back, perms[p], &bv));
-                CHECK(cm_copy(out, bv));
+                CHECK(cm_copy(out, bv, NULL));
                 cm_tensor_info bi;
                 CHECK(cm_tensor_get_info(base, &bi));
                 const void *x = NULL, *y = NULL;
@@ -119,7 +119,7 @@ Test(ops_copy, identical_view_is_a_no_op) {
     cm_tensor *t = make_view(dev, CM_INT32, 2, shape, L_STEP, 3, false, NULL);
     int64_t idx[2] = {4, 5};
     elem before = get_at(t, idx);
-    CHECK(cm_copy(t, t));
+    CHECK(cm_copy(t, t, NULL));
     cr_assert_eq(get_at(t, idx).i32, before.i32);
     cm_tensor_release(t);
     cm_device_release(dev);
@@ -138,7 +138,7 @@ Test(ops_fill, every_dtype_and_layout_gets_the_converted_value) {
                     cm_tensor *parent = NULL;
                     cm_tensor *t = make_view(dev, d, ts->ndim, ts->shape, (enum layout)l, 7,
                                              false, &parent);
-                    CHECK(cm_fill(t, CM_FLOAT64, &values[v]));
+                    CHECK(cm_fill(t, CM_FLOAT64, &values[v], NULL));
                     elem in;
                     in.f64 = values[v];
                     const elem want = ref_convert(d, CM_FLOAT64, in);
@@ -170,18 +170,18 @@ Test(ops_fill, int64_and_uint64_values_are_exact) {
     cm_tensor *b = new_tensor(dev, CM_UINT64, 1, shape);
     const int64_t big = INT64_MAX - 2; /* not representable as a double */
     const uint64_t ubig = UINT64_MAX - 6;
-    CHECK(cm_fill(a, CM_INT64, &big));
-    CHECK(cm_fill(b, CM_UINT64, &ubig));
+    CHECK(cm_fill(a, CM_INT64, &big, NULL));
+    CHECK(cm_fill(b, CM_UINT64, &ubig, NULL));
     int64_t idx[1] = {36};
     cr_assert_eq(get_at(a, idx).i64, big);
     cr_assert_eq(get_at(b, idx).u64, ubig);
     /* An int64 into int8 wraps, a float64 saturates. */
     cm_tensor *c = new_tensor(dev, CM_INT8, 1, shape);
     const int64_t wrap = 300;
-    CHECK(cm_fill(c, CM_INT64, &wrap));
+    CHECK(cm_fill(c, CM_INT64, &wrap, NULL));
     cr_assert_eq(get_at(c, idx).i8, 44);
     const double sat = 300.0;
-    CHECK(cm_fill(c, CM_FLOAT64, &sat));
+    CHECK(cm_fill(c, CM_FLOAT64, &sat, NULL));
     cr_assert_eq(get_at(c, idx).i8, 127);
     cm_tensor_release(a);
     cm_tensor_release(b);

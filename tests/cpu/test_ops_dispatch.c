@@ -22,10 +22,6 @@ static cm_status fake_info(const cm_device *device, cm_device_info *out) {
     out->type = CM_DEVICE_METAL;
     return CM_OK;
 }
-static cm_status fake_sync(cm_device *device) {
-    (void)device;
-    return CM_OK;
-}
 static cm_status fake_alloc(cm_device *device, cm_buffer *buffer) {
     (void)device;
     buffer->host = cm__alloc_raw(buffer->size, 64);
@@ -53,7 +49,6 @@ static const cm__backend fake_backend = {
     .type = CM_DEVICE_METAL,
     .destroy = fake_destroy,
     .get_info = fake_info,
-    .synchronize = fake_sync,
     .buffer_alloc = fake_alloc,
     .buffer_wrap_host = fake_wrap,
     .buffer_free = fake_free,
@@ -73,19 +68,19 @@ Test(ops_dispatch, tensors_on_different_devices_are_refused) {
     cr_assert_eq(cm_device_open(CM_DEVICE_CPU, 0, &cpu), CM_OK);
     const int64_t s[1] = {4};
     cm_tensor *a = tensor_on(cpu, CM_FLOAT32, 1, s), *b = tensor_on(fake, CM_FLOAT32, 1, s);
-    cr_assert_eq(cm_copy(a, b), CM_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(cm_copy(a, b, NULL), CM_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(cm_last_error(),
                      "cm_copy: src is on a cpu device but dst is on a different (metal) device") !=
                   NULL,
               "%s", cm_last_error());
-    cr_assert_eq(cm_binary(CM_BINARY_ADD, b, a, b), CM_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(cm_binary(CM_BINARY_ADD, b, a, b, NULL), CM_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(cm_last_error(), "b is on a cpu device") != NULL, "%s", cm_last_error());
     cr_assert_eq(op_calls, 0);
     /* Two handles of the CPU device are one device. */
     cm_device *cpu2 = NULL;
     cr_assert_eq(cm_device_open(CM_DEVICE_CPU, 0, &cpu2), CM_OK);
     cm_tensor *c = tensor_on(cpu2, CM_FLOAT32, 1, s);
-    cr_assert_eq(cm_copy(a, c), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_copy(a, c, NULL), CM_OK, "%s", cm_last_error());
     cm_tensor_release(a);
     cm_tensor_release(b);
     cm_tensor_release(c);
@@ -100,7 +95,7 @@ Test(ops_dispatch, backend_gets_broadcast_resolved_ops_and_may_refuse_a_dtype) {
     const int64_t s23[2] = {2, 3}, s3[1] = {3};
     cm_tensor *a = tensor_on(fake, CM_FLOAT32, 2, s23), *b = tensor_on(fake, CM_FLOAT32, 1, s3);
     cm_tensor *o = tensor_on(fake, CM_BOOL, 2, s23);
-    cr_assert_eq(cm_binary(CM_BINARY_LT, a, b, o), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_binary(CM_BINARY_LT, a, b, o, NULL), CM_OK, "%s", cm_last_error());
     cr_assert_eq(op_calls, 1);
     cr_assert_eq(last_op.kind, CM__OP_BINARY);
     cr_assert_eq(last_op.code, CM_BINARY_LT);
@@ -113,7 +108,7 @@ Test(ops_dispatch, backend_gets_broadcast_resolved_ops_and_may_refuse_a_dtype) {
     /* A reduction over axis 1 with the axis dropped: out stride 0 there. */
     const int64_t s2[1] = {2};
     cm_tensor *r = tensor_on(fake, CM_FLOAT32, 1, s2);
-    cr_assert_eq(cm_reduce(CM_REDUCE_MAX, a, 1, r), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_reduce(CM_REDUCE_MAX, a, 1, r, NULL), CM_OK, "%s", cm_last_error());
     cm_tensor_release(r);
     cr_assert_eq(last_op.kind, CM__OP_REDUCE);
     cr_assert_eq(last_op.axis, 1);
@@ -121,7 +116,7 @@ Test(ops_dispatch, backend_gets_broadcast_resolved_ops_and_may_refuse_a_dtype) {
     cr_assert_eq(last_op.out.strides[0], 1);
     /* The backend's refusal reaches the caller under the public name. */
     cm_tensor *d = tensor_on(fake, CM_FLOAT64, 2, s23);
-    cr_assert_eq(cm_cast(a, d), CM_ERR_UNSUPPORTED);
+    cr_assert_eq(cm_cast(a, d, NULL), CM_ERR_UNSUPPORTED);
     cr_assert(strstr(cm_last_error(), "cm_cast: float64 is not available") != NULL, "%s",
               cm_last_error());
     /* Empty ops never reach the backend. */
@@ -129,7 +124,7 @@ Test(ops_dispatch, backend_gets_broadcast_resolved_ops_and_may_refuse_a_dtype) {
     const int64_t z[1] = {0};
     cm_tensor *e = tensor_on(fake, CM_FLOAT32, 1, z);
     const double one = 1.0;
-    cr_assert_eq(cm_fill(e, CM_FLOAT64, &one), CM_OK);
+    cr_assert_eq(cm_fill(e, CM_FLOAT64, &one, NULL), CM_OK);
     cr_assert_eq(op_calls, zero_calls);
     cm_tensor_release(e);
     cm_tensor_release(d);

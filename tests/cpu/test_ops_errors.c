@@ -45,17 +45,17 @@ static void assert_unchanged(const cm_tensor *t, uint64_t seed) {
 
 Test(ops_errors, null_arguments_and_bad_enums) {
     fixture f = make();
-    EXPECT_FAIL(cm_copy(NULL, f.f23), CM_ERR_INVALID_ARGUMENT, "cm_copy: src = NULL");
-    EXPECT_FAIL(cm_cast(f.f23, NULL), CM_ERR_INVALID_ARGUMENT, "cm_cast: dst = NULL");
-    EXPECT_FAIL(cm_fill(f.f23, CM_FLOAT64, NULL), CM_ERR_INVALID_ARGUMENT, "value = NULL");
+    EXPECT_FAIL(cm_copy(NULL, f.f23, NULL), CM_ERR_INVALID_ARGUMENT, "cm_copy: src = NULL");
+    EXPECT_FAIL(cm_cast(f.f23, NULL, NULL), CM_ERR_INVALID_ARGUMENT, "cm_cast: dst = NULL");
+    EXPECT_FAIL(cm_fill(f.f23, CM_FLOAT64, NULL, NULL), CM_ERR_INVALID_ARGUMENT, "value = NULL");
     const double one = 1.0;
-    EXPECT_FAIL(cm_fill(f.f23, (cm_dtype)77, &one), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_fill(f.f23, (cm_dtype)77, &one, NULL), CM_ERR_INVALID_ARGUMENT,
                 "dtype = 77 is not a cm_dtype");
-    EXPECT_FAIL(cm_unary((cm_unary_op)99, f.f23, f.f23), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_unary((cm_unary_op)99, f.f23, f.f23, NULL), CM_ERR_INVALID_ARGUMENT,
                 "op = 99 is not a cm_unary_op");
-    EXPECT_FAIL(cm_binary(CM_BINARY_INVALID, f.f23, f.f23, f.f23), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_binary(CM_BINARY_INVALID, f.f23, f.f23, f.f23, NULL), CM_ERR_INVALID_ARGUMENT,
                 "op = 0 is not a cm_binary_op");
-    EXPECT_FAIL(cm_reduce((cm_reduce_op)5, f.f23, 0, f.f3), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_reduce((cm_reduce_op)5, f.f23, 0, f.f3, NULL), CM_ERR_INVALID_ARGUMENT,
                 "op = 5 is not a cm_reduce_op");
     cr_assert_str_eq(cm_binary_op_name(CM_BINARY_GE), "ge");
     cr_assert_str_eq(cm_unary_op_name((cm_unary_op)-3), "invalid");
@@ -65,14 +65,14 @@ Test(ops_errors, null_arguments_and_bad_enums) {
 
 Test(ops_errors, shape_mismatch_names_both_shapes) {
     fixture f = make();
-    EXPECT_FAIL(cm_copy(f.f23, f.f32_), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_copy(f.f23, f.f32_, NULL), CM_ERR_INVALID_ARGUMENT,
                 "cm_copy: src shape [2, 3] differs from dst shape [3, 2]");
-    EXPECT_FAIL(cm_cast(f.i23, f.f32_), CM_ERR_INVALID_ARGUMENT, "differs from dst shape");
-    EXPECT_FAIL(cm_unary(CM_UNARY_NEG, f.f23, f.f32_), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_cast(f.i23, f.f32_, NULL), CM_ERR_INVALID_ARGUMENT, "differs from dst shape");
+    EXPECT_FAIL(cm_unary(CM_UNARY_NEG, f.f23, f.f32_, NULL), CM_ERR_INVALID_ARGUMENT,
                 "x shape [2, 3] differs from out shape [3, 2]");
-    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f3, f.f4, f.f3), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f3, f.f4, f.f3, NULL), CM_ERR_INVALID_ARGUMENT,
                 "cm_binary: b shape [4] does not broadcast to out shape [3]");
-    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.f3, f.f3), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.f3, f.f3, NULL), CM_ERR_INVALID_ARGUMENT,
                 "a shape [2, 3] does not broadcast to out shape [3]");
     assert_unchanged(f.f32_, 2);
     assert_unchanged(f.f3, 5);
@@ -81,21 +81,21 @@ Test(ops_errors, shape_mismatch_names_both_shapes) {
 
 Test(ops_errors, dtype_mismatch_and_unsupported_dtypes) {
     fixture f = make();
-    EXPECT_FAIL(cm_copy(f.i23, f.f23), CM_ERR_DTYPE_MISMATCH,
+    EXPECT_FAIL(cm_copy(f.i23, f.f23, NULL), CM_ERR_DTYPE_MISMATCH,
                 "src dtype int32 differs from dst dtype float32");
-    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.i23, f.f23), CM_ERR_DTYPE_MISMATCH,
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.i23, f.f23, NULL), CM_ERR_DTYPE_MISMATCH,
                 "a dtype float32 differs from b dtype int32");
-    EXPECT_FAIL(cm_binary(CM_BINARY_LT, f.f23, f.f23, f.f23), CM_ERR_DTYPE_MISMATCH,
+    EXPECT_FAIL(cm_binary(CM_BINARY_LT, f.f23, f.f23, f.f23, NULL), CM_ERR_DTYPE_MISMATCH,
                 "out dtype float32 must be bool for op = lt");
-    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.f23, f.b23), CM_ERR_DTYPE_MISMATCH,
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.f23, f.b23, NULL), CM_ERR_DTYPE_MISMATCH,
                 "out dtype bool must be float32");
-    EXPECT_FAIL(cm_unary(CM_UNARY_NEG, f.f23, f.i23), CM_ERR_DTYPE_MISMATCH,
+    EXPECT_FAIL(cm_unary(CM_UNARY_NEG, f.f23, f.i23, NULL), CM_ERR_DTYPE_MISMATCH,
                 "x dtype float32 differs from out dtype int32");
-    EXPECT_FAIL(cm_unary(CM_UNARY_SQRT, f.i23, f.i23), CM_ERR_UNSUPPORTED,
+    EXPECT_FAIL(cm_unary(CM_UNARY_SQRT, f.i23, f.i23, NULL), CM_ERR_UNSUPPORTED,
                 "op = sqrt is not defined for x dtype int32");
-    EXPECT_FAIL(cm_unary(CM_UNARY_ABS, f.b23, f.b23), CM_ERR_UNSUPPORTED,
+    EXPECT_FAIL(cm_unary(CM_UNARY_ABS, f.b23, f.b23, NULL), CM_ERR_UNSUPPORTED,
                 "op = abs is not defined for x dtype bool");
-    EXPECT_FAIL(cm_binary(CM_BINARY_MUL, f.b23, f.b23, f.b23), CM_ERR_UNSUPPORTED,
+    EXPECT_FAIL(cm_binary(CM_BINARY_MUL, f.b23, f.b23, f.b23, NULL), CM_ERR_UNSUPPORTED,
                 "op = mul is not defined for dtype bool");
     assert_unchanged(f.f23, 1);
     assert_unchanged(f.i23, 3);
@@ -109,11 +109,11 @@ Test(ops_errors, read_only_and_broadcast_outputs_are_refused) {
     const int64_t s23[2] = {2, 3};
     CHECK(cm_tensor_broadcast_to(f.f3, 2, s23, &bc));
     const double v = 2.0;
-    EXPECT_FAIL(cm_fill(ro, CM_FLOAT64, &v), CM_ERR_READ_ONLY, "cm_fill: tensor is read-only");
-    EXPECT_FAIL(cm_copy(f.f23, bc), CM_ERR_READ_ONLY, "cm_copy: dst is read-only");
-    EXPECT_FAIL(cm_unary(CM_UNARY_EXP, f.f23, ro), CM_ERR_READ_ONLY, "out is read-only");
-    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.f23, ro), CM_ERR_READ_ONLY, "out is read-only");
-    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f.f23, 0, bc), CM_ERR_READ_ONLY, "out is read-only");
+    EXPECT_FAIL(cm_fill(ro, CM_FLOAT64, &v, NULL), CM_ERR_READ_ONLY, "cm_fill: tensor is read-only");
+    EXPECT_FAIL(cm_copy(f.f23, bc, NULL), CM_ERR_READ_ONLY, "cm_copy: dst is read-only");
+    EXPECT_FAIL(cm_unary(CM_UNARY_EXP, f.f23, ro, NULL), CM_ERR_READ_ONLY, "out is read-only");
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.f23, ro, NULL), CM_ERR_READ_ONLY, "out is read-only");
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f.f23, 0, bc, NULL), CM_ERR_READ_ONLY, "out is read-only");
     /* A read-only buffer wrapped from the host. */
     float mem[6] = {0};
     cm_host_memory_desc hd = {.data = mem, .size = sizeof mem, .flags = CM_BUFFER_READ_ONLY};
@@ -122,10 +122,10 @@ Test(ops_errors, read_only_and_broadcast_outputs_are_refused) {
     cm_tensor_desc td = {.dtype = CM_FLOAT32, .ndim = 2, .shape = s23};
     cm_tensor *w = NULL;
     CHECK(cm_tensor_from_buffer(buf, &td, &w));
-    EXPECT_FAIL(cm_copy(f.f23, w), CM_ERR_READ_ONLY, "dst is read-only");
+    EXPECT_FAIL(cm_copy(f.f23, w, NULL), CM_ERR_READ_ONLY, "dst is read-only");
     cr_assert_eq(mem[0], 0.0f);
     /* Read-only inputs are fine. */
-    CHECK(cm_copy(w, f.f23));
+    CHECK(cm_copy(w, f.f23, NULL));
     cm_tensor_release(w);
     cm_buffer_release(buf);
     cm_tensor_release(ro);
@@ -141,17 +141,17 @@ Test(ops_errors, partial_overlap_is_refused_identical_view_allowed) {
     CHECK(cm_tensor_slice(x, 0, 0, 6, 1, &lo));
     CHECK(cm_tensor_slice(x, 0, 4, 10, 1, &hi));
     CHECK(cm_tensor_slice(x, 0, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1, &rev));
-    EXPECT_FAIL(cm_copy(lo, hi), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_copy(lo, hi, NULL), CM_ERR_INVALID_ARGUMENT,
                 "cm_copy: dst overlaps src in memory without being the identical view");
-    EXPECT_FAIL(cm_unary(CM_UNARY_NEG, x, rev), CM_ERR_INVALID_ARGUMENT, "out overlaps x");
-    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, hi, lo, hi), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_unary(CM_UNARY_NEG, x, rev, NULL), CM_ERR_INVALID_ARGUMENT, "out overlaps x");
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, hi, lo, hi, NULL), CM_ERR_INVALID_ARGUMENT,
                 "out overlaps b");
-    EXPECT_FAIL(cm_cast(x, rev), CM_ERR_INVALID_ARGUMENT, "dst overlaps src");
+    EXPECT_FAIL(cm_cast(x, rev, NULL), CM_ERR_INVALID_ARGUMENT, "dst overlaps src");
     assert_unchanged(x, 8);
     /* Reductions never write over their input. */
     cm_tensor *first = NULL;
     CHECK(cm_tensor_select(x, 0, 0, &first));
-    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, first), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, first, NULL), CM_ERR_INVALID_ARGUMENT,
                 "out overlaps x");
     /* A cast onto itself between same-size dtypes is the identical view
      * only when the dtype sizes match: int32 over float32 bytes is fine. */
@@ -160,11 +160,11 @@ Test(ops_errors, partial_overlap_is_refused_identical_view_allowed) {
     cm_tensor_desc td = {.dtype = CM_INT32, .ndim = 1, .shape = n};
     cm_tensor *xi = NULL;
     CHECK(cm_tensor_from_buffer(info.buffer, &td, &xi));
-    CHECK(cm_cast(x, xi));
+    CHECK(cm_cast(x, xi, NULL));
     cm_tensor_desc th = {.dtype = CM_FLOAT16, .ndim = 1, .shape = n};
     cm_tensor *xh = NULL;
     CHECK(cm_tensor_from_buffer(info.buffer, &th, &xh));
-    EXPECT_FAIL(cm_cast(xi, xh), CM_ERR_INVALID_ARGUMENT, "dst overlaps src");
+    EXPECT_FAIL(cm_cast(xi, xh, NULL), CM_ERR_INVALID_ARGUMENT, "dst overlaps src");
     cm_tensor_release(xh);
     cm_tensor_release(xi);
     cm_tensor_release(first);
@@ -177,21 +177,21 @@ Test(ops_errors, partial_overlap_is_refused_identical_view_allowed) {
 
 Test(ops_errors, reduce_axis_and_output_shape_are_checked) {
     fixture f = make();
-    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f.f23, 2, f.f3), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f.f23, 2, f.f3, NULL), CM_ERR_INVALID_ARGUMENT,
                 "axis = 2 is out of range for a 2-d x");
-    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f.f23, 0, f.f4), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f.f23, 0, f.f4, NULL), CM_ERR_INVALID_ARGUMENT,
                 "out shape [4] does not match x shape [2, 3] reduced over axis 0");
-    EXPECT_FAIL(cm_reduce(CM_REDUCE_MAX, f.f23, CM_AXIS_ALL, f.f3), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_MAX, f.f23, CM_AXIS_ALL, f.f3, NULL), CM_ERR_INVALID_ARGUMENT,
                 "reduced over every axis");
     const int64_t z[2] = {0, 3};
     cm_tensor *empty = new_tensor(f.dev, CM_FLOAT32, 2, z);
-    EXPECT_FAIL(cm_reduce(CM_REDUCE_MIN, empty, 0, f.f3), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_MIN, empty, 0, f.f3, NULL), CM_ERR_INVALID_ARGUMENT,
                 "op = min over zero elements of x");
     assert_unchanged(f.f3, 5);
-    CHECK(cm_reduce(CM_REDUCE_SUM, empty, 0, f.f3));
+    CHECK(cm_reduce(CM_REDUCE_SUM, empty, 0, f.f3, NULL));
     int64_t i0[1] = {2};
     cr_assert_eq(get_at(f.f3, i0).f32, 0.0f);
-    CHECK(cm_reduce(CM_REDUCE_MEAN, empty, -2, f.f3));
+    CHECK(cm_reduce(CM_REDUCE_MEAN, empty, -2, f.f3, NULL));
     cr_assert(isnan(get_at(f.f3, i0).f32));
     cm_tensor_release(empty);
     drop(&f);
@@ -207,7 +207,7 @@ Test(ops_errors, misaligned_host_memory_is_refused_by_the_cpu_device) {
     cm_tensor_desc td = {.dtype = CM_FLOAT32, .ndim = 1, .shape = s3};
     cm_tensor *t = NULL;
     CHECK(cm_tensor_from_buffer(buf, &td, &t));
-    EXPECT_FAIL(cm_copy(f.f3, t), CM_ERR_INVALID_ARGUMENT, "is not aligned to its 4-byte");
+    EXPECT_FAIL(cm_copy(f.f3, t, NULL), CM_ERR_INVALID_ARGUMENT, "is not aligned to its 4-byte");
     cm_tensor_release(t);
     cm_buffer_release(buf);
     drop(&f);

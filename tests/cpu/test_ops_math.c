@@ -145,7 +145,7 @@ Test(ops_unary, every_op_dtype_and_layout_matches_reference) {
                                              (uint64_t)(op * 100 + l), tame, NULL);
                     const enum layout lo = l == L_BROADCAST ? L_NEGATIVE : (enum layout)((l + 1) % L_BROADCAST);
                     cm_tensor *out = make_view(dev, d, ts->ndim, ts->shape, lo, 9, false, NULL);
-                    CHECK(cm_unary((cm_unary_op)op, x, out));
+                    CHECK(cm_unary((cm_unary_op)op, x, out, NULL));
                     int64_t idx[CM_MAX_NDIM] = {0};
                     if (numel_of(ts->ndim, ts->shape) > 0) {
                         do {
@@ -228,7 +228,7 @@ static void check_binary(cm_device *dev, cm_binary_op op, cm_dtype d, int32_t nd
     cm_tensor *b = make_view(dev, d, bnd, bsh, lb, 42 + (uint64_t)op, false, NULL);
     const cm_dtype od = op >= CM_BINARY_EQ ? CM_BOOL : d;
     cm_tensor *out = make_view(dev, od, ndim, shape, lo, 43, false, NULL);
-    CHECK(cm_binary(op, a, b, out));
+    CHECK(cm_binary(op, a, b, out, NULL));
     int64_t idx[CM_MAX_NDIM] = {0}, ia[CM_MAX_NDIM], ib[CM_MAX_NDIM];
     if (numel_of(ndim, shape) > 0) {
         do {
@@ -296,17 +296,17 @@ Test(ops_binary, output_may_be_an_input_itself) {
     cm_tensor *a = make_view(dev, CM_FLOAT32, 2, shape, L_NEGATIVE, 1, true, NULL);
     cm_tensor *b = make_view(dev, CM_FLOAT32, 2, shape, L_TRANSPOSED, 2, true, NULL);
     cm_tensor *copy = new_tensor(dev, CM_FLOAT32, 2, shape);
-    CHECK(cm_copy(a, copy));
-    CHECK(cm_binary(CM_BINARY_MUL, a, b, a));
+    CHECK(cm_copy(a, copy, NULL));
+    CHECK(cm_binary(CM_BINARY_MUL, a, b, a, NULL));
     int64_t idx[2] = {0};
     do {
         cr_assert_eq(get_at(a, idx).f32, get_at(copy, idx).f32 * get_at(b, idx).f32);
     } while (next_index(2, shape, idx));
-    CHECK(cm_unary(CM_UNARY_NEG, b, b));
+    CHECK(cm_unary(CM_UNARY_NEG, b, b, NULL));
     cm_tensor *h = make_view(dev, CM_BFLOAT16, 2, shape, L_STEP, 3, true, NULL);
     cm_tensor *hc = new_tensor(dev, CM_BFLOAT16, 2, shape);
-    CHECK(cm_copy(h, hc));
-    CHECK(cm_binary(CM_BINARY_ADD, h, h, h));
+    CHECK(cm_copy(h, hc, NULL));
+    CHECK(cm_binary(CM_BINARY_ADD, h, h, h, NULL));
     memset(idx, 0, sizeof idx);
     do {
         const long double w = 2 * elem_value(CM_BFLOAT16, get_at(hc, idx));

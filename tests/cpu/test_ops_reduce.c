@@ -45,7 +45,7 @@ static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype o
             oshape[ond++] = 1;
     }
     cm_tensor *out = make_view(dev, od, ond, oshape, L_STEP, 51, false, NULL);
-    const cm_status st = cm_reduce(op, x, axis < 0 ? CM_AXIS_ALL : axis - ndim, out);
+    const cm_status st = cm_reduce(op, x, axis < 0 ? CM_AXIS_ALL : axis - ndim, out, NULL);
     int64_t count = 1;
     for (int32_t k = 0; k < ndim; ++k)
         if (axis < 0 || k == axis)
@@ -196,10 +196,10 @@ Test(ops_reduce, integer_sums_wrap_in_64_bits_and_are_exact) {
     p[1] = 2;
     p[2] = -(INT64_MAX - 5);
     cm_tensor *s = new_tensor(dev, CM_INT64, 0, NULL);
-    CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, s));
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, s, NULL));
     cr_assert_eq(get_at(s, NULL).i64, 7);
     cm_tensor *u = new_tensor(dev, CM_UINT8, 0, NULL);
-    CHECK(cm_reduce(CM_REDUCE_SUM, x, 0, u)); /* 7 fits */
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, 0, u, NULL)); /* 7 fits */
     cr_assert_eq(get_at(u, NULL).u8, 7);
     cm_tensor_release(x);
     cm_tensor_release(s);

@@ -55,17 +55,17 @@ Test(metal_ops, float64_is_refused_naming_the_argument) {
     CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT64}, &s64));
     CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32}, &s32));
     const double one = 1.0;
-    EXPECT_FAIL(cm_fill(f64, CM_FLOAT64, &one), CM_ERR_UNSUPPORTED,
+    EXPECT_FAIL(cm_fill(f64, CM_FLOAT64, &one, NULL), CM_ERR_UNSUPPORTED,
                 "cm_fill: tensor dtype float64: Metal has no float64");
-    EXPECT_FAIL(cm_cast(f32, f64), CM_ERR_UNSUPPORTED, "cm_cast: dst dtype float64");
-    EXPECT_FAIL(cm_cast(f64, f32), CM_ERR_UNSUPPORTED, "cm_cast: src dtype float64");
-    EXPECT_FAIL(cm_copy(f64, f64), CM_ERR_UNSUPPORTED, "Metal has no float64");
-    EXPECT_FAIL(cm_unary(CM_UNARY_EXP, f64, f64), CM_ERR_UNSUPPORTED, "cm_unary: out dtype");
-    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f64, f64, f64), CM_ERR_UNSUPPORTED,
+    EXPECT_FAIL(cm_cast(f32, f64, NULL), CM_ERR_UNSUPPORTED, "cm_cast: dst dtype float64");
+    EXPECT_FAIL(cm_cast(f64, f32, NULL), CM_ERR_UNSUPPORTED, "cm_cast: src dtype float64");
+    EXPECT_FAIL(cm_copy(f64, f64, NULL), CM_ERR_UNSUPPORTED, "Metal has no float64");
+    EXPECT_FAIL(cm_unary(CM_UNARY_EXP, f64, f64, NULL), CM_ERR_UNSUPPORTED, "cm_unary: out dtype");
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f64, f64, f64, NULL), CM_ERR_UNSUPPORTED,
                 "cm_binary: out dtype float64");
-    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f32, CM_AXIS_ALL, s64), CM_ERR_UNSUPPORTED,
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f32, CM_AXIS_ALL, s64, NULL), CM_ERR_UNSUPPORTED,
                 "cm_reduce: out dtype float64");
-    EXPECT_FAIL(cm_reduce(CM_REDUCE_MAX, f64, 0, s32), CM_ERR_UNSUPPORTED,
+    EXPECT_FAIL(cm_reduce(CM_REDUCE_MAX, f64, 0, s32, NULL), CM_ERR_UNSUPPORTED,
                 "cm_reduce: x dtype float64");
     cr_assert_eq(submissions(d), 0, "nothing was encoded");
     cm_tensor_release(f64);
@@ -82,12 +82,12 @@ Test(metal_ops, ops_between_two_syncs_commit_one_command_buffer) {
     cm_tensor *s = NULL;
     CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32}, &s));
     const double one = 1.0;
-    CHECK(cm_fill(a, CM_FLOAT64, &one));
+    CHECK(cm_fill(a, CM_FLOAT64, &one, NULL));
     CHECK(cm_device_synchronize(d));
     const uint64_t before = submissions(d);
     for (int i = 0; i < 64; ++i) /* b = a + a, then a = b: doubles a each time */
-        CHECK(i % 2 == 0 ? cm_binary(CM_BINARY_ADD, a, a, b) : cm_copy(b, a));
-    CHECK(cm_reduce(CM_REDUCE_SUM, a, CM_AXIS_ALL, s));
+        CHECK(i % 2 == 0 ? cm_binary(CM_BINARY_ADD, a, a, b, NULL) : cm_copy(b, a, NULL));
+    CHECK(cm_reduce(CM_REDUCE_SUM, a, CM_AXIS_ALL, s, NULL));
     cr_assert_eq(submissions(d), before, "ops do not commit by themselves");
     CHECK(cm_device_synchronize(d));
     cr_assert_eq(submissions(d), before + 1, "65 ops, one command buffer");
@@ -105,9 +105,9 @@ Test(metal_ops, host_access_after_ops_waits_for_them) {
     cm_tensor *a = tensor_1d(d, CM_INT32, 4096, CM_STORAGE_DEFAULT);
     cm_tensor *b = tensor_1d(d, CM_INT32, 4096, CM_STORAGE_MANAGED);
     const int64_t seven = 7, three = 3;
-    CHECK(cm_fill(a, CM_INT64, &seven));
-    CHECK(cm_fill(b, CM_INT64, &three));
-    CHECK(cm_binary(CM_BINARY_MUL, a, b, b));
+    CHECK(cm_fill(a, CM_INT64, &seven, NULL));
+    CHECK(cm_fill(b, CM_INT64, &three, NULL));
+    CHECK(cm_binary(CM_BINARY_MUL, a, b, b, NULL));
     /* No explicit sync: host reads wait for the writers. */
     const int64_t last = 4095;
     int32_t v = 0;
@@ -117,7 +117,7 @@ Test(metal_ops, host_access_after_ops_waits_for_them) {
     int32_t *p = NULL;
     CHECK(cm_tensor_host_write(b, CM_INT32, (void **)&p));
     p[4095] = 100;
-    CHECK(cm_binary(CM_BINARY_ADD, a, b, a));
+    CHECK(cm_binary(CM_BINARY_ADD, a, b, a, NULL));
     CHECK(cm_tensor_get_element(a, &last, CM_INT32, &v));
     cr_assert_eq(v, 107);
     cm_tensor_release(a);
@@ -135,9 +135,9 @@ Test(metal_ops, private_storage_output_reads_back_through_cm_buffer_read) {
     CHECK(cm_tensor_host_write(src, CM_FLOAT32, (void **)&p));
     for (int64_t i = 0; i < n; ++i)
         p[i] = (float)i * 0.25f - 100.0f;
-    CHECK(cm_cast(src, priv));
-    CHECK(cm_unary(CM_UNARY_NEG, priv, priv));
-    CHECK(cm_cast(priv, back));
+    CHECK(cm_cast(src, priv, NULL));
+    CHECK(cm_unary(CM_UNARY_NEG, priv, priv, NULL));
+    CHECK(cm_cast(priv, back, NULL));
     cm_tensor_info info;
     CHECK(cm_tensor_get_info(back, &info));
     float out[1000];
@@ -155,14 +155,14 @@ Test(metal_ops, a_failed_command_buffer_surfaces_on_the_next_sync) {
     cm_tensor *a = tensor_1d(d, CM_FLOAT32, 64, CM_STORAGE_DEFAULT);
     const double one = 1.0;
     cm__metal_set_threadgroup_override(2048); /* over softmetal's limit of 1024 */
-    CHECK(cm_fill(a, CM_FLOAT64, &one));      /* encoding itself succeeds */
+    CHECK(cm_fill(a, CM_FLOAT64, &one, NULL));      /* encoding itself succeeds */
     cm__metal_set_threadgroup_override(0);
     EXPECT_FAIL(cm_device_synchronize(d), CM_ERR_DEVICE, "threadsPerThreadgroup");
     cr_assert(strstr(cm_last_error(), "a command buffer of this stream failed") != NULL, "%s",
               cm_last_error());
     /* Reported once; later work runs normally. */
     CHECK(cm_device_synchronize(d));
-    CHECK(cm_fill(a, CM_FLOAT64, &one));
+    CHECK(cm_fill(a, CM_FLOAT64, &one, NULL));
     float v = 0;
     const int64_t i = 63;
     CHECK(cm_tensor_get_element(a, &i, CM_FLOAT32, &v));
@@ -188,11 +188,11 @@ Test(metal_ops, the_library_compiles_once_per_device) {
     cm_device *d = metal();
     cm_tensor *a = tensor_1d(d, CM_UINT8, 10, CM_STORAGE_DEFAULT);
     const int64_t v = 5;
-    CHECK(cm_fill(a, CM_INT64, &v)); /* compiles (or loads) the library */
+    CHECK(cm_fill(a, CM_INT64, &v, NULL)); /* compiles (or loads) the library */
     struct softmetal_stats s0, s1;
     sm_stats(&s0);
     for (int i = 0; i < 10; ++i)
-        CHECK(cm_unary(CM_UNARY_SQUARE, a, a));
+        CHECK(cm_unary(CM_UNARY_SQUARE, a, a, NULL));
     CHECK(cm_device_synchronize(d));
     sm_stats(&s1);
     cr_assert_eq(s1.kernel_compiles + s1.kernel_cache_hits,
@@ -223,9 +223,9 @@ Test(metal_ops, reductions_agree_across_threadgroup_sizes) {
         cm__metal_set_threadgroup_override(sizes[k]);
         cm_tensor *s = new_tensor(d, CM_INT64, 1, n5), *m = new_tensor(d, CM_INT64, 1, n5),
                   *fs = new_tensor(d, CM_FLOAT32, 1, n5);
-        CHECK(cm_reduce(CM_REDUCE_SUM, x, 1, s));
-        CHECK(cm_reduce(CM_REDUCE_MAX, x, 1, m));
-        CHECK(cm_reduce(CM_REDUCE_SUM, f, 1, fs));
+        CHECK(cm_reduce(CM_REDUCE_SUM, x, 1, s, NULL));
+        CHECK(cm_reduce(CM_REDUCE_MAX, x, 1, m, NULL));
+        CHECK(cm_reduce(CM_REDUCE_SUM, f, 1, fs, NULL));
         for (int64_t i = 0; i < 5; ++i) {
             const int64_t gs = get_at(s, &i).i64, gm = get_at(m, &i).i64;
             const float gf = get_at(fs, &i).f32;
@@ -272,8 +272,8 @@ static void *work(void *arg) {
             cm_tensor_create(w->device, &(cm_tensor_desc){.dtype = CM_INT64}, &s) == CM_OK;
     const int64_t v = w->seed;
     for (int i = 0; w->ok && i < 20; ++i)
-        w->ok = cm_fill(a, CM_INT64, &v) == CM_OK &&
-                cm_reduce(CM_REDUCE_SUM, a, CM_AXIS_ALL, s) == CM_OK;
+        w->ok = cm_fill(a, CM_INT64, &v, NULL) == CM_OK &&
+                cm_reduce(CM_REDUCE_SUM, a, CM_AXIS_ALL, s, NULL) == CM_OK;
     int64_t sum = 0;
     w->ok = w->ok && cm_tensor_get_element(s, NULL, CM_INT64, &sum) == CM_OK &&
             sum == 777 * (int64_t)w->seed;
@@ -310,11 +310,11 @@ Test(metal_ops, a_session_of_ops_leaks_no_metal_object) {
     cm_tensor *y = new_tensor(d, CM_FLOAT32, 2, shape);
     const int64_t n30[1] = {30};
     cm_tensor *r = new_tensor(d, CM_FLOAT32, 1, n30), *q = new_tensor(d, CM_FLOAT32, 0, NULL);
-    CHECK(cm_cast(x, y));
-    CHECK(cm_unary(CM_UNARY_TANH, y, y));
-    CHECK(cm_binary(CM_BINARY_MAX, y, y, y));
-    CHECK(cm_reduce(CM_REDUCE_MEAN, y, 1, r));
-    CHECK(cm_reduce(CM_REDUCE_MIN, y, CM_AXIS_ALL, q));
+    CHECK(cm_cast(x, y, NULL));
+    CHECK(cm_unary(CM_UNARY_TANH, y, y, NULL));
+    CHECK(cm_binary(CM_BINARY_MAX, y, y, y, NULL));
+    CHECK(cm_reduce(CM_REDUCE_MEAN, y, 1, r, NULL));
+    CHECK(cm_reduce(CM_REDUCE_MIN, y, CM_AXIS_ALL, q, NULL));
     CHECK(cm_device_synchronize(d));
     cm_tensor_release(x);
     cm_tensor_release(y);

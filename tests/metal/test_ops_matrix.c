@@ -138,7 +138,7 @@ Test(ops_matrix, copy_every_dtype_layout_and_shape_bit_for_bit) {
                                            false, NULL);
                 const enum layout lo = (enum layout)((l + 1) % L_BROADCAST);
                 cm_tensor *dst = make_view(dev, d, ts->ndim, ts->shape, lo, 8, false, NULL);
-                CHECK(cm_copy(src, dst));
+                CHECK(cm_copy(src, dst, NULL));
                 int64_t idx[CM_MAX_NDIM] = {0};
                 if (numel_of(ts->ndim, ts->shape) > 0) {
                     do {
@@ -164,7 +164,7 @@ Test(ops_matrix, copy_of_a_large_transpose_makes_it_contiguous) {
     for (size_t k = 0; k < sizeof ds / sizeof ds[0]; ++k) {
         cm_tensor *src = make_view(dev, ds[k], 3, shape, L_TRANSPOSED, 3, false, NULL);
         cm_tensor *dst = new_tensor(dev, ds[k], 3, shape);
-        CHECK(cm_copy(src, dst));
+        CHECK(cm_copy(src, dst, NULL));
         int64_t idx[3] = {0};
         do {
             cr_assert(elem_bits_equal(ds[k], get_at(dst, idx), get_at(src, idx)), "%s",
@@ -186,7 +186,7 @@ Test(ops_matrix, fill_every_dtype_and_layout_with_converted_values) {
             for (size_t v = 0; v < sizeof values / sizeof values[0]; ++v) {
                 const int64_t shape[3] = {3, 4, 5};
                 cm_tensor *t = make_view(dev, d, 3, shape, (enum layout)l, 9, false, NULL);
-                CHECK(cm_fill(t, CM_FLOAT64, &values[v]));
+                CHECK(cm_fill(t, CM_FLOAT64, &values[v], NULL));
                 elem in;
                 in.f64 = values[v];
                 const elem want = ref_convert(d, CM_FLOAT64, in);
@@ -204,11 +204,11 @@ Test(ops_matrix, fill_every_dtype_and_layout_with_converted_values) {
     /* 64-bit integers are exact, 0-d tensors work. */
     cm_tensor *s = new_tensor(dev, CM_INT64, 0, NULL);
     const int64_t big = INT64_MIN + 3;
-    CHECK(cm_fill(s, CM_INT64, &big));
+    CHECK(cm_fill(s, CM_INT64, &big, NULL));
     cr_assert_eq(get_at(s, NULL).i64, big);
     cm_tensor *u = new_tensor(dev, CM_UINT64, 0, NULL);
     const uint64_t ubig = UINT64_MAX - 1;
-    CHECK(cm_fill(u, CM_UINT64, &ubig));
+    CHECK(cm_fill(u, CM_UINT64, &ubig, NULL));
     cr_assert_eq(get_at(u, NULL).u64, ubig);
     cm_tensor_release(s);
     cm_tensor_release(u);
@@ -223,7 +223,7 @@ static void check_cast(cm_device *dev, cm_dtype from, cm_dtype to, const test_sh
                                NULL);
     cm_tensor *dst = make_view(dev, to, ts->ndim, ts->shape, (enum layout)((l + 3) % L_BROADCAST),
                                12, false, NULL);
-    CHECK(cm_cast(src, dst));
+    CHECK(cm_cast(src, dst, NULL));
     int64_t idx[CM_MAX_NDIM] = {0};
     if (numel_of(ts->ndim, ts->shape) > 0) {
         do {
@@ -263,8 +263,8 @@ static void roundtrip_all(cm_dtype half) {
     CHECK(cm_tensor_host_write(h, half, (void **)&p));
     for (uint32_t i = 0; i < 65536; ++i)
         p[i] = (uint16_t)i;
-    CHECK(cm_cast(h, f));
-    CHECK(cm_cast(f, back));
+    CHECK(cm_cast(h, f, NULL));
+    CHECK(cm_cast(f, back, NULL));
     const uint16_t *q = NULL;
     const float *fp = NULL;
     CHECK(cm_tensor_host_read(back, half, (const void **)&q));
@@ -304,8 +304,8 @@ Test(ops_matrix, float32_to_half_keeps_nan_payloads_and_rounds_ties_to_even) {
     uint32_t *p = NULL;
     CHECK(cm_tensor_host_write(f, CM_FLOAT32, (void **)&p));
     memcpy(p, in, sizeof in);
-    CHECK(cm_cast(f, h));
-    CHECK(cm_cast(f, b));
+    CHECK(cm_cast(f, h, NULL));
+    CHECK(cm_cast(f, b, NULL));
     for (int64_t i = 0; i < n[0]; ++i) {
         const uint32_t u = in[i];
         elem x;
@@ -345,7 +345,7 @@ Test(ops_matrix, wide_integers_round_once_and_floats_saturate) {
     memcpy(p, iv, sizeof iv);
     for (size_t k = 0; k < 3; ++k) {
         cm_tensor *y = new_tensor(dev, to[k], 1, n);
-        CHECK(cm_cast(x, y));
+        CHECK(cm_cast(x, y, NULL));
         for (int64_t i = 0; i < n[0]; ++i) {
             elem e;
             e.i64 = iv[i];
@@ -366,7 +366,7 @@ Test(ops_matrix, wide_integers_round_once_and_floats_saturate) {
         if (dfloat(dtypes[k]))
             continue;
         cm_tensor *y = new_tensor(dev, dtypes[k], 1, m);
-        CHECK(cm_cast(f, y));
+        CHECK(cm_cast(f, y, NULL));
         for (int64_t i = 0; i < m[0]; ++i) {
             elem e;
             e.f32 = fv[i];
@@ -456,13 +456,13 @@ static void check_unary(cm_device *dev, cm_unary_op op, cm_dtype d, const test_s
     const bool tame = !unary_exact(op) && op != CM_UNARY_LOG && op != CM_UNARY_RSQRT;
     cm_tensor *x = make_view(dev, d, ts->ndim, ts->shape, l, 21 + (uint64_t)op, tame, NULL);
     cm_tensor *ref_in = new_tensor(dev, d, ts->ndim, ts->shape);
-    CHECK(cm_copy(x, ref_in));
+    CHECK(cm_copy(x, ref_in, NULL));
     cm_tensor *out = in_place ? x
                               : make_view(dev, d, ts->ndim, ts->shape,
                                           (enum layout)((l + 2) % L_BROADCAST), 22, false, NULL);
     if (in_place)
         CHECK(cm_tensor_retain(x));
-    CHECK(cm_unary(op, x, out));
+    CHECK(cm_unary(op, x, out, NULL));
     int64_t idx[CM_MAX_NDIM] = {0};
     if (numel_of(ts->ndim, ts->shape) > 0) {
         do {
@@ -558,7 +558,7 @@ static void check_binary(cm_device *dev, cm_binary_op op, cm_dtype d, int32_t nd
     cm_tensor *b = make_view(dev, d, ndb, shb, lb, 32 + (uint64_t)op, false, NULL);
     const cm_dtype od = op >= CM_BINARY_EQ ? CM_BOOL : d;
     cm_tensor *out = make_view(dev, od, ndim, shape, lo, 33, false, NULL);
-    CHECK(cm_binary(op, a, b, out));
+    CHECK(cm_binary(op, a, b, out, NULL));
     int64_t idx[CM_MAX_NDIM] = {0}, ia[CM_MAX_NDIM], ib[CM_MAX_NDIM];
     if (numel_of(ndim, shape) > 0) {
         do {
@@ -629,8 +629,8 @@ Test(ops_matrix, binary_output_may_be_an_input_itself) {
     cm_tensor *a = make_view(dev, CM_FLOAT32, 2, shape, L_NEGATIVE, 1, true, NULL);
     cm_tensor *b = make_view(dev, CM_FLOAT32, 2, shape, L_TRANSPOSED, 2, true, NULL);
     cm_tensor *before = new_tensor(dev, CM_FLOAT32, 2, shape);
-    CHECK(cm_copy(a, before));
-    CHECK(cm_binary(CM_BINARY_MUL, a, b, a));
+    CHECK(cm_copy(a, before, NULL));
+    CHECK(cm_binary(CM_BINARY_MUL, a, b, a, NULL));
     int64_t idx[2] = {0};
     do {
         cr_assert_eq(get_at(a, idx).f32, get_at(before, idx).f32 * get_at(b, idx).f32);
@@ -669,7 +669,7 @@ static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype o
             oshape[ond++] = 1;
     }
     cm_tensor *out = make_view(dev, od, ond, oshape, L_STEP, 51, false, NULL);
-    const cm_status st = cm_reduce(op, x, axis < 0 ? CM_AXIS_ALL : axis - ndim, out);
+    const cm_status st = cm_reduce(op, x, axis < 0 ? CM_AXIS_ALL : axis - ndim, out, NULL);
     if (count == 0 && numel_of(ond, oshape) > 0 && !sum) {
         cr_assert_eq(st, CM_ERR_INVALID_ARGUMENT, "%s", cm_last_error());
         goto done;
@@ -854,10 +854,10 @@ Test(ops_matrix, integer_sums_wrap_in_64_bits_and_are_exact) {
     for (int i = 0; i < 300; ++i)
         p[i] = i % 3 == 0 ? INT64_MAX : i % 3 == 1 ? 2 : -(INT64_MAX - 5);
     cm_tensor *s = new_tensor(dev, CM_INT64, 0, NULL);
-    CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, s));
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, s, NULL));
     cr_assert_eq(get_at(s, NULL).i64, 700);
     cm_tensor *u = new_tensor(dev, CM_UINT8, 0, NULL);
-    CHECK(cm_reduce(CM_REDUCE_SUM, x, 0, u));
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, 0, u, NULL));
     cr_assert_eq(get_at(u, NULL).u8, 700 % 256);
     cm_tensor_release(x);
     cm_tensor_release(s);

@@ -42,12 +42,12 @@ static double bm_dispatch(cm_device *dev, int total, int per_sync) {
     BM_TRY(cm_tensor_create(dev, &desc, &a));
     BM_TRY(cm_tensor_create(dev, &desc, &b));
     const double one = 1.0;
-    BM_TRY(cm_fill(a, CM_FLOAT64, &one));
-    BM_TRY(cm_binary(CM_BINARY_ADD, a, a, b)); /* warm-up: compiles the kernels */
+    BM_TRY(cm_fill(a, CM_FLOAT64, &one, NULL));
+    BM_TRY(cm_binary(CM_BINARY_ADD, a, a, b, NULL)); /* warm-up: compiles the kernels */
     BM_TRY(cm_device_synchronize(dev));
     const double t0 = bm_now();
     for (int i = 0; i < total; ++i) {
-        BM_TRY(cm_binary(CM_BINARY_ADD, a, a, b));
+        BM_TRY(cm_binary(CM_BINARY_ADD, a, a, b, NULL));
         if ((i + 1) % per_sync == 0)
             BM_TRY(cm_device_synchronize(dev));
     }

@@ -73,7 +73,7 @@ static cm_tensor *tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t
     cm_tensor *t = NULL;
     TRY(cm_tensor_create(dev, &desc, &t));
     const double zero = 0.5;
-    TRY(cm_fill(t, CM_FLOAT64, &zero)); /* fault the pages in */
+    TRY(cm_fill(t, CM_FLOAT64, &zero, NULL)); /* fault the pages in */
     return t;
 }
 
@@ -113,13 +113,13 @@ static void run_op(void *p) {
     const double v = 1.25;
     switch (c->w) {
     case B_COPY:
-    case B_TRANSPOSE: TRY(cm_copy(c->a, c->out)); break;
+    case B_TRANSPOSE: TRY(cm_copy(c->a, c->out, NULL)); break;
     case B_CAST_F32_F16:
-    case B_CAST_F16_F32: TRY(cm_cast(c->a, c->out)); break;
-    case B_FILL: TRY(cm_fill(c->out, CM_FLOAT64, &v)); break;
-    case B_ADD_F32: TRY(cm_binary(CM_BINARY_ADD, c->a, c->b, c->out)); break;
-    case B_SUM_F32: TRY(cm_reduce(CM_REDUCE_SUM, c->a, CM_AXIS_ALL, c->out)); break;
-    case B_SUM_AXIS0_F32: TRY(cm_reduce(CM_REDUCE_SUM, c->a, 0, c->out)); break;
+    case B_CAST_F16_F32: TRY(cm_cast(c->a, c->out, NULL)); break;
+    case B_FILL: TRY(cm_fill(c->out, CM_FLOAT64, &v, NULL)); break;
+    case B_ADD_F32: TRY(cm_binary(CM_BINARY_ADD, c->a, c->b, c->out, NULL)); break;
+    case B_SUM_F32: TRY(cm_reduce(CM_REDUCE_SUM, c->a, CM_AXIS_ALL, c->out, NULL)); break;
+    case B_SUM_AXIS0_F32: TRY(cm_reduce(CM_REDUCE_SUM, c->a, 0, c->out, NULL)); break;
     default: break;
     }
 }

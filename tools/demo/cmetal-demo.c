@@ -86,15 +86,15 @@ int main(void) {
     CHECK(cm_tensor_create(device, &scalar, &two));
     CHECK(cm_tensor_create(device, &scalar, &one));
     const double two_v = 2.0, one_v = 1.0;
-    CHECK(cm_fill(two, CM_FLOAT64, &two_v));
-    CHECK(cm_fill(one, CM_FLOAT64, &one_v));
-    CHECK(cm_binary(CM_BINARY_MUL, x, two, x));
-    CHECK(cm_binary(CM_BINARY_ADD, x, one, x));
+    CHECK(cm_fill(two, CM_FLOAT64, &two_v, NULL));
+    CHECK(cm_fill(one, CM_FLOAT64, &one_v, NULL));
+    CHECK(cm_binary(CM_BINARY_MUL, x, two, x, NULL));
+    CHECK(cm_binary(CM_BINARY_ADD, x, one, x, NULL));
 
     /* 3. A reduction into a new 0-d tensor. */
     cm_tensor *sum = NULL;
     CHECK(cm_tensor_create(device, &scalar, &sum));
-    CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, sum));
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, sum, NULL));
     float total = 0;
     CHECK(cm_tensor_get_element(sum, NULL, CM_FLOAT32, &total)); /* waits for the device */
 
