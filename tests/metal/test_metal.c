@@ -293,3 +293,161 @@ Test(metal, a_full_session_leaks_no_metal_object) {
                  "%ld Metal objects outlived the session", after.live_objects - before.live_objects);
     cr_assert_gt(after.allocs, before.allocs, "the session did make objects");
 }
+
+/* ------------------------------------------------------------ ops on streams */
+
+static cm_tensor *floats(cm_device *d, int64_t n) {
+    cm_tensor *t = NULL;
+    cr_assert_eq(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                       .shape = (int64_t[]){n}},
+                                  &t),
+                 CM_OK, "%s", cm_last_error());
+    return t;
+}
+
+static void expect_all(const cm_tensor *t, int64_t begin, int64_t end, float want) {
+    const void *base = NULL;
+    cr_assert_eq(cm_tensor_host_read(t, CM_FLOAT32, &base), CM_OK, "%s", cm_last_error());
+    const float *host = base; /* compact: made by floats() */
+    for (int64_t i = begin; i < end; ++i)
+        if (host[i] != want)
+            cr_assert_fail("element %ld is %g, want %g", (long)i, (double)host[i], (double)want);
+}
+
+Test(metal, ops_run_on_the_stream_they_name) {
+    cm_device *d = metal();
+    cm_stream *s = NULL, *dflt = NULL;
+    cr_assert_eq(cm_stream_create(d, &s), CM_OK);
+    cm_device_get_stream(d, &dflt);
+    uint64_t s0 = 0, d0 = 0, s1 = 0, d1 = 0;
+    cm_stream_get_submissions(s, &s0);
+    cm_stream_get_submissions(dflt, &d0);
+    cm_tensor *x = floats(d, 1000), *y = floats(d, 1000);
+    const double two = 2.0;
+    cr_assert_eq(cm_fill(x, CM_FLOAT64, &two, s), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_unary(CM_UNARY_SQUARE, x, y, s), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_binary(CM_BINARY_ADD, x, y, y, s), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_stream_synchronize(s), CM_OK, "%s", cm_last_error());
+    cm_stream_get_submissions(s, &s1);
+    cm_stream_get_submissions(dflt, &d1);
+    cr_assert_eq(s1 - s0, 1, "three ops on the stream, one command buffer");
+    cr_assert_eq(d1, d0, "nothing went to the default stream");
+    expect_all(y, 0, 1000, 6.0f);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_stream_release(s);
+    cm_device_release(d);
+}
+
+Test(metal, a_stream_of_another_device_is_refused) {
+    cm_device *d = metal(), *cpu = NULL;
+    cr_assert_eq(cm_device_open(CM_DEVICE_CPU, 0, &cpu), CM_OK);
+    cm_stream *cpu_stream = NULL;
+    cr_assert_eq(cm_stream_create(cpu, &cpu_stream), CM_OK);
+    cm_tensor *x = floats(d, 4), *y = floats(d, 4);
+    const double one = 1.0;
+    EXPECT_ERROR(cm_fill(x, CM_FLOAT64, &one, cpu_stream), CM_ERR_INVALID_ARGUMENT,
+                 "stream = ");
+    EXPECT_ERROR(cm_copy(x, y, cpu_stream), CM_ERR_INVALID_ARGUMENT, "different (cpu) device");
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_stream_release(cpu_stream);
+    cm_device_release(cpu);
+    cm_device_release(d);
+}
+
+/* Stream a makes x slowly; stream b copies it after waiting for a's fence.
+ * Without the wait the copy would overtake the work (softmetal runs each
+ * queue on its own thread). */
+Test(metal, a_fence_orders_ops_on_two_streams) {
+    cm_device *d = metal();
+    cm_stream *a = NULL, *b = NULL;
+    cr_assert_eq(cm_stream_create(d, &a), CM_OK);
+    cr_assert_eq(cm_stream_create(d, &b), CM_OK);
+    const int64_t n = 1 << 20;
+    cm_tensor *x = floats(d, n), *y = floats(d, n);
+    const double zero = 0.0, one = 1.0;
+    cr_assert_eq(cm_fill(y, CM_FLOAT64, &zero, NULL), CM_OK);
+    cr_assert_eq(cm_device_synchronize(d), CM_OK);
+    cr_assert_eq(cm_fill(x, CM_FLOAT64, &zero, a), CM_OK);
+    for (int i = 0; i < 4; ++i) /* cos(0) = 1, then cos(1), ... a chain of work */
+        cr_assert_eq(cm_unary(CM_UNARY_COS, x, x, a), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_unary(CM_UNARY_SIGN, x, x, a), CM_OK); /* every element 1 */
+    cm_fence *f = NULL;
+    cr_assert_eq(cm_stream_signal(a, &f), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_stream_wait(b, f), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_copy(x, y, b), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_stream_synchronize(b), CM_OK, "%s", cm_last_error());
+    cm_fence_info info;
+    cm_fence_get_info(f, &info);
+    cr_assert(info.signaled, "b's copy finished, so a's fence had signaled");
+    /* Read y's buffer without waiting for a: y was written only by b. */
+    expect_all(y, 0, n, (float)one);
+    cm_fence_release(f);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_stream_release(a);
+    cm_stream_release(b);
+    cm_device_release(d);
+}
+
+/* Host reads wait for the writers on every stream, however many streams
+ * share the buffer (past the per-buffer table, the whole device). Stream
+ * `slow` does much more work than the others, so that a missing wait for
+ * it shows; each stream in turn is the slow one. */
+static void host_read_waits_for_writers_on(int nstreams, int slow) {
+    cm_device *d = metal();
+    const int64_t n = 1 << 18, piece = n / nstreams;
+    cm_tensor *x = floats(d, n);
+    const double zero = 0.0;
+    cr_assert_eq(cm_fill(x, CM_FLOAT64, &zero, NULL), CM_OK);
+    cr_assert_eq(cm_device_synchronize(d), CM_OK); /* before other streams write */
+    cm_stream *streams[8] = {0};
+    for (int i = 0; i < nstreams; ++i) {
+        cr_assert_eq(cm_stream_create(d, &streams[i]), CM_OK);
+        cm_tensor *part = NULL;
+        cr_assert_eq(cm_tensor_slice(x, 0, i * piece, (i + 1) * piece, 1, &part), CM_OK);
+        for (int k = 0; i == slow && k < 8; ++k)
+            cr_assert_eq(cm_unary(CM_UNARY_COS, part, part, streams[i]), CM_OK);
+        const double v = i + 1;
+        cr_assert_eq(cm_fill(part, CM_FLOAT64, &v, streams[i]), CM_OK, "%s", cm_last_error());
+        cm_tensor_release(part);
+    }
+    for (int i = 0; i < nstreams; ++i)
+        cr_assert_eq(cm_stream_flush(streams[i]), CM_OK);
+    for (int i = 0; i < nstreams; ++i)
+        expect_all(x, i * piece, (i + 1) * piece, (float)(i + 1));
+    for (int i = 0; i < nstreams; ++i)
+        cm_stream_release(streams[i]);
+    cm_tensor_release(x);
+    cm_device_release(d);
+}
+
+Test(metal, host_reads_wait_for_writers_on_every_stream) {
+    for (int slow = 0; slow < 3; ++slow)
+        host_read_waits_for_writers_on(3, slow);
+}
+
+Test(metal, host_reads_wait_for_writers_on_more_streams_than_tracked) {
+    for (int slow = 0; slow < 8; ++slow)
+        host_read_waits_for_writers_on(8, slow);
+}
+
+Test(metal, device_synchronize_waits_for_every_stream) {
+    cm_device *d = metal();
+    cm_stream *s = NULL;
+    cr_assert_eq(cm_stream_create(d, &s), CM_OK);
+    cm_tensor *x = floats(d, 1 << 16);
+    const double three = 3.0;
+    cr_assert_eq(cm_fill(x, CM_FLOAT64, &three, s), CM_OK);
+    cm_fence *f = NULL;
+    cr_assert_eq(cm_stream_signal(s, &f), CM_OK); /* signals after the fill */
+    cr_assert_eq(cm_device_synchronize(d), CM_OK, "%s", cm_last_error());
+    cm_fence_info info;
+    cm_fence_get_info(f, &info);
+    cr_assert(info.signaled, "the stream's work finished within cm_device_synchronize");
+    cm_fence_release(f);
+    cm_tensor_release(x);
+    cm_stream_release(s);
+    cm_device_release(d);
+}
