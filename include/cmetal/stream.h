@@ -3,16 +3,23 @@
  * A stream is an ordered queue of work on one device. On Metal it owns an
  * MTLCommandQueue and batches work into one command buffer until it is
  * flushed; on the CPU work runs immediately and a stream is always idle.
- * Every device has a default stream, used by operations that take none.
+ * Every device has a default stream, used by ops given a NULL stream (see
+ * cmetal/ops.h) and by buffer transfers.
  *
  * Synchronisation rules:
- *  - Work on one stream runs in submission order.
- *  - cmetal tracks the last stream that wrote each buffer: host access
- *    (cm_tensor_host_read/write, cm_buffer_read/write, DLPack export by
- *    default) first waits for that write, and only that.
- *  - Across streams, order work with a fence: cm_stream_signal on the
- *    producer, cm_stream_wait (device side) or cm_fence_wait (host side) on
- *    the consumer.
+ *  - Work on one stream runs in submission order; work on different
+ *    streams may run at the same time.
+ *  - cmetal tracks, per buffer, the work of each stream that uses it: host
+ *    access (cm_tensor_host_read/write, cm_buffer_read/write, DLPack export
+ *    by default) first waits for the device writes to the buffer on every
+ *    stream, and a host write also for the device reads; nothing else.
+ *    (A buffer busy on more than four streams at once may wait for the
+ *    whole device instead.)
+ *  - Between streams, device work is not ordered for you: when one
+ *    stream's work reads or writes what another's writes, order them with a
+ *    fence: cm_stream_signal on the producer, then cm_stream_wait (device
+ *    side) on the consumer, or cm_fence_wait (host side).
+ *  - cm_device_synchronize waits for every stream of the device.
  *  - Releasing the last reference to a buffer waits for device work that
  *    uses it. */
 #ifndef CMETAL_STREAM_H

@@ -1,6 +1,8 @@
 /* Concurrency on the Metal device (softmetal on Linux): threads share one
- * device, make their own streams, move bytes through private buffers,
- * signal fences and wait on each other's, and release everything in random
+ * device, make their own streams, run ops on them over a tensor they all
+ * read and one they all write (each its own slice), move bytes through
+ * private buffers, signal fences and wait on each other's, synchronize the
+ * whole device while streams come and go, and release everything in random
  * order. Plain program; ctest runs it, tools/ci/stage-35-tsan.sh runs it
  * under ThreadSanitizer. */
 #include <cmetal/cmetal.h>
@@ -24,6 +26,9 @@
     } while (0)
 
 static cm_device *device;
+static cm_tensor *shared_in;  /* every thread reads it */
+static cm_tensor *shared_out; /* every thread writes its own slice */
+#define SLICE 64
 static cm_fence *_Atomic published[THREADS]; /* each thread's latest fence */
 static atomic_int released;
 
@@ -69,6 +74,27 @@ static void *worker(void *p) {
         }
         cm_buffer_release(w);
         cm_buffer_release(b);
+
+        /* Ops on this thread's stream: read the shared input, write this
+         * thread's slice of the shared output, read it back on the host. */
+        cm_tensor *mine = NULL;
+        REQUIRE(cm_tensor_slice(shared_out, 0, me * SLICE, (me + 1) * SLICE, 1, &mine) == CM_OK);
+        REQUIRE(cm_copy(shared_in, mine, stream) == CM_OK);
+        REQUIRE(cm_unary(CM_UNARY_NEG, mine, mine, stream) == CM_OK);
+        float v = 0;
+        REQUIRE(cm_tensor_get_element(mine, (int64_t[]){r % SLICE}, CM_FLOAT32, &v) == CM_OK);
+        REQUIRE(v == -7.0f);
+        if (r % 8 == me) {
+            /* A short-lived stream, while other threads synchronize. */
+            cm_stream *brief = NULL;
+            REQUIRE(cm_stream_create(device, &brief) == CM_OK);
+            const double two = 2.0;
+            REQUIRE(cm_fill(mine, CM_FLOAT64, &two, brief) == CM_OK);
+            REQUIRE(cm_stream_release(brief) == CM_OK); /* waits for the fill */
+        } else if (r % 8 == (me + 4) % 8) {
+            REQUIRE(cm_device_synchronize(device) == CM_OK);
+        }
+        cm_tensor_release(mine);
     }
     REQUIRE(cm_stream_synchronize(stream) == CM_OK);
     cm_stream_release(stream);
@@ -81,6 +107,15 @@ int main(void) {
         return 0;
     }
     REQUIRE(cm_device_open(CM_DEVICE_METAL, 0, &device) == CM_OK);
+    REQUIRE(cm_tensor_create(device, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                       .shape = (int64_t[]){SLICE}},
+                             &shared_in) == CM_OK);
+    REQUIRE(cm_tensor_create(device, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                       .shape = (int64_t[]){THREADS * SLICE}},
+                             &shared_out) == CM_OK);
+    const double seven = 7.0;
+    REQUIRE(cm_fill(shared_in, CM_FLOAT64, &seven, NULL) == CM_OK);
+    REQUIRE(cm_device_synchronize(device) == CM_OK);
     pthread_t th[THREADS];
     for (int t = 0; t < THREADS; ++t)
         REQUIRE(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) == 0);
@@ -88,6 +123,13 @@ int main(void) {
         pthread_join(th[t], NULL);
     for (int t = 0; t < THREADS; ++t)
         cm_fence_release(atomic_exchange(&published[t], NULL));
+    for (int64_t i = 0; i < THREADS * SLICE; ++i) { /* the last round's values */
+        float v = 0;
+        REQUIRE(cm_tensor_get_element(shared_out, (int64_t[]){i}, CM_FLOAT32, &v) == CM_OK);
+        REQUIRE(v == ((ROUNDS - 1) % 8 == i / SLICE ? 2.0f : -7.0f));
+    }
+    cm_tensor_release(shared_in);
+    cm_tensor_release(shared_out);
     int failed = atomic_load(&released) != THREADS * ROUNDS;
     if (failed)
         fprintf(stderr, "release callbacks ran %d times, expected %d\n", atomic_load(&released),
