@@ -28,6 +28,13 @@ enum {
     CM__MTL_CB_ERROR = 5,
 };
 
+/* MTLMathMode (NSInteger; MTLCompileOptions.mathMode, macOS 15 / iOS 18). */
+enum {
+    CM__MTL_MATH_MODE_SAFE = 0,
+    CM__MTL_MATH_MODE_RELAXED = 1,
+    CM__MTL_MATH_MODE_FAST = 2,
+};
+
 /* The kernels of msl/, by name (metal_ops.c). */
 enum {
     CM__KERNEL_FILL,

@@ -89,20 +89,50 @@ void cm__metal_kernels_destroy(cm__metal_device *d) {
     pthread_mutex_destroy(&d->kernels_lock);
 }
 
-/* Compiles `source` into a library (+1 in *out). */
+/* New MTLCompileOptions (+1 in *out) with fast math off. Metal's default
+ * (options nil) is fast math, under which NaN and infinity handling is not
+ * guaranteed; our ops promise NaN rules (include/cmetal/ops.h), so we ask
+ * for safe math: mathMode = Safe where the options have it (macOS 15 /
+ * iOS 18), else the older fastMathEnabled = NO. The language version is
+ * left at its default, the newest the OS supports. */
+static cm_status cm__safe_math_options(const char *func, cm__id *out) {
+    *out = NULL;
+    cm__class cls = CM__CLASS(MTLCompileOptions);
+    if (cls == NULL)
+        return cm__fail_as(func, CM_ERR_DEVICE, "the Metal framework has no MTLCompileOptions");
+    cm__id options = cm__msg_alloc((cm__id)cls);
+    if (options != NULL)
+        options = cm__msg_init(options); /* init releases what it fails on */
+    if (options == NULL)
+        return cm__fail_as(func, CM_ERR_DEVICE, "MTLCompileOptions alloc/init returned nil");
+    if (cm__msg_respondsToSelector(options, CM__SEL(setMathMode)))
+        cm__msg_setMathMode(options, CM__MTL_MATH_MODE_SAFE);
+    else
+        cm__msg_setFastMathEnabled(options, false);
+    *out = options;
+    return CM_OK;
+}
+
+/* Compiles `source` into a library (+1 in *out), fast math off. */
 static cm_status cm__compile(const char *func, cm__id device, const char *source, cm__id *out) {
     *out = NULL;
+    cm__id options = NULL;
+    CM__TRY(cm__safe_math_options(func, &options));
     cm__id text = NULL;
-    CM__TRY(cm__ns_string_from_utf8(func, source, &text));
+    cm_status status = cm__ns_string_from_utf8(func, source, &text);
+    if (status != CM_OK) {
+        cm__objc_release(options);
+        return status;
+    }
     void *pool = cm__objc_pool_push();
     cm__id error = NULL; /* autoreleased */
-    cm__id library = cm__msg_newLibraryWithSource_options_error(device, text, NULL, &error);
-    cm_status status = CM_OK;
+    cm__id library = cm__msg_newLibraryWithSource_options_error(device, text, options, &error);
     if (library == NULL)
         status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
                                    "the Metal kernel library did not compile");
     cm__objc_pool_pop(pool);
     cm__objc_release(text);
+    cm__objc_release(options);
     *out = library;
     return status;
 }

@@ -174,6 +174,10 @@ const char *cm__objc_selector_signature(size_t i) {
     return i < CM__SEL_COUNT ? cm__sel_signatures[i] : NULL;
 }
 
+const char *cm__objc_class_name(size_t i) {
+    return i < CM__CLASS_COUNT ? cm__class_names[i] : NULL;
+}
+
 cm__class cm__objc_class(int index) {
     if (index < 0 || index >= CM__CLASS_COUNT || cm__objc_rt.get_class == NULL)
         return NULL;

@@ -182,6 +182,8 @@ cm__class cm__objc_class(int index);
  * NULL past the end. */
 const char *cm__objc_selector_name(size_t i);
 const char *cm__objc_selector_signature(size_t i);
+/* Name of class entry i ("MTLCompileOptions"), NULL past the end. */
+const char *cm__objc_class_name(size_t i);
 
 /* Registers a selector not in the table (tests, diagnostics). Not cached:
  * keep the result. Requires cm__objc_init. */
@@ -288,6 +290,19 @@ static inline cm__id cm__send_id_cstr_uint(cm__id self, cm__sel sel,
 static inline bool cm__send_boolean_int(cm__id self, cm__sel sel, cm__int a) {
     typedef cm__objc_bool (*cm__imp_)(cm__id, cm__sel, cm__int);
     return ((cm__imp_)CM__OBJC_IMP(self, sel))(self, sel, a) != 0;
+}
+static inline bool cm__send_boolean_sel(cm__id self, cm__sel sel, cm__sel a) {
+    typedef cm__objc_bool (*cm__imp_)(cm__id, cm__sel, cm__sel);
+    return ((cm__imp_)CM__OBJC_IMP(self, sel))(self, sel, a) != 0;
+}
+/* A BOOL argument goes as one byte, 0 or 1 (bool on arm64, signed char on
+ * x86_64, unsigned char on GNU: the same bits for NO and YES). */
+static inline void cm__send_void_boolean(cm__id self, cm__sel sel, bool a) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__objc_bool), self, sel,
+                       (cm__objc_bool)(a ? 1 : 0));
+}
+static inline void cm__send_void_int(cm__id self, cm__sel sel, cm__int a) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__int), self, sel, a);
 }
 static inline void cm__send_void_range(cm__id self, cm__sel sel,
                                        cm__ns_range a) {

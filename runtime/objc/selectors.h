@@ -43,6 +43,9 @@
     X(newComputePipelineStateWithFunction_error,                                \
       "newComputePipelineStateWithFunction:error:", id_id_idp)                  \
     X(supportsFamily, "supportsFamily:", boolean_int)                              \
+    /* MTLCompileOptions (alloc, init below) */                                 \
+    X(setFastMathEnabled, "setFastMathEnabled:", void_boolean)                  \
+    X(setMathMode, "setMathMode:", void_int)                                    \
     /* MTLLibrary */                                                            \
     X(newFunctionWithName, "newFunctionWithName:", id_id)                       \
     /* MTLBuffer */                                                             \
@@ -104,6 +107,8 @@
     X(objectAtIndex, "objectAtIndex:", id_uint)                                 \
     /* NSObject (alloc is a class method) */                                    \
     X(alloc, "alloc", id)                                                       \
+    X(init, "init", id)                                                         \
+    X(respondsToSelector, "respondsToSelector:", boolean_sel)                   \
     X(retain, "retain", id)                                                     \
     X(autorelease, "autorelease", id)                                           \
     X(release, "release", void)                                                 \
@@ -112,7 +117,8 @@
 /* CM__OBJC_CLASSES(X): X(ident, "ClassName"); CM__CLASS(ident) looks it up. */
 #define CM__OBJC_CLASSES(X) \
     X(NSString, "NSString") \
-    X(NSURL, "NSURL")
+    X(NSURL, "NSURL")       \
+    X(MTLCompileOptions, "MTLCompileOptions")
 
 /* One macro per signature: CM__SIG_<sig>(M, ident) expands to
  * M(ident, sig, return type, return keyword, (, params), (, args), "text").
@@ -153,6 +159,12 @@
       (, a, b), "(const char *, NSUInteger) -> id")
 #define CM__SIG_boolean_int(M, i) \
     M(i, boolean_int, bool, return, (, cm__int a), (, a), "(NSInteger) -> BOOL")
+#define CM__SIG_boolean_sel(M, i) \
+    M(i, boolean_sel, bool, return, (, cm__sel a), (, a), "(SEL) -> BOOL")
+#define CM__SIG_void_boolean(M, i)                                          \
+    M(i, void_boolean, void, , (, bool a), (, a), "(BOOL) -> void")
+#define CM__SIG_void_int(M, i) \
+    M(i, void_int, void, , (, cm__int a), (, a), "(NSInteger) -> void")
 #define CM__SIG_void_range(M, i) \
     M(i, void_range, void, , (, cm__ns_range a), (, a), "(NSRange) -> void")
 #define CM__SIG_void(M, i) M(i, void, void, , (), (), "() -> void")

@@ -208,6 +208,61 @@ Test(metal_ops, the_library_compiles_once_per_device) {
     cm_device_release(d);
 }
 
+static long sm_live_count(const char *class_name) {
+    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(lib, "softmetal is loaded");
+    long (*fn)(const char *);
+    void *sym = dlsym(lib, "softmetal_live_count");
+    cr_assert_not_null(sym);
+    memcpy(&fn, &sym, sizeof fn);
+    long n = fn(class_name);
+    dlclose(lib);
+    return n;
+}
+
+/* The kernel library is built with fast math off (MTLCompileOptions with
+ * mathMode = Safe, or fastMathEnabled = NO where mathMode is missing):
+ * softmetal counts libraries made with fast or relaxed math, options nil
+ * included, as Metal's default is fast math. */
+static void expect_safe_math_library(void) {
+    cm_device *d = metal(); /* loads the framework */
+    struct softmetal_stats s0, s1;
+    sm_stats(&s0);
+    cm_tensor *a = tensor_1d(d, CM_FLOAT32, 4, CM_STORAGE_DEFAULT);
+    const double nan = NAN;
+    CHECK(cm_fill(a, CM_FLOAT64, &nan)); /* builds this device's library */
+    CHECK(cm_binary(CM_BINARY_MAX, a, a, a));
+    CHECK(cm_device_synchronize(d));
+    sm_stats(&s1);
+    cr_assert_eq(s1.kernel_compiles + s1.kernel_cache_hits,
+                 s0.kernel_compiles + s0.kernel_cache_hits + 1, "one library built");
+    cr_assert_eq(s1.unsafe_math_libraries, s0.unsafe_math_libraries,
+                 "the kernel library was built with fast math on");
+    const int64_t first = 0;
+    float got = 0;
+    CHECK(cm_tensor_get_element(a, &first, CM_FLOAT32, &got));
+    cr_assert(isnan(got), "max(NaN, NaN) = %g", got);
+    cr_assert_eq(sm_live_count("MTLCompileOptions"), 0, "the options were released");
+    cm_tensor_release(a);
+    cm_device_release(d);
+}
+
+Test(metal_ops, kernels_are_compiled_with_fast_math_off) {
+    expect_safe_math_library();
+}
+
+/* Before macOS 15 MTLCompileOptions has no setMathMode:; softmetal plays
+ * that OS when SOFTMETAL_NO_MATH_MODE=1 is set before it loads. */
+Test(metal_ops, kernels_are_compiled_with_fast_math_off_without_math_mode) {
+    void *loaded = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
+    if (loaded != NULL) {
+        dlclose(loaded);
+        cr_skip_test("softmetal was loaded before this test could set SOFTMETAL_NO_MATH_MODE");
+    }
+    setenv("SOFTMETAL_NO_MATH_MODE", "1", 1);
+    expect_safe_math_library();
+}
+
 /* The threadgroup reduction gives the same results for any threadgroup
  * size that is a multiple of the SIMD width. */
 Test(metal_ops, reductions_agree_across_threadgroup_sizes) {

@@ -200,6 +200,20 @@ static void obj_copy_buffers(id self, SEL op, id src, unsigned long src_offset,
     o->length = size;
     o->code = src == dst ? 1 : 0;
 }
+/* MTLCompileOptions-like setters: setMathMode: keeps its NSInteger in
+ * `code`, setFastMathEnabled: its BOOL in `byte_value`. */
+static BOOL obj_responds(id self, SEL op, SEL sel) {
+    (void)op;
+    return class_respondsToSelector(object_getClass(self), sel) ? 1 : 0;
+}
+static void obj_set_math_mode(id self, SEL op, long mode) {
+    (void)op;
+    ((obj_t *)self)->code = mode;
+}
+static void obj_set_fast_math(id self, SEL op, BOOL enabled) {
+    (void)op;
+    ((obj_t *)self)->byte_value = enabled;
+}
 static uint64_t obj_signaled_value(id self, SEL op) {
     (void)op;
     return ((obj_t *)self)->u64;
@@ -413,6 +427,10 @@ static void build_classes(void) {
     add(cls_object, "retainCount", IMPL(obj_retain_count), "Q@:");
     add(cls_object, "autorelease", IMPL(obj_autorelease), "@@:");
     add(cls_object, "identity", IMPL(obj_identity), "@@:");
+    add(cls_object, "init", IMPL(obj_identity), "@@:");
+    add(cls_object, "respondsToSelector:", IMPL(obj_responds), "C@::");
+    add(cls_object, "setMathMode:", IMPL(obj_set_math_mode), "v@:q");
+    add(cls_object, "setFastMathEnabled:", IMPL(obj_set_fast_math), "v@:C");
     add(cls_object, "registryID", IMPL(obj_registry_id), "Q@:");
     add(cls_object, "hasUnifiedMemory", IMPL(obj_yes), "C@:");
     add(cls_object, "noWithHighBits", IMPL(obj_no_with_high_bits), "C@:");

@@ -125,14 +125,15 @@ Test(objc_init, classes_are_found_and_missing_ones_are_null, .init = setup) {
     cr_assert_null(cm__objc_class(CM__CLASS_COUNT));
 }
 
-/* Each row: selector, signature, kind, declared in, confirmed. */
+/* Each row: selector (or class name), signature, kind, declared in,
+ * confirmed. Rows of kind "objc-class" are classes, the others selectors. */
 #define MAX_ROWS 128
 struct row {
     char selector[512];
     char signature[512];
 };
 
-static size_t read_tsv(struct row *rows) {
+static size_t read_tsv(struct row *rows, bool classes) {
     FILE *f = fopen(CMTEST_SELECTORS_TSV, "r");
     cr_assert_not_null(f, "cannot open %s", CMTEST_SELECTORS_TSV);
     char line[512];
@@ -142,10 +143,13 @@ static size_t read_tsv(struct row *rows) {
             continue;
         char *tab1 = strchr(line, '\t');
         char *tab2 = tab1 != NULL ? strchr(tab1 + 1, '\t') : NULL;
-        cr_assert(tab1 != NULL && tab2 != NULL, "bad row: %s", line);
-        *tab1 = *tab2 = '\0';
+        char *tab3 = tab2 != NULL ? strchr(tab2 + 1, '\t') : NULL;
+        cr_assert(tab1 != NULL && tab2 != NULL && tab3 != NULL, "bad row: %s", line);
+        *tab1 = *tab2 = *tab3 = '\0';
         if (strcmp(line, "selector") == 0)
             continue;   /* header */
+        if ((strcmp(tab2 + 1, "objc-class") == 0) != classes)
+            continue;
         cr_assert_lt(n, MAX_ROWS);
         snprintf(rows[n].selector, sizeof rows[n].selector, "%s", line);
         snprintf(rows[n].signature, sizeof rows[n].signature, "%s", tab1 + 1);
@@ -157,7 +161,7 @@ static size_t read_tsv(struct row *rows) {
 
 Test(objc_init, selector_table_matches_apple_selectors_tsv) {
     static struct row rows[MAX_ROWS];
-    size_t n = read_tsv(rows);
+    size_t n = read_tsv(rows, false);
     cr_assert_eq(n, (size_t)CM__SEL_COUNT, "tsv has %zu rows, table %d", n,
                  CM__SEL_COUNT);
     for (size_t i = 0; i < CM__SEL_COUNT; i++) {
@@ -179,6 +183,22 @@ Test(objc_init, selector_table_matches_apple_selectors_tsv) {
     }
 }
 
+Test(objc_init, class_table_matches_apple_selectors_tsv) {
+    static struct row rows[MAX_ROWS];
+    size_t n = read_tsv(rows, true);
+    cr_assert_eq(n, (size_t)CM__CLASS_COUNT, "tsv has %zu classes, table %d", n,
+                 CM__CLASS_COUNT);
+    for (size_t i = 0; i < CM__CLASS_COUNT; i++) {
+        size_t j = 0;
+        while (j < n && strcmp(rows[j].selector, cm__objc_class_name(i)) != 0)
+            j++;
+        cr_assert_lt(j, n, "class %s is in the table but not in the tsv",
+                     cm__objc_class_name(i));
+        cr_assert_str_eq(rows[j].signature, "-");
+    }
+    cr_assert_null(cm__objc_class_name(CM__CLASS_COUNT));
+}
+
 /* ------------------------------------------------------------------ sends */
 TestSuite(objc_send, .init = setup);
 
@@ -186,6 +206,24 @@ Test(objc_send, returns_id) {
     cm__id obj = new_object();
     cr_assert_eq(cm__send_id(obj, cm__objc_sel_register("identity")), obj);
     cm__objc_release(obj);
+}
+
+Test(objc_send, compile_option_sends_pass_their_arguments) {
+    cm__id obj = new_object();
+    cr_assert_eq(cm__msg_init(obj), obj);
+    cr_assert(cm__msg_respondsToSelector(obj, CM__SEL(setMathMode)));
+    cr_assert_not(cm__msg_respondsToSelector(
+        obj, cm__objc_sel_register("noSuchSelector:")));
+    cm__msg_setMathMode(obj, -2);
+    cr_assert_eq(fields(obj)->code, -2, "NSInteger keeps its sign");
+    cm__msg_setMathMode(obj, 0);
+    cr_assert_eq(fields(obj)->code, 0);
+    cm__msg_setFastMathEnabled(obj, true);
+    cr_assert_eq(fields(obj)->byte_value, 1);
+    cm__msg_setFastMathEnabled(obj, false);
+    cr_assert_eq(fields(obj)->byte_value, 0);
+    cm__objc_release(obj);
+    cr_assert_eq(cmtest_live_objects(), live_at_start);
 }
 
 Test(objc_send, returns_uint64_and_nsuinteger) {

@@ -5,8 +5,11 @@
 #include <float.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "softmetal/sm_test.h"
 
@@ -208,7 +211,8 @@ static void teardown(void) {
   sm_release(dev);
   const char *classes[] = {"SMLibrary", "SMFunction", "SMComputePipelineState", "SMBuffer",
                            "SMCommandBuffer", "NSString", "NSError", "NSArray",
-                           "SMComputeCommandEncoder", "SMDevice", "SMCommandQueue"};
+                           "SMComputeCommandEncoder", "SMDevice", "SMCommandQueue",
+                           "MTLCompileOptions"};
   for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
     if (softmetal_live_count(classes[i]) > 0)
       cr_log_error("%s: %ld alive", classes[i], softmetal_live_count(classes[i]));
@@ -893,4 +897,161 @@ Test(msl, full_dispatch_cycle_balances_retains_and_releases) {
   cr_assert_gt(after.retains - before.retains, 0);
   cr_assert_eq(atomic_load(&ctx.calls), 1);
   cr_assert_eq(atomic_load(&ctx.disposes), 1);
+}
+
+/* ------------------------------------------------------------- MTLCompileOptions */
+/* Math modes: Safe 0, Relaxed 1, Fast 2 (MTLMathMode). */
+enum { MathSafe = 0, MathRelaxed = 1, MathFast = 2 };
+
+/* A kernel that relies on IEEE NaN and infinity rules. */
+static const char NAN_RULES[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void nan_rules(device const float *in [[buffer(0)]],\n"
+    "                      device float *out [[buffer(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) {\n"
+    "  float x = in[i];\n"
+    "  out[4 * i + 0] = isnan(x) ? 1.0f : 0.0f;\n"
+    "  out[4 * i + 1] = isinf(x) ? 1.0f : 0.0f;\n"
+    "  out[4 * i + 2] = x * 2.0f + 1.0f;\n"
+    "  out[4 * i + 3] = x != x ? 1.0f : 0.0f;\n"
+    "}\n";
+
+static id new_options(void) {
+  id o = SEND0(id, sm_class_named("MTLCompileOptions"), "alloc");
+  return SEND0(id, o, "init");
+}
+static void set_math_mode(id o, NSInteger mode) {
+  SEND(void, (id, SEL, NSInteger), o, "setMathMode:", mode);
+}
+static NSInteger math_mode(id o) { return SEND0(NSInteger, o, "mathMode"); }
+static BOOL fast_math(id o) { return SEND0(BOOL, o, "fastMathEnabled"); }
+
+static id compile_with(const char *src, id options) {
+  id error = 0;
+  id l = SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
+              sm_str(src), options, &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  return l;
+}
+
+/* Runs nan_rules of library l on in[0..3] into out[16]. */
+static void run_nan_rules(id l, const float in[4], float out[16]) {
+  id saved = lib;
+  lib = l;
+  id a = SEND(id, (id, SEL, const void *, NSUInteger, NSUInteger), dev,
+              "newBufferWithBytes:length:options:", in, (NSUInteger)16, 0ul);
+  id b = buffer(64);
+  id bufs[] = {a, b};
+  run_1d("nan_rules", bufs, 2, 4);
+  memcpy(out, contents(b), 64);
+  sm_release(a);
+  sm_release(b);
+  lib = saved;
+}
+
+static void setup_options(void) {
+  dev = MTLCreateSystemDefaultDevice();
+  queue = SEND0(id, dev, "newCommandQueue");
+  pool = objc_autoreleasePoolPush();
+  lib = 0;
+}
+TestSuite(compile_options, .init = setup_options, .fini = teardown, .timeout = 120);
+
+Test(compile_options, default_to_fast_math_and_keep_both_views) {
+  id o = new_options();
+  cr_assert(SEND(BOOL, (id, SEL, SEL), o, "respondsToSelector:",
+                 sel_registerName("setMathMode:")));
+  cr_assert_eq(math_mode(o), MathFast, "Metal's default");
+  cr_assert(fast_math(o));
+  SEND(void, (id, SEL, BOOL), o, "setFastMathEnabled:", 0);
+  cr_assert_eq(math_mode(o), MathSafe);
+  cr_assert_not(fast_math(o));
+  set_math_mode(o, MathRelaxed);
+  cr_assert(fast_math(o), "relaxed still allows unsafe optimisations");
+  SEND(void, (id, SEL, BOOL), o, "setFastMathEnabled:", 1);
+  cr_assert_eq(math_mode(o), MathFast);
+  cr_assert_eq(softmetal_live_count("MTLCompileOptions"), 1);
+  sm_release(o);
+  cr_assert_eq(softmetal_live_count("MTLCompileOptions"), 0);
+}
+
+Test(compile_options, safe_math_keeps_ieee_nan_and_infinity_rules) {
+  const float in[4] = {NAN, INFINITY, -INFINITY, 1.5f};
+  id by_mode = new_options(), by_flag = new_options();
+  set_math_mode(by_mode, MathSafe);
+  SEND(void, (id, SEL, BOOL), by_flag, "setFastMathEnabled:", 0);
+  id libs[] = {compile_with(NAN_RULES, by_mode), compile_with(NAN_RULES, by_flag)};
+  sm_release(by_mode);
+  sm_release(by_flag);
+  for (int k = 0; k < 2; k++) {
+    float out[16];
+    run_nan_rules(libs[k], in, out);
+    cr_assert_eq(out[0], 1.0f, "isnan(NaN)");
+    cr_assert_eq(out[1], 0.0f, "isinf(NaN)");
+    cr_assert(isnan(out[2]), "NaN * 2 + 1 is NaN");
+    cr_assert_eq(out[3], 1.0f, "NaN != NaN");
+    cr_assert_eq(out[4], 0.0f);
+    cr_assert_eq(out[5], 1.0f, "isinf(+inf)");
+    cr_assert(isinf(out[6]) && out[6] > 0);
+    cr_assert_eq(out[9], 1.0f, "isinf(-inf)");
+    cr_assert(isinf(out[10]) && out[10] < 0);
+    cr_assert_eq(out[11], 0.0f, "-inf == -inf");
+    cr_assert_eq(out[12], 0.0f);
+    cr_assert_eq(out[13], 0.0f);
+    cr_assert_eq(out[14], 4.0f);
+    sm_release(libs[k]);
+  }
+}
+
+/* Fast math may fold isnan() and NaN checks away; only finite inputs have
+ * a result both modes guarantee. The cache keeps one library per mode. */
+Test(compile_options, math_modes_compile_to_separate_cached_libraries) {
+  char src[sizeof NAN_RULES + 64];
+  snprintf(src, sizeof src, "// %d %ld\n%s", (int)getpid(), (long)time(NULL), NAN_RULES);
+  struct softmetal_stats s0, s1;
+  id safe = new_options(), fast = new_options(), relaxed = new_options();
+  set_math_mode(safe, MathSafe);
+  set_math_mode(fast, MathFast);
+  set_math_mode(relaxed, MathRelaxed);
+  id opts[] = {safe, safe, 0, fast, relaxed};
+  const long want_compiles[] = {1, 0, 1, 0, 1}; /* nil means fast */
+  const long want_unsafe[] = {0, 0, 1, 1, 1};
+  for (int k = 0; k < 5; k++) {
+    softmetal_stats(&s0);
+    id l = compile_with(src, opts[k]);
+    softmetal_stats(&s1);
+    cr_assert_eq(s1.kernel_compiles - s0.kernel_compiles, want_compiles[k], "library %d", k);
+    cr_assert_eq(s1.kernel_cache_hits - s0.kernel_cache_hits, 1 - want_compiles[k]);
+    cr_assert_eq(s1.unsafe_math_libraries - s0.unsafe_math_libraries, want_unsafe[k]);
+    const float in[4] = {1.5f, -2.0f, 0.0f, 100.0f};
+    float out[16];
+    run_nan_rules(l, in, out);
+    for (int i = 0; i < 4; i++) {
+      cr_assert_eq(out[4 * i + 0], 0.0f, "library %d: isnan(%g)", k, in[i]);
+      cr_assert_eq(out[4 * i + 1], 0.0f);
+      cr_assert_eq(out[4 * i + 2], in[i] * 2.0f + 1.0f);
+      cr_assert_eq(out[4 * i + 3], 0.0f);
+    }
+    sm_release(l);
+  }
+  sm_release(safe);
+  sm_release(fast);
+  sm_release(relaxed);
+}
+
+static id volatile keep; /* reachable when a test aborts on purpose */
+
+Test(compile_options, an_invalid_math_mode_aborts, .signal = SIGABRT) {
+  keep = new_options();
+  set_math_mode(keep, 3);
+}
+
+Test(compile_options, options_of_another_class_abort, .signal = SIGABRT) {
+  keep = compile_with(NAN_RULES, sm_str("not options"));
+}
+
+Test(compile_options, options_without_init_abort, .signal = SIGABRT) {
+  keep = SEND0(id, sm_class_named("MTLCompileOptions"), "alloc");
+  compile_with(NAN_RULES, keep);
 }

@@ -11,7 +11,7 @@
 
 /* ------------------------------------------------------------- counters */
 static atomic_long g_allocs, g_deallocs, g_retains, g_releases, g_autoreleases;
-atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits;
+atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits, sm__unsafe_math_libraries;
 
 enum { SM_MAX_CLASSES = 32 };
 static sm_class *g_classes[SM_MAX_CLASSES];
@@ -41,6 +41,7 @@ SM_EXPORT void softmetal_stats(struct softmetal_stats *out) {
   out->live_buffer_bytes = atomic_load(&sm__buffer_bytes);
   out->kernel_compiles = atomic_load(&sm__compiles);
   out->kernel_cache_hits = atomic_load(&sm__cache_hits);
+  out->unsafe_math_libraries = atomic_load(&sm__unsafe_math_libraries);
 }
 
 SM_EXPORT long softmetal_live_count(const char *class_name) {

@@ -29,6 +29,27 @@ static const char *const CXX_FLAGS[] = {"-std=c++17", "-O2", "-fPIC", "-shared",
                                         "-fno-exceptions", "-fno-rtti"};
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
+/* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
+ * licence as Metal's: Safe compiles as IEEE; Relaxed allows unsafe
+ * optimisations but keeps infinities and NaNs; Fast (Metal's default, also
+ * fastMathEnabled = YES and options = nil) assumes neither exists, so
+ * isnan() folds to false and NaN propagation is not kept, as on a GPU.
+ * These are the parts of -ffast-math (the same compiler settings), spelt
+ * out because -ffast-math also links crtfastmath.o, whose constructor
+ * would turn on flush-to-zero in the process that loads the kernel.
+ * SM_UNSAFE_MATH tells metal_stdlib to keep precise:: precise. */
+enum { MATH_MODE_SAFE = 0, MATH_MODE_RELAXED = 1, MATH_MODE_FAST = 2, MAX_MATH_FLAGS = 9 };
+#define UNSAFE_MATH_FLAGS                                                                  \
+  "-DSM_UNSAFE_MATH=1", "-fno-signed-zeros", "-fassociative-math", "-freciprocal-math", "-fno-math-errno",       \
+      "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func"
+static const char *const MATH_FLAGS[][MAX_MATH_FLAGS] = {
+    [MATH_MODE_SAFE] = {NULL},
+    [MATH_MODE_RELAXED] = {UNSAFE_MATH_FLAGS, NULL},
+    [MATH_MODE_FAST] = {UNSAFE_MATH_FLAGS, "-ffinite-math-only"},
+};
+#undef UNSAFE_MATH_FLAGS
+static const char *const MATH_MODE_NAMES[] = {"Safe", "Relaxed", "Fast"};
+
 /* ------------------------------------------------------------- text buffer */
 typedef struct {
   char *p;
@@ -492,14 +513,16 @@ static char *read_text(const char *path) {
 }
 
 /* Runs the compiler; on failure returns false with its output in *diag. */
-static bool run_cxx(const char *cxx, const char *inc, const char *src, const char *obj,
-                    const char *log, char **diag) {
+static bool run_cxx(const char *cxx, NSInteger math_mode, const char *inc, const char *src,
+                    const char *obj, const char *log, char **diag) {
   char incflag[3500];
   snprintf(incflag, sizeof incflag, "-I%s", inc);
-  const char *argv[N_CXX_FLAGS + 8];
+  const char *argv[N_CXX_FLAGS + MAX_MATH_FLAGS + 8];
   int a = 0;
   argv[a++] = cxx;
   for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
+  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
+    argv[a++] = MATH_FLAGS[math_mode][i];
   argv[a++] = incflag;
   argv[a++] = "-o";
   argv[a++] = obj;
@@ -536,8 +559,9 @@ static const char *const aliases[] = {"metal_math",    "metal_atomic",     "meta
 enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
 static const char alias_text[] = "#include <metal_stdlib>\n";
 
-/* Compiles (or finds in the cache) the library for tu; returns a dlopen handle. */
-static void *compile_tu(const char *tu, char **diag) {
+/* Compiles (or finds in the cache) the library for tu under math_mode;
+ * returns a dlopen handle. The cache key covers the math mode. */
+static void *compile_tu(const char *tu, NSInteger math_mode, char **diag) {
   const char *cxx = getenv("SOFTMETAL_CXX");
   if (!cxx || !*cxx) cxx = "clang++";
   char dir[3072], inc[3200], so[3400], src[3400], tmp_so[3400], log[3400];
@@ -548,6 +572,10 @@ static void *compile_tu(const char *tu, char **diag) {
   uint64_t h = fnv(hh, tu, strlen(tu));
   h = fnv(h, cxx, strlen(cxx));
   for (int i = 0; i < N_CXX_FLAGS; i++) h = fnv(h, CXX_FLAGS[i], strlen(CXX_FLAGS[i]) + 1);
+  const char *mode_name = MATH_MODE_NAMES[math_mode];
+  h = fnv(h, mode_name, strlen(mode_name) + 1);
+  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
+    h = fnv(h, MATH_FLAGS[math_mode][i], strlen(MATH_FLAGS[math_mode][i]) + 1);
   snprintf(inc, sizeof inc, "%s/include-%016llx", dir, (unsigned long long)hh);
   snprintf(so, sizeof so, "%s/k-%016llx.so", dir, (unsigned long long)h);
   if (file_exists(so)) {
@@ -592,7 +620,7 @@ static void *compile_tu(const char *tu, char **diag) {
     return NULL;
   }
   atomic_fetch_add(&sm__compiles, 1);
-  ok = run_cxx(cxx, inc, src, tmp_so, log, diag);
+  ok = run_cxx(cxx, math_mode, inc, src, tmp_so, log, diag);
   unlink(src);
   unlink(log);
   if (ok && rename(tmp_so, so) != 0) {
@@ -625,6 +653,41 @@ typedef struct {
   id name;
 } sm_function;
 
+/* MTLCompileOptions: only the math settings are kept; mathMode is the
+ * truth, fastMathEnabled its older view (YES for Relaxed and Fast). */
+typedef struct {
+  sm_obj hdr;
+  NSInteger math_mode;
+  bool initialized; /* alloc without init is misuse */
+} sm_compile_options;
+
+static sm_class options_class = {"MTLCompileOptions", sizeof(sm_compile_options), NULL, Nil, 0};
+
+static id options_init(id self, SEL cmd) {
+  (void)cmd;
+  ((sm_compile_options *)self)->math_mode = MATH_MODE_FAST; /* Metal's default */
+  ((sm_compile_options *)self)->initialized = true;
+  return self;
+}
+static BOOL options_fast_math(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_compile_options *)self)->math_mode != MATH_MODE_SAFE;
+}
+static void options_set_fast_math(id self, SEL cmd, BOOL enabled) {
+  (void)cmd;
+  ((sm_compile_options *)self)->math_mode = enabled ? MATH_MODE_FAST : MATH_MODE_SAFE;
+}
+static NSInteger options_math_mode(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_compile_options *)self)->math_mode;
+}
+static void options_set_math_mode(id self, SEL cmd, NSInteger mode) {
+  if (mode < MATH_MODE_SAFE || mode > MATH_MODE_FAST)
+    sm__fatal("-[MTLCompileOptions %s]: mathMode = %ld is not an MTLMathMode "
+              "(Safe 0, Relaxed 1, Fast 2)", sel_getName(cmd), (long)mode);
+  ((sm_compile_options *)self)->math_mode = mode;
+}
+
 static void library_destroy(sm_obj *o) {
   sm_library *l = (sm_library *)o;
   if (l->dl) dlclose(l->dl);
@@ -648,7 +711,12 @@ static void set_error(id *error, id e) {
 }
 
 static id device_new_library(id self, SEL cmd, id source, id options, id *error) {
-  (void)options;
+  if (options && !sm__is(options, &options_class))
+    sm__fatal("-[SMDevice %s]: options is a %s, not an MTLCompileOptions", sel_getName(cmd),
+              object_getClassName(options));
+  if (options && !((sm_compile_options *)options)->initialized)
+    sm__fatal("-[SMDevice %s]: options was allocated but never sent init", sel_getName(cmd));
+  NSInteger math_mode = options ? ((sm_compile_options *)options)->math_mode : MATH_MODE_FAST;
   const char *text = sm__string_utf8(source);
   if (!text) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
@@ -693,7 +761,7 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
     goto done;
   }
   char *diag = NULL;
-  void *dl = compile_tu(tu.p, &diag);
+  void *dl = compile_tu(tu.p, math_mode, &diag);
   if (!dl) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
                                "%s: compilation failed:\n%s", sel_getName(cmd),
@@ -720,6 +788,7 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   l->dl = dl;
   l->kernels = kernels;
   l->n = *count;
+  if (math_mode != MATH_MODE_SAFE) atomic_fetch_add(&sm__unsafe_math_libraries, 1);
   result = (id)l;
 done:
   for (size_t i = 0; i < s.nk; i++) free(s.k[i].call.p);
@@ -804,7 +873,19 @@ static NSUInteger pipeline_max_threads(id self, SEL cmd) {
 static NSUInteger pipeline_width(id self, SEL cmd) { (void)self; (void)cmd; return SM_SIMD_WIDTH; }
 
 void sm__register_msl(void) {
-  Class c = sm__class_begin(&library_class);
+  Class c = sm__class_begin(&options_class);
+  sm__method(c, "init", SM_IMP(options_init), "@@:");
+  sm__method(c, "fastMathEnabled", SM_IMP(options_fast_math), "C@:");
+  sm__method(c, "setFastMathEnabled:", SM_IMP(options_set_fast_math), "v@:C");
+  /* SOFTMETAL_NO_MATH_MODE=1: options as before macOS 15, fastMathEnabled only. */
+  const char *old_os = getenv("SOFTMETAL_NO_MATH_MODE");
+  if (!old_os || strcmp(old_os, "1") != 0) {
+    sm__method(c, "mathMode", SM_IMP(options_math_mode), "q@:");
+    sm__method(c, "setMathMode:", SM_IMP(options_set_math_mode), "v@:q");
+  }
+  sm__class_end(&options_class);
+
+  c = sm__class_begin(&library_class);
   sm__method(c, "newFunctionWithName:", SM_IMP(library_new_function), "@@:@");
   sm__method(c, "functionNames", SM_IMP(library_function_names), "@@:");
   sm__method(c, "device", SM_IMP(library_device), "@@:");

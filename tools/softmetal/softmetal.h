@@ -16,6 +16,8 @@ struct softmetal_stats {
   long live_buffer_bytes; /* bytes held by live buffers */
   long kernel_compiles;   /* clang++ runs (cache misses) since load */
   long kernel_cache_hits; /* libraries loaded from the cache since load */
+  long unsafe_math_libraries; /* libraries made with fast or relaxed math
+                                 (options nil included) since load */
 };
 
 /* Fills *out with process-wide counters. Thread-safety: any thread. */
