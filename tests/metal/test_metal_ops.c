@@ -230,8 +230,8 @@ static void expect_safe_math_library(void) {
     sm_stats(&s0);
     cm_tensor *a = tensor_1d(d, CM_FLOAT32, 4, CM_STORAGE_DEFAULT);
     const double nan = NAN;
-    CHECK(cm_fill(a, CM_FLOAT64, &nan)); /* builds this device's library */
-    CHECK(cm_binary(CM_BINARY_MAX, a, a, a));
+    CHECK(cm_fill(a, CM_FLOAT64, &nan, NULL)); /* builds this device's library */
+    CHECK(cm_binary(CM_BINARY_MAX, a, a, a, NULL));
     CHECK(cm_device_synchronize(d));
     sm_stats(&s1);
     cr_assert_eq(s1.kernel_compiles + s1.kernel_cache_hits,
