@@ -1,7 +1,7 @@
 /* cm_cast on the CPU device: every dtype pair and layout against the
  * reference conversions of ops_util.h, and float16/bfloat16 bit-exactly
  * over all 65536 patterns. */
-#include "ops_util.h"
+#include "ops/ops_util.h"
 
 static void check_cast(cm_device *dev, cm_dtype from, cm_dtype to, int32_t ndim,
                        const int64_t *shape, enum layout ls, enum layout ld) {

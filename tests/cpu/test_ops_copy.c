@@ -1,7 +1,7 @@
 /* cm_fill and cm_copy on the CPU device: every dtype and layout against
  * element-by-element references, plus the untouched gaps of strided
  * outputs. */
-#include "ops_util.h"
+#include "ops/ops_util.h"
 
 /* Every byte of `parent` outside the elements of `view` still holds the
  * sentinel pattern that was written before the op. */

@@ -2,7 +2,7 @@
  * with NumPy broadcasting, against references computed in the test.
  * Exact ops are compared bit for bit; transcendental ones within the
  * tolerances below. */
-#include "ops_util.h"
+#include "ops/ops_util.h"
 
 /* Relative tolerance of transcendental ops, by dtype: a few ulp of the
  * computing precision plus one rounding to the dtype. */

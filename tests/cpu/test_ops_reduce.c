@@ -4,7 +4,7 @@
  * uint64 for integers). Float sums are compared within one rounding of the
  * output dtype plus 1e-12 of the sum of magnitudes (float64 accumulation);
  * integer sums, max and min bit for bit. */
-#include "ops_util.h"
+#include "ops/ops_util.h"
 
 static long double round_tol(cm_dtype d) {
     switch (d) {

@@ -10,7 +10,7 @@
  * float32 plus one rounding to the dtype), float sums and means (Metal
  * accumulates in float32: count * 2^-23 of the sum of magnitudes, plus one
  * rounding to the output dtype). */
-#include "cpu/ops_util.h"
+#include "ops/ops_util.h"
 
 #if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>
