@@ -122,8 +122,9 @@ static inline bool ref_small_isnan(uint16_t h, bool bf16) {
 
 /* The references below compute in long double, which holds every value of
  * every dtype exactly only where it has a 64-bit mantissa (x87 on x86-64).
- * Valgrind emulates long double as double, and Apple arm64's long double is
- * double: there the tests that need exact references skip themselves (the
+ * Valgrind emulates long double as double (with infinities that do not
+ * compare), and Apple arm64's long double is double: there the tests that
+ * need exact references, or meet infinities, skip themselves (the
  * kernels are still run by the other tests, and checked by ASan). */
 static inline bool ref_exact_available(void) {
 #if LDBL_MANT_DIG >= 64
