@@ -240,8 +240,8 @@ Test(ops_matrix, fill_every_dtype_layout_and_shape_with_converted_values) {
     REQUIRE_EXACT_REFERENCE();
     cm_device *dev = dev_open();
     const size_t n_dt = device_dtype_count();
-    const double values[] = {0.0,     -0.0,    1.0,  -1.5, -2.5, 300.25,   300.75,
-                             -1e10,   65520.0, NAN,  INFINITY, 1e-30};
+    const double values[] = {0.0,    -0.0,  1.0,     -1.5, -2.5,     300.25,
+                             300.75, -1e10, 65520.0, NAN, INFINITY, 1e-30};
     for (size_t di = 0; di < n_dt; ++di) {
         const cm_dtype d = all_dtypes[di];
         for (size_t s = 0; s < N_TEST_SHAPES; ++s) {
@@ -849,7 +849,8 @@ Test(ops_matrix, output_may_be_an_input_itself) {
     const int64_t shape[2] = {6, 5};
     cm_tensor *a = make_view(dev, CM_FLOAT32, 2, shape, L_NEGATIVE, 1, true, NULL);
     cm_tensor *b = make_view(dev, CM_FLOAT32, 2, shape, L_TRANSPOSED, 2, true, NULL);
-    cm_tensor *a0 = new_tensor(dev, CM_FLOAT32, 2, shape), *b0 = new_tensor(dev, CM_FLOAT32, 2, shape);
+    cm_tensor *a0 = new_tensor(dev, CM_FLOAT32, 2, shape);
+    cm_tensor *b0 = new_tensor(dev, CM_FLOAT32, 2, shape);
     CHECK(cm_copy(a, a0));
     CHECK(cm_copy(b, b0));
     CHECK(cm_binary(CM_BINARY_MUL, a, b, a));
@@ -1090,16 +1091,19 @@ Test(ops_matrix, reduce_results_convert_to_other_output_dtypes) {
     cm_device *dev = dev_open();
     const int64_t shape[2] = {17, 33};
     /* The last two pairs (float64 outputs) on the CPU only. */
-    const cm_dtype in[] = {CM_INT8,  CM_UINT16,  CM_BOOL,     CM_FLOAT16, CM_BFLOAT16,
-                           CM_FLOAT32, CM_INT32, CM_BFLOAT16, CM_FLOAT32};
-    const cm_dtype out[] = {CM_INT64,   CM_UINT64, CM_INT32,   CM_FLOAT32, CM_FLOAT32,
-                            CM_INT16,   CM_FLOAT16, CM_FLOAT64, CM_FLOAT64};
-    const size_t n = sizeof in / sizeof in[0] - (on_cpu() ? 0 : 2);
+    const struct {
+        cm_dtype in, out;
+    } pairs[] = {
+        {CM_INT8, CM_INT64},       {CM_UINT16, CM_UINT64},    {CM_BOOL, CM_INT32},
+        {CM_FLOAT16, CM_FLOAT32},  {CM_BFLOAT16, CM_FLOAT32}, {CM_FLOAT32, CM_INT16},
+        {CM_INT32, CM_FLOAT16},    {CM_BFLOAT16, CM_FLOAT64}, {CM_FLOAT32, CM_FLOAT64},
+    };
+    const size_t n = sizeof pairs / sizeof pairs[0] - (on_cpu() ? 0 : 2);
     for (size_t k = 0; k < n; ++k)
         for (int op = 1; op < CM_REDUCE_COUNT; ++op)
             for (int32_t axis = -1; axis < 2; ++axis)
-                check_reduce(dev, (cm_reduce_op)op, in[k], out[k], 2, shape, axis, false,
-                             axis == 0 ? L_TRANSPOSED : L_CONTIG);
+                check_reduce(dev, (cm_reduce_op)op, pairs[k].in, pairs[k].out, 2, shape, axis,
+                             false, axis == 0 ? L_TRANSPOSED : L_CONTIG);
     cm_device_release(dev);
 }
 
