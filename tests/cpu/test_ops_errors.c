@@ -1,6 +1,6 @@
 /* Error paths of the ops: each asserts the status and a piece of the
  * message, and that the output was left unchanged. */
-#include "ops_util.h"
+#include "ops/ops_util.h"
 
 typedef struct fixture {
     cm_device *dev;

@@ -1,9 +1,9 @@
 /* Ops on the Metal device (softmetal running the msl/ kernels), beyond the
- * op matrix of test_ops_matrix.c: float64 refusal, batching into one
+ * op matrix of tests/ops/test_ops_matrix.c: float64 refusal, batching into one
  * command buffer, host access waiting for ops, private storage, failed
  * command buffers, compile errors, threadgroup shapes, concurrency and
  * leaks. */
-#include "cpu/ops_util.h"
+#include "ops/ops_util.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -1,0 +1,1128 @@
+/* Every op x dtype x layout against references computed in the test, on
+ * the device CMETAL_TEST_DEVICE names (metal: softmetal running the msl/
+ * kernels; cpu: the C kernels), so both implementations pass the same
+ * checks. Layouts: contiguous, transposed, sliced with a step, negative
+ * strides, broadcast inputs; shapes from 0-d and empty to 4-d. float64 is
+ * run on the CPU only (Metal refuses it; see tests/metal/test_metal_ops.c).
+ *
+ * Bit-exact: fill, copy, cast, integer ops, comparisons, min/max, neg, abs,
+ * square, relu, sign, sqrt, floor, ceil, and add/sub/mul/div of every
+ * float dtype (one rounding of the exact result: the references compute in
+ * double, the devices in float32 or double, which round the narrow dtypes
+ * alike). Within a tolerance: rsqrt, exp, log, sin, cos, tanh, sigmoid (a
+ * few ulp plus one rounding to the dtype), float sums and means (count ulps
+ * of the device's accumulator times the sum of magnitudes, plus one
+ * rounding to the output dtype).
+ *
+ * The references use long double; tests whose references must be exact for
+ * int64 extremes skip where it is not (REQUIRE_EXACT_REFERENCE). */
+#include "ops/ops_util.h"
+
+static bool on_cpu(void) {
+    const char *want = getenv("CMETAL_TEST_DEVICE");
+    return want != NULL && strcmp(want, "cpu") == 0;
+}
+
+static cm_device *dev_open(void) {
+    cm_device *d = NULL;
+    cr_assert_eq(cm_device_open(on_cpu() ? CM_DEVICE_CPU : CM_DEVICE_METAL, 0, &d), CM_OK, "%s",
+                 cm_last_error());
+    return d;
+}
+
+/* How many of all_dtypes the device computes: all on the CPU, all but the
+ * last (float64) on Metal. */
+static size_t device_dtype_count(void) {
+    cr_assert_eq(all_dtypes[N_DTYPES - 1], CM_FLOAT64);
+    return on_cpu() ? N_DTYPES : N_DTYPES - 1;
+}
+
+static void skip_unless_cpu(void) {
+    if (!on_cpu())
+        cr_skip_test("float64 runs on the CPU only");
+}
+
+static uint64_t bits64(cm_dtype d, elem e) {
+    switch (d) {
+    case CM_INT8: return (uint64_t)(int64_t)e.i8;
+    case CM_INT16: return (uint64_t)(int64_t)e.i16;
+    case CM_INT32: return (uint64_t)(int64_t)e.i32;
+    case CM_INT64: return (uint64_t)e.i64;
+    case CM_UINT16: return e.u16;
+    case CM_UINT32: return e.u32;
+    case CM_UINT64: return e.u64;
+    default: return e.u8;
+    }
+}
+
+static elem of_bits(cm_dtype d, uint64_t bits) {
+    elem r;
+    memset(&r, 0, sizeof r);
+    memcpy(r.b, &bits, dsize(d));
+    return r;
+}
+
+/* Reads elements of a host-visible view straight from its memory: many
+ * times faster than cm_tensor_get_element, which checks for pending device
+ * work on every call. For inputs that no op writes. */
+typedef struct view_reader {
+    const char *base;
+    int32_t ndim;
+    int64_t strides[CM_MAX_NDIM];
+    size_t size;
+} view_reader;
+
+static view_reader reader_of(const cm_tensor *t) {
+    cm_tensor_info info;
+    CHECK(cm_tensor_get_info(t, &info));
+    view_reader r = {.ndim = info.ndim, .size = dsize(info.dtype)};
+    memcpy(r.strides, info.strides, sizeof r.strides);
+    const void *p = NULL;
+    CHECK(cm_tensor_host_read(t, info.dtype, &p));
+    r.base = p;
+    return r;
+}
+
+static elem read_at(const view_reader *r, const int64_t *idx) {
+    int64_t off = 0;
+    for (int32_t k = 0; k < r->ndim; ++k)
+        off += idx[k] * r->strides[k];
+    elem e;
+    memset(&e, 0, sizeof e);
+    memcpy(e.b, r->base + off * (int64_t)r->size, r->size);
+    return e;
+}
+
+static void expect_equal(cm_dtype d, elem got, elem want, const char *what) {
+    if (elem_isnan(d, want)) {
+        cr_assert(elem_isnan(d, got), "%s: want NaN, got %Lg", what, elem_value(d, got));
+        return;
+    }
+    cr_assert(elem_bits_equal(d, got, want), "%s: got %.20Lg want %.20Lg", what,
+              elem_value(d, got), elem_value(d, want));
+}
+
+/* Every element of `parent` outside `view` still holds what make_view
+ * wrote there (seed, not tame): an op writes its output's elements only. */
+static void check_gaps(const cm_tensor *parent, const cm_tensor *view, uint64_t seed) {
+    cm_tensor_info pi, vi;
+    CHECK(cm_tensor_get_info(parent, &pi));
+    CHECK(cm_tensor_get_info(view, &vi));
+    if (pi.numel == 0)
+        return;
+    const size_t sz = dsize(pi.dtype);
+    const void *p = NULL;
+    CHECK(cm_tensor_host_read(parent, pi.dtype, &p));
+    bool *in_view = calloc((size_t)pi.numel, 1);
+    cr_assert_not_null(in_view);
+    int64_t idx[CM_MAX_NDIM] = {0};
+    if (vi.numel > 0) {
+        do {
+            int64_t off = (int64_t)vi.byte_offset / (int64_t)sz;
+            for (int32_t k = 0; k < vi.ndim; ++k)
+                off += idx[k] * vi.strides[k];
+            in_view[off] = true;
+        } while (next_index(vi.ndim, vi.shape, idx));
+    }
+    for (int64_t i = 0; i < pi.numel; ++i) {
+        if (in_view[i])
+            continue;
+        const elem want = gen_elem(pi.dtype, (uint64_t)i, seed, false);
+        cr_assert(memcmp((const char *)p + (size_t)i * sz, want.b, sz) == 0,
+                  "%s element %lld outside the view was written", dname(pi.dtype),
+                  (long long)i);
+    }
+    free(in_view);
+}
+
+/* ------------------------------------------------------------ copy, fill */
+
+Test(ops_matrix, copy_every_dtype_layout_pair_and_shape_bit_for_bit) {
+    cm_device *dev = dev_open();
+    const size_t n_dt = device_dtype_count();
+    int cases = 0;
+    for (size_t di = 0; di < n_dt; ++di) {
+        for (size_t s = 0; s < N_TEST_SHAPES; ++s) {
+            const test_shape *ts = &test_shapes[s];
+            for (int ls = 0; ls < L_COUNT; ++ls) {
+                for (int ld = 0; ld < L_BROADCAST; ++ld) {
+                    const cm_dtype d = all_dtypes[di];
+                    cm_tensor *src = make_view(dev, d, ts->ndim, ts->shape, (enum layout)ls, 7,
+                                               false, NULL);
+                    cm_tensor *dparent = NULL;
+                    cm_tensor *dst = make_view(dev, d, ts->ndim, ts->shape, (enum layout)ld, 8,
+                                               false, &dparent);
+                    CHECK(cm_copy(src, dst, NULL));
+                    int64_t idx[CM_MAX_NDIM] = {0};
+                    if (numel_of(ts->ndim, ts->shape) > 0) {
+                        do {
+                            const elem want = get_at(src, idx), got = get_at(dst, idx);
+                            cr_assert(elem_bits_equal(d, got, want), "copy %s %s -> %s shape #%zu",
+                                      dname(d), layout_names[ls], layout_names[ld], s);
+                        } while (next_index(ts->ndim, ts->shape, idx));
+                    }
+                    check_gaps(dparent, dst, 8);
+                    cm_tensor_release(src);
+                    cm_tensor_release(dst);
+                    cm_tensor_release(dparent);
+                    cases++;
+                }
+            }
+        }
+    }
+    cr_assert_eq(cases, (int)(n_dt * N_TEST_SHAPES * L_COUNT * L_BROADCAST));
+    cm_device_release(dev);
+}
+
+/* Permuted views made contiguous and scattered back into permuted
+ * destinations; big enough for tiled copies, with ragged tile edges. */
+Test(ops_matrix, copy_of_large_permutes_makes_them_contiguous_and_back) {
+    cm_device *dev = dev_open();
+    const int64_t shapes[][3] = {{1, 70, 45}, {3, 40, 37}, {2, 9, 130}, {37, 64, 29}};
+    const cm_dtype ds[] = {CM_UINT8, CM_FLOAT16, CM_FLOAT32, CM_INT64};
+    const int32_t perms[][3] = {{0, 2, 1}, {2, 1, 0}, {1, 2, 0}, {2, 0, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            for (size_t p = 0; p < sizeof perms / sizeof perms[0]; ++p) {
+                cm_tensor *base = make_view(dev, ds[di], 3, shapes[s], L_CONTIG, 5, false, NULL);
+                cm_tensor *v = NULL;
+                CHECK(cm_tensor_permute(base, perms[p], &v));
+                cm_tensor_info vi;
+                CHECK(cm_tensor_get_info(v, &vi));
+                cm_tensor *out = new_tensor(dev, ds[di], 3, vi.shape);
+                CHECK(cm_copy(v, out, NULL));
+                const view_reader rv = reader_of(v), ro = reader_of(out);
+                int64_t idx[3] = {0};
+                do {
+                    cr_assert(elem_bits_equal(ds[di], read_at(&ro, idx), read_at(&rv, idx)),
+                              "%s shape #%zu perm #%zu", dname(ds[di]), s, p);
+                } while (next_index(3, vi.shape, idx));
+                cm_tensor *back = new_tensor(dev, ds[di], 3, shapes[s]);
+                cm_tensor *bv = NULL;
+                CHECK(cm_tensor_permute(back, perms[p], &bv));
+                CHECK(cm_copy(out, bv, NULL));
+                const void *x = NULL, *y = NULL;
+                CHECK(cm_tensor_host_read(base, ds[di], &x));
+                CHECK(cm_tensor_host_read(back, ds[di], &y));
+                cr_assert(memcmp(x, y, (size_t)numel_of(3, shapes[s]) * dsize(ds[di])) == 0,
+                          "%s shape #%zu perm #%zu scattered back", dname(ds[di]), s, p);
+                cm_tensor_release(bv);
+                cm_tensor_release(back);
+                cm_tensor_release(out);
+                cm_tensor_release(v);
+                cm_tensor_release(base);
+            }
+        }
+    }
+    cm_device_release(dev);
+}
+
+Test(ops_matrix, copy_onto_the_identical_view_changes_nothing) {
+    cm_device *dev = dev_open();
+    const int64_t shape[2] = {5, 6};
+    cm_tensor *parent = NULL;
+    cm_tensor *t = make_view(dev, CM_INT32, 2, shape, L_STEP, 3, false, &parent);
+    cm_tensor *before = new_tensor(dev, CM_INT32, 2, shape);
+    CHECK(cm_copy(t, before, NULL));
+    CHECK(cm_copy(t, t, NULL));
+    int64_t idx[2] = {0};
+    do {
+        cr_assert_eq(get_at(t, idx).i32, get_at(before, idx).i32);
+    } while (next_index(2, shape, idx));
+    check_gaps(parent, t, 3);
+    cm_tensor_release(t);
+    cm_tensor_release(parent);
+    cm_tensor_release(before);
+    cm_device_release(dev);
+}
+
+Test(ops_matrix, fill_every_dtype_layout_and_shape_with_converted_values) {
+    REQUIRE_EXACT_REFERENCE();
+    cm_device *dev = dev_open();
+    const size_t n_dt = device_dtype_count();
+    const double values[] = {0.0,    -0.0,  1.0,     -1.5, -2.5,     300.25,
+                             300.75, -1e10, 65520.0, NAN, INFINITY, 1e-30};
+    for (size_t di = 0; di < n_dt; ++di) {
+        const cm_dtype d = all_dtypes[di];
+        for (size_t s = 0; s < N_TEST_SHAPES; ++s) {
+            const test_shape *ts = &test_shapes[s];
+            for (int l = 0; l < L_BROADCAST; ++l) {
+                for (size_t v = 0; v < sizeof values / sizeof values[0]; ++v) {
+                    cm_tensor *parent = NULL;
+                    cm_tensor *t = make_view(dev, d, ts->ndim, ts->shape, (enum layout)l, 9,
+                                             false, &parent);
+                    CHECK(cm_fill(t, CM_FLOAT64, &values[v], NULL));
+                    elem in;
+                    in.f64 = values[v];
+                    const elem want = ref_convert(d, CM_FLOAT64, in);
+                    int64_t idx[CM_MAX_NDIM] = {0};
+                    if (numel_of(ts->ndim, ts->shape) > 0) {
+                        do {
+                            char what[96];
+                            snprintf(what, sizeof what, "fill %s %s shape #%zu with %g",
+                                     dname(d), layout_names[l], s, values[v]);
+                            expect_equal(d, get_at(t, idx), want, what);
+                        } while (next_index(ts->ndim, ts->shape, idx));
+                    }
+                    check_gaps(parent, t, 9);
+                    cm_tensor_release(t);
+                    cm_tensor_release(parent);
+                }
+            }
+        }
+    }
+    cm_device_release(dev);
+}
+
+/* 64-bit integer values arrive exact; integers wrap and floats saturate
+ * into narrower integers. */
+Test(ops_matrix, fill_values_are_exact_wrap_or_saturate) {
+    cm_device *dev = dev_open();
+    const int64_t shape[1] = {37};
+    int64_t last[1] = {36};
+    cm_tensor *a = new_tensor(dev, CM_INT64, 1, shape), *b = new_tensor(dev, CM_UINT64, 1, shape);
+    const int64_t big = INT64_MAX - 2; /* not representable as a double */
+    const uint64_t ubig = UINT64_MAX - 6;
+    CHECK(cm_fill(a, CM_INT64, &big, NULL));
+    CHECK(cm_fill(b, CM_UINT64, &ubig, NULL));
+    cr_assert_eq(get_at(a, last).i64, big);
+    cr_assert_eq(get_at(b, last).u64, ubig);
+    cm_tensor *s = new_tensor(dev, CM_INT64, 0, NULL), *u = new_tensor(dev, CM_UINT64, 0, NULL);
+    const int64_t small = INT64_MIN + 3;
+    const uint64_t usmall = UINT64_MAX - 1;
+    CHECK(cm_fill(s, CM_INT64, &small, NULL));
+    CHECK(cm_fill(u, CM_UINT64, &usmall, NULL));
+    cr_assert_eq(get_at(s, NULL).i64, small);
+    cr_assert_eq(get_at(u, NULL).u64, usmall);
+    cm_tensor *c = new_tensor(dev, CM_INT8, 1, shape);
+    const int64_t wrap = 300;
+    CHECK(cm_fill(c, CM_INT64, &wrap, NULL));
+    cr_assert_eq(get_at(c, last).i8, 44);
+    const double sat = 300.0;
+    CHECK(cm_fill(c, CM_FLOAT64, &sat, NULL));
+    cr_assert_eq(get_at(c, last).i8, 127);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_tensor_release(s);
+    cm_tensor_release(u);
+    cm_tensor_release(c);
+    cm_device_release(dev);
+}
+
+/* ------------------------------------------------------------ cast */
+
+static void check_cast(cm_device *dev, cm_dtype from, cm_dtype to, int32_t ndim,
+                       const int64_t *shape, enum layout ls, enum layout ld) {
+    cm_tensor *src = make_view(dev, from, ndim, shape, ls, 11 + (uint64_t)from, false, NULL);
+    cm_tensor *dst = make_view(dev, to, ndim, shape, ld, 12, false, NULL);
+    CHECK(cm_cast(src, dst, NULL));
+    int64_t idx[CM_MAX_NDIM] = {0};
+    if (numel_of(ndim, shape) > 0) {
+        const view_reader rs = reader_of(src), rd = reader_of(dst);
+        do {
+            const elem x = read_at(&rs, idx);
+            char what[128];
+            snprintf(what, sizeof what, "cast %s -> %s (%s -> %s) of %.21Lg", dname(from),
+                     dname(to), layout_names[ls], layout_names[ld], elem_value(from, x));
+            expect_equal(to, read_at(&rd, idx), ref_convert(to, from, x), what);
+        } while (next_index(ndim, shape, idx));
+    }
+    cm_tensor_release(src);
+    cm_tensor_release(dst);
+}
+
+Test(ops_matrix, cast_every_dtype_pair_layout_and_shape_matches_reference_conversion) {
+    REQUIRE_EXACT_REFERENCE();
+    cm_device *dev = dev_open();
+    const size_t n_dt = device_dtype_count();
+    const int64_t long_row[1] = {512};
+    for (size_t i = 0; i < n_dt; ++i) {
+        for (size_t j = 0; j < n_dt; ++j) {
+            const cm_dtype from = all_dtypes[i], to = all_dtypes[j];
+            check_cast(dev, from, to, 1, long_row, L_CONTIG, L_CONTIG);
+            for (size_t s = 0; s < N_TEST_SHAPES; ++s) {
+                const test_shape *ts = &test_shapes[s];
+                for (int l = 0; l < L_COUNT; ++l) {
+                    /* Each source layout into the same one and into another. */
+                    const enum layout same = l == L_BROADCAST ? L_TRANSPOSED : (enum layout)l;
+                    const enum layout other = (enum layout)((l + 3) % L_BROADCAST);
+                    check_cast(dev, from, to, ts->ndim, ts->shape, (enum layout)l, same);
+                    check_cast(dev, from, to, ts->ndim, ts->shape, (enum layout)l, other);
+                }
+            }
+        }
+    }
+    cm_device_release(dev);
+}
+
+/* Every float16 / bfloat16 pattern to float32 (exact value and sign, NaN
+ * sign kept) and back, bit for bit (NaN payloads included). */
+static void roundtrip_all(cm_dtype half) {
+    const bool bf16 = half == CM_BFLOAT16;
+    cm_device *dev = dev_open();
+    const int64_t n[1] = {65536};
+    cm_tensor *h = new_tensor(dev, half, 1, n), *f = new_tensor(dev, CM_FLOAT32, 1, n),
+              *back = new_tensor(dev, half, 1, n);
+    uint16_t *p = NULL;
+    CHECK(cm_tensor_host_write(h, half, (void **)&p));
+    for (uint32_t i = 0; i < 65536; ++i)
+        p[i] = (uint16_t)i;
+    CHECK(cm_cast(h, f, NULL));
+    CHECK(cm_cast(f, back, NULL));
+    const uint16_t *q = NULL;
+    const float *fp = NULL;
+    CHECK(cm_tensor_host_read(back, half, (const void **)&q));
+    CHECK(cm_tensor_host_read(f, CM_FLOAT32, (const void **)&fp));
+    for (uint32_t i = 0; i < 65536; ++i) {
+        cr_assert_eq(q[i], i, "%s 0x%04x came back as 0x%04x", dname(half), i, q[i]);
+        const long double want = ref_small_value((uint16_t)i, bf16);
+        if (isnan(want)) {
+            uint32_t bits;
+            memcpy(&bits, &fp[i], 4);
+            cr_assert(isnan(fp[i]), "%s 0x%04x -> %a", dname(half), i, (double)fp[i]);
+            cr_assert_eq(bits >> 31, i >> 15, "NaN sign of 0x%04x", i);
+        } else {
+            cr_assert((long double)fp[i] == want && !signbit(fp[i]) == !signbit(want),
+                      "%s 0x%04x -> %a", dname(half), i, (double)fp[i]);
+        }
+    }
+    cm_tensor_release(h);
+    cm_tensor_release(f);
+    cm_tensor_release(back);
+    cm_device_release(dev);
+}
+
+Test(ops_matrix, float16_all_65536_patterns_roundtrip_through_float32) {
+    roundtrip_all(CM_FLOAT16);
+}
+
+Test(ops_matrix, bfloat16_all_65536_patterns_roundtrip_through_float32) {
+    roundtrip_all(CM_BFLOAT16);
+}
+
+/* float32 to float16 and bfloat16: every pattern that is a tie or a
+ * neighbour of one, random patterns, and named ones (overflow, subnormals,
+ * NaNs), against the search-based reference. A NaN keeps its sign and the
+ * top bits of its payload, quieted when those are all zero. */
+Test(ops_matrix, float32_to_half_rounds_to_nearest_even_and_keeps_nan_payloads) {
+    cm_device *dev = dev_open();
+    enum { N = 65536 * 6 };
+    const int64_t n[1] = {N};
+    cm_tensor *f = new_tensor(dev, CM_FLOAT32, 1, n), *h = new_tensor(dev, CM_FLOAT16, 1, n),
+              *b = new_tensor(dev, CM_BFLOAT16, 1, n);
+    uint32_t *fp = NULL;
+    CHECK(cm_tensor_host_write(f, CM_FLOAT32, (void **)&fp));
+    for (uint32_t i = 0; i < 65536; ++i) {
+        /* float16 ties: 13 dropped bits 0x1000; bfloat16 ties: 16 bits 0x8000. */
+        fp[6 * i + 0] = (i << 13) | 0x1000u;
+        fp[6 * i + 1] = ((i << 13) | 0x1000u) + 1u;
+        fp[6 * i + 2] = ((i << 13) | 0x1000u) - 1u;
+        fp[6 * i + 3] = (i << 16) | 0x8000u;
+        fp[6 * i + 4] = ((i << 16) | 0x8000u) - 1u;
+        fp[6 * i + 5] = (uint32_t)mix(i);
+    }
+    const float named[] = {65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.98e-8f, 2.9802322e-8f,
+                           5.96e-8f, 6.1e-5f, 6.097555e-5f, 1.0f + 0x1p-11f, 3.4028235e38f};
+    const uint16_t named_float16[] = {0x7bff, 0x7bff, 0x7c00, 0x0000, 0x0000, 0x0000, 0x0001};
+    const uint32_t named_bits[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fa12345u,
+                                   0xff812345u, 0x3f801000u, 0x3f803000u, 0x33000000u,
+                                   0x33000001u, 0x477ff000u, 0x477fefffu, 0x38800000u,
+                                   0x387fe000u, 0x3f808000u, 0x3f818000u, 0x00000001u,
+                                   0x80000000u, 0x7f7fffffu};
+    const size_t n_named = sizeof named / sizeof named[0];
+    memcpy(fp, named, sizeof named);
+    memcpy(fp + n_named, named_bits, sizeof named_bits);
+    CHECK(cm_cast(f, h, NULL));
+    CHECK(cm_cast(f, b, NULL));
+    const uint16_t *hp = NULL, *bp = NULL;
+    CHECK(cm_tensor_host_read(h, CM_FLOAT16, (const void **)&hp));
+    CHECK(cm_tensor_host_read(b, CM_BFLOAT16, (const void **)&bp));
+    for (uint32_t i = 0; i < N; ++i) {
+        const uint32_t u = fp[i];
+        float v;
+        memcpy(&v, &u, 4);
+        if (isnan(v)) {
+            const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+            const uint16_t ph = (uint16_t)((u >> 13) & 0x3ffu), pb = (uint16_t)((u >> 16) & 0x7fu);
+            cr_assert_eq(hp[i], sign | 0x7c00u | (ph ? ph : 0x200u), "0x%08x -> float16 0x%04x",
+                         u, hp[i]);
+            cr_assert_eq(bp[i], sign | 0x7f80u | (pb ? pb : 0x40u), "0x%08x -> bfloat16 0x%04x",
+                         u, bp[i]);
+            continue;
+        }
+        cr_assert_eq(hp[i], ref_small_encode(v, false), "%a -> float16 0x%04x", (double)v, hp[i]);
+        cr_assert_eq(bp[i], ref_small_encode(v, true), "%a -> bfloat16 0x%04x", (double)v, bp[i]);
+    }
+    for (size_t i = 0; i < sizeof named_float16 / sizeof named_float16[0]; ++i)
+        cr_assert_eq(hp[i], named_float16[i], "named %zu: 0x%04x", i, hp[i]);
+    cm_tensor_release(f);
+    cm_tensor_release(h);
+    cm_tensor_release(b);
+    cm_device_release(dev);
+}
+
+/* 64-bit integers round once to float32/float16/bfloat16 (no double
+ * rounding through an intermediate), and floats saturate into integers. */
+Test(ops_matrix, wide_integers_round_once_and_floats_saturate) {
+    REQUIRE_EXACT_REFERENCE();
+    cm_device *dev = dev_open();
+    const int64_t iv[] = {INT64_MAX, INT64_MIN, (1ll << 53) + 1, (1ll << 24) + 1,
+                          (1ll << 24) + 3, 65519, 65520, -65536, 0x7fffff7fffffffffll,
+                          0x0100000180000000ll, 0x0100000080000001ll, -0x0100000080000000ll,
+                          (1ll << 60) + (1ll << 52) + 1, (1ll << 60) + (1ll << 52),
+                          -((1ll << 60) + (1ll << 52) + 1)};
+    const int64_t n[1] = {sizeof iv / sizeof iv[0]};
+    const cm_dtype to[] = {CM_FLOAT32, CM_FLOAT16, CM_BFLOAT16};
+    cm_tensor *x = new_tensor(dev, CM_INT64, 1, n);
+    int64_t *p = NULL;
+    CHECK(cm_tensor_host_write(x, CM_INT64, (void **)&p));
+    memcpy(p, iv, sizeof iv);
+    for (size_t k = 0; k < 3; ++k) {
+        cm_tensor *y = new_tensor(dev, to[k], 1, n);
+        CHECK(cm_cast(x, y, NULL));
+        for (int64_t i = 0; i < n[0]; ++i) {
+            elem e;
+            e.i64 = iv[i];
+            char what[96];
+            snprintf(what, sizeof what, "int64 %lld -> %s", (long long)iv[i], dname(to[k]));
+            expect_equal(to[k], get_at(y, &i), ref_convert(to[k], CM_INT64, e), what);
+        }
+        cm_tensor_release(y);
+    }
+    const float fv[] = {NAN, INFINITY, -INFINITY, 3e9f, -3e9f, 2147483520.0f, -2147483648.0f,
+                        255.9f, -0.9f, -1.0f, 1e20f, -1e20f, 9.2233720e18f, 1.8446743e19f};
+    const int64_t m[1] = {sizeof fv / sizeof fv[0]};
+    cm_tensor *f = new_tensor(dev, CM_FLOAT32, 1, m);
+    float *fp = NULL;
+    CHECK(cm_tensor_host_write(f, CM_FLOAT32, (void **)&fp));
+    memcpy(fp, fv, sizeof fv);
+    for (size_t k = 0; k < N_DTYPES; ++k) {
+        if (dfloat(all_dtypes[k]))
+            continue;
+        cm_tensor *y = new_tensor(dev, all_dtypes[k], 1, m);
+        CHECK(cm_cast(f, y, NULL));
+        for (int64_t i = 0; i < m[0]; ++i) {
+            elem e;
+            e.f32 = fv[i];
+            char what[96];
+            snprintf(what, sizeof what, "float32 %g -> %s", (double)fv[i], dname(all_dtypes[k]));
+            expect_equal(all_dtypes[k], get_at(y, &i), ref_convert(all_dtypes[k], CM_FLOAT32, e),
+                         what);
+        }
+        cm_tensor_release(y);
+    }
+    cm_tensor_release(x);
+    cm_tensor_release(f);
+    cm_device_release(dev);
+}
+
+/* Casts four elements of `from` to the 16-bit float dtype `to` and
+ * compares their bit patterns with want. */
+static void expect_cast_to_half(cm_dtype from, const void *values, cm_dtype to,
+                                const uint16_t want[4]) {
+    cm_device *dev = dev_open();
+    const int64_t n[1] = {4};
+    cm_tensor *x = new_tensor(dev, from, 1, n), *y = new_tensor(dev, to, 1, n);
+    void *xp = NULL;
+    CHECK(cm_tensor_host_write(x, from, &xp));
+    memcpy(xp, values, 4 * dsize(from));
+    CHECK(cm_cast(x, y, NULL));
+    const uint16_t *yp = NULL;
+    CHECK(cm_tensor_host_read(y, to, (const void **)&yp));
+    for (int k = 0; k < 4; ++k)
+        cr_assert_eq(yp[k], want[k], "%s -> %s #%d: 0x%04x", dname(from), dname(to), k, yp[k]);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_device_release(dev);
+}
+
+/* The same rules as literal bit patterns (a check on the reference too). */
+Test(ops_matrix, int64_just_above_a_bfloat16_tie_rounds_up) {
+    /* 2^60 + 2^52 + 1 lies just above a bfloat16 tie; through a double it
+     * would become the tie and round down. */
+    const int64_t v[4] = {(1ll << 60) + (1ll << 52) + 1, (1ll << 60) + (1ll << 52),
+                          -((1ll << 60) + (1ll << 52) + 1), INT64_MIN};
+    const uint16_t want[4] = {0x5d81, 0x5d80, 0xdd81, 0xdf00};
+    expect_cast_to_half(CM_INT64, v, CM_BFLOAT16, want);
+}
+
+Test(ops_matrix, float64_just_above_a_float16_tie_rounds_up) {
+    skip_unless_cpu();
+    const double v[4] = {1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-11,
+                         0x1p-25 + 0x1p-60 /* just above half the smallest subnormal */,
+                         65520.0 - 0x1p-30};
+    const uint16_t want[4] = {0x3c01, 0x3c00, 0x0001, 0x7bff};
+    expect_cast_to_half(CM_FLOAT64, v, CM_FLOAT16, want);
+}
+
+Test(ops_matrix, float_to_int_saturates_and_maps_nan_to_zero) {
+    cm_device *dev = dev_open();
+    const int64_t n[1] = {6};
+    cm_tensor *f = new_tensor(dev, CM_FLOAT32, 1, n), *o = new_tensor(dev, CM_INT16, 1, n);
+    cm_tensor *u = new_tensor(dev, CM_UINT8, 1, n), *bl = new_tensor(dev, CM_BOOL, 1, n);
+    float *fp = NULL;
+    CHECK(cm_tensor_host_write(f, CM_FLOAT32, (void **)&fp));
+    const float vals[6] = {NAN, INFINITY, -INFINITY, 1e9f, -2.9f, 0.5f};
+    memcpy(fp, vals, sizeof vals);
+    CHECK(cm_cast(f, o, NULL));
+    CHECK(cm_cast(f, u, NULL));
+    CHECK(cm_cast(f, bl, NULL));
+    const int16_t *op = NULL;
+    const uint8_t *up = NULL, *bp = NULL;
+    CHECK(cm_tensor_host_read(o, CM_INT16, (const void **)&op));
+    CHECK(cm_tensor_host_read(u, CM_UINT8, (const void **)&up));
+    CHECK(cm_tensor_host_read(bl, CM_BOOL, (const void **)&bp));
+    const int16_t wo[6] = {0, 32767, -32768, 32767, -2, 0};
+    const uint8_t wu[6] = {0, 255, 0, 255, 0, 0};
+    const uint8_t wb[6] = {1, 1, 1, 1, 1, 1};
+    for (int k = 0; k < 6; ++k) {
+        cr_assert_eq(op[k], wo[k], "int16 %d: %d", k, op[k]);
+        cr_assert_eq(up[k], wu[k], "uint8 %d: %d", k, up[k]);
+        cr_assert_eq(bp[k], wb[k], "bool %d: %d", k, bp[k]);
+    }
+    cm_tensor_release(f);
+    cm_tensor_release(o);
+    cm_tensor_release(u);
+    cm_tensor_release(bl);
+    cm_device_release(dev);
+}
+
+/* ------------------------------------------------------------ unary */
+
+static bool unary_exact(cm_unary_op op) {
+    return op <= CM_UNARY_SQRT || op == CM_UNARY_FLOOR || op == CM_UNARY_CEIL;
+}
+
+/* Relative tolerance of transcendental ops: a few ulp of the computing
+ * precision plus one rounding to the dtype. */
+static long double unary_tolerance(cm_dtype d) {
+    switch (d) {
+    case CM_FLOAT16: return 2e-3L;
+    case CM_BFLOAT16: return 1.6e-2L;
+    case CM_FLOAT32: return 2e-6L;
+    default: return 1e-14L;
+    }
+}
+
+static elem ref_unary(cm_unary_op op, cm_dtype d, elem a) {
+    if (!dfloat(d)) {
+        const uint64_t x = bits64(d, a);
+        const bool neg = dsigned(d) && (int64_t)x < 0;
+        switch (op) {
+        case CM_UNARY_NEG: return of_bits(d, 0 - x);
+        case CM_UNARY_ABS: return of_bits(d, neg ? 0 - x : x);
+        case CM_UNARY_SQUARE: return of_bits(d, x * x);
+        case CM_UNARY_RELU: return of_bits(d, neg ? 0 : x);
+        default: return of_bits(d, neg ? ~0ull : x != 0);
+        }
+    }
+    if (unary_exact(op)) { /* in double, then one rounding to d */
+        const double x = (double)elem_value(d, a);
+        double r;
+        switch (op) {
+        case CM_UNARY_NEG: r = -x; break;
+        case CM_UNARY_ABS: r = fabs(x); break;
+        case CM_UNARY_SQUARE: r = x * x; break;
+        case CM_UNARY_RELU: r = isnan(x) ? x : x > 0 ? x : 0.0; break;
+        case CM_UNARY_SIGN: r = isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; break;
+        case CM_UNARY_SQRT: r = sqrt(x); break;
+        case CM_UNARY_FLOOR: r = floor(x); break;
+        default: r = ceil(x); break;
+        }
+        return ref_from_value(d, r);
+    }
+    const long double x = elem_value(d, a);
+    long double r;
+    switch (op) {
+    case CM_UNARY_RSQRT: r = 1.0L / sqrtl(x); break;
+    case CM_UNARY_EXP: r = expl(x); break;
+    case CM_UNARY_LOG: r = logl(x); break;
+    case CM_UNARY_SIN: r = sinl(x); break;
+    case CM_UNARY_COS: r = cosl(x); break;
+    case CM_UNARY_TANH: r = tanhl(x); break;
+    default: r = 1.0L / (1.0L + expl(-x)); break;
+    }
+    return ref_from_value(d, r);
+}
+
+static void expect_close(cm_dtype d, elem got, elem want, const char *what) {
+    if (elem_isnan(d, want)) {
+        cr_assert(elem_isnan(d, got), "%s: want NaN, got %Lg", what, elem_value(d, got));
+        return;
+    }
+    const long double g = elem_value(d, got), w = elem_value(d, want);
+    if (isinf(w) || w == 0) {
+        const long double tiny = d == CM_FLOAT64 ? 1e-300L : d == CM_FLOAT32 ? 1e-37L : 1e-6L;
+        cr_assert(g == w || (!isinf(w) && fabsl(g) <= tiny), "%s: got %Lg want %Lg", what, g, w);
+        return;
+    }
+    const long double tol = unary_tolerance(d) * (fabsl(w) > 1 ? fabsl(w) : 1);
+    cr_assert(fabsl(g - w) <= tol, "%s: got %.20Lg want %.20Lg", what, g, w);
+}
+
+static void check_unary(cm_device *dev, cm_unary_op op, cm_dtype d, const test_shape *ts,
+                        enum layout l, enum layout lo, bool in_place) {
+    /* Transcendental ops get finite inputs in [-8, 8], but for log and
+     * rsqrt, which meet zeros, negatives, infinities and NaNs. */
+    const bool tame = !unary_exact(op) && op != CM_UNARY_LOG && op != CM_UNARY_RSQRT;
+    cm_tensor *x = make_view(dev, d, ts->ndim, ts->shape, l, 21 + (uint64_t)op * 8 + (uint64_t)l,
+                             tame, NULL);
+    cm_tensor *ref_in = new_tensor(dev, d, ts->ndim, ts->shape);
+    CHECK(cm_copy(x, ref_in, NULL));
+    cm_tensor *out = in_place ? x : make_view(dev, d, ts->ndim, ts->shape, lo, 22, false, NULL);
+    if (in_place)
+        CHECK(cm_tensor_retain(x));
+    CHECK(cm_unary(op, x, out, NULL));
+    int64_t idx[CM_MAX_NDIM] = {0};
+    if (numel_of(ts->ndim, ts->shape) > 0) {
+        const view_reader rin = reader_of(ref_in), rout = reader_of(out);
+        do {
+            const elem a = read_at(&rin, idx);
+            char what[128];
+            snprintf(what, sizeof what, "%s %s (%s -> %s%s) of %.17Lg", cm_unary_op_name(op),
+                     dname(d), layout_names[l], layout_names[lo], in_place ? ", in place" : "",
+                     elem_value(d, a));
+            const elem want = ref_unary(op, d, a), got = read_at(&rout, idx);
+            if (unary_exact(op) || !dfloat(d))
+                expect_equal(d, got, want, what);
+            else
+                expect_close(d, got, want, what);
+        } while (next_index(ts->ndim, ts->shape, idx));
+    }
+    cm_tensor_release(x);
+    cm_tensor_release(ref_in);
+    cm_tensor_release(out);
+}
+
+Test(ops_matrix, unary_every_op_dtype_layout_and_shape_matches_reference) {
+    REQUIRE_EXACT_REFERENCE();
+    cm_device *dev = dev_open();
+    const size_t n_dt = device_dtype_count();
+    int cases = 0;
+    for (int op = 1; op < CM_UNARY_COUNT; ++op) {
+        for (size_t di = 0; di < n_dt; ++di) {
+            const cm_dtype d = all_dtypes[di];
+            if (d == CM_BOOL || (op >= CM_UNARY_SQRT && !dfloat(d)))
+                continue; /* bool has no unary ops, integers no float ones */
+            for (size_t s = 0; s < N_TEST_SHAPES; ++s) {
+                for (int l = 0; l < L_COUNT; ++l) {
+                    const enum layout lo = l == L_BROADCAST
+                                               ? L_NEGATIVE
+                                               : (enum layout)((l + 1) % L_BROADCAST);
+                    check_unary(dev, (cm_unary_op)op, d, &test_shapes[s], (enum layout)l, lo,
+                                false);
+                    cases++;
+                }
+            }
+            check_unary(dev, (cm_unary_op)op, d, &test_shapes[5], L_NEGATIVE, L_NEGATIVE, true);
+        }
+    }
+    cr_assert_gt(cases, 2000);
+    cm_device_release(dev);
+}
+
+/* ------------------------------------------------------------ binary */
+
+static elem ref_binary(cm_binary_op op, cm_dtype d, elem a, elem b) {
+    if (op >= CM_BINARY_EQ) {
+        const long double x = elem_value(d, a), y = elem_value(d, b);
+        uint64_t r;
+        switch (op) {
+        case CM_BINARY_EQ: r = x == y; break;
+        case CM_BINARY_NE: r = x != y; break;
+        case CM_BINARY_LT: r = x < y; break;
+        case CM_BINARY_LE: r = x <= y; break;
+        case CM_BINARY_GT: r = x > y; break;
+        default: r = x >= y; break;
+        }
+        return of_bits(CM_BOOL, r);
+    }
+    if (op == CM_BINARY_MIN || op == CM_BINARY_MAX) {
+        if (elem_isnan(d, a))
+            return a;
+        if (elem_isnan(d, b))
+            return b;
+        const long double x = elem_value(d, a), y = elem_value(d, b);
+        return (op == CM_BINARY_MIN ? x < y : x > y) ? a : b;
+    }
+    if (!dfloat(d)) { /* wrapping; x / 0 is 0, MIN / -1 wraps */
+        const uint64_t x = bits64(d, a), y = bits64(d, b);
+        switch (op) {
+        case CM_BINARY_ADD: return of_bits(d, x + y);
+        case CM_BINARY_SUB: return of_bits(d, x - y);
+        case CM_BINARY_MUL: return of_bits(d, x * y);
+        default: break;
+        }
+        if (y == 0)
+            return of_bits(d, 0);
+        if (dsigned(d))
+            return of_bits(d, (int64_t)y == -1 ? 0 - x : (uint64_t)((int64_t)x / (int64_t)y));
+        return of_bits(d, x / y);
+    }
+    /* In double, then one rounding to d. */
+    const double x = (double)elem_value(d, a), y = (double)elem_value(d, b);
+    const double r = op == CM_BINARY_ADD   ? x + y
+                     : op == CM_BINARY_SUB ? x - y
+                     : op == CM_BINARY_MUL ? x * y
+                                           : x / y;
+    return ref_from_value(d, r);
+}
+
+static void check_binary(cm_device *dev, cm_binary_op op, cm_dtype d, int32_t ndim,
+                         const int64_t *shape, int32_t nda, const int64_t *sha, int32_t ndb,
+                         const int64_t *shb, enum layout la, enum layout lb, enum layout lo) {
+    cm_tensor *a = make_view(dev, d, nda, sha, la, 31 + (uint64_t)op, false, NULL);
+    cm_tensor *b = make_view(dev, d, ndb, shb, lb, 32 + (uint64_t)op, false, NULL);
+    const cm_dtype od = op >= CM_BINARY_EQ ? CM_BOOL : d;
+    cm_tensor *out = make_view(dev, od, ndim, shape, lo, 33, false, NULL);
+    CHECK(cm_binary(op, a, b, out, NULL));
+    int64_t idx[CM_MAX_NDIM] = {0}, ia[CM_MAX_NDIM], ib[CM_MAX_NDIM];
+    if (numel_of(ndim, shape) > 0) {
+        const view_reader ra = reader_of(a), rb = reader_of(b), ro = reader_of(out);
+        do {
+            bcast_index(ndim, idx, nda, sha, ia);
+            bcast_index(ndim, idx, ndb, shb, ib);
+            const elem x = read_at(&ra, ia), y = read_at(&rb, ib);
+            const elem want = ref_binary(op, d, x, y), got = read_at(&ro, idx);
+            char what[160];
+            snprintf(what, sizeof what, "%s %s (%s, %s -> %s) of %.17Lg, %.17Lg",
+                     cm_binary_op_name(op), dname(d), layout_names[la], layout_names[lb],
+                     layout_names[lo], elem_value(d, x), elem_value(d, y));
+            if ((op == CM_BINARY_MIN || op == CM_BINARY_MAX) && dfloat(d) &&
+                elem_value(d, want) == 0 && elem_value(d, got) == 0)
+                continue; /* either zero of two equal zeros */
+            expect_equal(od, got, want, what);
+        } while (next_index(ndim, shape, idx));
+    }
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_tensor_release(out);
+}
+
+Test(ops_matrix, binary_every_op_dtype_layout_and_shape_matches_reference) {
+    cm_device *dev = dev_open();
+    const size_t n_dt = device_dtype_count();
+    int cases = 0;
+    for (int op = 1; op < CM_BINARY_COUNT; ++op) {
+        for (size_t di = 0; di < n_dt; ++di) {
+            const cm_dtype d = all_dtypes[di];
+            if (d == CM_BOOL && op < CM_BINARY_MIN)
+                continue; /* no arithmetic on bool */
+            for (size_t s = 0; s < N_TEST_SHAPES; ++s) {
+                const test_shape *ts = &test_shapes[s];
+                for (int l = 0; l < L_COUNT; ++l) {
+                    const enum layout lb = (enum layout)((l + 2) % L_COUNT);
+                    const enum layout lo = (enum layout)(l % L_BROADCAST);
+                    check_binary(dev, (cm_binary_op)op, d, ts->ndim, ts->shape, ts->ndim,
+                                 ts->shape, ts->ndim, ts->shape, (enum layout)l, lb, lo);
+                    cases++;
+                }
+            }
+        }
+    }
+    cr_assert_gt(cases, 5000);
+    cm_device_release(dev);
+}
+
+Test(ops_matrix, binary_broadcasts_both_inputs_numpy_style) {
+    cm_device *dev = dev_open();
+    const int64_t out[3] = {3, 4, 5}, a1[3] = {3, 1, 5}, b1[2] = {4, 1}, c1[1] = {5},
+                  d1[3] = {1, 4, 1};
+    const cm_dtype dts[] = {CM_INT32,    CM_FLOAT32, CM_FLOAT16, CM_UINT8,
+                            CM_BFLOAT16, CM_INT64,   CM_FLOAT64};
+    const size_t n_dts = sizeof dts / sizeof dts[0] - (on_cpu() ? 0 : 1);
+    for (size_t k = 0; k < n_dts; ++k) {
+        for (int op = 1; op < CM_BINARY_COUNT; ++op) {
+            check_binary(dev, (cm_binary_op)op, dts[k], 3, out, 3, a1, 2, b1, L_CONTIG,
+                         L_TRANSPOSED, L_CONTIG);
+            check_binary(dev, (cm_binary_op)op, dts[k], 3, out, 0, NULL, 1, c1, L_CONTIG,
+                         L_NEGATIVE, L_STEP);
+            check_binary(dev, (cm_binary_op)op, dts[k], 3, out, 1, c1, 3, d1, L_STEP,
+                         L_CONTIG, L_TRANSPOSED);
+        }
+    }
+    cm_device_release(dev);
+}
+
+Test(ops_matrix, output_may_be_an_input_itself) {
+    cm_device *dev = dev_open();
+    const int64_t shape[2] = {6, 5};
+    cm_tensor *a = make_view(dev, CM_FLOAT32, 2, shape, L_NEGATIVE, 1, true, NULL);
+    cm_tensor *b = make_view(dev, CM_FLOAT32, 2, shape, L_TRANSPOSED, 2, true, NULL);
+    cm_tensor *a0 = new_tensor(dev, CM_FLOAT32, 2, shape);
+    cm_tensor *b0 = new_tensor(dev, CM_FLOAT32, 2, shape);
+    CHECK(cm_copy(a, a0, NULL));
+    CHECK(cm_copy(b, b0, NULL));
+    CHECK(cm_binary(CM_BINARY_MUL, a, b, a, NULL));
+    CHECK(cm_unary(CM_UNARY_NEG, b, b, NULL));
+    int64_t idx[2] = {0};
+    do {
+        const float x = get_at(a0, idx).f32, y = get_at(b0, idx).f32;
+        cr_assert_eq(get_at(a, idx).f32, x * y);
+        cr_assert_eq(get_at(b, idx).f32, -y);
+    } while (next_index(2, shape, idx));
+    /* Both inputs and the output one strided view. */
+    cm_tensor *h = make_view(dev, CM_BFLOAT16, 2, shape, L_STEP, 3, true, NULL);
+    cm_tensor *h0 = new_tensor(dev, CM_BFLOAT16, 2, shape);
+    CHECK(cm_copy(h, h0, NULL));
+    CHECK(cm_binary(CM_BINARY_ADD, h, h, h, NULL));
+    memset(idx, 0, sizeof idx);
+    do {
+        const long double w = 2 * elem_value(CM_BFLOAT16, get_at(h0, idx));
+        cr_assert_eq(elem_value(CM_BFLOAT16, get_at(h, idx)), w);
+    } while (next_index(2, shape, idx));
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_tensor_release(a0);
+    cm_tensor_release(b0);
+    cm_tensor_release(h);
+    cm_tensor_release(h0);
+    cm_device_release(dev);
+}
+
+/* ------------------------------------------------------------ reduce */
+
+/* One rounding to the output dtype, relative. */
+static long double round_tol(cm_dtype d) {
+    switch (d) {
+    case CM_FLOAT16: return 0x1p-10L;
+    case CM_BFLOAT16: return 0x1p-7L;
+    case CM_FLOAT32: return 0x1p-23L;
+    default: return 0x1p-52L;
+    }
+}
+
+/* The unit of the float accumulator: the CPU sums in double, Metal in
+ * float32. A sum of count terms is off by at most count units times the
+ * sum of magnitudes. */
+static long double accumulator_ulp(void) {
+    return on_cpu() ? 0x1p-52L : 0x1p-23L;
+}
+
+/* Reduces x (ndim, shape; layout lx) over `axis` (-1: all) into a fresh
+ * output of dtype od (kept axes when keep), checking every element. */
+static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype od, int32_t ndim,
+                         const int64_t *shape, int32_t axis, bool keep, enum layout lx) {
+    const bool sum = op == CM_REDUCE_SUM || op == CM_REDUCE_MEAN;
+    cm_tensor *x = make_view(dev, d, ndim, shape, lx, 50 + (uint64_t)op, sum && dfloat(d), NULL);
+    int64_t oshape[CM_MAX_NDIM];
+    int32_t ond = 0;
+    int64_t count = 1;
+    for (int32_t k = 0; k < ndim; ++k) {
+        const bool reduced = axis < 0 || k == axis;
+        count *= reduced ? shape[k] : 1;
+        if (!reduced)
+            oshape[ond++] = shape[k];
+        else if (keep)
+            oshape[ond++] = 1;
+    }
+    cm_tensor *out = make_view(dev, od, ond, oshape, L_STEP, 51, false, NULL);
+    const cm_status st = cm_reduce(op, x, axis < 0 ? CM_AXIS_ALL : axis - ndim, out, NULL);
+    if (count == 0 && numel_of(ond, oshape) > 0 && !sum) {
+        cr_assert_eq(st, CM_ERR_INVALID_ARGUMENT, "%s", cm_last_error());
+        cr_assert(strstr(cm_last_error(), "no identity") != NULL, "%s", cm_last_error());
+        goto done;
+    }
+    cr_assert_eq(st, CM_OK, "%s", cm_last_error());
+    if (numel_of(ond, oshape) == 0)
+        goto done;
+    const view_reader rx = reader_of(x);
+    int64_t oi[CM_MAX_NDIM] = {0};
+    do {
+        /* The x indices that map onto oi. */
+        int64_t base[CM_MAX_NDIM], rshape[CM_MAX_NDIM], ri[CM_MAX_NDIM] = {0};
+        for (int32_t k = 0, j = 0; k < ndim; ++k) {
+            const bool reduced = axis < 0 || k == axis;
+            base[k] = reduced ? 0 : oi[j];
+            rshape[k] = reduced ? shape[k] : 1;
+            if (!reduced || keep)
+                ++j;
+        }
+        long double fsum = 0, fabs_sum = 0, best = 0;
+        uint64_t isum = 0;
+        bool nan = false, first = true;
+        elem best_e;
+        memset(&best_e, 0, sizeof best_e);
+        if (count > 0) {
+            do {
+                int64_t xi[CM_MAX_NDIM];
+                for (int32_t k = 0; k < ndim; ++k)
+                    xi[k] = base[k] + ri[k];
+                const elem e = read_at(&rx, xi);
+                const long double v = elem_value(d, e);
+                nan = nan || elem_isnan(d, e);
+                fsum += v;
+                fabs_sum += fabsl(v);
+                isum += bits64(d, e);
+                if (first || (op == CM_REDUCE_MAX ? v > best : v < best)) {
+                    best = v;
+                    best_e = e;
+                }
+                first = false;
+            } while (next_index(ndim, rshape, ri));
+        }
+        const elem got = get_at(out, oi);
+        char what[160];
+        snprintf(what, sizeof what, "%s %s -> %s axis %d keep %d %s count %lld",
+                 cm_reduce_op_name(op), dname(d), dname(od), axis, keep, layout_names[lx],
+                 (long long)count);
+        if (!sum) { /* max, min: the element itself, NaN wins */
+            if (nan) {
+                cr_assert(elem_isnan(od, got), "%s: want NaN", what);
+                continue;
+            }
+            const elem want = ref_convert(od, d, best_e);
+            if (dfloat(od) && elem_value(od, want) == 0)
+                cr_assert(elem_value(od, got) == 0, "%s", what);
+            else
+                cr_assert(elem_bits_equal(od, got, want), "%s: got %Lg want %Lg", what,
+                          elem_value(od, got), elem_value(od, want));
+            continue;
+        }
+        const bool signed_sum = dsigned(d) || d == CM_BOOL;
+        if (!dfloat(d)) {
+            if (op == CM_REDUCE_SUM) { /* wraps in 64 bits, then converts */
+                elem s;
+                s.u64 = isum;
+                const elem want = ref_convert(od, signed_sum ? CM_INT64 : CM_UINT64, s);
+                cr_assert(elem_bits_equal(od, got, want), "%s: got %Lg want %Lg", what,
+                          elem_value(od, got), elem_value(od, want));
+                continue;
+            }
+            fsum = signed_sum ? (long double)(int64_t)isum : (long double)isum;
+            fabs_sum = fabsl(fsum);
+        }
+        long double w = fsum;
+        if (op == CM_REDUCE_MEAN) {
+            w = count ? fsum / (long double)count : (long double)NAN;
+            fabs_sum = count ? fabs_sum / (long double)count : 0;
+        }
+        if (isnan(w) && dfloat(od)) {
+            cr_assert(elem_isnan(od, got), "%s: want NaN", what);
+            continue;
+        }
+        if (!dfloat(od)) { /* means of integers truncate exactly */
+            /* The CPU divides a float64 sum: allow its rounding. */
+            const elem want = ref_from_value(od, w);
+            const long double slack = fabsl(w) * 0x1p-50L > 1 ? fabsl(w) * 0x1p-50L : 1;
+            cr_assert(elem_bits_equal(od, got, want) ||
+                          fabsl(elem_value(od, got) - elem_value(od, want)) <= slack,
+                      "%s: got %Lg want %Lg", what, elem_value(od, got), elem_value(od, want));
+            continue;
+        }
+        const long double g = elem_value(od, got);
+        if (isinf(elem_value(od, ref_from_value(od, w)))) { /* overflows the dtype */
+            cr_assert(g == elem_value(od, ref_from_value(od, w)), "%s: got %Lg want %Lg", what,
+                      g, w);
+            continue;
+        }
+        const long double tol =
+            round_tol(od) * fabsl(w) + (long double)count * accumulator_ulp() * fabs_sum;
+        cr_assert(fabsl(g - w) <= tol, "%s: got %.20Lg want %.20Lg", what, g, w);
+    } while (next_index(ond, oshape, oi));
+done:
+    cm_tensor_release(x);
+    cm_tensor_release(out);
+}
+
+Test(ops_matrix, reduce_every_op_dtype_axis_layout_and_shape_matches_reference) {
+    cm_device *dev = dev_open();
+    const size_t n_dt = device_dtype_count();
+    int cases = 0;
+    for (int op = 1; op < CM_REDUCE_COUNT; ++op) {
+        for (size_t di = 0; di < n_dt; ++di) {
+            for (size_t s = 0; s < N_TEST_SHAPES; ++s) {
+                const test_shape *ts = &test_shapes[s];
+                for (int32_t axis = -1; axis < ts->ndim; ++axis) {
+                    for (int l = 0; l < L_COUNT; ++l) {
+                        check_reduce(dev, (cm_reduce_op)op, all_dtypes[di], all_dtypes[di],
+                                     ts->ndim, ts->shape, axis, (l + axis) % 2 == 0,
+                                     (enum layout)l);
+                        cases++;
+                    }
+                }
+            }
+        }
+    }
+    cr_assert_gt(cases, 5000);
+    cm_device_release(dev);
+}
+
+/* Every op over long rows (axis 1), long columns (axis 0) and all of a
+ * tensor, for the dtypes ds (float64, last, on the CPU only); the layout
+ * turns with the op and dtype. */
+static void check_long_reductions(const cm_dtype ds[7], const int64_t rows[2],
+                                  const int64_t cols[2], int32_t all_ndim, const int64_t *all,
+                                  bool keep_rows) {
+    cm_device *dev = dev_open();
+    const size_t n = on_cpu() ? 7 : 6;
+    cr_assert_eq(ds[6], CM_FLOAT64);
+    for (size_t k = 0; k < n; ++k) {
+        for (int op = 1; op < CM_REDUCE_COUNT; ++op) {
+            const enum layout l = (enum layout)(((size_t)op + k) % L_COUNT);
+            check_reduce(dev, (cm_reduce_op)op, ds[k], ds[k], 2, rows, 1, keep_rows, l);
+            check_reduce(dev, (cm_reduce_op)op, ds[k], ds[k], 2, cols, 0, !keep_rows, l);
+            check_reduce(dev, (cm_reduce_op)op, ds[k], ds[k], all_ndim, all, -1, false, l);
+        }
+    }
+    cm_device_release(dev);
+}
+
+/* Long reductions (a threadgroup per output on Metal), every layout. */
+Test(ops_matrix, reduce_long_rows_and_everything) {
+    const int64_t rows[2] = {3, 700}, cols[2] = {600, 5};
+    const cm_dtype ds[7] = {CM_FLOAT32, CM_INT32,    CM_UINT8,  CM_FLOAT16,
+                            CM_INT64,   CM_BFLOAT16, CM_FLOAT64};
+    check_long_reductions(ds, rows, cols, 2, rows, false);
+}
+
+/* Long reductions of few outputs (split into chunks, then combined, on
+ * Metal). */
+Test(ops_matrix, reduce_few_very_long_rows) {
+    REQUIRE_EXACT_REFERENCE();
+    const int64_t rows[2] = {2, 9000}, cols[2] = {9000, 3}, all[3] = {3, 50, 100};
+    const cm_dtype ds[7] = {CM_FLOAT32, CM_INT64, CM_UINT16, CM_FLOAT16,
+                            CM_BOOL,    CM_INT8,  CM_FLOAT64};
+    check_long_reductions(ds, rows, cols, 3, all, true);
+}
+
+Test(ops_matrix, reduce_results_convert_to_other_output_dtypes) {
+    REQUIRE_EXACT_REFERENCE();
+    cm_device *dev = dev_open();
+    const int64_t shape[2] = {17, 33};
+    /* The last two pairs (float64 outputs) on the CPU only. */
+    const struct {
+        cm_dtype in, out;
+    } pairs[] = {
+        {CM_INT8, CM_INT64},       {CM_UINT16, CM_UINT64},    {CM_BOOL, CM_INT32},
+        {CM_FLOAT16, CM_FLOAT32},  {CM_BFLOAT16, CM_FLOAT32}, {CM_FLOAT32, CM_INT16},
+        {CM_INT32, CM_FLOAT16},    {CM_BFLOAT16, CM_FLOAT64}, {CM_FLOAT32, CM_FLOAT64},
+    };
+    const size_t n = sizeof pairs / sizeof pairs[0] - (on_cpu() ? 0 : 2);
+    for (size_t k = 0; k < n; ++k)
+        for (int op = 1; op < CM_REDUCE_COUNT; ++op)
+            for (int32_t axis = -1; axis < 2; ++axis)
+                check_reduce(dev, (cm_reduce_op)op, pairs[k].in, pairs[k].out, 2, shape, axis,
+                             false, axis == 0 ? L_TRANSPOSED : L_CONTIG);
+    cm_device_release(dev);
+}
+
+Test(ops_matrix, integer_sums_wrap_in_64_bits_and_are_exact) {
+    cm_device *dev = dev_open();
+    const int64_t n[1] = {300};
+    cm_tensor *x = new_tensor(dev, CM_INT64, 1, n);
+    int64_t *p = NULL;
+    CHECK(cm_tensor_host_write(x, CM_INT64, (void **)&p));
+    for (int i = 0; i < 300; ++i)
+        p[i] = i % 3 == 0 ? INT64_MAX : i % 3 == 1 ? 2 : -(INT64_MAX - 5);
+    cm_tensor *s = new_tensor(dev, CM_INT64, 0, NULL);
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, s, NULL));
+    cr_assert_eq(get_at(s, NULL).i64, 700);
+    cm_tensor *u = new_tensor(dev, CM_UINT8, 0, NULL);
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, 0, u, NULL));
+    cr_assert_eq(get_at(u, NULL).u8, 700 % 256);
+    cm_tensor_release(x);
+    cm_tensor_release(s);
+    cm_tensor_release(u);
+    cm_device_release(dev);
+}
