@@ -195,8 +195,8 @@ static void cm__copy_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
  *
  * Memory, not arithmetic, sets the speed: every byte should cross from
  * DRAM once, in whole cache lines, with the next misses already in
- * flight. The matrix is walked in square tiles of row pieces of about
- * 256 bytes (cm__tile_side elements a side, a tile fits in L1):
+ * flight. The matrix is walked in square tiles of 256-byte row pieces
+ * (cm__tile_side elements a side):
  *   1. the tile of src is transposed into a small contiguous buffer with
  *      register micro-tiles (16-byte vectors: 16x16 bytes, 8x8 2-byte,
  *      4x4 4-byte, 2x2 8-byte elements; scalar on the ragged edges);
@@ -211,22 +211,17 @@ typedef struct cm__tile_ctx {
     size_t size;
     int64_t rows, cols; /* i: dst rows (src's contiguous axis); j: dst's contiguous axis */
     int64_t drow, scol; /* byte strides: dst along i, src along j */
+    unsigned char *buf; /* a tile, rows padded (cm__buffer_row) */
 } cm__tile_ctx;
 
-/* The largest tile with its padded rows (1-byte elements: 128 x 192;
- * 2-byte 64 x 96, 4-byte 64 x 80 and 8-byte 32 x 40 are smaller). */
-#define CM__TILE_BUFFER_BYTES (128 * (128 + 64))
+#define CM__PIECE_BYTES 256
 #define CM__VECTOR_BYTES 16
 
-/* Elements per tile side: pieces of 256 bytes (128 for 1-byte elements,
- * whose 256-element tiles would not fit in L1). */
+/* Elements per tile side: row pieces of 256 bytes. Shorter pieces measured
+ * slower for every element size (fewer bytes per DRAM page and TLB entry),
+ * and so did longer ones for 4-byte elements (the tile leaves L1). */
 static int64_t cm__tile_side(size_t size) {
-    switch (size) {
-    case 1: return 128;
-    case 2: return 64;
-    case 4: return 64;
-    default: return 32;
-    }
+    return CM__PIECE_BYTES / (int64_t)size;
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -293,8 +288,8 @@ CM__MICRO_TILE(uint32_t, CM__LO_4, CM__HI_4)
 CM__MICRO_TILE(uint64_t, CM__LO_8, CM__HI_8)
 #undef CM__MICRO_TILE
 
-/* Buffer rows are a cache line longer than a tile side: without it, large
- * power-of-two strides measured slower. */
+/* Elements per buffer row: a cache line more than a tile side, which
+ * measured faster for large power-of-two strides. */
 static int64_t cm__buffer_row(size_t size) {
     return cm__tile_side(size) + 64 / (int64_t)size;
 }
@@ -339,7 +334,7 @@ static void cm__tile_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
     const char *src = p[1];
     const int64_t isz = (int64_t)c->size, side = cm__tile_side(c->size);
     const int64_t row = cm__buffer_row(c->size);
-    _Alignas(64) unsigned char buf[CM__TILE_BUFFER_BYTES];
+    unsigned char *buf = c->buf;
     for (int64_t bi = 0; bi < c->rows; bi += side) {
         const int64_t ni = c->rows - bi < side ? c->rows - bi : side;
         for (int64_t bj = 0; bj < c->cols; bj += side) {
@@ -392,6 +387,16 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
         }
     if (j < 0)
         return false;
+    /* The buffer: one tile of at most `side` rows of cm__buffer_row elements. */
+    const int64_t side = cm__tile_side(size);
+    size_t bytes = 0;
+    if (cm__mul_overflow_size((size_t)(nd->shape[j] < side ? nd->shape[j] : side),
+                              (size_t)cm__buffer_row(size), &bytes) ||
+        cm__mul_overflow_size(bytes, size, &bytes))
+        return false;
+    unsigned char *buf = cm__alloc_raw(bytes, 64);
+    if (buf == NULL)
+        return false; /* the element loop needs no memory */
     if (nd->strides[1][j] < 0) { /* walk axis j backwards in both operands */
         for (int32_t o = 0; o < 2; ++o) {
             nd->base[o] += (nd->shape[j] - 1) * nd->strides[o][j];
@@ -406,7 +411,7 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
         nd->strides[1][k] = nd->strides[1][k + 1];
     }
     cm__tile_ctx c = {.size = size, .rows = rows, .cols = nd->shape[last], .drow = drow,
-                      .scol = nd->strides[1][last]};
+                      .scol = nd->strides[1][last], .buf = buf};
     cm__cpu_nd outer = *nd;
     outer.ndim = last - 1;
     /* One call per index of the outer axes, through a size-1 inner axis. */
@@ -415,6 +420,7 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
     outer.strides[1][outer.ndim] = 0;
     outer.ndim++;
     cm__cpu_nd_foreach(&outer, cm__tile_run, &c);
+    cm__free(buf);
     return true;
 }
 
