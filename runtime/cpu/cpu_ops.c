@@ -206,7 +206,10 @@ static void cm__copy_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
  * Reading src straight into registers (no buffer) or copying src pieces
  * first and gathering afterwards were measured slower: the power-of-two
  * row strides of large matrices map whole tiles onto a few cache sets.
- * Single-threaded, like the rest of the CPU device. */
+ * For a 64 MiB float32 matrix about half the time is step 1 (as fast as
+ * memcpy reads) and half the stores of step 2, whose lines are read for
+ * ownership first (memcpy's non-temporal stores are not). Single-threaded,
+ * like the rest of the CPU device. */
 typedef struct cm__tile_ctx {
     size_t size;
     int64_t rows, cols; /* i: dst rows (src's contiguous axis); j: dst's contiguous axis */
