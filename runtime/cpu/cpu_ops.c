@@ -191,104 +191,230 @@ static void cm__copy_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
 }
 
 /* Transposing copy of the last two axes: dst is contiguous along the last
- * axis (j) and src along the one before (i).
+ * axis (j) and src along the one before (i), so dst[i][j] = src[j][i].
  *
- * Memory, not arithmetic, sets the speed. src is read as square panels of
- * CM__PANEL_BYTES-long row pieces into a small buffer (in L1 for 4-byte
- * elements), each piece with one wide copy; each dst row piece is then
- * gathered from the buffer and stored with one wide copy, since scalar
- * stores that miss fill the store buffer. 256-byte pieces measured best
- * on the (shared, loaded) development machine; 1 KiB ones were as good
- * only when it was quiet. */
+ * Memory, not arithmetic, sets the speed: every byte should cross from
+ * DRAM once, in whole cache lines, with the next misses already in
+ * flight. The matrix is walked in square tiles of 256-byte row pieces
+ * (cm__tile_side elements a side):
+ *   1. the tile of src is transposed into a small contiguous buffer with
+ *      register micro-tiles (16-byte vectors: 16x16 bytes, 8x8 2-byte,
+ *      4x4 4-byte, 2x2 8-byte elements; scalar on the ragged edges);
+ *   2. each buffer row is stored to its dst row piece in one wide copy,
+ *      and beside it one row piece of the next tile's src is prefetched,
+ *      so that its DRAM misses overlap this tile's stores.
+ * Reading src straight into registers (no buffer) or copying src pieces
+ * first and gathering afterwards were measured slower: the power-of-two
+ * row strides of large matrices map whole tiles onto a few cache sets.
+ * For a 64 MiB float32 matrix about half the time is step 1 (as fast as
+ * memcpy reads) and half the stores of step 2, whose lines are read for
+ * ownership first (memcpy's non-temporal stores are not). Single-threaded,
+ * like the rest of the CPU device. */
 typedef struct cm__tile_ctx {
     size_t size;
-    int64_t rows, cols;  /* i: axis ndim-2, j: axis ndim-1 */
-    int64_t drow, scol;  /* byte strides: dst along i, src along j */
-    int64_t panel;       /* elements per panel side */
-    char *buf;
+    int64_t rows, cols; /* i: dst rows (src's contiguous axis); j: dst's contiguous axis */
+    int64_t drow, scol; /* byte strides: dst along i, src along j */
+    unsigned char *buf; /* a tile, rows padded (cm__buffer_row) */
 } cm__tile_ctx;
 
-#define CM__PANEL_MIN 32
-#define CM__PANEL_BYTES 256
-#define CM__PANEL_MAX 256
+#define CM__PIECE_BYTES 256
+#define CM__VECTOR_BYTES 16
 
-/* buf rows are padded by one cache line so that the column walk of the
- * write phase spreads over the cache sets. */
-#define CM__PANEL_CASE(T)                                                                \
-    {                                                                                    \
-        const int64_t P = c->panel, S = P + 64 / (int64_t)sizeof(T);                     \
-        T *buf = (T *)(void *)c->buf; /* buf[j * S + i] */                               \
-        for (int64_t bj = 0; bj < c->cols; bj += P) {                                    \
-            const int64_t nj = c->cols - bj < P ? c->cols - bj : P;                      \
-            for (int64_t bi = 0; bi < c->rows; bi += P) {                                \
-                const int64_t ni = c->rows - bi < P ? c->rows - bi : P;                  \
-                for (int64_t j = 0; j < nj; ++j)                                         \
-                    memcpy(buf + j * S, src + (bj + j) * c->scol + bi * (int64_t)sizeof(T), \
-                           (size_t)ni * sizeof(T));                                      \
-                for (int64_t i = 0; i < ni; ++i) {                                       \
-                    /* Gather the dst row in L1, then store it with wide moves:       \
-                     * scalar stores that miss would fill the store buffer. */        \
-                    T row[CM__PANEL_BYTES / sizeof(T)];                                  \
-                    const T *b_ = buf + i;                                               \
-                    for (int64_t j = 0; j < nj; ++j)                                     \
-                        row[j] = b_[j * S];                                              \
-                    memcpy(dst + (bi + i) * c->drow + bj * (int64_t)sizeof(T), row,      \
-                           (size_t)nj * sizeof(T));                                      \
-                }                                                                        \
+/* Elements per tile side: row pieces of 256 bytes. Shorter pieces measured
+ * slower for every element size (fewer bytes per DRAM page and TLB entry),
+ * and so did longer ones for 4-byte elements (the tile leaves L1). */
+static int64_t cm__tile_side(size_t size) {
+    return CM__PIECE_BYTES / (int64_t)size;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CM__PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define CM__PREFETCH(p) ((void)(p))
+#endif
+
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define CM__HAVE_SHUFFLE 1
+#endif
+#endif
+
+#if defined(CM__HAVE_SHUFFLE)
+/* Micro-tile loops are unrolled whole, so that the rows stay in registers. */
+#define CM__UNROLL _Pragma("GCC unroll 16")
+/* Interleaves of the low and high halves of two vectors. */
+#define CM__LO_1 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
+#define CM__HI_1 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+#define CM__LO_2 0, 8, 1, 9, 2, 10, 3, 11
+#define CM__HI_2 4, 12, 5, 13, 6, 14, 7, 15
+#define CM__LO_4 0, 4, 1, 5
+#define CM__HI_4 2, 6, 3, 7
+#define CM__LO_8 0, 2
+#define CM__HI_8 1, 3
+/* An N x N micro-tile (N = 16 / sizeof(T)) in registers: N src rows of one
+ * vector in, N buffer rows out. log2(N) rounds of pairing row k with row
+ * k + N/2 (low halves interleaved to 2k, high halves to 2k + 1) transpose
+ * it. */
+#define CM__MICRO_TILE(T, LO, HI)                                                        \
+    static inline void cm__micro_tile_##T(char *restrict out, int64_t out_row,          \
+                                          const char *restrict in, int64_t in_row) {    \
+        typedef T vec_ __attribute__((vector_size(CM__VECTOR_BYTES)));                   \
+        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                      \
+        vec_ v[N_], w[N_];                                                               \
+        CM__UNROLL for (int r = 0; r < N_; ++r)                                          \
+            memcpy(&v[r], in + r * in_row, sizeof v[r]);                                 \
+        CM__UNROLL for (int round = 1; round < N_; round *= 2) {                         \
+            CM__UNROLL for (int k = 0; k < N_ / 2; ++k) {                                \
+                w[2 * k] = __builtin_shufflevector(v[k], v[k + N_ / 2], LO);             \
+                w[2 * k + 1] = __builtin_shufflevector(v[k], v[k + N_ / 2], HI);         \
             }                                                                            \
+            memcpy(v, w, sizeof v);                                                      \
+        }                                                                                \
+        CM__UNROLL for (int r = 0; r < N_; ++r)                                          \
+            memcpy(out + r * out_row, &v[r], sizeof v[r]);                               \
+    }
+#else
+/* Without vector shuffles: the same micro-tile, element by element. */
+#define CM__MICRO_TILE(T, LO, HI)                                                        \
+    static inline void cm__micro_tile_##T(char *restrict out, int64_t out_row,          \
+                                          const char *restrict in, int64_t in_row) {    \
+        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                      \
+        for (int r = 0; r < N_; ++r)                                                     \
+            for (int c = 0; c < N_; ++c)                                                 \
+                memcpy(out + c * out_row + r * (int64_t)sizeof(T),                       \
+                       in + r * in_row + c * (int64_t)sizeof(T), sizeof(T));             \
+    }
+#endif
+CM__MICRO_TILE(uint8_t, CM__LO_1, CM__HI_1)
+CM__MICRO_TILE(uint16_t, CM__LO_2, CM__HI_2)
+CM__MICRO_TILE(uint32_t, CM__LO_4, CM__HI_4)
+CM__MICRO_TILE(uint64_t, CM__LO_8, CM__HI_8)
+#undef CM__MICRO_TILE
+
+/* Elements per buffer row: a cache line more than a tile side, which
+ * measured faster for large power-of-two strides. */
+static int64_t cm__buffer_row(size_t size) {
+    return cm__tile_side(size) + 64 / (int64_t)size;
+}
+
+/* buf[i][j] = src[j][i] over an ni x nj tile; buf rows are `row` elements
+ * apart, src rows (j) scol bytes, src elements (i) contiguous. */
+#define CM__TILE_TO_BUFFER(T)                                                            \
+    static void cm__tile_to_buffer_##T(T *buf, int64_t row, const char *src,             \
+                                       int64_t scol, int64_t ni, int64_t nj) {           \
+        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                      \
+        const int64_t brow = row * (int64_t)sizeof(T);                                   \
+        int64_t j = 0;                                                                   \
+        for (; j + N_ <= nj; j += N_) {                                                  \
+            const char *s = src + j * scol;                                              \
+            int64_t i = 0;                                                               \
+            for (; i + N_ <= ni; i += N_)                                                \
+                cm__micro_tile_##T((char *)(buf + i * row + j), brow,                    \
+                                   s + i * (int64_t)sizeof(T), scol);                    \
+            for (; i < ni; ++i) /* the ragged bottom rows of this column strip */       \
+                for (int64_t c = 0; c < N_; ++c)                                         \
+                    buf[i * row + j + c] =                                               \
+                        *(const T *)(const void *)(s + c * scol + i * (int64_t)sizeof(T)); \
+        }                                                                                \
+        for (; j < nj; ++j) { /* the ragged right columns */                            \
+            const T *s = (const T *)(const void *)(src + j * scol);                      \
+            for (int64_t i = 0; i < ni; ++i)                                             \
+                buf[i * row + j] = s[i];                                                 \
         }                                                                                \
     }
+CM__TILE_TO_BUFFER(uint8_t)
+CM__TILE_TO_BUFFER(uint16_t)
+CM__TILE_TO_BUFFER(uint32_t)
+CM__TILE_TO_BUFFER(uint64_t)
+#undef CM__TILE_TO_BUFFER
 
+/* One 2-d transpose (one index of the outer axes). */
 static void cm__tile_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__tile_ctx *c = ctx;
-    /* One call per outer index: the two transposed axes are not in nd. */
-    (void)n;
+    (void)n; /* one call per outer index: the two transposed axes are not in nd */
     (void)s;
     char *dst = p[0];
     const char *src = p[1];
-    switch (c->size) {
-    case 1: CM__PANEL_CASE(uint8_t) break;
-    case 2: CM__PANEL_CASE(uint16_t) break;
-    case 4: CM__PANEL_CASE(uint32_t) break;
-    default: CM__PANEL_CASE(uint64_t) break;
+    const int64_t isz = (int64_t)c->size, side = cm__tile_side(c->size);
+    const int64_t row = cm__buffer_row(c->size);
+    unsigned char *buf = c->buf;
+    for (int64_t bi = 0; bi < c->rows; bi += side) {
+        const int64_t ni = c->rows - bi < side ? c->rows - bi : side;
+        for (int64_t bj = 0; bj < c->cols; bj += side) {
+            const int64_t nj = c->cols - bj < side ? c->cols - bj : side;
+            const char *tile = src + bj * c->scol + bi * isz;
+            void *b = buf;
+            switch (c->size) {
+            case 1: cm__tile_to_buffer_uint8_t(b, row, tile, c->scol, ni, nj); break;
+            case 2: cm__tile_to_buffer_uint16_t(b, row, tile, c->scol, ni, nj); break;
+            case 4: cm__tile_to_buffer_uint32_t(b, row, tile, c->scol, ni, nj); break;
+            default: cm__tile_to_buffer_uint64_t(b, row, tile, c->scol, ni, nj); break;
+            }
+            /* The next tile in this walk: its src rows are prefetched one per
+             * dst row stored. */
+            int64_t next_bi = bi, next_bj = bj + side;
+            if (next_bj >= c->cols) {
+                next_bi = bi + side;
+                next_bj = 0;
+            }
+            const bool prefetch = next_bi < c->rows;
+            const int64_t next_ni = c->rows - next_bi < side ? c->rows - next_bi : side;
+            const int64_t next_nj = c->cols - next_bj < side ? c->cols - next_bj : side;
+            const char *next = src + next_bj * c->scol + next_bi * isz;
+            char *out = dst + bi * c->drow + bj * isz;
+            for (int64_t i = 0; i < ni; ++i) {
+                /* rows i, i + ni, ...: all of them, even when ni < next_nj */
+                for (int64_t r = i; prefetch && r < next_nj; r += ni)
+                    for (int64_t line = 0; line < next_ni * isz; line += 64)
+                        CM__PREFETCH(next + r * c->scol + line);
+                memcpy(out + i * c->drow, buf + i * row * isz, (size_t)(nj * isz));
+            }
+        }
     }
 }
-#undef CM__PANEL_CASE
 
 /* If the copy is a transpose of its two fastest axes, runs it tiled and
- * returns true. */
+ * returns true: dst's last axis is contiguous, src's is not, and src is
+ * contiguous (either direction) along another axis. */
 static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
     const int64_t isz = (int64_t)size;
     const int32_t last = nd->ndim - 1;
-    if (nd->ndim < 2 || nd->strides[0][last] != isz || nd->strides[1][last] == isz)
+    if ((size != 1 && size != 2 && size != 4 && size != 8) || nd->ndim < 2 ||
+        nd->strides[0][last] != isz || cm__abs64(nd->strides[1][last]) == isz)
         return false;
     int32_t j = -1;
     for (int32_t k = last - 1; k >= 0; --k)
-        if (nd->strides[1][k] == isz) {
+        if (cm__abs64(nd->strides[1][k]) == isz) {
             j = k;
             break;
         }
-    if (j < 0 || nd->shape[j] < 8 || nd->shape[last] < 8)
+    if (j < 0)
         return false;
-    /* The panel: CM__PANEL_BYTES per row, no larger than the matrix. */
-    int64_t panel = CM__PANEL_BYTES / isz;
-    if (panel > CM__PANEL_MAX)
-        panel = CM__PANEL_MAX;
-    const int64_t big = nd->shape[j] > nd->shape[last] ? nd->shape[j] : nd->shape[last];
-    while (panel > CM__PANEL_MIN && panel / 2 >= big)
-        panel /= 2;
-    char *buf = cm__alloc_raw((size_t)(panel * (panel + 64 / isz)) * size, 64);
+    /* The buffer: one tile of at most `side` rows of cm__buffer_row elements. */
+    const int64_t side = cm__tile_side(size);
+    size_t bytes = 0;
+    if (cm__mul_overflow_size((size_t)(nd->shape[j] < side ? nd->shape[j] : side),
+                              (size_t)cm__buffer_row(size), &bytes) ||
+        cm__mul_overflow_size(bytes, size, &bytes))
+        return false;
+    unsigned char *buf = cm__alloc_raw(bytes, 64);
     if (buf == NULL)
         return false; /* the element loop needs no memory */
+    if (nd->strides[1][j] < 0) { /* walk axis j backwards in both operands */
+        for (int32_t o = 0; o < 2; ++o) {
+            nd->base[o] += (nd->shape[j] - 1) * nd->strides[o][j];
+            nd->strides[o][j] = -nd->strides[o][j];
+        }
+    }
     /* Move axis j next to the last; other axes keep their order. */
-    const int64_t shp = nd->shape[j], d = nd->strides[0][j];
+    const int64_t rows = nd->shape[j], drow = nd->strides[0][j];
     for (int32_t k = j; k + 1 < last; ++k) {
         nd->shape[k] = nd->shape[k + 1];
         nd->strides[0][k] = nd->strides[0][k + 1];
         nd->strides[1][k] = nd->strides[1][k + 1];
     }
-    cm__tile_ctx c = {.size = size, .rows = shp, .cols = nd->shape[last], .drow = d,
-                      .scol = nd->strides[1][last], .panel = panel, .buf = buf};
+    cm__tile_ctx c = {.size = size, .rows = rows, .cols = nd->shape[last], .drow = drow,
+                      .scol = nd->strides[1][last], .buf = buf};
     cm__cpu_nd outer = *nd;
     outer.ndim = last - 1;
     /* One call per index of the outer axes, through a size-1 inner axis. */

@@ -142,7 +142,7 @@ static void measure(bench_env *env, which w, bench_case *out) {
         TRY(cm_tensor_transpose(base, 0, 1, &c.a));
         cm_tensor_release(base);
         c.out = tensor(env->dev, CM_FLOAT32, 2, sq);
-        *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte panels, staged", .goal = 0.5, .bytes = 2.0 * (double)(side * side) * 4};
+        *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte tiles, next one prefetched", .goal = 0.5, .bytes = 2.0 * (double)(side * side) * 4};
         break;
     }
     case B_CAST_F32_F16:

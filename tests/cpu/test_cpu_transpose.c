@@ -1,0 +1,269 @@
+/* The CPU device's tiled transpose (cm_copy of a view whose last two axes
+ * are swapped) against an element-by-element reference computed from the
+ * views' strides over raw memory: ragged tile edges, every element size,
+ * negative strides, sliced sources, batches and strided destinations.
+ * Every byte of the destination's buffer is checked, so a tile that writes
+ * outside its piece fails too. */
+#include "ops_util.h"
+
+/* A compact tensor whose bytes are a pattern of their position (seed). */
+static cm_tensor *patterned(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape,
+                            unsigned seed) {
+    cm_tensor *t = new_tensor(dev, d, ndim, shape);
+    void *p = NULL;
+    CHECK(cm_tensor_host_write(t, d, &p));
+    const size_t bytes = (size_t)numel_of(ndim, shape) * dsize(d);
+    for (size_t i = 0; i < bytes; ++i)
+        ((uint8_t *)p)[i] = (uint8_t)(mix(i * 31u + seed) >> 24);
+    return t;
+}
+
+/* Byte offset in its buffer of view element idx, from the view's strides. */
+static size_t offset_of(const cm_tensor_info *v, const int64_t *idx) {
+    int64_t off = (int64_t)v->byte_offset;
+    for (int32_t k = 0; k < v->ndim; ++k)
+        off += idx[k] * v->strides[k] * (int64_t)dsize(v->dtype);
+    return (size_t)off;
+}
+
+/* cm_copy(src, dst) where src is a view into src_parent's buffer and dst a
+ * view into dst_parent's; both parents are compact. */
+static void check_copy(cm_tensor *src, cm_tensor *src_parent, cm_tensor *dst,
+                       cm_tensor *dst_parent, const char *what) {
+    cm_tensor_info si, di, dpi;
+    CHECK(cm_tensor_get_info(src, &si));
+    CHECK(cm_tensor_get_info(dst, &di));
+    CHECK(cm_tensor_get_info(dst_parent, &dpi));
+    const size_t size = dsize(si.dtype);
+    const size_t dst_bytes = (size_t)dpi.numel * size;
+    const void *sp = NULL;
+    void *dp = NULL;
+    CHECK(cm_tensor_host_read(src_parent, si.dtype, &sp));
+    CHECK(cm_tensor_host_write(dst_parent, di.dtype, &dp));
+    memset(dp, 0xa5, dst_bytes); /* bytes outside dst must keep this */
+    const uint8_t *source = sp;
+    uint8_t *expect = malloc(dst_bytes > 0 ? dst_bytes : 1);
+    cr_assert_not_null(expect);
+    memcpy(expect, dp, dst_bytes);
+    int64_t idx[CM_MAX_NDIM] = {0};
+    if (di.numel > 0) {
+        do {
+            memcpy(expect + offset_of(&di, idx), source + offset_of(&si, idx), size);
+        } while (next_index(di.ndim, di.shape, idx));
+    }
+
+    CHECK(cm_copy(src, dst));
+
+    const void *rp = NULL;
+    CHECK(cm_tensor_host_read(dst_parent, di.dtype, &rp));
+    const uint8_t *result = rp;
+    for (size_t b = 0; b < dst_bytes; ++b) {
+        if (result[b] == expect[b])
+            continue;
+        /* Name the element: its index in dst when it is one of dst's. */
+        char where[128] = "outside dst";
+        memset(idx, 0, sizeof idx);
+        do {
+            const size_t off = offset_of(&di, idx);
+            if (b >= off && b < off + size) {
+                int n = snprintf(where, sizeof where, "dst index");
+                for (int32_t k = 0; k < di.ndim && n > 0 && (size_t)n < sizeof where; ++k)
+                    n += snprintf(where + n, sizeof where - (size_t)n, " %lld",
+                                  (long long)idx[k]);
+                break;
+            }
+        } while (next_index(di.ndim, di.shape, idx));
+        cr_assert_fail("%s, %s: byte %zu of dst's buffer (%s) is 0x%02x, expected 0x%02x", what,
+                dname(si.dtype), b, where, result[b], expect[b]);
+    }
+    free(expect);
+}
+
+static const cm_dtype sized[] = {CM_UINT8, CM_FLOAT16, CM_FLOAT32, CM_FLOAT64}; /* 1, 2, 4, 8 */
+
+/* dst [rows, cols]: shapes off the tile sizes (128, 64, 64, 32 elements a
+ * side for 1, 2, 4, 8 bytes), single rows and columns, and exact tiles. */
+static const int64_t shapes2[][2] = {
+    {1, 1},   {1, 37},  {37, 1},   {7, 13},    {65, 129}, {1000, 3}, {3, 1000},
+    {2, 300}, {33, 31}, {64, 64},  {128, 128}, {129, 257}, {300, 130}, {17, 16},
+};
+#define N_SHAPES2 (sizeof shapes2 / sizeof shapes2[0])
+
+Test(cpu_transpose, every_element_size_and_ragged_shape) {
+    cm_device *dev = cpu();
+    for (size_t d = 0; d < 4; ++d) {
+        for (size_t s = 0; s < N_SHAPES2; ++s) {
+            const int64_t rows = shapes2[s][0], cols = shapes2[s][1];
+            const int64_t pshape[2] = {cols, rows};
+            cm_tensor *parent = patterned(dev, sized[d], 2, pshape, (unsigned)s);
+            cm_tensor *src = NULL;
+            CHECK(cm_tensor_transpose(parent, 0, 1, &src));
+            cm_tensor *dst = new_tensor(dev, sized[d], 2, shapes2[s]);
+            char what[64];
+            snprintf(what, sizeof what, "%lld x %lld", (long long)rows, (long long)cols);
+            check_copy(src, parent, dst, dst, what);
+            cm_tensor_release(dst);
+            cm_tensor_release(src);
+            cm_tensor_release(parent);
+        }
+    }
+    cm_device_release(dev);
+}
+
+Test(cpu_transpose, negative_strides) {
+    cm_device *dev = cpu();
+    const int64_t shapes[][2] = {{7, 13}, {65, 129}, {130, 67}, {1000, 3}};
+    for (size_t d = 0; d < 4; ++d) {
+        for (size_t s = 0; s < 4; ++s) {
+            /* Reverse the parent's rows, columns, or both (bit 0, bit 1). */
+            for (int flip = 1; flip < 4; ++flip) {
+                const int64_t pshape[2] = {shapes[s][1], shapes[s][0]};
+                cm_tensor *parent = patterned(dev, sized[d], 2, pshape, (unsigned)(s + 7));
+                cm_tensor *v = NULL, *tmp = NULL;
+                CHECK(cm_tensor_retain(parent));
+                v = parent;
+                for (int32_t axis = 0; axis < 2; ++axis) {
+                    if (!(flip & (1 << axis)))
+                        continue;
+                    CHECK(cm_tensor_slice(v, axis, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1,
+                                          &tmp));
+                    cm_tensor_release(v);
+                    v = tmp;
+                }
+                cm_tensor *src = NULL;
+                CHECK(cm_tensor_transpose(v, 0, 1, &src));
+                cm_tensor *dst = new_tensor(dev, sized[d], 2, shapes[s]);
+                char what[64];
+                snprintf(what, sizeof what, "%lld x %lld, flip %d", (long long)shapes[s][0],
+                         (long long)shapes[s][1], flip);
+                check_copy(src, parent, dst, dst, what);
+                cm_tensor_release(dst);
+                cm_tensor_release(src);
+                cm_tensor_release(v);
+                cm_tensor_release(parent);
+            }
+        }
+    }
+    cm_device_release(dev);
+}
+
+Test(cpu_transpose, sliced_sources) {
+    cm_device *dev = cpu();
+    const int64_t shapes[][2] = {{7, 13}, {65, 129}, {129, 70}};
+    for (size_t d = 0; d < 4; ++d) {
+        for (size_t s = 0; s < 3; ++s) {
+            const int64_t rows = shapes[s][0], cols = shapes[s][1];
+            /* src = parent[1::2, 3:3+rows] (rows stay contiguous: the tiled
+             * path) and parent[1::2, 3:3+3*rows:3] (not: the element loop). */
+            for (int64_t step = 1; step <= 3; step += 2) {
+                const int64_t pshape[2] = {2 * cols + 1, 3 + rows * step + 2};
+                cm_tensor *parent = patterned(dev, sized[d], 2, pshape, (unsigned)(s + 11));
+                cm_tensor *a = NULL, *b = NULL, *src = NULL;
+                CHECK(cm_tensor_slice(parent, 0, 1, CM_SLICE_DEFAULT, 2, &a));
+                CHECK(cm_tensor_slice(a, 1, 3, 3 + rows * step, step, &b));
+                CHECK(cm_tensor_transpose(b, 0, 1, &src));
+                cm_tensor *dst = new_tensor(dev, sized[d], 2, shapes[s]);
+                char what[64];
+                snprintf(what, sizeof what, "%lld x %lld, column step %lld", (long long)rows,
+                         (long long)cols, (long long)step);
+                check_copy(src, parent, dst, dst, what);
+                cm_tensor_release(dst);
+                cm_tensor_release(src);
+                cm_tensor_release(b);
+                cm_tensor_release(a);
+                cm_tensor_release(parent);
+            }
+        }
+    }
+    cm_device_release(dev);
+}
+
+Test(cpu_transpose, batches_of_transposes) {
+    cm_device *dev = cpu();
+    /* parent [B, C, R] -> [B, R, C]; then 4-d [2, 3, C, R] -> [2, 3, R, C],
+     * and a batch walked backwards. */
+    const int64_t shapes3[][3] = {{3, 13, 7}, {2, 129, 65}, {5, 3, 1000}, {4, 1, 40}};
+    for (size_t d = 0; d < 4; ++d) {
+        for (size_t s = 0; s < 4; ++s) {
+            for (int reversed = 0; reversed < 2; ++reversed) {
+                cm_tensor *parent = patterned(dev, sized[d], 3, shapes3[s], (unsigned)(s + 3));
+                cm_tensor *v = NULL, *src = NULL;
+                if (reversed) {
+                    CHECK(cm_tensor_slice(parent, 0, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1,
+                                          &v));
+                } else {
+                    CHECK(cm_tensor_retain(parent));
+                    v = parent;
+                }
+                CHECK(cm_tensor_transpose(v, 1, 2, &src));
+                cm_tensor_info si;
+                CHECK(cm_tensor_get_info(src, &si));
+                cm_tensor *dst = new_tensor(dev, sized[d], 3, si.shape);
+                char what[64];
+                snprintf(what, sizeof what, "batch %lld of %lld x %lld%s",
+                         (long long)si.shape[0], (long long)si.shape[1],
+                         (long long)si.shape[2], reversed ? ", reversed" : "");
+                check_copy(src, parent, dst, dst, what);
+                cm_tensor_release(dst);
+                cm_tensor_release(src);
+                cm_tensor_release(v);
+                cm_tensor_release(parent);
+            }
+        }
+        const int64_t shape4[4] = {2, 3, 70, 33};
+        const int32_t perm[4] = {0, 1, 3, 2};
+        cm_tensor *parent = patterned(dev, sized[d], 4, shape4, 99u);
+        cm_tensor *src = NULL;
+        CHECK(cm_tensor_permute(parent, perm, &src));
+        cm_tensor_info si;
+        CHECK(cm_tensor_get_info(src, &si));
+        cm_tensor *dst = new_tensor(dev, sized[d], 4, si.shape);
+        check_copy(src, parent, dst, dst, "4-d batch");
+        cm_tensor_release(dst);
+        cm_tensor_release(src);
+        cm_tensor_release(parent);
+    }
+    cm_device_release(dev);
+}
+
+Test(cpu_transpose, into_strided_destinations) {
+    cm_device *dev = cpu();
+    const int64_t shapes[][2] = {{7, 13}, {65, 129}, {130, 67}, {3, 1000}};
+    for (size_t d = 0; d < 4; ++d) {
+        for (size_t s = 0; s < 4; ++s) {
+            const int64_t rows = shapes[s][0], cols = shapes[s][1];
+            const int64_t pshape[2] = {cols, rows};
+            cm_tensor *parent = patterned(dev, sized[d], 2, pshape, (unsigned)(s + 5));
+            cm_tensor *src = NULL;
+            CHECK(cm_tensor_transpose(parent, 0, 1, &src));
+            /* dst = big[1::2, 2:2+cols] (rows apart, a contiguous last axis),
+             * big[2*rows-1::-2, 2:2+cols] (rows backwards) and
+             * big[1::2, 2:2+2*cols:2] (a strided last axis: the element loop). */
+            for (int kind = 0; kind < 3; ++kind) {
+                const int64_t bshape[2] = {2 * rows + 1, 2 * cols + 5};
+                cm_tensor *big = new_tensor(dev, sized[d], 2, bshape);
+                cm_tensor *a = NULL, *dst = NULL;
+                if (kind == 1) {
+                    CHECK(cm_tensor_slice(big, 0, 2 * rows - 1, CM_SLICE_DEFAULT, -2, &a));
+                } else {
+                    CHECK(cm_tensor_slice(big, 0, 1, CM_SLICE_DEFAULT, 2, &a));
+                }
+                if (kind == 2) {
+                    CHECK(cm_tensor_slice(a, 1, 2, 2 + 2 * cols, 2, &dst));
+                } else {
+                    CHECK(cm_tensor_slice(a, 1, 2, 2 + cols, 1, &dst));
+                }
+                char what[64];
+                snprintf(what, sizeof what, "%lld x %lld into strided dst %d", (long long)rows,
+                         (long long)cols, kind);
+                check_copy(src, parent, dst, big, what);
+                cm_tensor_release(dst);
+                cm_tensor_release(a);
+                cm_tensor_release(big);
+            }
+            cm_tensor_release(src);
+            cm_tensor_release(parent);
+        }
+    }
+    cm_device_release(dev);
+}
