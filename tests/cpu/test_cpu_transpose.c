@@ -26,7 +26,7 @@ static size_t offset_of(const cm_tensor_info *v, const int64_t *idx) {
     return (size_t)off;
 }
 
-/* cm_copy(src, dst) where src is a view into src_parent's buffer and dst a
+/* cm_copy(src, dst, NULL) where src is a view into src_parent's buffer and dst a
  * view into dst_parent's; both parents are compact. */
 static void check_copy(cm_tensor *src, cm_tensor *src_parent, cm_tensor *dst,
                        cm_tensor *dst_parent, const char *what) {
@@ -52,7 +52,7 @@ static void check_copy(cm_tensor *src, cm_tensor *src_parent, cm_tensor *dst,
         } while (next_index(di.ndim, di.shape, idx));
     }
 
-    CHECK(cm_copy(src, dst));
+    CHECK(cm_copy(src, dst, NULL));
 
     const void *rp = NULL;
     CHECK(cm_tensor_host_read(dst_parent, di.dtype, &rp));
