@@ -4,7 +4,7 @@
  * negative strides, sliced sources, batches and strided destinations.
  * Every byte of the destination's buffer is checked, so a tile that writes
  * outside its piece fails too. */
-#include "ops_util.h"
+#include "ops/ops_util.h"
 
 /* A compact tensor whose bytes are a pattern of their position (seed). */
 static cm_tensor *patterned(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape,
