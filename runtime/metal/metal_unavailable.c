@@ -1,4 +1,5 @@
-/* Stand-in for the Metal backend until it is built: no Metal devices. */
+/* The Metal backend of a build configured with -DCMETAL_METAL=OFF: no
+ * Metal devices, and a clear error from every Metal entry point. */
 #include "core/backend.h"
 
 cm_status cm__metal_device_count(uint32_t *count) {
@@ -10,13 +11,16 @@ cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
     (void)index;
     *out = NULL;
     return cm__fail_as("cm_device_open", CM_ERR_NO_DEVICE,
-                       "type = metal: this build of cmetal has no Metal backend yet");
+                       "type = metal: this build of cmetal has no Metal backend "
+                       "(configured with -DCMETAL_METAL=OFF), so CMETAL_METAL_FRAMEWORK "
+                       "has no effect");
 }
 
 #include <cmetal/metal.h>
 
 static cm_status cm__no_metal(const char *func) {
-    return cm__fail_as(func, CM_ERR_UNSUPPORTED, "this build of cmetal has no Metal backend");
+    return cm__fail_as(func, CM_ERR_UNSUPPORTED, "this build of cmetal has no Metal backend (configured with "
+                       "-DCMETAL_METAL=OFF)");
 }
 
 cm_status cm_buffer_wrap_metal(cm_device *device, const cm_metal_buffer_desc *desc,

@@ -2,7 +2,8 @@
 # The whole test suite, as README.md's test command runs it:
 #   1. release build with -Werror, every Criterion suite through ctest
 #   2. the same suites built with ASan + UBSan
-#   3. further stages (tools/ci/stage-*.sh, in name order): valgrind,
+#   3. further stages (tools/ci/stage-*.sh, in name order): valgrind, the
+#      minimal build (-DCMETAL_METAL=OFF),
 #      fuzzing, TSan stress, macOS cross-builds, interop, ...
 # Any failure stops the run with a non-zero exit.
 set -euo pipefail
