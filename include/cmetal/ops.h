@@ -23,9 +23,11 @@
  *   shape): each element is read before it is written. Any other overlap of
  *   the output's byte range with an input's is refused with
  *   CM_ERR_INVALID_ARGUMENT naming both arguments (copy through a
- *   temporary). The check compares byte ranges, so interleaved views of one
- *   buffer (x[0::2] and x[1::2]) count as overlapping. Reductions never
- *   allow their output to overlap their input.
+ *   temporary). Views that share no byte are never refused, interleaved
+ *   ones included (x[0::2] and x[1::2]); the check is exact for those and
+ *   for disjoint byte ranges, and may refuse other views that interleave
+ *   without sharing a byte (their strides' gcd does not separate them).
+ *   Reductions never allow their output to overlap their input.
  * - dtypes: no implicit promotion. cm_cast is the one op that converts.
  *   An op that has no meaning for a dtype fails with CM_ERR_UNSUPPORTED;
  *   Metal devices refuse float64 the same way.

@@ -184,6 +184,46 @@ static void cm__range(const cm_tensor *t, uintptr_t *begin, uintptr_t *end) {
     *end = base + (uintptr_t)info.extent_end;
 }
 
+static uint64_t cm__gcd(uint64_t a, uint64_t b) {
+    while (b != 0) {
+        const uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* The first element's address (comparable between two views whose ranges
+ * cm__range compared). */
+static uintptr_t cm__first(const cm_tensor *t) {
+    return t->buffer->host != NULL ? (uintptr_t)t->buffer->host + (uintptr_t)t->byte_offset
+                                   : (uintptr_t)t->byte_offset;
+}
+
+/* Whether two views whose byte ranges overlap are still disjoint because
+ * they interleave, as x[0::2] and x[1::2] do: every element of a starts at
+ * first(a) + k * g, g the gcd of both views' byte strides, so with
+ * r = (first(b) - first(a)) mod g the views can share a byte only if
+ * r < size(a) or g - r < size(b). */
+static bool cm__interleaved(const cm_tensor *a, const cm_tensor *b) {
+    const cm_tensor *views[2] = {a, b};
+    uint64_t g = 0;
+    for (int v = 0; v < 2; ++v) {
+        const uint64_t size = cm__dtype(views[v]->dtype)->size;
+        for (int32_t k = 0; k < views[v]->ndim; ++k)
+            if (views[v]->shape[k] > 1) { /* within the buffer: cannot overflow */
+                const int64_t st = views[v]->strides[k];
+                g = cm__gcd(g, (uint64_t)(st < 0 ? -st : st) * size);
+            }
+    }
+    if (g == 0)
+        return false; /* two single elements whose ranges overlap */
+    const uint64_t size_a = cm__dtype(a->dtype)->size, size_b = cm__dtype(b->dtype)->size;
+    const uintptr_t fa = cm__first(a), fb = cm__first(b);
+    const uint64_t r = fb >= fa ? (uint64_t)(fb - fa) % g : (g - (uint64_t)(fa - fb) % g) % g;
+    return r >= size_a && g - r >= size_b;
+}
+
 /* Refuses partial overlap of out with an input; the identical view (same
  * first element, element size and strides over out's shape) is allowed
  * when `identical_ok`. `in_strides` are the input's strides broadcast to
@@ -211,6 +251,8 @@ static cm_status cm__check_alias(const char *func, const char *out_name, const c
         if (same)
             return CM_OK;
     }
+    if (cm__interleaved(out, in))
+        return CM_OK;
     const uintptr_t base = ob < ib ? ob : ib;
     return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                        "%s overlaps %s in memory without being the identical view (%s spans "

@@ -133,6 +133,65 @@ Test(ops_errors, read_only_and_broadcast_outputs_are_refused) {
     drop(&f);
 }
 
+/* Views that interleave without sharing a byte are not an overlap. */
+Test(ops_errors, interleaved_views_that_share_no_byte_are_allowed) {
+    fixture f = make();
+    cm_tensor *x = NULL;
+    CHECK(cm_tensor_create(f.dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                    .shape = (int64_t[]){12}},
+                           &x));
+    float *p = NULL;
+    CHECK(cm_tensor_host_write(x, CM_FLOAT32, (void **)&p));
+    for (int i = 0; i < 12; ++i)
+        p[i] = (float)i;
+    cm_tensor *even = NULL, *odd = NULL;
+    CHECK(cm_tensor_slice(x, 0, 0, 12, 2, &even));
+    CHECK(cm_tensor_slice(x, 0, 1, 12, 2, &odd));
+    CHECK(cm_binary(CM_BINARY_ADD, even, even, odd, NULL)); /* odd = 2 * even */
+    for (int i = 0; i < 12; ++i)
+        cr_assert_eq(p[i], i % 2 ? 2.0f * (float)(i - 1) : (float)i, "x[%d] = %g", i,
+                     (double)p[i]);
+    /* Columns of a [6, 2] view: the same interleaving in 2-D. */
+    cm_tensor *m = NULL, *c0 = NULL, *c1 = NULL;
+    CHECK(cm_tensor_reshape(x, 2, (int64_t[]){6, 2}, &m));
+    CHECK(cm_tensor_select(m, 1, 0, &c0));
+    CHECK(cm_tensor_select(m, 1, 1, &c1));
+    CHECK(cm_copy(c0, c1, NULL));
+    for (int i = 0; i < 12; i += 2)
+        cr_assert_eq(p[i + 1], p[i]);
+    /* int16 elements between the float32 ones (bytes 4-5 of each 8) are
+     * disjoint from even; at bytes 2-3 they share bytes and are refused. */
+    cm_tensor_info info;
+    CHECK(cm_tensor_get_info(x, &info));
+    cm_tensor *between = NULL, *inside = NULL;
+    CHECK(cm_tensor_from_buffer(info.buffer,
+                                &(cm_tensor_desc){.dtype = CM_INT16, .ndim = 1,
+                                                  .shape = (int64_t[]){6},
+                                                  .strides = (int64_t[]){4},
+                                                  .byte_offset = info.byte_offset + 4},
+                                &between));
+    CHECK(cm_cast(even, between, NULL));
+    CHECK(cm_tensor_from_buffer(info.buffer,
+                                &(cm_tensor_desc){.dtype = CM_INT16, .ndim = 1,
+                                                  .shape = (int64_t[]){6},
+                                                  .strides = (int64_t[]){4},
+                                                  .byte_offset = info.byte_offset + 2},
+                                &inside));
+    EXPECT_FAIL(cm_cast(even, inside, NULL), CM_ERR_INVALID_ARGUMENT, "dst overlaps src");
+    int16_t v = 0;
+    CHECK(cm_tensor_get_element(between, (int64_t[]){5}, CM_INT16, &v));
+    cr_assert_eq(v, 10, "even[5] = 10 cast to int16");
+    cm_tensor_release(inside);
+    cm_tensor_release(between);
+    cm_tensor_release(c1);
+    cm_tensor_release(c0);
+    cm_tensor_release(m);
+    cm_tensor_release(odd);
+    cm_tensor_release(even);
+    cm_tensor_release(x);
+    drop(&f);
+}
+
 Test(ops_errors, partial_overlap_is_refused_identical_view_allowed) {
     fixture f = make();
     const int64_t n[1] = {10};
