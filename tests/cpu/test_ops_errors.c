@@ -192,6 +192,90 @@ Test(ops_errors, interleaved_views_that_share_no_byte_are_allowed) {
     drop(&f);
 }
 
+/* The overlap check against brute force: whenever an op accepts two views
+ * of one buffer that are not the identical view, they share no byte. */
+static uint64_t next_random(uint64_t *seed) {
+    return mix((*seed)++);
+}
+
+static cm_tensor *random_view(cm_buffer *buf, uint64_t *seed) {
+    static const cm_dtype dtypes[3] = {CM_INT8, CM_INT16, CM_INT32};
+    const cm_dtype d = dtypes[next_random(seed) % 3];
+    const int32_t ndim = 1 + (int32_t)(next_random(seed) % 2);
+    int64_t shape[2], strides[2];
+    for (int32_t k = 0; k < ndim; ++k) {
+        shape[k] = 1 + (int64_t)(next_random(seed) % 4);
+        strides[k] = (int64_t)(next_random(seed) % 9) - 4;
+    }
+    const size_t size = dsize(d);
+    cm_tensor *t = NULL;
+    cm_tensor_desc desc = {.dtype = d, .ndim = ndim, .shape = shape, .strides = strides,
+                           .byte_offset = size * (next_random(seed) % (64 / size))};
+    return cm_tensor_from_buffer(buf, &desc, &t) == CM_OK ? t : NULL;
+}
+
+static void view_bytes(const cm_tensor *t, bool *used) {
+    cm_tensor_info info;
+    cm_tensor_get_info(t, &info);
+    const size_t size = dsize(info.dtype);
+    for (int64_t i = 0; i < info.numel; ++i) {
+        int64_t rest = i, off = 0;
+        for (int32_t k = info.ndim - 1; k >= 0; --k) {
+            off += (rest % info.shape[k]) * info.strides[k];
+            rest /= info.shape[k];
+        }
+        for (size_t b = 0; b < size; ++b)
+            used[(int64_t)info.byte_offset + off * (int64_t)size + (int64_t)b] = true;
+    }
+}
+
+Test(ops_errors, accepted_views_never_share_a_byte) {
+    fixture f = make();
+    cm_buffer *buf = NULL;
+    CHECK(cm_buffer_create(f.dev, &(cm_buffer_desc){.size = 64}, &buf));
+    uint64_t seed = 99;
+    int accepted = 0, refused = 0;
+    for (int trial = 0; trial < 60000; ++trial) {
+        cm_tensor *a = random_view(buf, &seed), *b = random_view(buf, &seed);
+        cm_tensor_info ia, ib;
+        if (a != NULL && b != NULL && cm_tensor_get_info(a, &ia) == CM_OK &&
+            cm_tensor_get_info(b, &ib) == CM_OK && ia.ndim == ib.ndim &&
+            memcmp(ia.shape, ib.shape, sizeof(int64_t) * (size_t)ia.ndim) == 0) {
+            bool identical = ia.byte_offset == ib.byte_offset &&
+                             dsize(ia.dtype) == dsize(ib.dtype);
+            for (int32_t k = 0; k < ia.ndim; ++k) /* a size-1 axis's stride is unused */
+                identical = identical && (ia.shape[k] == 1 || ia.strides[k] == ib.strides[k]);
+            if (cm_cast(b, a, NULL) == CM_OK) {
+                accepted++;
+                bool used_a[64] = {0}, used_b[64] = {0};
+                view_bytes(a, used_a);
+                view_bytes(b, used_b);
+                for (int i = 0; i < 64 && !identical; ++i)
+                    cr_assert(!(used_a[i] && used_b[i]),
+                              "trial %d: accepted views share byte %d: a %s off %d shape "
+                              "[%d %d] strides [%d %d]; b %s off %d shape [%d %d] strides "
+                              "[%d %d]",
+                              trial, i, dname(ia.dtype), (int)ia.byte_offset,
+                              (int)ia.shape[0], ia.ndim > 1 ? (int)ia.shape[1] : -1,
+                              (int)ia.strides[0], ia.ndim > 1 ? (int)ia.strides[1] : -1,
+                              dname(ib.dtype), (int)ib.byte_offset, (int)ib.shape[0],
+                              ib.ndim > 1 ? (int)ib.shape[1] : -1, (int)ib.strides[0],
+                              ib.ndim > 1 ? (int)ib.strides[1] : -1);
+            } else {
+                refused++;
+                cr_assert(strstr(cm_last_error(), "overlaps") != NULL, "%s", cm_last_error());
+                cr_assert(!identical, "the identical view is allowed");
+            }
+        }
+        cm_tensor_release(a);
+        cm_tensor_release(b);
+    }
+    cr_assert_gt(accepted, 1000, "accepted %d", accepted);
+    cr_assert_gt(refused, 500, "refused %d", refused);
+    cm_buffer_release(buf);
+    drop(&f);
+}
+
 Test(ops_errors, partial_overlap_is_refused_identical_view_allowed) {
     fixture f = make();
     const int64_t n[1] = {10};
