@@ -7,6 +7,7 @@
 # machine, and a failure is replayed by running this script again.
 # Exploration mode (CMETAL_FUZZ_SECONDS=N) runs each target for N seconds
 # from a random seed, to look for new bugs before CI does.
+# CMETAL_FUZZ_TARGETS="a b" limits either mode to those targets.
 #
 # A crash fails the stage; copy its input into tests/fuzz/regressions/<t>/
 # so that every build replays it from then on, and fix the bug.
@@ -18,11 +19,13 @@ CC=clang cmake -S . -B build/fuzz -DCMETAL_FUZZ=ON -DCMETAL_WERROR=ON -DCMETAL_B
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$cov" >/dev/null
 targets=$(sed -n 's/^set(CMETAL_FUZZ_TARGETS \(.*\))$/\1/p' tests/fuzz/CMakeLists.txt)
 [ -f tests/fuzz/fuzz_dlpack_import.c ] && targets="$targets dlpack_import"
+targets=${CMETAL_FUZZ_TARGETS:-$targets} # e.g. CMETAL_FUZZ_TARGETS=ops_copy
 
 # Executions per target in CI mode: about a minute each on a 2-core CI machine.
 runs_for() {
   case $1 in
     tensor_view) echo 250000 ;;
+    ops_copy) echo 40000 ;;
     dlpack_import) echo 2000000 ;;
     *) echo 200000 ;;
   esac
