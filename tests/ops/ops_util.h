@@ -72,25 +72,48 @@ static inline bool dsigned(cm_dtype d) {
 }
 
 /* ------------------------------------------------------------ reference
- * float16 / bfloat16 decoding from the definition, and encoding by
+ * The references compute in ref_t: long double where it has a 64-bit
+ * mantissa (x87 on x86-64), which holds every value of every dtype; double
+ * where long double is double (Apple arm64), or with -DCMTEST_REF_DOUBLE
+ * (which tries that build here). With double, a check whose reference
+ * needs more than 53 bits (a 64-bit integer beyond 2^53 converted to
+ * float64) skips itself and is counted; integers are compared as
+ * integers everywhere. */
+#if defined(CMTEST_REF_DOUBLE) || LDBL_MANT_DIG < 64
+typedef double ref_t;
+#define REF_LONG_DOUBLE 0
+#define REF_MANT_DIG DBL_MANT_DIG
+#define REF_FN(f) f
+#define REF_G "g" /* printf conversion of a ref_t: "%.17" REF_G */
+#else
+typedef long double ref_t;
+#define REF_LONG_DOUBLE 1
+#define REF_MANT_DIG LDBL_MANT_DIG
+#define REF_FN(f) f##l
+#define REF_G "Lg"
+#endif
+
+/* float16 / bfloat16 decoding from the definition, and encoding by
  * searching the ordered positive bit patterns (no bit tricks). */
 
-static inline long double ref_small_value(uint16_t h, bool bf16) {
+static inline ref_t ref_small_value(uint16_t h, bool bf16) {
     const int mbits = bf16 ? 7 : 10, bias = bf16 ? 127 : 15;
     const int e = (h >> mbits) & (bf16 ? 0xff : 0x1f);
     const int m = h & ((1 << mbits) - 1);
-    const long double sign = (h & 0x8000) ? -1.0L : 1.0L;
+    const ref_t sign = (h & 0x8000) ? -1 : 1;
     if (e == (bf16 ? 0xff : 0x1f))
-        return m ? (long double)NAN : sign * (long double)INFINITY;
+        return m ? (ref_t)NAN : sign * (ref_t)INFINITY;
     if (e == 0)
-        return sign * ldexpl((long double)m, 1 - bias - mbits);
-    return sign * ldexpl((long double)(m + (1 << mbits)), e - bias - mbits);
+        return sign * REF_FN(ldexp)((ref_t)m, 1 - bias - mbits);
+    return sign * REF_FN(ldexp)((ref_t)(m + (1 << mbits)), e - bias - mbits);
 }
 
-/* Nearest, ties to even; overflow to infinity. x must not be NaN. */
-static inline uint16_t ref_small_encode(long double x, bool bf16) {
+/* Nearest, ties to even; overflow to infinity. x must not be NaN. The
+ * differences below are exact in double too (x is within a factor two of
+ * the patterns it lies between, or they are far apart). */
+static inline uint16_t ref_small_encode(ref_t x, bool bf16) {
     const uint16_t sign = signbit(x) ? 0x8000 : 0;
-    const long double ax = fabsl(x);
+    const ref_t ax = REF_FN(fabs)(x);
     const uint16_t inf = bf16 ? 0x7f80 : 0x7c00;
     /* Largest finite pattern lo with value <= ax. */
     uint16_t lo = 0, hi = inf;
@@ -105,11 +128,11 @@ static inline uint16_t ref_small_encode(long double x, bool bf16) {
     }
     /* Between lo and lo + 1 (lo + 1 may be infinity: the rounding bound is
      * then max + half an ulp). */
-    const long double vlo = ref_small_value(lo, bf16);
-    long double vhi = ref_small_value((uint16_t)(lo + 1), bf16);
+    const ref_t vlo = ref_small_value(lo, bf16);
+    ref_t vhi = ref_small_value((uint16_t)(lo + 1), bf16);
     if (lo + 1 == inf)
         vhi = vlo + (vlo - ref_small_value((uint16_t)(lo - 1), bf16));
-    const long double dlo = ax - vlo, dhi = vhi - ax;
+    const ref_t dlo = ax - vlo, dhi = vhi - ax;
     uint16_t r = lo;
     if (dhi < dlo || (dhi == dlo && (lo & 1)))
         r = (uint16_t)(lo + 1);
@@ -120,42 +143,61 @@ static inline bool ref_small_isnan(uint16_t h, bool bf16) {
     return bf16 ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
 }
 
-/* The references below compute in long double, which holds every value of
- * every dtype exactly only where it has a 64-bit mantissa (x87 on x86-64).
- * Valgrind emulates long double as double (with infinities that do not
- * compare), and Apple arm64's long double is double: there the tests that
- * need exact references, or meet infinities, skip themselves (the
- * kernels are still run by the other tests, and checked by ASan). */
-static inline bool ref_exact_available(void) {
-#if LDBL_MANT_DIG >= 64
+/* Valgrind emulates long double as double (with infinities that do not
+ * compare): there a long double reference is wrong, and the tests that
+ * depend on it skip themselves. The double-reference build
+ * (test_ops_matrix_cpu_double_ref) runs them under valgrind in full. */
+static inline bool ref_trustworthy(void) {
+#if REF_LONG_DOUBLE
     if (RUNNING_ON_VALGRIND)
         return false;
     const char *preload = getenv("LD_PRELOAD");
     return preload == NULL || strstr(preload, "vgpreload") == NULL;
 #else
-    return false;
+    return true;
 #endif
 }
 
-#define REQUIRE_EXACT_REFERENCE()                                                   \
+#define REQUIRE_TRUSTWORTHY_REFERENCE()                                              \
     do {                                                                            \
-        if (!ref_exact_available())                                                 \
-            cr_skip_test("needs an exact long double reference (64-bit mantissa); " \
-                         "not under valgrind or where long double is double");     \
+        if (!ref_trustworthy())                                                     \
+            cr_skip_test("the long double reference is double under valgrind; "    \
+                         "test_ops_matrix_cpu_double_ref runs this test there");    \
     } while (0)
 
-/* An element as a long double (exact for every dtype on x86-64). */
-static inline long double elem_value(cm_dtype d, elem e) {
+/* An integer element's bits, sign-extended to 64; and back, truncated. */
+static inline uint64_t bits64(cm_dtype d, elem e) {
+    switch (d) {
+    case CM_INT8: return (uint64_t)(int64_t)e.i8;
+    case CM_INT16: return (uint64_t)(int64_t)e.i16;
+    case CM_INT32: return (uint64_t)(int64_t)e.i32;
+    case CM_INT64: return (uint64_t)e.i64;
+    case CM_UINT16: return e.u16;
+    case CM_UINT32: return e.u32;
+    case CM_UINT64: return e.u64;
+    default: return e.u8;
+    }
+}
+
+static inline elem of_bits(cm_dtype d, uint64_t bits) {
+    elem r;
+    memset(&r, 0, sizeof r);
+    memcpy(r.b, &bits, dsize(d)); /* little-endian truncation */
+    return r;
+}
+
+/* An element as a ref_t (exact unless ref_holds says otherwise). */
+static inline ref_t elem_value(cm_dtype d, elem e) {
     switch (d) {
     case CM_BOOL: return e.u8;
     case CM_INT8: return e.i8;
     case CM_INT16: return e.i16;
     case CM_INT32: return e.i32;
-    case CM_INT64: return (long double)e.i64;
+    case CM_INT64: return (ref_t)e.i64;
     case CM_UINT8: return e.u8;
     case CM_UINT16: return e.u16;
     case CM_UINT32: return e.u32;
-    case CM_UINT64: return (long double)e.u64;
+    case CM_UINT64: return (ref_t)e.u64;
     case CM_FLOAT16: return ref_small_value(e.u16, false);
     case CM_BFLOAT16: return ref_small_value(e.u16, true);
     case CM_FLOAT32: return e.f32;
@@ -164,11 +206,68 @@ static inline long double elem_value(cm_dtype d, elem e) {
     }
 }
 
-/* The reference conversion of a value (exact long double) to dtype d:
- * nonzero -> true; float to int truncates and saturates, NaN -> 0; int to
- * int wraps (done by the caller, see ref_convert); floats round to nearest
- * even. */
-static inline elem ref_from_value(cm_dtype d, long double x) {
+static inline bool wide_int(cm_dtype d) {
+    return d == CM_INT64 || d == CM_UINT64;
+}
+
+static inline uint64_t wide_magnitude(cm_dtype d, elem e) {
+    return d == CM_INT64 && e.i64 < 0 ? 0 - e.u64 : e.u64;
+}
+
+static inline int bit_length(uint64_t m) {
+    int n = 0;
+    for (; m != 0; m >>= 1)
+        ++n;
+    return n;
+}
+
+/* Whether ref_t holds e's value exactly: all but 64-bit integers with more
+ * significant bits than REF_MANT_DIG. */
+static inline bool ref_holds(cm_dtype d, elem e) {
+    if (!wide_int(d))
+        return true;
+    uint64_t mag = wide_magnitude(d, e);
+    while (mag != 0 && (mag & 1) == 0)
+        mag >>= 1; /* trailing zeros cost no precision */
+    return bit_length(mag) <= REF_MANT_DIG;
+}
+
+/* e's value rounded to odd at REF_MANT_DIG bits: a 64-bit integer cut to
+ * that many significant bits, the last one set if any bit cut was. One more
+ * rounding to nearest, to REF_MANT_DIG - 2 bits or fewer, rounds the value
+ * itself correctly (Boldo and Melquiond's rounding to odd): so a double
+ * reference converts every 64-bit integer exactly to float32 and narrower. */
+static inline ref_t elem_value_odd(cm_dtype d, elem e) {
+    if (!wide_int(d))
+        return elem_value(d, e);
+    const uint64_t mag = wide_magnitude(d, e);
+    const int len = bit_length(mag);
+    const int cut = len > REF_MANT_DIG ? len - REF_MANT_DIG : 0;
+    uint64_t kept = mag >> cut;
+    if (cut > 0 && (mag & ((1ull << cut) - 1)) != 0)
+        kept |= 1;
+    const ref_t v = REF_FN(ldexp)((ref_t)kept, cut);
+    return d == CM_INT64 && e.i64 < 0 ? -v : v;
+}
+
+/* -1, 0 or 1 as a is below, equal to or above b; integers exactly, floats
+ * by value (0 when either is NaN). */
+static inline int elem_order(cm_dtype d, elem a, elem b) {
+    if (!dfloat(d)) {
+        const uint64_t x = bits64(d, a), y = bits64(d, b);
+        if (dsigned(d))
+            return (int64_t)x < (int64_t)y ? -1 : (int64_t)x > (int64_t)y;
+        return x < y ? -1 : x > y;
+    }
+    const ref_t x = elem_value(d, a), y = elem_value(d, b);
+    return x < y ? -1 : x > y;
+}
+
+/* The reference conversion of a value (exact ref_t) to dtype d: nonzero
+ * -> true; float to int truncates and saturates, NaN -> 0; int to int
+ * wraps (done by the caller, see ref_convert); floats round to nearest
+ * even. The saturation bounds are powers of two, exact in any ref_t. */
+static inline elem ref_from_value(cm_dtype d, ref_t x) {
     elem r;
     memset(&r, 0, sizeof r);
     if (d == CM_BOOL) {
@@ -176,31 +275,14 @@ static inline elem ref_from_value(cm_dtype d, long double x) {
         return r;
     }
     if (!dfloat(d)) {
-        long double lo, hi;
-        switch (d) {
-        case CM_INT8: lo = -128.0L; hi = 127.0L; break;
-        case CM_INT16: lo = -32768.0L; hi = 32767.0L; break;
-        case CM_INT32: lo = -2147483648.0L; hi = 2147483647.0L; break;
-        case CM_INT64: lo = -9223372036854775808.0L; hi = 9223372036854775807.0L; break;
-        case CM_UINT8: lo = 0; hi = 255.0L; break;
-        case CM_UINT16: lo = 0; hi = 65535.0L; break;
-        case CM_UINT32: lo = 0; hi = 4294967295.0L; break;
-        default: lo = 0; hi = 18446744073709551615.0L; break;
-        }
-        long double t = isnan(x) ? 0 : truncl(x);
-        if (t < lo) t = lo;
-        if (t > hi) t = hi;
-        switch (d) {
-        case CM_INT8: r.i8 = (int8_t)t; break;
-        case CM_INT16: r.i16 = (int16_t)t; break;
-        case CM_INT32: r.i32 = (int32_t)t; break;
-        case CM_INT64: r.i64 = (int64_t)t; break;
-        case CM_UINT8: r.u8 = (uint8_t)t; break;
-        case CM_UINT16: r.u16 = (uint16_t)t; break;
-        case CM_UINT32: r.u32 = (uint32_t)t; break;
-        default: r.u64 = (uint64_t)t; break;
-        }
-        return r;
+        const int bits = 8 * (int)dsize(d) - (dsigned(d) ? 1 : 0);
+        const ref_t top = REF_FN(ldexp)(1, bits); /* the first value above range */
+        const ref_t t = isnan(x) ? 0 : REF_FN(trunc)(x);
+        if (t >= top)
+            return of_bits(d, ~0ull >> (64 - bits));
+        if (dsigned(d))
+            return of_bits(d, t < -top ? 0 - (1ull << bits) : (uint64_t)(int64_t)t);
+        return of_bits(d, t < 0 ? 0 : (uint64_t)t);
     }
     if (isnan(x)) { /* the NaN's payload is checked separately */
         switch (d) {
@@ -230,26 +312,19 @@ static inline bool elem_isnan(cm_dtype d, elem e) {
     }
 }
 
-/* Integer-to-integer conversions wrap; everything else by value. */
+/* Integer-to-integer conversions wrap, to bool test for zero; everything
+ * else by value. */
 static inline elem ref_convert(cm_dtype to, cm_dtype from, elem v) {
-    if (!dfloat(from) && !dfloat(to) && to != CM_BOOL) {
-        uint64_t bits;
-        switch (from) {
-        case CM_INT8: bits = (uint64_t)(int64_t)v.i8; break;
-        case CM_INT16: bits = (uint64_t)(int64_t)v.i16; break;
-        case CM_INT32: bits = (uint64_t)(int64_t)v.i32; break;
-        case CM_INT64: bits = (uint64_t)v.i64; break;
-        case CM_UINT16: bits = v.u16; break;
-        case CM_UINT32: bits = v.u32; break;
-        case CM_UINT64: bits = v.u64; break;
-        default: bits = v.u8; break;
-        }
-        elem r;
-        memset(&r, 0, sizeof r);
-        memcpy(r.b, &bits, dsize(to)); /* little-endian truncation */
-        return r;
-    }
-    return ref_from_value(to, elem_value(from, v));
+    if (!dfloat(from) && !dfloat(to))
+        return to == CM_BOOL ? of_bits(to, bits64(from, v) != 0) : of_bits(to, bits64(from, v));
+    return ref_from_value(to, elem_value_odd(from, v));
+}
+
+/* Whether ref_convert(to, from, v) is exact with ref_t: all but a 64-bit
+ * integer that ref_t does not hold to float64 (rounding to odd needs two
+ * bits more than float64 has). */
+static inline bool ref_convert_exact(cm_dtype to, cm_dtype from, elem v) {
+    return to != CM_FLOAT64 || ref_holds(from, v);
 }
 
 static inline bool elem_bits_equal(cm_dtype d, elem a, elem b) {
@@ -274,11 +349,11 @@ static inline elem gen_elem(cm_dtype d, uint64_t i, uint64_t seed, bool tame) {
     const unsigned pick = (unsigned)(r >> 56) % 8;
     r = mix(r);
     if (tame) {
-        long double x = (long double)((int64_t)(r % 33) - 16) / 2.0L;
+        const ref_t x = (ref_t)((int64_t)(r % 33) - 16) / 2;
         if (d == CM_BOOL)
             e.u8 = (uint8_t)(r & 1);
         else if (!dfloat(d) && !dsigned(d))
-            e = ref_from_value(d, fabsl(x) * 2);
+            e = ref_from_value(d, REF_FN(fabs)(x) * 2);
         else
             e = ref_from_value(d, x);
         return e;
@@ -325,7 +400,7 @@ static inline elem gen_elem(cm_dtype d, uint64_t i, uint64_t seed, bool tame) {
         }
         return e;
     }
-    return ref_from_value(d, (long double)((int64_t)(r % 2001) - 1000) / 16.0L);
+    return ref_from_value(d, (ref_t)((int64_t)(r % 2001) - 1000) / 16);
 }
 
 /* ------------------------------------------------------------ tensors */
