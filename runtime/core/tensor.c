@@ -591,7 +591,7 @@ cm_status cm_tensor_host_read(const cm_tensor *tensor, cm_dtype dtype, const voi
     CM__REQUIRE_NONNULL(out);
     *out = NULL;
     CM__REQUIRE_NONNULL(tensor);
-    uint8_t *base;
+    uint8_t *base = NULL;
     CM__TRY(cm__host_access(__func__, tensor, dtype, false, &base));
     *out = base;
     return CM_OK;
@@ -601,7 +601,7 @@ cm_status cm_tensor_host_write(cm_tensor *tensor, cm_dtype dtype, void **out) {
     CM__REQUIRE_NONNULL(out);
     *out = NULL;
     CM__REQUIRE_NONNULL(tensor);
-    uint8_t *base;
+    uint8_t *base = NULL;
     CM__TRY(cm__host_access(__func__, tensor, dtype, true, &base));
     cm__host_modified(tensor);
     *out = base;
@@ -632,7 +632,7 @@ cm_status cm_tensor_get_element(const cm_tensor *tensor, const int64_t *index, c
     CM__REQUIRE_NONNULL(value);
     int64_t off;
     CM__TRY(cm__element_offset(__func__, tensor, index, &off));
-    uint8_t *base;
+    uint8_t *base = NULL;
     CM__TRY(cm__host_access(__func__, tensor, dtype, false, &base));
     memcpy(value, base + off, cm__dtype(dtype)->size);
     return CM_OK;
@@ -644,7 +644,7 @@ cm_status cm_tensor_set_element(cm_tensor *tensor, const int64_t *index, cm_dtyp
     CM__REQUIRE_NONNULL(value);
     int64_t off;
     CM__TRY(cm__element_offset(__func__, tensor, index, &off));
-    uint8_t *base;
+    uint8_t *base = NULL;
     CM__TRY(cm__host_access(__func__, tensor, dtype, true, &base));
     memcpy(base + off, value, cm__dtype(dtype)->size);
     cm__host_modified(tensor);

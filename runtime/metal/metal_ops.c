@@ -365,7 +365,7 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     a.out_offset = (int64_t)op->out.byte_offset;
     a.in_offset = (int64_t)op->in[0].byte_offset;
     /* Split the axes: reduced ones (inner) and the others (outer). */
-    int64_t outer[2][CM_MAX_NDIM], inner[1][CM_MAX_NDIM];
+    int64_t outer[2][CM_MAX_NDIM] = {{0}}, inner[1][CM_MAX_NDIM] = {{0}};
     int32_t no = 0, ni = 0;
     int64_t count = 1;
     for (int32_t k = 0; k < op->ndim; ++k) {

@@ -3,7 +3,7 @@
 # any data race fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CC=clang cmake -S . -B build/tsan -DCMETAL_WERROR=ON -DCMETAL_BUILD_TOOLS=ON \
+CC=clang cmake -S . -B build/tsan -DCMETAL_WERROR=ON -DCMETAL_BUILD_TOOLS=ON -DCMETAL_SOFTMETAL=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" >/dev/null
