@@ -6,39 +6,15 @@
 #include <cmetal/cmetal.h>
 
 #include <criterion/criterion.h>
-#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "softmetal.h"
+#include "softmetal_hooks.h"
 
 static bool on_softmetal(void) {
     return getenv("CMETAL_METAL_FRAMEWORK") != NULL;
-}
-
-/* softmetal's test hooks, found in the loaded framework. */
-static void sm_stats(struct softmetal_stats *out) {
-    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
-    cr_assert_not_null(lib, "softmetal is loaded");
-    void (*fn)(struct softmetal_stats *);
-    void *sym = dlsym(lib, "softmetal_stats");
-    cr_assert_not_null(sym);
-    memcpy(&fn, &sym, sizeof fn);
-    fn(out);
-    dlclose(lib);
-}
-
-static long sm_live(const char *cls) {
-    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
-    cr_assert_not_null(lib);
-    long (*fn)(const char *);
-    void *sym = dlsym(lib, "softmetal_live_count");
-    memcpy(&fn, &sym, sizeof fn);
-    long n = fn(cls);
-    dlclose(lib);
-    return n;
 }
 
 static cm_device *metal(void) {

@@ -8,22 +8,11 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
-#include "softmetal.h"
+#include "softmetal_hooks.h"
 
 /* Internal test hooks of runtime/metal/metal_ops.c. */
 cm_status cm__metal_compile_source(cm_device *device, const char *source);
 void cm__metal_set_threadgroup_override(unsigned long threads);
-
-static void sm_stats(struct softmetal_stats *out) {
-    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
-    cr_assert_not_null(lib, "softmetal is loaded");
-    void (*fn)(struct softmetal_stats *);
-    void *sym = dlsym(lib, "softmetal_stats");
-    cr_assert_not_null(sym);
-    memcpy(&fn, &sym, sizeof fn);
-    fn(out);
-    dlclose(lib);
-}
 
 static cm_device *metal(void) {
     cm_device *d = NULL;
@@ -208,18 +197,6 @@ Test(metal_ops, the_library_compiles_once_per_device) {
     cm_device_release(d);
 }
 
-static long sm_live_count(const char *class_name) {
-    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
-    cr_assert_not_null(lib, "softmetal is loaded");
-    long (*fn)(const char *);
-    void *sym = dlsym(lib, "softmetal_live_count");
-    cr_assert_not_null(sym);
-    memcpy(&fn, &sym, sizeof fn);
-    long n = fn(class_name);
-    dlclose(lib);
-    return n;
-}
-
 /* The kernel library is built with fast math off (MTLCompileOptions with
  * mathMode = Safe, or fastMathEnabled = NO where mathMode is missing):
  * softmetal counts libraries made with fast or relaxed math, options nil
@@ -242,7 +219,7 @@ static void expect_safe_math_library(void) {
     float got = 0;
     CHECK(cm_tensor_get_element(a, &first, CM_FLOAT32, &got));
     cr_assert(isnan(got), "max(NaN, NaN) = %g", got);
-    cr_assert_eq(sm_live_count("MTLCompileOptions"), 0, "the options were released");
+    cr_assert_eq(sm_live("MTLCompileOptions"), 0, "the options were released");
     cm_tensor_release(a);
     cm_device_release(d);
 }

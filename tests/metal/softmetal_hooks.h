@@ -1,0 +1,37 @@
+/* softmetal's test hooks (tools/softmetal/softmetal.h), looked up in the
+ * framework the runtime loaded (CMETAL_METAL_FRAMEWORK), for the Metal
+ * suites' leak and object-count checks. Only meaningful on softmetal. */
+#ifndef CMETAL_TESTS_SOFTMETAL_HOOKS_H
+#define CMETAL_TESTS_SOFTMETAL_HOOKS_H
+
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "softmetal.h"
+
+static inline void *softmetal_hook(const char *name) {
+    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(lib, "softmetal is loaded");
+    void *sym = dlsym(lib, name);
+    cr_assert_not_null(sym, "softmetal exports %s", name);
+    dlclose(lib); /* the runtime's own handle keeps it loaded */
+    return sym;
+}
+
+static inline void sm_stats(struct softmetal_stats *out) {
+    void (*fn)(struct softmetal_stats *);
+    void *sym = softmetal_hook("softmetal_stats");
+    memcpy(&fn, &sym, sizeof fn);
+    fn(out);
+}
+
+static inline long sm_live(const char *class_name) {
+    long (*fn)(const char *);
+    void *sym = softmetal_hook("softmetal_live_count");
+    memcpy(&fn, &sym, sizeof fn);
+    return fn(class_name);
+}
+
+#endif
