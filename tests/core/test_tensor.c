@@ -1,6 +1,7 @@
 #include <cmetal/cmetal.h>
 
 #include "alloc_hook.h"
+#include "check.h"
 
 #include <criterion/criterion.h>
 #include <stdatomic.h>
@@ -41,13 +42,6 @@ static int32_t at(const cm_tensor *t, const int64_t *index) {
     return v;
 }
 
-#define EXPECT_ERROR(call, status, fragment)                                                 \
-    do {                                                                                     \
-        cr_assert_eq((call), (status), "%s", cm_last_error());                              \
-        cr_assert(strstr(cm_last_error(), (fragment)) != NULL, "message \"%s\" lacks \"%s\"", \
-                  cm_last_error(), (fragment));                                              \
-    } while (0)
-
 Test(tensor, create_gives_a_compact_row_major_layout) {
     cm_device *d = test_device();
     cm_tensor *t = iota(d, 3, (int64_t[]){2, 3, 4});
@@ -85,12 +79,12 @@ Test(tensor, zero_d_and_zero_size_tensors_work) {
     cr_assert_eq(info.numel, 0);
     cr_assert(info.contiguous);
     cr_assert_eq(info.extent_begin, info.extent_end);
-    EXPECT_ERROR(cm_tensor_get_element(z, (int64_t[]){0, 0}, CM_INT32, &v), CM_ERR_OUT_OF_BOUNDS,
+    EXPECT_FAIL(cm_tensor_get_element(z, (int64_t[]){0, 0}, CM_INT32, &v), CM_ERR_OUT_OF_BOUNDS,
                  "index[0] = 0 is out of range for size 0");
     cm_tensor *r = NULL;
     cr_assert_eq(cm_tensor_reshape(z, 3, (int64_t[]){5, 0, 7}, &r), CM_OK, "%s", cm_last_error());
     cm_tensor_release(r);
-    EXPECT_ERROR(cm_tensor_reshape(z, 2, (int64_t[]){-1, 0}, &r), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_tensor_reshape(z, 2, (int64_t[]){-1, 0}, &r), CM_ERR_INVALID_ARGUMENT,
                  "shape[0] = -1 cannot be inferred");
     cm_tensor_release(z);
     cm_tensor_release(s);
@@ -145,12 +139,12 @@ Test(tensor, layouts_outside_the_buffer_are_refused) {
                                        &t),
                  CM_OK);
     cm_tensor_release(t);
-    EXPECT_ERROR(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
                                                             .shape = (int64_t[]){17}},
                                        &t),
                  CM_ERR_OUT_OF_BOUNDS, "reaches byte 68 of a 64-byte buffer");
     cr_assert_null(t);
-    EXPECT_ERROR(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
                                                             .shape = (int64_t[]){2},
                                                             .strides = (int64_t[]){-1}},
                                        &t),
@@ -163,12 +157,12 @@ Test(tensor, layouts_outside_the_buffer_are_refused) {
                                        &t),
                  CM_OK, "%s", cm_last_error());
     cm_tensor_release(t);
-    EXPECT_ERROR(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
                                                             .shape = (int64_t[]){1},
                                                             .byte_offset = 2},
                                        &t),
                  CM_ERR_INVALID_ARGUMENT, "byte_offset = 2 must be a multiple of the float32 size 4");
-    EXPECT_ERROR(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 0,
+    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 0,
                                                             .byte_offset = 64},
                                        &t),
                  CM_ERR_OUT_OF_BOUNDS, "reaches byte 68");
@@ -186,29 +180,29 @@ Test(tensor, layouts_outside_the_buffer_are_refused) {
 Test(tensor, bad_descs_name_the_field_and_value) {
     cm_device *d = test_device();
     cm_tensor *t = NULL;
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 2,
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 2,
                                                        .shape = (int64_t[]){3, -1}},
                                   &t),
                  CM_ERR_INVALID_ARGUMENT, "shape[1] = -1 must be >= 0");
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.ndim = 1, .shape = (int64_t[]){3}}, &t),
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.ndim = 1, .shape = (int64_t[]){3}}, &t),
                  CM_ERR_INVALID_ARGUMENT, "desc->dtype = 0 is not a cm_dtype");
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 17}, &t),
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 17}, &t),
                  CM_ERR_INVALID_ARGUMENT, "desc->ndim = 17 must be between 0 and 16");
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = -1}, &t),
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = -1}, &t),
                  CM_ERR_INVALID_ARGUMENT, "desc->ndim = -1");
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1}, &t),
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1}, &t),
                  CM_ERR_INVALID_ARGUMENT, "desc->shape = NULL with desc->ndim = 1");
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1,
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1,
                                                        .shape = (int64_t[]){3},
                                                        .strides = (int64_t[]){1}},
                                   &t),
                  CM_ERR_INVALID_ARGUMENT, "desc->strides must be NULL");
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 0, .flags = 4},
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 0, .flags = 4},
                                   &t),
                  CM_ERR_INVALID_ARGUMENT, "flags = 0x4");
-    EXPECT_ERROR(cm_tensor_create(NULL, &(cm_tensor_desc){.dtype = CM_INT8}, &t),
+    EXPECT_FAIL(cm_tensor_create(NULL, &(cm_tensor_desc){.dtype = CM_INT8}, &t),
                  CM_ERR_INVALID_ARGUMENT, "device = NULL");
-    EXPECT_ERROR(cm_tensor_create(d, NULL, &t), CM_ERR_INVALID_ARGUMENT, "desc = NULL");
+    EXPECT_FAIL(cm_tensor_create(d, NULL, &t), CM_ERR_INVALID_ARGUMENT, "desc = NULL");
     cr_assert_null(t);
     cr_assert_eq(cm_tensor_retain(NULL), CM_ERR_INVALID_ARGUMENT);
     cr_assert_eq(cm_tensor_release(NULL), CM_OK);
@@ -218,11 +212,11 @@ Test(tensor, bad_descs_name_the_field_and_value) {
 Test(tensor, sizes_that_overflow_are_refused) {
     cm_device *d = test_device();
     cm_tensor *t = NULL;
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 2,
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 2,
                                                        .shape = (int64_t[]){INT64_MAX, 2}},
                                   &t),
                  CM_ERR_OVERFLOW, "more elements than fit");
-    EXPECT_ERROR(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 1,
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 1,
                                                        .shape = (int64_t[]){INT64_MAX / 4}},
                                   &t),
                  CM_ERR_OVERFLOW, "more elements than fit");
@@ -234,12 +228,12 @@ Test(tensor, sizes_that_overflow_are_refused) {
     cm_tensor_release(t);
     cm_buffer *b = NULL;
     cm_buffer_create(d, &(cm_buffer_desc){.size = 16}, &b);
-    EXPECT_ERROR(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 2,
+    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 2,
                                                             .shape = (int64_t[]){2, 3},
                                                             .strides = (int64_t[]){INT64_MAX, 1}},
                                        &t),
                  CM_ERR_OVERFLOW, "");
-    EXPECT_ERROR(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1,
+    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1,
                                                             .shape = (int64_t[]){1},
                                                             .byte_offset = UINT64_MAX},
                                        &t),
@@ -267,8 +261,8 @@ Test(tensor, slice_with_negative_step_reverses) {
     cr_assert_eq(info.shape[0], 3);
     cr_assert_eq(at(r, (int64_t[]){2}), 3);
     cm_tensor_release(r);
-    EXPECT_ERROR(cm_tensor_slice(t, 0, 0, 5, 0, &r), CM_ERR_INVALID_ARGUMENT, "step = 0");
-    EXPECT_ERROR(cm_tensor_slice(t, 1, 0, 5, 1, &r), CM_ERR_OUT_OF_BOUNDS,
+    EXPECT_FAIL(cm_tensor_slice(t, 0, 0, 5, 0, &r), CM_ERR_INVALID_ARGUMENT, "step = 0");
+    EXPECT_FAIL(cm_tensor_slice(t, 1, 0, 5, 1, &r), CM_ERR_OUT_OF_BOUNDS,
                  "axis = 1 is out of range for a 1-d tensor");
     cm_tensor_release(t);
     cm_device_release(d);
@@ -286,14 +280,14 @@ Test(tensor, broadcast_views_alias_and_are_read_only) {
     cr_assert(info.flags & CM_TENSOR_READ_ONLY);
     cr_assert_eq(at(b, (int64_t[]){1, 2, 3}), 2);
     int32_t v = 1;
-    EXPECT_ERROR(cm_tensor_set_element(b, (int64_t[]){0, 0, 0}, CM_INT32, &v), CM_ERR_READ_ONLY,
+    EXPECT_FAIL(cm_tensor_set_element(b, (int64_t[]){0, 0, 0}, CM_INT32, &v), CM_ERR_READ_ONLY,
                  "cm_tensor_set_element: the tensor is read-only");
     void *p = NULL;
-    EXPECT_ERROR(cm_tensor_host_write(b, CM_INT32, &p), CM_ERR_READ_ONLY, "read-only");
+    EXPECT_FAIL(cm_tensor_host_write(b, CM_INT32, &p), CM_ERR_READ_ONLY, "read-only");
     cm_tensor_release(b);
-    EXPECT_ERROR(cm_tensor_broadcast_to(t, 2, (int64_t[]){2, 5}, &b), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_tensor_broadcast_to(t, 2, (int64_t[]){2, 5}, &b), CM_ERR_INVALID_ARGUMENT,
                  "shape[0] = 2 cannot broadcast from size 3");
-    EXPECT_ERROR(cm_tensor_broadcast_to(t, 1, (int64_t[]){3}, &b), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_tensor_broadcast_to(t, 1, (int64_t[]){3}, &b), CM_ERR_INVALID_ARGUMENT,
                  "ndim = 1 must be between the tensor's ndim 2");
     cm_tensor_release(t);
     cm_device_release(d);
@@ -303,22 +297,22 @@ Test(tensor, typed_access_checks_dtype_bounds_and_read_only) {
     cm_device *d = test_device();
     cm_tensor *t = iota(d, 2, (int64_t[]){2, 2});
     float f;
-    EXPECT_ERROR(cm_tensor_get_element(t, (int64_t[]){0, 0}, CM_FLOAT32, &f),
+    EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){0, 0}, CM_FLOAT32, &f),
                  CM_ERR_DTYPE_MISMATCH, "dtype = float32 but the tensor is int32");
     const void *p = NULL;
-    EXPECT_ERROR(cm_tensor_host_read(t, CM_INT64, &p), CM_ERR_DTYPE_MISMATCH, "int64");
+    EXPECT_FAIL(cm_tensor_host_read(t, CM_INT64, &p), CM_ERR_DTYPE_MISMATCH, "int64");
     cr_assert_null(p);
     int32_t v;
-    EXPECT_ERROR(cm_tensor_get_element(t, (int64_t[]){0, 2}, CM_INT32, &v), CM_ERR_OUT_OF_BOUNDS,
+    EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){0, 2}, CM_INT32, &v), CM_ERR_OUT_OF_BOUNDS,
                  "index[1] = 2 is out of range for size 2");
-    EXPECT_ERROR(cm_tensor_get_element(t, (int64_t[]){-1, 0}, CM_INT32, &v),
+    EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){-1, 0}, CM_INT32, &v),
                  CM_ERR_OUT_OF_BOUNDS, "index[0] = -1");
-    EXPECT_ERROR(cm_tensor_get_element(t, NULL, CM_INT32, &v), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_tensor_get_element(t, NULL, CM_INT32, &v), CM_ERR_INVALID_ARGUMENT,
                  "index = NULL must not be NULL for a 2-d tensor");
     cm_tensor *ro = NULL;
     cr_assert_eq(cm_tensor_read_only(t, &ro), CM_OK);
     v = 5;
-    EXPECT_ERROR(cm_tensor_set_element(ro, (int64_t[]){0, 0}, CM_INT32, &v), CM_ERR_READ_ONLY,
+    EXPECT_FAIL(cm_tensor_set_element(ro, (int64_t[]){0, 0}, CM_INT32, &v), CM_ERR_READ_ONLY,
                  "read-only");
     cr_assert_eq(cm_tensor_host_read(ro, CM_INT32, &p), CM_OK);
     cr_assert_eq(cm_tensor_set_element(t, (int64_t[]){1, 1}, CM_INT32, &v), CM_OK);
@@ -346,7 +340,7 @@ Test(tensor, read_only_buffers_make_read_only_tensors) {
     cm_tensor_get_info(t, &info);
     cr_assert(info.flags & CM_TENSOR_READ_ONLY);
     int32_t v = 0;
-    EXPECT_ERROR(cm_tensor_set_element(t, (int64_t[]){0}, CM_INT32, &v), CM_ERR_READ_ONLY, "");
+    EXPECT_FAIL(cm_tensor_set_element(t, (int64_t[]){0}, CM_INT32, &v), CM_ERR_READ_ONLY, "");
     cr_assert_eq(at(t, (int64_t[]){3}), 4);
     cm_tensor_release(t);
     cm_device_release(d);
@@ -363,15 +357,15 @@ Test(tensor, reshape_follows_strides_or_asks_for_a_copy) {
     cr_assert_eq(at(r, (int64_t[]){1, 2, 1}), 12 + 6 + 1);
     cm_tensor_release(r);
     cr_assert_eq(cm_tensor_transpose(t, 0, 1, &tt), CM_OK);
-    EXPECT_ERROR(cm_tensor_reshape(tt, 1, (int64_t[]){24}, &r), CM_ERR_COPY_REQUIRED,
+    EXPECT_FAIL(cm_tensor_reshape(tt, 1, (int64_t[]){24}, &r), CM_ERR_COPY_REQUIRED,
                  "without a copy");
     /* Splitting an axis of a transposed view needs no copy. */
     cr_assert_eq(cm_tensor_reshape(tt, 3, (int64_t[]){3, 2, 4}, &r), CM_OK, "%s", cm_last_error());
     cr_assert_eq(at(r, (int64_t[]){2, 1, 3}), 3 * 6 + 5);
     cm_tensor_release(r);
-    EXPECT_ERROR(cm_tensor_reshape(t, 2, (int64_t[]){5, 5}, &r), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_tensor_reshape(t, 2, (int64_t[]){5, 5}, &r), CM_ERR_INVALID_ARGUMENT,
                  "shape has 25 elements but the tensor has 24");
-    EXPECT_ERROR(cm_tensor_reshape(t, 2, (int64_t[]){-1, -1}, &r), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_tensor_reshape(t, 2, (int64_t[]){-1, -1}, &r), CM_ERR_INVALID_ARGUMENT,
                  "only one dimension may be inferred");
     cm_tensor_release(tt);
     cm_tensor_release(t);
@@ -382,14 +376,14 @@ Test(tensor, permute_squeeze_unsqueeze_select_errors) {
     cm_device *d = test_device();
     cm_tensor *t = iota(d, 3, (int64_t[]){2, 1, 3});
     cm_tensor *r = NULL;
-    EXPECT_ERROR(cm_tensor_permute(t, (int32_t[]){0, 0, 1}, &r), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_tensor_permute(t, (int32_t[]){0, 0, 1}, &r), CM_ERR_INVALID_ARGUMENT,
                  "axes[1] = 0 repeats an axis");
-    EXPECT_ERROR(cm_tensor_permute(t, (int32_t[]){0, 3, 1}, &r), CM_ERR_OUT_OF_BOUNDS,
+    EXPECT_FAIL(cm_tensor_permute(t, (int32_t[]){0, 3, 1}, &r), CM_ERR_OUT_OF_BOUNDS,
                  "axes[1] = 3 is out of range");
-    EXPECT_ERROR(cm_tensor_squeeze(t, 0, &r), CM_ERR_INVALID_ARGUMENT,
+    EXPECT_FAIL(cm_tensor_squeeze(t, 0, &r), CM_ERR_INVALID_ARGUMENT,
                  "axis = 0 has size 2; only size 1 squeezes");
-    EXPECT_ERROR(cm_tensor_unsqueeze(t, 4, &r), CM_ERR_OUT_OF_BOUNDS, "axis = 4");
-    EXPECT_ERROR(cm_tensor_select(t, 2, 3, &r), CM_ERR_OUT_OF_BOUNDS,
+    EXPECT_FAIL(cm_tensor_unsqueeze(t, 4, &r), CM_ERR_OUT_OF_BOUNDS, "axis = 4");
+    EXPECT_FAIL(cm_tensor_select(t, 2, 3, &r), CM_ERR_OUT_OF_BOUNDS,
                  "index = 3 is out of range for axis 2 of size 3");
     cr_assert_eq(cm_tensor_squeeze(t, -2, &r), CM_OK);
     cm_tensor_info info;

@@ -9,12 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPECT_ERROR(call, status, fragment)                                                 \
-    do {                                                                                     \
-        cr_assert_eq((call), (status), "%s", cm_last_error());                              \
-        cr_assert(strstr(cm_last_error(), (fragment)) != NULL, "message \"%s\" lacks \"%s\"", \
-                  cm_last_error(), (fragment));                                              \
-    } while (0)
+#include "check.h"
 
 static cm_device *metal(void) {
     cm_device *d = NULL;
@@ -111,7 +106,7 @@ Test(dlpack_metal, private_storage_for_the_cpu_copies_or_refuses) {
     cm_tensor *t = iota(d, CM_STORAGE_PRIVATE), *tt = NULL;
     cr_assert_eq(cm_tensor_transpose(t, 0, 1, &tt), CM_OK);
     cm_dlpack_managed m;
-    EXPECT_ERROR(cm_dlpack_export(tt, &(cm_dlpack_export_desc){.device_type = kDLCPU,
+    EXPECT_FAIL(cm_dlpack_export(tt, &(cm_dlpack_export_desc){.device_type = kDLCPU,
                                                                .copy = CM_COPY_NEVER},
                                   &m),
                  CM_ERR_COPY_REQUIRED, "private storage on the metal device has no host address");
@@ -182,7 +177,7 @@ Test(dlpack_metal, imports_keep_the_producer_alive_until_the_last_view) {
 
     /* A view past the buffer's length is refused and calls nothing. */
     m = produce(info.buffer, binfo.native, 0, 25);
-    EXPECT_ERROR(cm_dlpack_import_versioned(m, NULL, &t), CM_ERR_OUT_OF_BOUNDS,
+    EXPECT_FAIL(cm_dlpack_import_versioned(m, NULL, &t), CM_ERR_OUT_OF_BOUNDS,
                  "of a 96-byte buffer");
     cr_assert_null(t);
     cr_assert_eq(atomic_load(&deleted), 1, "ownership stayed with the caller");
@@ -192,7 +187,7 @@ Test(dlpack_metal, imports_keep_the_producer_alive_until_the_last_view) {
     cm_device *cpu = NULL;
     cm_device_open(CM_DEVICE_CPU, 0, &cpu);
     m = produce(info.buffer, binfo.native, 0, 4);
-    EXPECT_ERROR(cm_dlpack_import_versioned(m, &(cm_dlpack_import_desc){.device = cpu}, &t),
+    EXPECT_FAIL(cm_dlpack_import_versioned(m, &(cm_dlpack_import_desc){.device = cpu}, &t),
                  CM_ERR_UNSUPPORTED, "desc->device is a cpu device but dl_tensor.device is kDLMetal");
     producer_deleter(m);
     cm_device_release(cpu);
@@ -240,7 +235,7 @@ Test(dlpack_metal, host_memory_maps_onto_metal_when_aligned_else_copies_as_allow
     /* Unaligned: refused under CM_COPY_NEVER, ownership kept... */
     int64_t small[1] = {5};
     DLManagedTensor *m = host_tensor(page + 1, small);
-    EXPECT_ERROR(cm_dlpack_import(m, &(cm_dlpack_import_desc){.device = d,
+    EXPECT_FAIL(cm_dlpack_import(m, &(cm_dlpack_import_desc){.device = d,
                                                               .copy = CM_COPY_NEVER},
                                   &t),
                  CM_ERR_COPY_REQUIRED, "aligned to 16384 bytes");

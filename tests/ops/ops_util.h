@@ -7,6 +7,8 @@
 #include <cmetal/cmetal.h>
 
 #include <criterion/criterion.h>
+
+#include "check.h"
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,22 +22,6 @@
 #else
 #define RUNNING_ON_VALGRIND 0
 #endif
-
-#define CHECK(expr)                                                                   \
-    do {                                                                              \
-        cm_status s_ = (expr);                                                        \
-        cr_assert_eq(s_, CM_OK, "%s -> %s: %s", #expr, cm_status_name(s_),           \
-                     cm_last_error());                                                \
-    } while (0)
-
-#define EXPECT_FAIL(expr, status, needle)                                             \
-    do {                                                                              \
-        cm_status s_ = (expr);                                                        \
-        cr_assert_eq(s_, (status), "%s -> %s (%s), expected %s", #expr,               \
-                     cm_status_name(s_), cm_last_error(), cm_status_name(status));    \
-        cr_assert(strstr(cm_last_error(), (needle)) != NULL,                          \
-                  "message \"%s\" lacks \"%s\"", cm_last_error(), (needle));          \
-    } while (0)
 
 typedef union elem {
     uint8_t b[8];
