@@ -173,15 +173,24 @@ static cm_status cm__broadcast_operand(const char *func, const char *name, const
     return CM_OK;
 }
 
-/* Address range [begin, end) of a tensor's elements, comparable across
- * buffers when both are host-visible (two wraps of one memory alias). */
+/* Where a tensor's buffer starts, for comparing addresses: the host address,
+ * comparable across buffers (two wraps of one memory alias), else the
+ * buffer itself, comparable only within it. */
+static uintptr_t cm__base(const cm_tensor *t) {
+    return t->buffer->host != NULL ? (uintptr_t)t->buffer->host : (uintptr_t)(void *)t->buffer;
+}
+
+/* The first element's address, comparable as cm__base's. */
+static uintptr_t cm__first(const cm_tensor *t) {
+    return cm__base(t) + (uintptr_t)t->byte_offset;
+}
+
+/* Address range [begin, end) of a tensor's elements. */
 static void cm__range(const cm_tensor *t, uintptr_t *begin, uintptr_t *end) {
     cm_tensor_info info;
     cm_tensor_get_info(t, &info); /* cannot fail for a valid tensor */
-    const uintptr_t base =
-        t->buffer->host != NULL ? (uintptr_t)t->buffer->host : (uintptr_t)(void *)t->buffer;
-    *begin = base + (uintptr_t)info.extent_begin;
-    *end = base + (uintptr_t)info.extent_end;
+    *begin = cm__base(t) + (uintptr_t)info.extent_begin;
+    *end = cm__base(t) + (uintptr_t)info.extent_end;
 }
 
 static uint64_t cm__gcd(uint64_t a, uint64_t b) {
@@ -191,13 +200,6 @@ static uint64_t cm__gcd(uint64_t a, uint64_t b) {
         b = r;
     }
     return a;
-}
-
-/* The first element's address (comparable between two views whose ranges
- * cm__range compared). */
-static uintptr_t cm__first(const cm_tensor *t) {
-    return t->buffer->host != NULL ? (uintptr_t)t->buffer->host + (uintptr_t)t->byte_offset
-                                   : (uintptr_t)t->byte_offset;
 }
 
 /* Whether two views whose byte ranges overlap are still disjoint because
@@ -241,11 +243,8 @@ static cm_status cm__check_alias(const char *func, const char *out_name, const c
     if (ob == oe || ib == ie || oe <= ib || ie <= ob)
         return CM_OK;
     if (identical_ok && in_strides != NULL) {
-        bool same = out->buffer->host != NULL
-                        ? (const char *)out->buffer->host + out->byte_offset ==
-                              (const char *)in->buffer->host + in->byte_offset
-                        : out->byte_offset == in->byte_offset;
-        same = same && cm__dtype(out->dtype)->size == cm__dtype(in->dtype)->size;
+        bool same = cm__first(out) == cm__first(in) &&
+                    cm__dtype(out->dtype)->size == cm__dtype(in->dtype)->size;
         for (int32_t k = 0; same && k < out->ndim; ++k)
             same = out->shape[k] == 1 || out->strides[k] == in_strides[k];
         if (same)

@@ -27,8 +27,6 @@ static void cm__cb_error_text(cm__id cb, char *buf, size_t cap) {
     cm__objc_pool_pop(pool);
 }
 
-/* Waits for one command buffer of `stream` (committing it first if it is
- * still the open one) and reports its failure. */
 /* ------------------------------------------------------------ streams */
 
 static void cm__on_completed(void *context, cm__id cb) {
@@ -141,10 +139,6 @@ static void cm__metal_stream_destroy(cm_stream *stream) {
     cm__objc_release(s->queue);
     pthread_mutex_destroy(&s->lock);
     cm__free(s);
-}
-
-static cm_status cm__metal_stream_flush(const char *func, cm_stream *stream, bool wait) {
-    return cm__metal_flush(func, stream, wait);
 }
 
 static uint64_t cm__metal_stream_submissions(const cm_stream *stream) {
@@ -628,7 +622,7 @@ static const cm__backend cm__metal_backend = {
     .buffer_transfer = cm__metal_buffer_transfer,
     .stream_init = cm__metal_stream_init,
     .stream_destroy = cm__metal_stream_destroy,
-    .stream_flush = cm__metal_stream_flush,
+    .stream_flush = cm__metal_flush,
     .stream_submissions = cm__metal_stream_submissions,
     .stream_signal = cm__metal_stream_signal,
     .stream_wait = cm__metal_stream_wait,
