@@ -221,8 +221,9 @@ static void cm__metal_load_once(void) {
     }
 #if defined(__APPLE__)
     /* MTLCreateSystemDefaultDevice needs CoreGraphics in command-line
-     * tools; without it we still fall back to MTLCopyAllDevices. */
-    (void)dlopen(CM__COREGRAPHICS_PATH, RTLD_LAZY | RTLD_LOCAL);
+     * tools, loaded globally so Metal finds its symbols; without it we
+     * still fall back to MTLCopyAllDevices. */
+    (void)dlopen(CM__COREGRAPHICS_PATH, RTLD_LAZY | RTLD_GLOBAL);
 #endif
     void *fw = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (fw == NULL) {
