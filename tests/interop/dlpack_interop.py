@@ -261,9 +261,11 @@ class Cmetal:
         if name == NAME_VERSIONED:
             p = ctypes.cast(PyCapsule_GetPointer(capsule, name), ctypes.POINTER(DLManagedTensorVersioned))
             spy = DeleterSpy(p, versioned=True)
+            # Read before the import: a copying import may run the deleter,
+            # after which the struct is gone.
+            protocol = "versioned %d.%d" % (p.contents.version.major, p.contents.version.minor)
             status = self.lib.cm_dlpack_import_versioned(p, desc, ctypes.byref(out))
-            used, protocol = NAME_USED_VERSIONED, "versioned %d.%d" % (
-                p.contents.version.major, p.contents.version.minor)
+            used = NAME_USED_VERSIONED
         elif name == NAME_LEGACY:
             p = ctypes.cast(PyCapsule_GetPointer(capsule, name), ctypes.POINTER(DLManagedTensor))
             spy = DeleterSpy(p, versioned=False)
