@@ -161,7 +161,8 @@ typedef struct cm_dlpack_import_desc {
      * data is: the CPU device for host memory, Metal device
      * dl_tensor.device.device_id for kDLMetal. Borrowed for the call. Host
      * memory may go onto a Metal device: it is mapped without a copy when
-     * its extent is 16 KiB page-aligned (CM_METAL_PAGE_SIZE), else copied as
+     * its extent is aligned to the host's page size (CM_METAL_PAGE_SIZE
+     * always is), else copied as
      * desc->copy allows. kDLMetal data cannot go onto the CPU device. */
     cm_device *device;
     /* CM_COPY_IF_NEEDED (default): in place where possible, else a copy

@@ -12,8 +12,10 @@
 extern "C" {
 #endif
 
-/* Page size that newBufferWithBytesNoCopy needs on Apple silicon: host
- * memory wrapped without a copy must start and end on this alignment. */
+/* Host memory wrapped without a copy (newBufferWithBytesNoCopy) must start
+ * and end on the host's page size: 16 KiB on arm64 Macs, 4 KiB on x86_64
+ * (sysconf(_SC_PAGESIZE)). This is the largest, so memory aligned to it
+ * can always be wrapped without a copy. */
 #define CM_METAL_PAGE_SIZE 16384
 
 typedef struct cm_metal_buffer_desc {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ helpers */
 
@@ -281,18 +282,24 @@ static void cm__nocopy_dispose(void *context) {
     cm__free(context);
 }
 
+/* The host's page size, which newBufferWithBytesNoCopy needs. */
+static size_t cm__host_page_size(void) {
+    const long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? (size_t)page : CM_METAL_PAGE_SIZE;
+}
+
 static cm_status cm__metal_buffer_wrap_host(cm_device *device, cm_buffer *buffer,
                                             const cm_host_memory_desc *desc) {
     static const char func[] = "cm_buffer_wrap_host";
     const cm__metal_device *d = cm__mtl_dev(device);
     const uintptr_t address = (uintptr_t)desc->data;
-    const bool aligned = desc->size > 0 && address % CM_METAL_PAGE_SIZE == 0 &&
-                         desc->size % CM_METAL_PAGE_SIZE == 0;
+    const size_t page = cm__host_page_size();
+    const bool aligned = desc->size > 0 && address % page == 0 && desc->size % page == 0;
     if (desc->copy == CM_COPY_NEVER && !aligned)
         return cm__fail_as(func, CM_ERR_COPY_REQUIRED,
                            "desc->data = %p with desc->size = %zu: wrapping without a copy "
-                           "needs both aligned to %d bytes",
-                           desc->data, desc->size, CM_METAL_PAGE_SIZE);
+                           "needs both aligned to the host's page size, %zu bytes",
+                           desc->data, desc->size, page);
     if (desc->size > d->info.max_buffer_length)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
                            "desc->size = %zu exceeds the device's maxBufferLength %" PRIu64,
@@ -319,15 +326,18 @@ static cm_status cm__metal_buffer_wrap_host(cm_device *device, cm_buffer *buffer
         if (mtl == NULL)
             owner->release = NULL; /* failure: never call it */
         cm__block_release(&block);
-        if (mtl == NULL) {
+        if (mtl == NULL && desc->copy == CM_COPY_NEVER) {
             cm__buffer_impl_free(buffer);
             return cm__fail_as(func, CM_ERR_DEVICE,
                                "newBufferWithBytesNoCopy:%p length:%zu returned nil", desc->data,
                                desc->size);
         }
-        buffer->release = NULL;
-        buffer->release_context = NULL;
-    } else {
+        if (mtl != NULL) {
+            buffer->release = NULL;
+            buffer->release_context = NULL;
+        }
+    }
+    if (mtl == NULL) { /* copied (also when Metal refused the pages) */
         mtl = desc->size > 0 ? cm__msg_newBufferWithBytes_length_options(
                                    d->device, desc->data, desc->size,
                                    CM__MTL_RESOURCE_STORAGE_SHARED)
