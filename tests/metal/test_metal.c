@@ -152,7 +152,7 @@ Test(metal, unaligned_host_memory_is_refused_or_copied_as_asked) {
                                                                .copy = CM_COPY_NEVER,
                                                                .release = count_release},
                                      &b),
-                 CM_ERR_COPY_REQUIRED, "needs both aligned to 16384 bytes");
+                 CM_ERR_COPY_REQUIRED, "aligned to the host's page size");
     cr_assert_null(b);
     cr_assert_eq(atomic_load(&released), 0, "never called on failure");
     cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = mem + 1, .size = 4000,
