@@ -30,43 +30,77 @@ static void cm__cb_error_text(cm__id cb, char *buf, size_t cap) {
 
 /* ------------------------------------------------------------ streams */
 
-static void cm__on_completed(void *context, cm__id cb) {
-    cm__metal_stream *s = context;
-    if (cm__msg_status(cb) != CM__MTL_CB_ERROR)
+/* Notes a failed command buffer (its own status and error) for the next
+ * flush to report; the first failure wins. Stream lock held. */
+static void cm__note_if_failed(cm__metal_stream *s, cm__id cb) {
+    if (s->failed || cm__msg_status(cb) != CM__MTL_CB_ERROR)
         return;
-    char text[sizeof s->error];
-    cm__cb_error_text(cb, text, sizeof text);
-    pthread_mutex_lock(&s->lock);
-    if (!s->failed) {
-        s->failed = true;
-        memcpy(s->error, text, sizeof text);
-    }
-    pthread_mutex_unlock(&s->lock);
+    s->failed = true;
+    cm__cb_error_text(cb, s->error, sizeof s->error);
 }
 
-/* The stream's open command buffer, created on first use (+0: owned by
- * the stream). Stream lock held, inside a pool. */
-static cm_status cm__metal_stream_open(const char *func, cm_stream *stream, cm__id *out) {
-    cm__metal_stream *s = cm__mtl_stream(stream);
-    if (s->open == NULL) {
-        cm__id cb = cm__msg_commandBuffer(s->queue); /* autoreleased */
-        if (cb == NULL)
-            return cm__fail_as(func, CM_ERR_DEVICE, "the command queue gave no command buffer");
-        cm__block handler;
-        CM__TRY(cm__block_init_completed(&handler, cm__on_completed, s, NULL));
-        cm__msg_addCompletedHandler(cb, &handler);
-        cm__block_release(&handler);
-        s->open = cm__objc_retain(cb);
+/* Drops the committed command buffers that have completed, noting a
+ * failed one. Stream lock held. */
+static void cm__prune_committed(cm__metal_stream *s) {
+    size_t kept = 0;
+    for (size_t i = 0; i < s->ncommitted; ++i) {
+        cm__id cb = s->committed[i];
+        if (cm__msg_status(cb) >= CM__MTL_CB_COMPLETED) {
+            cm__note_if_failed(s, cb);
+            cm__objc_release(cb);
+        } else {
+            s->committed[kept++] = cb;
+        }
     }
-    *out = s->open;
+    s->ncommitted = kept;
+}
+
+/* Room for one more committed command buffer. Stream lock held. */
+static cm_status cm__committed_reserve(const char *func, cm__metal_stream *s) {
+    if (s->ncommitted < s->committed_cap)
+        return CM_OK;
+    const size_t cap = s->committed_cap > 0 ? 2 * s->committed_cap : 8;
+    cm__id *grown = cap <= SIZE_MAX / sizeof *grown
+                        ? cm__alloc(cap * sizeof *grown, _Alignof(cm__id))
+                        : NULL;
+    if (grown == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
+                           "no memory to track %zu command buffers", cap);
+    if (s->ncommitted > 0)
+        memcpy(grown, s->committed, s->ncommitted * sizeof *grown);
+    cm__free(s->committed);
+    s->committed = grown;
+    s->committed_cap = cap;
+    return CM_OK;
+}
+
+/* Makes the stream's open command buffer if there is none. `commandBuffer`
+ * may block while the queue holds its maximum of uncompleted command
+ * buffers, so it is sent without the stream's lock. Inside a pool; takes
+ * the lock and returns with it held, whatever the status. */
+static cm_status cm__metal_stream_open(const char *func, cm_stream *stream) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    pthread_mutex_lock(&s->lock);
+    cm_status status = cm__committed_reserve(func, s);
+    if (status != CM_OK || s->open != NULL)
+        return status;
+    pthread_mutex_unlock(&s->lock);
+    cm__id cb = cm__objc_retain(cm__msg_commandBuffer(s->queue)); /* autoreleased */
+    pthread_mutex_lock(&s->lock);
+    if (cb == NULL)
+        return cm__fail_as(func, CM_ERR_DEVICE, "the command queue gave no command buffer");
+    if (s->open == NULL)
+        s->open = cb;
+    else
+        cm__objc_release(cb); /* another thread opened one meanwhile */
     return CM_OK;
 }
 
 cm_status cm__metal_encode_begin(const char *func, cm_stream *stream, cm__id *cb, void **pool) {
     *pool = cm__objc_pool_push();
-    pthread_mutex_lock(&cm__mtl_stream(stream)->lock);
-    *cb = NULL;
-    return cm__metal_stream_open(func, stream, cb);
+    cm_status status = cm__metal_stream_open(func, stream);
+    *cb = status == CM_OK ? cm__mtl_stream(stream)->open : NULL;
+    return status;
 }
 
 void cm__metal_encode_end(cm_stream *stream, void *pool) {
@@ -76,35 +110,45 @@ void cm__metal_encode_end(cm_stream *stream, void *pool) {
 
 void cm__metal_drop_completed(cm_stream *stream) {
     cm__metal_stream *s = cm__mtl_stream(stream);
+    void *pool = cm__objc_pool_push();
     pthread_mutex_lock(&s->lock);
-    cm__id done = NULL;
-    if (s->last != NULL && cm__msg_status(s->last) >= CM__MTL_CB_COMPLETED) {
-        done = s->last;
-        s->last = NULL;
-    }
+    cm__prune_committed(s);
     pthread_mutex_unlock(&s->lock);
-    cm__objc_release(done);
+    cm__objc_pool_pop(pool);
 }
 
 cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     cm__metal_stream *s = cm__mtl_stream(stream);
+    void *pool = cm__objc_pool_push();
     pthread_mutex_lock(&s->lock);
-    if (s->open != NULL) {
+    if (s->open != NULL) { /* encode_begin reserved its place */
         cm__msg_commit(s->open);
-        cm__objc_release(s->last);
-        s->last = s->open;
+        s->committed[s->ncommitted++] = s->open;
         s->open = NULL;
         s->submissions++;
     }
-    cm__id last = cm__objc_retain(s->last);
+    /* Wait for every one committed so far, oldest first, without the lock
+     * (others may commit and prune meanwhile: retain what we wait for). */
+    const size_t n = wait ? s->ncommitted : 0;
+    cm__id stack[16];
+    cm__id *waits = n <= 16 ? stack : cm__alloc(n * sizeof *waits, _Alignof(cm__id));
+    if (waits == NULL) /* no memory: wait for them under the lock instead */
+        for (size_t i = 0; i < n; ++i)
+            cm__msg_waitUntilCompleted(s->committed[i]);
+    else
+        for (size_t i = 0; i < n; ++i)
+            waits[i] = cm__objc_retain(s->committed[i]);
     pthread_mutex_unlock(&s->lock);
-    if (wait && last != NULL) {
-        cm__msg_waitUntilCompleted(last);
-        cm__metal_drop_completed(stream);
+    for (size_t i = 0; waits != NULL && i < n; ++i) {
+        cm__msg_waitUntilCompleted(waits[i]);
+        cm__objc_release(waits[i]);
     }
-    cm__objc_release(last);
+    if (waits != stack)
+        cm__free(waits);
 
+    /* Every waited one has completed: its status is noted as it leaves. */
     pthread_mutex_lock(&s->lock);
+    cm__prune_committed(s);
     bool failed = s->failed;
     char text[sizeof s->error];
     if (failed) {
@@ -112,6 +156,7 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
         s->failed = false; /* reported once */
     }
     pthread_mutex_unlock(&s->lock);
+    cm__objc_pool_pop(pool);
     if (failed)
         return cm__fail_as(func, CM_ERR_DEVICE, "a command buffer of this stream failed: %s",
                            text);
@@ -136,7 +181,9 @@ static cm_status cm__metal_stream_init(cm_stream *stream) {
 static void cm__metal_stream_destroy(cm_stream *stream) {
     cm__metal_stream *s = cm__mtl_stream(stream);
     cm__objc_release(s->open);
-    cm__objc_release(s->last);
+    for (size_t i = 0; i < s->ncommitted; ++i)
+        cm__objc_release(s->committed[i]);
+    cm__free(s->committed);
     cm__objc_release(s->queue);
     pthread_mutex_destroy(&s->lock);
     cm__free(s);

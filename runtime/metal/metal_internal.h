@@ -62,7 +62,11 @@ typedef struct cm__metal_stream {
     cm__id queue;         /* id<MTLCommandQueue>, +1 */
     pthread_mutex_t lock; /* guards everything below */
     cm__id open;          /* the command buffer being filled, +1, or NULL */
-    cm__id last;          /* the last committed command buffer, +1, or NULL */
+    /* Committed command buffers not yet seen complete, in commit order, +1
+     * each. Metal orders their start, not their completion, so a sync waits
+     * for all of them; each one's status is read once, when it leaves. */
+    cm__id *committed;
+    size_t ncommitted, committed_cap;
     uint64_t submissions; /* command buffers committed */
     bool failed;          /* a command buffer failed; error not yet reported */
     char error[384];
@@ -115,13 +119,15 @@ void cm__metal_encode_end(cm_stream *stream, void *pool);
  * the device first. Stream lock held. */
 void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write);
 
-/* Releases the stream's last committed command buffer if it has completed
- * (so the resources it retains go). Takes the stream's lock. */
+/* Releases the stream's committed command buffers that have completed
+ * (so the resources they retain go), noting a failed one for the next
+ * flush. Takes the stream's lock. */
 void cm__metal_drop_completed(cm_stream *stream);
 
 /* Commits the open command buffer (if any) and, when `wait`, waits for
- * everything committed so far; reports a failed command buffer once.
- * Takes the stream's lock. */
+ * every command buffer committed so far; reports a failed command buffer
+ * once (read from its own status and error). Takes the stream's lock, but
+ * never holds it while waiting. */
 cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait);
 
 /* Kernel state of a device (metal_ops.c): init right after the device is
