@@ -163,7 +163,7 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     return CM_OK;
 }
 
-static cm_status cm__metal_stream_init(cm_stream *stream) {
+static cm_status cm__metal_stream_init_unpooled(cm_stream *stream) {
     cm__metal_stream *s = CM__NEW(cm__metal_stream);
     if (s == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
@@ -178,7 +178,7 @@ static cm_status cm__metal_stream_init(cm_stream *stream) {
     return CM_OK;
 }
 
-static void cm__metal_stream_destroy(cm_stream *stream) {
+static void cm__metal_stream_destroy_unpooled(cm_stream *stream) {
     cm__metal_stream *s = cm__mtl_stream(stream);
     cm__objc_release(s->open);
     for (size_t i = 0; i < s->ncommitted; ++i)
@@ -199,7 +199,7 @@ static uint64_t cm__metal_stream_submissions(const cm_stream *stream) {
 
 /* Each fence gets a new shared event signalled to 1: simple, and fences of
  * different streams never share state. */
-static cm_status cm__metal_stream_signal(cm_stream *stream, cm_fence *fence) {
+static cm_status cm__metal_stream_signal_unpooled(cm_stream *stream, cm_fence *fence) {
     cm__id event = cm__msg_newSharedEvent(cm__mtl_dev(stream->device)->device);
     if (event == NULL)
         return cm__fail_as("cm_stream_signal", CM_ERR_DEVICE, "newSharedEvent returned nil");
@@ -230,15 +230,15 @@ static cm_status cm__metal_stream_wait(cm_stream *stream, const cm_fence *fence)
     return status;
 }
 
-static bool cm__metal_fence_signaled(const cm_fence *fence) {
+static bool cm__metal_fence_signaled_unpooled(const cm_fence *fence) {
     return cm__msg_signaledValue(fence->event) >= fence->value;
 }
 
-static cm_status cm__metal_fence_wait(const cm_fence *fence, uint64_t timeout_ns) {
+static cm_status cm__metal_fence_wait_unpooled(const cm_fence *fence, uint64_t timeout_ns) {
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     long nap_ns = 1000;
-    while (!cm__metal_fence_signaled(fence)) {
+    while (!cm__metal_fence_signaled_unpooled(fence)) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         uint64_t elapsed = (uint64_t)(now.tv_sec - start.tv_sec) * 1000000000u +
                            (uint64_t)(now.tv_nsec - start.tv_nsec);
@@ -253,7 +253,7 @@ static cm_status cm__metal_fence_wait(const cm_fence *fence, uint64_t timeout_ns
     return CM_OK;
 }
 
-static void cm__metal_fence_destroy(cm_fence *fence) {
+static void cm__metal_fence_destroy_unpooled(cm_fence *fence) {
     cm__objc_release(fence->event);
 }
 
@@ -291,7 +291,7 @@ static void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl) {
     buffer->host = buffer->storage == CM_STORAGE_PRIVATE ? NULL : cm__msg_contents(mtl);
 }
 
-static cm_status cm__metal_buffer_alloc(cm_device *device, cm_buffer *buffer) {
+static cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer) {
     const cm__metal_device *d = cm__mtl_dev(device);
     if (buffer->size > d->info.max_buffer_length)
         return cm__fail_as("cm_buffer_create", CM_ERR_OUT_OF_MEMORY,
@@ -335,7 +335,7 @@ static size_t cm__host_page_size(void) {
     return page > 0 ? (size_t)page : CM_METAL_PAGE_SIZE;
 }
 
-static cm_status cm__metal_buffer_wrap_host(cm_device *device, cm_buffer *buffer,
+static cm_status cm__metal_buffer_wrap_host_unpooled(cm_device *device, cm_buffer *buffer,
                                             const cm_host_memory_desc *desc) {
     static const char func[] = "cm_buffer_wrap_host";
     const cm__metal_device *d = cm__mtl_dev(device);
@@ -518,7 +518,7 @@ static cm__metal_use *cm__use_slot(cm__metal_buffer *b, const cm_stream *stream)
     return slot;
 }
 
-static void cm__metal_buffer_free(cm_buffer *buffer) {
+static void cm__metal_buffer_free_unpooled(cm_buffer *buffer) {
     cm__metal_buffer *b = cm__mtl_buf(buffer);
     (void)cm__wait_buffer("cm_buffer_release", buffer, false);
     for (int i = 0; i < CM__METAL_USE_SLOTS; ++i) {
@@ -592,7 +592,7 @@ static cm_status cm__blit(const char *func, cm_device *device, cm__blit_end dst,
     return status;
 }
 
-static cm_status cm__metal_buffer_prepare_host(cm_buffer *buffer, bool write) {
+static cm_status cm__metal_buffer_prepare_host_unpooled(cm_buffer *buffer, bool write) {
     static const char func[] = "cm__metal_buffer_prepare_host";
     cm__metal_buffer *b = cm__mtl_buf(buffer);
     CM__TRY(cm__wait_buffer(func, buffer, !write));
@@ -626,7 +626,7 @@ static void cm__metal_buffer_host_modified(cm_buffer *buffer, size_t offset, siz
 }
 
 /* Private storage: through a shared staging buffer and a blit. */
-static cm_status cm__metal_buffer_transfer(cm_buffer *buffer, size_t offset, void *host,
+static cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset, void *host,
                                            size_t size, bool to_device) {
     const char *func = to_device ? "cm_buffer_write" : "cm_buffer_read";
     cm__id dev = cm__mtl_dev(buffer->device)->device;
@@ -660,11 +660,94 @@ static cm_status cm__metal_get_info(const cm_device *device, cm_device_info *out
     return CM_OK;
 }
 
-static void cm__metal_destroy(cm_device *device) {
+static void cm__metal_destroy_unpooled(cm_device *device) {
     cm__metal_device *d = cm__mtl_dev(device);
     cm__metal_kernels_destroy(d);
     cm__objc_release(d->device);
     cm__free(d);
+}
+
+/* Every entry point that sends messages runs inside its own autorelease
+ * pool, so loops on threads without one never grow memory. */
+
+static cm_status cm__metal_stream_init(cm_stream *stream) {
+    void *pool = cm__objc_pool_push();
+    const cm_status result = cm__metal_stream_init_unpooled(stream);
+    cm__objc_pool_pop(pool);
+    return result;
+}
+
+static void cm__metal_stream_destroy(cm_stream *stream) {
+    void *pool = cm__objc_pool_push();
+    cm__metal_stream_destroy_unpooled(stream);
+    cm__objc_pool_pop(pool);
+}
+
+static cm_status cm__metal_stream_signal(cm_stream *stream, cm_fence *fence) {
+    void *pool = cm__objc_pool_push();
+    const cm_status result = cm__metal_stream_signal_unpooled(stream, fence);
+    cm__objc_pool_pop(pool);
+    return result;
+}
+
+static bool cm__metal_fence_signaled(const cm_fence *fence) {
+    void *pool = cm__objc_pool_push();
+    const bool result = cm__metal_fence_signaled_unpooled(fence);
+    cm__objc_pool_pop(pool);
+    return result;
+}
+
+static cm_status cm__metal_fence_wait(const cm_fence *fence, uint64_t timeout_ns) {
+    void *pool = cm__objc_pool_push();
+    const cm_status result = cm__metal_fence_wait_unpooled(fence, timeout_ns);
+    cm__objc_pool_pop(pool);
+    return result;
+}
+
+static void cm__metal_fence_destroy(cm_fence *fence) {
+    void *pool = cm__objc_pool_push();
+    cm__metal_fence_destroy_unpooled(fence);
+    cm__objc_pool_pop(pool);
+}
+
+static cm_status cm__metal_buffer_alloc(cm_device *device, cm_buffer *buffer) {
+    void *pool = cm__objc_pool_push();
+    const cm_status result = cm__metal_buffer_alloc_unpooled(device, buffer);
+    cm__objc_pool_pop(pool);
+    return result;
+}
+
+static cm_status cm__metal_buffer_wrap_host(cm_device *device, cm_buffer *buffer, const cm_host_memory_desc *desc) {
+    void *pool = cm__objc_pool_push();
+    const cm_status result = cm__metal_buffer_wrap_host_unpooled(device, buffer, desc);
+    cm__objc_pool_pop(pool);
+    return result;
+}
+
+static void cm__metal_buffer_free(cm_buffer *buffer) {
+    void *pool = cm__objc_pool_push();
+    cm__metal_buffer_free_unpooled(buffer);
+    cm__objc_pool_pop(pool);
+}
+
+static cm_status cm__metal_buffer_prepare_host(cm_buffer *buffer, bool write) {
+    void *pool = cm__objc_pool_push();
+    const cm_status result = cm__metal_buffer_prepare_host_unpooled(buffer, write);
+    cm__objc_pool_pop(pool);
+    return result;
+}
+
+static cm_status cm__metal_buffer_transfer(cm_buffer *buffer, size_t offset, void *host, size_t size, bool to_device) {
+    void *pool = cm__objc_pool_push();
+    const cm_status result = cm__metal_buffer_transfer_unpooled(buffer, offset, host, size, to_device);
+    cm__objc_pool_pop(pool);
+    return result;
+}
+
+static void cm__metal_destroy(cm_device *device) {
+    void *pool = cm__objc_pool_push();
+    cm__metal_destroy_unpooled(device);
+    cm__objc_pool_pop(pool);
 }
 
 static const cm__backend cm__metal_backend = {
@@ -716,42 +799,75 @@ static void cm__read_info(cm__id dev, cm_device_info *info) {
     info->software = path != NULL && strstr(path, "Metal.framework") == NULL;
 }
 
-cm_status cm__metal_device_count(uint32_t *count) {
-    *count = 0;
-    CM__TRY(cm__objc_init_as("cm_device_count"));
-    CM__TRY(cm__metal_load_as("cm_device_count"));
-    cm__id all = cm__metal_copy_all_devices();
-    if (all != NULL) {
-        cm__uint n = cm__msg_count(all);
-        cm__objc_release(all);
-        *count = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+/* Devices numbered at most (a Mac has a few GPUs). */
+#define CM__METAL_MAX_DEVICES 64
+
+/* The Metal devices in cmetal's numbering, +1 each in out[0..*n): the
+ * system default first, then the others, each once (told apart by
+ * registryID), by increasing registryID. */
+static cm_status cm__metal_enumerate(const char *func, cm__id out[CM__METAL_MAX_DEVICES],
+                                     size_t *n) {
+    *n = 0;
+    CM__TRY(cm__objc_init_as(func));
+    CM__TRY(cm__metal_load_as(func));
+    cm__id first = cm__metal_create_system_default_device(); /* +1 or NULL */
+    if (first != NULL)
+        out[(*n)++] = first;
+    const uint64_t first_id = first != NULL ? cm__msg_registryID(first) : 0;
+    cm__id all = cm__metal_copy_all_devices(); /* +1 NSArray or NULL */
+    const cm__uint count = all != NULL ? cm__msg_count(all) : 0;
+    for (cm__uint i = 0; i < count && *n < CM__METAL_MAX_DEVICES; ++i) {
+        cm__id dev = cm__msg_objectAtIndex(all, i); /* +0 */
+        const uint64_t id = cm__msg_registryID(dev);
+        bool seen = first != NULL && id == first_id;
+        for (size_t j = first != NULL; !seen && j < *n; ++j)
+            seen = cm__msg_registryID(out[j]) == id;
+        if (seen)
+            continue;
+        /* Insert after the default, sorted by registryID. */
+        size_t at = *n;
+        while (at > (first != NULL ? 1u : 0u) && cm__msg_registryID(out[at - 1]) > id) {
+            out[at] = out[at - 1];
+            --at;
+        }
+        out[at] = cm__objc_retain(dev);
+        ++*n;
     }
-    if (*count == 0) {
-        cm__id dev = cm__metal_create_system_default_device();
-        *count = dev != NULL;
-        cm__objc_release(dev);
-    }
+    cm__objc_release(all);
     return CM_OK;
 }
 
-cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
+static cm_status cm__metal_device_count_unpooled(uint32_t *count) {
+    *count = 0;
+    cm__id devices[CM__METAL_MAX_DEVICES];
+    size_t n = 0;
+    CM__TRY(cm__metal_enumerate("cm_device_count", devices, &n));
+    for (size_t i = 0; i < n; ++i)
+        cm__objc_release(devices[i]);
+    *count = (uint32_t)n;
+    return CM_OK;
+}
+
+cm_status cm__metal_device_count(uint32_t *count) {
+    void *pool = cm__objc_pool_push();
+    const cm_status status = cm__metal_device_count_unpooled(count);
+    cm__objc_pool_pop(pool);
+    return status;
+}
+
+static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out) {
     static const char func[] = "cm_device_open";
     *out = NULL;
-    CM__TRY(cm__objc_init_as(func));
-    cm__id dev = NULL;
-    if (index == 0) {
-        CM__TRY(cm__metal_default_device(func, &dev));
-    } else {
-        CM__TRY(cm__metal_load_as(func));
-        cm__id all = cm__metal_copy_all_devices();
-        cm__uint n = all != NULL ? cm__msg_count(all) : 0;
-        if (index < n)
-            dev = cm__objc_retain(cm__msg_objectAtIndex(all, index));
-        cm__objc_release(all);
-        if (dev == NULL)
-            return cm__fail_as(func, CM_ERR_NO_DEVICE,
-                               "index = %u: there are %lu Metal devices", index, n);
-    }
+    cm__id devices[CM__METAL_MAX_DEVICES];
+    size_t n = 0;
+    CM__TRY(cm__metal_enumerate(func, devices, &n));
+    cm__id dev = index < n ? devices[index] : NULL;
+    for (size_t i = 0; i < n; ++i)
+        if (devices[i] != dev)
+            cm__objc_release(devices[i]);
+    if (dev == NULL)
+        return cm__fail_as(func, CM_ERR_NO_DEVICE, "index = %u: there are %zu Metal devices",
+                           index, n);
     cm__metal_device *d = CM__NEW(cm__metal_device);
     if (d == NULL) {
         cm__objc_release(dev);
@@ -762,7 +878,14 @@ cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
     cm__read_info(dev, &d->info);
     cm_status status = cm__device_new(&cm__metal_backend, d, out);
     if (status != CM_OK)
-        cm__metal_destroy(&(cm_device){.impl = d});
+        cm__metal_destroy_unpooled(&(cm_device){.impl = d});
+    return status;
+}
+
+cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
+    void *pool = cm__objc_pool_push();
+    const cm_status status = cm__metal_device_open_unpooled(index, out);
+    cm__objc_pool_pop(pool);
     return status;
 }
 
@@ -772,6 +895,59 @@ static cm_status cm__require_metal(const char *func, const cm_device *device) {
     if (device->backend != &cm__metal_backend)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED, "device is a %s device, not Metal",
                            cm_device_type_name(device->backend->type));
+    return CM_OK;
+}
+
+/* The name of an MTLDevice, for messages. Inside a pool. */
+static void cm__device_name(cm__id dev, char *buf, size_t cap) {
+    cm__id name = dev != NULL ? cm__msg_name(dev) : NULL;
+    if (name == NULL || cm__ns_string_copy_utf8(name, buf, cap) == 0)
+        snprintf(buf, cap, "(unnamed)");
+}
+
+/* cm_buffer_wrap_metal after its argument checks. Inside a pool. */
+static cm_status cm__wrap_metal(const char *func, cm_device *device,
+                                const cm_metal_buffer_desc *desc, cm_buffer **out) {
+    const cm__id own = cm__mtl_dev(device)->device;
+    const cm__id owner = cm__msg_device(desc->buffer);
+    if (owner != own &&
+        (owner == NULL || cm__msg_registryID(owner) != cm__msg_registryID(own))) {
+        char theirs[128], ours[128];
+        cm__device_name(owner, theirs, sizeof theirs);
+        cm__device_name(own, ours, sizeof ours);
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "desc->buffer belongs to the MTLDevice \"%s\" (registryID %" PRIu64
+                           "), not to this device, \"%s\" (registryID %" PRIu64 ")",
+                           theirs, owner != NULL ? cm__msg_registryID(owner) : 0, ours,
+                           cm__msg_registryID(own));
+    }
+    cm_buffer *buffer = CM__NEW(cm_buffer);
+    if (buffer == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a buffer");
+    cm__ref_init(&buffer->ref);
+    buffer->device = device;
+    cm__uint mode = cm__msg_storageMode(desc->buffer);
+    switch (mode) {
+    case CM__MTL_STORAGE_MODE_SHARED: buffer->storage = CM_STORAGE_SHARED; break;
+    case CM__MTL_STORAGE_MODE_MANAGED: buffer->storage = CM_STORAGE_MANAGED; break;
+    case CM__MTL_STORAGE_MODE_PRIVATE: buffer->storage = CM_STORAGE_PRIVATE; break;
+    default:
+        cm__free(buffer);
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "desc->buffer has storageMode %lu (memoryless)", mode);
+    }
+    cm_status status = cm__buffer_impl(func, buffer);
+    if (status != CM_OK) {
+        cm__free(buffer);
+        return status;
+    }
+    buffer->size = cm__msg_length(desc->buffer);
+    buffer->flags = desc->flags | CM_BUFFER_FOREIGN;
+    buffer->release = desc->release;
+    buffer->release_context = desc->release_context;
+    cm__buffer_adopt(buffer, cm__objc_retain(desc->buffer));
+    cm_device_retain(device);
+    *out = buffer;
     return CM_OK;
 }
 
@@ -785,34 +961,10 @@ cm_status cm_buffer_wrap_metal(cm_device *device, const cm_metal_buffer_desc *de
     CM__REQUIRE_ARG((desc->flags & ~(uint32_t)CM_BUFFER_READ_ONLY) == 0,
                     "desc->flags = 0x%x: only CM_BUFFER_READ_ONLY may be set", desc->flags);
     CM__TRY(cm__require_metal(__func__, device));
-    cm_buffer *buffer = CM__NEW(cm_buffer);
-    if (buffer == NULL)
-        return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for a buffer");
-    cm__ref_init(&buffer->ref);
-    buffer->device = device;
-    cm__uint mode = cm__msg_storageMode(desc->buffer);
-    switch (mode) {
-    case CM__MTL_STORAGE_MODE_SHARED: buffer->storage = CM_STORAGE_SHARED; break;
-    case CM__MTL_STORAGE_MODE_MANAGED: buffer->storage = CM_STORAGE_MANAGED; break;
-    case CM__MTL_STORAGE_MODE_PRIVATE: buffer->storage = CM_STORAGE_PRIVATE; break;
-    default:
-        cm__free(buffer);
-        return cm__fail(CM_ERR_UNSUPPORTED, "desc->buffer has storageMode %lu (memoryless)",
-                        mode);
-    }
-    cm_status status = cm__buffer_impl(__func__, buffer);
-    if (status != CM_OK) {
-        cm__free(buffer);
-        return status;
-    }
-    buffer->size = cm__msg_length(desc->buffer);
-    buffer->flags = desc->flags | CM_BUFFER_FOREIGN;
-    buffer->release = desc->release;
-    buffer->release_context = desc->release_context;
-    cm__buffer_adopt(buffer, cm__objc_retain(desc->buffer));
-    cm_device_retain(device);
-    *out = buffer;
-    return CM_OK;
+    void *pool = cm__objc_pool_push();
+    const cm_status status = cm__wrap_metal(__func__, device, desc, out);
+    cm__objc_pool_pop(pool);
+    return status;
 }
 
 cm_status cm_device_get_metal_device(const cm_device *device, void **out) {

@@ -138,11 +138,13 @@ static cm_status cm__compile(const char *func, cm__id device, const char *source
 }
 
 cm_status cm__metal_compile_source(cm_device *device, const char *source) {
+    void *pool = cm__objc_pool_push();
     cm__id library = NULL;
-    CM__TRY(cm__compile("cm__metal_compile_source", cm__mtl_dev(device)->device, source,
-                        &library));
+    const cm_status status =
+        cm__compile("cm__metal_compile_source", cm__mtl_dev(device)->device, source, &library);
     cm__objc_release(library);
-    return CM_OK;
+    cm__objc_pool_pop(pool);
+    return status;
 }
 
 /* Makes the pipeline of kernel k; kernels_lock held. */
@@ -442,7 +444,7 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     return status;
 }
 
-cm_status cm__metal_run_op(cm_device *device, const cm__op *op) {
+static cm_status cm__run_op_unpooled(cm_device *device, const cm__op *op) {
     CM__TRY(cm__refuse_float64(op));
     switch (op->kind) {
     case CM__OP_FILL:
@@ -454,4 +456,11 @@ cm_status cm__metal_run_op(cm_device *device, const cm__op *op) {
     default:
         return cm__fail_as(op->func, CM_ERR_INTERNAL, "op kind %d is unknown", (int)op->kind);
     }
+}
+
+cm_status cm__metal_run_op(cm_device *device, const cm__op *op) {
+    void *pool = cm__objc_pool_push(); /* pipelines, scratch buffers */
+    const cm_status status = cm__run_op_unpooled(device, op);
+    cm__objc_pool_pop(pool);
+    return status;
 }

@@ -52,6 +52,8 @@
     X(contents, "contents", ptr)                                                \
     X(length, "length", uint)                                                   \
     X(storageMode, "storageMode", uint)                                         \
+    X(hazardTrackingMode, "hazardTrackingMode", uint)                           \
+    X(device, "device", id)                                                     \
     X(didModifyRange, "didModifyRange:", void_range)                            \
     X(gpuAddress, "gpuAddress", u64)                                            \
     /* MTLCommandQueue */                                                       \
