@@ -113,8 +113,8 @@ Test(commands, blit_range_errors_fail_the_command_buffer) {
     NSUInteger so, d, n;
   } cases[] = {
       {"sourceOffset = 60 + size = 8 exceeds source length 64", 60, 0, 8},
-      {"destinationOffset = 30 + size = 4 exceeds destination length 32", 0, 30, 4},
-      {"sourceOffset = 18446744073709551615", (NSUInteger)-1, 0, 2},
+      {"destinationOffset = 32 + size = 4 exceeds destination length 32", 0, 32, 4},
+      {"sourceOffset = 18446744073709551612", (NSUInteger)-4, 0, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     id cb = cmdbuf();
@@ -130,11 +130,11 @@ Test(commands, blit_range_errors_fail_the_command_buffer) {
   }
   id cb = cmdbuf();
   id enc = SEND0(id, cb, "blitCommandEncoder");
-  fill(enc, b, 16, 17, 0);
+  fill(enc, b, 16, 20, 0);
   copy(enc, a, 0, a, 4, 8); /* overlap in one buffer */
   SEND0(void, enc, "endEncoding");
   commit_wait(cb);
-  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "range = {16, 17} exceeds"));
+  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "range = {16, 20} exceeds"));
   cb = cmdbuf();
   enc = SEND0(id, cb, "blitCommandEncoder");
   copy(enc, a, 0, a, 4, 8);
@@ -159,6 +159,96 @@ Test(commands, managed_buffers_synchronize) {
   sm_release(m);
 }
 
+static id new_managed(NSUInteger len) {
+  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len,
+              16ul);
+}
+static void did_modify(id buf, NSUInteger at, NSUInteger n) {
+  SEND(void, (id, SEL, NSRange), buf, "didModifyRange:", ((NSRange){at, n}));
+}
+/* Copies the GPU's view of src into a fresh Shared buffer; returns its contents. */
+static unsigned char *gpu_view(id src, NSUInteger n, id *out) {
+  *out = new_buffer(n);
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  copy(enc, src, 0, *out, 0, n);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Completed, "%s", sm_error_text(SEND0(id, cb, "error")));
+  return SEND0(void *, *out, "contents");
+}
+
+Test(commands, managed_gpu_copy_sees_host_writes_only_after_did_modify_range) {
+  id m = new_managed(16), out;
+  unsigned char *host = SEND0(void *, m, "contents");
+  memset(host, 1, 16);
+  unsigned char *seen = gpu_view(m, 16, &out);
+  for (int i = 0; i < 16; i++) cr_assert_eq(seen[i], 0, "byte %d: the GPU copy is stale", i);
+  sm_release(out);
+  did_modify(m, 0, 8); /* only this range goes to the GPU */
+  seen = gpu_view(m, 16, &out);
+  for (int i = 0; i < 16; i++) cr_assert_eq(seen[i], i < 8 ? 1 : 0, "byte %d", i);
+  sm_release(out);
+  sm_release(m);
+}
+
+Test(commands, managed_host_copy_sees_gpu_writes_only_after_synchronize) {
+  id m = new_managed(16);
+  unsigned char *host = SEND0(void *, m, "contents");
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  fill(enc, m, 0, 16, 3);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Completed);
+  cr_assert_eq(host[0], 0, "the host copy is stale until synchronizeResource:");
+  cb = cmdbuf();
+  enc = SEND0(id, cb, "blitCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "synchronizeResource:", m);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  for (int i = 0; i < 16; i++) cr_assert_eq(host[i], 3);
+  sm_release(m);
+}
+
+Test(commands, blits_need_offsets_and_sizes_in_multiples_of_4) {
+  id a = new_buffer(64), b = new_buffer(64);
+  struct {
+    NSUInteger so, d, n;
+  } copies[] = {{1, 0, 4}, {0, 2, 4}, {0, 0, 3}, {4, 8, 6}};
+  for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) {
+    id cb = cmdbuf();
+    id enc = SEND0(id, cb, "blitCommandEncoder");
+    copy(enc, a, copies[i].so, b, copies[i].d, copies[i].n);
+    SEND0(void, enc, "endEncoding");
+    commit_wait(cb);
+    cr_assert_eq(status(cb), Error, "copy %zu", i);
+    const char *msg = sm_error_text(SEND0(id, cb, "error"));
+    cr_assert(strstr(msg, "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:") &&
+              strstr(msg, "multiples of 4"), "%s", msg);
+  }
+  NSUInteger fills[][2] = {{2, 4}, {0, 6}, {0, 0}};
+  for (size_t i = 0; i < sizeof fills / sizeof fills[0]; i++) {
+    id cb = cmdbuf();
+    id enc = SEND0(id, cb, "blitCommandEncoder");
+    fill(enc, b, fills[i][0], fills[i][1], 1);
+    SEND0(void, enc, "endEncoding");
+    commit_wait(cb);
+    cr_assert_eq(status(cb), Error, "fill %zu", i);
+    const char *msg = sm_error_text(SEND0(id, cb, "error"));
+    cr_assert(strstr(msg, "fillBuffer:range:value:") && strstr(msg, "multiples of 4"), "%s", msg);
+  }
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  copy(enc, a, 4, b, 60, 4);
+  fill(enc, a, 60, 4, 1);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Completed);
+  sm_release(a);
+  sm_release(b);
+}
+
 Test(commands, private_buffers_take_blits) {
   id priv = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
                  32ul);
@@ -177,7 +267,7 @@ Test(commands, private_buffers_take_blits) {
 
 Test(commands, command_buffers_execute_in_commit_order) {
   enum { N = 200 };
-  id buf = new_buffer(N);
+  id buf = new_buffer(4 * N);
   atomic_int order = 0;
   struct sm_test_ctx ctx[N];
   struct sm_test_block blk[N];
@@ -186,7 +276,7 @@ Test(commands, command_buffers_execute_in_commit_order) {
   for (int i = 0; i < N; i++) {
     cbs[i] = cmdbuf();
     id enc = SEND0(id, cbs[i], "blitCommandEncoder");
-    fill(enc, buf, 0, (NSUInteger)i + 1, (uint8_t)i); /* each overwrites the ones before */
+    fill(enc, buf, 0, 4 * ((NSUInteger)i + 1), (uint8_t)i); /* each overwrites the ones before */
     SEND0(void, enc, "endEncoding");
     ctx[i].order = &order;
     blk[i] = SM_HANDLER_BLOCK(&ctx[i]);
@@ -201,7 +291,7 @@ Test(commands, command_buffers_execute_in_commit_order) {
     cr_assert_eq(atomic_load(&ctx[i].disposes), 1);
   }
   cr_assert_eq(p[0], 0, "the last committed (index 0) wrote byte 0 last");
-  cr_assert_eq(p[N - 1], N - 1);
+  cr_assert_eq(p[4 * N - 1], N - 1);
   sm_release(buf);
 }
 

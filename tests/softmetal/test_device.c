@@ -1,7 +1,10 @@
 /* softmetal device, buffers and shared events. */
+#define _DEFAULT_SOURCE /* mincore */
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "softmetal/sm_test.h"
 
@@ -60,7 +63,6 @@ Test(device, shared_buffer_is_zeroed_and_counted) {
   unsigned char *p = SEND0(void *, b, "contents");
   cr_assert_not_null(p);
   for (int i = 0; i < 100; i++) cr_assert_eq(p[i], 0);
-  cr_assert_eq(SEND0(uint64_t, b, "gpuAddress"), (uint64_t)(uintptr_t)p);
   cr_assert_eq(sm_u(dev, "currentAllocatedSize"), PAGE);
   sm_release(b);
   cr_assert_eq(sm_u(dev, "currentAllocatedSize"), 0);
@@ -72,6 +74,35 @@ Test(device, private_buffer_has_no_contents) {
   cr_assert_null(SEND0(void *, b, "contents"));
   cr_assert_neq(SEND0(uint64_t, b, "gpuAddress"), 0);
   sm_release(b);
+}
+
+/* True when no byte of the page at addr is mapped in this process. */
+static bool unmapped(uint64_t addr) {
+  unsigned char vec[PAGE / 4096];
+  return mincore((void *)(uintptr_t)(addr & ~(uint64_t)(PAGE - 1)), PAGE, vec) == -1 &&
+         errno == ENOMEM;
+}
+
+Test(device, gpu_addresses_are_stable_unique_aligned_and_not_host_memory) {
+  id priv = new_buffer(64, OPT_PRIVATE), shared = new_buffer(3 * PAGE, OPT_SHARED),
+     managed = new_buffer(100, OPT_MANAGED);
+  uint64_t ap = SEND0(uint64_t, priv, "gpuAddress"), as = SEND0(uint64_t, shared, "gpuAddress"),
+           am = SEND0(uint64_t, managed, "gpuAddress");
+  cr_assert_eq(SEND0(uint64_t, priv, "gpuAddress"), ap, "stable");
+  cr_assert(ap != as && as != am && ap != am);
+  cr_assert_eq(ap % 256, 0);
+  cr_assert_eq(as % 256, 0);
+  cr_assert_eq(am % 256, 0);
+  cr_assert_neq(as, (uint64_t)(uintptr_t)SEND0(void *, shared, "contents"));
+  /* Buffers do not overlap in the GPU's address space. */
+  cr_assert(as + 3 * PAGE <= ap || ap + 64 <= as);
+  cr_assert(unmapped(ap), "a private buffer's gpuAddress is not writable host memory");
+  cr_assert(unmapped(as));
+  cr_assert(unmapped(as + 2 * PAGE));
+  cr_assert(unmapped(am));
+  sm_release(priv);
+  sm_release(shared);
+  sm_release(managed);
 }
 
 Test(device, bad_buffer_requests_return_nil) {

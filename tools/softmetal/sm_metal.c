@@ -113,7 +113,9 @@ static BOOL device_supports_family(id self, SEL cmd, NSInteger family) {
 typedef struct {
   sm_obj hdr;
   sm_device *device; /* retained */
-  unsigned char *mem;
+  unsigned char *mem; /* the host's copy (contents); the only one unless Managed */
+  unsigned char *gpu; /* what blits and kernels use: mem, or a second copy if Managed */
+  uint64_t gpu_address; /* unmapped in this process: never a host pointer */
   NSUInteger length, reserved; /* reserved: bytes counted against the device */
   NSUInteger options, storage;
   bool nocopy;
@@ -125,6 +127,12 @@ static sm_class buffer_class = {"SMBuffer", sizeof(sm_buffer), buffer_destroy, N
 
 static void buffer_destroy(sm_obj *o) {
   sm_buffer *b = (sm_buffer *)o;
+  if (!b->reserved) { /* never finished: nothing counted, mem is the caller's or ours */
+    if (!b->nocopy) free(b->mem);
+    sm__block_release(b->deallocator);
+    sm__release((id)b->device);
+    return;
+  }
   if (b->nocopy) {
     if (b->deallocator) {
       sm__block_invoke_dealloc(b->deallocator, b->mem, b->length);
@@ -133,6 +141,7 @@ static void buffer_destroy(sm_obj *o) {
   } else {
     free(b->mem);
   }
+  if (b->gpu != b->mem) free(b->gpu);
   atomic_fetch_sub(&b->device->allocated, b->reserved);
   atomic_fetch_sub(&sm__buffer_bytes, (long)b->reserved);
   sm__release((id)b->device);
@@ -176,10 +185,37 @@ static sm_buffer *buffer_make(sm_device *dev, const char *sel, NSUInteger length
   return b;
 }
 
-static void buffer_account(sm_buffer *b) {
-  b->reserved = (b->length + PAGE - 1) / PAGE * PAGE;
+/* GPU addresses are handed out from a range no process maps (above 2^52 on
+ * x86-64 and arm64 alike, below the top byte), each buffer page-aligned and
+ * never reused, so a gpuAddress is stable, unique, and faults if written. */
+#define GPU_ADDRESS_BASE ((uint64_t)0x00F0 << 48)
+static atomic_uint_fast64_t g_next_gpu_address = GPU_ADDRESS_BASE;
+
+/* Counts the buffer against its device, gives it a GPU address, and makes the
+ * GPU copy of Managed storage (initialised from the host copy). False when out
+ * of memory. */
+static bool buffer_finish(sm_buffer *b) {
+  NSUInteger reserved = (b->length + PAGE - 1) / PAGE * PAGE;
+  b->gpu = b->mem;
+  if (b->storage == ST_MANAGED) {
+    b->gpu = aligned_alloc(PAGE, reserved);
+    if (!b->gpu) return false;
+    memcpy(b->gpu, b->mem, b->length);
+    memset(b->gpu + b->length, 0, reserved - b->length);
+  }
+  b->reserved = reserved;
+  b->gpu_address = atomic_fetch_add(&g_next_gpu_address, b->reserved);
   atomic_fetch_add(&b->device->allocated, b->reserved);
   atomic_fetch_add(&sm__buffer_bytes, (long)b->reserved);
+  return true;
+}
+
+static id buffer_ready(sm_buffer *b, const char *sel) {
+  if (buffer_finish(b)) return (id)b;
+  NSUInteger length = b->length;
+  sm__release((id)b); /* unfinished: the deallocator is not called */
+  refuse(sel, "length = %lu: out of memory", length);
+  return nil;
 }
 
 static id device_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options) {
@@ -193,8 +229,7 @@ static id device_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger opti
     return nil;
   }
   memset(b->mem, 0, size);
-  buffer_account(b);
-  return (id)b;
+  return buffer_ready(b, sel_getName(cmd));
 }
 
 static id device_new_buffer_bytes(id self, SEL cmd, const void *bytes, NSUInteger length,
@@ -204,7 +239,10 @@ static id device_new_buffer_bytes(id self, SEL cmd, const void *bytes, NSUIntege
     return nil;
   }
   id b = device_new_buffer(self, cmd, length, options);
-  if (b) memcpy(((sm_buffer *)b)->mem, bytes, length);
+  if (b) {
+    memcpy(((sm_buffer *)b)->mem, bytes, length);
+    memcpy(((sm_buffer *)b)->gpu, bytes, length); /* both copies start equal */
+  }
   return b;
 }
 
@@ -228,8 +266,7 @@ static id device_new_buffer_nocopy(id self, SEL cmd, void *ptr, NSUInteger lengt
   b->mem = ptr;
   b->nocopy = true;
   b->deallocator = sm__block_copy(deallocator);
-  buffer_account(b);
-  return (id)b;
+  return buffer_ready(b, sel);
 }
 
 static void *buffer_contents(id self, SEL cmd) {
@@ -241,7 +278,7 @@ static NSUInteger buffer_length(id self, SEL cmd) { (void)cmd; return ((sm_buffe
 static NSUInteger buffer_storage(id self, SEL cmd) { (void)cmd; return ((sm_buffer *)self)->storage; }
 static uint64_t buffer_gpu_address(id self, SEL cmd) {
   (void)cmd;
-  return (uint64_t)(uintptr_t)((sm_buffer *)self)->mem;
+  return ((sm_buffer *)self)->gpu_address;
 }
 static NSUInteger buffer_resource_options(id self, SEL cmd) {
   (void)cmd;
@@ -257,6 +294,8 @@ static void buffer_did_modify(id self, SEL cmd, NSRange r) {
   if (__builtin_add_overflow(r.location, r.length, &end) || end > b->length)
     sm__fatal("-[SMBuffer %s]: range = {%lu, %lu} exceeds length %lu", sel_getName(cmd),
               r.location, r.length, b->length);
+  /* The GPU copy takes the host's bytes of this range, and only those. */
+  memcpy(b->gpu + r.location, b->mem + r.location, r.length);
 }
 
 static id buffer_device(id self, SEL cmd) { (void)cmd; return (id)((sm_buffer *)self)->device; }
@@ -448,7 +487,7 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
   memset(&d, 0, sizeof d);
   d.pipeline = r->pipeline;
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
-    if (r->buffers[i]) d.buffers[i] = r->buffers[i]->mem + r->offsets[i];
+    if (r->buffers[i]) d.buffers[i] = r->buffers[i]->gpu + r->offsets[i];
     else if (r->bytes[i]) d.buffers[i] = r->bytes[i];
     d.tg_len[i] = r->tg_len[i];
   }
@@ -461,12 +500,13 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
 static bool run_command(command *c, char *err, size_t errlen) {
   switch (c->kind) {
   case CMD_COPY:
-    memmove(c->dst->mem + c->dst_off, c->src->mem + c->src_off, c->size);
+    memmove(c->dst->gpu + c->dst_off, c->src->gpu + c->src_off, c->size);
     return true;
   case CMD_FILL:
-    memset(c->dst->mem + c->dst_off, c->fill, c->size);
+    memset(c->dst->gpu + c->dst_off, c->fill, c->size);
     return true;
-  case CMD_SYNC:
+  case CMD_SYNC: /* Managed: the host copy takes the GPU's */
+    memcpy(c->dst->mem, c->dst->gpu, c->dst->length);
     return true;
   case CMD_DISPATCH:
     return run_dispatch(c->dispatch, err, errlen);
@@ -769,6 +809,11 @@ static void blit_copy(id self, SEL cmd, id src, NSUInteger src_off, id dst, NSUI
   sm_buffer *s = as_buffer(cb, sel, "sourceBuffer", src);
   sm_buffer *d = as_buffer(cb, sel, "destinationBuffer", dst);
   if (!s || !d) return;
+  if (src_off % 4 || dst_off % 4 || size % 4) {
+    encode_fail(cb, "%s: sourceOffset = %lu, destinationOffset = %lu and size = %lu must be "
+                "multiples of 4 (macOS rule)", sel, src_off, dst_off, size);
+    return;
+  }
   if (!range_ok(src_off, size, s->length)) {
     encode_fail(cb, "%s: sourceOffset = %lu + size = %lu exceeds source length %lu", sel,
                 src_off, size, s->length);
@@ -797,6 +842,11 @@ static void blit_fill(id self, SEL cmd, id buf, NSRange range, uint8_t value) {
   const char *sel = sel_getName(cmd);
   sm_buffer *b = as_buffer(cb, sel, "buffer", buf);
   if (!b) return;
+  if (range.length == 0 || range.location % 4 || range.length % 4) {
+    encode_fail(cb, "%s: range = {%lu, %lu}: location and length must be multiples of 4 and "
+                "length > 0 (macOS rule)", sel, range.location, range.length);
+    return;
+  }
   if (!range_ok(range.location, range.length, b->length)) {
     encode_fail(cb, "%s: range = {%lu, %lu} exceeds buffer length %lu", sel, range.location,
                 range.length, b->length);
