@@ -625,30 +625,49 @@ static void cm__metal_buffer_host_modified(cm_buffer *buffer, size_t offset, siz
     pthread_mutex_unlock(&b->lock);
 }
 
-/* Private storage: through a shared staging buffer and a blit. */
-static cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset, void *host,
-                                           size_t size, bool to_device) {
+/* Private storage: through a shared staging buffer. Blits need offsets and
+ * sizes in multiples of 4 (macOS), so the staging copy sits at the same
+ * offset modulo 4: the aligned middle is blitted, and the edges (under 4
+ * bytes each) are copied by a compute kernel. */
+static cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset,
+                                                    void *host, size_t size, bool to_device) {
     const char *func = to_device ? "cm_buffer_write" : "cm_buffer_read";
-    cm__id dev = cm__mtl_dev(buffer->device)->device;
-    cm__id staging = to_device
-                         ? cm__msg_newBufferWithBytes_length_options(
-                               dev, host, size, CM__MTL_RESOURCE_STORAGE_SHARED)
-                         : cm__msg_newBufferWithLength_options(dev, size,
-                                                               CM__MTL_RESOURCE_STORAGE_SHARED);
+    const size_t pad = offset % 4;
+    const size_t length = pad + size; /* size <= buffer->size - offset */
+    cm__id staging = cm__msg_newBufferWithLength_options(
+        cm__mtl_dev(buffer->device)->device, length > 0 ? length : 1,
+        CM__MTL_RESOURCE_STORAGE_SHARED);
     if (staging == NULL)
-        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no staging buffer of %zu bytes", size);
-    const cm__blit_end device_side = {buffer->native, buffer, offset};
-    const cm__blit_end host_side = {staging, NULL, 0};
-    /* The blit runs on the default stream: first let other streams' work
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no staging buffer of %zu bytes", length);
+    uint8_t *staged = (uint8_t *)cm__msg_contents(staging) + pad;
+    if (to_device && size > 0)
+        memcpy(staged, host, size);
+    const size_t head = size < (4 - pad) % 4 ? size : (4 - pad) % 4;
+    const size_t middle = (size - head) / 4 * 4;
+    const size_t tail = size - head - middle;
+    cm__metal_span device_side = {buffer, buffer->native, offset};
+    cm__metal_span host_side = {NULL, staging, pad};
+    cm__metal_span dst = to_device ? device_side : host_side;
+    cm__metal_span src = to_device ? host_side : device_side;
+    cm_stream *stream = buffer->device->default_stream;
+    /* The copies run on the default stream: first let other streams' work
      * on the buffer finish (their writes, or for an upload every use). */
     cm_status status = cm__wait_buffer(func, buffer, !to_device);
+    if (status == CM_OK && head > 0)
+        status = cm__metal_copy_bytes(func, stream, dst, src, head);
+    dst.offset += head;
+    src.offset += head;
+    if (status == CM_OK && middle > 0)
+        status = cm__blit(func, buffer->device, (cm__blit_end){dst.native, dst.buffer, dst.offset},
+                          (cm__blit_end){src.native, src.buffer, src.offset}, middle);
+    dst.offset += middle;
+    src.offset += middle;
+    if (status == CM_OK && tail > 0)
+        status = cm__metal_copy_bytes(func, stream, dst, src, tail);
     if (status == CM_OK)
-        status = to_device ? cm__blit(func, buffer->device, device_side, host_side, size)
-                           : cm__blit(func, buffer->device, host_side, device_side, size);
-    if (status == CM_OK)
-        status = cm__metal_flush(func, buffer->device->default_stream, true);
-    if (status == CM_OK && !to_device)
-        memcpy(host, cm__msg_contents(staging), size);
+        status = cm__metal_flush(func, stream, true);
+    if (status == CM_OK && !to_device && size > 0)
+        memcpy(host, staged, size);
     cm__objc_release(staging);
     return status;
 }

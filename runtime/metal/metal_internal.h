@@ -130,6 +130,19 @@ void cm__metal_drop_completed(cm_stream *stream);
  * never holds it while waiting. */
 cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait);
 
+/* One side of a byte copy: an MTLBuffer and the cm_buffer that holds it
+ * (tracked) or NULL (then native is a scratch or staging MTLBuffer). */
+typedef struct cm__metal_span {
+    cm_buffer *buffer;
+    cm__id native;
+    size_t offset;
+} cm__metal_span;
+
+/* Encodes a compute copy of `size` bytes on the stream, at any offsets (a
+ * blit needs multiples of 4 on macOS). Not committed. metal_ops.c. */
+cm_status cm__metal_copy_bytes(const char *func, cm_stream *stream, cm__metal_span dst,
+                               cm__metal_span src, size_t size);
+
 /* Kernel state of a device (metal_ops.c): init right after the device is
  * allocated, destroy when it goes (releases the library and pipelines). */
 void cm__metal_kernels_init(cm__metal_device *d);

@@ -290,6 +290,31 @@ static cm__uint cm__group_size(const cm__kernel *k) {
     return n;
 }
 
+cm_status cm__metal_copy_bytes(const char *func, cm_stream *stream, cm__metal_span dst,
+                               cm__metal_span src, size_t size) {
+    if (size == 0)
+        return CM_OK;
+    if (size > (size_t)INT64_MAX || dst.offset > (size_t)INT64_MAX ||
+        src.offset > (size_t)INT64_MAX)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "size = %zu is too large", size);
+    cm__ew_args a;
+    memset(&a, 0, sizeof a);
+    a.ndim = 1;
+    a.out_dtype = a.in0_dtype = (uint32_t)CM_UINT8;
+    a.numel = (int64_t)size;
+    a.shape[0] = (int64_t)size;
+    a.out_strides[0] = a.in0_strides[0] = 1;
+    a.out_offset = (int64_t)dst.offset;
+    a.in0_offset = (int64_t)src.offset;
+    cm__kernel kernel;
+    CM__TRY(cm__get_kernel(func, stream->device, CM__KERNEL_COPY, &kernel));
+    const cm__binding bind[2] = {{dst.buffer, true, dst.native}, {src.buffer, false, src.native}};
+    const cm__op op = {.func = func, .stream = stream};
+    const cm__uint threads = (cm__uint)(size < CM__MAX_GRID_THREADS ? size : CM__MAX_GRID_THREADS);
+    return cm__encode(&op, &kernel, bind, 2, &a, sizeof a, threads, 0,
+                      cm__min_u(cm__group_size(&kernel), threads));
+}
+
 /* ------------------------------------------------------------ ops */
 
 static const char *cm__operand_name(const cm__op *op, int which) {

@@ -83,6 +83,66 @@ Test(metal, every_storage_mode_round_trips_bytes) {
     cm_device_release(d);
 }
 
+/* Blits need offsets and sizes in multiples of 4 on macOS (strict
+ * softmetal fails the command buffer otherwise): private transfers at any
+ * offset and size, in buffers of any size, keep every other byte. */
+Test(metal, private_transfers_work_at_any_offset_and_size) {
+    cm_device *d = metal();
+    for (size_t buffer_size = 13; buffer_size <= 16; ++buffer_size) {
+        cm_buffer *b = NULL;
+        CHECK(cm_buffer_create(d, &(cm_buffer_desc){buffer_size, CM_STORAGE_PRIVATE}, &b));
+        unsigned char model[16];
+        for (size_t i = 0; i < buffer_size; ++i)
+            model[i] = (unsigned char)(200 + i);
+        CHECK(cm_buffer_write(b, 0, model, buffer_size));
+        for (size_t offset = 0; offset < buffer_size; ++offset)
+            for (size_t size = 1; offset + size <= buffer_size; size += 2) {
+                unsigned char in[16], out[16];
+                for (size_t i = 0; i < size; ++i)
+                    in[i] = (unsigned char)(offset * 16 + size + i);
+                CHECK(cm_buffer_write(b, offset, in, size));
+                memcpy(model + offset, in, size);
+                CHECK(cm_buffer_read(b, offset, out, size));
+                cr_assert_eq(memcmp(out, in, size), 0, "read back [%zu, +%zu)", offset, size);
+                CHECK(cm_buffer_read(b, 0, out, buffer_size));
+                cr_assert_eq(memcmp(out, model, buffer_size), 0,
+                             "write [%zu, +%zu) of a %zu-byte buffer kept the other bytes",
+                             offset, size, buffer_size);
+            }
+        cm_buffer_release(b);
+    }
+    cm_device_release(d);
+}
+
+/* DLPack copies of a private tensor read its extent, which a view may
+ * start and end anywhere. */
+Test(metal, private_views_export_to_the_cpu_at_any_offset) {
+    cm_device *d = metal();
+    cm_tensor *t = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_UINT8, .ndim = 1,
+                                                 .shape = (int64_t[]){11},
+                                                 .storage = CM_STORAGE_PRIVATE},
+                           &t));
+    unsigned char bytes[11];
+    for (int i = 0; i < 11; ++i)
+        bytes[i] = (unsigned char)(i + 1);
+    cm_tensor_info info;
+    CHECK(cm_tensor_get_info(t, &info));
+    CHECK(cm_buffer_write(info.buffer, 0, bytes, sizeof bytes));
+    cm_tensor *view = NULL;
+    CHECK(cm_tensor_slice(t, 0, 3, 10, 2, &view)); /* elements 3, 5, 7, 9 */
+    cm_dlpack_managed m;
+    CHECK(cm_dlpack_export(view, &(cm_dlpack_export_desc){.device_type = kDLCPU}, &m));
+    const DLTensor *dl = &m.legacy->dl_tensor;
+    const unsigned char *data = (const unsigned char *)dl->data + dl->byte_offset;
+    for (int i = 0; i < 4; ++i)
+        cr_assert_eq(data[i * (dl->strides != NULL ? dl->strides[0] : 1)], bytes[3 + 2 * i]);
+    m.legacy->deleter(m.legacy);
+    cm_tensor_release(view);
+    cm_tensor_release(t);
+    cm_device_release(d);
+}
+
 Test(metal, private_storage_refuses_host_access_clearly) {
     cm_device *d = metal();
     cm_tensor *t = NULL;
