@@ -36,6 +36,10 @@ typedef struct cm__backend {
     /* After the host wrote [offset, offset + size) through buffer->host
      * (managed storage must be told). NULL when nothing is needed. */
     void (*buffer_host_modified)(cm_buffer *buffer, size_t offset, size_t size);
+    /* Before another device's user reads the buffer directly (a kDLMetal
+     * export): pushes host writes to the device copy. NULL when nothing is
+     * needed. */
+    void (*buffer_publish)(cm_buffer *buffer);
     /* Copies between host memory and a buffer the host cannot see, through
      * the device (staging), and waits. NULL when every buffer is visible. */
     cm_status (*buffer_transfer)(cm_buffer *buffer, size_t offset, void *host, size_t size,

@@ -259,6 +259,8 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
      * by the consumer, so pending reads finish too. */
     if (backend->buffer_prepare_host != NULL && !(d.no_wait && target == kDLMetal && !copy))
         CM__TRY(backend->buffer_prepare_host(b, !copy && !read_only));
+    if (target == kDLMetal && !copy && backend->buffer_publish != NULL)
+        backend->buffer_publish(b);
 
     cm_tensor *source = (cm_tensor *)tensor; /* retained below: a refcount, not a write */
     cm_tensor *copied = NULL;

@@ -534,15 +534,30 @@ static void cm__metal_buffer_free_unpooled(cm_buffer *buffer) {
     cm__objc_release(buffer->native);
 }
 
-void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write) {
-    cm__metal_stream *s = cm__mtl_stream(stream);
+/* Managed: tells Metal what the host wrote since. Buffer lock held. */
+static void cm__push_host_writes(cm_buffer *buffer) {
     cm__metal_buffer *b = cm__mtl_buf(buffer);
-    pthread_mutex_lock(&b->lock);
     if (b->host_dirty) {
         cm__msg_didModifyRange(buffer->native,
                                (cm__ns_range){b->dirty_begin, b->dirty_end - b->dirty_begin});
         b->host_dirty = false;
     }
+}
+
+static void cm__metal_buffer_publish(cm_buffer *buffer) {
+    cm__metal_buffer *b = cm__mtl_buf(buffer);
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&b->lock);
+    cm__push_host_writes(buffer);
+    pthread_mutex_unlock(&b->lock);
+    cm__objc_pool_pop(pool);
+}
+
+void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    cm__metal_buffer *b = cm__mtl_buf(buffer);
+    pthread_mutex_lock(&b->lock);
+    cm__push_host_writes(buffer);
     cm__metal_use *u = cm__use_slot(b, stream);
     if (u->use != s->open) {
         cm__objc_release(u->use);
@@ -778,6 +793,7 @@ static const cm__backend cm__metal_backend = {
     .buffer_free = cm__metal_buffer_free,
     .buffer_prepare_host = cm__metal_buffer_prepare_host,
     .buffer_host_modified = cm__metal_buffer_host_modified,
+    .buffer_publish = cm__metal_buffer_publish,
     .buffer_transfer = cm__metal_buffer_transfer,
     .stream_init = cm__metal_stream_init,
     .stream_destroy = cm__metal_stream_destroy,

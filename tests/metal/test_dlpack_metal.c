@@ -313,3 +313,44 @@ Test(dlpack_metal, host_import_onto_metal_fails_cleanly_at_every_allocation) {
     free(page);
     cm_device_release(d);
 }
+
+/* A kDLMetal export of managed storage the host wrote: the consumer's GPU
+ * reads the device copy, so the export must send didModifyRange: first
+ * (strict softmetal keeps the two copies apart). The consumer here is
+ * cmetal itself, importing the MTLBuffer and copying it on the GPU. */
+static void managed_host_writes_reach_the_consumer(bool no_wait) {
+    cm_device *d = metal();
+    cm_tensor *t = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                 .shape = (int64_t[]){8},
+                                                 .storage = CM_STORAGE_MANAGED},
+                           &t));
+    float *host = NULL;
+    CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&host));
+    for (int i = 0; i < 8; ++i)
+        host[i] = (float)(i + 1);
+    cm_dlpack_managed m;
+    CHECK(cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal,
+                                                        .no_wait = no_wait},
+                           &m));
+    cr_assert_not_null(m.legacy);
+    cm_tensor *consumer = NULL, *out = NULL;
+    CHECK(cm_dlpack_import(m.legacy, &(cm_dlpack_import_desc){.device = d}, &consumer));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                 .shape = (int64_t[]){8}},
+                           &out));
+    CHECK(cm_copy(consumer, out, NULL));
+    const float *got = NULL;
+    CHECK(cm_tensor_host_read(out, CM_FLOAT32, (const void **)&got));
+    for (int i = 0; i < 8; ++i)
+        cr_assert_eq(got[i], (float)(i + 1), "element %d: %g (no_wait %d)", i, got[i], no_wait);
+    cm_tensor_release(out);
+    cm_tensor_release(consumer);
+    cm_tensor_release(t);
+    cm_device_release(d);
+}
+
+Test(dlpack_metal, managed_host_writes_reach_a_kdlmetal_consumer) {
+    managed_host_writes_reach_the_consumer(false);
+    managed_host_writes_reach_the_consumer(true);
+}
