@@ -4,7 +4,7 @@
 #define SM_ABI_H
 #include <stdint.h>
 
-#define SM_ABI_VERSION 1u
+#define SM_ABI_VERSION 2u
 #define SM_MAX_BINDINGS 31u
 #define SM_SIMD_WIDTH 32u
 #define SM_SIMD_SLOT 32u /* bytes per lane and bank: 16 of value, then the tag */
@@ -19,6 +19,9 @@ struct sm_kernel_desc {
   uint32_t needs_fibers;     /* barriers or simdgroup functions */
   uint32_t buffer_mask;      /* [[buffer(n)]] indices used */
   uint32_t threadgroup_mask; /* [[threadgroup(n)]] indices used */
+  uint32_t written_mask;     /* [[buffer(n)]] that may be written: a device pointer or
+                                reference to non-const data (constant and const device
+                                are read-only) */
 };
 
 /* One per thread of a dispatch; the kernel reads it through sm_cur. */

@@ -19,6 +19,9 @@ enum {
 #define WORKING_SET ((uint64_t)8 << 30)
 
 enum { ST_SHARED = 0, ST_MANAGED = 1, ST_PRIVATE = 2, ST_MEMORYLESS = 3 };
+enum { HAZARD_DEFAULT = 0, HAZARD_UNTRACKED = 1, HAZARD_TRACKED = 2 }; /* options bits 8-9 */
+enum { DISPATCH_SERIAL = 0, DISPATCH_CONCURRENT = 1 };
+enum { BARRIER_SCOPE_BUFFERS = 1 };
 enum {
   CB_NOT_ENQUEUED = 0,
   CB_ENQUEUED = 1,
@@ -109,6 +112,122 @@ static BOOL device_supports_family(id self, SEL cmd, NSInteger family) {
          (family >= 3001 && family <= 3003) || family == 5001;
 }
 
+/* ------------------------------------------------------------- hazard graph */
+/* Untracked resources get no ordering from Metal between passes (encoders).
+ * softmetal checks, when a command buffer is committed, that every pass that
+ * touches an untracked buffer another pass of the same queue wrote (or writes
+ * what another read) is ordered after it: by fences (updateFence: at the end
+ * of a pass, waitForFence: at the start of a later one), by a shared event
+ * signalled and waited for on the queue, or because the host saw the earlier
+ * command buffer complete (waitUntilCompleted returned, or status read as
+ * Completed or Error) before the commit. Granularity: whole buffers, as
+ * Metal's own tracking. Every field below is under g_hz. */
+typedef struct sm_pass sm_pass;
+struct sm_pass {
+  long rc;
+  uint64_t seq;  /* analysis order: predecessors have smaller ones */
+  uint64_t mark; /* search stamp */
+  bool done;     /* finished before anything analysed from now on */
+  sm_pass **preds; /* retained */
+  size_t npreds, cap;
+  char what[160];
+};
+
+typedef struct {
+  sm_pass *pass; /* retained */
+  bool write;
+  char op[128];
+} hz_access;
+
+typedef struct {
+  sm_pass **p;
+  size_t n, cap;
+} pass_vec;
+
+static pthread_mutex_t g_hz = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_hz_seq, g_hz_mark;
+
+static void pv_push(pass_vec *v, sm_pass *p) {
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? v->cap * 2 : 8;
+    sm_pass **q = realloc(v->p, cap * sizeof *q);
+    if (!q) sm__fatal("hazard tracking: out of memory");
+    v->p = q;
+    v->cap = cap;
+  }
+  v->p[v->n++] = p;
+}
+
+static sm_pass *pass_new(const char *what) {
+  sm_pass *p = calloc(1, sizeof *p);
+  if (!p) sm__fatal("hazard tracking: out of memory");
+  p->rc = 1;
+  p->seq = ++g_hz_seq;
+  snprintf(p->what, sizeof p->what, "%s", what);
+  return p;
+}
+
+static sm_pass *pass_ref(sm_pass *p) {
+  p->rc++;
+  return p;
+}
+
+static void pass_unref(sm_pass *p) {
+  pass_vec stack = {0};
+  while (p) {
+    if (--p->rc == 0) {
+      for (size_t i = 0; i < p->npreds; i++) pv_push(&stack, p->preds[i]);
+      free(p->preds);
+      free(p);
+    }
+    p = stack.n ? stack.p[--stack.n] : NULL;
+  }
+  free(stack.p);
+}
+
+/* Adds an edge pred -> p (pred ordered before p). */
+static void pass_after_edge(sm_pass *p, sm_pass *pred) {
+  pass_vec v = {p->preds, p->npreds, p->cap};
+  pv_push(&v, pass_ref(pred));
+  p->preds = v.p;
+  p->npreds = v.n;
+  p->cap = v.cap;
+}
+
+/* p has completed, so has every pass ordered before it: mark them and drop
+ * the edges, which nothing needs any more. */
+static void pass_done(sm_pass *p) {
+  pass_vec stack = {0};
+  for (sm_pass *q = p; q; q = stack.n ? stack.p[--stack.n] : NULL) {
+    if (!q->done) {
+      q->done = true;
+      for (size_t i = 0; i < q->npreds; i++) pv_push(&stack, q->preds[i]);
+      free(q->preds);
+      q->preds = NULL;
+      q->npreds = q->cap = 0;
+    }
+    if (q != p) pass_unref(q); /* the reference the edge held */
+  }
+  free(stack.p);
+}
+
+/* Whether w is ordered before p. */
+static bool pass_ordered(sm_pass *w, sm_pass *p) {
+  if (w->done) return true;
+  uint64_t mark = ++g_hz_mark;
+  pass_vec stack = {0};
+  bool found = false;
+  for (sm_pass *q = p; q && !found; q = stack.n ? stack.p[--stack.n] : NULL) {
+    if (q == w) found = true;
+    if (q->mark == mark) continue;
+    q->mark = mark;
+    for (size_t i = 0; i < q->npreds; i++)
+      if (q->preds[i]->seq >= w->seq && q->preds[i]->mark != mark) pv_push(&stack, q->preds[i]);
+  }
+  free(stack.p);
+  return found;
+}
+
 /* ------------------------------------------------------------- buffers */
 typedef struct {
   sm_obj hdr;
@@ -119,14 +238,29 @@ typedef struct {
   NSUInteger length, reserved; /* reserved: bytes counted against the device */
   NSUInteger options, storage;
   bool nocopy;
+  bool untracked; /* MTLResourceHazardTrackingModeUntracked */
   void *deallocator; /* copied block, or NULL */
+  /* Passes of queue hz_queue that use it and may not be ordered before
+   * later ones (untracked buffers only; under g_hz). */
+  uint64_t hz_queue;
+  hz_access *hz;
+  size_t nhz, hz_cap;
 } sm_buffer;
+
+static void buffer_forget_passes(sm_buffer *b) {
+  for (size_t i = 0; i < b->nhz; i++) pass_unref(b->hz[i].pass);
+  b->nhz = 0;
+}
 
 static void buffer_destroy(sm_obj *o);
 static sm_class buffer_class = {"SMBuffer", sizeof(sm_buffer), buffer_destroy, Nil, 0};
 
 static void buffer_destroy(sm_obj *o) {
   sm_buffer *b = (sm_buffer *)o;
+  pthread_mutex_lock(&g_hz);
+  buffer_forget_passes(b);
+  pthread_mutex_unlock(&g_hz);
+  free(b->hz);
   if (!b->reserved) { /* never finished: nothing counted, mem is the caller's or ours */
     if (!b->nocopy) free(b->mem);
     sm__block_release(b->deallocator);
@@ -182,6 +316,7 @@ static sm_buffer *buffer_make(sm_device *dev, const char *sel, NSUInteger length
   b->length = length;
   b->options = options;
   b->storage = (NSUInteger)storage;
+  b->untracked = (options >> 8 & 0x3) == HAZARD_UNTRACKED;
   return b;
 }
 
@@ -280,6 +415,10 @@ static uint64_t buffer_gpu_address(id self, SEL cmd) {
   (void)cmd;
   return ((sm_buffer *)self)->gpu_address;
 }
+static NSUInteger buffer_hazard_mode(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_buffer *)self)->untracked ? HAZARD_UNTRACKED : HAZARD_TRACKED;
+}
 static NSUInteger buffer_resource_options(id self, SEL cmd) {
   (void)cmd;
   return ((sm_buffer *)self)->options;
@@ -356,8 +495,36 @@ static void event_wait(sm_event *e, uint64_t v) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* ------------------------------------------------------------- fences */
+typedef struct {
+  sm_obj hdr;
+  sm_device *device; /* retained */
+  sm_pass *updater;  /* the last pass that updated it, on queue queue_id (under g_hz) */
+  uint64_t queue_id;
+} sm_fence;
+
+static void fence_destroy(sm_obj *o) {
+  sm_fence *f = (sm_fence *)o;
+  pthread_mutex_lock(&g_hz);
+  if (f->updater) pass_unref(f->updater);
+  pthread_mutex_unlock(&g_hz);
+  sm__release((id)f->device);
+}
+static sm_class fence_class = {"SMFence", sizeof(sm_fence), fence_destroy, Nil, 0};
+
+static id device_new_fence(id self, SEL cmd) {
+  (void)cmd;
+  sm_fence *f = sm__new(&fence_class);
+  if (!f) return nil;
+  f->device = (sm_device *)sm__retain(self);
+  return (id)f;
+}
+
+static id fence_device(id self, SEL cmd) { (void)cmd; return (id)((sm_fence *)self)->device; }
+
 /* ------------------------------------------------------------- commands */
-enum { CMD_COPY, CMD_FILL, CMD_SYNC, CMD_DISPATCH, CMD_SIGNAL, CMD_WAIT };
+enum { CMD_COPY, CMD_FILL, CMD_SYNC, CMD_DISPATCH, CMD_SIGNAL, CMD_WAIT, CMD_UPDATE_FENCE,
+       CMD_WAIT_FENCE };
 
 typedef struct {
   sm_pipeline *pipeline;
@@ -376,6 +543,9 @@ typedef struct {
   sm_event *event; /* retained */
   uint64_t value;
   dispatch_rec *dispatch;
+  sm_fence *fence; /* retained */
+  int pass;        /* encoder number in its command buffer, -1 for its own commands */
+  const char *enc_sel, *op_sel; /* the encoder's creating selector; the command's */
 } command;
 
 typedef struct sm_queue sm_queue;
@@ -395,6 +565,10 @@ struct sm_cmdbuf {
   id active_encoder;  /* weak */
   uint64_t seq;     /* commit number on its queue */
   sm_cmdbuf *next; /* queue list */
+  uint64_t serial;  /* creation number, names it in messages */
+  int npasses;      /* encoders made */
+  pass_vec passes;  /* its passes in the hazard graph (retained, under g_hz) */
+  atomic_bool observed; /* the host saw it complete */
 };
 
 typedef struct {
@@ -406,9 +580,19 @@ typedef struct {
   bool stop, detached;
 } queue_core;
 
+/* The last signal of an event on a queue, as a node of the hazard graph. */
+typedef struct {
+  sm_event *event; /* retained */
+  uint64_t value;
+  sm_pass *node;   /* retained */
+} queue_signal;
+
 struct sm_queue {
   sm_obj hdr;
   sm_device *device;
+  uint64_t id;
+  queue_signal *signals; /* under g_hz */
+  size_t nsignals;
   queue_core *core;
   bool started;
   pthread_t thread;
@@ -422,6 +606,7 @@ static void command_free(sm_cmdbuf *cb, command *c) {
   release_ref(cb, c->src);
   release_ref(cb, c->dst);
   sm__release((id)c->event);
+  sm__release((id)c->fence);
   if (c->dispatch) {
     dispatch_rec *d = c->dispatch;
     sm__release((id)d->pipeline);
@@ -435,6 +620,10 @@ static void command_free(sm_cmdbuf *cb, command *c) {
 
 static void cmdbuf_destroy(sm_obj *o) {
   sm_cmdbuf *cb = (sm_cmdbuf *)o;
+  pthread_mutex_lock(&g_hz);
+  for (size_t i = 0; i < cb->passes.n; i++) pass_unref(cb->passes.p[i]);
+  pthread_mutex_unlock(&g_hz);
+  free(cb->passes.p);
   for (size_t i = 0; i < cb->ncmds; i++) command_free(cb, &cb->cmds[i]);
   free(cb->cmds);
   /* Handlers of a buffer never committed are released without running. */
@@ -516,6 +705,9 @@ static bool run_command(command *c, char *err, size_t errlen) {
   case CMD_WAIT:
     event_wait(c->event, c->value);
     return true;
+  case CMD_UPDATE_FENCE:
+  case CMD_WAIT_FENCE: /* ordering is checked at commit; one queue thread runs in order */
+    return true;
   }
   return false;
 }
@@ -552,6 +744,24 @@ static void core_free(queue_core *c) {
   free(c);
 }
 
+/* Command buffers committed and not yet let go by their queue thread. */
+static pthread_mutex_t g_inflight_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_inflight_cv = PTHREAD_COND_INITIALIZER;
+static long g_inflight;
+
+static void inflight_add(long n) {
+  pthread_mutex_lock(&g_inflight_mu);
+  g_inflight += n;
+  if (!g_inflight) pthread_cond_broadcast(&g_inflight_cv);
+  pthread_mutex_unlock(&g_inflight_mu);
+}
+
+SM_EXPORT void softmetal_quiesce(void) {
+  pthread_mutex_lock(&g_inflight_mu);
+  while (g_inflight) pthread_cond_wait(&g_inflight_cv, &g_inflight_mu);
+  pthread_mutex_unlock(&g_inflight_mu);
+}
+
 static void *queue_main(void *arg) {
   objc_thread_add();
   queue_core *core = arg;
@@ -572,6 +782,7 @@ static void *queue_main(void *arg) {
     pthread_mutex_lock(&core->mu);
     core->finished = seq;
     pthread_cond_broadcast(&core->done_cv);
+    inflight_add(-1);
   }
   bool detached = core->detached;
   pthread_mutex_unlock(&core->mu);
@@ -602,15 +813,22 @@ static void queue_destroy(sm_obj *o) {
       }
     }
   }
+  pthread_mutex_lock(&g_hz);
+  for (size_t i = 0; i < q->nsignals; i++) pass_unref(q->signals[i].node);
+  pthread_mutex_unlock(&g_hz);
+  for (size_t i = 0; i < q->nsignals; i++) sm__release((id)q->signals[i].event);
+  free(q->signals);
   sm__release((id)q->device);
 }
 static sm_class queue_class = {"SMCommandQueue", sizeof(sm_queue), queue_destroy, Nil, 0};
 
 static id device_new_queue(id self, SEL cmd) {
   (void)cmd;
+  static atomic_uint_fast64_t next_id;
   sm_queue *q = sm__new(&queue_class);
   if (!q) return nil;
   q->device = (sm_device *)sm__retain(self);
+  q->id = atomic_fetch_add(&next_id, 1) + 1;
   q->core = calloc(1, sizeof *q->core);
   if (!q->core) {
     sm__release((id)q);
@@ -625,8 +843,10 @@ static id device_new_queue(id self, SEL cmd) {
 static id queue_make_cmdbuf(id self, bool retains) {
   sm_cmdbuf *cb = sm__new(&cmdbuf_class);
   if (!cb) return nil;
+  static atomic_uint_fast64_t next_serial;
   cb->queue = (sm_queue *)sm__retain(self);
   cb->retains_refs = retains;
+  cb->serial = atomic_fetch_add(&next_serial, 1) + 1;
   return sm__autorelease((id)cb);
 }
 
@@ -641,9 +861,13 @@ static id queue_cmdbuf_unretained(id self, SEL cmd) {
 }
 
 /* ------------------------------------------------------------- command buffers */
+static void hazard_observed(sm_cmdbuf *cb);
+
 static NSUInteger cb_status(id self, SEL cmd) {
   (void)cmd;
-  return atomic_load(&((sm_cmdbuf *)self)->status);
+  NSUInteger st = atomic_load(&((sm_cmdbuf *)self)->status);
+  if (st >= CB_COMPLETED) hazard_observed((sm_cmdbuf *)self);
+  return st;
 }
 
 static void cb_require_open(sm_cmdbuf *cb, const char *sel) {
@@ -665,13 +889,207 @@ static void cb_enqueue(id self, SEL cmd) {
   atomic_store(&cb->status, CB_ENQUEUED);
 }
 
+/* ------------------------------------------------------------- hazard check */
+typedef struct {
+  sm_buffer *buf;
+  bool write;
+  char op[128];
+} hz_use;
+
+/* The buffers command c uses, with whether it may write them. */
+static size_t command_uses(const command *c, hz_use *u) {
+  size_t n = 0;
+  switch (c->kind) {
+  case CMD_COPY:
+    u[n++] = (hz_use){c->src, false, ""};
+    u[n++] = (hz_use){c->dst, true, ""};
+    break;
+  case CMD_FILL:
+    u[n++] = (hz_use){c->dst, true, ""};
+    break;
+  case CMD_SYNC:
+    u[n++] = (hz_use){c->dst, false, ""};
+    break;
+  case CMD_DISPATCH: {
+    const dispatch_rec *d = c->dispatch;
+    const struct sm_kernel_desc *k = d->pipeline->desc;
+    for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
+      if (!(k->buffer_mask >> i & 1u) || !d->buffers[i]) continue;
+      bool write = k->written_mask >> i & 1u;
+      size_t j = 0;
+      while (j < n && u[j].buf != d->buffers[i]) j++;
+      if (j == n) u[n++] = (hz_use){d->buffers[i], write, ""};
+      else u[j].write |= write;
+    }
+    for (size_t j = 0; j < n; j++)
+      snprintf(u[j].op, sizeof u[j].op, "%s, kernel %s", c->op_sel, k->name);
+    return n;
+  }
+  default:
+    return 0;
+  }
+  for (size_t j = 0; j < n; j++) snprintf(u[j].op, sizeof u[j].op, "%s", c->op_sel);
+  return n;
+}
+
+static void buffer_name(const sm_buffer *b, char *out, size_t len) {
+  const char *label = sm__string_utf8(b->hdr.label);
+  if (label) snprintf(out, len, "'%s'", label);
+  else snprintf(out, len, "%p (length %lu)", (const void *)b, b->length);
+}
+
+/* Checks the untracked-buffer accesses of pass p (commands [a, z) of cb) against
+ * the passes before it, then records them. False, with err, on a hazard. */
+static bool pass_check(sm_cmdbuf *cb, sm_pass *p, size_t a, size_t z, char *err, size_t len) {
+  uint64_t qid = cb->queue->id;
+  for (size_t i = a; i < z; i++) {
+    hz_use uses[SM_MAX_BINDINGS + 1];
+    size_t n = command_uses(&cb->cmds[i], uses);
+    for (size_t u = 0; u < n; u++) {
+      sm_buffer *b = uses[u].buf;
+      if (!b->untracked) continue;
+      if (b->hz_queue != qid) { /* other queues are not checked */
+        buffer_forget_passes(b);
+        b->hz_queue = qid;
+      }
+      hz_access *mine = NULL;
+      size_t keep = 0;
+      for (size_t r = 0; r < b->nhz; r++) {
+        hz_access *h = &b->hz[r];
+        if (h->pass == p) {
+          mine = h;
+        } else if ((h->write || uses[u].write) && !pass_ordered(h->pass, p)) {
+          char name[96];
+          buffer_name(b, name, sizeof name);
+          snprintf(err, len,
+                   "untracked buffer hazard: %s (%s) %s buffer %s, which %s (%s) %s, and "
+                   "nothing orders the two passes: buffers with "
+                   "MTLResourceHazardTrackingModeUntracked get no ordering between passes; "
+                   "use an MTLFence (updateFence: in the first pass, waitForFence: in the "
+                   "second), a shared event, or wait for the first command buffer to "
+                   "complete before committing the second",
+                   p->what, uses[u].op, uses[u].write ? "writes" : "reads", name,
+                   h->pass->what, h->op, h->write ? "wrote" : "read");
+          return false;
+        } else if (uses[u].write || h->pass->done) {
+          pass_unref(h->pass); /* ordered before p's write, or finished */
+          continue;
+        }
+        b->hz[keep++] = *h;
+        if (h->pass == p) mine = &b->hz[keep - 1];
+      }
+      b->nhz = keep;
+      if (mine) {
+        mine->write |= uses[u].write;
+        continue;
+      }
+      if (b->nhz == b->hz_cap) {
+        size_t cap = b->hz_cap ? b->hz_cap * 2 : 4;
+        hz_access *h = realloc(b->hz, cap * sizeof *h);
+        if (!h) sm__fatal("hazard tracking: out of memory");
+        b->hz = h;
+        b->hz_cap = cap;
+      }
+      hz_access *h = &b->hz[b->nhz++];
+      h->pass = pass_ref(p);
+      h->write = uses[u].write;
+      snprintf(h->op, sizeof h->op, "%s", uses[u].op);
+    }
+  }
+  return true;
+}
+
+static queue_signal *queue_signal_of(sm_queue *q, const sm_event *e) {
+  for (size_t i = 0; i < q->nsignals; i++)
+    if (q->signals[i].event == e) return &q->signals[i];
+  return NULL;
+}
+
+/* At commit: builds cb's passes in the hazard graph and checks them. A hazard
+ * fails the command buffer (nothing of it runs). */
+static void hazard_commit(sm_cmdbuf *cb) {
+  if (cb->encode_error) return;
+  sm_queue *q = cb->queue;
+  char cbname[96], what[160], err[1024] = "";
+  const char *label = sm__string_utf8(cb->hdr.label);
+  if (label) snprintf(cbname, sizeof cbname, "'%s'", label);
+  else snprintf(cbname, sizeof cbname, "#%lu", (unsigned long)cb->serial);
+  pthread_mutex_lock(&g_hz);
+  pass_vec after_waits = {0}; /* signal nodes that event waits so far order us after */
+  for (size_t i = 0; i < cb->ncmds && !err[0];) {
+    command *c = &cb->cmds[i];
+    if (c->pass < 0) { /* the command buffer's own event commands */
+      if (c->kind == CMD_SIGNAL) {
+        snprintf(what, sizeof what, "encodeSignalEvent:value: %lu of command buffer %s",
+                 (unsigned long)c->value, cbname);
+        sm_pass *node = pass_new(what);
+        for (size_t k = 0; k < cb->passes.n; k++) pass_after_edge(node, cb->passes.p[k]);
+        for (size_t k = 0; k < after_waits.n; k++) pass_after_edge(node, after_waits.p[k]);
+        queue_signal *sig = queue_signal_of(q, c->event);
+        if (!sig) {
+          queue_signal *grown = realloc(q->signals, (q->nsignals + 1) * sizeof *grown);
+          if (!grown) sm__fatal("hazard tracking: out of memory");
+          q->signals = grown;
+          sig = &q->signals[q->nsignals++];
+          sig->event = (sm_event *)sm__retain((id)c->event);
+        } else {
+          pass_unref(sig->node);
+        }
+        sig->node = node;
+        sig->value = c->value;
+      } else if (c->kind == CMD_WAIT) {
+        queue_signal *sig = queue_signal_of(q, c->event);
+        if (sig && sig->value >= c->value) pv_push(&after_waits, pass_ref(sig->node));
+      }
+      i++;
+      continue;
+    }
+    size_t z = i;
+    while (z < cb->ncmds && cb->cmds[z].pass == c->pass) z++;
+    snprintf(what, sizeof what, "%s pass %d of command buffer %s", c->enc_sel, c->pass + 1,
+             cbname);
+    sm_pass *p = pass_new(what);
+    pv_push(&cb->passes, p);
+    for (size_t k = 0; k < after_waits.n; k++) pass_after_edge(p, after_waits.p[k]);
+    for (size_t k = i; k < z; k++) /* fences are waited for at the start of the pass */
+      if (cb->cmds[k].kind == CMD_WAIT_FENCE && cb->cmds[k].fence->updater &&
+          cb->cmds[k].fence->queue_id == q->id)
+        pass_after_edge(p, cb->cmds[k].fence->updater);
+    if (!pass_check(cb, p, i, z, err, sizeof err)) break;
+    for (size_t k = i; k < z; k++) { /* and updated at its end */
+      sm_fence *f = cb->cmds[k].fence;
+      if (cb->cmds[k].kind != CMD_UPDATE_FENCE) continue;
+      if (f->updater) pass_unref(f->updater);
+      f->updater = pass_ref(p);
+      f->queue_id = q->id;
+    }
+    i = z;
+  }
+  if (err[0]) /* never runs, so it orders nothing and races with nothing */
+    for (size_t k = 0; k < cb->passes.n; k++) cb->passes.p[k]->done = true;
+  for (size_t k = 0; k < after_waits.n; k++) pass_unref(after_waits.p[k]);
+  free(after_waits.p);
+  pthread_mutex_unlock(&g_hz);
+  if (err[0]) encode_fail(cb, "%s", err);
+}
+
+/* The host saw cb complete: its passes are ordered before all later commits. */
+static void hazard_observed(sm_cmdbuf *cb) {
+  if (atomic_exchange(&cb->observed, true)) return;
+  pthread_mutex_lock(&g_hz);
+  for (size_t k = 0; k < cb->passes.n; k++) pass_done(cb->passes.p[k]);
+  pthread_mutex_unlock(&g_hz);
+}
+
 static void cb_commit(id self, SEL cmd) {
   sm_cmdbuf *cb = (sm_cmdbuf *)self;
   cb_require_open(cb, sel_getName(cmd));
   cb_require_no_encoder(cb, sel_getName(cmd));
+  hazard_commit(cb);
   sm_queue *q = cb->queue;
   queue_core *core = q->core;
   sm__retain(self); /* the queue's reference, dropped after completion */
+  inflight_add(1);
   pthread_mutex_lock(&core->mu);
   atomic_store(&cb->status, CB_COMMITTED);
   if (!q->started) {
@@ -698,6 +1116,7 @@ static void cb_wait(id self, SEL cmd) {
   pthread_mutex_lock(&core->mu);
   while (core->finished < cb->seq) pthread_cond_wait(&core->done_cv, &core->mu);
   pthread_mutex_unlock(&core->mu);
+  hazard_observed(cb);
 }
 
 static id cb_error(id self, SEL cmd) { (void)cmd; return ((sm_cmdbuf *)self)->error; }
@@ -720,6 +1139,8 @@ static void cb_event_cmd(id self, SEL cmd, id event, uint64_t value, int kind) {
     sm__fatal("-[SMCommandBuffer %s]: event = %s is not an SMSharedEvent", sel_getName(cmd),
               event ? object_getClassName(event) : "nil");
   command *c = cmd_push(cb, kind);
+  c->pass = -1;
+  c->op_sel = sel_getName(cmd);
   c->event = (sm_event *)sm__retain(event);
   c->value = value;
 }
@@ -743,10 +1164,25 @@ typedef struct {
   void *bytes[SM_MAX_BINDINGS];
   NSUInteger bytes_len[SM_MAX_BINDINGS];
   NSUInteger tg_len[SM_MAX_BINDINGS];
+  int pass;         /* its number in the command buffer */
+  const char *sel;  /* the selector that made it */
+  bool concurrent;  /* MTLDispatchTypeConcurrent */
+  unsigned ndispatch;
+  /* Concurrent passes: what the dispatches since the last barrier use. */
+  struct since_barrier {
+    sm_buffer *buf; /* compared only */
+    bool write;
+    unsigned dispatch;
+    const char *kernel;
+  } *since;
+  size_t nsince, since_cap;
 } sm_encoder;
+
+static bool concurrent_check(sm_encoder *e, const char *sel, const dispatch_rec *r);
 
 static void encoder_destroy(sm_obj *o) {
   sm_encoder *e = (sm_encoder *)o;
+  free(e->since);
   if (!e->ended)
     sm__fatal("-[%s dealloc]: encoder released without endEncoding", o->cls->name);
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
@@ -760,18 +1196,41 @@ static sm_class blit_class = {"SMBlitCommandEncoder", sizeof(sm_encoder), encode
 static sm_class compute_class = {"SMComputeCommandEncoder", sizeof(sm_encoder), encoder_destroy,
                                  Nil, 0};
 
-static id cb_make_encoder(id self, SEL cmd, sm_class *k) {
+static id cb_make_encoder(id self, SEL cmd, sm_class *k, bool concurrent) {
   sm_cmdbuf *cb = (sm_cmdbuf *)self;
   cb_require_open(cb, sel_getName(cmd));
   cb_require_no_encoder(cb, sel_getName(cmd));
   sm_encoder *e = sm__new(k);
   if (!e) return nil;
   e->cb = (sm_cmdbuf *)sm__retain(self);
+  e->pass = cb->npasses++;
+  e->sel = sel_getName(cmd);
+  e->concurrent = concurrent;
   cb->active_encoder = (id)e;
   return sm__autorelease((id)e);
 }
-static id cb_blit_encoder(id self, SEL cmd) { return cb_make_encoder(self, cmd, &blit_class); }
-static id cb_compute_encoder(id self, SEL cmd) { return cb_make_encoder(self, cmd, &compute_class); }
+static id cb_blit_encoder(id self, SEL cmd) {
+  return cb_make_encoder(self, cmd, &blit_class, false);
+}
+static id cb_compute_encoder(id self, SEL cmd) {
+  return cb_make_encoder(self, cmd, &compute_class, false);
+}
+static id cb_compute_encoder_type(id self, SEL cmd, NSUInteger type) {
+  if (type != DISPATCH_SERIAL && type != DISPATCH_CONCURRENT)
+    sm__fatal("-[SMCommandBuffer %s]: dispatchType = %lu is not Serial (0) or Concurrent (1)",
+              sel_getName(cmd), type);
+  return cb_make_encoder(self, cmd, &compute_class, type == DISPATCH_CONCURRENT);
+}
+
+/* A command of this encoder's pass. */
+static command *enc_cmd(id self, SEL cmd, int kind) {
+  sm_encoder *e = (sm_encoder *)self;
+  command *c = cmd_push(e->cb, kind);
+  c->pass = e->pass;
+  c->enc_sel = e->sel;
+  c->op_sel = sel_getName(cmd);
+  return c;
+}
 
 /* The command buffer an encoding call may still add to. */
 static sm_cmdbuf *enc_open(id self, SEL cmd) {
@@ -829,7 +1288,7 @@ static void blit_copy(id self, SEL cmd, id src, NSUInteger src_off, id dst, NSUI
                 "the same buffer", sel, src_off, size, dst_off, size);
     return;
   }
-  command *c = cmd_push(cb, CMD_COPY);
+  command *c = enc_cmd(self, cmd, CMD_COPY);
   c->src = keep_ref(cb, s);
   c->dst = keep_ref(cb, d);
   c->src_off = src_off;
@@ -852,7 +1311,7 @@ static void blit_fill(id self, SEL cmd, id buf, NSRange range, uint8_t value) {
                 range.length, b->length);
     return;
   }
-  command *c = cmd_push(cb, CMD_FILL);
+  command *c = enc_cmd(self, cmd, CMD_FILL);
   c->dst = keep_ref(cb, b);
   c->dst_off = range.location;
   c->size = range.length;
@@ -869,7 +1328,7 @@ static void blit_sync(id self, SEL cmd, id res) {
                 sel, b->storage);
     return;
   }
-  command *c = cmd_push(cb, CMD_SYNC);
+  command *c = enc_cmd(self, cmd, CMD_SYNC);
   c->dst = keep_ref(cb, b);
 }
 
@@ -1024,8 +1483,9 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   r->grid = grid;
   r->tg = tg;
   r->groups = groups;
-  command *c = cmd_push(cb, CMD_DISPATCH);
+  command *c = enc_cmd(self, cmd, CMD_DISPATCH);
   c->dispatch = r;
+  if (e->concurrent) concurrent_check(e, sel, r);
 }
 
 static void comp_dispatch_threads(id self, SEL cmd, MTLSize grid, MTLSize tg) {
@@ -1033,6 +1493,87 @@ static void comp_dispatch_threads(id self, SEL cmd, MTLSize grid, MTLSize tg) {
 }
 static void comp_dispatch_groups(id self, SEL cmd, MTLSize groups, MTLSize tg) {
   comp_dispatch(self, cmd, groups, tg, false);
+}
+
+static void enc_fence(id self, SEL cmd, id fence, int kind) {
+  sm_cmdbuf *cb = enc_open(self, cmd);
+  if (!sm__is(fence, &fence_class))
+    sm__fatal("-[%s %s]: fence = %s is not an MTLFence", ((sm_obj *)self)->cls->name,
+              sel_getName(cmd), fence ? object_getClassName(fence) : "nil");
+  if (((sm_fence *)fence)->device != cb->queue->device) {
+    encode_fail(cb, "%s: fence belongs to another device than the command queue's",
+                sel_getName(cmd));
+    return;
+  }
+  enc_cmd(self, cmd, kind)->fence = (sm_fence *)sm__retain(fence);
+}
+static void enc_update_fence(id self, SEL cmd, id fence) {
+  enc_fence(self, cmd, fence, CMD_UPDATE_FENCE);
+}
+static void enc_wait_fence(id self, SEL cmd, id fence) {
+  enc_fence(self, cmd, fence, CMD_WAIT_FENCE);
+}
+
+static NSUInteger comp_dispatch_type(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_encoder *)self)->concurrent ? DISPATCH_CONCURRENT : DISPATCH_SERIAL;
+}
+
+static void comp_barrier_scope(id self, SEL cmd, NSUInteger scope) {
+  enc_open(self, cmd);
+  if (scope & BARRIER_SCOPE_BUFFERS) ((sm_encoder *)self)->nsince = 0;
+}
+
+static void comp_barrier_resources(id self, SEL cmd, const id *resources, NSUInteger count) {
+  sm_cmdbuf *cb = enc_open(self, cmd);
+  sm_encoder *e = (sm_encoder *)self;
+  if (count && !resources)
+    sm__fatal("-[SMComputeCommandEncoder %s]: resources = NULL with count = %lu",
+              sel_getName(cmd), count);
+  for (NSUInteger i = 0; i < count; i++) {
+    sm_buffer *b = as_buffer(cb, sel_getName(cmd), "resources[i]", resources[i]);
+    if (!b) return;
+    size_t keep = 0;
+    for (size_t k = 0; k < e->nsince; k++)
+      if (e->since[k].buf != b) e->since[keep++] = e->since[k];
+    e->nsince = keep;
+  }
+}
+
+/* In a concurrent pass, a dispatch that uses a buffer an earlier dispatch
+ * since the last barrier wrote (or writes one it read) races with it. */
+static bool concurrent_check(sm_encoder *e, const char *sel, const dispatch_rec *r) {
+  const struct sm_kernel_desc *k = r->pipeline->desc;
+  unsigned no = ++e->ndispatch;
+  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
+    sm_buffer *b = r->buffers[i];
+    if (!(k->buffer_mask >> i & 1u) || !b) continue;
+    bool write = k->written_mask >> i & 1u;
+    for (size_t j = 0; j < e->nsince; j++) {
+      struct since_barrier *s = &e->since[j];
+      if (s->buf != b || s->dispatch == no || !(s->write || write)) continue;
+      char name[96];
+      buffer_name(b, name, sizeof name);
+      encode_fail(e->cb, "concurrent dispatch hazard: in a computeCommandEncoderWithDispatchType: "
+                  "(MTLDispatchTypeConcurrent) pass, %s dispatch %u (kernel %s) %s buffer %s "
+                  "at [[buffer(%u)]], which dispatch %u (kernel %s) %s, with no "
+                  "memoryBarrierWithScope: (MTLBarrierScopeBuffers) or "
+                  "memoryBarrierWithResources:count: between them; concurrent dispatches are "
+                  "not ordered, tracked buffers or not", sel, no, k->name,
+                  write ? "writes" : "reads", name, i, s->dispatch, s->kernel,
+                  s->write ? "writes" : "reads");
+      return false;
+    }
+    if (e->nsince == e->since_cap) {
+      size_t cap = e->since_cap ? e->since_cap * 2 : 8;
+      struct since_barrier *g = realloc(e->since, cap * sizeof *g);
+      if (!g) sm__fatal("%s: out of memory", sel);
+      e->since = g;
+      e->since_cap = cap;
+    }
+    e->since[e->nsince++] = (struct since_barrier){b, write, no, k->name};
+  }
+  return true;
 }
 
 /* ------------------------------------------------------------- registration */
@@ -1053,6 +1594,7 @@ void sm__register_metal(void) {
              SM_IMP(device_new_buffer_nocopy), "@@:^vQQ@?");
   sm__method(c, "newCommandQueue", SM_IMP(device_new_queue), "@@:");
   sm__method(c, "newSharedEvent", SM_IMP(device_new_event), "@@:");
+  sm__method(c, "newFence", SM_IMP(device_new_fence), "@@:");
   sm__add_device_msl_methods(c);
   sm__class_end(&device_class);
 
@@ -1061,6 +1603,7 @@ void sm__register_metal(void) {
   sm__method(c, "length", SM_IMP(buffer_length), "Q@:");
   sm__method(c, "storageMode", SM_IMP(buffer_storage), "Q@:");
   sm__method(c, "resourceOptions", SM_IMP(buffer_resource_options), "Q@:");
+  sm__method(c, "hazardTrackingMode", SM_IMP(buffer_hazard_mode), "Q@:");
   sm__method(c, "gpuAddress", SM_IMP(buffer_gpu_address), "Q@:");
   sm__method(c, "didModifyRange:", SM_IMP(buffer_did_modify), "v@:{_NSRange=QQ}");
   sm__method(c, "device", SM_IMP(buffer_device), "@@:");
@@ -1091,13 +1634,21 @@ void sm__register_metal(void) {
   sm__method(c, "encodeWaitForEvent:value:", SM_IMP(cb_wait_event), "v@:@Q");
   sm__method(c, "blitCommandEncoder", SM_IMP(cb_blit_encoder), "@@:");
   sm__method(c, "computeCommandEncoder", SM_IMP(cb_compute_encoder), "@@:");
+  sm__method(c, "computeCommandEncoderWithDispatchType:", SM_IMP(cb_compute_encoder_type),
+             "@@:Q");
   sm__class_end(&cmdbuf_class);
+
+  c = sm__class_begin(&fence_class);
+  sm__method(c, "device", SM_IMP(fence_device), "@@:");
+  sm__class_end(&fence_class);
 
   c = sm__class_begin(&blit_class);
   sm__method(c, "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:",
              SM_IMP(blit_copy), "v@:@Q@QQ");
   sm__method(c, "fillBuffer:range:value:", SM_IMP(blit_fill), "v@:@{_NSRange=QQ}C");
   sm__method(c, "synchronizeResource:", SM_IMP(blit_sync), "v@:@");
+  sm__method(c, "updateFence:", SM_IMP(enc_update_fence), "v@:@");
+  sm__method(c, "waitForFence:", SM_IMP(enc_wait_fence), "v@:@");
   sm__method(c, "endEncoding", SM_IMP(enc_end), "v@:");
   sm__class_end(&blit_class);
 
@@ -1110,6 +1661,12 @@ void sm__register_metal(void) {
              "v@:{MTLSize=QQQ}{MTLSize=QQQ}");
   sm__method(c, "dispatchThreadgroups:threadsPerThreadgroup:", SM_IMP(comp_dispatch_groups),
              "v@:{MTLSize=QQQ}{MTLSize=QQQ}");
+  sm__method(c, "updateFence:", SM_IMP(enc_update_fence), "v@:@");
+  sm__method(c, "waitForFence:", SM_IMP(enc_wait_fence), "v@:@");
+  sm__method(c, "memoryBarrierWithScope:", SM_IMP(comp_barrier_scope), "v@:Q");
+  sm__method(c, "memoryBarrierWithResources:count:", SM_IMP(comp_barrier_resources),
+             "v@:^@Q");
+  sm__method(c, "dispatchType", SM_IMP(comp_dispatch_type), "Q@:");
   sm__method(c, "endEncoding", SM_IMP(enc_end), "v@:");
   sm__class_end(&compute_class);
 }

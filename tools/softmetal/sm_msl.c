@@ -102,7 +102,7 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 typedef struct {
   char name[128];
   size_t body_start, body_end;
-  uint32_t buffer_mask, tg_mask;
+  uint32_t buffer_mask, tg_mask, written_mask;
   bool fibers;
   sbuf call; /* trampoline arguments */
 } kernel_info;
@@ -212,6 +212,23 @@ static const struct {
     {"simdgroups_per_threadgroup", "((t->tg_threads + 31u) / 32u)", false},
 };
 
+/* Whether a [[buffer(n)]] parameter of type t[0, n) may be written: not in the
+ * constant address space, and no const before the first '*' or '&'. */
+static bool param_writable(const char *t, size_t n) {
+  size_t indirection = n;
+  for (size_t i = 0; i < n && indirection == n; i++)
+    if (t[i] == '*' || t[i] == '&') indirection = i;
+  for (size_t i = 0; i < n; i++) {
+    if (!ident_char(t[i]) || (i && ident_char(t[i - 1]))) continue;
+    size_t j = i;
+    while (j < n && ident_char(t[j])) j++;
+    if (j - i == 8 && memcmp(t + i, "constant", 8) == 0) return false;
+    if (j - i == 5 && memcmp(t + i, "const", 5) == 0 && i < indirection) return false;
+    i = j;
+  }
+  return true;
+}
+
 /* Parses one kernel parameter [a, b) and appends its trampoline argument. */
 static bool scan_param(scan *s, kernel_info *k, size_t a, size_t b, int index) {
   const char *c = s->clean;
@@ -259,6 +276,7 @@ static bool scan_param(scan *s, kernel_info *k, size_t a, size_t b, int index) {
       sscanf(attr, "buffer(%u)%c", &n, &extra) == 1) {
     if (n >= SM_MAX_BINDINGS) goto bad_index;
     k->buffer_mask |= 1u << n;
+    if (param_writable(ta, (size_t)type_len)) k->written_mask |= 1u << n;
     if (tb[-1] == '&') sb_printf(&k->call, "*(%.*s*)(t->buffers[%u])", type_len - 1, type, n);
     else if (memchr(ta, '*', (size_t)type_len))
       sb_printf(&k->call, "(%.*s)(t->buffers[%u])", type_len, type, n);
@@ -752,9 +770,10 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
                  "extern \"C\" const unsigned softmetal_kernel_count = %zu;\n"
                  "extern \"C\" const sm_kernel_desc softmetal_kernels[] = {\n", s.nk);
   for (size_t i = 0; i < s.nk; i++)
-    sb_printf(&tu, "  {\"%s\", sm_tramp_%zu, %u, 0x%xu, 0x%xu},\n", s.k[i].name, i,
-              (s.k[i].fibers || s.global_fibers) ? 1u : 0u, s.k[i].buffer_mask, s.k[i].tg_mask);
-  sb_put(&tu, "  {0, 0, 0, 0, 0}};\n", 20);
+    sb_printf(&tu, "  {\"%s\", sm_tramp_%zu, %u, 0x%xu, 0x%xu, 0x%xu},\n", s.k[i].name, i,
+              (s.k[i].fibers || s.global_fibers) ? 1u : 0u, s.k[i].buffer_mask, s.k[i].tg_mask,
+              s.k[i].written_mask);
+  sb_put(&tu, "  {0, 0, 0, 0, 0, 0}};\n", 23);
   if (tu.oom) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL, "%s: out of memory",
                                sel_getName(cmd)));

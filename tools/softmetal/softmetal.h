@@ -23,6 +23,13 @@ struct softmetal_stats {
 /* Fills *out with process-wide counters. Thread-safety: any thread. */
 void softmetal_stats(struct softmetal_stats *out);
 
+/* Waits until every command buffer committed so far on any queue has
+ * completed, its completed handlers have returned and softmetal has dropped
+ * its references to it: completed handlers may run after waitUntilCompleted
+ * returns. Call it before counting live objects. Thread-safety: any thread
+ * but a completed handler. */
+void softmetal_quiesce(void);
+
 /* Live objects of the class named class_name (e.g. "SMBuffer"), or -1 when
  * softmetal has no such class. Thread-safety: any thread. */
 long softmetal_live_count(const char *class_name);
