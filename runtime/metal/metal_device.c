@@ -108,6 +108,23 @@ void cm__metal_encode_end(cm_stream *stream, void *pool) {
     cm__objc_pool_pop(pool);
 }
 
+cm_status cm__metal_pass_fence(const char *func, cm_stream *stream, cm_buffer *const *buffers,
+                               int n, cm__id *out) {
+    *out = NULL;
+    bool untracked = false;
+    for (int i = 0; i < n && !untracked; ++i)
+        untracked = buffers[i] != NULL && cm__mtl_buf(buffers[i])->hazard_untracked;
+    if (!untracked)
+        return CM_OK;
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    if (s->untracked_fence == NULL)
+        s->untracked_fence = cm__msg_newFence(cm__mtl_dev(stream->device)->device);
+    if (s->untracked_fence == NULL)
+        return cm__fail_as(func, CM_ERR_DEVICE, "newFence returned nil");
+    *out = s->untracked_fence;
+    return CM_OK;
+}
+
 void cm__metal_drop_completed(cm_stream *stream) {
     cm__metal_stream *s = cm__mtl_stream(stream);
     void *pool = cm__objc_pool_push();
@@ -184,6 +201,7 @@ static void cm__metal_stream_destroy_unpooled(cm_stream *stream) {
     for (size_t i = 0; i < s->ncommitted; ++i)
         cm__objc_release(s->committed[i]);
     cm__free(s->committed);
+    cm__objc_release(s->untracked_fence);
     cm__objc_release(s->queue);
     pthread_mutex_destroy(&s->lock);
     cm__free(s);
@@ -591,12 +609,20 @@ static cm_status cm__blit(const char *func, cm_device *device, cm__blit_end dst,
     cm__id blit = status == CM_OK ? cm__msg_blitCommandEncoder(cb) : NULL;
     if (status == CM_OK && blit == NULL)
         status = cm__fail_as(func, CM_ERR_DEVICE, "blitCommandEncoder returned nil");
+    cm__id fence = NULL;
+    if (blit != NULL)
+        status = cm__metal_pass_fence(func, stream, (cm_buffer *const[]){src.buffer, dst.buffer},
+                                      2, &fence);
+    if (blit != NULL && fence != NULL)
+        cm__msg_waitForFence(blit, fence);
     if (blit != NULL) {
         if (src.native != NULL)
             cm__msg_copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size(
                 blit, src.native, src.offset, dst.native, dst.offset, size);
         else
             cm__msg_synchronizeResource(blit, dst.native);
+        if (fence != NULL)
+            cm__msg_updateFence(blit, fence);
         cm__msg_endEncoding(blit);
         if (src.buffer != NULL)
             cm__metal_track(stream, src.buffer, false);
@@ -976,6 +1002,9 @@ static cm_status cm__wrap_metal(const char *func, cm_device *device,
         cm__free(buffer);
         return status;
     }
+    /* Untracked (MLX's buffers are): cmetal orders the passes itself. */
+    cm__mtl_buf(buffer)->hazard_untracked =
+        cm__msg_hazardTrackingMode(desc->buffer) == CM__MTL_HAZARD_UNTRACKED;
     buffer->size = cm__msg_length(desc->buffer);
     buffer->flags = desc->flags | CM_BUFFER_FOREIGN;
     buffer->release = desc->release;

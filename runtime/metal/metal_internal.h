@@ -18,6 +18,9 @@ enum {
     CM__MTL_STORAGE_MODE_MEMORYLESS = 3,
 };
 
+/* MTLHazardTrackingMode. */
+enum { CM__MTL_HAZARD_UNTRACKED = 1 };
+
 /* MTLCommandBufferStatus. */
 enum {
     CM__MTL_CB_NOT_ENQUEUED = 0,
@@ -67,6 +70,10 @@ typedef struct cm__metal_stream {
      * for all of them; each one's status is read once, when it leaves. */
     cm__id *committed;
     size_t ncommitted, committed_cap;
+    /* Orders the passes that touch untracked buffers (Metal orders nothing
+     * between them): each waits for it first and updates it last. +1, made
+     * at first need. */
+    cm__id untracked_fence;
     uint64_t submissions; /* command buffers committed */
     bool failed;          /* a command buffer failed; error not yet reported */
     char error[384];
@@ -93,6 +100,7 @@ typedef struct cm__metal_buffer {
     pthread_mutex_t lock;
     cm__metal_use uses[CM__METAL_USE_SLOTS];
     bool untracked;           /* work was forgotten: wait for the whole device */
+    bool hazard_untracked;    /* the MTLBuffer is MTLHazardTrackingModeUntracked */
     bool gpu_wrote;           /* managed: device copy newer than host's */
     bool host_dirty;          /* managed: host copy newer than device's */
     size_t dirty_begin, dirty_end;
@@ -118,6 +126,13 @@ void cm__metal_encode_end(cm_stream *stream, void *pool);
  * writes it when `write`), and pushes host writes of managed storage to
  * the device first. Stream lock held. */
 void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write);
+
+/* The fence that orders the passes of the stream's open command buffer
+ * touching any of the n buffers (NULL entries skipped), when one of them is
+ * untracked; else NULL (+0). The pass sends waitForFence: before its
+ * commands and updateFence: before endEncoding. Stream lock held. */
+cm_status cm__metal_pass_fence(const char *func, cm_stream *stream, cm_buffer *const *buffers,
+                               int n, cm__id *out);
 
 /* Releases the stream's committed command buffers that have completed
  * (so the resources they retain go), noting a failed one for the next

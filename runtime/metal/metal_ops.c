@@ -226,6 +226,13 @@ static cm_status cm__encode(const cm__op *op, const cm__kernel *kernel,
         if (enc == NULL) {
             status = cm__fail_as(func, CM_ERR_DEVICE, "computeCommandEncoder returned nil");
         } else {
+            cm_buffer *touched[4] = {NULL}; /* ops bind at most 3 */
+            for (int i = 0; i < nbind && i < 4; ++i)
+                touched[i] = bindings[i].buffer;
+            cm__id fence = NULL;
+            status = cm__metal_pass_fence(func, stream, touched, nbind < 4 ? nbind : 4, &fence);
+            if (fence != NULL)
+                cm__msg_waitForFence(enc, fence);
             cm__msg_setComputePipelineState(enc, kernel->pipeline);
             for (int i = 0; i < nbind; ++i) {
                 cm_buffer *b = bindings[i].buffer;
@@ -240,6 +247,8 @@ static cm_status cm__encode(const cm__op *op, const cm__kernel *kernel,
             else
                 cm__msg_dispatchThreads_threadsPerThreadgroup(
                     enc, (cm__mtl_size){threads, 1, 1}, tg);
+            if (fence != NULL)
+                cm__msg_updateFence(enc, fence);
             cm__msg_endEncoding(enc);
             for (int i = 0; i < nbind; ++i)
                 if (bindings[i].buffer != NULL)

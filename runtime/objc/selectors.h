@@ -37,6 +37,7 @@
       id_ptr_uint_uint_block)                                                   \
     X(newCommandQueue, "newCommandQueue", id)                                   \
     X(newSharedEvent, "newSharedEvent", id)                                     \
+    X(newFence, "newFence", id)                                                 \
     X(newLibraryWithSource_options_error, "newLibraryWithSource:options:error:", \
       id_id_id_idp)                                                             \
     X(newLibraryWithURL_error, "newLibraryWithURL:error:", id_id_idp)           \
@@ -72,6 +73,8 @@
     X(encodeWaitForEvent_value, "encodeWaitForEvent:value:", void_id_u64)       \
     /* MTLCommandEncoder, MTLComputeCommandEncoder */                           \
     X(endEncoding, "endEncoding", void)                                         \
+    X(updateFence, "updateFence:", void_id)                                     \
+    X(waitForFence, "waitForFence:", void_id)                                   \
     X(setComputePipelineState, "setComputePipelineState:", void_id)             \
     X(setBuffer_offset_atIndex, "setBuffer:offset:atIndex:", void_id_uint_uint) \
     X(setBytes_length_atIndex, "setBytes:length:atIndex:", void_cptr_uint_uint) \

@@ -10,6 +10,10 @@
 
 #include "softmetal_hooks.h"
 
+#include <cmetal/metal.h>
+
+#include "objc/bridge.h" /* to make foreign MTLBuffers */
+
 /* Internal test hooks of runtime/metal/metal_ops.c. */
 cm_status cm__metal_compile_source(cm_device *device, const char *source);
 void cm__metal_set_threadgroup_override(unsigned long threads);
@@ -357,4 +361,59 @@ Test(metal_ops, a_session_of_ops_leaks_no_metal_object) {
     cr_assert_eq(after.live_objects, before.live_objects, "%ld Metal objects outlived the session",
                  after.live_objects - before.live_objects);
     cr_assert_gt(after.allocs, before.allocs);
+}
+
+/* A foreign MTLBuffer with MTLResourceHazardTrackingModeUntracked (as MLX
+ * makes them), wrapped: 64 float32s, shared storage. */
+static cm_tensor *untracked_tensor(cm_device *d) {
+    void *dev = NULL;
+    CHECK(cm_device_get_metal_device(d, &dev));
+    enum { UNTRACKED = 256 }; /* MTLResourceHazardTrackingModeUntracked */
+    cm__id mtl = cm__msg_newBufferWithLength_options(dev, 64 * 4, UNTRACKED);
+    cr_assert_not_null(mtl);
+    cr_assert_eq(cm__msg_hazardTrackingMode(mtl), 1, "untracked");
+    cm_buffer *b = NULL;
+    CHECK(cm_buffer_wrap_metal(d, &(cm_metal_buffer_desc){.buffer = mtl}, &b));
+    cm__objc_release(mtl);
+    cm_tensor *t = NULL;
+    CHECK(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                      .shape = (int64_t[]){64}},
+                                &t));
+    cm_buffer_release(b);
+    return t;
+}
+
+/* Metal orders nothing between passes on untracked buffers: successive ops
+ * that write and read one (strict softmetal fails the command buffer on
+ * such a hazard) must be ordered by cmetal, on one stream and across
+ * command buffers of it. */
+Test(metal_ops, ops_on_untracked_foreign_buffers_are_ordered) {
+    cm_device *d = metal();
+    cm_tensor *u = untracked_tensor(d), *v = untracked_tensor(d);
+    const double two = 2.0, three = 3.0;
+    CHECK(cm_fill(u, CM_FLOAT64, &two, NULL));
+    CHECK(cm_copy(u, v, NULL));                          /* reads what the fill wrote */
+    CHECK(cm_binary(CM_BINARY_ADD, u, v, u, NULL));      /* writes what the copy read */
+    cm_stream *s = NULL;
+    CHECK(cm_device_get_stream(d, &s));
+    cm_fence *f = NULL;
+    CHECK(cm_stream_signal(s, &f)); /* commits without waiting */
+    CHECK(cm_fill(v, CM_FLOAT64, &three, NULL));         /* next command buffer */
+    CHECK(cm_binary(CM_BINARY_MUL, u, v, v, NULL));
+    CHECK(cm_device_synchronize(d));
+    cm_fence_release(f);
+    float got = 0;
+    CHECK(cm_tensor_get_element(v, (int64_t[]){63}, CM_FLOAT32, &got));
+    cr_assert_eq(got, 12.0f);
+    /* cmetal's own buffers stay tracked. */
+    cm_tensor *own = tensor_1d(d, CM_FLOAT32, 4, CM_STORAGE_DEFAULT);
+    cm_tensor_info info;
+    CHECK(cm_tensor_get_info(own, &info));
+    cm_buffer_info binfo;
+    CHECK(cm_buffer_get_info(info.buffer, &binfo));
+    cr_assert_eq(cm__msg_hazardTrackingMode(binfo.native), 2, "tracked");
+    cm_tensor_release(own);
+    cm_tensor_release(u);
+    cm_tensor_release(v);
+    cm_device_release(d);
 }
