@@ -417,3 +417,54 @@ Test(metal_ops, ops_on_untracked_foreign_buffers_are_ordered) {
     cm_tensor_release(v);
     cm_device_release(d);
 }
+
+/* Every entry point drains what it autoreleases in its own pool: a loop of
+ * transfers on a thread whose only pool is one long-lived outer pool (as a
+ * thread without a pool of its own on a Mac) keeps the number of live Metal
+ * objects flat. */
+static void *transfer_loop(void *arg) {
+    cm_device *d = arg;
+    void *(*push)(void) = NULL;
+    void (*pop)(void *) = NULL;
+    void *sym = softmetal_hook("objc_autoreleasePoolPush");
+    memcpy(&push, &sym, sizeof push);
+    sym = softmetal_hook("objc_autoreleasePoolPop");
+    memcpy(&pop, &sym, sizeof pop);
+    void *outer = push();
+    cm_buffer *b = NULL;
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){64, CM_STORAGE_PRIVATE}, &b));
+    unsigned char in[64], out[64];
+    memset(in, 7, sizeof in);
+    CHECK(cm_buffer_write(b, 0, in, sizeof in)); /* first use: kernels compiled */
+    CHECK(cm_buffer_write(b, 1, in, 5));
+    CHECK(cm_buffer_read(b, 0, out, sizeof out)); /* the loop's state: as after a read */
+    void (*quiesce)(void) = NULL;
+    sym = softmetal_hook("softmetal_quiesce");
+    memcpy(&quiesce, &sym, sizeof quiesce);
+    quiesce();
+    struct softmetal_stats before, after;
+    sm_stats(&before);
+    for (int i = 0; i < 5000; ++i) {
+        in[0] = (unsigned char)i;
+        CHECK(cm_buffer_write(b, (size_t)(i % 3), in, 33));
+        CHECK(cm_buffer_read(b, 0, out, sizeof out));
+        cr_assert_eq(out[i % 3], (unsigned char)i);
+    }
+    quiesce();
+    sm_stats(&after);
+    cr_assert_eq(after.live_objects, before.live_objects,
+                 "%ld Metal objects piled up in the outer pool over 10,000 transfers",
+                 after.live_objects - before.live_objects);
+    cr_assert_gt(after.autoreleases, before.autoreleases, "transfers autorelease objects");
+    cm_buffer_release(b);
+    pop(outer);
+    return NULL;
+}
+
+Test(metal_ops, ten_thousand_transfers_leave_nothing_in_the_callers_pool) {
+    cm_device *d = metal();
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, NULL, transfer_loop, d), 0);
+    pthread_join(thread, NULL);
+    cm_device_release(d);
+}
