@@ -441,11 +441,9 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
         return cm__encode(op, &serial, bind, 2, &a, sizeof a, threads, 0,
                           cm__min_u(cm__group_size(&serial), threads));
     }
-    /* A software Metal (softmetal) runs a threadgroup's threads one after
-     * another as fibers, paying per thread and per simdgroup sync: one
-     * simdgroup per threadgroup is fastest there. GPUs get up to 256. */
-    const cm__uint group = cm__mtl_dev(device)->info.software ? kernel.simd_width
-                                                               : cm__group_size(&kernel);
+    /* Up to 256 threads (several simdgroups), on softmetal as on a GPU
+     * with the same limits, so tests run the paths GPUs run. */
+    const cm__uint group = cm__group_size(&kernel);
     if (count < CM__REDUCE_SPLIT_MIN || a.nout > CM__REDUCE_SPLIT_MAX_OUT) {
         const cm__uint groups = (cm__uint)(a.nout < CM__MAX_GROUPS ? a.nout : CM__MAX_GROUPS);
         return cm__encode(op, &kernel, bind, 2, &a, sizeof a, 0, groups, group);
