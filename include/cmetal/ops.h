@@ -173,7 +173,10 @@ typedef enum cm_reduce_op {
  * Accumulation: sum and mean of floating dtypes accumulate in float64 on
  * the CPU (at least float32 on every device); of signed integers and bool
  * in int64, of unsigned integers in uint64, wrapping modulo 2^64. mean is
- * that sum, converted to float64, divided by the count. max and min compare
+ * that sum, converted to float64, divided by the count; except that the
+ * mean of integers or bool into an integer output is the exact quotient of
+ * the wrapped sum by the count, truncated toward zero, on every device.
+ * max and min compare
  * in the input's dtype and propagate NaN.
  * Zero-size: sum gives 0, mean NaN (0 for integer outputs), and max or min
  * of an empty reduction fails with CM_ERR_INVALID_ARGUMENT.

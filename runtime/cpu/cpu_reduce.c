@@ -164,6 +164,16 @@ static void cm__red_setup(cm__red *r, const cm__op *op, int64_t count) {
 }
 
 static void cm__red_store(const cm__red *r, char *dst, cm__acc acc) {
+    const cm_dtype_kind out_kind = cm__dtype(r->out_dtype)->kind;
+    if (r->mean && r->acc_dtype != CM_FLOAT64 && r->count > 0 &&
+        (out_kind == CM_KIND_SIGNED || out_kind == CM_KIND_UNSIGNED)) {
+        /* Integers into integers: the exact quotient, truncated toward 0. */
+        cm__acc q;
+        q.u = r->acc_dtype == CM_INT64 ? (uint64_t)((int64_t)acc.u / r->count)
+                                       : acc.u / (uint64_t)r->count;
+        cm__convert_element(r->out_dtype, dst, r->acc_dtype, &q);
+        return;
+    }
     if (r->mean) {
         double sum = r->acc_dtype == CM_FLOAT64 ? acc.d
                      : r->acc_dtype == CM_INT64 ? (double)(int64_t)acc.u
