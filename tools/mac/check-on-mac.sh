@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
-# For whoever has a Mac with Apple silicon (or any Mac with Metal): builds
-# cmetal natively, runs the whole test suite against Apple's own Metal
-# framework (no softmetal), and writes cmetal-mac-report.txt to send back.
+# For whoever has a Mac with Apple silicon (or any Mac with Metal), and for
+# the macOS workflow (.github/workflows/macos.yml): builds cmetal natively,
+# runs the whole test suite against Apple's own Metal framework (no
+# softmetal) twice, first as is, then with Metal's API and shader
+# validation on (MTL_DEBUG_LAYER=1, MTL_SHADER_VALIDATION=1), and writes
+# cmetal-mac-report.txt to send back. The report ends with one line per
+# run saying whether it passed; the exit status is non-zero when the build
+# or either run failed.
 #
 #   brew install cmake criterion pkg-config     # once
 #   tools/mac/check-on-mac.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 report=$PWD/cmetal-mac-report.txt
-unset CMETAL_METAL_FRAMEWORK CMETAL_DEVICE
+unset CMETAL_METAL_FRAMEWORK CMETAL_DEVICE MTL_DEBUG_LAYER MTL_SHADER_VALIDATION
+jobs=$(sysctl -n hw.ncpu 2>/dev/null || echo 4)
+
+# One run of the suite; prints its ctest output and sets run_status.
+run_suite() {
+  (cd build/mac && ctest --output-on-failure -j"$jobs")
+  run_status=$?
+}
+
+build_status=1 plain_status=1 validated_status=1
+mkdir -p build
 {
   echo "# cmetal on Apple Metal, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null)"
   sw_vers 2>/dev/null; uname -mv
@@ -17,11 +32,31 @@ unset CMETAL_METAL_FRAMEWORK CMETAL_DEVICE
   pkg-config --exists criterion || echo "missing: criterion (brew install criterion)"
   echo; echo "## build"
   cmake -S . -B build/mac -DCMETAL_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
-    cmake --build build/mac -j"$(sysctl -n hw.ncpu 2>/dev/null || echo 4)"
-  echo "build exit: $?"
+    cmake --build build/mac -j"$jobs"
+  build_status=$?
+  echo "build exit: $build_status"
   echo; echo "## cmetal-info"; build/mac/bin/cmetal-info
   echo; echo "## demo on Metal"; CMETAL_DEVICE=metal build/mac/bin/cmetal-demo
-  echo; echo "## tests"; (cd build/mac && ctest --output-on-failure)
-  echo "ctest exit: $?"
+  echo; echo "## run 1: tests"
+  run_suite
+  plain_status=$run_status
+  echo "run 1 (plain) ctest exit: $plain_status"
+  echo; echo "## run 2: tests with MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1"
+  export MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1
+  run_suite
+  validated_status=$run_status
+  unset MTL_DEBUG_LAYER MTL_SHADER_VALIDATION
+  echo "run 2 (validation) ctest exit: $validated_status"
+  echo; echo "## summary"
+  verdict() { [ "$1" = 0 ] && echo passed || echo "FAILED (exit $1)"; }
+  echo "build: $(verdict "$build_status")"
+  echo "run 1, plain: $(verdict "$plain_status")"
+  echo "run 2, MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1: $(verdict "$validated_status")"
+  # For a caller (the workflow) that only sees the exit status.
+  [ "$build_status" = 0 ] && [ "$plain_status" = 0 ] && [ "$validated_status" = 0 ]
+  echo "$?" > build/mac-check-status 2>/dev/null || true
 } 2>&1 | tee "$report"
 echo; echo "Report written to $report: please send it back."
+status=$(cat build/mac-check-status 2>/dev/null || echo 1)
+rm -f build/mac-check-status
+exit "$status"
