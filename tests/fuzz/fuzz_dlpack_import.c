@@ -6,7 +6,11 @@
  *     away for a copy), and the wrapped buffer is exactly the byte range a
  *     brute-force walk over every element reaches;
  *   - when that range lies in the producer's allocation, reading every
- *     element through cmetal stays inside it (ASan checks). */
+ *     element through cmetal stays inside it (ASan checks);
+ *   - kDLMetal tensors (where a Metal framework is loaded: softmetal via
+ *     CMETAL_METAL_FRAMEWORK) are over real MTLBuffers of every storage
+ *     mode: an import succeeds only when the view lies inside the
+ *     MTLBuffer, and wraps that MTLBuffer itself unless it copies. */
 #include <cmetal/cmetal.h>
 
 #include <stdint.h>
@@ -67,6 +71,20 @@ static bool reference_extent(const DLTensor *t, size_t itemsize, int64_t *lo, in
     return true;
 }
 
+/* The Metal device the kDLMetal inputs live on, opened once; NULL when
+ * there is no Metal framework to load. */
+static cm_device *metal_device(void) {
+    static cm_device *device;
+    static bool tried;
+    if (!tried) {
+        tried = true;
+        if (getenv("CMETAL_METAL_FRAMEWORK") != NULL &&
+            cm_device_open(CM_DEVICE_METAL, 0, &device) != CM_OK)
+            device = NULL;
+    }
+    return device;
+}
+
 static void touch_all(const cm_tensor *t) {
     cm_tensor_info info;
     if (cm_tensor_get_info(t, &info) != CM_OK)
@@ -109,12 +127,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     t.dtype.lanes = fuzz_u8(&in) % 16 ? 1 : fuzz_u16(&in);
     const uint8_t dev = fuzz_u8(&in);
     t.device.device_type = (DLDeviceType)(dev < 200 ? 1 : dev % 24);
-    if (t.device.device_type == kDLMetal) /* data would have to be a real id<MTLBuffer> */
+    /* kDLMetal data must be a real id<MTLBuffer>: one of mtl_length bytes. */
+    cm_buffer *mtl = NULL;
+    size_t mtl_length = 0;
+    if (t.device.device_type == kDLMetal && metal_device() != NULL) {
+        static const cm_storage_mode modes[] = {CM_STORAGE_SHARED, CM_STORAGE_MANAGED,
+                                                CM_STORAGE_PRIVATE};
+        const cm_storage_mode mode = modes[fuzz_u8(&in) % 3];
+        mtl_length = fuzz_u16(&in) % 1024 + 1;
+        if (cm_buffer_create(metal_device(), &(cm_buffer_desc){mtl_length, mode}, &mtl) != CM_OK)
+            __builtin_trap();
+    } else if (t.device.device_type == kDLMetal) {
         t.device.device_type = kDLCUDA;
+    }
     t.device.device_id = fuzz_u8(&in) % 16 ? 0 : (int32_t)fuzz_u16(&in) - 2;
     const uint8_t where = fuzz_u8(&in);
-    const bool in_arena = where < 224;
-    t.data = in_arena ? arena + fuzz_u16(&in) % ARENA
+    const bool in_arena = where < 224 && mtl == NULL;
+    cm_buffer_info mtl_info = {0};
+    if (mtl != NULL && cm_buffer_get_info(mtl, &mtl_info) != CM_OK)
+        __builtin_trap();
+    t.data = mtl != NULL ? (where < 240 || where >= 248 ? mtl_info.native : NULL)
+             : in_arena  ? arena + fuzz_u16(&in) % ARENA
              : where < 240 ? NULL
                            : (void *)(uintptr_t)fuzz_u64(&in);
     t.byte_offset = fuzz_u8(&in) % 8 ? fuzz_u16(&in) % 512 : fuzz_u64(&in);
@@ -138,9 +171,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const bool readable = known && in_arena && t.data != NULL &&
                           (numel == 0 || ((intptr_t)(base - (uintptr_t)arena) + lo >= 0 &&
                                           (intptr_t)(base - (uintptr_t)arena) + hi <= ARENA));
-    cm_dlpack_import_desc desc = {.copy = readable && policy % 4 == 0 ? CM_COPY_ALWAYS
-                                                                      : CM_COPY_IF_NEEDED,
-                                  .read_only = policy & 4};
+    /* A kDLMetal view is readable when it lies inside the MTLBuffer. */
+    const bool metal_inside = mtl != NULL && known && t.data != NULL &&
+                              (numel == 0 || (lo >= 0 && hi <= (int64_t)mtl_length));
+    cm_dlpack_import_desc desc = {.copy = (readable || metal_inside) && policy % 4 == 0
+                                              ? CM_COPY_ALWAYS
+                                              : CM_COPY_IF_NEEDED,
+                                  .read_only = policy & 4,
+                                  .device = mtl != NULL && policy & 8 ? metal_device() : NULL};
 
     g_deleted = 0;
     cm_tensor *out = NULL;
@@ -150,6 +188,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const int expect = versioned && ver.version.major != 1 ? 1 : 0;
         if (out != NULL || cm_last_error()[0] == '\0' || g_deleted != expect)
             __builtin_trap();
+        if (mtl != NULL)
+            cm_buffer_release(mtl);
         free(arena);
         return 0;
     }
@@ -159,14 +199,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cm_buffer_info binfo;
     if (cm_tensor_get_info(out, &info) != CM_OK || cm_buffer_get_info(info.buffer, &binfo) != CM_OK)
         __builtin_trap();
-    if (known && numel > 0 && desc.copy != CM_COPY_ALWAYS &&
+    if (mtl == NULL && known && numel > 0 && desc.copy != CM_COPY_ALWAYS &&
         ((uintptr_t)binfo.host != base + (uintptr_t)lo || binfo.size != (size_t)(hi - lo)))
         __builtin_trap(); /* the wrap is exactly the bytes the view reaches */
     if (readable)
         touch_all(out);
+    if (mtl != NULL) {
+        /* Only a view inside the MTLBuffer imports; in place, it is that
+         * MTLBuffer. */
+        if (known && !metal_inside)
+            __builtin_trap();
+        if (numel > 0 && desc.copy != CM_COPY_ALWAYS && binfo.native != mtl_info.native)
+            __builtin_trap();
+        if (metal_inside && binfo.storage != CM_STORAGE_PRIVATE)
+            touch_all(out);
+    }
     cm_tensor_release(out);
     if (g_deleted != 1)
         __builtin_trap();
+    if (mtl != NULL)
+        cm_buffer_release(mtl);
     free(arena);
     return 0;
 }
