@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 enum {
   PAGE = 16384,
@@ -569,6 +571,10 @@ struct sm_cmdbuf {
   int npasses;      /* encoders made */
   pass_vec passes;  /* its passes in the hazard graph (retained, under g_hz) */
   atomic_bool observed; /* the host saw it complete */
+  /* Under the queue's core->mu: */
+  bool holds_slot;  /* counts against the queue's maximum */
+  bool waitable;    /* waitUntilCompleted may return */
+  int waiting, returned; /* threads in waitUntilCompleted; those that left it */
 };
 
 typedef struct {
@@ -578,6 +584,10 @@ typedef struct {
   sm_cmdbuf *head, *tail;
   uint64_t committed, finished; /* sequence numbers, in commit order */
   bool stop, detached;
+  NSUInteger max_uncompleted; /* commandBuffer blocks when this many are alive */
+  NSUInteger uncompleted;     /* made and neither completed nor destroyed */
+  pthread_cond_t slot_cv;     /* one of them completed */
+  uint64_t rng;               /* completion-order coin, seeded (SOFTMETAL_SEED) */
 } queue_core;
 
 /* The last signal of an event on a queue, as a node of the hazard graph. */
@@ -618,8 +628,11 @@ static void command_free(sm_cmdbuf *cb, command *c) {
   }
 }
 
+static void slot_release(sm_cmdbuf *cb);
+
 static void cmdbuf_destroy(sm_obj *o) {
   sm_cmdbuf *cb = (sm_cmdbuf *)o;
+  slot_release(cb);
   pthread_mutex_lock(&g_hz);
   for (size_t i = 0; i < cb->passes.n; i++) pass_unref(cb->passes.p[i]);
   pthread_mutex_unlock(&g_hz);
@@ -728,6 +741,9 @@ static void cmdbuf_execute(sm_cmdbuf *cb) {
     cb->error = sm__error(CB_ERROR_DOMAIN, CB_ERROR_INTERNAL, "%s", err);
   }
   atomic_store(&cb->status, ok ? CB_COMPLETED : CB_ERROR);
+}
+
+static void run_handlers(sm_cmdbuf *cb) {
   void *pool = sm__pool_push();
   for (size_t i = 0; i < cb->nhandlers; i++) {
     sm__block_invoke_handler(cb->handlers[i], (id)cb);
@@ -737,7 +753,56 @@ static void cmdbuf_execute(sm_cmdbuf *cb) {
   sm__pool_pop(pool);
 }
 
+/* A completed (or destroyed) command buffer no longer counts against its
+ * queue's maximum. */
+static void slot_release(sm_cmdbuf *cb) {
+  if (!cb->queue) return;
+  queue_core *core = cb->queue->core;
+  pthread_mutex_lock(&core->mu);
+  if (cb->holds_slot) {
+    cb->holds_slot = false;
+    core->uncompleted--;
+    pthread_cond_broadcast(&core->slot_cv);
+  }
+  pthread_mutex_unlock(&core->mu);
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15u);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
+/* Completes cb: its handlers run on this thread, either before
+ * waitUntilCompleted returns or after (a seeded coin per command buffer), as
+ * Metal promises neither. */
+static void cmdbuf_complete(queue_core *core, sm_cmdbuf *cb) {
+  slot_release(cb);
+  pthread_mutex_lock(&core->mu);
+  bool late = splitmix64(&core->rng) & 1;
+  pthread_mutex_unlock(&core->mu);
+  if (!late) run_handlers(cb);
+  pthread_mutex_lock(&core->mu);
+  cb->waitable = true;
+  pthread_cond_broadcast(&core->done_cv);
+  if (late) {
+    /* Let a waiter return first; if none is waiting, give one 0.2 ms to come. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 200000;
+    if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+    while (cb->returned == 0 &&
+           (cb->waiting > 0 || pthread_cond_timedwait(&core->done_cv, &core->mu, &until) == 0)) {
+      if (cb->waiting > 0) pthread_cond_wait(&core->done_cv, &core->mu);
+    }
+  }
+  pthread_mutex_unlock(&core->mu);
+  if (late) run_handlers(cb);
+}
+
 static void core_free(queue_core *c) {
+  pthread_cond_destroy(&c->slot_cv);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   pthread_cond_destroy(&c->done_cv);
@@ -774,14 +839,11 @@ static void *queue_main(void *arg) {
     if (!core->head) core->tail = NULL;
     pthread_mutex_unlock(&core->mu);
     cmdbuf_execute(cb);
+    cmdbuf_complete(core, cb);
     uint64_t seq = cb->seq;
-    /* Drop the queue's reference before waking waiters, so that a waiter
-     * that then releases its own sees the object go. May destroy the queue,
-     * which sets stop. */
-    sm__release((id)cb);
+    sm__release((id)cb); /* may destroy the queue, which sets stop */
     pthread_mutex_lock(&core->mu);
     core->finished = seq;
-    pthread_cond_broadcast(&core->done_cv);
     inflight_add(-1);
   }
   bool detached = core->detached;
@@ -822,9 +884,27 @@ static void queue_destroy(sm_obj *o) {
 }
 static sm_class queue_class = {"SMCommandQueue", sizeof(sm_queue), queue_destroy, Nil, 0};
 
-static id device_new_queue(id self, SEL cmd) {
-  (void)cmd;
+/* The seed of the completion-order coins: SOFTMETAL_SEED, else a fresh one. */
+static uint64_t rng_seed(void) {
+  const char *env = getenv("SOFTMETAL_SEED");
+  if (env && *env) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(env, &end, 0);
+    if (errno || *end)
+      sm__fatal("SOFTMETAL_SEED = '%s' is not an unsigned integer", env);
+    return v;
+  }
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 32) ^ ((uint64_t)getpid() << 16);
+}
+
+static id device_new_queue_max(id self, SEL cmd, NSUInteger max) {
   static atomic_uint_fast64_t next_id;
+  if (max == 0)
+    sm__fatal("-[SMDevice %s]: maxCommandBufferCount = 0: commandBuffer would block forever",
+              sel_getName(cmd));
   sm_queue *q = sm__new(&queue_class);
   if (!q) return nil;
   q->device = (sm_device *)sm__retain(self);
@@ -837,12 +917,35 @@ static id device_new_queue(id self, SEL cmd) {
   pthread_mutex_init(&q->core->mu, NULL);
   pthread_cond_init(&q->core->cv, NULL);
   pthread_cond_init(&q->core->done_cv, NULL);
+  pthread_cond_init(&q->core->slot_cv, NULL);
+  q->core->max_uncompleted = max;
+  uint64_t seed = rng_seed() + q->id * 0x9E3779B97F4A7C15u; /* per queue, reproducible */
+  q->core->rng = splitmix64(&seed);
   return (id)q;
 }
 
+static id device_new_queue(id self, SEL cmd) { return device_new_queue_max(self, cmd, 64); }
+
 static id queue_make_cmdbuf(id self, bool retains) {
+  queue_core *core = ((sm_queue *)self)->core;
+  pthread_mutex_lock(&core->mu);
+  if (core->uncompleted >= core->max_uncompleted) {
+    atomic_fetch_add(&sm__blocked_cmdbuf, 1);
+    while (core->uncompleted >= core->max_uncompleted)
+      pthread_cond_wait(&core->slot_cv, &core->mu);
+    atomic_fetch_sub(&sm__blocked_cmdbuf, 1);
+  }
+  core->uncompleted++;
+  pthread_mutex_unlock(&core->mu);
   sm_cmdbuf *cb = sm__new(&cmdbuf_class);
-  if (!cb) return nil;
+  if (!cb) {
+    pthread_mutex_lock(&core->mu);
+    core->uncompleted--;
+    pthread_cond_broadcast(&core->slot_cv);
+    pthread_mutex_unlock(&core->mu);
+    return nil;
+  }
+  cb->holds_slot = true;
   static atomic_uint_fast64_t next_serial;
   cb->queue = (sm_queue *)sm__retain(self);
   cb->retains_refs = retains;
@@ -1114,7 +1217,11 @@ static void cb_wait(id self, SEL cmd) {
               "this would wait forever", sel_getName(cmd), st, status_name(st));
   queue_core *core = cb->queue->core;
   pthread_mutex_lock(&core->mu);
-  while (core->finished < cb->seq) pthread_cond_wait(&core->done_cv, &core->mu);
+  cb->waiting++;
+  while (!cb->waitable) pthread_cond_wait(&core->done_cv, &core->mu);
+  cb->waiting--;
+  cb->returned++;
+  pthread_cond_broadcast(&core->done_cv);
   pthread_mutex_unlock(&core->mu);
   hazard_observed(cb);
 }
@@ -1593,6 +1700,8 @@ void sm__register_metal(void) {
   sm__method(c, "newBufferWithBytesNoCopy:length:options:deallocator:",
              SM_IMP(device_new_buffer_nocopy), "@@:^vQQ@?");
   sm__method(c, "newCommandQueue", SM_IMP(device_new_queue), "@@:");
+  sm__method(c, "newCommandQueueWithMaxCommandBufferCount:", SM_IMP(device_new_queue_max),
+             "@@:Q");
   sm__method(c, "newSharedEvent", SM_IMP(device_new_event), "@@:");
   sm__method(c, "newFence", SM_IMP(device_new_fence), "@@:");
   sm__add_device_msl_methods(c);
