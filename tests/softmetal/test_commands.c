@@ -542,3 +542,45 @@ Test(commands, queues_complete_independently) {
   sm_release(q2);
   sm_release(event);
 }
+
+Test(commands, resources_of_another_device_fail_the_command_buffer) {
+  setenv("SOFTMETAL_DEVICE_COUNT", "2", 1);
+  id all = MTLCopyAllDevices();
+  id other = SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", 1ul);
+  cr_assert_neq(other, dev);
+  id theirs = SEND(id, (id, SEL, NSUInteger, NSUInteger), other, "newBufferWithLength:options:",
+                   16ul, 0ul);
+  id mine = new_buffer(16);
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  copy(enc, theirs, 0, mine, 0, 16);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Error);
+  const char *msg = sm_error_text(SEND0(id, cb, "error"));
+  cr_assert(strstr(msg, "sourceBuffer belongs to device 'softmetal 1 (software Metal on the "
+                        "CPU)'") && strstr(msg, "not to the command queue's device 'softmetal "
+                                                 "(software Metal on the CPU)'"), "%s", msg);
+  cb = cmdbuf();
+  enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", theirs, 0ul,
+       0ul);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Error);
+  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "setBuffer:offset:atIndex:: buffer "
+                                                          "belongs to device 'softmetal 1"));
+  id fence = SEND0(id, other, "newFence");
+  cb = cmdbuf();
+  enc = SEND0(id, cb, "blitCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "updateFence:", fence);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Error);
+  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "updateFence:: fence belongs to"));
+  sm_release(fence);
+  sm_release(theirs);
+  sm_release(mine);
+  sm_release(all);
+  unsetenv("SOFTMETAL_DEVICE_COUNT");
+}

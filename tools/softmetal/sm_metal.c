@@ -45,26 +45,44 @@ static const char *status_name(NSUInteger s) {
 typedef struct {
   sm_obj hdr;
   id name;
+  unsigned index; /* in MTLCopyAllDevices */
   atomic_ulong allocated;
 } sm_device;
 
+enum { MAX_DEVICES = 8 };
 static void device_destroy(sm_obj *o);
 static sm_class device_class = {"SMDevice", sizeof(sm_device), device_destroy, Nil, 0};
 static pthread_mutex_t g_device_lock = PTHREAD_MUTEX_INITIALIZER;
-static sm_device *g_device;
+static sm_device *g_devices[MAX_DEVICES];
 
 static void device_destroy(sm_obj *o) {
   sm_device *d = (sm_device *)o;
   pthread_mutex_lock(&g_device_lock);
-  if (g_device == d) g_device = NULL;
+  if (g_devices[d->index] == d) g_devices[d->index] = NULL;
   pthread_mutex_unlock(&g_device_lock);
   sm__release(d->name);
 }
 
-/* Retains the shared device if it is alive, else creates it. +1. */
-static id device_get(void) {
+/* An unsigned environment variable in [lo, hi], or dflt when unset. */
+static unsigned env_index(const char *name, unsigned dflt, unsigned lo, unsigned hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  errno = 0;
+  unsigned long n = strtoul(v, &end, 10);
+  if (errno || *end || n < lo || n > hi)
+    sm__fatal("%s = '%s' must be an integer in %u..%u", name, v, lo, hi);
+  return (unsigned)n;
+}
+static unsigned device_count(void) {
+  return env_index("SOFTMETAL_DEVICE_COUNT", 1, 1, MAX_DEVICES);
+}
+
+/* Retains device k if it is alive, else creates it. +1. Each device lives
+ * while referenced; a new one (same name and registryID) after the last release. */
+static id device_get(unsigned k) {
   pthread_mutex_lock(&g_device_lock);
-  sm_device *d = g_device;
+  sm_device *d = g_devices[k];
   if (d) {
     long rc = atomic_load(&d->hdr.rc);
     while (rc > 0 && !atomic_compare_exchange_weak(&d->hdr.rc, &rc, rc + 1)) {
@@ -74,25 +92,41 @@ static id device_get(void) {
   if (!d) {
     d = sm__new(&device_class);
     if (d) {
-      d->name = sm__string("softmetal (software Metal on the CPU)");
-      g_device = d;
+      char name[96];
+      if (k == 0) snprintf(name, sizeof name, "softmetal (software Metal on the CPU)");
+      else snprintf(name, sizeof name, "softmetal %u (software Metal on the CPU)", k);
+      d->name = sm__string(name);
+      d->index = k;
+      g_devices[k] = d;
     }
   }
   pthread_mutex_unlock(&g_device_lock);
   return (id)d;
 }
 
-SM_EXPORT id MTLCreateSystemDefaultDevice(void) { return device_get(); }
+/* SOFTMETAL_DEFAULT_DEVICE picks which of the SOFTMETAL_DEVICE_COUNT devices is
+ * the system default, as a Mac whose default GPU is not the first listed. */
+SM_EXPORT id MTLCreateSystemDefaultDevice(void) {
+  unsigned n = device_count();
+  return device_get(env_index("SOFTMETAL_DEFAULT_DEVICE", 0, 0, n - 1));
+}
 
 SM_EXPORT id MTLCopyAllDevices(void) {
-  id dev = device_get();
-  id arr = sm__array(&dev, dev ? 1 : 0);
-  sm__release(dev);
+  unsigned n = device_count();
+  id devs[MAX_DEVICES];
+  unsigned got = 0;
+  for (unsigned k = 0; k < n; k++)
+    if ((devs[got] = device_get(k))) got++;
+  id arr = sm__array(devs, got);
+  for (unsigned k = 0; k < got; k++) sm__release(devs[k]);
   return arr;
 }
 
 static id device_name(id self, SEL cmd) { (void)cmd; return ((sm_device *)self)->name; }
-static uint64_t device_registry_id(id self, SEL cmd) { (void)self; (void)cmd; return 0x50f7e7a1u; }
+static uint64_t device_registry_id(id self, SEL cmd) {
+  (void)cmd;
+  return 0x50f7e7a1u + ((sm_device *)self)->index;
+}
 static BOOL device_unified(id self, SEL cmd) { (void)self; (void)cmd; return 1; }
 static NSUInteger device_max_buffer(id self, SEL cmd) { (void)self; (void)cmd; return MAX_BUFFER_LENGTH; }
 static uint64_t device_working_set(id self, SEL cmd) { (void)self; (void)cmd; return WORKING_SET; }
@@ -1356,6 +1390,8 @@ static void enc_end(id self, SEL cmd) {
   if (e->cb->active_encoder == self) e->cb->active_encoder = nil;
 }
 
+static const char *device_label(const sm_device *d) { return sm__string_utf8(d->name); }
+
 static sm_buffer *as_buffer(sm_cmdbuf *cb, const char *sel, const char *arg, id b) {
   if (!b) {
     encode_fail(cb, "%s: %s = nil", sel, arg);
@@ -1363,6 +1399,13 @@ static sm_buffer *as_buffer(sm_cmdbuf *cb, const char *sel, const char *arg, id 
   }
   if (!sm__is(b, &buffer_class)) {
     encode_fail(cb, "%s: %s is a %s, not an SMBuffer", sel, arg, object_getClassName(b));
+    return NULL;
+  }
+  sm_device *mine = cb->queue->device, *its = ((sm_buffer *)b)->device;
+  if (its != mine) {
+    encode_fail(cb, "%s: %s belongs to device '%s' (registryID 0x%lx), not to the command "
+                "queue's device '%s' (registryID 0x%lx)", sel, arg, device_label(its),
+                0x50f7e7a1ul + its->index, device_label(mine), 0x50f7e7a1ul + mine->index);
     return NULL;
   }
   return (sm_buffer *)b;
@@ -1444,6 +1487,14 @@ static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
   if (!sm__is(pipeline, &sm__pipeline_class)) {
     encode_fail(cb, "%s: pipelineState = %s is not a compute pipeline state", sel_getName(cmd),
                 pipeline ? object_getClassName(pipeline) : "nil");
+    return;
+  }
+  id (*device_of)(id, SEL) = (id(*)(id, SEL))(void (*)(void))sm__lookup(pipeline, "device");
+  sm_device *its = (sm_device *)device_of(pipeline, sel_registerName("device"));
+  if (its != cb->queue->device) {
+    encode_fail(cb, "%s: pipelineState belongs to device '%s', not to the command queue's "
+                "device '%s'", sel_getName(cmd), its ? device_label(its) : "nil",
+                device_label(cb->queue->device));
     return;
   }
   sm_encoder *e = (sm_encoder *)self;
@@ -1607,9 +1658,10 @@ static void enc_fence(id self, SEL cmd, id fence, int kind) {
   if (!sm__is(fence, &fence_class))
     sm__fatal("-[%s %s]: fence = %s is not an MTLFence", ((sm_obj *)self)->cls->name,
               sel_getName(cmd), fence ? object_getClassName(fence) : "nil");
-  if (((sm_fence *)fence)->device != cb->queue->device) {
-    encode_fail(cb, "%s: fence belongs to another device than the command queue's",
-                sel_getName(cmd));
+  sm_device *its = ((sm_fence *)fence)->device;
+  if (its != cb->queue->device) {
+    encode_fail(cb, "%s: fence belongs to device '%s', not to the command queue's device '%s'",
+                sel_getName(cmd), device_label(its), device_label(cb->queue->device));
     return;
   }
   enc_cmd(self, cmd, kind)->fence = (sm_fence *)sm__retain(fence);
