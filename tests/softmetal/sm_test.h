@@ -44,7 +44,10 @@ static inline const char *sm_error_text(id error) {
   return error ? sm_utf8(SEND0(id, error, "localizedDescription")) : "(no error)";
 }
 
+/* Objects alive once every committed command buffer has let go of its own
+ * (completed handlers may run after waitUntilCompleted returns). */
 static inline long sm_live(void) {
+  softmetal_quiesce();
   struct softmetal_stats st;
   softmetal_stats(&st);
   return st.live_objects;

@@ -1,6 +1,7 @@
 /* softmetal command queues, command buffers, blit encoders and events. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ static void setup(void) {
 }
 static void teardown(void) {
   objc_autoreleasePoolPop(pool);
+  unsetenv("SOFTMETAL_SEED");
   sm_release(queue);
   sm_release(dev);
   cr_assert_eq(sm_live(), 0, "every object released");
@@ -57,6 +59,7 @@ Test(commands, empty_command_buffer_walks_the_status_sequence) {
   SEND0(void, cb, "waitUntilCompleted");
   cr_assert_eq(status(cb), Completed);
   cr_assert_null(SEND0(id, cb, "error"));
+  softmetal_quiesce(); /* handlers may run after waitUntilCompleted returns */
   cr_assert_eq(atomic_load(&ctx.calls), 1);
   cr_assert_eq(ctx.arg, cb);
   cr_assert_eq(ctx.status_seen, Completed, "handlers see the final status");
@@ -266,7 +269,7 @@ Test(commands, private_buffers_take_blits) {
 }
 
 Test(commands, command_buffers_execute_in_commit_order) {
-  enum { N = 200 };
+  enum { N = 64 }; /* a queue's maximum of uncompleted command buffers */
   id buf = new_buffer(4 * N);
   atomic_int order = 0;
   struct sm_test_ctx ctx[N];
@@ -285,6 +288,7 @@ Test(commands, command_buffers_execute_in_commit_order) {
   /* Commit in reverse creation order: commit order is what counts. */
   for (int i = N - 1; i >= 0; i--) SEND0(void, cbs[i], "commit");
   SEND0(void, cbs[0], "waitUntilCompleted");
+  softmetal_quiesce();
   unsigned char *p = SEND0(void *, buf, "contents");
   for (int i = 0; i < N; i++) {
     cr_assert_eq(ctx[i].order_seen, N - 1 - i, "command buffer %d completed out of order", i);
@@ -443,4 +447,140 @@ Test(commands, uncommitted_command_buffer_releases_its_handlers_without_running_
   objc_autoreleasePoolPop(inner);
   cr_assert_eq(atomic_load(&ctx.calls), 0);
   cr_assert_eq(atomic_load(&ctx.disposes), 1);
+}
+
+struct thread_ctx {
+  struct sm_test_ctx base; /* first: the block captures a pointer to it */
+  pthread_t thread;
+};
+static void thread_handler(struct sm_test_block *b, id cb) {
+  (void)cb;
+  ((struct thread_ctx *)b->ctx)->thread = pthread_self();
+  atomic_fetch_add(&b->ctx->calls, 1);
+}
+
+Test(commands, completed_handlers_run_on_another_thread_before_or_after_the_wait) {
+  enum { N = 64 };
+  setenv("SOFTMETAL_SEED", "12345", 1); /* the queue's coins: reproducible */
+  id q = SEND0(id, dev, "newCommandQueue");
+  static struct thread_ctx ctx[N];
+  struct sm_test_block blk[N];
+  int late = 0, early = 0;
+  for (int i = 0; i < N; i++) {
+    id cb = SEND0(id, q, "commandBuffer");
+    blk[i] = sm_block((void (*)(void))thread_handler, &ctx[i].base);
+    SEND(void, (id, SEL, void *), cb, "addCompletedHandler:", &blk[i]);
+    commit_wait(cb);
+    cr_assert_eq(status(cb), Completed, "the status is final when the wait returns");
+    if (atomic_load(&ctx[i].base.calls) == 0) late++;
+    else early++;
+  }
+  softmetal_quiesce();
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(atomic_load(&ctx[i].base.calls), 1);
+    cr_assert_eq(atomic_load(&ctx[i].base.disposes), 1);
+    cr_assert(!pthread_equal(ctx[i].thread, pthread_self()), "handlers run on another thread");
+  }
+  cr_assert_gt(late, 0, "some handlers had not run when waitUntilCompleted returned");
+  cr_assert_gt(early, 0, "and some had");
+  sm_release(q);
+}
+
+struct taker {
+  id queue;
+  atomic_int got;
+};
+static void *take_command_buffer(void *arg) {
+  struct taker *t = arg;
+  void *p = objc_autoreleasePoolPush();
+  SEND0(id, t->queue, "commandBuffer"); /* blocks while the queue is full */
+  atomic_store(&t->got, 1);
+  objc_autoreleasePoolPop(p); /* never committed: released, its slot freed */
+  return NULL;
+}
+static long blocked(void) {
+  struct softmetal_stats st;
+  softmetal_stats(&st);
+  return st.blocked_in_command_buffer;
+}
+
+Test(commands, command_buffer_blocks_at_the_queue_maximum_until_one_completes) {
+  id q = SEND(id, (id, SEL, NSUInteger), dev, "newCommandQueueWithMaxCommandBufferCount:", 2ul);
+  id a = SEND0(id, q, "commandBuffer"), b = SEND0(id, q, "commandBuffer");
+  struct taker t = {q, 0};
+  pthread_t thread;
+  pthread_create(&thread, NULL, take_command_buffer, &t);
+  while (blocked() == 0) /* wait until it is blocked in commandBuffer */
+    sched_yield();
+  cr_assert_eq(atomic_load(&t.got), 0, "a third one waits: two are uncompleted");
+  commit_wait(a);
+  pthread_join(thread, NULL);
+  cr_assert_eq(atomic_load(&t.got), 1, "the completed one freed a place");
+  cr_assert_eq(blocked(), 0);
+  commit_wait(b);
+  void *inner = objc_autoreleasePoolPush(); /* uncommitted ones free their place when they go */
+  SEND0(id, q, "commandBuffer");
+  SEND0(id, q, "commandBuffer");
+  objc_autoreleasePoolPop(inner);
+  commit_wait(SEND0(id, q, "commandBuffer"));
+  sm_release(q);
+}
+
+Test(commands, queues_complete_independently) {
+  id event = SEND0(id, dev, "newSharedEvent");
+  id q2 = SEND0(id, dev, "newCommandQueue");
+  id stuck = cmdbuf();
+  SEND(void, (id, SEL, id, uint64_t), stuck, "encodeWaitForEvent:value:", event, 1);
+  SEND0(void, stuck, "commit");
+  id free_cb = SEND0(id, q2, "commandBuffer");
+  commit_wait(free_cb); /* completes while the other queue's first is still blocked */
+  cr_assert_eq(status(free_cb), Completed);
+  cr_assert_lt(status(stuck), Completed, "committed first, completes last");
+  SEND(void, (id, SEL, uint64_t), event, "setSignaledValue:", 1);
+  SEND0(void, stuck, "waitUntilCompleted");
+  cr_assert_eq(status(stuck), Completed);
+  sm_release(q2);
+  sm_release(event);
+}
+
+Test(commands, resources_of_another_device_fail_the_command_buffer) {
+  setenv("SOFTMETAL_DEVICE_COUNT", "2", 1);
+  id all = MTLCopyAllDevices();
+  id other = SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", 1ul);
+  cr_assert_neq(other, dev);
+  id theirs = SEND(id, (id, SEL, NSUInteger, NSUInteger), other, "newBufferWithLength:options:",
+                   16ul, 0ul);
+  id mine = new_buffer(16);
+  id cb = cmdbuf();
+  id enc = SEND0(id, cb, "blitCommandEncoder");
+  copy(enc, theirs, 0, mine, 0, 16);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Error);
+  const char *msg = sm_error_text(SEND0(id, cb, "error"));
+  cr_assert(strstr(msg, "sourceBuffer belongs to device 'softmetal 1 (software Metal on the "
+                        "CPU)'") && strstr(msg, "not to the command queue's device 'softmetal "
+                                                 "(software Metal on the CPU)'"), "%s", msg);
+  cb = cmdbuf();
+  enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", theirs, 0ul,
+       0ul);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Error);
+  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "setBuffer:offset:atIndex:: buffer "
+                                                          "belongs to device 'softmetal 1"));
+  id fence = SEND0(id, other, "newFence");
+  cb = cmdbuf();
+  enc = SEND0(id, cb, "blitCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "updateFence:", fence);
+  SEND0(void, enc, "endEncoding");
+  commit_wait(cb);
+  cr_assert_eq(status(cb), Error);
+  cr_assert(strstr(sm_error_text(SEND0(id, cb, "error")), "updateFence:: fence belongs to"));
+  sm_release(fence);
+  sm_release(theirs);
+  sm_release(mine);
+  sm_release(all);
+  unsetenv("SOFTMETAL_DEVICE_COUNT");
 }

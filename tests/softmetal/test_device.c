@@ -186,3 +186,38 @@ Test(device, shared_event_holds_its_value) {
   cr_assert_eq(SEND0(uint64_t, e, "signaledValue"), 42);
   sm_release(e);
 }
+
+Test(device, several_devices_with_the_default_anywhere) {
+  setenv("SOFTMETAL_DEVICE_COUNT", "3", 1);
+  setenv("SOFTMETAL_DEFAULT_DEVICE", "2", 1);
+  id all = MTLCopyAllDevices();
+  cr_assert_eq(sm_u(all, "count"), 3);
+  id d[3];
+  for (NSUInteger i = 0; i < 3; i++) d[i] = SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", i);
+  cr_assert_eq(d[0], dev, "the device already alive is index 0");
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 3; j++) {
+      cr_assert_neq(d[i], d[j]);
+      cr_assert_neq(SEND0(uint64_t, d[i], "registryID"), SEND0(uint64_t, d[j], "registryID"));
+      cr_assert_str_neq(sm_utf8(SEND0(id, d[i], "name")), sm_utf8(SEND0(id, d[j], "name")));
+    }
+  id def = MTLCreateSystemDefaultDevice();
+  cr_assert_eq(def, d[2], "SOFTMETAL_DEFAULT_DEVICE = 2 is the system default");
+  id b = new_buffer(16, OPT_SHARED);
+  cr_assert_eq(SEND0(id, b, "device"), dev);
+  id b2 = SEND(id, (id, SEL, NSUInteger, NSUInteger), def, "newBufferWithLength:options:", 16ul,
+               0ul);
+  cr_assert_eq(SEND0(id, b2, "device"), def, "buffers belong to the device that made them");
+  sm_release(b);
+  sm_release(b2);
+  sm_release(def);
+  sm_release(all);
+  unsetenv("SOFTMETAL_DEVICE_COUNT");
+  unsetenv("SOFTMETAL_DEFAULT_DEVICE");
+}
+
+Test(device, a_default_device_beyond_the_count_aborts, .signal = SIGABRT) {
+  setenv("SOFTMETAL_DEVICE_COUNT", "2", 1);
+  setenv("SOFTMETAL_DEFAULT_DEVICE", "2", 1);
+  keep = MTLCreateSystemDefaultDevice();
+}

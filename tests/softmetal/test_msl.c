@@ -213,6 +213,7 @@ static void teardown(void) {
                            "SMCommandBuffer", "NSString", "NSError", "NSArray",
                            "SMComputeCommandEncoder", "SMDevice", "SMCommandQueue",
                            "MTLCompileOptions"};
+  softmetal_quiesce(); /* handlers may run after waitUntilCompleted returns */
   for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
     if (softmetal_live_count(classes[i]) > 0)
       cr_log_error("%s: %ld alive", classes[i], softmetal_live_count(classes[i]));
@@ -889,6 +890,7 @@ Test(msl, full_dispatch_cycle_balances_retains_and_releases) {
   sm_release(a);
   sm_release(out);
   objc_autoreleasePoolPop(inner);
+  softmetal_quiesce(); /* handlers may run after waitUntilCompleted returns */
   softmetal_stats(&after);
   cr_assert_eq(after.live_objects, before.live_objects, "live objects back where they were");
   cr_assert_eq(after.allocs - before.allocs, after.deallocs - before.deallocs);

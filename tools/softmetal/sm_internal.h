@@ -80,6 +80,7 @@ void sm__block_invoke_handler(const void *block, id arg);
 
 /* Counters. */
 extern atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits, sm__unsafe_math_libraries;
+extern atomic_long sm__blocked_cmdbuf; /* threads blocked in commandBuffer */
 
 /* Per-file registration, run once from the library constructor. */
 void sm__register_metal(void);

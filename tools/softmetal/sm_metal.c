@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 enum {
   PAGE = 16384,
@@ -43,26 +45,44 @@ static const char *status_name(NSUInteger s) {
 typedef struct {
   sm_obj hdr;
   id name;
+  unsigned index; /* in MTLCopyAllDevices */
   atomic_ulong allocated;
 } sm_device;
 
+enum { MAX_DEVICES = 8 };
 static void device_destroy(sm_obj *o);
 static sm_class device_class = {"SMDevice", sizeof(sm_device), device_destroy, Nil, 0};
 static pthread_mutex_t g_device_lock = PTHREAD_MUTEX_INITIALIZER;
-static sm_device *g_device;
+static sm_device *g_devices[MAX_DEVICES];
 
 static void device_destroy(sm_obj *o) {
   sm_device *d = (sm_device *)o;
   pthread_mutex_lock(&g_device_lock);
-  if (g_device == d) g_device = NULL;
+  if (g_devices[d->index] == d) g_devices[d->index] = NULL;
   pthread_mutex_unlock(&g_device_lock);
   sm__release(d->name);
 }
 
-/* Retains the shared device if it is alive, else creates it. +1. */
-static id device_get(void) {
+/* An unsigned environment variable in [lo, hi], or dflt when unset. */
+static unsigned env_index(const char *name, unsigned dflt, unsigned lo, unsigned hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  errno = 0;
+  unsigned long n = strtoul(v, &end, 10);
+  if (errno || *end || n < lo || n > hi)
+    sm__fatal("%s = '%s' must be an integer in %u..%u", name, v, lo, hi);
+  return (unsigned)n;
+}
+static unsigned device_count(void) {
+  return env_index("SOFTMETAL_DEVICE_COUNT", 1, 1, MAX_DEVICES);
+}
+
+/* Retains device k if it is alive, else creates it. +1. Each device lives
+ * while referenced; a new one (same name and registryID) after the last release. */
+static id device_get(unsigned k) {
   pthread_mutex_lock(&g_device_lock);
-  sm_device *d = g_device;
+  sm_device *d = g_devices[k];
   if (d) {
     long rc = atomic_load(&d->hdr.rc);
     while (rc > 0 && !atomic_compare_exchange_weak(&d->hdr.rc, &rc, rc + 1)) {
@@ -72,25 +92,41 @@ static id device_get(void) {
   if (!d) {
     d = sm__new(&device_class);
     if (d) {
-      d->name = sm__string("softmetal (software Metal on the CPU)");
-      g_device = d;
+      char name[96];
+      if (k == 0) snprintf(name, sizeof name, "softmetal (software Metal on the CPU)");
+      else snprintf(name, sizeof name, "softmetal %u (software Metal on the CPU)", k);
+      d->name = sm__string(name);
+      d->index = k;
+      g_devices[k] = d;
     }
   }
   pthread_mutex_unlock(&g_device_lock);
   return (id)d;
 }
 
-SM_EXPORT id MTLCreateSystemDefaultDevice(void) { return device_get(); }
+/* SOFTMETAL_DEFAULT_DEVICE picks which of the SOFTMETAL_DEVICE_COUNT devices is
+ * the system default, as a Mac whose default GPU is not the first listed. */
+SM_EXPORT id MTLCreateSystemDefaultDevice(void) {
+  unsigned n = device_count();
+  return device_get(env_index("SOFTMETAL_DEFAULT_DEVICE", 0, 0, n - 1));
+}
 
 SM_EXPORT id MTLCopyAllDevices(void) {
-  id dev = device_get();
-  id arr = sm__array(&dev, dev ? 1 : 0);
-  sm__release(dev);
+  unsigned n = device_count();
+  id devs[MAX_DEVICES];
+  unsigned got = 0;
+  for (unsigned k = 0; k < n; k++)
+    if ((devs[got] = device_get(k))) got++;
+  id arr = sm__array(devs, got);
+  for (unsigned k = 0; k < got; k++) sm__release(devs[k]);
   return arr;
 }
 
 static id device_name(id self, SEL cmd) { (void)cmd; return ((sm_device *)self)->name; }
-static uint64_t device_registry_id(id self, SEL cmd) { (void)self; (void)cmd; return 0x50f7e7a1u; }
+static uint64_t device_registry_id(id self, SEL cmd) {
+  (void)cmd;
+  return 0x50f7e7a1u + ((sm_device *)self)->index;
+}
 static BOOL device_unified(id self, SEL cmd) { (void)self; (void)cmd; return 1; }
 static NSUInteger device_max_buffer(id self, SEL cmd) { (void)self; (void)cmd; return MAX_BUFFER_LENGTH; }
 static uint64_t device_working_set(id self, SEL cmd) { (void)self; (void)cmd; return WORKING_SET; }
@@ -569,6 +605,10 @@ struct sm_cmdbuf {
   int npasses;      /* encoders made */
   pass_vec passes;  /* its passes in the hazard graph (retained, under g_hz) */
   atomic_bool observed; /* the host saw it complete */
+  /* Under the queue's core->mu: */
+  bool holds_slot;  /* counts against the queue's maximum */
+  bool waitable;    /* waitUntilCompleted may return */
+  int waiting, returned; /* threads in waitUntilCompleted; those that left it */
 };
 
 typedef struct {
@@ -578,6 +618,10 @@ typedef struct {
   sm_cmdbuf *head, *tail;
   uint64_t committed, finished; /* sequence numbers, in commit order */
   bool stop, detached;
+  NSUInteger max_uncompleted; /* commandBuffer blocks when this many are alive */
+  NSUInteger uncompleted;     /* made and neither completed nor destroyed */
+  pthread_cond_t slot_cv;     /* one of them completed */
+  uint64_t rng;               /* completion-order coin, seeded (SOFTMETAL_SEED) */
 } queue_core;
 
 /* The last signal of an event on a queue, as a node of the hazard graph. */
@@ -618,8 +662,11 @@ static void command_free(sm_cmdbuf *cb, command *c) {
   }
 }
 
+static void slot_release(sm_cmdbuf *cb);
+
 static void cmdbuf_destroy(sm_obj *o) {
   sm_cmdbuf *cb = (sm_cmdbuf *)o;
+  slot_release(cb);
   pthread_mutex_lock(&g_hz);
   for (size_t i = 0; i < cb->passes.n; i++) pass_unref(cb->passes.p[i]);
   pthread_mutex_unlock(&g_hz);
@@ -728,6 +775,9 @@ static void cmdbuf_execute(sm_cmdbuf *cb) {
     cb->error = sm__error(CB_ERROR_DOMAIN, CB_ERROR_INTERNAL, "%s", err);
   }
   atomic_store(&cb->status, ok ? CB_COMPLETED : CB_ERROR);
+}
+
+static void run_handlers(sm_cmdbuf *cb) {
   void *pool = sm__pool_push();
   for (size_t i = 0; i < cb->nhandlers; i++) {
     sm__block_invoke_handler(cb->handlers[i], (id)cb);
@@ -737,7 +787,56 @@ static void cmdbuf_execute(sm_cmdbuf *cb) {
   sm__pool_pop(pool);
 }
 
+/* A completed (or destroyed) command buffer no longer counts against its
+ * queue's maximum. */
+static void slot_release(sm_cmdbuf *cb) {
+  if (!cb->queue) return;
+  queue_core *core = cb->queue->core;
+  pthread_mutex_lock(&core->mu);
+  if (cb->holds_slot) {
+    cb->holds_slot = false;
+    core->uncompleted--;
+    pthread_cond_broadcast(&core->slot_cv);
+  }
+  pthread_mutex_unlock(&core->mu);
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15u);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
+/* Completes cb: its handlers run on this thread, either before
+ * waitUntilCompleted returns or after (a seeded coin per command buffer), as
+ * Metal promises neither. */
+static void cmdbuf_complete(queue_core *core, sm_cmdbuf *cb) {
+  slot_release(cb);
+  pthread_mutex_lock(&core->mu);
+  bool late = splitmix64(&core->rng) & 1;
+  pthread_mutex_unlock(&core->mu);
+  if (!late) run_handlers(cb);
+  pthread_mutex_lock(&core->mu);
+  cb->waitable = true;
+  pthread_cond_broadcast(&core->done_cv);
+  if (late) {
+    /* Let a waiter return first; if none is waiting, give one 0.2 ms to come. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 200000;
+    if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+    while (cb->returned == 0 &&
+           (cb->waiting > 0 || pthread_cond_timedwait(&core->done_cv, &core->mu, &until) == 0)) {
+      if (cb->waiting > 0) pthread_cond_wait(&core->done_cv, &core->mu);
+    }
+  }
+  pthread_mutex_unlock(&core->mu);
+  if (late) run_handlers(cb);
+}
+
 static void core_free(queue_core *c) {
+  pthread_cond_destroy(&c->slot_cv);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   pthread_cond_destroy(&c->done_cv);
@@ -774,14 +873,11 @@ static void *queue_main(void *arg) {
     if (!core->head) core->tail = NULL;
     pthread_mutex_unlock(&core->mu);
     cmdbuf_execute(cb);
+    cmdbuf_complete(core, cb);
     uint64_t seq = cb->seq;
-    /* Drop the queue's reference before waking waiters, so that a waiter
-     * that then releases its own sees the object go. May destroy the queue,
-     * which sets stop. */
-    sm__release((id)cb);
+    sm__release((id)cb); /* may destroy the queue, which sets stop */
     pthread_mutex_lock(&core->mu);
     core->finished = seq;
-    pthread_cond_broadcast(&core->done_cv);
     inflight_add(-1);
   }
   bool detached = core->detached;
@@ -822,9 +918,27 @@ static void queue_destroy(sm_obj *o) {
 }
 static sm_class queue_class = {"SMCommandQueue", sizeof(sm_queue), queue_destroy, Nil, 0};
 
-static id device_new_queue(id self, SEL cmd) {
-  (void)cmd;
+/* The seed of the completion-order coins: SOFTMETAL_SEED, else a fresh one. */
+static uint64_t rng_seed(void) {
+  const char *env = getenv("SOFTMETAL_SEED");
+  if (env && *env) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(env, &end, 0);
+    if (errno || *end)
+      sm__fatal("SOFTMETAL_SEED = '%s' is not an unsigned integer", env);
+    return v;
+  }
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 32) ^ ((uint64_t)getpid() << 16);
+}
+
+static id device_new_queue_max(id self, SEL cmd, NSUInteger max) {
   static atomic_uint_fast64_t next_id;
+  if (max == 0)
+    sm__fatal("-[SMDevice %s]: maxCommandBufferCount = 0: commandBuffer would block forever",
+              sel_getName(cmd));
   sm_queue *q = sm__new(&queue_class);
   if (!q) return nil;
   q->device = (sm_device *)sm__retain(self);
@@ -837,12 +951,35 @@ static id device_new_queue(id self, SEL cmd) {
   pthread_mutex_init(&q->core->mu, NULL);
   pthread_cond_init(&q->core->cv, NULL);
   pthread_cond_init(&q->core->done_cv, NULL);
+  pthread_cond_init(&q->core->slot_cv, NULL);
+  q->core->max_uncompleted = max;
+  uint64_t seed = rng_seed() + q->id * 0x9E3779B97F4A7C15u; /* per queue, reproducible */
+  q->core->rng = splitmix64(&seed);
   return (id)q;
 }
 
+static id device_new_queue(id self, SEL cmd) { return device_new_queue_max(self, cmd, 64); }
+
 static id queue_make_cmdbuf(id self, bool retains) {
+  queue_core *core = ((sm_queue *)self)->core;
+  pthread_mutex_lock(&core->mu);
+  if (core->uncompleted >= core->max_uncompleted) {
+    atomic_fetch_add(&sm__blocked_cmdbuf, 1);
+    while (core->uncompleted >= core->max_uncompleted)
+      pthread_cond_wait(&core->slot_cv, &core->mu);
+    atomic_fetch_sub(&sm__blocked_cmdbuf, 1);
+  }
+  core->uncompleted++;
+  pthread_mutex_unlock(&core->mu);
   sm_cmdbuf *cb = sm__new(&cmdbuf_class);
-  if (!cb) return nil;
+  if (!cb) {
+    pthread_mutex_lock(&core->mu);
+    core->uncompleted--;
+    pthread_cond_broadcast(&core->slot_cv);
+    pthread_mutex_unlock(&core->mu);
+    return nil;
+  }
+  cb->holds_slot = true;
   static atomic_uint_fast64_t next_serial;
   cb->queue = (sm_queue *)sm__retain(self);
   cb->retains_refs = retains;
@@ -1114,7 +1251,11 @@ static void cb_wait(id self, SEL cmd) {
               "this would wait forever", sel_getName(cmd), st, status_name(st));
   queue_core *core = cb->queue->core;
   pthread_mutex_lock(&core->mu);
-  while (core->finished < cb->seq) pthread_cond_wait(&core->done_cv, &core->mu);
+  cb->waiting++;
+  while (!cb->waitable) pthread_cond_wait(&core->done_cv, &core->mu);
+  cb->waiting--;
+  cb->returned++;
+  pthread_cond_broadcast(&core->done_cv);
   pthread_mutex_unlock(&core->mu);
   hazard_observed(cb);
 }
@@ -1249,6 +1390,8 @@ static void enc_end(id self, SEL cmd) {
   if (e->cb->active_encoder == self) e->cb->active_encoder = nil;
 }
 
+static const char *device_label(const sm_device *d) { return sm__string_utf8(d->name); }
+
 static sm_buffer *as_buffer(sm_cmdbuf *cb, const char *sel, const char *arg, id b) {
   if (!b) {
     encode_fail(cb, "%s: %s = nil", sel, arg);
@@ -1256,6 +1399,13 @@ static sm_buffer *as_buffer(sm_cmdbuf *cb, const char *sel, const char *arg, id 
   }
   if (!sm__is(b, &buffer_class)) {
     encode_fail(cb, "%s: %s is a %s, not an SMBuffer", sel, arg, object_getClassName(b));
+    return NULL;
+  }
+  sm_device *mine = cb->queue->device, *its = ((sm_buffer *)b)->device;
+  if (its != mine) {
+    encode_fail(cb, "%s: %s belongs to device '%s' (registryID 0x%lx), not to the command "
+                "queue's device '%s' (registryID 0x%lx)", sel, arg, device_label(its),
+                0x50f7e7a1ul + its->index, device_label(mine), 0x50f7e7a1ul + mine->index);
     return NULL;
   }
   return (sm_buffer *)b;
@@ -1337,6 +1487,14 @@ static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
   if (!sm__is(pipeline, &sm__pipeline_class)) {
     encode_fail(cb, "%s: pipelineState = %s is not a compute pipeline state", sel_getName(cmd),
                 pipeline ? object_getClassName(pipeline) : "nil");
+    return;
+  }
+  id (*device_of)(id, SEL) = (id(*)(id, SEL))(void (*)(void))sm__lookup(pipeline, "device");
+  sm_device *its = (sm_device *)device_of(pipeline, sel_registerName("device"));
+  if (its != cb->queue->device) {
+    encode_fail(cb, "%s: pipelineState belongs to device '%s', not to the command queue's "
+                "device '%s'", sel_getName(cmd), its ? device_label(its) : "nil",
+                device_label(cb->queue->device));
     return;
   }
   sm_encoder *e = (sm_encoder *)self;
@@ -1500,9 +1658,10 @@ static void enc_fence(id self, SEL cmd, id fence, int kind) {
   if (!sm__is(fence, &fence_class))
     sm__fatal("-[%s %s]: fence = %s is not an MTLFence", ((sm_obj *)self)->cls->name,
               sel_getName(cmd), fence ? object_getClassName(fence) : "nil");
-  if (((sm_fence *)fence)->device != cb->queue->device) {
-    encode_fail(cb, "%s: fence belongs to another device than the command queue's",
-                sel_getName(cmd));
+  sm_device *its = ((sm_fence *)fence)->device;
+  if (its != cb->queue->device) {
+    encode_fail(cb, "%s: fence belongs to device '%s', not to the command queue's device '%s'",
+                sel_getName(cmd), device_label(its), device_label(cb->queue->device));
     return;
   }
   enc_cmd(self, cmd, kind)->fence = (sm_fence *)sm__retain(fence);
@@ -1593,6 +1752,8 @@ void sm__register_metal(void) {
   sm__method(c, "newBufferWithBytesNoCopy:length:options:deallocator:",
              SM_IMP(device_new_buffer_nocopy), "@@:^vQQ@?");
   sm__method(c, "newCommandQueue", SM_IMP(device_new_queue), "@@:");
+  sm__method(c, "newCommandQueueWithMaxCommandBufferCount:", SM_IMP(device_new_queue_max),
+             "@@:Q");
   sm__method(c, "newSharedEvent", SM_IMP(device_new_event), "@@:");
   sm__method(c, "newFence", SM_IMP(device_new_fence), "@@:");
   sm__add_device_msl_methods(c);
