@@ -6,6 +6,7 @@
 #include "ops/ops_util.h"
 
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <pthread.h>
 
 #include "softmetal_hooks.h"
@@ -467,4 +468,70 @@ Test(metal_ops, ten_thousand_transfers_leave_nothing_in_the_callers_pool) {
     cr_assert_eq(pthread_create(&thread, NULL, transfer_loop, d), 0);
     pthread_join(thread, NULL);
     cm_device_release(d);
+}
+
+/* Several GPUs (softmetal: SOFTMETAL_DEVICE_COUNT, SOFTMETAL_DEFAULT_DEVICE,
+ * read when it loads, so set before the first device call): index 0 is
+ * the system default, then each other device once, by registryID. */
+Test(metal_ops, devices_are_numbered_default_first_then_each_other_once) {
+    setenv("SOFTMETAL_DEVICE_COUNT", "3", 1);
+    setenv("SOFTMETAL_DEFAULT_DEVICE", "1", 1);
+    uint32_t n = 0;
+    CHECK(cm_device_count(CM_DEVICE_METAL, &n));
+    cr_assert_eq(n, 3, "three devices, each counted once");
+    cm_device *devs[3];
+    uint64_t ids[3];
+    for (uint32_t i = 0; i < 3; ++i) {
+        CHECK(cm_device_open(CM_DEVICE_METAL, i, &devs[i]));
+        cm_device_info info;
+        CHECK(cm_device_get_info(devs[i], &info));
+        ids[i] = info.registry_id;
+    }
+    cm__id (*create_default)(void) = NULL;
+    void *sym = softmetal_hook("MTLCreateSystemDefaultDevice");
+    memcpy(&create_default, &sym, sizeof create_default);
+    cm__id system_default = create_default();
+    cr_assert_eq(ids[0], cm__msg_registryID(system_default), "index 0 is the default device");
+    cm__objc_release(system_default);
+    cr_assert(ids[0] != ids[1] && ids[0] != ids[2] && ids[1] != ids[2], "no device twice");
+    cr_assert_lt(ids[1], ids[2], "the others by registryID");
+    EXPECT_FAIL(cm_device_open(CM_DEVICE_METAL, 3, &(cm_device *){NULL}), CM_ERR_NO_DEVICE,
+                 "there are 3 Metal devices");
+    for (int i = 0; i < 3; ++i)
+        cm_device_release(devs[i]);
+}
+
+/* An MTLBuffer of another device is refused, by cm_buffer_wrap_metal and
+ * so by a kDLMetal import, naming both devices. */
+Test(metal_ops, a_buffer_of_another_device_is_refused_naming_both) {
+    setenv("SOFTMETAL_DEVICE_COUNT", "2", 1);
+    cm_device *a = NULL, *b = NULL;
+    CHECK(cm_device_open(CM_DEVICE_METAL, 0, &a));
+    CHECK(cm_device_open(CM_DEVICE_METAL, 1, &b));
+    cm_device_info ia, ib;
+    CHECK(cm_device_get_info(a, &ia));
+    CHECK(cm_device_get_info(b, &ib));
+    cm_tensor *t = tensor_1d(b, CM_FLOAT32, 8, CM_STORAGE_DEFAULT);
+    cm_tensor_info info;
+    CHECK(cm_tensor_get_info(t, &info));
+    cm_buffer_info binfo;
+    CHECK(cm_buffer_get_info(info.buffer, &binfo));
+    cm_buffer *w = NULL;
+    EXPECT_FAIL(cm_buffer_wrap_metal(a, &(cm_metal_buffer_desc){.buffer = binfo.native}, &w),
+                 CM_ERR_INVALID_ARGUMENT, "belongs to the MTLDevice");
+    cr_assert_null(w);
+    char want[300];
+    snprintf(want, sizeof want, "\"%s\" (registryID %" PRIu64 "), not to this device, \"%s\"",
+             ib.name, ib.registry_id, ia.name);
+    cr_assert(strstr(cm_last_error(), want) != NULL, "%s", cm_last_error());
+    cm_dlpack_managed m;
+    CHECK(cm_dlpack_export(t, NULL, &m));
+    cm_tensor *imported = NULL;
+    EXPECT_FAIL(cm_dlpack_import(m.legacy, &(cm_dlpack_import_desc){.device = a}, &imported),
+                 CM_ERR_INVALID_ARGUMENT, "belongs to the MTLDevice");
+    cr_assert(strstr(cm_last_error(), want) != NULL, "%s", cm_last_error());
+    m.legacy->deleter(m.legacy); /* a failed import leaves it to us */
+    cm_tensor_release(t);
+    cm_device_release(a);
+    cm_device_release(b);
 }
