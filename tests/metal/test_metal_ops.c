@@ -535,3 +535,30 @@ Test(metal_ops, a_buffer_of_another_device_is_refused_naming_both) {
     cm_device_release(a);
     cm_device_release(b);
 }
+
+/* Completed handlers may run after waitUntilCompleted returns (softmetal
+ * tosses a seeded coin per command buffer): a sync reads the failure from
+ * the command buffer itself, so every sync reports the failure it waited
+ * for, and a stream released before a late handler runs is never touched. */
+Test(metal_ops, each_sync_reports_the_failure_it_waited_for) {
+    setenv("SOFTMETAL_SEED", "20261123", 1); /* read as each queue is made */
+    cm_device *d = metal();
+    cm_tensor *a = tensor_1d(d, CM_FLOAT32, 64, CM_STORAGE_DEFAULT);
+    const double one = 1.0;
+    for (int i = 0; i < 16; ++i) {
+        cm_stream *s = NULL;
+        CHECK(cm_stream_create(d, &s));
+        cm__metal_set_threadgroup_override(2048); /* over softmetal's limit of 1024 */
+        CHECK(cm_fill(a, CM_FLOAT64, &one, s));
+        cm__metal_set_threadgroup_override(0);
+        EXPECT_FAIL(cm_stream_synchronize(s), CM_ERR_DEVICE, "threadsPerThreadgroup");
+        CHECK(cm_stream_synchronize(s)); /* reported once */
+        CHECK(cm_stream_release(s));     /* a late handler must not touch it */
+    }
+    void (*quiesce)(void) = NULL;
+    void *sym = softmetal_hook("softmetal_quiesce");
+    memcpy(&quiesce, &sym, sizeof quiesce);
+    quiesce(); /* every late handler has run (ASan and valgrind watch) */
+    cm_tensor_release(a);
+    cm_device_release(d);
+}
