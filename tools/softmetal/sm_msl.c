@@ -398,8 +398,10 @@ static bool scan_source(scan *s) {
     }
     char word[128];
     size_t end = read_ident(s, i, word, sizeof word);
-    if (strcmp(word, "threadgroup_barrier") == 0 || starts_with(word, "simdgroup_") ||
-        starts_with(word, "simd_") || starts_with(word, "quad_")) {
+    if (strcmp(word, "threadgroup_barrier") == 0 || strcmp(word, "simdgroup_barrier") == 0 ||
+        strcmp(word, "simdgroup_load") == 0 || strcmp(word, "simdgroup_store") == 0 ||
+        starts_with(word, "simdgroup_multiply") || starts_with(word, "simd_") ||
+        starts_with(word, "quad_")) {
       bool inside = false;
       for (size_t k = 0; k < s->nk; k++)
         if (i > s->k[k].body_start && i < s->k[k].body_end) {
