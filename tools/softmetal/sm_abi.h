@@ -38,12 +38,24 @@ struct sm_thread {
   uint32_t lane;          /* thread_index_in_simdgroup */
   uint32_t simdgroup;     /* simdgroup_index_in_threadgroup */
   uint32_t tg_threads;    /* threads in this threadgroup */
-  uint32_t simd_seq;      /* simdgroup operations done by this thread */
+  uint32_t simd_seq;      /* unused since ABI 2 */
   uint32_t pad_;
-  unsigned char *simd_slots; /* [2][tg_threads][SM_SIMD_SLOT] */
+  unsigned char *simd_slots; /* [2][tg_threads][SM_SIMD_SLOT]: deposits, released values */
   void (*barrier)(struct sm_thread *t);   /* threadgroup_barrier */
   void (*simd_sync)(struct sm_thread *t); /* waits for the simdgroup's active lanes */
   void *sched;            /* softmetal's scheduler state */
+  /* Since ABI 2: SIMD-group functions act over the lanes waiting at the same
+   * call. Before simd_sync, a lane writes its value to its slot of bank 0 and
+   * names its call site; when released, bank 1 holds the values of the lanes
+   * released with it and simd_active says which lanes those are. */
+  const char *simd_file;  /* call site: __builtin_FILE() */
+  uint64_t simd_site;     /* call site: line << 16 | column */
+  uint32_t simd_active;   /* bit l: lane l was released with this lane */
+  uint32_t pad2_;
+  /* Records a strict-mode failure (the first one per dispatch wins); the
+   * command buffer fails with it. other_lane < 0: the function needs every
+   * lane of the simdgroup active. */
+  void (*simd_fail)(struct sm_thread *t, const char *function, int32_t other_lane);
 };
 
 #endif
