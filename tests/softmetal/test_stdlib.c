@@ -151,6 +151,22 @@ static const char *const SOURCE_PARTS[] = {
     "  metal::array<float, 3> arr = {float(b), metal::exp(b), 0.0f};\n"
     "  arr[2] = float(arr.size());\n"
     "  for (uint k = 0; k < arr.size(); k++) out[3 * i + k] = arr[k];\n"
+    "}\n"
+    "\n"
+    "kernel void half_conversions(device const half *in [[buffer(0)]],\n"
+    "                             device float *out [[buffer(1)]],\n"
+    "                             uint i [[thread_position_in_grid]]) {\n"
+    "  half h = in[i];\n"
+    "  half z = i % 2 ? h : 0;\n"
+    "  uint u = h;\n"
+    "  int acc = 5001;\n"
+    "  acc += h;\n"
+    "  float f = 0.5f;\n"
+    "  f += h;\n"
+    "  out[4 * i] = z;\n"
+    "  out[4 * i + 1] = float(u) + float(int(h));\n"
+    "  out[4 * i + 2] = float(acc);\n"
+    "  out[4 * i + 3] = f;\n"
     "}\n"};
 
 static char SOURCE[16384];
@@ -345,6 +361,40 @@ Test(stdlib, bfloat_math_computes_in_float_and_metal_array) {
     cr_expect_lt(rel_err(o[3 * i + 1], exp((double)b)), 4e-6f,
                  "exp(bfloat) is a float, not rounded to bfloat");
     cr_expect_eq(o[3 * i + 2], 3.0f);
+  }
+  sm_release(bufs[0]);
+  sm_release(bufs[1]);
+}
+
+/* Round to half (normal range), to nearest even. */
+static float half_round(float f) {
+  if (f == 0.0f) return f;
+  int e;
+  frexpf(f, &e);
+  return ldexpf(nearbyintf(ldexpf(f, 11 - e)), e - 11);
+}
+static uint16_t half_bits(float f) { /* exact halves in the normal range only */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, exp = ((x >> 23) & 0xFFu) - 127 + 15;
+  return (uint16_t)(sign | (exp << 10) | ((x & 0x7FFFFFu) >> 13));
+}
+
+Test(stdlib, half_converts_as_an_arithmetic_type) {
+  const float vals[] = {0.5f, 1.0f, 2.5f, 3.75f, 100.5f, 1000.0f, 7.0f, 0.25f};
+  enum { N = sizeof vals / sizeof vals[0] };
+  uint16_t in[N];
+  for (int i = 0; i < N; i++) in[i] = half_bits(vals[i]);
+  id bufs[2] = {sm_buffer(in, sizeof in), sm_buffer(NULL, N * 4 * 4)};
+  sm_dispatch(lib, "half_conversions", bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1), false, 0);
+  const float *o = sm_contents(bufs[1]);
+  for (int i = 0; i < N; i++) {
+    float h = vals[i];
+    cr_expect_eq(o[4 * i], i % 2 ? h : 0.0f, "c ? half : 0 is a half");
+    cr_expect_eq(o[4 * i + 1], 2.0f * (float)(int)h, "half to uint and int truncate");
+    cr_expect_eq(o[4 * i + 2], (float)(int)half_round(half_round(5001.0f) + h),
+                 "int += half is a half addition: %g", o[4 * i + 2]);
+    cr_expect_eq(o[4 * i + 3], 0.5f + h, "float += half is a float addition");
   }
   sm_release(bufs[0]);
   sm_release(bufs[1]);
