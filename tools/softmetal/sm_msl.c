@@ -411,6 +411,8 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     argv[a++] = MATH_FLAGS[math_mode][i];
   argv[a++] = incflag;
+  argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
+  argv[a++] = "metal_stdlib";
   argv[a++] = "-x";
   argv[a++] = "c++";
   argv[a++] = "-o";
