@@ -240,6 +240,40 @@ Test(front, unsupported_features_are_refused_with_the_line) {
   cr_assert(strstr(msg, "program_source:3:") && strstr(msg, "nope"), "%s", msg);
 }
 
+/* Constructs that must pass through the front end untouched. */
+static const char PASSTHROUGH[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "struct Out { float v [[user(locn0)]]; };\n"
+    "struct Table { float w[4]; };\n"
+    "constant Table table = {{1.0f, 2.0f, 3.0f, 4.0f}};\n"
+    "constant float weights[4] = {10.0f, 20.0f, 30.0f, 40.0f};\n"
+    "constexpr uint twice(uint x) { return 2u * x; }\n"
+    "#if __METAL_VERSION__ >= 300\n"
+    "kernel void pass(device float *out [[buffer(0)]],\n"
+    "                 uint3 pos [[thread_position_in_grid]],\n"
+    "                 ushort2 local [[thread_position_in_threadgroup]]) {\n"
+    "  float acc = 0.0f;\n"
+    "#pragma clang loop unroll(full)\n"
+    "  for (uint k = 0; k < 4; k++) acc += table.w[k] * weights[k];\n"
+    "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x));\n"
+    "}\n"
+    "#endif\n";
+
+Test(front, pragmas_constant_tables_constexpr_and_vector_builtins_pass_through) {
+  id lib = compile_ok(PASSTHROUGH);
+  id fn = function(lib, "pass"), p = pipeline_of(fn);
+  id out = buffer(64 * 4);
+  id bufs[] = {out};
+  run(p, bufs, 1, 64, 16);
+  for (unsigned i = 0; i < 64; i++)
+    cr_assert_eq(((float *)contents(out))[i], 300.0f + 2.0f * (float)(i % 16), "[%u]", i);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
 /* ------------------------------------------------------------- function constants */
 static const char CONSTANTS[] =
     "#include <metal_stdlib>\n"
