@@ -70,6 +70,18 @@ struct sm_thread {
    * reached in it. */
   void *(*tg_var)(struct sm_thread *t, uint32_t id, uint32_t size, uint32_t align);
   void *tg_arena;
+  /* Since ABI 2: SIMD-group functions act over the lanes waiting at the same
+   * call. Before simd_sync, a lane writes its value to its slot of bank 0 and
+   * names its call site; when released, bank 1 holds the values of the lanes
+   * released with it and simd_active says which lanes those are. */
+  const char *simd_file;  /* call site: __builtin_FILE() */
+  uint64_t simd_site;     /* call site: line << 16 | column */
+  uint32_t simd_active;   /* bit l: lane l was released with this lane */
+  uint32_t pad2_;
+  /* Records a strict-mode failure (the first one per dispatch wins); the
+   * command buffer fails with it. other_lane < 0: the function needs every
+   * lane of the simdgroup active. */
+  void (*simd_fail)(struct sm_thread *t, const char *function, int32_t other_lane);
 };
 
 #endif

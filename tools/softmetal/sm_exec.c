@@ -49,6 +49,18 @@ enum { STACK_SIZE = 128 * 1024 };
 #endif
 
 enum { F_READY, F_BARRIER, F_SIMD, F_DONE };
+enum { MAX_FRAMES = 16 };
+
+/* Where a lane waits at a SIMD-group function: the return addresses of the
+ * frames from the call up to the kernel entry (innermost first), and the
+ * source location the kernel passed. Lanes exchange only with lanes whose
+ * site is equal. */
+typedef struct {
+  const void *frames[MAX_FRAMES];
+  uint32_t depth;
+  const char *file;
+  uint64_t line_col;
+} call_site;
 
 typedef struct {
   ucontext_t ctx;
@@ -58,6 +70,8 @@ typedef struct {
   void *fake_stack;
   void *tsan_fiber;
   unsigned valgrind_id;
+  void *entry_frame; /* fiber_entry's frame: where the site walk stops */
+  call_site site;
 } fiber;
 
 typedef struct {
@@ -70,6 +84,11 @@ typedef struct {
   const void *main_bottom;
   size_t main_size;
   void *main_tsan_fiber;
+  uint64_t rng;      /* SOFTMETAL_SCHEDULE=random: state, 0 when in order */
+  uint32_t *order;   /* [n] the order of one round */
+  char *fail;        /* first strict-mode failure, "" if none */
+  size_t fail_len;
+  const uint32_t *group; /* threadgroup position, for messages */
 } sched;
 
 static _Thread_local sched *t_sched;
@@ -110,6 +129,7 @@ static void fiber_entry(void) {
 #if SM_ASAN
   __sanitizer_finish_switch_fiber(NULL, &s->main_bottom, &s->main_size);
 #endif
+  f->entry_frame = __builtin_frame_address(0);
   s->k->fn(&f->t);
   f->state = F_DONE;
   to_main(s, f, true);
@@ -122,11 +142,69 @@ static void fiber_barrier(struct sm_thread *t) {
   to_main(s, f, false);
 }
 
-static void fiber_simd_sync(struct sm_thread *t) {
+/* Kernels are compiled with frame pointers: each frame starts with the saved
+ * frame pointer of its caller, then the return address (x86-64 and AArch64).
+ * The walk stays inside this fiber's stack and stops at fiber_entry. */
+__attribute__((noinline)) static void fiber_simd_sync(struct sm_thread *t) {
   sched *s = t->sched;
   fiber *f = s->cur;
+  call_site *c = &f->site;
+  uintptr_t lo = (uintptr_t)f->stack, hi = (uintptr_t)f->entry_frame;
+  void *const *fp = __builtin_frame_address(0);
+  c->depth = 0;
+  c->file = t->simd_file;
+  c->line_col = t->simd_site;
+  while (c->depth < MAX_FRAMES) {
+    c->frames[c->depth++] = fp[1];
+    uintptr_t next = (uintptr_t)fp[0];
+    if (next <= (uintptr_t)fp || next < lo || next >= hi || next % sizeof(void *)) break;
+    fp = (void *const *)next;
+  }
   f->state = F_SIMD;
   to_main(s, f, false);
+}
+
+static bool same_site(const call_site *a, const call_site *b) {
+  return a->depth == b->depth && a->line_col == b->line_col && a->file == b->file &&
+         memcmp(a->frames, b->frames, a->depth * sizeof a->frames[0]) == 0;
+}
+
+/* Which waiting group runs first: program order as far as it can be told,
+ * so that lanes still in a loop or a helper run before lanes that wait after
+ * it, as lanes reconverge on a GPU. The chains are compared from the kernel
+ * entry inwards; at the first frame that differs, two calls in the same
+ * function compare by source location, others by code address. */
+static bool site_before(const call_site *a, const call_site *b) {
+  uint32_t i = a->depth, j = b->depth;
+  while (i > 0 && j > 0) {
+    i--, j--;
+    if (a->frames[i] == b->frames[j]) continue;
+    if (i == 0 && j == 0 && a->line_col != b->line_col) return a->line_col < b->line_col;
+    return (uintptr_t)a->frames[i] < (uintptr_t)b->frames[j];
+  }
+  if (i != j) return i > j; /* deeper: still inside a call */
+  return a->line_col < b->line_col;
+}
+
+static void fiber_simd_fail(struct sm_thread *t, const char *function, int32_t other_lane) {
+  sched *s = t->sched;
+  if (s->fail[0]) return;
+  uint32_t base = t->simdgroup * SM_SIMD_WIDTH, live = 0;
+  for (uint32_t l = 0; l < SM_SIMD_WIDTH && base + l < t->tg_threads; l++) live |= 1u << l;
+  int len = snprintf(s->fail, s->fail_len,
+                     "dispatch of kernel %s: threadgroup (%u, %u, %u), simdgroup %u, lane %u: ",
+                     s->k->name, s->group[0], s->group[1], s->group[2], t->simdgroup, t->lane);
+  if (len < 0 || (size_t)len >= s->fail_len) return;
+  if (other_lane < 0)
+    snprintf(s->fail + len, s->fail_len - (size_t)len,
+             "%s needs all 32 lanes of the simdgroup active at the call, but the active lanes "
+             "are 0x%08x (lanes that exist: 0x%08x)",
+             function, t->simd_active, live);
+  else
+    snprintf(s->fail + len, s->fail_len - (size_t)len,
+             "%s reads lane %d, which is not active at this call (active lanes 0x%08x); "
+             "Metal leaves the result undefined",
+             function, other_lane, t->simd_active);
 }
 
 static void loop_barrier(struct sm_thread *t) {
@@ -146,6 +224,9 @@ typedef struct {
   unsigned char *stacks;
   size_t stacks_len;
   fiber *fibers;
+  uint32_t *order; /* [max_threads] */
+  bool seeded;     /* SOFTMETAL_SCHEDULE=random:SEED */
+  uint64_t seed;
 } run_state;
 
 static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t g[3],
@@ -190,6 +271,58 @@ __attribute__((noinline)) static void fiber_prepare(fiber *f) {
   makecontext(&f->ctx, fiber_entry, 0);
 }
 
+/* SOFTMETAL_SCHEDULE=random:SEED: xorshift64*, seeded per threadgroup. */
+static uint64_t rng_next(uint64_t *x) {
+  *x ^= *x >> 12;
+  *x ^= *x << 25;
+  *x ^= *x >> 27;
+  return *x * 0x2545F4914F6CDD1Dull;
+}
+
+static uint64_t rng_seed(uint64_t seed, const uint32_t g[3]) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int k = 0; k < 3; k++) {
+    x ^= g[k] + 0x632BE59BD9B4E019ull + (x << 6) + (x >> 2);
+    rng_next(&x);
+  }
+  return x ? x : 1;
+}
+
+/* order[0..n) := 0..n-1, shuffled when rng is non-zero. */
+static void make_order(uint32_t *order, uint32_t n, uint64_t *rng) {
+  for (uint32_t i = 0; i < n; i++) order[i] = i;
+  if (!*rng) return;
+  for (uint32_t i = n; i > 1; i--) {
+    uint32_t j = (uint32_t)(rng_next(rng) % i);
+    uint32_t tmp = order[i - 1];
+    order[i - 1] = order[j];
+    order[j] = tmp;
+  }
+}
+
+/* Releases one group of lanes of simdgroup [base, end) that wait at the same
+ * SIMD-group function, once every live lane of it waits (at a SIMD-group
+ * function or a barrier). Their values move from bank 0 to bank 1. */
+static bool release_simd_group(run_state *r, uint32_t base, uint32_t end) {
+  fiber *fs = r->fibers, *first = NULL;
+  for (uint32_t i = base; i < end; i++) {
+    if (fs[i].state == F_READY) return false;
+    if (fs[i].state == F_SIMD && (!first || site_before(&fs[i].site, &first->site))) first = &fs[i];
+  }
+  if (!first) return false;
+  uint32_t mask = 0, tg_threads = first->t.tg_threads;
+  for (uint32_t i = base; i < end; i++)
+    if (fs[i].state == F_SIMD && same_site(&fs[i].site, &first->site)) mask |= 1u << (i - base);
+  for (uint32_t i = base; i < end; i++) {
+    if (!(mask >> (i - base) & 1u)) continue;
+    memcpy(r->simd_slots + ((size_t)tg_threads + i) * SM_SIMD_SLOT,
+           r->simd_slots + (size_t)i * SM_SIMD_SLOT, SM_SIMD_SLOT);
+    fs[i].t.simd_active = mask;
+    fs[i].state = F_READY;
+  }
+  return true;
+}
+
 static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
                              size_t errlen) {
   uint32_t n = sz[0] * sz[1] * sz[2];
@@ -198,6 +331,12 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   s.fibers = r->fibers;
   s.n = n;
   s.k = r->k;
+  s.rng = r->seeded ? rng_seed(r->seed, g) : 0;
+  s.order = r->order;
+  s.fail = err;
+  s.fail_len = errlen;
+  s.group = g;
+  err[0] = 0;
 #if SM_TSAN
   s.main_tsan_fiber = __tsan_get_current_fiber();
 #endif
@@ -211,37 +350,29 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
         thread_init(&f->t, r, g, sz, x, y, z);
         f->t.barrier = fiber_barrier;
         f->t.simd_sync = fiber_simd_sync;
+        f->t.simd_fail = fiber_simd_fail;
         f->t.sched = &s;
         f->state = F_READY;
         fiber_prepare(f);
       }
   bool ok = true;
   for (;;) {
-    for (i = 0; i < n; i++)
-      if (r->fibers[i].state == F_READY) to_fiber(&s, &r->fibers[i]);
+    make_order(s.order, n, &s.rng);
+    for (i = 0; i < n; i++) {
+      fiber *f = &r->fibers[s.order[i]];
+      if (f->state == F_READY) to_fiber(&s, f);
+    }
     uint32_t done = 0, at_barrier = 0;
     for (i = 0; i < n; i++) {
       done += r->fibers[i].state == F_DONE;
       at_barrier += r->fibers[i].state == F_BARRIER;
     }
     if (done == n) break;
+    /* Lanes elsewhere (at a barrier, at another call, exited) are inactive
+     * lanes for the group released. */
     bool released = false;
-    for (uint32_t base = 0; base < n; base += SM_SIMD_WIDTH) {
-      uint32_t end = base + SM_SIMD_WIDTH < n ? base + SM_SIMD_WIDTH : n, simd = 0, live = 0,
-               waiting = 0;
-      for (i = base; i < end; i++) {
-        live += r->fibers[i].state != F_DONE;
-        simd += r->fibers[i].state == F_SIMD;
-        waiting += r->fibers[i].state == F_BARRIER;
-      }
-      /* Lanes that went on to a barrier skipped this simdgroup function: as on
-       * a GPU, they are inactive lanes for it. */
-      if (simd && simd + waiting == live) {
-        for (i = base; i < end; i++)
-          if (r->fibers[i].state == F_SIMD) r->fibers[i].state = F_READY;
-        released = true;
-      }
-    }
+    for (uint32_t base = 0; base < n; base += SM_SIMD_WIDTH)
+      released |= release_simd_group(r, base, base + SM_SIMD_WIDTH < n ? base + SM_SIMD_WIDTH : n);
     if (released) continue;
     if (at_barrier == n) {
       for (i = 0; i < n; i++) r->fibers[i].state = F_READY;
@@ -256,18 +387,47 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
              r->k->name, g[0], g[1], g[2], n, at_barrier, at_simd, done);
     break;
   }
+  if (ok && err[0]) ok = false; /* a SIMD-group function failed */
   t_sched = saved;
   return ok;
 }
 
 static void run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[3]) {
   struct sm_thread t;
+  uint32_t n = sz[0] * sz[1] * sz[2];
+  if (r->seeded) {
+    uint64_t rng = rng_seed(r->seed, g);
+    make_order(r->order, n, &rng);
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t j = r->order[i];
+      thread_init(&t, r, g, sz, j % sz[0], j / sz[0] % sz[1], j / sz[0] / sz[1]);
+      r->k->fn(&t);
+    }
+    return;
+  }
   for (uint32_t z = 0; z < sz[2]; z++)
     for (uint32_t y = 0; y < sz[1]; y++)
       for (uint32_t x = 0; x < sz[0]; x++) {
         thread_init(&t, r, g, sz, x, y, z);
         r->k->fn(&t);
       }
+}
+
+/* SOFTMETAL_SCHEDULE: unset or "in-order" (the default), or "random:SEED"
+ * with SEED a decimal number. Anything else is a usage error. */
+static void read_schedule(run_state *r) {
+  const char *v = getenv("SOFTMETAL_SCHEDULE");
+  if (!v || !*v || strcmp(v, "in-order") == 0) return;
+  if (strncmp(v, "random:", 7) == 0 && v[7] >= '0' && v[7] <= '9') {
+    char *end;
+    unsigned long long seed = strtoull(v + 7, &end, 10);
+    if (!*end) {
+      r->seeded = true;
+      r->seed = seed;
+      return;
+    }
+  }
+  sm__fatal("SOFTMETAL_SCHEDULE=%s: expected in-order or random:SEED (SEED a decimal number)", v);
 }
 
 static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t errlen) {
@@ -313,6 +473,7 @@ static void teardown(run_state *r, uint32_t max_threads) {
   free(r->tg_block);
   free(r->simd_slots);
   sm__tg_arena_free(r->tg_arena);
+  free(r->order);
 }
 
 bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
@@ -326,14 +487,16 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
   r.tg_block = malloc(r.tg_bytes ? r.tg_bytes : 1);
   r.simd_slots = calloc(2 * (size_t)max_threads, SM_SIMD_SLOT);
   r.tg_arena = sm__tg_arena_new();
-  bool ok = r.tg_block && r.simd_slots && r.tg_arena;
+  read_schedule(&r);
+  bool fibers = r.k->needs_fibers != 0;
+  if (fibers || r.seeded) r.order = malloc(max_threads * sizeof *r.order);
+  bool ok = r.tg_block && r.simd_slots && r.tg_arena && (r.order || !(fibers || r.seeded));
   if (!ok) snprintf(err, errlen, "dispatch of kernel %s: out of memory", r.k->name);
   size_t at = 0;
   for (unsigned i = 0; ok && i < SM_MAX_BINDINGS; i++) {
     r.tgmem[i] = d->tg_len[i] ? r.tg_block + at : NULL;
     at += d->tg_len[i];
   }
-  bool fibers = r.k->needs_fibers != 0;
   if (ok && fibers) ok = setup_fibers(&r, max_threads, err, errlen);
   for (uint32_t gz = 0; ok && gz < d->groups.depth; gz++)
     for (uint32_t gy = 0; ok && gy < d->groups.height; gy++)

@@ -26,8 +26,16 @@ extern const char sm__abi_text[];
 #define LIB_ERROR_DOMAIN "MTLLibraryErrorDomain"
 enum { LIB_ERROR_COMPILE_FAILURE = 3, LIB_ERROR_INTERNAL = 2 };
 enum { MAX_THREADS = 1024 };
-static const char *const CXX_FLAGS[] = {"-std=c++17", "-O2", "-fPIC", "-shared", "-w",
-                                        "-fno-exceptions", "-fno-rtti"};
+/* SIMD-group functions act over the lanes at the same call (sm_exec.c tells
+ * calls apart by the chain of return addresses): frame pointers and no tail
+ * calls keep the chain; no merging of calls from different branches (hoist,
+ * sink, tail merge) and every call convergent (no unswitching or jump
+ * threading that duplicates a call for lanes that belong together). */
+static const char *const CXX_FLAGS[] = {
+    "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
+    "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
+    "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
+    "-mllvm", "-enable-tail-merge=false"};
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
 /* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
@@ -223,7 +231,7 @@ static bool run_tool(const char *const *argv, const char *cwd, const char *log, 
 
 /* The other standard headers MSL sources include all mean metal_stdlib. */
 static const char *const aliases[] = {"metal_math",    "metal_atomic",     "metal_compute",
-                                      "metal_simdgroup", "metal_integer",  "metal_common",
+                                      "metal_simdgroup", "metal_simdgroup_matrix", "metal_integer",  "metal_common",
                                       "metal_geometric", "metal_relational"};
 enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
 static const char alias_text[] = "#include <metal_stdlib>\n";
