@@ -167,6 +167,17 @@ static const char *const SOURCE_PARTS[] = {
     "  out[4 * i + 1] = float(u) + float(int(h));\n"
     "  out[4 * i + 2] = float(acc);\n"
     "  out[4 * i + 3] = f;\n"
+    "}\n",
+    "\n"
+    "kernel void fill_shuffles(device int *out [[buffer(0)]],\n"
+    "                          uint lane [[thread_index_in_simdgroup]],\n"
+    "                          uint tid [[thread_index_in_threadgroup]]) {\n"
+    "  int d = int(lane), f = 100 + int(lane);\n"
+    "  device int *o = out + 4 * tid;\n"
+    "  o[0] = simd_shuffle_and_fill_up(d, f, ushort(3));\n"
+    "  o[1] = simd_shuffle_and_fill_down(d, f, ushort(5));\n"
+    "  o[2] = simd_shuffle_and_fill_up(d, f, ushort(2), ushort(8));\n"
+    "  o[3] = metal::simd_shuffle_and_fill_down(d, f, ushort(3), ushort(4));\n"
     "}\n"};
 
 static char SOURCE[16384];
@@ -175,8 +186,10 @@ static id lib;
 static void setup(void) {
   sm_run_open();
   SOURCE[0] = 0;
-  for (size_t i = 0; i < sizeof SOURCE_PARTS / sizeof SOURCE_PARTS[0]; i++)
+  for (size_t i = 0; i < sizeof SOURCE_PARTS / sizeof SOURCE_PARTS[0]; i++) {
+    cr_assert_lt(strlen(SOURCE) + strlen(SOURCE_PARTS[i]), sizeof SOURCE);
     strcat(SOURCE, SOURCE_PARTS[i]);
+  }
   id error = 0;
   lib = sm_compile(SOURCE, &error);
   cr_assert_not_null(lib, "%s", sm_error_text(error));
@@ -398,4 +411,24 @@ Test(stdlib, half_converts_as_an_arithmetic_type) {
   }
   sm_release(bufs[0]);
   sm_release(bufs[1]);
+}
+
+Test(stdlib, simd_shuffle_and_fill_within_vectors_of_modulo_lanes) {
+  enum { N = 64 };
+  id out = sm_buffer(NULL, N * 4 * 4);
+  sm_dispatch(lib, "fill_shuffles", &out, 1, SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1), false, 0);
+  const int32_t *o = sm_contents(out);
+  for (int t = 0; t < N; t++) {
+    int l = t % 32, in8 = l % 8, lo8 = l - in8, in4 = l % 4, lo4 = l - in4;
+    int want[4] = {
+        l >= 3 ? l - 3 : 100 + 32 - 3 + l,
+        l + 5 < 32 ? l + 5 : 100 + l + 5 - 32,
+        in8 >= 2 ? lo8 + in8 - 2 : 100 + lo8 + 8 - 2 + in8,
+        in4 + 3 < 4 ? lo4 + in4 + 3 : 100 + lo4 + in4 + 3 - 4,
+    };
+    for (int k = 0; k < 4; k++)
+      cr_expect_eq(o[4 * t + k], want[k], "thread %d, shuffle %d: %d, expected %d", t, k,
+                   o[4 * t + k], want[k]);
+  }
+  sm_release(out);
 }
