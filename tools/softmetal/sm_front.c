@@ -110,6 +110,7 @@ typedef struct {
   int mtl_type, size;
   bool optional;
   size_t init0, init1; /* derived: initialiser tokens */
+  size_t decl0, decl1;  /* the declaration's tokens */
 } fconst;
 
 /* A kernel to export: a function, or an instantiation of a template. */
@@ -794,6 +795,8 @@ static void declare_constant(fe *f, size_t i0, size_t semi, size_t attr, int ind
   }
   fconst *c = new_const(f, name);
   if (!c) return;
+  c->decl0 = i0;
+  c->decl1 = semi;
   snprintf(c->type, sizeof c->type, "%s", t);
   c->index = index;
   c->mtl_type = mt;
@@ -826,6 +829,8 @@ static bool derived_constant(fe *f, size_t i0, size_t semi) {
   if (!reads || cons >= eq) return false;
   fconst *c = new_const(f, eq - 1);
   if (!c) return true;
+  c->decl0 = i0;
+  c->decl1 = semi;
   c->index = -1;
   c->init0 = eq + 1;
   c->init1 = semi;
@@ -912,10 +917,21 @@ static void parse_decl(fe *f, size_t *pi) {
         text_of(f, it[m].name, name, sizeof name);
         if (open < f->nt) continue; /* a parameter's or the body's */
         if (strcmp(name, "kernel") == 0) kernel = true;
-        else if (strcmp(name, "host_name") == 0 && it[m].arg1 == it[m].arg0 + 1 &&
-                 f->t[it[m].arg0].kind == T_STR) {
-          const tok *s = &f->t[it[m].arg0];
-          snprintf(host, sizeof host, "%.*s", (int)(s->len - 2), f->pp + s->off + 1);
+        else if (strcmp(name, "host_name") == 0) {
+          /* one string, or adjacent ones ("reduce_" #name) */
+          host[0] = 0;
+          bool ok = it[m].arg1 > it[m].arg0;
+          for (size_t q = it[m].arg0; ok && q < it[m].arg1; q++) {
+            const tok *s = &f->t[q];
+            ok = s->kind == T_STR && s->len >= 2 && f->pp[s->off] == '"';
+            if (ok && strlen(host) + s->len < sizeof host)
+              strncat(host, f->pp + s->off + 1, s->len - 2);
+          }
+          if (!ok) {
+            error_at(f, f->t[it[m].name].line, f->t[it[m].name].col,
+                     "[[host_name(...)]] needs a string literal");
+            host[0] = 0;
+          }
         } else if (strcmp(name, "function_constant") == 0) {
           if (!parse_uint(f, it[m].arg0, it[m].arg1, &fc_index)) {
             error_at(f, f->t[it[m].name].line, f->t[it[m].name].col,
@@ -1170,6 +1186,16 @@ static void rewrite_tokens(fe *f) {
 static const char *const SYNC_PREFIXES[] = {"threadgroup_barrier", "simdgroup_barrier", "simd_",
                                             "quad_", "simdgroup_"};
 
+/* Whether token i is inside an attribute [[...]] (built-in names there are
+ * not calls). */
+static bool attr_word(const fe *f, size_t i) {
+  for (size_t k = i; k-- > 0 && i - k < 16;) {
+    if (is(f, k, "]")) return false;
+    if (attr_start(f, k)) return true;
+  }
+  return false;
+}
+
 /* Functions (by name) and constants a kernel reaches; whether it synchronises. */
 static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync) {
   if (fn_seen[def]) return;
@@ -1250,11 +1276,29 @@ char *sm__front(const char *pp, size_t len, char **err) {
   for (size_t n = 0; n < f.nk && !f.oom; n++)
     putf(&table, "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
                  "sm_written_%zu;\n", n, n);
+  /* Synchronisation or constants outside the functions found (in member
+   * functions of structs, lambdas at namespace scope): every kernel may reach them. */
+  bool global_sync = false;
+  bool *c_global = calloc(f.nc + 1, sizeof *c_global);
+  if (!c_global) f.oom = true;
+  for (size_t i = 0; i < f.nt && c_global; i++) {
+    bool inside = false;
+    for (size_t d = 0; d < f.nf && !inside; d++) inside = i >= f.f[d].body0 && i <= f.f[d].body1;
+    for (size_t c = 0; c < f.nc && !inside; c++) inside = i >= f.c[c].decl0 && i <= f.c[c].decl1;
+    if (inside || !is_id(&f, i)) continue;
+    char w[128];
+    text_of(&f, i, w, sizeof w);
+    for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
+      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0 && !attr_word(&f, i))
+        global_sync = true;
+    int c = find_const(&f, w);
+    if (c >= 0) c_global[c] = true;
+  }
   for (size_t n = 0; n < f.nk && !f.oom; n++) {
     kout *k = &f.k[n];
     memset(fn_seen, 0, (f.nf + 1) * sizeof *fn_seen);
-    memset(c_seen, 0, (f.nc + 1) * sizeof *c_seen);
-    bool sync = false;
+    for (size_t c = 0; c < f.nc; c++) c_seen[c] = c_global[c];
+    bool sync = global_sync;
     reach(&f, k->def, fn_seen, c_seen, &sync);
     uint32_t bmask = 0, tmask = 0;
     for (int i = 0; i < k->np; i++) {
@@ -1286,7 +1330,7 @@ char *sm__front(const char *pp, size_t len, char **err) {
   for (size_t a = 0; a < f.nk; a++)
     for (size_t b2 = a + 1; b2 < f.nk; b2++)
       if (strcmp(f.k[a].host, f.k[b2].host) == 0)
-        error_at(&f, 1, 1, "two kernels are named '%s'", f.k[a].host);
+        error_at(&f, f.k[b2].line, f.k[b2].col, "two kernels are named '%s'", f.k[a].host);
   putf(&table, "extern \"C\" const unsigned softmetal_abi_version = %uu;\n"
                "extern \"C\" const unsigned softmetal_kernel_count = %zu;\n"
                "extern \"C\" const sm_kernel_desc softmetal_kernels[] = {\n", SM_ABI_VERSION, f.nk);
@@ -1341,6 +1385,7 @@ char *sm__front(const char *pp, size_t len, char **err) {
   free(f.err.p);
   free(fn_seen);
   free(c_seen);
+  free(c_global);
   free(table.p);
   return result;
 }
