@@ -94,6 +94,7 @@ typedef struct {
 typedef struct {
   char name[128];
   size_t body0, body1; /* token range of the body, braces included */
+  size_t decl0;        /* first token of the definition */
   bool kernel, is_template;
   char host[128];
   param *p;
@@ -1074,6 +1075,7 @@ static void parse_decl(fe *f, size_t *pi) {
   text_of(f, nm, d->name, sizeof d->name);
   d->body0 = body0;
   d->body1 = body1;
+  d->decl0 = start;
   d->kernel = kernel;
   d->is_template = tmpl;
   d->line = f->t[nm].line;
@@ -1283,13 +1285,13 @@ char *sm__front(const char *pp, size_t len, char **err) {
   if (!c_global) f.oom = true;
   for (size_t i = 0; i < f.nt && c_global; i++) {
     bool inside = false;
-    for (size_t d = 0; d < f.nf && !inside; d++) inside = i >= f.f[d].body0 && i <= f.f[d].body1;
+    for (size_t d = 0; d < f.nf && !inside; d++) inside = i >= f.f[d].decl0 && i <= f.f[d].body1;
     for (size_t c = 0; c < f.nc && !inside; c++) inside = i >= f.c[c].decl0 && i <= f.c[c].decl1;
-    if (inside || !is_id(&f, i)) continue;
+    if (inside || !is_id(&f, i) || attr_word(&f, i)) continue;
     char w[128];
     text_of(&f, i, w, sizeof w);
     for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
-      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0 && !attr_word(&f, i))
+      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0)
         global_sync = true;
     int c = find_const(&f, w);
     if (c >= 0) c_global[c] = true;
