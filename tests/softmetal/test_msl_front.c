@@ -92,6 +92,8 @@ static const char TEMPLATES[] =
     "template [[host_name(\"unary_float\")]] [[kernel]] decltype(unary<float>) unary<float>;\n"
     "template [[host_name(\"unary_int\")]] [[kernel]] void unary<int>(device const int *in,\n"
     "    device int *out, constant uint &n, uint i [[thread_position_in_grid]]);\n"
+    "typedef decltype(unary<uint>) unary_u;\n"
+    "template [[host_name(\"unary_\" \"typedef\")]] kernel unary_u unary<uint>;\n"
     "} // namespace ops\n"
     "#define SCALE_KERNEL(name, k) \\\n"
     "  kernel void name(device float *out [[buffer(1)]], device const float *in,\\\n"
@@ -105,7 +107,7 @@ static const char TEMPLATES[] =
 Test(front, templates_host_names_macros_and_implicit_indices) {
   id lib = compile_ok(TEMPLATES);
   id names = SEND0(id, lib, "functionNames");
-  cr_assert_eq(sm_u(names, "count"), 4);
+  cr_assert_eq(sm_u(names, "count"), 5);
   enum { N = 100 };
   id in = buffer(N * 4), out = buffer(N * 4), nbuf = buffer(4);
   float *pi = contents(in);
@@ -280,7 +282,8 @@ static const char CONSTANTS[] =
     "using namespace metal;\n"
     "constant uint scale [[function_constant(0)]];\n"
     "constant bool has_bias [[function_constant(1)]];\n"
-    "constant int offset [[function_constant(2)]];\n"
+    "#define FC_BASE 1\n"
+    "constant int offset [[function_constant(FC_BASE + 1)]];\n"
     "constant int offset_or_7 = is_function_constant_defined(offset) ? offset : 7;\n"
     "uint apply(uint x) { return x * scale + uint(offset_or_7); }\n"
     "kernel void fc(device uint *out [[buffer(0)]],\n"

@@ -454,14 +454,57 @@ static size_t strip_attr(fe *f, size_t i) {
   return end;
 }
 
-static int parse_uint(const fe *f, size_t a, size_t b, int *out) {
-  if (b != a + 1 || f->t[a].kind != T_NUM) return 0;
+/* Integer constant expressions of attribute arguments, after macro
+ * expansion (`FC_BASE + 2` arrives as `400 + 2`): literals, + - * / %,
+ * unary minus, parentheses. */
+typedef struct {
+  const fe *f;
+  size_t i, end;
+  bool ok;
+} expr;
+static long ex_sum(expr *e);
+static long ex_atom(expr *e) {
+  if (e->i >= e->end) return e->ok = false, 0;
+  if (is(e->f, e->i, "(")) {
+    e->i++;
+    long v = ex_sum(e);
+    if (!is(e->f, e->i, ")")) e->ok = false;
+    e->i++;
+    return v;
+  }
+  if (is(e->f, e->i, "-")) return e->i++, -ex_atom(e);
+  if (e->f->t[e->i].kind != T_NUM) return e->ok = false, 0;
   char s[32];
-  text_of(f, a, s, sizeof s);
+  text_of(e->f, e->i++, s, sizeof s);
   char *end;
-  unsigned long v = strtoul(s, &end, 0);
-  while (*end == 'u' || *end == 'U') end++;
-  if (*end || v > 65535) return 0;
+  long v = (long)strtoul(s, &end, 0);
+  while (*end == 'u' || *end == 'U' || *end == 'l' || *end == 'L') end++;
+  if (*end || v > 1000000) e->ok = false;
+  return v;
+}
+static long ex_prod(expr *e) {
+  long v = ex_atom(e);
+  while (e->ok && e->i < e->end && (is(e->f, e->i, "*") || is(e->f, e->i, "/") || is(e->f, e->i, "%"))) {
+    char op = e->f->pp[e->f->t[e->i++].off];
+    long r = ex_atom(e);
+    if (op != '*' && r == 0) return e->ok = false, 0;
+    v = op == '*' ? v * r : op == '/' ? v / r : v % r;
+  }
+  return v;
+}
+static long ex_sum(expr *e) {
+  long v = ex_prod(e);
+  while (e->ok && e->i < e->end && (is(e->f, e->i, "+") || is(e->f, e->i, "-"))) {
+    bool plus = is(e->f, e->i++, "+");
+    long r = ex_prod(e);
+    v = plus ? v + r : v - r;
+  }
+  return v;
+}
+static int parse_uint(const fe *f, size_t a, size_t b, int *out) {
+  expr e = {f, a, b, a < b};
+  long v = ex_sum(&e);
+  if (!e.ok || e.i != b || v < 0 || v > 65535) return 0;
   *out = (int)v;
   return 1;
 }
@@ -1016,10 +1059,21 @@ static void parse_decl(fe *f, size_t *pi) {
     if (open < f->nt) {
       e0 = name_before(f, open, i);
       e1 = open;
-    } else {
+    } else { /* the name before ';': f<T>, ns::f<T> */
       e1 = end;
-      e0 = end;
-      while (e0 > i && !is(f, e0 - 1, ")")) e0--;
+      e0 = end - 1;
+      if (is(f, e0, ">") || is(f, e0, ">>")) {
+        int depth = 0;
+        for (size_t j = e0 + 1; j-- > i;) {
+          if (is(f, j, ">")) depth++;
+          else if (is(f, j, ">>")) depth += 2;
+          else if (is(f, j, "<") && --depth == 0) {
+            e0 = j - 1;
+            break;
+          }
+        }
+      }
+      if (!is_id(f, e0)) e0 = e1;
     }
     if (e0 >= e1 || e0 >= f->nt) {
       error_at(f, f->t[start].line, f->t[start].col,
