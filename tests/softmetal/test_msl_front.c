@@ -142,6 +142,28 @@ Test(front, templates_host_names_macros_and_implicit_indices) {
   sm_release(lib);
 }
 
+Test(front, implicit_indices_and_the_written_mask) {
+  id lib = compile_ok("#include <metal_stdlib>\n"
+                      "using namespace metal;\n"
+                      "struct P { uint n; };\n"
+                      "kernel void k(device const float *a, device float *b, constant P &p,\n"
+                      "              device float *const c [[buffer(5)]], const device float *d,\n"
+                      "              device atomic_uint *e, threadgroup float *t,\n"
+                      "              threadgroup uint *u [[threadgroup(0)]],\n"
+                      "              uint i [[thread_position_in_grid]]) {}\n");
+  id fn = function(lib, "k"), p = pipeline_of(fn);
+  unsigned buffers = 0, written = 0, tg = 0;
+  cr_assert_eq(softmetal_pipeline_bindings(p, &buffers, &written, &tg), 0);
+  /* a 0, b 1, p 2, c 5 (explicit), d 3, e 4; u 0 (explicit), t 1 */
+  cr_assert_eq(buffers, 0x3Fu, "%#x", buffers);
+  cr_assert_eq(written, (1u << 1) | (1u << 5) | (1u << 4), "%#x", written);
+  cr_assert_eq(tg, 0x3u, "%#x", tg);
+  cr_assert_eq(softmetal_pipeline_bindings(fn, &buffers, &written, &tg), -1);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
 /* Every threadgroup gets fresh, poisoned storage for variables declared in a
  * body, in a switch case or in a helper; pointers to it are per thread. */
 static const char TGVARS[] =
@@ -329,6 +351,9 @@ Test(front, function_constant_values_reach_the_kernel) {
     id fn = specialize(lib, "fc", v, &error);
     cr_assert_not_null(fn, "%s", sm_error_text(error));
     id p = pipeline_of(fn);
+    unsigned buffers = 0, written = 0, tg = 0;
+    softmetal_pipeline_bindings(p, &buffers, &written, &tg);
+    cr_assert_eq(buffers, variant ? 3u : 1u, "bias is absent when has_bias is false");
     id bufs[] = {out, bias};
     /* the bias buffer is absent when has_bias is false: nothing bound to 1 */
     run(p, bufs, variant ? 2 : 1, N, 32);

@@ -838,6 +838,17 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   return (id)p;
 }
 
+SM_EXPORT int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, unsigned *written,
+                                          unsigned *threadgroup) {
+  id o = (id)pipeline;
+  if (!o || !sm__is(o, &sm__pipeline_class)) return -1;
+  const struct sm_kernel_desc *k = ((sm_pipeline *)o)->desc;
+  *buffers = k->buffer_mask;
+  *written = k->written_mask;
+  *threadgroup = k->threadgroup_mask;
+  return 0;
+}
+
 static id device_new_library_url(id self, SEL cmd, id url, id *error) {
   (void)self;
   (void)url;
