@@ -262,6 +262,9 @@ Test(front, unsupported_features_are_refused_with_the_line) {
                       "\n"
                       "BAD(k)\n");
   cr_assert(strstr(msg, "program_source:3:") && strstr(msg, "nope"), "%s", msg);
+  /* and the preprocessor's */
+  msg = compile_error("#include <metal_stdlib>\n#error no such thing\n");
+  cr_assert(strstr(msg, "program_source:2:2: error: no such thing"), "%s", msg);
 }
 
 /* Constructs that must pass through the front end untouched. */
@@ -413,6 +416,7 @@ Test(front, a_cache_directory_others_can_write_is_refused) {
   setenv("SOFTMETAL_CACHE_DIR", dir, 1);
   const char *msg = compile_error(TEMPLATES);
   cr_assert(strstr(msg, "writable by group or others"), "%s", msg);
+  cr_assert_eq(access(dir, F_OK), 0);
   chmod(dir, 0700);
   setenv("SOFTMETAL_CACHE_DIR", old, 1);
   free(old);
@@ -424,14 +428,20 @@ Test(front, a_new_cache_directory_is_private) {
   snprintf(dir, sizeof dir, "%s/fresh-%d/sub", getenv("SOFTMETAL_CACHE_DIR"), (int)getpid());
   char *old = strdup(getenv("SOFTMETAL_CACHE_DIR"));
   setenv("SOFTMETAL_CACHE_DIR", dir, 1);
-  sm_release(compile_ok("kernel void k(device float *a [[buffer(0)]]) { a[0] = 1; }\n"));
+  /* no compiler: the directory is made and checked before it is looked for */
+  setenv("SOFTMETAL_CXX", "/nonexistent/clang++", 1);
+  const char *msg = compile_error("kernel void k(device float *a [[buffer(0)]]) { a[0] = 1; }\n");
+  cr_assert(strstr(msg, "cannot find the C++ compiler"), "%s", msg);
+  unsetenv("SOFTMETAL_CXX");
+  setenv("SOFTMETAL_CACHE_DIR", old, 1);
+  free(old);
   struct stat st;
   cr_assert_eq(stat(dir, &st), 0);
   cr_assert_eq(st.st_mode & 0777, 0700);
-  setenv("SOFTMETAL_CACHE_DIR", old, 1);
-  free(old);
-  char cmd[600];
   *strrchr(dir, '/') = 0;
+  cr_assert_eq(stat(dir, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0700);
+  char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   cr_assert_eq(system(cmd), 0);
 }

@@ -129,6 +129,7 @@ typedef struct {
 typedef struct {
   const char *pp;
   size_t len;
+  const char *src_path;
   tok *t;
   size_t nt, capt;
   edit *e;
@@ -305,8 +306,10 @@ static void scan_pp(fe *f) {
           size_t q = k + 1;
           while (q < eol && s[q] != '"') q += s[q] == '\\' ? 2 : 1;
           size_t name_len = q - k - 1;
-          in_prog = name_len == strlen(SM_PROGRAM_SOURCE) &&
-                    memcmp(s + k + 1, SM_PROGRAM_SOURCE, name_len) == 0;
+          in_prog = name_len == strlen(f->src_path) &&
+                    memcmp(s + k + 1, f->src_path, name_len) == 0;
+          if (in_prog) /* diagnostics of the compile name the user's source so */
+            add_edit(f, k + 1, q, SM_PROGRAM_SOURCE);
         }
         line = n;
         i = eol + 1;
@@ -1313,9 +1316,10 @@ static int cmp_edit(const void *a, const void *b) {
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-char *sm__front(const char *pp, size_t len, char **err) {
+char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   fe f;
   memset(&f, 0, sizeof f);
+  f.src_path = src_path;
   f.pp = pp;
   f.len = len;
   *err = NULL;
