@@ -1034,6 +1034,7 @@ static void parse_decl(fe *f, size_t *pi) {
         end = c;
         break;
       }
+      scan_body(f, k, c); /* a class: its member functions' threadgroup variables */
       k = c;
       continue;
     }
