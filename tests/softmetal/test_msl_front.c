@@ -265,6 +265,8 @@ Test(front, unsupported_features_are_refused_with_the_line) {
                       "\n"
                       "BAD(k)\n");
   cr_assert(strstr(msg, "program_source:3:") && strstr(msg, "nope"), "%s", msg);
+  msg = compile_error("kernel void k(device float *a [[buffer(0)]]) {\n  if (a[0] > 0) {\n}\n");
+  cr_assert(strstr(msg, "program_source:1:") && strstr(msg, "never closed"), "%s", msg);
   /* and the preprocessor's */
   msg = compile_error("#include <metal_stdlib>\n#error no such thing\n");
   cr_assert(strstr(msg, "program_source:2:2: error: no such thing"), "%s", msg);

@@ -417,6 +417,7 @@ typedef struct {
 static size_t read_attr(const fe *f, size_t i, attr_item *items, int *n, int cap) {
   size_t close = match(f, i); /* outer ']' */
   *n = 0;
+  if (close >= f->nt) return f->nt;
   size_t k = i + 2;
   while (k + 1 < close) {
     if (is(f, k, ",")) {
@@ -947,7 +948,7 @@ static void parse_decl(fe *f, size_t *pi) {
     *pi = i;
     return;
   }
-  if (is(f, i, "extern") && f->t[i + 1].kind == T_STR && is(f, i + 2, "{")) {
+  if (is(f, i, "extern") && i + 2 < f->nt && f->t[i + 1].kind == T_STR && is(f, i + 2, "{")) {
     i = parse_scope(f, i + 3);
     *pi = i < f->nt ? i + 1 : i;
     return;
@@ -1311,6 +1312,36 @@ static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
   put_s(b, ";");
 }
 
+/* Brackets must pair before the parser walks them. */
+static bool balanced(fe *f) {
+  size_t *stack = malloc((f->nt + 1) * sizeof *stack);
+  size_t depth = 0;
+  bool ok = stack != NULL;
+  if (!stack) f->oom = true;
+  for (size_t i = 0; ok && i < f->nt; i++) {
+    if (f->t[i].kind != T_PUN || f->t[i].len != 1) continue;
+    char c = f->pp[f->t[i].off];
+    if (c == '(' || c == '[' || c == '{') {
+      stack[depth++] = i;
+    } else if (c == ')' || c == ']' || c == '}') {
+      char want = c == ')' ? '(' : c == ']' ? '[' : '{';
+      if (depth == 0 || f->pp[f->t[stack[depth - 1]].off] != want) {
+        error_at(f, f->t[i].line, f->t[i].col, "'%c' does not close anything", c);
+        ok = false;
+      } else {
+        depth--;
+      }
+    }
+  }
+  if (ok && depth) {
+    const tok *t = &f->t[stack[depth - 1]];
+    error_at(f, t->line, t->col, "'%c' is never closed", f->pp[t->off]);
+    ok = false;
+  }
+  free(stack);
+  return ok;
+}
+
 static int cmp_edit(const void *a, const void *b) {
   const edit *x = a, *y = b;
   if (x->at != y->at) return x->at < y->at ? -1 : 1;
@@ -1325,9 +1356,11 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   f.len = len;
   *err = NULL;
   scan_pp(&f);
-  size_t end = parse_scope(&f, 0);
-  if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
-  rewrite_tokens(&f);
+  if (balanced(&f)) {
+    size_t end = parse_scope(&f, 0);
+    if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
+    rewrite_tokens(&f);
+  }
   buf out = {0}, table = {0}, entries = {0};
   bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
   bool *c_seen = calloc(f.nc + 1, sizeof *c_seen);
