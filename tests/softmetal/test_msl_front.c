@@ -275,6 +275,8 @@ Test(front, unsupported_features_are_refused_with_the_line) {
 /* Constructs that must pass through the front end untouched. */
 static const char PASSTHROUGH[] =
     "#include <metal_stdlib>\n"
+    "#include <metal_simdgroup_matrix>\n"
+    "#include <metal_limits>\n"
     "using namespace metal;\n"
     "struct Out { float v [[user(locn0)]]; };\n"
     "struct Table { float w[4]; };\n"
@@ -288,7 +290,7 @@ static const char PASSTHROUGH[] =
     "  float acc = 0.0f;\n"
     "#pragma clang loop unroll(full)\n"
     "  for (uint k = 0; k < 4; k++) acc += table.w[k] * weights[k];\n"
-    "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x));\n"
+    "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x)) + 0.0h;\n"
     "}\n"
     "#endif\n";
 

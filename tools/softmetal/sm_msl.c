@@ -232,9 +232,11 @@ static void rename_source(char **diag, const char *path) {
 }
 
 /* The other standard headers MSL sources include all mean metal_stdlib. */
-static const char *const aliases[] = {"metal_math",    "metal_atomic",     "metal_compute",
-                                      "metal_simdgroup", "metal_integer",  "metal_common",
-                                      "metal_geometric", "metal_relational"};
+static const char *const aliases[] = {
+    "metal_math",      "metal_atomic",          "metal_compute", "metal_simdgroup",
+    "metal_integer",   "metal_common",          "metal_geometric", "metal_relational",
+    "metal_simdgroup_matrix", "metal_limits",   "metal_pack",    "metal_matrix",
+    "metal_types"};
 enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
 static const char alias_text[] = "#include <metal_stdlib>\n";
 
