@@ -695,8 +695,9 @@ static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
   int depth = 0;
   while (end < body_end && !(depth == 0 && (is(f, end, ";") || is(f, end, "{") ||
                                               is(f, end, "}")))) {
-    if (is(f, end, "(") || is(f, end, "[")) depth++;
-    else if (is(f, end, ")") || is(f, end, "]")) depth--;
+    if (is(f, end, "(") || is(f, end, "[") || is(f, end, "<")) depth++;
+    else if (is(f, end, ")") || is(f, end, "]") || is(f, end, ">")) depth--;
+    else if (is(f, end, ">>")) depth -= 2;
     else if (depth == 0 && (is(f, end, "*") || is(f, end, "&") || is(f, end, "&&")))
       indirect = true;
     end++;
