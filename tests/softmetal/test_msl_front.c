@@ -283,6 +283,8 @@ static const char PASSTHROUGH[] =
     "constant Table table = {{1.0f, 2.0f, 3.0f, 4.0f}};\n"
     "constant float weights[4] = {10.0f, 20.0f, 30.0f, 40.0f};\n"
     "constexpr uint twice(uint x) { return 2u * x; }\n"
+    "struct W { float w; float operator()(float x) const { return x * w; } };\n"
+    "inline float operator*(W a, W b) { return a.w * b.w; }\n"
     "#if __METAL_VERSION__ >= 300\n"
     "kernel void pass(device float *out [[buffer(0)]],\n"
     "                 uint3 pos [[thread_position_in_grid]],\n"
@@ -290,7 +292,8 @@ static const char PASSTHROUGH[] =
     "  float acc = 0.0f;\n"
     "#pragma clang loop unroll(full)\n"
     "  for (uint k = 0; k < 4; k++) acc += table.w[k] * weights[k];\n"
-    "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x)) + 0.0h;\n"
+    "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x)) + 0.0h + (W{2} * W{0}) +\n"
+    "               W{0}(1.0f);\n"
     "}\n"
     "#endif\n";
 

@@ -955,7 +955,7 @@ static void parse_decl(fe *f, size_t *pi) {
     return;
   }
   size_t open = f->nt, body0 = f->nt, body1 = f->nt, end = f->nt;
-  bool assign = false;
+  bool assign = false, saw_operator = false;
   for (size_t k = i; k < f->nt; k++) {
     if (attr_start(f, k)) {
       attr_item it[8];
@@ -1015,9 +1015,15 @@ static void parse_decl(fe *f, size_t *pi) {
                    "%s functions are not supported by softmetal (compute kernels only)",
                    STAGES[s]);
     }
+    if (is(f, k, "operator")) saw_operator = true;
+    if (is(f, k, "(") && is(f, k - 1, "operator")) { /* operator() */
+      k = match(f, k);
+      continue;
+    }
     if (is(f, k, "(")) {
       size_t nm = name_before(f, k, i);
-      bool fn = open == f->nt && !assign && nm < f->nt;
+      bool fn = open == f->nt && !assign && (nm < f->nt || saw_operator);
+      if (nm >= f->nt) nm = k - 1;
       for (size_t s = 0; fn && s < sizeof NOT_NAMES / sizeof *NOT_NAMES; s++)
         if (is(f, nm, NOT_NAMES[s])) fn = false;
       if (fn) open = k;
@@ -1130,6 +1136,7 @@ static void parse_decl(fe *f, size_t *pi) {
   }
   if (body0 == f->nt) return; /* a declaration */
   size_t nm = name_before(f, open, i);
+  if (nm >= f->nt) nm = open - 1; /* operator@ */
   fdef *d = new_fdef(f);
   if (!d) return;
   text_of(f, nm, d->name, sizeof d->name);
