@@ -55,9 +55,9 @@ struct sm_thread {
   uint32_t lane;          /* thread_index_in_simdgroup */
   uint32_t simdgroup;     /* simdgroup_index_in_threadgroup */
   uint32_t tg_threads;    /* threads in this threadgroup */
-  uint32_t simd_seq;      /* simdgroup operations done by this thread */
+  uint32_t simd_seq;      /* unused since ABI 2 */
   uint32_t pad_;
-  unsigned char *simd_slots; /* [2][tg_threads][SM_SIMD_SLOT] */
+  unsigned char *simd_slots; /* [2][tg_threads][SM_SIMD_SLOT]: deposits, released values */
   void (*barrier)(struct sm_thread *t);   /* threadgroup_barrier */
   void (*simd_sync)(struct sm_thread *t); /* waits for the simdgroup's active lanes */
   void *sched;            /* softmetal's scheduler state */

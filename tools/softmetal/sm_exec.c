@@ -229,6 +229,21 @@ typedef struct {
   uint64_t seed;
 } run_state;
 
+/* The fields that differ between the threads of a threadgroup. */
+static inline void thread_place(struct sm_thread *t, const run_state *r, uint32_t lx, uint32_t ly,
+                                uint32_t lz) {
+  const sm_dispatch *d = r->d;
+  t->tpitg[0] = lx;
+  t->tpitg[1] = ly;
+  t->tpitg[2] = lz;
+  t->tpig[0] = t->tgpig[0] * (uint32_t)d->tg.width + lx;
+  t->tpig[1] = t->tgpig[1] * (uint32_t)d->tg.height + ly;
+  t->tpig[2] = t->tgpig[2] * (uint32_t)d->tg.depth + lz;
+  t->tiitg = (lz * t->tptg[1] + ly) * t->tptg[0] + lx;
+  t->lane = t->tiitg % SM_SIMD_WIDTH;
+  t->simdgroup = t->tiitg / SM_SIMD_WIDTH;
+}
+
 static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t g[3],
                         const uint32_t sz[3], uint32_t lx, uint32_t ly, uint32_t lz) {
   const sm_dispatch *d = r->d;
@@ -243,15 +258,6 @@ static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t 
   t->tgpg[2] = (uint32_t)d->groups.depth;
   memcpy(t->tgpig, g, sizeof t->tgpig);
   memcpy(t->tptg, sz, sizeof t->tptg);
-  t->tpitg[0] = lx;
-  t->tpitg[1] = ly;
-  t->tpitg[2] = lz;
-  t->tpig[0] = g[0] * (uint32_t)d->tg.width + lx;
-  t->tpig[1] = g[1] * (uint32_t)d->tg.height + ly;
-  t->tpig[2] = g[2] * (uint32_t)d->tg.depth + lz;
-  t->tiitg = (lz * sz[1] + ly) * sz[0] + lx;
-  t->lane = t->tiitg % SM_SIMD_WIDTH;
-  t->simdgroup = t->tiitg / SM_SIMD_WIDTH;
   t->tg_threads = sz[0] * sz[1] * sz[2];
   t->simd_slots = r->simd_slots;
   t->barrier = loop_barrier;
@@ -260,6 +266,7 @@ static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t 
   t->fc_defined = d->pipeline->fc_defined;
   t->tg_var = sm__tg_var;
   t->tg_arena = r->tg_arena;
+  thread_place(t, r, lx, ly, lz);
 }
 
 __attribute__((noinline)) static void fiber_prepare(fiber *f) {
@@ -392,15 +399,17 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   return ok;
 }
 
+/* One sm_thread for the whole threadgroup: the kernel only reads it. */
 static void run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[3]) {
   struct sm_thread t;
   uint32_t n = sz[0] * sz[1] * sz[2];
+  thread_init(&t, r, g, sz, 0, 0, 0);
   if (r->seeded) {
     uint64_t rng = rng_seed(r->seed, g);
     make_order(r->order, n, &rng);
     for (uint32_t i = 0; i < n; i++) {
       uint32_t j = r->order[i];
-      thread_init(&t, r, g, sz, j % sz[0], j / sz[0] % sz[1], j / sz[0] / sz[1]);
+      thread_place(&t, r, j % sz[0], j / sz[0] % sz[1], j / sz[0] / sz[1]);
       r->k->fn(&t);
     }
     return;
@@ -408,7 +417,7 @@ static void run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[
   for (uint32_t z = 0; z < sz[2]; z++)
     for (uint32_t y = 0; y < sz[1]; y++)
       for (uint32_t x = 0; x < sz[0]; x++) {
-        thread_init(&t, r, g, sz, x, y, z);
+        thread_place(&t, r, x, y, z);
         r->k->fn(&t);
       }
 }
