@@ -129,10 +129,10 @@ static void fiber_simd_sync(struct sm_thread *t) {
   to_main(s, f, false);
 }
 
-static void loop_barrier(struct sm_thread *t) {
-  (void)t;
-  sm__fatal("kernel reached threadgroup_barrier on the loop path (scanner missed it)");
-}
+/* The front end's analysis runs every kernel that can reach a barrier or a
+ * SIMD-group function on fibers; should one still get here, the thread goes
+ * on (t->sched points at the group's flag) and the command buffer fails. */
+static void loop_barrier(struct sm_thread *t) { *(bool *)t->sched = true; }
 
 /* ------------------------------------------------------------- dispatch */
 typedef struct {
@@ -260,14 +260,23 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   return ok;
 }
 
-static void run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[3]) {
+static bool run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
+                           size_t errlen) {
   struct sm_thread t;
+  bool synced = false;
   for (uint32_t z = 0; z < sz[2]; z++)
     for (uint32_t y = 0; y < sz[1]; y++)
       for (uint32_t x = 0; x < sz[0]; x++) {
         thread_init(&t, r, g, sz, x, y, z);
+        t.sched = &synced;
         r->k->fn(&t);
       }
+  if (synced)
+    snprintf(err, errlen,
+             "dispatch of kernel %s: a thread reached threadgroup_barrier or a SIMD-group "
+             "function that softmetal's analysis of the kernel did not find (a softmetal bug: "
+             "please report the kernel)", r->k->name);
+  return !synced;
 }
 
 static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t errlen) {
@@ -349,7 +358,7 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
         if (r.tg_bytes) memset(r.tg_block, 0xFF, r.tg_bytes);
         sm__tg_arena_begin(r.tg_arena);
         if (fibers) ok = run_group_fibers(&r, g, sz, err, errlen);
-        else run_group_loop(&r, g, sz);
+        else ok = run_group_loop(&r, g, sz, err, errlen);
       }
   teardown(&r, max_threads);
   return ok;
