@@ -455,3 +455,116 @@ Test(front, a_new_cache_directory_is_private) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   cr_assert_eq(system(cmd), 0);
 }
+
+/* A barrier reached only through a static member function of a class
+ * template (mlx sort.metal's block_merge_sort_t::sort): the kernel needs the
+ * threadgroup's threads to meet there. */
+static const char SORTER[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "template <typename T> struct Sorter {\n"
+    "  static void run(threadgroup T *tmp, uint lid) {\n"
+    "    tmp[lid] = T(lid);\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  }\n"
+    "};\n"
+    "template <typename T>\n"
+    "[[kernel]] void k(device T *o [[buffer(0)]], uint lid [[thread_position_in_threadgroup]]) {\n"
+    "  threadgroup T tmp[64];\n"
+    "  Sorter<T>::run(tmp, lid);\n"
+    "  o[lid] = tmp[63 - lid];\n"
+    "}\n"
+    "template [[host_name(\"k_f\")]] [[kernel]] decltype(k<float>) k<float>;\n";
+
+Test(front, a_barrier_in_a_static_member_of_a_class_template_is_found) {
+  id lib = compile_ok(SORTER);
+  id fn = function(lib, "k_f"), p = pipeline_of(fn);
+  id o = buffer(64 * 4);
+  run(p, &o, 1, 64, 64);
+  for (int i = 0; i < 64; i++) cr_assert_eq(((float *)contents(o))[i], (float)(63 - i), "[%d]", i);
+  sm_release(o);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* Runs SWAP_BODY's kernel k over one threadgroup of 64; returns the status. */
+static NSUInteger run_swap(const char *src, float *o_out, char *err, size_t errlen) {
+  id lib = compile_ok(src);
+  id fn = function(lib, "k"), p = pipeline_of(fn);
+  id o = buffer(64 * 4);
+  id cb = SEND0(id, queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", o, 0ul, 0ul);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
+       (MTLSize){64, 1, 1}, (MTLSize){64, 1, 1});
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  NSUInteger st = sm_u(cb, "status");
+  snprintf(err, errlen, "%s", st == Completed ? "" : sm_error_text(SEND0(id, cb, "error")));
+  memcpy(o_out, contents(o), 64 * 4);
+  sm_release(o);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+  return st;
+}
+
+#define SWAP_KERNEL                                                                        \
+  "kernel void k(device float *o [[buffer(0)]], uint lid [[thread_position_in_threadgroup]]) {\n" \
+  "  threadgroup float tmp[64];\n"                                                         \
+  "  tmp[lid] = float(lid);\n"                                                             \
+  "  V r = V{0} + V{0};\n"                                                                 \
+  "  o[lid] = tmp[63 - lid] + r.x;\n"                                                      \
+  "}\n"
+
+/* Operators (and constructors, destructors) are called without their name. */
+Test(front, a_barrier_in_an_operator_is_found) {
+  float o[64];
+  char err[512];
+  NSUInteger st = run_swap("#include <metal_stdlib>\nusing namespace metal;\n"
+                           "struct V { float x; };\n"
+                           "V operator+(V a, V b) {\n"
+                           "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+                           "  return V{a.x + b.x};\n"
+                           "}\n" SWAP_KERNEL, o, err, sizeof err);
+  cr_assert_eq(st, Completed, "%s", err);
+  for (int i = 0; i < 64; i++) cr_assert_eq(o[i], (float)(63 - i), "[%d]", i);
+}
+
+/* Code from a header the front end does not see runs on fibers; a barrier the
+ * analysis cannot see at all (a system header) fails the command buffer
+ * instead of aborting softmetal. */
+Test(front, a_barrier_the_analysis_cannot_see_fails_the_command_buffer) {
+  char dir[] = "/tmp/sm-front-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char path[64], src[1024];
+  for (int sys = 0; sys < 2; sys++) {
+    /* one path each: the kernel cache is keyed on the source, not on the headers */
+    snprintf(path, sizeof path, "%s/v%d.h", dir, sys);
+    FILE *h = fopen(path, "w");
+    cr_assert_not_null(h);
+    fprintf(h, "%sstruct V { float x; };\n"
+               "inline V operator+(V a, V b) {\n"
+               "  metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);\n"
+               "  return V{a.x + b.x};\n"
+               "}\n", sys ? "#pragma clang system_header\n" : "");
+    fclose(h);
+    snprintf(src, sizeof src, "#include <metal_stdlib>\nusing namespace metal;\n#include \"%s\"\n"
+             SWAP_KERNEL, path);
+    float o[64];
+    char err[512];
+    NSUInteger st = run_swap(src, o, err, sizeof err);
+    if (!sys) {
+      cr_assert_eq(st, Completed, "%s", err);
+      for (int i = 0; i < 64; i++) cr_assert_eq(o[i], (float)(63 - i), "[%d]", i);
+    } else {
+      cr_assert_eq(st, Error);
+      cr_assert(strstr(err, "kernel k") && strstr(err, "did not find"), "%s", err);
+    }
+    unlink(path);
+  }
+  rmdir(dir);
+}

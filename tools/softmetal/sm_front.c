@@ -73,6 +73,7 @@ typedef struct {
   int line, col; /* in program_source */
   char kind;
   bool done;    /* covered by a structural rewrite */
+  bool proto;   /* in a function declaration without a body (names there are not calls) */
 } tok;
 
 typedef struct {
@@ -96,6 +97,7 @@ typedef struct {
   size_t body0, body1; /* token range of the body, braces included */
   size_t decl0;        /* first token of the definition */
   bool kernel, is_template;
+  bool implicit; /* an operator, constructor or destructor: called without its name */
   char host[128];
   param *p;
   int np;
@@ -141,6 +143,8 @@ typedef struct {
   kout *k;
   size_t nk;
   uint32_t tg_ids;
+  char cls[128];  /* the class whose body is being parsed */
+  bool foreign;   /* code from a header the analysis does not see */
   buf err;
   int nerr;
   bool oom;
@@ -278,15 +282,30 @@ static void tokenize_line(fe *f, size_t a, size_t b, int line, size_t line_start
     if (!t) return;
     f->t = t;
     f->t[f->nt++] = (tok){start, (uint32_t)(i - start), line, (int)(start - line_start) + 1, kind,
-                          false};
+                          false, false};
   }
+}
+
+/* Whether a file named by a line marker holds no user code: a system header
+ * (flag 3), softmetal's own headers (metal_stdlib and the headers that name
+ * it, sm_abi.h, in the include-* directory), or the compiler's <built-in>. */
+static bool known_header(const char *name, size_t n, const char *flags, size_t nflags) {
+  if (n && name[0] == '<') return true;
+  for (size_t i = 0; i < nflags; i++) /* flags: " 1 3" */
+    if (flags[i] == '3' && (i == 0 || flags[i - 1] == ' ') && (i + 1 == nflags || flags[i + 1] == ' '))
+      return true;
+  size_t b = n;
+  while (b && name[b - 1] != '/') b--;
+  if (b == 0 || !memmem(name, b, "/include-", 9)) return false;
+  return (n - b >= 6 && memcmp(name + b, "metal_", 6) == 0) ||
+         (n - b == 8 && memcmp(name + b, "sm_abi.h", 8) == 0);
 }
 
 /* Reads the line markers; tokenizes program_source lines; renames the file in
  * its markers. */
 static void scan_pp(fe *f) {
   const char *s = f->pp;
-  bool in_prog = false;
+  bool in_prog = false, in_foreign = false;
   int line = 1;
   for (size_t i = 0; i < f->len;) {
     size_t eol = i;
@@ -310,6 +329,7 @@ static void scan_pp(fe *f) {
                     memcmp(s + k + 1, f->src_path, name_len) == 0;
           if (in_prog) /* diagnostics of the compile name the user's source so */
             add_edit(f, k + 1, q, SM_PROGRAM_SOURCE);
+          in_foreign = !in_prog && !known_header(s + k + 1, name_len, s + q + 1, eol - q - 1);
         }
         line = n;
         i = eol + 1;
@@ -318,6 +338,8 @@ static void scan_pp(fe *f) {
       /* another directive (#pragma): passes through */
     } else if (in_prog) {
       tokenize_line(f, i, eol, line, i);
+    } else if (in_foreign && j < eol) {
+      f->foreign = true;
     }
     line++;
     i = eol + 1;
@@ -1042,7 +1064,19 @@ static void parse_decl(fe *f, size_t *pi) {
         end = c;
         break;
       }
-      scan_body(f, k, c); /* a class: its member functions' threadgroup variables */
+      size_t key = i;
+      while (key < k && !is(f, key, "struct") && !is(f, key, "class") && !is(f, key, "union"))
+        key++;
+      if (key < k && !assign) { /* a class: its members are declarations too */
+        char outer[sizeof f->cls];
+        memcpy(outer, f->cls, sizeof outer);
+        f->cls[0] = 0;
+        if (is_id(f, key + 1)) text_of(f, key + 1, f->cls, sizeof f->cls);
+        parse_scope(f, k + 1);
+        memcpy(f->cls, outer, sizeof outer);
+      } else {
+        scan_body(f, k, c);
+      }
       k = c;
       continue;
     }
@@ -1064,6 +1098,7 @@ static void parse_decl(fe *f, size_t *pi) {
     return;
   }
   if (inst) {
+    for (size_t k = start; k <= end; k++) f->t[k].proto = true;
     if (!kernel) return;
     /* template [[host_name("n")]] [[kernel]] decltype(f<T>) f<T>;  or
      * template [[host_name("n")]] [[kernel]] void f<T>(params); */
@@ -1134,12 +1169,19 @@ static void parse_decl(fe *f, size_t *pi) {
     }
     return;
   }
-  if (body0 == f->nt) return; /* a declaration */
+  if (body0 == f->nt) { /* a declaration */
+    if (open < f->nt)
+      for (size_t k = start; k <= end; k++) f->t[k].proto = true;
+    return;
+  }
   size_t nm = name_before(f, open, i);
   if (nm >= f->nt) nm = open - 1; /* operator@ */
   fdef *d = new_fdef(f);
   if (!d) return;
   text_of(f, nm, d->name, sizeof d->name);
+  d->implicit = saw_operator || !is_id(f, nm) || (nm > 0 && is(f, nm - 1, "~")) ||
+                (f->cls[0] && strcmp(d->name, f->cls) == 0) ||
+                (nm > 1 && is(f, nm - 1, "::") && is(f, nm - 2, d->name));
   d->body0 = body0;
   d->body1 = body1;
   d->decl0 = start;
@@ -1378,16 +1420,21 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   for (size_t n = 0; n < f.nk && !f.oom; n++)
     putf(&table, "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
                  "sm_written_%zu;\n", n, n);
-  /* Synchronisation or constants outside the functions found (in member
-   * functions of structs, lambdas at namespace scope): every kernel may reach them. */
-  bool global_sync = false;
+  /* What every kernel may reach: code outside the functions found (lambdas
+   * and initialisers at namespace scope, class heads), the functions it calls
+   * by name, operators, constructors and destructors (called without their
+   * name), and code in headers the front end does not see. */
+  bool global_sync = f.foreign;
   bool *c_global = calloc(f.nc + 1, sizeof *c_global);
-  if (!c_global) f.oom = true;
-  for (size_t i = 0; i < f.nt && c_global; i++) {
-    bool inside = false;
-    for (size_t d = 0; d < f.nf && !inside; d++) inside = i >= f.f[d].decl0 && i <= f.f[d].body1;
-    for (size_t c = 0; c < f.nc && !inside; c++) inside = i >= f.c[c].decl0 && i <= f.c[c].decl1;
-    if (inside || !is_id(&f, i) || attr_word(&f, i)) continue;
+  bool *fn_global = calloc(f.nf + 1, sizeof *fn_global);
+  bool *covered = calloc(f.nt + 1, sizeof *covered);
+  if (!c_global || !fn_global || !covered) f.oom = true;
+  for (size_t d = 0; d < f.nf && covered; d++)
+    for (size_t i = f.f[d].decl0; i <= f.f[d].body1 && i < f.nt; i++) covered[i] = true;
+  for (size_t c = 0; c < f.nc && covered; c++)
+    for (size_t i = f.c[c].decl0; i <= f.c[c].decl1 && i < f.nt; i++) covered[i] = true;
+  for (size_t i = 0; i < f.nt && !f.oom; i++) {
+    if (covered[i] || !is_id(&f, i) || attr_word(&f, i)) continue;
     char w[128];
     text_of(&f, i, w, sizeof w);
     for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
@@ -1395,7 +1442,13 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
         global_sync = true;
     int c = find_const(&f, w);
     if (c >= 0) c_global[c] = true;
+    if (f.t[i].proto || !(is(&f, i + 1, "(") || is(&f, i + 1, "{"))) continue;
+    for (size_t g = 0; g < f.nf; g++)
+      if (!fn_global[g] && strcmp(f.f[g].name, w) == 0)
+        reach(&f, (int)g, fn_global, c_global, &global_sync);
   }
+  for (size_t g = 0; g < f.nf && !f.oom; g++)
+    if (f.f[g].implicit) reach(&f, (int)g, fn_global, c_global, &global_sync);
   for (size_t n = 0; n < f.nk && !f.oom; n++) {
     kout *k = &f.k[n];
     memset(fn_seen, 0, (f.nf + 1) * sizeof *fn_seen);
@@ -1488,6 +1541,8 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   free(fn_seen);
   free(c_seen);
   free(c_global);
+  free(fn_global);
+  free(covered);
   free(table.p);
   return result;
 }
