@@ -653,8 +653,16 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
   return ok;
 }
 
-/* Metal's rule: parameters without an index take the first free index of
- * their kind, in declaration order, after the explicit ones. */
+/* Metal's rule (Metal Shading Language Specification, "Locating Buffer,
+ * Texture, and Sampler Arguments"): where the index attribute is left out,
+ * the compiler assigns the first available index of the argument's kind.
+ * Indices given explicitly are taken first; the others follow in declaration
+ * order, each the lowest index of its kind (buffer: device and constant
+ * pointers and references; threadgroup: threadgroup pointers) not yet used.
+ * (That section's text could not be retrieved with the search tool when this
+ * was written: the wording above is the specification's as recalled, not
+ * re-checked; test_msl_front.c pins the behaviour for mixed explicit and
+ * implicit indices.) */
 static bool assign_indices(fe *f, param *p, int np, const char *fname) {
   uint32_t used[2] = {0, 0};
   bool ok = true;
