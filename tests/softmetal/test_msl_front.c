@@ -568,3 +568,51 @@ Test(front, a_barrier_the_analysis_cannot_see_fails_the_command_buffer) {
   }
   rmdir(dir);
 }
+
+/* Overloads on the address space of `this` or of a reference, and partial
+ * specializations on that of a pointer (mlx complex.h, steel type_traits.h):
+ * one function on a CPU, kept once. */
+static const char ADDRESS_SPACE_OVERLOADS[] =
+    "#pragma METAL internals : enable\n"
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "struct C {\n"
+    "  float r;\n"
+    "  constexpr C() thread : r(0) {}\n"
+    "  constexpr C() threadgroup : r(0) {}\n"
+    "  constexpr C(float x) device : r(x) {}\n"
+    "  constexpr C(float x) constant : r(x) {}\n"
+    "  constexpr C(float x) thread : r(x) {}\n"
+    "  constexpr operator float() const thread { return r; }\n"
+    "  constexpr operator float() const device { return r; }\n"
+    "  void twice() threadgroup { r *= 2; }\n"
+    "  void twice() thread { r *= 2; }\n"
+    "};\n"
+    "template <typename T> constexpr thread C &operator+=(thread C &a, T b) { a.r += b; return a; }\n"
+    "template <typename T> constexpr threadgroup C &operator+=(threadgroup C &a, T b) {\n"
+    "  a.r += b; return a;\n"
+    "}\n"
+    "template <typename T> struct pointer_element {};\n"
+    "template <typename T> struct pointer_element<thread T *> { using type = T; };\n"
+    "template <typename T> struct pointer_element<device T *> { using type = T; };\n"
+    "template <typename T> struct pointer_element<threadgroup T *> { using type = T; };\n"
+    "template <typename P> using elem_t = typename pointer_element<P>::type;\n"
+    "kernel void k(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  C c(static_cast<float>(i));\n"
+    "  c += 1;\n"
+    "  c.twice();\n"
+    "  elem_t<device float *> v = c;\n"
+    "  o[i] = v;\n"
+    "}\n";
+
+Test(front, overloads_on_address_spaces_are_kept_once) {
+  id lib = compile_ok(ADDRESS_SPACE_OVERLOADS);
+  id fn = function(lib, "k"), p = pipeline_of(fn);
+  id o = buffer(64 * 4);
+  run(p, &o, 1, 64, 32);
+  for (int i = 0; i < 64; i++) cr_assert_eq(((float *)contents(o))[i], 2.0f * (float)(i + 1), "[%d]", i);
+  sm_release(o);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}

@@ -653,8 +653,16 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
   return ok;
 }
 
-/* Metal's rule: parameters without an index take the first free index of
- * their kind, in declaration order, after the explicit ones. */
+/* Metal's rule (Metal Shading Language Specification, "Locating Buffer,
+ * Texture, and Sampler Arguments"): where the index attribute is left out,
+ * the compiler assigns the first available index of the argument's kind.
+ * Indices given explicitly are taken first; the others follow in declaration
+ * order, each the lowest index of its kind (buffer: device and constant
+ * pointers and references; threadgroup: threadgroup pointers) not yet used.
+ * (That section's text could not be retrieved with the search tool when this
+ * was written: the wording above is the specification's as recalled, not
+ * re-checked; test_msl_front.c pins the behaviour for mixed explicit and
+ * implicit indices.) */
 static bool assign_indices(fe *f, param *p, int np, const char *fname) {
   uint32_t used[2] = {0, 0};
   bool ok = true;
@@ -780,6 +788,11 @@ static void scan_body(fe *f, size_t b0, size_t b1) {
 
 /* ------------------------------------------------------------- declarations */
 static size_t parse_scope(fe *f, size_t i);
+static bool addr_space(const fe *f, size_t i) {
+  return is(f, i, "device") || is(f, i, "constant") || is(f, i, "thread") ||
+         is(f, i, "threadgroup");
+}
+
 
 static fdef *new_fdef(fe *f) {
   fdef *d = realloc(f->f, (f->nf + 1) * sizeof *d);
@@ -1174,6 +1187,10 @@ static void parse_decl(fe *f, size_t *pi) {
       for (size_t k = start; k <= end; k++) f->t[k].proto = true;
     return;
   }
+  /* `S() thread`, `operator float() const device`: the address space of
+   * `this` means nothing on a CPU */
+  for (size_t k = match(f, open) + 1; k < body0 && !is(f, k, ":") && !is(f, k, "->"); k++)
+    if (addr_space(f, k)) blank(f, k);
   size_t nm = name_before(f, open, i);
   if (nm >= f->nt) nm = open - 1; /* operator@ */
   fdef *d = new_fdef(f);
@@ -1217,9 +1234,49 @@ static void parse_decl(fe *f, size_t *pi) {
   scan_body(f, body0, body1);
 }
 
+/* Declarations [a0, a1) and [b0, b1): whether they differ only in address
+ * spaces (overloads on the address space of `this` or of a reference,
+ * partial specializations on that of a pointer: one function on a CPU). */
+static bool same_but_address_spaces(const fe *f, size_t a0, size_t a1, size_t b0, size_t b1) {
+  bool differ = false;
+  size_t a = a0, b = b0;
+  for (;;) {
+    while (a < a1 && addr_space(f, a)) a++, differ = true;
+    while (b < b1 && addr_space(f, b)) b++, differ = true;
+    if (a == a1 || b == b1) return a == a1 && b == b1 && differ;
+    if (f->t[a].len != f->t[b].len ||
+        memcmp(f->pp + f->t[a].off, f->pp + f->t[b].off, f->t[a].len) != 0)
+      return false;
+    a++, b++;
+  }
+}
+
+static int cmp_off(const void *key, const void *t) {
+  size_t k = *(const size_t *)key, o = ((const tok *)t)->off;
+  return k < o ? -1 : k > o;
+}
+
+/* Drops declaration [a, b): its tokens become blanks (lines stay), and the
+ * rewrites already made inside it are undone. */
+static void drop_decl(fe *f, size_t a, size_t b) {
+  size_t lo = f->t[a].off, hi = f->t[b - 1].off + f->t[b - 1].len;
+  size_t n = 0;
+  for (size_t e = 0; e < f->ne; e++) {
+    bool inside = f->e[e].at >= lo && f->e[e].at < hi &&
+                  bsearch(&f->e[e].at, f->t + a, b - a, sizeof *f->t, cmp_off);
+    if (inside) free(f->e[e].text);
+    else f->e[n++] = f->e[e];
+  }
+  f->ne = n;
+  for (size_t k = a; k < b; k++) blank(f, k);
+}
+
 static size_t parse_scope(fe *f, size_t i) {
+  /* declarations of this scope that name an address space */
+  size_t (*seen)[2] = NULL;
+  size_t nseen = 0, cap = 0;
   while (i < f->nt) {
-    if (is(f, i, "}")) return i;
+    if (is(f, i, "}")) break;
     if (is(f, i, ";")) {
       i++;
       continue;
@@ -1227,7 +1284,25 @@ static size_t parse_scope(fe *f, size_t i) {
     size_t before = i;
     parse_decl(f, &i);
     if (i <= before) i = before + 1;
+    size_t end = i < f->nt ? i : f->nt;
+    bool named = false;
+    for (size_t k = before; k < end && !named; k++) named = addr_space(f, k);
+    if (!named) continue;
+    bool dup = false;
+    for (size_t s = 0; s < nseen && !dup; s++)
+      dup = same_but_address_spaces(f, seen[s][0], seen[s][1], before, end);
+    if (dup) {
+      drop_decl(f, before, end);
+      continue;
+    }
+    size_t (*q)[2] = grow(seen, &cap, nseen, sizeof *seen, &f->oom);
+    if (!q) break;
+    seen = q;
+    seen[nseen][0] = before;
+    seen[nseen][1] = end;
+    nseen++;
   }
+  free(seen);
   return i;
 }
 
