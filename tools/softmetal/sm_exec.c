@@ -207,10 +207,10 @@ static void fiber_simd_fail(struct sm_thread *t, const char *function, int32_t o
              function, other_lane, t->simd_active);
 }
 
-static void loop_barrier(struct sm_thread *t) {
-  (void)t;
-  sm__fatal("kernel reached threadgroup_barrier on the loop path (scanner missed it)");
-}
+/* The front end's analysis runs every kernel that can reach a barrier or a
+ * SIMD-group function on fibers; should one still get here, the thread goes
+ * on (t->sched points at the group's flag) and the command buffer fails. */
+static void loop_barrier(struct sm_thread *t) { *(bool *)t->sched = true; }
 
 /* ------------------------------------------------------------- dispatch */
 typedef struct {
@@ -219,6 +219,7 @@ typedef struct {
   void *tgmem[SM_MAX_BINDINGS];
   unsigned char *tg_block;
   size_t tg_bytes;
+  sm_tg_arena *tg_arena; /* threadgroup variables of function bodies */
   unsigned char *simd_slots;
   unsigned char *stacks;
   size_t stacks_len;
@@ -261,6 +262,10 @@ static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t 
   t->simd_slots = r->simd_slots;
   t->barrier = loop_barrier;
   t->simd_sync = loop_barrier;
+  t->fc_values = d->pipeline->fc_values;
+  t->fc_defined = d->pipeline->fc_defined;
+  t->tg_var = sm__tg_var;
+  t->tg_arena = r->tg_arena;
   thread_place(t, r, lx, ly, lz);
 }
 
@@ -395,10 +400,13 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
 }
 
 /* One sm_thread for the whole threadgroup: the kernel only reads it. */
-static void run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[3]) {
+static bool run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
+                           size_t errlen) {
   struct sm_thread t;
+  bool synced = false;
   uint32_t n = sz[0] * sz[1] * sz[2];
   thread_init(&t, r, g, sz, 0, 0, 0);
+  t.sched = &synced;
   if (r->seeded) {
     uint64_t rng = rng_seed(r->seed, g);
     make_order(r->order, n, &rng);
@@ -407,14 +415,19 @@ static void run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[
       thread_place(&t, r, j % sz[0], j / sz[0] % sz[1], j / sz[0] / sz[1]);
       r->k->fn(&t);
     }
-    return;
   }
-  for (uint32_t z = 0; z < sz[2]; z++)
+  for (uint32_t z = 0; !r->seeded && z < sz[2]; z++)
     for (uint32_t y = 0; y < sz[1]; y++)
       for (uint32_t x = 0; x < sz[0]; x++) {
         thread_place(&t, r, x, y, z);
         r->k->fn(&t);
       }
+  if (synced)
+    snprintf(err, errlen,
+             "dispatch of kernel %s: a thread reached threadgroup_barrier or a SIMD-group "
+             "function that softmetal's analysis of the kernel did not find (a softmetal bug: "
+             "please report the kernel)", r->k->name);
+  return !synced;
 }
 
 /* SOFTMETAL_SCHEDULE: unset or "in-order" (the default), or "random:SEED"
@@ -476,6 +489,7 @@ static void teardown(run_state *r, uint32_t max_threads) {
   free(r->fibers);
   free(r->tg_block);
   free(r->simd_slots);
+  sm__tg_arena_free(r->tg_arena);
   free(r->order);
 }
 
@@ -489,10 +503,11 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) r.tg_bytes += d->tg_len[i];
   r.tg_block = malloc(r.tg_bytes ? r.tg_bytes : 1);
   r.simd_slots = calloc(2 * (size_t)max_threads, SM_SIMD_SLOT);
+  r.tg_arena = sm__tg_arena_new();
   read_schedule(&r);
   bool fibers = r.k->needs_fibers != 0;
   if (fibers || r.seeded) r.order = malloc(max_threads * sizeof *r.order);
-  bool ok = r.tg_block && r.simd_slots && (r.order || !(fibers || r.seeded));
+  bool ok = r.tg_block && r.simd_slots && r.tg_arena && (r.order || !(fibers || r.seeded));
   if (!ok) snprintf(err, errlen, "dispatch of kernel %s: out of memory", r.k->name);
   size_t at = 0;
   for (unsigned i = 0; ok && i < SM_MAX_BINDINGS; i++) {
@@ -512,8 +527,9 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
         }
         /* Threadgroup memory starts as garbage on a GPU: make reliance on zero visible. */
         if (r.tg_bytes) memset(r.tg_block, 0xFF, r.tg_bytes);
+        sm__tg_arena_begin(r.tg_arena);
         if (fibers) ok = run_group_fibers(&r, g, sz, err, errlen);
-        else run_group_loop(&r, g, sz);
+        else ok = run_group_loop(&r, g, sz, err, errlen);
       }
   teardown(&r, max_threads);
   return ok;

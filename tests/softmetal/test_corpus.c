@@ -1,0 +1,264 @@
+/* Third-party MSL (tests/softmetal/corpus): each file compiles once per test
+ * (the kernel cache serves the other processes), then some of its kernels run
+ * against references computed here.
+ *
+ * Not registered in CMakeLists.txt yet: the front end does not compile these
+ * files (see corpus/README.md, "Status"). Register it with the other suites
+ * once it does. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sm_run.h"
+
+static void setup(void) { sm_run_open(); }
+static void teardown(void) { sm_run_close(); }
+TestSuite(corpus, .init = setup, .fini = teardown, .timeout = 600);
+
+enum { MATH_SAFE = 0 };
+
+/* Compiles CORPUS_DIR/rel in math_mode (see sm_compile_mode) and logs how long
+ * it took. */
+static id compile_file(const char *rel, long math_mode) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", CORPUS_DIR, rel);
+  FILE *f = fopen(path, "rb");
+  cr_assert_not_null(f, "%s", path);
+  cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  cr_assert_gt(n, 0);
+  rewind(f);
+  char *src = malloc((size_t)n + 1);
+  cr_assert_not_null(src);
+  cr_assert_eq(fread(src, 1, (size_t)n, f), (size_t)n);
+  src[n] = 0;
+  fclose(f);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  id error = 0;
+  id lib = sm_compile_mode(src, math_mode, &error);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  free(src);
+  cr_assert_not_null(lib, "%s: %s", rel, sm_error_text(error));
+  cr_log_info("%s: compiled in %.2f s", rel,
+              (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+  return lib;
+}
+
+static id int_buffer(int v) { return sm_buffer(&v, sizeof v); }
+
+static float half_round(float f) { /* to nearest even, normal range */
+  if (f == 0.0f) return f;
+  int e;
+  frexpf(f, &e);
+  return ldexpf(nearbyintf(ldexpf(f, 11 - e)), e - 11);
+}
+static float half_value(uint16_t h) { /* normal halves */
+  uint32_t x = ((uint32_t)(h & 0x8000u) << 16) | ((((h >> 10) & 0x1Fu) + 112u) << 23) |
+               ((uint32_t)(h & 0x3FFu) << 13);
+  float f;
+  memcpy(&f, &x, 4);
+  return (h & 0x7FFFu) ? f : 0.0f;
+}
+static uint16_t half_bits(float f) { /* exact normal halves */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if (f == 0.0f) return (uint16_t)(x >> 16);
+  return (uint16_t)(((x >> 16) & 0x8000u) | ((((x >> 23) & 0xFFu) - 112u) << 10) |
+                    ((x & 0x7FFFFFu) >> 13));
+}
+
+/* ---- mlx arange.metal: elementwise, templates instantiated by macros */
+Test(corpus, mlx_arange_elementwise) {
+  id lib = compile_file("mlx/arange.metal", MATH_SAFE); /* mlx: -fno-fast-math */
+  enum { N = 600 };
+  {
+    float start = 1.5f, step = 0.25f;
+    id b[3] = {sm_buffer(&start, 4), sm_buffer(&step, 4), sm_buffer(NULL, N * 4)};
+    sm_dispatch(lib, "arangefloat32", b, 3, SM_SIZE(N, 1, 1), SM_SIZE(64, 1, 1), false, 0);
+    const float *o = sm_contents(b[2]);
+    for (int i = 0; i < N; i++) cr_expect_eq(o[i], 1.5f + 0.25f * (float)i, "arangefloat32[%d]", i);
+    for (int i = 0; i < 3; i++) sm_release(b[i]);
+  }
+  {
+    uint16_t start = half_bits(0.5f), step = half_bits(0.125f);
+    id b[3] = {sm_buffer(&start, 2), sm_buffer(&step, 2), sm_buffer(NULL, N * 2)};
+    sm_dispatch(lib, "arangefloat16", b, 3, SM_SIZE(N, 1, 1), SM_SIZE(64, 1, 1), false, 0);
+    const uint16_t *o = sm_contents(b[2]);
+    for (int i = 0; i < N; i++)
+      cr_expect_eq(half_value(o[i]), half_round(0.5f + half_round(0.125f * (float)i)),
+                   "arangefloat16[%d] = %g", i, half_value(o[i]));
+    for (int i = 0; i < 3; i++) sm_release(b[i]);
+  }
+  {
+    int32_t start = -7, step = 3;
+    id b[3] = {sm_buffer(&start, 4), sm_buffer(&step, 4), sm_buffer(NULL, N * 4)};
+    sm_dispatch(lib, "arangeint32", b, 3, SM_SIZE(N, 1, 1), SM_SIZE(64, 1, 1), false, 0);
+    const int32_t *o = sm_contents(b[2]);
+    for (int i = 0; i < N; i++) cr_expect_eq(o[i], -7 + 3 * i, "arangeint32[%d]", i);
+    for (int i = 0; i < 3; i++) sm_release(b[i]);
+  }
+  sm_release(lib);
+}
+
+/* ---- mlx softmax.metal: softmax over rows, simd reductions, threadgroup arrays */
+static void check_softmax(id lib, const char *kernel, int rows, int axis, unsigned threads) {
+  size_t n = (size_t)rows * (size_t)axis;
+  float *in = malloc(n * 4);
+  cr_assert_not_null(in);
+  for (size_t i = 0; i < n; i++) in[i] = (float)((i * 37) % 101) * 0.05f - 2.5f + (float)(i % 3);
+  id b[3] = {sm_buffer(in, n * 4), sm_buffer(NULL, n * 4), int_buffer(axis)};
+  sm_dispatch(lib, kernel, b, 3, SM_SIZE((NSUInteger)rows, 1, 1), SM_SIZE(threads, 1, 1), true, 0);
+  const float *o = sm_contents(b[1]);
+  for (int r = 0; r < rows; r++) {
+    const float *x = in + (size_t)r * axis;
+    double m = x[0], s = 0;
+    for (int i = 1; i < axis; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < axis; i++) s += exp((double)x[i] - m);
+    for (int i = 0; i < axis; i++) {
+      double want = exp((double)x[i] - m) / s;
+      float got = o[(size_t)r * axis + i];
+      cr_expect_leq(fabs(got - want), 1e-5 * want + 1e-9, "%s row %d [%d]: %g, expected %g", kernel,
+                    r, i, got, want);
+    }
+  }
+  for (int i = 0; i < 3; i++) sm_release(b[i]);
+  free(in);
+}
+
+Test(corpus, mlx_softmax) {
+  id lib = compile_file("mlx/softmax.metal", MATH_SAFE); /* mlx: -fno-fast-math */
+  check_softmax(lib, "block_softmax_float32", 3, 1000, 256); /* 4 values a thread */
+  /* mlx runs the looped kernel with 1024 threads: it reads local_max[lane] of all
+   * 32 simdgroups, so fewer threads read unwritten (poisoned) threadgroup memory. */
+  check_softmax(lib, "looped_softmax_float32", 2, 5000, 1024);
+  sm_release(lib);
+}
+
+/* ---- mlx sort.metal: block merge sort and argsort in threadgroup memory */
+static int nan_last(const void *pa, const void *pb) {
+  float a = *(const float *)pa, b = *(const float *)pb;
+  if (isnan(a) || isnan(b)) return isnan(a) - isnan(b);
+  return (a > b) - (a < b);
+}
+
+Test(corpus, mlx_block_sort_and_argsort) {
+  id lib = compile_file("mlx/sort.metal", MATH_SAFE); /* mlx: -fno-fast-math */
+  enum { SEG = 2, LEN = 500, BN = 128 }; /* BN * 4 values a block */
+  float in[SEG * LEN];
+  for (int i = 0; i < SEG * LEN; i++) in[i] = (float)((i * 7919) % 1013) - 500.0f + 0.25f * (float)(i / LEN);
+  in[17] = NAN;
+  in[LEN + 3] = -INFINITY;
+  float want[SEG * LEN];
+  memcpy(want, in, sizeof in);
+  for (int s = 0; s < SEG; s++) qsort(want + s * LEN, LEN, sizeof(float), nan_last);
+
+  id vals = sm_buffer(in, sizeof in), out = sm_buffer(NULL, sizeof in);
+  id idx = sm_buffer(NULL, SEG * LEN * 4);
+  id n = int_buffer(LEN), one = int_buffer(1), stride = int_buffer(LEN);
+  id b[7] = {vals, out, n, one, one, stride, stride};
+  sm_dispatch(lib, "c_block_sort_float32_float32_bn128_tn4", b, 7, SM_SIZE(1, SEG, 1),
+              SM_SIZE(BN, 1, 1), true, 0);
+  const float *o = sm_contents(out);
+  for (int i = 0; i < SEG * LEN; i++)
+    cr_expect(o[i] == want[i] || (isnan(o[i]) && isnan(want[i])), "sorted[%d] = %g, expected %g",
+              i, o[i], want[i]);
+
+  b[1] = idx;
+  sm_dispatch(lib, "carg_block_sort_float32_uint32_bn128_tn4", b, 7, SM_SIZE(1, SEG, 1),
+              SM_SIZE(BN, 1, 1), true, 0);
+  const uint32_t *ix = sm_contents(idx);
+  for (int s = 0; s < SEG; s++) {
+    char seen[LEN] = {0};
+    for (int i = 0; i < LEN; i++) {
+      uint32_t k = ix[s * LEN + i];
+      cr_assert_lt(k, LEN, "argsort index in the segment");
+      cr_expect_eq(seen[k], 0, "argsort is a permutation");
+      seen[k] = 1;
+      float v = in[s * LEN + k], w = want[s * LEN + i];
+      cr_expect(v == w || (isnan(v) && isnan(w)), "argsort[%d][%d] -> %g, expected %g", s, i, v, w);
+    }
+  }
+  sm_release(vals);
+  sm_release(out);
+  sm_release(idx);
+  sm_release(n);
+  sm_release(one);
+  sm_release(stride);
+  sm_release(lib);
+}
+
+/* ---- mlx logsumexp.metal: a row reduction (max, then sum of exponentials) */
+Test(corpus, mlx_logsumexp_reduction) {
+  id lib = compile_file("mlx/logsumexp.metal", MATH_SAFE); /* mlx: -fno-fast-math */
+  enum { ROWS = 4, AXIS = 900 };
+  static float in[ROWS * AXIS];
+  for (int i = 0; i < ROWS * AXIS; i++) in[i] = (float)((i * 53) % 97) * 0.1f - 4.0f + (float)(i / AXIS);
+  id b[3] = {sm_buffer(in, sizeof in), sm_buffer(NULL, ROWS * 4), int_buffer(AXIS)};
+  /* mlx: ceil(axis / 4) threads rounded up to whole simdgroups */
+  sm_dispatch(lib, "block_logsumexp_float32", b, 3, SM_SIZE(ROWS, 1, 1), SM_SIZE(256, 1, 1), true, 0);
+  const float *o = sm_contents(b[1]);
+  for (int r = 0; r < ROWS; r++) {
+    double m = in[r * AXIS], s = 0;
+    for (int i = 1; i < AXIS; i++) m = in[r * AXIS + i] > m ? in[r * AXIS + i] : m;
+    for (int i = 0; i < AXIS; i++) s += exp((double)in[r * AXIS + i] - m);
+    double want = log(s) + m;
+    cr_expect_leq(fabs(o[r] - want), 1e-5 * fabs(want), "logsumexp row %d: %.9g, expected %.9g", r,
+                  o[r], want);
+  }
+  for (int i = 0; i < 3; i++) sm_release(b[i]);
+  sm_release(lib);
+}
+
+/* ---- mlx steel_gemm_fused.metal: tiled GEMM on simdgroup_float8x8, function
+ * constants for alignment, batch and epilogue */
+struct gemm_params { /* mlx::steel::GEMMParams */
+  int M, N, K, lda, ldb, ldd, tiles_n, tiles_m;
+  int64_t batch_stride_a, batch_stride_b, batch_stride_d;
+  int swizzle_log, gemm_k_iterations_aligned, batch_ndim;
+};
+
+static void check_gemm(id lib, int M, int N, int K) {
+  enum { BM = 32, BN = 32, BK = 16, WM = 2, WN = 2 };
+  const char *kernel = "steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2";
+  float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)K * N * 4);
+  cr_assert(a && b);
+  /* quarters in [-4, 4): every product and partial sum is exact in float */
+  for (int i = 0; i < M * K; i++) a[i] = (float)((i * 13) % 32 - 16) * 0.25f;
+  for (int i = 0; i < K * N; i++) b[i] = (float)((i * 7) % 32 - 16) * 0.25f;
+  struct gemm_params p = {M, N, K, K, N, N, (N + BN - 1) / BN, (M + BM - 1) / BM,
+                          (int64_t)M * K, (int64_t)K * N, (int64_t)M * N, 0, K / BK, 1};
+  /* has_batch, use_out_source, do_axpby, align_M, align_N, align_K */
+  const NSUInteger idx[6] = {10, 100, 110, 200, 201, 202};
+  const bool val[6] = {false, false, false, M % BM == 0, N % BN == 0, K % BK == 0};
+  id bufs[5] = {sm_buffer(a, (size_t)M * K * 4), sm_buffer(b, (size_t)K * N * 4), NULL,
+                sm_buffer(NULL, (size_t)M * N * 4), sm_buffer(&p, sizeof p)};
+  sm_dispatch_pipeline(sm_pipeline_bools(lib, kernel, idx, val, 6), kernel, bufs, 5,
+                       SM_SIZE((NSUInteger)p.tiles_n, (NSUInteger)p.tiles_m, 1),
+                       SM_SIZE(32, WN, WM), true, 0);
+  const float *d = sm_contents(bufs[3]);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double want = 0;
+      for (int k = 0; k < K; k++) want += (double)a[i * K + k] * b[k * N + j];
+      cr_expect_eq(d[i * N + j], (float)want, "%dx%dx%d GEMM [%d][%d]: %g, expected %g", M, N, K,
+                   i, j, d[i * N + j], want);
+    }
+  sm_release(bufs[0]);
+  sm_release(bufs[1]);
+  sm_release(bufs[3]);
+  sm_release(bufs[4]);
+  free(a);
+  free(b);
+}
+
+Test(corpus, mlx_steel_gemm_on_simdgroup_matrices) {
+  id lib = compile_file("mlx/steel_gemm_fused.metal", MATH_SAFE); /* mlx: -fno-fast-math */
+  check_gemm(lib, 64, 96, 48); /* aligned tiles */
+  check_gemm(lib, 50, 70, 37); /* partial tiles in M, N and K */
+  sm_release(lib);
+}

@@ -1,0 +1,434 @@
+/* softmetal's metal_stdlib surface that third-party kernels use: integer
+ * functions, numeric_limits and type traits, metal::/fast::/precise:: math,
+ * constant-space tables, atomics, matrices, bfloat, metal::array. Each kernel
+ * is checked against a reference computed here. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sm_run.h"
+
+static const char *const SOURCE_PARTS[] = {
+    "#include <metal_stdlib>\n"
+    "#include <metal_integer>\n"
+    "using namespace metal;\n"
+    "#if !defined(__METAL__) || !defined(__HAVE_BFLOAT__)\n"
+    "#error \"__METAL__ and __HAVE_BFLOAT__ are predefined\"\n"
+    "#endif\n"
+    "static_assert(metal::is_floating_point_v<half> && metal::is_floating_point_v<bfloat>, \"\");\n"
+    "static_assert(metal::is_floating_point_v<float> && !metal::is_floating_point_v<int>, \"\");\n"
+    "static_assert(metal::is_integral_v<ushort> && metal::is_signed_v<half>, \"\");\n"
+    "static_assert(metal::is_same_v<metal::enable_if_t<true, half>, half>, \"\");\n"
+    "static_assert(metal::is_same_v<decltype(absdiff(char(1), char(2))), uchar>, \"\");\n"
+    "static_assert(float(metal::numeric_limits<half>::max()) == 65504.0f, \"constexpr half\");\n"
+    "static_assert(metal::numeric_limits<bfloat>::digits == 8, \"\");\n"
+    "static_assert(metal::is_same_v<decltype(metal::exp(bfloat(1.0f))), float>,\n"
+    "              \"MSL has no bfloat math: the argument converts to float\");\n"
+    "\n"
+    "kernel void integer_ops(device const int *a [[buffer(0)]],\n"
+    "                        device const int *b [[buffer(1)]],\n"
+    "                        device int *out [[buffer(2)]],\n"
+    "                        uint i [[thread_position_in_grid]]) {\n"
+    "  int x = a[i], y = b[i];\n"
+    "  device int *o = out + 18 * i;\n"
+    "  o[0] = mulhi(x, y);\n"
+    "  o[1] = madhi(x, y, 7);\n"
+    "  o[2] = addsat(x, y);\n"
+    "  o[3] = subsat(x, y);\n"
+    "  o[4] = int(absdiff(x, y));\n"
+    "  o[5] = reverse_bits(x);\n"
+    "  o[6] = hadd(x, y);\n"
+    "  o[7] = rhadd(x, y);\n"
+    "  o[8] = madsat(x, y, 1);\n"
+    "  o[9] = insert_bits(x, y, 4u, 8u);\n"
+    "  o[10] = extract_bits(x, 4u, 8u);\n"
+    "  o[11] = int(metal::addsat(uint(x), uint(y)));\n"
+    "  o[12] = int(metal::subsat(uint(x), uint(y)));\n"
+    "  o[13] = int(addsat(char(x), char(y)));\n"
+    "  o[14] = int(subsat(short(x), short(y)));\n"
+    "  o[15] = int(mulhi(uint(x), uint(y)));\n"
+    "  int2 v = addsat(int2(x, y), int2(y, -1));\n"
+    "  o[16] = v.x;\n"
+    "  o[17] = int(absdiff(int2(x), int2(y)).y);\n"
+    "}\n"
+    "\n"
+    "kernel void limits(device uint *o [[buffer(0)]]) {\n"
+    "  o[0] = as_type<ushort>(numeric_limits<half>::max());\n"
+    "  o[1] = as_type<ushort>(numeric_limits<half>::min());\n"
+    "  o[2] = as_type<ushort>(numeric_limits<half>::lowest());\n"
+    "  o[3] = as_type<ushort>(numeric_limits<half>::epsilon());\n"
+    "  o[4] = as_type<ushort>(numeric_limits<half>::infinity());\n"
+    "  o[5] = as_type<ushort>(numeric_limits<half>::quiet_NaN());\n"
+    "  o[6] = as_type<ushort>(numeric_limits<half>::denorm_min());\n"
+    "  o[7] = as_type<ushort>(metal::numeric_limits<bfloat>::max());\n"
+    "  o[8] = as_type<ushort>(metal::numeric_limits<bfloat>::min());\n"
+    "  o[9] = as_type<ushort>(metal::numeric_limits<bfloat>::lowest());\n"
+    "  o[10] = as_type<ushort>(metal::numeric_limits<bfloat>::epsilon());\n"
+    "  o[11] = as_type<ushort>(metal::numeric_limits<bfloat>::infinity());\n"
+    "  o[12] = as_type<ushort>(metal::numeric_limits<bfloat>::quiet_NaN());\n"
+    "  o[13] = as_type<uint>(numeric_limits<float>::max());\n"
+    "  o[14] = as_type<uint>(numeric_limits<float>::min());\n"
+    "  o[15] = as_type<uint>(numeric_limits<float>::lowest());\n"
+    "  o[16] = as_type<uint>(numeric_limits<float>::epsilon());\n"
+    "  o[17] = as_type<uint>(numeric_limits<float>::infinity());\n"
+    "  o[18] = as_type<uint>(numeric_limits<int>::min());\n"
+    "  o[19] = as_type<uint>(numeric_limits<int>::max());\n"
+    "  o[20] = numeric_limits<uchar>::max();\n"
+    "  o[21] = as_type<uint>(int(numeric_limits<short>::lowest()));\n"
+    "  o[22] = numeric_limits<uint>::max();\n"
+    "  o[23] = numeric_limits<half>::digits;\n"
+    "}\n"
+    "\n",
+    "constant float table[4] = {1.0f, 2.0f, 4.0f, 8.0f};\n"
+    "struct Coeffs { float a; float b; float c[2]; };\n"
+    "constant Coeffs coeffs = {0.5f, -1.0f, {3.0f, 4.0f}};\n"
+    "METAL_FUNC float twice(float x) { return 2.0f * x; }\n"
+    "constexpr int cube(int n) { return n * n * n; }\n"
+    "\n"
+    "kernel void math_ns(device const float *in [[buffer(0)]],\n"
+    "                    device float *out [[buffer(1)]],\n"
+    "                    uint3 pos [[thread_position_in_grid]],\n"
+    "                    ushort2 tg [[threads_per_threadgroup]]) {\n"
+    "  uint i = pos.x;\n"
+    "  float x = in[i];\n"
+    "  device float *o = out + 16 * i;\n"
+    "  o[0] = metal::exp(x);\n"
+    "  o[1] = metal::fast::exp(x);\n"
+    "  o[2] = metal::precise::exp(x);\n"
+    "  o[3] = metal::precise::divide(x, 3.0f);\n"
+    "  o[4] = metal::divide(x, 3.0f);\n"
+    "  o[5] = metal::pow(2.0f, x);\n"
+    "  o[6] = metal::fast::divide(1.0f, x + 4.0f);\n"
+    "  o[7] = metal::clamp(x, -0.5f, 0.5f);\n"
+    "  o[8] = metal::select(x, -x, x < 0.0f);\n"
+    "  o[9] = metal::fma(x, 2.0f, 1.0f);\n"
+    "  o[10] = metal::min(x, 0.25f) + metal::max(x, -0.25f);\n"
+    "  o[11] = metal::fmax3(x, 0.1f, -0.1f) + metal::fmedian3(x, 0.1f, -0.1f);\n"
+    "  o[12] = as_type<float>(as_type<uint>(x) ^ 0x80000000u);\n"
+    "  float acc = 0.0f;\n"
+    "#pragma clang loop unroll(full)\n"
+    "  for (int k = 0; k < 4; k++) acc += table[k] * coeffs.c[k & 1];\n"
+    "  o[13] = acc + coeffs.a * twice(x) + float(cube(3)) + coeffs.b;\n"
+    "  o[14] = float(pos.y + pos.z + tg.x + tg.y);\n"
+    "  o[15] = metal::precise::tan(x);\n"
+    "}\n"
+    "\n"
+    "kernel void atomics(device atomic<float> *fsum [[buffer(0)]],\n"
+    "                    device metal::atomic_uint *count [[buffer(1)]],\n"
+    "                    device atomic_int *low [[buffer(2)]],\n"
+    "                    uint i [[thread_position_in_grid]]) {\n"
+    "  metal::atomic_fetch_add_explicit(fsum, 0.25f, metal::memory_order_relaxed);\n"
+    "  atomic_fetch_add_explicit(count, 1u, memory_order_relaxed);\n"
+    "  atomic_fetch_min_explicit(low, -int(i), memory_order_relaxed);\n"
+    "}\n"
+    "\n",
+    "kernel void matrices(device const float *in [[buffer(0)]],\n"
+    "                     device float *out [[buffer(1)]],\n"
+    "                     uint i [[thread_position_in_grid]]) {\n"
+    "  device const float *p = in + 16 * i;\n"
+    "  float4x4 m(float4(p[0], p[1], p[2], p[3]), float4(p[4], p[5], p[6], p[7]),\n"
+    "             float4(p[8], p[9], p[10], p[11]), float4(p[12], p[13], p[14], p[15]));\n"
+    "  float4 v = float4(1.0f, 2.0f, 3.0f, 4.0f);\n"
+    "  float4 mv = m * v, vm = v * m;\n"
+    "  float4x4 mm = m * transpose(m);\n"
+    "  float2x2 a(1.0f, 2.0f, 3.0f, 4.0f);\n"
+    "  float2 av = a * float2(1.0f, 10.0f);\n"
+    "  float3x3 id3(2.0f);\n"
+    "  float3 w = id3 * float3(p[0], p[1], p[2]);\n"
+    "  half4x4 hm = half4x4(m);\n"
+    "  device float *o = out + 32 * i;\n"
+    "  for (int k = 0; k < 4; k++) { o[k] = mv[k]; o[4 + k] = vm[k]; o[8 + k] = mm[k][k]; }\n"
+    "  o[12] = mm[1][2]; o[13] = av.x; o[14] = av.y; o[15] = w.x + w.y + w.z;\n"
+    "  o[16] = float(hm[3][1]);\n"
+    "}\n"
+    "\n"
+    "kernel void bfloat_and_array(device const float *in [[buffer(0)]],\n"
+    "                             device float *out [[buffer(1)]],\n"
+    "                             uint i [[thread_position_in_grid]]) {\n"
+    "  bfloat b = bfloat(in[i]);\n"
+    "  metal::array<float, 3> arr = {float(b), metal::exp(b), 0.0f};\n"
+    "  arr[2] = float(arr.size());\n"
+    "  for (uint k = 0; k < arr.size(); k++) out[3 * i + k] = arr[k];\n"
+    "}\n"
+    "\n"
+    "kernel void half_conversions(device const half *in [[buffer(0)]],\n"
+    "                             device float *out [[buffer(1)]],\n"
+    "                             uint i [[thread_position_in_grid]]) {\n"
+    "  half h = in[i];\n"
+    "  half z = i % 2 ? h : 0;\n"
+    "  uint u = h;\n"
+    "  int acc = 5001;\n"
+    "  acc += h;\n"
+    "  float f = 0.5f;\n"
+    "  f += h;\n"
+    "  out[4 * i] = z;\n"
+    "  out[4 * i + 1] = float(u) + float(int(h));\n"
+    "  out[4 * i + 2] = float(acc);\n"
+    "  out[4 * i + 3] = f;\n"
+    "}\n",
+    "\n"
+    "kernel void fill_shuffles(device int *out [[buffer(0)]],\n"
+    "                          uint lane [[thread_index_in_simdgroup]],\n"
+    "                          uint tid [[thread_index_in_threadgroup]]) {\n"
+    "  int d = int(lane), f = 100 + int(lane);\n"
+    "  device int *o = out + 4 * tid;\n"
+    "  o[0] = simd_shuffle_and_fill_up(d, f, ushort(3));\n"
+    "  o[1] = simd_shuffle_and_fill_down(d, f, ushort(5));\n"
+    "  o[2] = simd_shuffle_and_fill_up(d, f, ushort(2), ushort(8));\n"
+    "  o[3] = metal::simd_shuffle_and_fill_down(d, f, ushort(3), ushort(4));\n"
+    "}\n"};
+
+static char SOURCE[16384];
+static id lib;
+
+static void setup(void) {
+  sm_run_open();
+  SOURCE[0] = 0;
+  for (size_t i = 0; i < sizeof SOURCE_PARTS / sizeof SOURCE_PARTS[0]; i++) {
+    cr_assert_lt(strlen(SOURCE) + strlen(SOURCE_PARTS[i]), sizeof SOURCE);
+    strcat(SOURCE, SOURCE_PARTS[i]);
+  }
+  id error = 0;
+  lib = sm_compile(SOURCE, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+}
+static void teardown(void) {
+  sm_release(lib);
+  sm_run_close();
+}
+TestSuite(stdlib, .init = setup, .fini = teardown, .timeout = 120);
+
+/* ---- references, with MSL's rules */
+static int64_t floor_half(int64_t s) { return s >= 0 ? s / 2 : -((-s + 1) / 2); }
+static int32_t sat32(int64_t v) { return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v; }
+static uint32_t satu32(int64_t v) { return v > (int64_t)UINT32_MAX ? UINT32_MAX : v < 0 ? 0 : (uint32_t)v; }
+static int32_t rev32(int32_t x) {
+  uint32_t u = (uint32_t)x, r = 0;
+  for (int i = 0; i < 32; i++, u >>= 1) r = (r << 1) | (u & 1u);
+  return (int32_t)r;
+}
+static int32_t abs_diff32(int32_t x, int32_t y) {
+  int64_t d = (int64_t)x - y;
+  return (int32_t)(uint32_t)(d < 0 ? -d : d);
+}
+
+Test(stdlib, integer_functions_saturate_and_do_not_overflow) {
+  const int32_t vals[] = {0, 1, -1, 7, -8, 100, 200, -200, 0x12345678, -0x7654321,
+                          INT32_MAX, INT32_MIN, INT32_MAX - 3, 40000, -40000, 127};
+  enum { V = sizeof vals / sizeof vals[0], N = V * V };
+  int32_t a[N], b[N];
+  for (int i = 0; i < N; i++) a[i] = vals[i / V], b[i] = vals[i % V];
+  id bufs[3] = {sm_buffer(a, sizeof a), sm_buffer(b, sizeof b), sm_buffer(NULL, N * 18 * 4)};
+  sm_dispatch(lib, "integer_ops", bufs, 3, SM_SIZE(N, 1, 1), SM_SIZE(64, 1, 1), false, 0);
+  const int32_t *o = sm_contents(bufs[2]);
+  for (int i = 0; i < N; i++, o += 18) {
+    int64_t x = a[i], y = b[i];
+    uint32_t ux = (uint32_t)x, uy = (uint32_t)y;
+    int8_t cx = (int8_t)x, cy = (int8_t)y;
+    int16_t sx = (int16_t)x, sy = (int16_t)y;
+    int cs = cx + cy, ss = sx - sy;
+    int32_t expect[18] = {
+        (int32_t)((x * y) >> 32),
+        (int32_t)(uint32_t)((uint32_t)(int32_t)((x * y) >> 32) + 7u),
+        sat32(x + y),
+        sat32(x - y),
+        abs_diff32(a[i], b[i]),
+        rev32(a[i]),
+        (int32_t)floor_half(x + y),
+        (int32_t)floor_half(x + y + 1),
+        sat32(x * y + 1),
+        (int32_t)(((uint32_t)x & ~0xFF0u) | (((uint32_t)y << 4) & 0xFF0u)),
+        (int32_t)(int8_t)(uint8_t)((uint32_t)x >> 4),
+        (int32_t)satu32((int64_t)ux + uy),
+        (int32_t)satu32((int64_t)ux - uy),
+        cs > 127 ? 127 : cs < -128 ? -128 : cs,
+        ss > 32767 ? 32767 : ss < -32768 ? -32768 : ss,
+        (int32_t)(uint32_t)(((uint64_t)ux * uy) >> 32),
+        sat32(x + y),
+        abs_diff32(a[i], b[i]),
+    };
+    for (int k = 0; k < 18; k++)
+      cr_expect_eq(o[k], expect[k], "x=%d y=%d function %d: %d, expected %d", a[i], b[i], k, o[k],
+                   expect[k]);
+  }
+  for (int i = 0; i < 3; i++) sm_release(bufs[i]);
+}
+
+Test(stdlib, numeric_limits_of_half_bfloat_float_and_integers) {
+  id out = sm_buffer(NULL, 24 * 4);
+  sm_dispatch(lib, "limits", &out, 1, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
+  const uint32_t *o = sm_contents(out);
+  const uint32_t expect[24] = {
+      0x7BFF, 0x0400, 0xFBFF, 0x1400, 0x7C00, 0x7E00, 0x0001,           /* half */
+      0x7F7F, 0x0080, 0xFF7F, 0x3C00, 0x7F80, 0x7FC0,                   /* bfloat */
+      0x7F7FFFFF, 0x00800000, 0xFF7FFFFF, 0x34000000, 0x7F800000,       /* float */
+      0x80000000, 0x7FFFFFFF, 255, (uint32_t)-32768, 0xFFFFFFFF, 11};
+  for (int k = 0; k < 24; k++) cr_expect_eq(o[k], expect[k], "limit %d: %#x, expected %#x", k, o[k], expect[k]);
+  sm_release(out);
+}
+
+static float rel_err(float got, double want) {
+  return (float)(want == 0 ? fabs(got) : fabs(got - want) / fabs(want));
+}
+
+Test(stdlib, metal_fast_and_precise_math_and_constant_tables) {
+  enum { N = 96 };
+  float in[N];
+  for (int i = 0; i < N; i++) in[i] = -3.0f + 0.0625f * (float)i + 0.001f * (float)(i % 7);
+  id bufs[2] = {sm_buffer(in, sizeof in), sm_buffer(NULL, N * 16 * 4)};
+  sm_dispatch(lib, "math_ns", bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(32, 1, 1), false, 0);
+  const float *o = sm_contents(bufs[1]);
+  for (int i = 0; i < N; i++, o += 16) {
+    float x = in[i];
+    double e = exp((double)x);
+    cr_expect_lt(rel_err(o[0], e), 4e-6f, "exp(%g) = %.9g", x, o[0]);
+    cr_expect_lt(rel_err(o[1], e), 4e-6f, "fast::exp(%g) = %.9g", x, o[1]);
+    cr_expect_eq(o[2], expf(x), "precise::exp(%g) = %.9g is libm's under fast math", x, o[2]);
+    cr_expect_eq(o[3], x / 3.0f, "precise::divide(%g, 3) = %.9g: correctly rounded", x, o[3]);
+    cr_expect_lt(rel_err(o[4], x / 3.0), 4e-7f, "divide(%g, 3) = %.9g", x, o[4]);
+    cr_expect_lt(rel_err(o[5], pow(2.0, x)), 4e-6f, "pow(2, %g) = %.9g", x, o[5]);
+    cr_expect_lt(rel_err(o[6], 1.0 / (x + 4.0)), 4e-7f, "fast::divide");
+    cr_expect_eq(o[7], fminf(fmaxf(x, -0.5f), 0.5f));
+    cr_expect_eq(o[8], fabsf(x));
+    cr_expect_eq(o[9], fmaf(x, 2.0f, 1.0f));
+    cr_expect_eq(o[10], fminf(x, 0.25f) + fmaxf(x, -0.25f));
+    float med = fmaxf(fminf(x, 0.1f), fminf(fmaxf(x, 0.1f), -0.1f));
+    cr_expect_eq(o[11], fmaxf(fmaxf(x, 0.1f), -0.1f) + med, "fmax3 + fmedian3 at %g", x);
+    cr_expect_eq(o[12], -x);
+    /* table . (3, 4, 3, 4) = 3 + 8 + 12 + 32 = 55; + 0.5 * 2x + 27 - 1 */
+    cr_expect_lt(rel_err(o[13], 55.0 + x + 27.0 - 1.0), 1e-6f, "constant tables at %g: %g", x, o[13]);
+    cr_expect_eq(o[14], 33.0f, "uint3 grid position (y, z = 0) and ushort2 threadgroup size (32, 1)");
+    cr_expect_eq(o[15], tanf(x), "precise::tan(%g) = %.9g is libm's under fast math", x, o[15]);
+  }
+  sm_release(bufs[0]);
+  sm_release(bufs[1]);
+}
+
+Test(stdlib, atomic_float_add_count_and_min) {
+  enum { N = 1000 };
+  float fsum = 1.0f;
+  uint32_t count = 0;
+  int32_t low = 5;
+  id bufs[3] = {sm_buffer(&fsum, 4), sm_buffer(&count, 4), sm_buffer(&low, 4)};
+  sm_dispatch(lib, "atomics", bufs, 3, SM_SIZE(N, 1, 1), SM_SIZE(100, 1, 1), false, 0);
+  cr_expect_eq(*(float *)sm_contents(bufs[0]), 1.0f + 0.25f * N);
+  cr_expect_eq(*(uint32_t *)sm_contents(bufs[1]), N);
+  cr_expect_eq(*(int32_t *)sm_contents(bufs[2]), -(N - 1));
+  for (int i = 0; i < 3; i++) sm_release(bufs[i]);
+}
+
+Test(stdlib, column_major_matrices) {
+  enum { N = 8 };
+  float in[N * 16];
+  for (int i = 0; i < N * 16; i++) in[i] = (float)((i * 7) % 13) - 6.0f;
+  id bufs[2] = {sm_buffer(in, sizeof in), sm_buffer(NULL, N * 32 * 4)};
+  sm_dispatch(lib, "matrices", bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1), false, 0);
+  const float *o = sm_contents(bufs[1]);
+  for (int i = 0; i < N; i++, o += 32) {
+    const float *m = in + 16 * i; /* m[c * 4 + r]: column c, row r */
+    const float v[4] = {1, 2, 3, 4};
+    for (int r = 0; r < 4; r++) {
+      float mv = 0, vm = 0, mm = 0;
+      for (int c = 0; c < 4; c++) {
+        mv += m[c * 4 + r] * v[c];
+        vm += v[c] * m[r * 4 + c];
+        mm += m[c * 4 + r] * m[c * 4 + r];
+      }
+      cr_expect_eq(o[r], mv, "(m * v)[%d]", r);
+      cr_expect_eq(o[4 + r], vm, "(v * m)[%d]", r);
+      cr_expect_eq(o[8 + r], mm, "(m * transpose(m))[%d][%d]", r, r);
+    }
+    float m12 = 0; /* column 1, row 2 of m * m^T = row 2 of m . row 1 of m */
+    for (int c = 0; c < 4; c++) m12 += m[c * 4 + 2] * m[c * 4 + 1];
+    cr_expect_eq(o[12], m12);
+    cr_expect_eq(o[13], 31.0f, "float2x2(1, 2, 3, 4) * (1, 10): columns (1, 2) and (3, 4)");
+    cr_expect_eq(o[14], 42.0f);
+    cr_expect_eq(o[15], 2.0f * (m[0] + m[1] + m[2]), "float3x3(2) is 2 on the diagonal");
+    cr_expect_eq(o[16], m[3 * 4 + 1], "half4x4(float4x4) converts each element");
+  }
+  sm_release(bufs[0]);
+  sm_release(bufs[1]);
+}
+
+static float bf16_round(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  x &= 0xFFFF0000u;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+Test(stdlib, bfloat_math_computes_in_float_and_metal_array) {
+  enum { N = 64 };
+  float in[N];
+  for (int i = 0; i < N; i++) in[i] = -4.0f + 0.1234567f * (float)i;
+  id bufs[2] = {sm_buffer(in, sizeof in), sm_buffer(NULL, N * 3 * 4)};
+  sm_dispatch(lib, "bfloat_and_array", bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1), false, 0);
+  const float *o = sm_contents(bufs[1]);
+  for (int i = 0; i < N; i++) {
+    float b = bf16_round(in[i]);
+    cr_expect_eq(o[3 * i], b, "bfloat(%g) rounds to nearest even", in[i]);
+    cr_expect_lt(rel_err(o[3 * i + 1], exp((double)b)), 4e-6f,
+                 "exp(bfloat) is a float, not rounded to bfloat");
+    cr_expect_eq(o[3 * i + 2], 3.0f);
+  }
+  sm_release(bufs[0]);
+  sm_release(bufs[1]);
+}
+
+/* Round to half (normal range), to nearest even. */
+static float half_round(float f) {
+  if (f == 0.0f) return f;
+  int e;
+  frexpf(f, &e);
+  return ldexpf(nearbyintf(ldexpf(f, 11 - e)), e - 11);
+}
+static uint16_t half_bits(float f) { /* exact halves in the normal range only */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, exp = ((x >> 23) & 0xFFu) - 127 + 15;
+  return (uint16_t)(sign | (exp << 10) | ((x & 0x7FFFFFu) >> 13));
+}
+
+Test(stdlib, half_converts_as_an_arithmetic_type) {
+  const float vals[] = {0.5f, 1.0f, 2.5f, 3.75f, 100.5f, 1000.0f, 7.0f, 0.25f};
+  enum { N = sizeof vals / sizeof vals[0] };
+  uint16_t in[N];
+  for (int i = 0; i < N; i++) in[i] = half_bits(vals[i]);
+  id bufs[2] = {sm_buffer(in, sizeof in), sm_buffer(NULL, N * 4 * 4)};
+  sm_dispatch(lib, "half_conversions", bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1), false, 0);
+  const float *o = sm_contents(bufs[1]);
+  for (int i = 0; i < N; i++) {
+    float h = vals[i];
+    cr_expect_eq(o[4 * i], i % 2 ? h : 0.0f, "c ? half : 0 is a half");
+    cr_expect_eq(o[4 * i + 1], 2.0f * (float)(int)h, "half to uint and int truncate");
+    cr_expect_eq(o[4 * i + 2], (float)(int)half_round(half_round(5001.0f) + h),
+                 "int += half is a half addition: %g", o[4 * i + 2]);
+    cr_expect_eq(o[4 * i + 3], 0.5f + h, "float += half is a float addition");
+  }
+  sm_release(bufs[0]);
+  sm_release(bufs[1]);
+}
+
+Test(stdlib, simd_shuffle_and_fill_within_vectors_of_modulo_lanes) {
+  enum { N = 64 };
+  id out = sm_buffer(NULL, N * 4 * 4);
+  sm_dispatch(lib, "fill_shuffles", &out, 1, SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1), false, 0);
+  const int32_t *o = sm_contents(out);
+  for (int t = 0; t < N; t++) {
+    int l = t % 32, in8 = l % 8, lo8 = l - in8, in4 = l % 4, lo4 = l - in4;
+    int want[4] = {
+        l >= 3 ? l - 3 : 100 + 32 - 3 + l,
+        l + 5 < 32 ? l + 5 : 100 + l + 5 - 32,
+        in8 >= 2 ? lo8 + in8 - 2 : 100 + lo8 + 8 - 2 + in8,
+        in4 + 3 < 4 ? lo4 + in4 + 3 : 100 + lo4 + in4 + 3 - 4,
+    };
+    for (int k = 0; k < 4; k++)
+      cr_expect_eq(o[4 * t + k], want[k], "thread %d, shuffle %d: %d, expected %d", t, k,
+                   o[4 * t + k], want[k]);
+  }
+  sm_release(out);
+}
