@@ -304,6 +304,9 @@ static inline void cm__send_void_boolean(cm__id self, cm__sel sel, bool a) {
 static inline void cm__send_void_int(cm__id self, cm__sel sel, cm__int a) {
     CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__int), self, sel, a);
 }
+static inline void cm__send_void_uint(cm__id self, cm__sel sel, cm__uint a) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__uint), self, sel, a);
+}
 static inline void cm__send_void_range(cm__id self, cm__sel sel,
                                        cm__ns_range a) {
     CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__ns_range), self, sel, a);
