@@ -6,6 +6,7 @@
 #include <cmetal/ops.h>
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -651,17 +652,12 @@ static void cm__msl_literal(cm__text *t, cm_dtype dt, const void *p) {
     }
     default:
         cm__convert_element(CM_FLOAT64, &f, dt, p);
-        /* as_type keeps every bit (NaN, infinities, -0) */
-        if (dt == CM_FLOAT32) {
-            float v = (float)f;
-            uint32_t bits;
-            memcpy(&bits, &v, sizeof bits);
-            cm__text_fmt(t, "as_type<float>(0x%08" PRIx32 "u)", bits);
-        } else {
-            uint16_t bits;
-            memcpy(&bits, p, sizeof bits);
-            cm__text_fmt(t, "as_type<%s>((ushort)0x%04x)", cm__msl_type(dt), bits);
-        }
+        if (isnan(f))
+            cm__text_fmt(t, "%s(NAN)", cm__msl_type(dt));
+        else if (isinf(f))
+            cm__text_fmt(t, "%s(%sINFINITY)", cm__msl_type(dt), f < 0 ? "-" : "");
+        else /* 17 digits: exact for every float16, bfloat16 and float32 */
+            cm__text_fmt(t, "%s(%.17ef)", cm__msl_type(dt), f);
         return;
     }
 }
