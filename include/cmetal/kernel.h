@@ -82,6 +82,27 @@ typedef struct cm_library_desc {
 CM_API cm_status cm_library_create(cm_device *device, const cm_library_desc *desc,
                                    cm_library **out);
 
+/* Loads a precompiled library from `size` bytes at `data`: a .metallib on
+ * a Mac (newLibraryWithData:error: over dispatch_data_create), softmetal's
+ * library container on Linux (made by softmetal-metallib; it holds source
+ * that softmetal compiles when loaded: see tools/softmetal/README.md).
+ * Nothing is compiled by cmetal; the bytes are copied, and the same bytes
+ * loaded again give the device's cached library. CMake's
+ * cmetal_embed_library(target file symbol) embeds such a file into a
+ * binary. Kernels of a loaded library cannot tell which buffer indices
+ * they use, so cm_kernel_dispatch cannot name a missing one.
+ * Ownership: returns +1; data is borrowed for the call.
+ * Errors: CM_ERR_INVALID_ARGUMENT (NULL data, size 0, or bytes the
+ * framework does not take as a library, with its message),
+ * CM_ERR_UNSUPPORTED (not a Metal device; no libdispatch).
+ * Thread-safety: any thread. */
+CM_API cm_status cm_library_load(cm_device *device, const void *data, size_t size,
+                                 cm_library **out);
+
+/* cm_library_load of a whole file. Errors: also CM_ERR_INVALID_ARGUMENT
+ * naming the path when it cannot be read. */
+CM_API cm_status cm_library_load_file(cm_device *device, const char *path, cm_library **out);
+
 /* Reference counting; release(NULL) is a no-op. Thread-safety: atomic. */
 CM_API cm_status cm_library_retain(cm_library *library);
 CM_API cm_status cm_library_release(cm_library *library);

@@ -203,6 +203,11 @@ struct cm__kernel_backend {
      * cache. Errors as `func`: CM_ERR_COMPILE with the diagnostics. */
     cm_status (*library_create)(const char *func, cm_device *device, const char *source,
                                 const cm__compile_options *options, void **out);
+    /* A library from precompiled bytes (+1 in *out), or from the cache.
+     * Errors as `func`: CM_ERR_INVALID_ARGUMENT when the framework refuses
+     * the bytes. */
+    cm_status (*library_load)(const char *func, cm_device *device, const void *data, size_t size,
+                              void **out);
     void (*library_release)(void *library);
     /* The pipeline of a function of the library (+1 in *out) with the
      * constants (checked: supported dtypes, distinct indices), and its

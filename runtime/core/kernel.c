@@ -122,19 +122,23 @@ static cm_status cm__resolve_options(const char *func, cm_math_mode mode, uint32
 
 /* ------------------------------------------------------------ libraries */
 
+/* A library from source (user_source for the signature scan, full_source
+ * compiled) or, when full_source is NULL, from `size` bytes at `data`. */
 static cm_status cm__library_new(const char *func, cm_device *device, const char *user_source,
                                  const char *full_source, const cm__compile_options *options,
-                                 cm_library **out) {
+                                 const void *data, size_t size, cm_library **out) {
     const cm__kernel_backend *k = cm__kernels_of(func, device);
     if (k == NULL)
         return CM_ERR_UNSUPPORTED;
     cm_library *lib = CM__NEW(cm_library);
-    char *copy = lib != NULL ? cm__strdup(user_source) : NULL;
-    if (copy == NULL) {
+    char *copy = lib != NULL && user_source != NULL ? cm__strdup(user_source) : NULL;
+    if (lib == NULL || (user_source != NULL && copy == NULL)) {
         cm__free(lib);
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a library");
     }
-    cm_status status = k->library_create(func, device, full_source, options, &lib->impl);
+    cm_status status = full_source != NULL
+                           ? k->library_create(func, device, full_source, options, &lib->impl)
+                           : k->library_load(func, device, data, size, &lib->impl);
     if (status != CM_OK) {
         cm__free(copy);
         cm__free(lib);
@@ -185,8 +189,47 @@ cm_status cm_library_create(cm_device *device, const cm_library_desc *desc, cm_l
         cm__free(src.data);
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the source");
     }
-    cm_status status = cm__library_new(__func__, device, desc->source, src.data, &options, out);
+    cm_status status =
+        cm__library_new(__func__, device, desc->source, src.data, &options, NULL, 0, out);
     cm__free(src.data);
+    return status;
+}
+
+cm_status cm_library_load(cm_device *device, const void *data, size_t size, cm_library **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(device);
+    CM__REQUIRE_NONNULL(data);
+    CM__REQUIRE_ARG(size > 0, "size = 0: a library has bytes");
+    return cm__library_new(__func__, device, NULL, NULL, NULL, data, size, out);
+}
+
+cm_status cm_library_load_file(cm_device *device, const char *path, cm_library **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(device);
+    CM__REQUIRE_NONNULL(path);
+    if (cm__kernels_of(__func__, device) == NULL)
+        return CM_ERR_UNSUPPORTED;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return cm__fail(CM_ERR_INVALID_ARGUMENT, "path = \"%s\" cannot be opened", path);
+    cm__text bytes = {0};
+    char chunk[16384];
+    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;)
+        cm__text_put(&bytes, chunk, n);
+    const bool read_error = ferror(f) != 0;
+    fclose(f);
+    cm_status status;
+    if (read_error)
+        status = cm__fail(CM_ERR_INVALID_ARGUMENT, "path = \"%s\" cannot be read", path);
+    else if (bytes.failed)
+        status = cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the file \"%s\"", path);
+    else if (bytes.len == 0)
+        status = cm__fail(CM_ERR_INVALID_ARGUMENT, "path = \"%s\" is empty", path);
+    else
+        status = cm__library_new(__func__, device, NULL, NULL, NULL, bytes.data, bytes.len, out);
+    cm__free(bytes.data);
     return status;
 }
 
@@ -795,7 +838,8 @@ static cm_status cm__body_variant_get(const char *func, cm_body_kernel *k, const
         }
     cm_library *lib = NULL;
     cm_kernel *kernel = NULL;
-    cm_status status = cm__library_new(func, k->device, source, source, &k->options, &lib);
+    cm_status status =
+        cm__library_new(func, k->device, source, source, &k->options, NULL, 0, &lib);
     if (status == CM_OK) {
         status = cm_kernel_create(lib, &(cm_kernel_desc){.name = k->name}, &kernel);
         if (status != CM_OK) {

@@ -192,6 +192,68 @@ cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *s
     return status;
 }
 
+/* A library from precompiled bytes (newLibraryWithData:error:), +1 in *out. */
+static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data, size_t size,
+                                cm__id *out) {
+    *out = NULL;
+    if (!cm__dispatch_data_available())
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "libdispatch's dispatch_data_create was not found (the Metal "
+                           "framework in use provides none), so libraries cannot be loaded "
+                           "from bytes");
+    cm__id dd = cm__dispatch_data_create(data, size);
+    if (dd == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "dispatch_data_create of %zu bytes failed",
+                           size);
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL;
+    cm__id library = cm__msg_newLibraryWithData_error(device, dd, &error);
+    cm_status status = CM_OK;
+    if (library == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_INVALID_ARGUMENT, error,
+                                   "the data is not a Metal library");
+    cm__objc_pool_pop(pool);
+    cm__dispatch_release(dd);
+    *out = library;
+    return status;
+}
+
+/* The device's library of the bytes (+1 in *out), loaded on first use. */
+static cm_status cm__metal_library_data(const char *func, cm__metal_device *d, const void *data,
+                                        size_t size, cm__id *out, uint64_t *serial) {
+    *out = NULL;
+    size_t n;
+    if (cm__add_overflow_size(size, 1, &n))
+        return cm__fail_as(func, CM_ERR_OVERFLOW, "size = %zu is too large", size);
+    char *key = cm__alloc(n, 1);
+    if (key == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a cache key");
+    key[0] = 'D';
+    memcpy(key + 1, data, size);
+    const uint64_t hash = cm__fnv1a(key, n);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
+    if (c == NULL) {
+        cm__id lib = NULL;
+        status = cm__metal_load_bytes(func, d->device, data, size, &lib);
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, n, lib);
+            if (c == NULL) {
+                cm__objc_release(lib);
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            }
+        }
+    }
+    if (status == CM_OK) {
+        *out = cm__objc_retain(c->object);
+        *serial = c->serial;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    cm__free(key);
+    return status;
+}
+
 /* ------------------------------------------------------------ pipelines */
 
 static cm__uint cm__mtl_data_type(cm_dtype dt) {
@@ -395,6 +457,21 @@ static cm_status cm__kb_library_create(const char *func, cm_device *device, cons
     return CM_OK;
 }
 
+static cm_status cm__kb_library_load(const char *func, cm_device *device, const void *data,
+                                     size_t size, void **out) {
+    cm__metal_lib *lib = CM__NEW(cm__metal_lib);
+    if (lib == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a library");
+    cm_status status = cm__metal_library_data(func, cm__mtl_dev(device), data, size,
+                                              &lib->library, &lib->serial);
+    if (status != CM_OK) {
+        cm__free(lib);
+        return status;
+    }
+    *out = lib;
+    return CM_OK;
+}
+
 static void cm__kb_library_release(void *library) {
     cm__metal_lib *lib = library;
     cm__objc_release(lib->library);
@@ -429,6 +506,7 @@ static cm_status cm__kb_dispatch(cm_kernel *kernel, const cm__kernel_launch *d) 
 
 const cm__kernel_backend cm__metal_kernel_backend = {
     .library_create = cm__kb_library_create,
+    .library_load = cm__kb_library_load,
     .library_release = cm__kb_library_release,
     .kernel_create = cm__kb_kernel_create,
     .kernel_release = cm__kb_kernel_release,

@@ -40,6 +40,7 @@
     X(newLibraryWithSource_options_error, "newLibraryWithSource:options:error:", \
       id_id_id_idp)                                                             \
     X(newLibraryWithURL_error, "newLibraryWithURL:error:", id_id_idp)           \
+    X(newLibraryWithData_error, "newLibraryWithData:error:", id_id_idp)         \
     X(newComputePipelineStateWithFunction_error,                                \
       "newComputePipelineStateWithFunction:error:", id_id_idp)                  \
     X(supportsFamily, "supportsFamily:", boolean_int)                              \

@@ -642,3 +642,61 @@ Test(kernel, concurrent_creation_and_dispatch_share_one_pipeline) {
     cr_assert_eq(sm_live("SMComputePipelineState"), 1, "one pipeline for every thread");
     cm_device_release(d);
 }
+
+/* ------------------------------------------------------------ precompiled */
+
+/* axpb.metal through softmetal-metallib, embedded by cmetal_embed_library. */
+extern const unsigned char cm_test_axpb[];
+extern const size_t cm_test_axpb_size;
+
+static void run_axpb(cm_device *d, cm_library *lib) {
+    cm_kernel *k = NULL;
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "axpb"}, &k));
+    cm_tensor *x = iota_f32(d, 32), *y = vec(d, CM_FLOAT32, 32);
+    const float a = 2;
+    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+        .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                  {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y},
+                                  {.type = CM_ARG_BYTES, .index = 2, .data = &a, .size = 4}},
+        .arg_count = 3, .grid = {32}}));
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
+    for (int i = 0; i < 32; ++i)
+        cr_assert_eq(p[i], 2.0f * (float)i + 0.5f, "y[%d] = %g", i, p[i]);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_kernel_release(k);
+}
+
+Test(kernel, precompiled_libraries_load_from_embedded_bytes_and_files) {
+    cm_device *d = metal();
+    cr_assert_gt(cm_test_axpb_size, 32);
+    cm_library *lib = NULL, *again = NULL, *file = NULL;
+    CHECK(cm_library_load(d, cm_test_axpb, cm_test_axpb_size, &lib));
+    run_axpb(d, lib);
+    const long libraries = sm_live("SMLibrary");
+    CHECK(cm_library_load(d, cm_test_axpb, cm_test_axpb_size, &again));
+    cr_assert_eq(sm_live("SMLibrary"), libraries, "the same bytes give the cached library");
+    CHECK(cm_library_load_file(d, CM_TEST_AXPB_PATH, &file));
+    cr_assert_eq(sm_live("SMLibrary"), libraries, "the file holds the same bytes");
+    run_axpb(d, file);
+
+    cm_library *bad = NULL;
+    EXPECT_FAIL(cm_library_load(d, "not a library", 13, &bad), CM_ERR_INVALID_ARGUMENT,
+                "cm_library_load: the data is not a Metal library");
+    cr_assert(strstr(cm_last_error(), "no SMMTLLIB header") != NULL, "%s", cm_last_error());
+    EXPECT_FAIL(cm_library_load(d, "MTLB\x01\x80\x02\x00", 8, &bad), CM_ERR_INVALID_ARGUMENT,
+                "Apple metallib");
+    unsigned char cut[64];
+    memcpy(cut, cm_test_axpb, sizeof cut);
+    EXPECT_FAIL(cm_library_load(d, cut, sizeof cut, &bad), CM_ERR_INVALID_ARGUMENT,
+                "truncated");
+    EXPECT_FAIL(cm_library_load(d, cut, 0, &bad), CM_ERR_INVALID_ARGUMENT, "size = 0");
+    EXPECT_FAIL(cm_library_load_file(d, "/nonexistent/x.metallib", &bad), CM_ERR_INVALID_ARGUMENT,
+                "cm_library_load_file: path = \"/nonexistent/x.metallib\" cannot be opened");
+    cr_assert_null(bad);
+    cm_library_release(lib);
+    cm_library_release(again);
+    cm_library_release(file);
+    cm_device_release(d);
+}
