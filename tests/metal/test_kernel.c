@@ -700,3 +700,72 @@ Test(kernel, precompiled_libraries_load_from_embedded_bytes_and_files) {
     cm_library_release(file);
     cm_device_release(d);
 }
+
+/* ------------------------------------------------------------ constants */
+
+static const char constants_source[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "constant bool use_bias [[function_constant(0)]];\n"
+    "constant float scale [[function_constant(1)]];\n"
+    "constant half bias [[function_constant(2)]];\n"
+    "constant int shift [[function_constant(3)]];\n"
+    "kernel void affine(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
+    "                   uint i [[thread_position_in_grid]]) {\n"
+    "    y[i] = x[i] * scale + (use_bias ? float(bias) : 0.0f) + float(shift);\n"
+    "}\n";
+
+Test(kernel, function_constants_specialise_one_source) {
+    cm_device *d = metal();
+    cm_library *lib = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = constants_source}, &lib));
+    const bool yes = true, no = false;
+    const float scale = 3;
+    const uint16_t bias_half = 0x3c00; /* 1.0 as float16 */
+    const int32_t shift = 10;
+    cm_function_constant c[4] = {{0, CM_BOOL, &yes}, {1, CM_FLOAT32, &scale},
+                                 {2, CM_FLOAT16, &bias_half}, {3, CM_INT32, &shift}};
+    cm_kernel *with = NULL, *without = NULL, *dup = NULL;
+    c[1].index = 0; /* checked before the framework is asked */
+    EXPECT_FAIL(cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
+                                                        .constant_count = 4}, &dup),
+                CM_ERR_INVALID_ARGUMENT, "desc->constants[1].index = 0 repeats desc->constants[0]");
+    c[1].index = 1;
+    cm_status s = cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
+                                                          .constant_count = 4}, &with);
+    if (s == CM_ERR_UNSUPPORTED) {
+        /* A framework without MTLFunctionConstantValues (softmetal before its
+         * function constants land) is refused, saying so. */
+        cr_assert(strstr(cm_last_error(), "has no MTLFunctionConstantValues") != NULL, "%s",
+                  cm_last_error());
+        cm_library_release(lib);
+        cm_device_release(d);
+        cr_skip_test("the Metal framework has no function constants");
+    }
+    CHECK(s);
+    c[0].value = &no;
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
+                                                  .constant_count = 4}, &without));
+    cm_tensor *x = iota_f32(d, 8), *y1 = vec(d, CM_FLOAT32, 8), *y2 = vec(d, CM_FLOAT32, 8);
+    cm_kernel *ks[2] = {with, without};
+    cm_tensor *ys[2] = {y1, y2};
+    for (int j = 0; j < 2; ++j)
+        CHECK(cm_kernel_dispatch(ks[j], NULL, &(cm_dispatch_desc){
+            .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                      {.type = CM_ARG_OUTPUT, .index = 1, .tensor = ys[j]}},
+            .arg_count = 2, .grid = {8}}));
+    const float *p1 = NULL, *p2 = NULL;
+    CHECK(cm_tensor_host_read(y1, CM_FLOAT32, (const void **)&p1));
+    CHECK(cm_tensor_host_read(y2, CM_FLOAT32, (const void **)&p2));
+    for (int i = 0; i < 8; ++i) {
+        cr_assert_eq(p1[i], 3.0f * (float)i + 1.0f + 10.0f);
+        cr_assert_eq(p2[i], 3.0f * (float)i + 10.0f);
+    }
+    cm_tensor_release(x);
+    cm_tensor_release(y1);
+    cm_tensor_release(y2);
+    cm_kernel_release(with);
+    cm_kernel_release(without);
+    cm_library_release(lib);
+    cm_device_release(d);
+}
