@@ -468,10 +468,12 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
     return CM_OK;
 }
 
-static cm_status cm__dispatch_checked(const char *func, cm_kernel *kernel, cm_stream *stream,
-                                      const cm_kernel_arg *args, uint32_t nargs,
-                                      cm_grid_unit unit, const uint64_t grid[3],
-                                      const uint32_t group[3]) {
+/* Checks a dispatch into *d (binds: its argument storage) without
+ * encoding anything. */
+static cm_status cm__launch_prepare(const char *func, cm_kernel *kernel, cm_stream *stream,
+                                    const cm_kernel_arg *args, uint32_t nargs, cm_grid_unit unit,
+                                    const uint64_t grid[3], const uint32_t group[3],
+                                    cm__kernel_launch *d, cm__kernel_bind *binds) {
     cm_device *device = kernel->library->device;
     if (stream == NULL)
         stream = device->default_stream;
@@ -487,21 +489,25 @@ static cm_status cm__dispatch_checked(const char *func, cm_kernel *kernel, cm_st
     if (nargs > 0 && args == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "desc->args = NULL with arg_count = %" PRIu32, nargs);
-    cm__kernel_launch d = {.func = func, .stream = stream};
-    CM__TRY(cm__resolve_grid(func, kernel, unit, grid, group, &d));
-    cm__kernel_bind binds[2 * CM_KERNEL_MAX_BUFFERS];
-    CM__TRY(cm__check_args(func, kernel, device, args, nargs, binds, &d.nargs));
-    if (d.grid[0] == 0)
+    *d = (cm__kernel_launch){.func = func, .stream = stream, .args = binds};
+    CM__TRY(cm__resolve_grid(func, kernel, unit, grid, group, d));
+    return cm__check_args(func, kernel, device, args, nargs, binds, &d->nargs);
+}
+
+static cm_status cm__launch(cm_kernel *kernel, const cm__kernel_launch *d) {
+    if (d->grid[0] == 0)
         return CM_OK; /* an empty grid: nothing to run */
-    d.args = binds;
-    return device->backend->kernels->dispatch(kernel, &d);
+    return kernel->library->device->backend->kernels->dispatch(kernel, d);
 }
 
 cm_status cm_kernel_dispatch(cm_kernel *kernel, cm_stream *stream, const cm_dispatch_desc *desc) {
     CM__REQUIRE_NONNULL(kernel);
     CM__REQUIRE_NONNULL(desc);
-    return cm__dispatch_checked(__func__, kernel, stream, desc->args, desc->arg_count,
-                                desc->grid_unit, desc->grid, desc->threadgroup);
+    cm__kernel_launch d;
+    cm__kernel_bind binds[2 * CM_KERNEL_MAX_BUFFERS];
+    CM__TRY(cm__launch_prepare(__func__, kernel, stream, desc->args, desc->arg_count,
+                               desc->grid_unit, desc->grid, desc->threadgroup, &d, binds));
+    return cm__launch(kernel, &d);
 }
 
 /* ------------------------------------------------------------ body kernels */
@@ -942,6 +948,10 @@ cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,
                                         .size = sizeof(int32_t)};
         }
     }
+    cm__kernel_launch d;
+    cm__kernel_bind binds[2 * CM_KERNEL_MAX_BUFFERS];
+    CM__TRY(cm__launch_prepare(func, k, stream, args, n, desc->grid_unit, desc->grid,
+                               desc->threadgroup, &d, binds));
     if (desc->init_value != NULL)
         for (uint32_t i = 0; i < kernel->noutputs; ++i) {
             status = cm_fill(desc->outputs[i], CM_FLOAT64, desc->init_value, stream);
@@ -951,8 +961,7 @@ cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,
                 return cm__fail_as(func, status, "init_value into outputs[%u]: %s", i, msg);
             }
         }
-    return cm__dispatch_checked(func, k, stream, args, n, desc->grid_unit, desc->grid,
-                                desc->threadgroup);
+    return cm__launch(k, &d);
 }
 
 /* ------------------------------------------------------------ signature scan */

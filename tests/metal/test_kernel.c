@@ -443,6 +443,16 @@ Test(kernel, body_kernels_over_strided_and_offset_views) {
     CHECK(cm_body_kernel_dispatch(k, NULL, &bd));
     CHECK(cm_tensor_host_read(ho, CM_FLOAT32, (const void **)&p));
     cr_assert_eq(p[8], 6.5f);
+    /* A bad threadgroup fails before the initial fill is encoded. */
+    const double nine = 9;
+    bd.init_value = &nine;
+    bd.threadgroup[0] = 2048;
+    EXPECT_FAIL(cm_body_kernel_dispatch(k, NULL, &bd), CM_ERR_INVALID_ARGUMENT,
+                "cm_body_kernel_dispatch: desc->threadgroup = {2048, 1, 1}");
+    CHECK(cm_tensor_host_read(ho, CM_FLOAT32, (const void **)&p));
+    cr_assert_eq(p[8], 6.5f, "outputs are untouched: %g", p[8]);
+    bd.threadgroup[0] = 0;
+    bd.init_value = &init;
 
     /* Errors name the tensor. */
     cm_tensor *ro = NULL;
