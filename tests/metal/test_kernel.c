@@ -351,10 +351,26 @@ Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) 
     EXPECT_FAIL(cm_kernel_create(lib, &(cm_kernel_desc){.name = "k3", .constant_count = 1,
         .constants = &(cm_function_constant){.index = 0, .dtype = CM_FLOAT64, .value = &a}}, &none),
         CM_ERR_INVALID_ARGUMENT, "desc->constants[0].dtype = 13");
+    cm_library_release(lib);
     EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = NULL}, &lib),
                 CM_ERR_INVALID_ARGUMENT, "desc->source = NULL");
     EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "", .math_mode = 9}, &lib),
                 CM_ERR_INVALID_ARGUMENT, "math_mode = 9 is not a cm_math_mode");
+    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "",
+                                                        .language_version = CM_MSL_VERSION(0, 5)},
+                                  &lib),
+                CM_ERR_INVALID_ARGUMENT, "language_version = 0x5 is not an MSL version");
+    /* A version the framework cannot set is refused, not ignored. */
+    cm_status sv = cm_library_create(d, &(cm_library_desc){.source = three_args_source,
+                                      .language_version = CM_MSL_VERSION(3, 1)}, &lib);
+    if (sv == CM_OK)
+        cm_library_release(lib);
+    else
+        cr_assert(sv == CM_ERR_UNSUPPORTED &&
+                      strstr(cm_last_error(), "language_version = 3.1: this Metal framework's "
+                                              "MTLCompileOptions has no setLanguageVersion:"),
+                  "%s", cm_last_error());
+    lib = NULL;
     cm_library *cpu_lib = NULL;
     EXPECT_FAIL(cm_library_create(cpu, &(cm_library_desc){.source = three_args_source}, &cpu_lib),
                 CM_ERR_UNSUPPORTED, "the cpu device runs no custom kernels: open a Metal device");
