@@ -4,7 +4,7 @@
 #define SM_ABI_H
 #include <stdint.h>
 
-#define SM_ABI_VERSION 1u
+#define SM_ABI_VERSION 2u
 #define SM_MAX_BINDINGS 31u
 #define SM_SIMD_WIDTH 32u
 #define SM_SIMD_SLOT 32u /* bytes per lane and bank: 16 of value, then the tag */
@@ -19,7 +19,27 @@ struct sm_kernel_desc {
   uint32_t needs_fibers;     /* barriers or simdgroup functions */
   uint32_t buffer_mask;      /* [[buffer(n)]] indices used */
   uint32_t threadgroup_mask; /* [[threadgroup(n)]] indices used */
+  uint32_t written_mask;     /* [[buffer(n)]] that is a non-const device pointer or reference */
+  /* Function constants: positions in softmetal_constants[] the kernel reaches. */
+  const uint32_t *fc_used;
+  uint32_t fc_used_count;
+  /* Bindings present only when a bool constant is true ([[function_constant(c)]] on
+   * a parameter): triples {0 buffer / 1 threadgroup, index, constant position}. */
+  uint32_t fc_cond_count;
+  const uint32_t *fc_conds;
 };
+
+/* One per function constant of a library, in declaration order
+ * (softmetal_constants[], softmetal_constant_count). Derived constants are
+ * program-scope constants initialised from function constants. */
+struct sm_constant_desc {
+  const char *name;
+  uint32_t index;    /* [[function_constant(index)]]; UINT32_MAX when derived */
+  uint32_t type;     /* MTLDataType */
+  uint32_t size;     /* bytes of the value */
+  uint32_t optional; /* named in is_function_constant_defined() */
+};
+#define SM_FC_SLOT 16u /* bytes per constant in sm_thread.fc_values */
 
 /* One per thread of a dispatch; the kernel reads it through sm_cur. */
 struct sm_thread {
@@ -41,6 +61,15 @@ struct sm_thread {
   void (*barrier)(struct sm_thread *t);   /* threadgroup_barrier */
   void (*simd_sync)(struct sm_thread *t); /* waits for the simdgroup's active lanes */
   void *sched;            /* softmetal's scheduler state */
+  /* Function constant values of the pipeline: [constants][SM_FC_SLOT], and
+   * whether each was given. */
+  const unsigned char *fc_values;
+  const unsigned char *fc_defined;
+  /* Threadgroup variables declared in function bodies: the storage of
+   * declaration id for the current threadgroup, poisoned (0xFF) when first
+   * reached in it. */
+  void *(*tg_var)(struct sm_thread *t, uint32_t id, uint32_t size, uint32_t align);
+  void *tg_arena;
 };
 
 #endif

@@ -141,6 +141,7 @@ typedef struct {
   void *tgmem[SM_MAX_BINDINGS];
   unsigned char *tg_block;
   size_t tg_bytes;
+  sm_tg_arena *tg_arena; /* threadgroup variables of function bodies */
   unsigned char *simd_slots;
   unsigned char *stacks;
   size_t stacks_len;
@@ -174,6 +175,10 @@ static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t 
   t->simd_slots = r->simd_slots;
   t->barrier = loop_barrier;
   t->simd_sync = loop_barrier;
+  t->fc_values = d->pipeline->fc_values;
+  t->fc_defined = d->pipeline->fc_defined;
+  t->tg_var = sm__tg_var;
+  t->tg_arena = r->tg_arena;
 }
 
 __attribute__((noinline)) static void fiber_prepare(fiber *f) {
@@ -307,6 +312,7 @@ static void teardown(run_state *r, uint32_t max_threads) {
   free(r->fibers);
   free(r->tg_block);
   free(r->simd_slots);
+  sm__tg_arena_free(r->tg_arena);
 }
 
 bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
@@ -319,7 +325,8 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) r.tg_bytes += d->tg_len[i];
   r.tg_block = malloc(r.tg_bytes ? r.tg_bytes : 1);
   r.simd_slots = calloc(2 * (size_t)max_threads, SM_SIMD_SLOT);
-  bool ok = r.tg_block && r.simd_slots;
+  r.tg_arena = sm__tg_arena_new();
+  bool ok = r.tg_block && r.simd_slots && r.tg_arena;
   if (!ok) snprintf(err, errlen, "dispatch of kernel %s: out of memory", r.k->name);
   size_t at = 0;
   for (unsigned i = 0; ok && i < SM_MAX_BINDINGS; i++) {
@@ -340,6 +347,7 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
         }
         /* Threadgroup memory starts as garbage on a GPU: make reliance on zero visible. */
         if (r.tg_bytes) memset(r.tg_block, 0xFF, r.tg_bytes);
+        sm__tg_arena_begin(r.tg_arena);
         if (fibers) ok = run_group_fibers(&r, g, sz, err, errlen);
         else run_group_loop(&r, g, sz);
       }

@@ -100,7 +100,9 @@ static inline IMP sm__lookup(id o, const char *sel) {
 typedef struct {
   sm_obj hdr;
   id function; /* SMFunction, retained */
-  const struct sm_kernel_desc *desc;
+  const struct sm_kernel_desc *desc; /* &desc_copy */
+  struct sm_kernel_desc desc_copy;    /* masks without absent function-constant parameters */
+  const unsigned char *fc_values, *fc_defined; /* owned by the function */
   NSUInteger max_threads;
 } sm_pipeline;
 extern sm_class sm__pipeline_class;
@@ -115,6 +117,14 @@ typedef struct {
   MTLSize tg;     /* threads per threadgroup */
   MTLSize groups; /* threadgroups per grid */
 } sm_dispatch;
+
+/* Threadgroup variables declared in function bodies (sm_thread.tg_var): an
+ * arena per running threadgroup; begin() at each threadgroup start. */
+typedef struct sm_tg_arena sm_tg_arena;
+sm_tg_arena *sm__tg_arena_new(void);
+void sm__tg_arena_begin(sm_tg_arena *a);
+void sm__tg_arena_free(sm_tg_arena *a);
+void *sm__tg_var(struct sm_thread *t, uint32_t decl, uint32_t size, uint32_t align);
 
 /* Runs d on the calling thread. On failure writes a message and returns false. */
 bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen);

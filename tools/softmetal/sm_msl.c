@@ -2,6 +2,7 @@
  * compiles with clang++ against the compat metal_stdlib, caches, dlopens. */
 #define _GNU_SOURCE /* posix_spawn extras, strdup */
 #include "sm_internal.h"
+#include "sm_front.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -98,361 +99,6 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   free(big);
 }
 
-/* ------------------------------------------------------------- scanner */
-typedef struct {
-  char name[128];
-  size_t body_start, body_end;
-  uint32_t buffer_mask, tg_mask;
-  bool fibers;
-  sbuf call; /* trampoline arguments */
-} kernel_info;
-
-typedef struct {
-  const char *src;
-  char *clean;  /* comments and literals blanked, same length */
-  char *out;    /* source with kernel parameter attributes blanked */
-  size_t len;
-  kernel_info *k;
-  size_t nk;
-  bool global_fibers;
-  char err[1024];
-} scan;
-
-static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
-
-static int line_of(const scan *s, size_t pos) {
-  int line = 1;
-  for (size_t i = 0; i < pos && i < s->len; i++) line += s->src[i] == '\n';
-  return line;
-}
-
-static void blank_comments(scan *s) {
-  char *c = s->clean;
-  size_t n = s->len;
-  for (size_t i = 0; i < n;) {
-    if (c[i] == '/' && i + 1 < n && c[i + 1] == '/') {
-      while (i < n && c[i] != '\n') c[i++] = ' ';
-    } else if (c[i] == '/' && i + 1 < n && c[i + 1] == '*') {
-      c[i++] = ' ';
-      c[i++] = ' ';
-      while (i < n && !(c[i] == '*' && i + 1 < n && c[i + 1] == '/')) {
-        if (c[i] != '\n') c[i] = ' ';
-        i++;
-      }
-      if (i < n) c[i++] = ' ';
-      if (i < n) c[i++] = ' ';
-    } else if (c[i] == '"' || c[i] == '\'') {
-      char q = c[i++];
-      while (i < n && c[i] != q && c[i] != '\n') {
-        if (c[i] == '\\' && i + 1 < n) c[i++] = ' ';
-        c[i++] = ' ';
-      }
-      i++;
-    } else {
-      i++;
-    }
-  }
-}
-
-static size_t skip_space(const scan *s, size_t i) {
-  while (i < s->len && isspace((unsigned char)s->clean[i])) i++;
-  return i;
-}
-
-static size_t read_ident(const scan *s, size_t i, char *out, size_t cap) {
-  size_t j = i;
-  while (j < s->len && ident_char(s->clean[j])) j++;
-  size_t n = j - i < cap - 1 ? j - i : cap - 1;
-  memcpy(out, s->clean + i, n);
-  out[n] = 0;
-  return j;
-}
-
-/* Index of the bracket closing the one at open, or len. */
-static size_t match_close(const scan *s, size_t open) {
-  int depth = 0;
-  for (size_t i = open; i < s->len; i++) {
-    char c = s->clean[i];
-    if (c == '(' || c == '[' || c == '{') depth++;
-    else if (c == ')' || c == ']' || c == '}') {
-      if (--depth == 0) return i;
-    }
-  }
-  return s->len;
-}
-
-static bool on_directive_line(const scan *s, size_t pos) {
-  size_t i = pos;
-  while (i > 0 && s->clean[i - 1] != '\n') i--;
-  while (i < pos && isspace((unsigned char)s->clean[i])) i++;
-  return s->clean[i] == '#';
-}
-
-static void trim(const char **a, const char **b) {
-  while (*a < *b && isspace((unsigned char)**a)) (*a)++;
-  while (*b > *a && isspace((unsigned char)(*b)[-1])) (*b)--;
-}
-
-static const struct {
-  const char *attr;
-  const char *field;
-  bool vector;
-} BUILTINS[] = {
-    {"thread_position_in_grid", "tpig", true},
-    {"threads_per_grid", "tpg", true},
-    {"thread_position_in_threadgroup", "tpitg", true},
-    {"threadgroup_position_in_grid", "tgpig", true},
-    {"threads_per_threadgroup", "tptg", true},
-    {"threadgroups_per_grid", "tgpg", true},
-    {"thread_index_in_threadgroup", "tiitg", false},
-    {"thread_index_in_simdgroup", "lane", false},
-    {"simdgroup_index_in_threadgroup", "simdgroup", false},
-    {"threads_per_simdgroup", "32u", false},
-    {"thread_execution_width", "32u", false},
-    {"simdgroups_per_threadgroup", "((t->tg_threads + 31u) / 32u)", false},
-};
-
-/* Parses one kernel parameter [a, b) and appends its trampoline argument. */
-static bool scan_param(scan *s, kernel_info *k, size_t a, size_t b, int index) {
-  const char *c = s->clean;
-  while (a < b && isspace((unsigned char)c[a])) a++;
-  size_t at = a;
-  while (at + 1 < b && !(c[at] == '[' && c[at + 1] == '[')) at++;
-  if (at + 1 >= b) {
-    snprintf(s->err, sizeof s->err,
-             "program_source:%d: error: parameter %d of kernel %s has no attribute "
-             "([[buffer(n)]], [[threadgroup(n)]] or a built-in such as "
-             "[[thread_position_in_grid]])", line_of(s, a), index, k->name);
-    return false;
-  }
-  size_t close = at + 2;
-  while (close + 1 < b && !(c[close] == ']' && c[close + 1] == ']')) close++;
-  if (close + 1 >= b) {
-    snprintf(s->err, sizeof s->err, "program_source:%d: error: unterminated attribute",
-             line_of(s, at));
-    return false;
-  }
-  char attr[128];
-  const char *aa = c + at + 2, *ab = c + close;
-  trim(&aa, &ab);
-  snprintf(attr, sizeof attr, "%.*s", (int)(ab - aa), aa);
-  for (size_t i = at; i < close + 2; i++) s->out[i] = ' ';
-  /* The declaration without the attribute: type, then name. */
-  const char *da = c + a, *db = c + at;
-  trim(&da, &db);
-  const char *name = db;
-  while (name > da && ident_char(name[-1])) name--;
-  const char *ta = da, *tb = name;
-  trim(&ta, &tb);
-  if (name == db || ta == tb) {
-    snprintf(s->err, sizeof s->err,
-             "program_source:%d: error: cannot read the type and name of parameter %d of "
-             "kernel %s", line_of(s, a), index, k->name);
-    return false;
-  }
-  int type_len = (int)(tb - ta);
-  const char *type = s->src + (ta - c); /* original text: same offsets */
-  if (index) sb_put(&k->call, ", ", 2);
-  unsigned n = 0;
-  char extra = 0;
-  if (sscanf(attr, "buffer ( %u ) %c", &n, &extra) == 1 ||
-      sscanf(attr, "buffer(%u)%c", &n, &extra) == 1) {
-    if (n >= SM_MAX_BINDINGS) goto bad_index;
-    k->buffer_mask |= 1u << n;
-    if (tb[-1] == '&') sb_printf(&k->call, "*(%.*s*)(t->buffers[%u])", type_len - 1, type, n);
-    else if (memchr(ta, '*', (size_t)type_len))
-      sb_printf(&k->call, "(%.*s)(t->buffers[%u])", type_len, type, n);
-    else goto bad_type;
-    return true;
-  }
-  if (sscanf(attr, "threadgroup ( %u ) %c", &n, &extra) == 1 ||
-      sscanf(attr, "threadgroup(%u)%c", &n, &extra) == 1) {
-    if (n >= SM_MAX_BINDINGS) goto bad_index;
-    k->tg_mask |= 1u << n;
-    if (!memchr(ta, '*', (size_t)type_len)) goto bad_type;
-    sb_printf(&k->call, "(%.*s)(t->tgmem[%u])", type_len, type, n);
-    return true;
-  }
-  for (size_t i = 0; i < sizeof BUILTINS / sizeof BUILTINS[0]; i++) {
-    if (strcmp(attr, BUILTINS[i].attr) != 0) continue;
-    if (BUILTINS[i].vector)
-      sb_printf(&k->call, "::sm::pick<%.*s>(t->%s)", type_len, type, BUILTINS[i].field);
-    else if (BUILTINS[i].field[0] == '3' || BUILTINS[i].field[0] == '(')
-      sb_printf(&k->call, "(%.*s)%s", type_len, type, BUILTINS[i].field);
-    else
-      sb_printf(&k->call, "(%.*s)(t->%s)", type_len, type, BUILTINS[i].field);
-    return true;
-  }
-  snprintf(s->err, sizeof s->err,
-           "program_source:%d: error: parameter %d of kernel %s: attribute [[%s]] is not "
-           "supported by softmetal", line_of(s, a), index, k->name, attr);
-  return false;
-bad_index:
-  snprintf(s->err, sizeof s->err,
-           "program_source:%d: error: parameter %d of kernel %s: [[%s]] index must be < %u",
-           line_of(s, a), index, k->name, attr, SM_MAX_BINDINGS);
-  return false;
-bad_type:
-  snprintf(s->err, sizeof s->err,
-           "program_source:%d: error: parameter %d of kernel %s: [[%s]] needs a %s type, "
-           "got '%.*s'", line_of(s, a), index, k->name, attr,
-           attr[0] == 'b' ? "pointer or reference" : "pointer", type_len, type);
-  return false;
-}
-
-static bool scan_kernel(scan *s, size_t after_kernel, size_t *resume) {
-  char word[128];
-  size_t i = skip_space(s, after_kernel);
-  i = read_ident(s, i, word, sizeof word);
-  if (strcmp(word, "void") != 0) {
-    snprintf(s->err, sizeof s->err,
-             "program_source:%d: error: a kernel function must return void",
-             line_of(s, after_kernel));
-    return false;
-  }
-  kernel_info *ks = realloc(s->k, (s->nk + 1) * sizeof *ks);
-  if (!ks) {
-    snprintf(s->err, sizeof s->err, "out of memory");
-    return false;
-  }
-  s->k = ks;
-  kernel_info *k = &s->k[s->nk++];
-  memset(k, 0, sizeof *k);
-  i = skip_space(s, i);
-  i = read_ident(s, i, k->name, sizeof k->name);
-  i = skip_space(s, i);
-  if (!k->name[0] || i >= s->len || s->clean[i] != '(') {
-    snprintf(s->err, sizeof s->err,
-             "program_source:%d: error: expected 'kernel void name(' (templates are not "
-             "supported by softmetal)", line_of(s, after_kernel));
-    return false;
-  }
-  size_t close = match_close(s, i);
-  if (close >= s->len) {
-    snprintf(s->err, sizeof s->err, "program_source:%d: error: unbalanced '(' in kernel %s",
-             line_of(s, i), k->name);
-    return false;
-  }
-  sb_put(&k->call, "", 0);
-  size_t start = i + 1;
-  int index = 0, depth = 0;
-  const char *c = s->clean;
-  for (size_t j = start; j <= close; j++) {
-    char ch = c[j];
-    if (ch == '(' || ch == '[' || ch == '{' || ch == '<') depth++;
-    else if (ch == ']' || ch == '}' || ch == '>' || (ch == ')' && j < close)) depth--;
-    if ((ch == ',' && depth == 0) || j == close) {
-      const char *pa = c + start, *pb = c + j;
-      trim(&pa, &pb);
-      if (pa < pb) {
-        if (!scan_param(s, k, start, j, index)) return false;
-        index++;
-      }
-      start = j + 1;
-    }
-  }
-  size_t body = skip_space(s, close + 1);
-  if (body >= s->len || s->clean[body] != '{') {
-    snprintf(s->err, sizeof s->err,
-             "program_source:%d: error: kernel %s: expected a function body",
-             line_of(s, close), k->name);
-    return false;
-  }
-  k->body_start = body;
-  k->body_end = match_close(s, body);
-  *resume = close + 1;
-  return true;
-}
-
-static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
-
-static bool scan_source(scan *s) {
-  const char *c = s->clean;
-  for (size_t i = 0; i < s->len;) {
-    if (!ident_char(c[i]) || (i > 0 && ident_char(c[i - 1]))) {
-      i++;
-      continue;
-    }
-    char word[128];
-    size_t end = read_ident(s, i, word, sizeof word);
-    if (strcmp(word, "kernel") == 0 && !on_directive_line(s, i)) {
-      size_t resume = end;
-      if (!scan_kernel(s, end, &resume)) return false;
-      end = resume;
-    }
-    i = end;
-  }
-  /* Which kernels synchronize: by the names they (or any helper) use. */
-  for (size_t i = 0; i < s->len;) {
-    if (!ident_char(c[i]) || (i > 0 && ident_char(c[i - 1]))) {
-      i++;
-      continue;
-    }
-    char word[128];
-    size_t end = read_ident(s, i, word, sizeof word);
-    if (strcmp(word, "threadgroup_barrier") == 0 || strcmp(word, "simdgroup_barrier") == 0 ||
-        starts_with(word, "simd_") || starts_with(word, "quad_")) {
-      bool inside = false;
-      for (size_t k = 0; k < s->nk; k++)
-        if (i > s->k[k].body_start && i < s->k[k].body_end) {
-          s->k[k].fibers = true;
-          inside = true;
-        }
-      if (!inside) s->global_fibers = true;
-    }
-    i = end;
-  }
-  return true;
-}
-
-/* Length of the pp-number at i, 0 when none starts there. */
-static size_t number_length(const scan *s, size_t i) {
-  const char *c = s->clean;
-  if (i > 0 && (ident_char(c[i - 1]) || c[i - 1] == '.')) return 0;
-  if (!isdigit((unsigned char)c[i]) &&
-      !(c[i] == '.' && i + 1 < s->len && isdigit((unsigned char)c[i + 1])))
-    return 0;
-  size_t j = i;
-  while (j < s->len) {
-    char ch = c[j];
-    if (ident_char(ch) || ch == '.') j++;
-    else if ((ch == '+' || ch == '-') && strchr("eEpP", c[j - 1])) j++;
-    else break;
-  }
-  return j - i;
-}
-
-/* The source to compile: attributes blanked, threadgroup locals shared by the
- * threadgroup, half literals (1.5h) spelled as user-defined literals. */
-static void emit_source(const scan *s, sbuf *b) {
-  size_t from = 0;
-  const char *c = s->clean;
-  for (size_t i = 0; i < s->len; i++) {
-    size_t num = number_length(s, i);
-    if (num) {
-      size_t last = i + num - 1;
-      bool hex = c[i] == '0' && num > 1 && (c[i + 1] == 'x' || c[i + 1] == 'X');
-      if (!hex && (c[last] == 'h' || c[last] == 'H')) {
-        sb_put(b, s->out + from, last - from);
-        sb_put(b, "_h", 2);
-        from = last + 1;
-      }
-      i = last;
-      continue;
-    }
-    if (!(c[i] == 't' && (i == 0 || !ident_char(c[i - 1])) && starts_with(c + i, "threadgroup") &&
-          !ident_char(c[i + 11])))
-      continue;
-    size_t p = i;
-    while (p > 0 && isspace((unsigned char)c[p - 1])) p--;
-    if (p > 0 && c[p - 1] != '{' && c[p - 1] != ';' && c[p - 1] != '}') continue;
-    sb_put(b, s->out + from, i - from);
-    sb_put(b, "SM_THREADGROUP_VAR", 18);
-    from = i + 11;
-  }
-  sb_put(b, s->out + from, s->len - from);
-}
-
 /* ------------------------------------------------------------- cache and compile */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
@@ -462,6 +108,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   }
   return h;
 }
+static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
 
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint g_tmp_counter;
@@ -486,11 +133,39 @@ static void cache_dir(char *out, size_t cap) {
   else snprintf(out, cap, "/tmp/softmetal-%u", (unsigned)getuid());
 }
 
+/* The cache holds code that gets loaded: it must be ours alone. Creates it
+ * 0700; refuses one owned by another user or writable by group or others. */
+static bool check_cache_dir(const char *dir, char **diag) {
+  struct stat st;
+  if (!mkdirs(dir) || stat(dir, &st) != 0) {
+    sbuf b = {0};
+    sb_printf(&b, "cannot create the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
+              dir, strerror(errno));
+    *diag = b.p;
+    return false;
+  }
+  const char *why = !S_ISDIR(st.st_mode)          ? "is not a directory"
+                    : st.st_uid != geteuid()      ? "is owned by another user"
+                    : (st.st_mode & 022) != 0     ? "is writable by group or others"
+                                                  : NULL;
+  if (!why) return true;
+  sbuf b = {0};
+  sb_printf(&b, "the kernel cache directory %s %s (owner uid %u, mode %03o): softmetal does not "
+            "load compiled kernels from it; set SOFTMETAL_CACHE_DIR to a directory of your own "
+            "with mode 0700", dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+  *diag = b.p;
+  return false;
+}
+
 static bool write_file(const char *path, const char *text, size_t n) {
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%.3500s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return false;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return false;
+  }
   bool ok = fwrite(text, 1, n, f) == n;
   ok = fclose(f) == 0 && ok;
   if (ok) ok = rename(tmp, path) == 0;
@@ -500,46 +175,40 @@ static bool write_file(const char *path, const char *text, size_t n) {
 
 static bool file_exists(const char *path) { return access(path, R_OK) == 0; }
 
-static char *read_text(const char *path) {
+static char *read_text(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   sbuf b = {0};
-  char chunk[4096];
+  char chunk[65536];
   size_t n;
   while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sb_put(&b, chunk, n);
   fclose(f);
   if (!b.p) sb_put(&b, "", 0);
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  if (len) *len = b.n;
   return b.p;
 }
 
-/* Runs the compiler; on failure returns false with its output in *diag. */
-static bool run_cxx(const char *cxx, NSInteger math_mode, const char *inc, const char *src,
-                    const char *obj, const char *log, char **diag) {
-  char incflag[3500];
-  snprintf(incflag, sizeof incflag, "-I%s", inc);
-  const char *argv[N_CXX_FLAGS + MAX_MATH_FLAGS + 8];
-  int a = 0;
-  argv[a++] = cxx;
-  for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
-  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
-    argv[a++] = MATH_FLAGS[math_mode][i];
-  argv[a++] = incflag;
-  argv[a++] = "-o";
-  argv[a++] = obj;
-  argv[a++] = src;
-  argv[a] = NULL;
+/* Runs argv (in cwd when given) with stdout and stderr to log; on failure
+ * returns false with its output in *diag. */
+static bool run_tool(const char *const *argv, const char *cwd, const char *log, char **diag) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
+  if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
   posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   pid_t pid;
   char *const *args;
-  memcpy(&args, &(const char *const *){argv}, sizeof args);
-  int rc = posix_spawnp(&pid, cxx, &fa, NULL, args, environ);
+  memcpy(&args, &argv, sizeof args);
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, args, environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     sbuf b = {0};
-    sb_printf(&b, "cannot run the C++ compiler '%s' (%s); set SOFTMETAL_CXX", cxx, strerror(rc));
+    sb_printf(&b, "cannot run the C++ compiler '%s' (%s); set SOFTMETAL_CXX", argv[0],
+              strerror(rc));
     *diag = b.p;
     return false;
   }
@@ -547,7 +216,7 @@ static bool run_cxx(const char *cxx, NSInteger math_mode, const char *inc, const
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-  *diag = read_text(log);
+  *diag = read_text(log, NULL);
   if (!*diag) *diag = strdup("the C++ compiler failed without output");
   return false;
 }
@@ -559,23 +228,121 @@ static const char *const aliases[] = {"metal_math",    "metal_atomic",     "meta
 enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
 static const char alias_text[] = "#include <metal_stdlib>\n";
 
-/* Compiles (or finds in the cache) the library for tu under math_mode;
- * returns a dlopen handle. The cache key covers the math mode. */
-static void *compile_tu(const char *tu, NSInteger math_mode, char **diag) {
+/* Where cxx is: a path, or the first match on PATH. */
+static bool resolve_exe(const char *cxx, char *out, size_t cap) {
+  if (strchr(cxx, '/')) return realpath(cxx, out) != NULL;
+  const char *path = getenv("PATH");
+  if (!path) path = "/usr/bin:/bin";
+  while (*path) {
+    const char *colon = strchr(path, ':');
+    size_t n = colon ? (size_t)(colon - path) : strlen(path);
+    char cand[4096];
+    snprintf(cand, sizeof cand, "%.*s/%s", (int)n, n ? path : ".", cxx);
+    if (access(cand, X_OK) == 0 && realpath(cand, out)) return true;
+    path += n + (colon ? 1 : 0);
+  }
+  (void)cap;
+  return false;
+}
+
+/* Identity of the compiler for the cache key: its `--version` output (once
+ * per process and compiler; kept in the cache by the binary's path, size and
+ * time, so that a cache hit runs nothing) and the library's own build. */
+static uint64_t g_id_hash;
+static char g_id_cxx[256];
+
+static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, char **diag) {
+  pthread_mutex_lock(&g_cache_lock);
+  if (g_id_hash && strcmp(g_id_cxx, cxx) == 0) {
+    *out = g_id_hash;
+    pthread_mutex_unlock(&g_cache_lock);
+    return true;
+  }
+  pthread_mutex_unlock(&g_cache_lock);
+  char exe[4096];
+  struct stat st;
+  if (!resolve_exe(cxx, exe, sizeof exe) || stat(exe, &st) != 0) {
+    sbuf b = {0};
+    sb_printf(&b, "cannot find the C++ compiler '%s' on PATH; set SOFTMETAL_CXX", cxx);
+    *diag = b.p;
+    return false;
+  }
+  uint64_t h = fnv_str(0xcbf29ce484222325ull, exe);
+  h = fnv(h, &st.st_size, sizeof st.st_size);
+  h = fnv(h, &st.st_mtime, sizeof st.st_mtime);
+  h = fnv(h, &st.st_ino, sizeof st.st_ino);
+  char vpath[4200], log[4300];
+  snprintf(vpath, sizeof vpath, "%.3000s/cc-%016llx.txt", dir, (unsigned long long)h);
+  char *version = read_text(vpath, NULL);
+  if (!version) {
+    snprintf(log, sizeof log, "%.3000s/cc-%016llx-%d-%u.log", dir, (unsigned long long)h,
+             (int)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
+    const char *argv[] = {exe, "--version", NULL};
+    if (!run_tool(argv, NULL, log, diag)) {
+      unlink(log);
+      return false;
+    }
+    version = read_text(log, NULL);
+    unlink(log);
+    if (!version || !*version) {
+      free(version);
+      *diag = strdup("the C++ compiler printed no --version");
+      return false;
+    }
+    write_file(vpath, version, strlen(version));
+  }
+  h = fnv_str(h, version);
+  free(version);
+  /* this library's build: a rebuilt front end writes different code */
+  Dl_info info;
+  static const char anchor = 0; /* any object of this library */
+  if (dladdr(&anchor, &info) && info.dli_fname && stat(info.dli_fname, &st) == 0) {
+    h = fnv(h, &st.st_size, sizeof st.st_size);
+    h = fnv(h, &st.st_mtime, sizeof st.st_mtime);
+  }
+  pthread_mutex_lock(&g_cache_lock);
+  g_id_hash = h;
+  snprintf(g_id_cxx, sizeof g_id_cxx, "%s", cxx);
+  pthread_mutex_unlock(&g_cache_lock);
+  *out = h;
+  return true;
+}
+
+static void remove_dir(const char *dir, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char p[4400];
+    snprintf(p, sizeof p, "%.4000s/%s", dir, names[i]);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
+/* Compiles (or finds in the cache) the library for source under math_mode;
+ * returns a dlopen handle. A cache hit stats the directory and the compiler
+ * identity file, and runs no compiler. */
+static void *compile_source(const char *source, NSInteger math_mode, char **diag, bool *internal) {
   const char *cxx = getenv("SOFTMETAL_CXX");
   if (!cxx || !*cxx) cxx = "clang++";
-  char dir[3072], inc[3200], so[3400], src[3400], tmp_so[3400], log[3400];
+  if (strlen(cxx) >= sizeof g_id_cxx) {
+    *diag = strdup("SOFTMETAL_CXX is too long");
+    return NULL;
+  }
+  char dir[3072], inc[3200], so[3400], work[3400];
   cache_dir(dir, sizeof dir);
-  uint64_t hh = fnv(0xcbf29ce484222325ull, sm__metal_stdlib_text, strlen(sm__metal_stdlib_text));
-  hh = fnv(hh, sm__abi_text, strlen(sm__abi_text));
-  for (size_t i = 0; i < N_ALIASES; i++) hh = fnv(hh, aliases[i], strlen(aliases[i]) + 1);
-  uint64_t h = fnv(hh, tu, strlen(tu));
-  h = fnv(h, cxx, strlen(cxx));
-  for (int i = 0; i < N_CXX_FLAGS; i++) h = fnv(h, CXX_FLAGS[i], strlen(CXX_FLAGS[i]) + 1);
-  const char *mode_name = MATH_MODE_NAMES[math_mode];
-  h = fnv(h, mode_name, strlen(mode_name) + 1);
+  *internal = true;
+  uint64_t ident;
+  if (!check_cache_dir(dir, diag) || !compiler_identity(cxx, dir, &ident, diag)) return NULL;
+  *internal = false;
+  uint64_t hh = fnv_str(0xcbf29ce484222325ull, sm__metal_stdlib_text);
+  hh = fnv_str(hh, sm__abi_text);
+  for (size_t i = 0; i < N_ALIASES; i++) hh = fnv_str(hh, aliases[i]);
+  uint64_t h = fnv_str(hh, source);
+  h = fnv_str(h, cxx);
+  h = fnv(h, &ident, sizeof ident);
+  for (int i = 0; i < N_CXX_FLAGS; i++) h = fnv_str(h, CXX_FLAGS[i]);
+  h = fnv_str(h, MATH_MODE_NAMES[math_mode]);
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
-    h = fnv(h, MATH_FLAGS[math_mode][i], strlen(MATH_FLAGS[math_mode][i]) + 1);
+    h = fnv_str(h, MATH_FLAGS[math_mode][i]);
   snprintf(inc, sizeof inc, "%s/include-%016llx", dir, (unsigned long long)hh);
   snprintf(so, sizeof so, "%s/k-%016llx.so", dir, (unsigned long long)h);
   if (file_exists(so)) {
@@ -605,35 +372,95 @@ static void *compile_tu(const char *tu, NSInteger math_mode, char **diag) {
     sb_printf(&b, "cannot write the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
               inc, strerror(errno));
     *diag = b.p;
+    *internal = true;
     return NULL;
   }
-  unsigned n = atomic_fetch_add(&g_tmp_counter, 1);
-  snprintf(src, sizeof src, "%s/k-%016llx-%d-%u.cpp", dir, (unsigned long long)h, (int)getpid(), n);
-  snprintf(tmp_so, sizeof tmp_so, "%s/k-%016llx-%d-%u.so", dir, (unsigned long long)h,
-           (int)getpid(), n);
-  snprintf(log, sizeof log, "%s/k-%016llx-%d-%u.log", dir, (unsigned long long)h, (int)getpid(), n);
-  FILE *f = fopen(src, "wb");
-  if (!f || fputs(tu, f) < 0 || fclose(f) != 0) {
+  /* A private work directory: program_source (named so for diagnostics),
+   * its preprocessed form, the translation unit, the compiler's log. */
+  snprintf(work, sizeof work, "%s/w-%016llx-%d-%u", dir, (unsigned long long)h, (int)getpid(),
+           atomic_fetch_add(&g_tmp_counter, 1));
+  static const char *const files[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.so", "log"};
+  if (mkdir(work, 0700) != 0) {
     sbuf b = {0};
-    sb_printf(&b, "cannot write %s (%s)", src, strerror(errno));
+    sb_printf(&b, "cannot create %s (%s)", work, strerror(errno));
     *diag = b.p;
+    *internal = true;
     return NULL;
+  }
+  char src[3500], pp[3500], tu[3500], tmp_so[3500], log[3500], incflag[3300];
+  snprintf(src, sizeof src, "%s/%s", work, SM_PROGRAM_SOURCE);
+  snprintf(pp, sizeof pp, "%s/pp.ii", work);
+  snprintf(tu, sizeof tu, "%s/k.ii", work);
+  snprintf(tmp_so, sizeof tmp_so, "%s/k.so", work);
+  snprintf(log, sizeof log, "%s/log", work);
+  snprintf(incflag, sizeof incflag, "-I%s", inc);
+  void *dl = NULL;
+  char *pp_text = NULL, *tu_text = NULL;
+  if (!write_file(src, source, strlen(source))) {
+    *diag = strdup("cannot write the source into the kernel cache");
+    *internal = true;
+    goto out;
   }
   atomic_fetch_add(&sm__compiles, 1);
-  ok = run_cxx(cxx, math_mode, inc, src, tmp_so, log, diag);
-  unlink(src);
-  unlink(log);
-  if (ok && rename(tmp_so, so) != 0) {
-    unlink(tmp_so);
-    ok = false;
-    *diag = strdup("cannot move the compiled kernel into the cache");
+  const char *argv[N_CXX_FLAGS + MAX_MATH_FLAGS + 12];
+  int a = 0;
+  argv[a++] = cxx;
+  argv[a++] = "-E";
+  argv[a++] = "-DSM_FRONTEND=1";
+  for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
+  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
+    argv[a++] = MATH_FLAGS[math_mode][i];
+  argv[a++] = incflag;
+  argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
+  argv[a++] = "metal_stdlib";
+  argv[a++] = "-x";
+  argv[a++] = "c++";
+  argv[a++] = "-o";
+  argv[a++] = "pp.ii";
+  argv[a++] = SM_PROGRAM_SOURCE;
+  argv[a] = NULL;
+  if (!run_tool(argv, work, log, diag)) goto out;
+  size_t pp_len = 0;
+  pp_text = read_text(pp, &pp_len);
+  if (!pp_text) {
+    *diag = strdup("cannot read the preprocessed source");
+    *internal = true;
+    goto out;
   }
-  if (!ok) return NULL;
-  void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  tu_text = sm__front(pp_text, pp_len, diag);
+  if (!tu_text) goto out;
+  if (!write_file(tu, tu_text, strlen(tu_text))) {
+    *diag = strdup("cannot write the translation unit into the kernel cache");
+    *internal = true;
+    goto out;
+  }
+  a = 0;
+  argv[a++] = cxx;
+  for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
+  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
+    argv[a++] = MATH_FLAGS[math_mode][i];
+  argv[a++] = "-x";
+  argv[a++] = "c++-cpp-output";
+  argv[a++] = "-o";
+  argv[a++] = "k.so";
+  argv[a++] = "k.ii";
+  argv[a] = NULL;
+  if (!run_tool(argv, work, log, diag)) goto out;
+  if (rename(tmp_so, so) != 0) {
+    *diag = strdup("cannot move the compiled kernel into the cache");
+    *internal = true;
+    goto out;
+  }
+  dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     const char *e = dlerror();
     *diag = strdup(e ? e : "dlopen failed");
+    *internal = true;
   }
+out:
+  free(pp_text);
+  free(tu_text);
+  if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, files, sizeof files / sizeof *files);
   return dl;
 }
 
@@ -644,6 +471,9 @@ typedef struct {
   void *dl;
   const struct sm_kernel_desc *kernels;
   unsigned n;
+  const struct sm_constant_desc *constants;
+  unsigned n_constants;
+  void (*constant_value)(const unsigned char *v, const unsigned char *d, unsigned pos, void *out);
 } sm_library;
 
 typedef struct {
@@ -651,7 +481,22 @@ typedef struct {
   sm_library *library;
   const struct sm_kernel_desc *desc;
   id name;
+  bool specialized; /* made by newFunctionWithName:constantValues:error: */
+  unsigned char *fc_values, *fc_defined; /* [n_constants][SM_FC_SLOT], [n_constants] */
 } sm_function;
+
+/* MTLFunctionConstantValues: values by index or by name, last one wins. */
+typedef struct {
+  NSUInteger index; /* when name is NULL */
+  char *name;
+  NSUInteger type;  /* MTLDataType */
+  unsigned char value[SM_FC_SLOT];
+} fc_entry;
+typedef struct {
+  sm_obj hdr;
+  fc_entry *e;
+  size_t n;
+} sm_constant_values;
 
 /* MTLCompileOptions: only the math settings are kept; mathMode is the
  * truth, fastMathEnabled its older view (YES for Relaxed and Fast). */
@@ -695,6 +540,8 @@ static void library_destroy(sm_obj *o) {
 }
 static void function_destroy(sm_obj *o) {
   sm_function *f = (sm_function *)o;
+  free(f->fc_values);
+  free(f->fc_defined);
   sm__release(f->name);
   sm__release((id)f->library);
 }
@@ -702,6 +549,13 @@ static void pipeline_destroy(sm_obj *o) { sm__release(((sm_pipeline *)o)->functi
 
 static sm_class library_class = {"SMLibrary", sizeof(sm_library), library_destroy, Nil, 0};
 static sm_class function_class = {"SMFunction", sizeof(sm_function), function_destroy, Nil, 0};
+static void values_destroy(sm_obj *o) {
+  sm_constant_values *v = (sm_constant_values *)o;
+  for (size_t i = 0; i < v->n; i++) free(v->e[i].name);
+  free(v->e);
+}
+static sm_class values_class = {"MTLFunctionConstantValues", sizeof(sm_constant_values),
+                                values_destroy, Nil, 0};
 sm_class sm__pipeline_class = {"SMComputePipelineState", sizeof(sm_pipeline), pipeline_destroy,
                                Nil, 0};
 
@@ -723,97 +577,199 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
                                "%s: source = nil", sel_getName(cmd)));
     return nil;
   }
-  scan s;
-  memset(&s, 0, sizeof s);
-  s.src = text;
-  s.len = strlen(text);
-  s.clean = strdup(text);
-  s.out = strdup(text);
-  sbuf tu = {0};
-  id result = nil;
-  if (!s.clean || !s.out) {
-    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL, "%s: out of memory",
-                               sel_getName(cmd)));
-    goto done;
-  }
-  blank_comments(&s);
-  if (!scan_source(&s)) {
-    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
-                               "%s: compilation failed:\n%s", sel_getName(cmd), s.err));
-    goto done;
-  }
-  sb_put(&tu, "#include <metal_stdlib>\n#line 1 \"program_source\"\n", 49);
-  emit_source(&s, &tu);
-  sb_put(&tu, "\n#line 1 \"softmetal_trampolines\"\n", 33);
-  for (size_t i = 0; i < s.nk; i++)
-    sb_printf(&tu, "extern \"C\" void sm_tramp_%zu(sm_thread *t) { ::sm::cur = t; %s(%s); }\n",
-              i, s.k[i].name, s.k[i].call.p ? s.k[i].call.p : "");
-  sb_printf(&tu, "extern \"C\" const unsigned softmetal_abi_version = SM_ABI_VERSION;\n"
-                 "extern \"C\" const unsigned softmetal_kernel_count = %zu;\n"
-                 "extern \"C\" const sm_kernel_desc softmetal_kernels[] = {\n", s.nk);
-  for (size_t i = 0; i < s.nk; i++)
-    sb_printf(&tu, "  {\"%s\", sm_tramp_%zu, %u, 0x%xu, 0x%xu},\n", s.k[i].name, i,
-              (s.k[i].fibers || s.global_fibers) ? 1u : 0u, s.k[i].buffer_mask, s.k[i].tg_mask);
-  sb_put(&tu, "  {0, 0, 0, 0, 0}};\n", 20);
-  if (tu.oom) {
-    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL, "%s: out of memory",
-                               sel_getName(cmd)));
-    goto done;
-  }
   char *diag = NULL;
-  void *dl = compile_tu(tu.p, math_mode, &diag);
+  bool internal = false;
+  void *dl = compile_source(text, math_mode, &diag, &internal);
   if (!dl) {
-    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
-                               "%s: compilation failed:\n%s", sel_getName(cmd),
+    set_error(error, sm__error(LIB_ERROR_DOMAIN,
+                               internal ? LIB_ERROR_INTERNAL : LIB_ERROR_COMPILE_FAILURE,
+                               "%s: %s:\n%s", sel_getName(cmd),
+                               internal ? "softmetal cannot compile" : "compilation failed",
                                diag ? diag : "?"));
     free(diag);
-    goto done;
+    return nil;
   }
   const unsigned *abi = dlsym(dl, "softmetal_abi_version");
   const unsigned *count = dlsym(dl, "softmetal_kernel_count");
   const struct sm_kernel_desc *kernels = dlsym(dl, "softmetal_kernels");
-  if (!abi || *abi != SM_ABI_VERSION || !count || !kernels) {
+  const unsigned *n_constants = dlsym(dl, "softmetal_constant_count");
+  const struct sm_constant_desc *constants = dlsym(dl, "softmetal_constants");
+  void *value_fn = dlsym(dl, "softmetal_constant_value");
+  if (!abi || *abi != SM_ABI_VERSION || !count || !kernels || !n_constants || !constants ||
+      !value_fn) {
     dlclose(dl);
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
                                "%s: compiled library has no kernel table of ABI %u",
                                sel_getName(cmd), SM_ABI_VERSION));
-    goto done;
+    return nil;
   }
   sm_library *l = sm__new(&library_class);
   if (!l) {
     dlclose(dl);
-    goto done;
+    return nil;
   }
   l->device = sm__retain(self);
   l->dl = dl;
   l->kernels = kernels;
   l->n = *count;
+  l->constants = constants;
+  l->n_constants = *n_constants;
+  memcpy(&l->constant_value, &value_fn, sizeof value_fn);
   if (math_mode != MATH_MODE_SAFE) atomic_fetch_add(&sm__unsafe_math_libraries, 1);
-  result = (id)l;
-done:
-  for (size_t i = 0; i < s.nk; i++) free(s.k[i].call.p);
-  free(s.k);
-  free(s.clean);
-  free(s.out);
-  free(tu.p);
-  return result;
+  return (id)l;
+}
+
+static const struct sm_kernel_desc *find_kernel(sm_library *l, const char *n) {
+  for (unsigned i = 0; n && i < l->n; i++)
+    if (strcmp(l->kernels[i].name, n) == 0) return &l->kernels[i];
+  return NULL;
+}
+
+static sm_function *new_function(sm_library *l, const struct sm_kernel_desc *k) {
+  sm_function *f = sm__new(&function_class);
+  if (!f) return NULL;
+  f->library = (sm_library *)sm__retain((id)l);
+  f->desc = k;
+  f->name = sm__string(k->name);
+  return f;
 }
 
 static id library_new_function(id self, SEL cmd, id name) {
   (void)cmd;
   sm_library *l = (sm_library *)self;
+  const struct sm_kernel_desc *k = find_kernel(l, sm__string_utf8(name));
+  return k ? (id)new_function(l, k) : nil;
+}
+
+/* MTLDataType: bytes of one value as the host gives it, 0 when unsupported. */
+static size_t data_type_size(NSUInteger t) {
+  static const struct {
+    NSUInteger base;
+    size_t esize;
+  } V[] = {{3, 4}, {16, 2}, {29, 4}, {33, 4}, {37, 2}, {41, 2}, {45, 1}, {49, 1}, {53, 1}};
+  if (t == 81 || t == 85) return 8; /* Long, ULong */
+  /* 3-vectors take four elements, as simd_float3 and MSL's float3 */
+  for (size_t i = 0; i < sizeof V / sizeof *V; i++)
+    if (t >= V[i].base && t < V[i].base + 4) {
+      size_t w = t - V[i].base + 1;
+      return V[i].esize * (w == 3 ? 4 : w);
+    }
+  return 0;
+}
+
+static const fc_entry *find_value(const sm_constant_values *v, const struct sm_constant_desc *c) {
+  for (size_t i = v ? v->n : 0; i-- > 0;)
+    if (!v->e[i].name && v->e[i].index == c->index) return &v->e[i];
+  for (size_t i = v ? v->n : 0; i-- > 0;)
+    if (v->e[i].name && strcmp(v->e[i].name, c->name) == 0) return &v->e[i];
+  return NULL;
+}
+
+/* Specializes a kernel: values are looked up by index, then by name; values
+ * that match no constant are ignored; a required constant the kernel uses
+ * must have a value of its type. */
+static id library_new_function_constants(id self, SEL cmd, id name, id values, id *error) {
+  sm_library *l = (sm_library *)self;
   const char *n = sm__string_utf8(name);
-  if (!n) return nil;
-  for (unsigned i = 0; i < l->n; i++) {
-    if (strcmp(l->kernels[i].name, n) != 0) continue;
-    sm_function *f = sm__new(&function_class);
-    if (!f) return nil;
-    f->library = (sm_library *)sm__retain(self);
-    f->desc = &l->kernels[i];
-    f->name = sm__string(n);
-    return (id)f;
+  if (values && !sm__is(values, &values_class))
+    sm__fatal("-[SMLibrary %s]: constantValues is a %s, not an MTLFunctionConstantValues",
+              sel_getName(cmd), object_getClassName(values));
+  const struct sm_kernel_desc *k = find_kernel(l, n);
+  if (!k) {
+    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
+                               "%s: function '%s' was not found in the library", sel_getName(cmd),
+                               n ? n : "(nil)"));
+    return nil;
   }
+  const sm_constant_values *v = (const sm_constant_values *)values;
+  size_t nc = l->n_constants ? l->n_constants : 1;
+  unsigned char *vals = calloc(nc, SM_FC_SLOT), *defined = calloc(nc, 1);
+  if (!vals || !defined) {
+    free(vals);
+    free(defined);
+    return nil;
+  }
+  for (unsigned c = 0; c < l->n_constants; c++) {
+    const struct sm_constant_desc *cd = &l->constants[c];
+    if (cd->index == UINT32_MAX) continue;
+    bool used = false;
+    for (uint32_t u = 0; u < k->fc_used_count; u++) used = used || k->fc_used[u] == c;
+    const fc_entry *e = find_value(v, cd);
+    if (e && e->type != cd->type) {
+      set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
+                                 "%s: function constant '%s' (index %u) of function '%s' has "
+                                 "MTLDataType %u, but its value was given as MTLDataType %lu",
+                                 sel_getName(cmd), cd->name, cd->index, n, cd->type,
+                                 (unsigned long)e->type));
+      goto fail;
+    }
+    if (!e && used && !cd->optional) {
+      set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
+                                 "%s: function constant '%s' (index %u) is required by function "
+                                 "'%s' and has no value (give one by index or name, or test "
+                                 "it with is_function_constant_defined)",
+                                 sel_getName(cmd), cd->name, cd->index, n));
+      goto fail;
+    }
+    if (e) {
+      memcpy(vals + (size_t)c * SM_FC_SLOT, e->value, SM_FC_SLOT);
+      defined[c] = 1;
+    }
+  }
+  sm_function *f = new_function(l, k);
+  if (!f) goto fail;
+  f->specialized = true;
+  f->fc_values = vals;
+  f->fc_defined = defined;
+  return (id)f;
+fail:
+  free(vals);
+  free(defined);
   return nil;
+}
+
+static id values_init(id self, SEL cmd) { (void)cmd; return self; }
+
+static void values_add(id self, const void *value, NSUInteger type, NSUInteger index,
+                       const char *name, SEL cmd) {
+  sm_constant_values *v = (sm_constant_values *)self;
+  size_t size = data_type_size(type);
+  if (!size)
+    sm__fatal("-[MTLFunctionConstantValues %s]: type = %lu is not an MTLDataType softmetal "
+              "supports for function constants (scalars and vectors of bool, char, short, int, "
+              "half, float; long, ulong)", sel_getName(cmd), (unsigned long)type);
+  if (!value) sm__fatal("-[MTLFunctionConstantValues %s]: value = NULL", sel_getName(cmd));
+  fc_entry *e = realloc(v->e, (v->n + 1) * sizeof *e);
+  if (!e) sm__fatal("-[MTLFunctionConstantValues %s]: out of memory", sel_getName(cmd));
+  v->e = e;
+  fc_entry *x = &v->e[v->n];
+  memset(x, 0, sizeof *x);
+  x->index = index;
+  x->type = type;
+  x->name = name ? strdup(name) : NULL;
+  if (name && !x->name) sm__fatal("-[MTLFunctionConstantValues %s]: out of memory", sel_getName(cmd));
+  memcpy(x->value, value, size);
+  v->n++;
+}
+static void values_set_index(id self, SEL cmd, const void *value, NSUInteger type, NSUInteger index) {
+  values_add(self, value, type, index, NULL, cmd);
+}
+static void values_set_name(id self, SEL cmd, const void *value, NSUInteger type, id name) {
+  const char *n = sm__string_utf8(name);
+  if (!n) sm__fatal("-[MTLFunctionConstantValues %s]: name = nil", sel_getName(cmd));
+  values_add(self, value, type, 0, n, cmd);
+}
+static void values_set_range(id self, SEL cmd, const void *values, NSUInteger type, NSRange r) {
+  size_t size = data_type_size(type);
+  for (NSUInteger i = 0; i < r.length; i++)
+    values_add(self, (const unsigned char *)values + i * size, type, r.location + i, NULL, cmd);
+}
+static void values_reset(id self, SEL cmd) {
+  (void)cmd;
+  sm_constant_values *v = (sm_constant_values *)self;
+  values_destroy(&v->hdr);
+  v->e = NULL;
+  v->n = 0;
 }
 
 static id library_function_names(id self, SEL cmd) {
@@ -848,10 +804,36 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
                                function ? object_getClassName(function) : "nil"));
     return nil;
   }
+  sm_function *fn = (sm_function *)function;
+  const struct sm_kernel_desc *k = fn->desc;
+  if (k->fc_used_count && !fn->specialized) {
+    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
+                               "%s: function '%s' uses function constants and was not "
+                               "specialized (make it with newFunctionWithName:constantValues:"
+                               "error:)", sel_getName(cmd), k->name));
+    return nil;
+  }
   sm_pipeline *p = sm__new(&sm__pipeline_class);
   if (!p) return nil;
   p->function = sm__retain(function);
-  p->desc = ((sm_function *)function)->desc;
+  p->desc_copy = *k;
+  /* Parameters whose [[function_constant(c)]] is false are absent: nothing
+   * needs to be bound to them. */
+  for (uint32_t i = 0; fn->fc_values && i < k->fc_cond_count; i++) {
+    const uint32_t *c = &k->fc_conds[3 * i];
+    bool present = false;
+    fn->library->constant_value(fn->fc_values, fn->fc_defined, c[2], &present);
+    if (present) continue;
+    if (c[0] == 0) {
+      p->desc_copy.buffer_mask &= ~(1u << c[1]);
+      p->desc_copy.written_mask &= ~(1u << c[1]);
+    } else {
+      p->desc_copy.threadgroup_mask &= ~(1u << c[1]);
+    }
+  }
+  p->desc = &p->desc_copy;
+  p->fc_values = fn->fc_values;
+  p->fc_defined = fn->fc_defined;
   p->max_threads = MAX_THREADS;
   return (id)p;
 }
@@ -890,6 +872,16 @@ void sm__register_msl(void) {
   sm__method(c, "functionNames", SM_IMP(library_function_names), "@@:");
   sm__method(c, "device", SM_IMP(library_device), "@@:");
   sm__class_end(&library_class);
+
+  sm__method(c, "newFunctionWithName:constantValues:error:",
+             SM_IMP(library_new_function_constants), "@@:@@^@");
+  c = sm__class_begin(&values_class);
+  sm__method(c, "init", SM_IMP(values_init), "@@:");
+  sm__method(c, "setConstantValue:type:atIndex:", SM_IMP(values_set_index), "v@:^vQQ");
+  sm__method(c, "setConstantValue:type:withName:", SM_IMP(values_set_name), "v@:^vQ@");
+  sm__method(c, "setConstantValues:type:withRange:", SM_IMP(values_set_range), "v@:^vQ{_NSRange=QQ}");
+  sm__method(c, "reset", SM_IMP(values_reset), "v@:");
+  sm__class_end(&values_class);
 
   c = sm__class_begin(&function_class);
   sm__method(c, "name", SM_IMP(function_name), "@@:");

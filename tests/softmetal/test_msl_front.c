@@ -1,0 +1,409 @@
+/* softmetal's MSL front end: the MSL people write (templates, host_name,
+ * [[kernel]], macros, implicit indices), threadgroup variables, function
+ * constants, diagnostics, and the safety of the kernel cache. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "softmetal/sm_test.h"
+
+enum { Completed = 4, Error = 5 };
+enum { DataTypeInt = 29, DataTypeUInt = 33, DataTypeBool = 53, DataTypeFloat = 3 };
+
+static id dev, queue;
+static void *pool;
+
+static void setup(void) {
+  dev = MTLCreateSystemDefaultDevice();
+  queue = SEND0(id, dev, "newCommandQueue");
+  pool = objc_autoreleasePoolPush();
+}
+static void teardown(void) {
+  objc_autoreleasePoolPop(pool);
+  sm_release(queue);
+  sm_release(dev);
+  cr_assert_eq(sm_live(), 0, "every object released");
+}
+TestSuite(front, .init = setup, .fini = teardown, .timeout = 120);
+
+static id compile(const char *src, id *error) {
+  return SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
+              sm_str(src), (id)0, error);
+}
+static id compile_ok(const char *src) {
+  id error = 0;
+  id lib = compile(src, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  return lib;
+}
+static const char *compile_error(const char *src) {
+  id error = 0;
+  id lib = compile(src, &error);
+  cr_assert_null(lib, "compiled, but should not have");
+  return sm_error_text(error);
+}
+static id function(id lib, const char *name) {
+  id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str(name));
+  cr_assert_not_null(fn, "kernel %s", name);
+  return fn;
+}
+static id pipeline_of(id fn) {
+  id error = 0;
+  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
+              &error);
+  cr_assert_not_null(p, "%s", sm_error_text(error));
+  return p;
+}
+static id buffer(NSUInteger len) {
+  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len,
+              0ul);
+}
+static void *contents(id b) { return SEND0(void *, b, "contents"); }
+
+/* Runs p over n threads in groups of tg with buffers bufs[0..nb) at 0..nb-1. */
+static void run(id p, id *bufs, int nb, NSUInteger n, NSUInteger tg) {
+  id cb = SEND0(id, queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  for (int i = 0; i < nb; i++)
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
+         0ul, (NSUInteger)i);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
+       (MTLSize){n, 1, 1}, (MTLSize){tg, 1, 1});
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  cr_assert_eq(sm_u(cb, "status"), Completed, "%s", sm_error_text(SEND0(id, cb, "error")));
+}
+
+static const char TEMPLATES[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "namespace ops {\n"
+    "struct Twice { template <class T> T operator()(T x) const { return x + x; } };\n"
+    "template <typename T, typename Op = Twice>\n"
+    "[[kernel]] void unary(device const T *in, device T *out,\n"
+    "                      constant uint &n, uint i [[thread_position_in_grid]]) {\n"
+    "  if (i < n) out[i] = Op()(in[i]);\n"
+    "}\n"
+    "template [[host_name(\"unary_float\")]] [[kernel]] decltype(unary<float>) unary<float>;\n"
+    "template [[host_name(\"unary_int\")]] [[kernel]] void unary<int>(device const int *in,\n"
+    "    device int *out, constant uint &n, uint i [[thread_position_in_grid]]);\n"
+    "} // namespace ops\n"
+    "#define SCALE_KERNEL(name, k) \\\n"
+    "  kernel void name(device float *out [[buffer(1)]], device const float *in,\\\n"
+    "                   uint i [[thread_position_in_grid]]) { out[i] = in[i] * k; }\n"
+    "SCALE_KERNEL(times3, 3.0f)\n"
+    "SCALE_KERNEL(times5, 5.0f)\n"
+    "inline float helper(float x [[maybe_unused]], device const float *p [[buffer(7)]]) {\n"
+    "  return x + p[0];\n"
+    "}\n";
+
+Test(front, templates_host_names_macros_and_implicit_indices) {
+  id lib = compile_ok(TEMPLATES);
+  id names = SEND0(id, lib, "functionNames");
+  cr_assert_eq(sm_u(names, "count"), 4);
+  enum { N = 100 };
+  id in = buffer(N * 4), out = buffer(N * 4), nbuf = buffer(4);
+  float *pi = contents(in);
+  for (int i = 0; i < N; i++) pi[i] = (float)i;
+  *(unsigned *)contents(nbuf) = N;
+  id fn = function(lib, "unary_float"), p = pipeline_of(fn);
+  id bufs[] = {in, out, nbuf};
+  run(p, bufs, 3, N, 32);
+  for (int i = 0; i < N; i++) cr_assert_eq(((float *)contents(out))[i], 2.0f * (float)i, "[%d]", i);
+  sm_release(p);
+  sm_release(fn);
+  int *ii = contents(in);
+  for (int i = 0; i < N; i++) ii[i] = -i;
+  fn = function(lib, "unary_int");
+  p = pipeline_of(fn);
+  run(p, bufs, 3, N, 32);
+  for (int i = 0; i < N; i++) cr_assert_eq(((int *)contents(out))[i], -2 * i, "[%d]", i);
+  sm_release(p);
+  sm_release(fn);
+  /* times5: out is buffer(1), so the unattributed input takes index 0 */
+  for (int i = 0; i < N; i++) pi[i] = (float)i;
+  fn = function(lib, "times5");
+  p = pipeline_of(fn);
+  id bufs2[] = {in, out};
+  run(p, bufs2, 2, N, 32);
+  for (int i = 0; i < N; i++) cr_assert_eq(((float *)contents(out))[i], 5.0f * (float)i, "[%d]", i);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(in);
+  sm_release(out);
+  sm_release(nbuf);
+  sm_release(lib);
+}
+
+/* Every threadgroup gets fresh, poisoned storage for variables declared in a
+ * body, in a switch case or in a helper; pointers to it are per thread. */
+static const char TGVARS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "uint from_helper(uint tid) {\n"
+    "  threadgroup uint h[64];\n"
+    "  h[tid] = tid * 2u;\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  return h[63u - tid];\n"
+    "}\n"
+    "kernel void tg(device uint *out [[buffer(0)]], constant uint &mode [[buffer(1)]],\n"
+    "               uint tid [[thread_index_in_threadgroup]],\n"
+    "               uint gid [[thread_position_in_grid]],\n"
+    "               uint group [[threadgroup_position_in_grid]]) {\n"
+    "  threadgroup uint s[64];\n"
+    "  threadgroup uint *p = s + tid;\n"
+    "  uint first = s[tid];\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  *p = tid + 1000u * group;\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  uint r = 0;\n"
+    "  switch (mode) {\n"
+    "  case 0: {\n"
+    "    threadgroup atomic_uint count;\n"
+    "    if (tid == 0) atomic_store_explicit(&count, 0u, memory_order_relaxed);\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    atomic_fetch_add_explicit(&count, 1u, memory_order_relaxed);\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    r = atomic_load_explicit(&count, memory_order_relaxed);\n"
+    "    break;\n"
+    "  }\n"
+    "  default: r = from_helper(tid); break;\n"
+    "  }\n"
+    "  out[4 * gid + 0] = first;\n"
+    "  out[4 * gid + 1] = s[63u - tid];\n"
+    "  out[4 * gid + 2] = r;\n"
+    "  out[4 * gid + 3] = *p;\n"
+    "}\n";
+
+static void run_tg(id lib, unsigned mode, unsigned *o) {
+  id fn = function(lib, "tg"), p = pipeline_of(fn);
+  id out = buffer(4 * 4 * 128), m = buffer(4);
+  *(unsigned *)contents(m) = mode;
+  id bufs[] = {out, m};
+  run(p, bufs, 2, 128, 64);
+  memcpy(o, contents(out), 4 * 4 * 128);
+  sm_release(out);
+  sm_release(m);
+  sm_release(p);
+  sm_release(fn);
+}
+
+Test(front, threadgroup_variables_are_per_threadgroup_and_poisoned) {
+  id lib = compile_ok(TGVARS);
+  static unsigned o[4 * 128];
+  for (unsigned mode = 0; mode < 2; mode++) {
+    run_tg(lib, mode, o);
+    for (unsigned g = 0; g < 128; g++) {
+      unsigned tid = g % 64, group = g / 64;
+      cr_assert_eq(o[4 * g + 0], 0xFFFFFFFFu, "thread %u reads poison first, not %#x", g,
+                   o[4 * g]);
+      cr_assert_eq(o[4 * g + 1], 63u - tid + 1000u * group, "thread %u", g);
+      cr_assert_eq(o[4 * g + 2], mode == 0 ? 64u : 2u * (63u - tid), "mode %u thread %u", mode,
+                   g);
+      cr_assert_eq(o[4 * g + 3], tid + 1000u * group, "thread %u: its own pointer", g);
+    }
+  }
+  sm_release(lib);
+}
+
+Test(front, double_is_a_compile_error_naming_the_line) {
+  const char *msg = compile_error("#include <metal_stdlib>\n"
+                                  "kernel void k(device float *a [[buffer(0)]],\n"
+                                  "              uint i [[thread_position_in_grid]]) {\n"
+                                  "  double d = a[i];\n"
+                                  "  a[i] = d;\n"
+                                  "}\n");
+  cr_assert(strstr(msg, "program_source:4:3: error: 'double' is not supported"), "%s", msg);
+}
+
+Test(front, unsupported_features_are_refused_with_the_line) {
+  const char *msg = compile_error("#include <metal_stdlib>\n"
+                                  "using namespace metal;\n"
+                                  "kernel void k(texture2d<float> t [[texture(0)]],\n"
+                                  "              uint i [[thread_position_in_grid]]) {}\n");
+  cr_assert(strstr(msg, "program_source:3:") && strstr(msg, "texture2d"), "%s", msg);
+  msg = compile_error("#include <metal_stdlib>\n"
+                      "struct V { float4 p [[position]]; };\n"
+                      "vertex V vs(uint v [[vertex_id]]) { return V{}; }\n");
+  cr_assert(strstr(msg, "program_source:3:") && strstr(msg, "vertex"), "%s", msg);
+  msg = compile_error("kernel void k(device float *a, uint i) { a[i] = 0; }\n");
+  cr_assert(strstr(msg, "program_source:1:") && strstr(msg, "parameter 1"), "%s", msg);
+  /* clang's own errors in code a macro produced point at the user's line */
+  msg = compile_error("#define BAD(n) kernel void n(device float *a) { a[0] = nope; }\n"
+                      "\n"
+                      "BAD(k)\n");
+  cr_assert(strstr(msg, "program_source:3:") && strstr(msg, "nope"), "%s", msg);
+}
+
+/* Constructs that must pass through the front end untouched. */
+static const char PASSTHROUGH[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "struct Out { float v [[user(locn0)]]; };\n"
+    "struct Table { float w[4]; };\n"
+    "constant Table table = {{1.0f, 2.0f, 3.0f, 4.0f}};\n"
+    "constant float weights[4] = {10.0f, 20.0f, 30.0f, 40.0f};\n"
+    "constexpr uint twice(uint x) { return 2u * x; }\n"
+    "#if __METAL_VERSION__ >= 300\n"
+    "kernel void pass(device float *out [[buffer(0)]],\n"
+    "                 uint3 pos [[thread_position_in_grid]],\n"
+    "                 ushort2 local [[thread_position_in_threadgroup]]) {\n"
+    "  float acc = 0.0f;\n"
+    "#pragma clang loop unroll(full)\n"
+    "  for (uint k = 0; k < 4; k++) acc += table.w[k] * weights[k];\n"
+    "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x));\n"
+    "}\n"
+    "#endif\n";
+
+Test(front, pragmas_constant_tables_constexpr_and_vector_builtins_pass_through) {
+  id lib = compile_ok(PASSTHROUGH);
+  id fn = function(lib, "pass"), p = pipeline_of(fn);
+  id out = buffer(64 * 4);
+  id bufs[] = {out};
+  run(p, bufs, 1, 64, 16);
+  for (unsigned i = 0; i < 64; i++)
+    cr_assert_eq(((float *)contents(out))[i], 300.0f + 2.0f * (float)(i % 16), "[%u]", i);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* ------------------------------------------------------------- function constants */
+static const char CONSTANTS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "constant uint scale [[function_constant(0)]];\n"
+    "constant bool has_bias [[function_constant(1)]];\n"
+    "constant int offset [[function_constant(2)]];\n"
+    "constant int offset_or_7 = is_function_constant_defined(offset) ? offset : 7;\n"
+    "uint apply(uint x) { return x * scale + uint(offset_or_7); }\n"
+    "kernel void fc(device uint *out [[buffer(0)]],\n"
+    "               device const uint *bias [[buffer(1), function_constant(has_bias)]],\n"
+    "               uint i [[thread_position_in_grid]]) {\n"
+    "  out[i] = apply(i) + (has_bias ? bias[i] : 0u);\n"
+    "}\n"
+    "kernel void plain(device uint *out [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  out[i] = i;\n"
+    "}\n";
+
+static id values(void) {
+  id v = SEND0(id, sm_class_named("MTLFunctionConstantValues"), "alloc");
+  return SEND0(id, v, "init");
+}
+static void set_index(id v, const void *p, NSUInteger type, NSUInteger index) {
+  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), v,
+       "setConstantValue:type:atIndex:", p, type, index);
+}
+static void set_name(id v, const void *p, NSUInteger type, const char *name) {
+  SEND(void, (id, SEL, const void *, NSUInteger, id), v, "setConstantValue:type:withName:", p,
+       type, sm_str(name));
+}
+static id specialize(id lib, const char *name, id v, id *error) {
+  return SEND(id, (id, SEL, id, id, id *), lib, "newFunctionWithName:constantValues:error:",
+              sm_str(name), v, error);
+}
+
+Test(front, function_constant_values_reach_the_kernel) {
+  id lib = compile_ok(CONSTANTS);
+  enum { N = 64 };
+  id out = buffer(N * 4), bias = buffer(N * 4);
+  for (int i = 0; i < N; i++) ((unsigned *)contents(bias))[i] = 100u * (unsigned)i;
+  for (int variant = 0; variant < 2; variant++) {
+    id v = values();
+    unsigned scale = variant ? 3u : 5u;
+    bool has_bias = variant == 1;
+    int offset = 11;
+    set_index(v, &scale, DataTypeUInt, 0);
+    set_name(v, &has_bias, DataTypeBool, "has_bias");
+    if (variant == 1) set_index(v, &offset, DataTypeInt, 2);
+    id error = 0;
+    id fn = specialize(lib, "fc", v, &error);
+    cr_assert_not_null(fn, "%s", sm_error_text(error));
+    id p = pipeline_of(fn);
+    id bufs[] = {out, bias};
+    /* the bias buffer is absent when has_bias is false: nothing bound to 1 */
+    run(p, bufs, variant ? 2 : 1, N, 32);
+    for (unsigned i = 0; i < N; i++) {
+      unsigned want = variant ? i * 3u + 11u + 100u * i : i * 5u + 7u;
+      cr_assert_eq(((unsigned *)contents(out))[i], want, "variant %d [%u]", variant, i);
+    }
+    sm_release(p);
+    sm_release(fn);
+    sm_release(v);
+  }
+  sm_release(out);
+  sm_release(bias);
+  sm_release(lib);
+}
+
+Test(front, function_constants_missing_or_mistyped_are_errors) {
+  id lib = compile_ok(CONSTANTS);
+  /* no value for the required 'scale' */
+  id v = values();
+  bool b = false;
+  set_index(v, &b, DataTypeBool, 1);
+  id error = 0;
+  cr_assert_null(specialize(lib, "fc", v, &error));
+  cr_assert(strstr(sm_error_text(error), "'scale' (index 0) is required"), "%s",
+            sm_error_text(error));
+  /* a float given for a uint */
+  float f = 2.0f;
+  set_index(v, &f, DataTypeFloat, 0);
+  error = 0;
+  cr_assert_null(specialize(lib, "fc", v, &error));
+  cr_assert(strstr(sm_error_text(error), "'scale'") && strstr(sm_error_text(error), "MTLDataType"),
+            "%s", sm_error_text(error));
+  sm_release(v);
+  /* an unspecialized function with constants makes no pipeline */
+  id fn = function(lib, "fc");
+  error = 0;
+  cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:",
+                      fn, &error));
+  cr_assert(strstr(sm_error_text(error), "not specialized"), "%s", sm_error_text(error));
+  sm_release(fn);
+  /* a kernel that uses none needs no values */
+  fn = function(lib, "plain");
+  id p = pipeline_of(fn);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* ------------------------------------------------------------- cache safety */
+Test(front, a_cache_directory_others_can_write_is_refused) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/unsafe-%d", getenv("SOFTMETAL_CACHE_DIR"), (int)getpid());
+  mkdir(dir, 0700);
+  cr_assert_eq(chmod(dir, 0777), 0);
+  char *old = strdup(getenv("SOFTMETAL_CACHE_DIR"));
+  setenv("SOFTMETAL_CACHE_DIR", dir, 1);
+  const char *msg = compile_error(TEMPLATES);
+  cr_assert(strstr(msg, "writable by group or others"), "%s", msg);
+  chmod(dir, 0700);
+  setenv("SOFTMETAL_CACHE_DIR", old, 1);
+  free(old);
+  rmdir(dir);
+}
+
+Test(front, a_new_cache_directory_is_private) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/fresh-%d/sub", getenv("SOFTMETAL_CACHE_DIR"), (int)getpid());
+  char *old = strdup(getenv("SOFTMETAL_CACHE_DIR"));
+  setenv("SOFTMETAL_CACHE_DIR", dir, 1);
+  sm_release(compile_ok("kernel void k(device float *a [[buffer(0)]]) { a[0] = 1; }\n"));
+  struct stat st;
+  cr_assert_eq(stat(dir, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0700);
+  setenv("SOFTMETAL_CACHE_DIR", old, 1);
+  free(old);
+  char cmd[600];
+  *strrchr(dir, '/') = 0;
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}

@@ -1,0 +1,1391 @@
+/* softmetal's MSL front end (see sm_front.h). Works on tokens of the
+ * preprocessed source: only lines that line markers attribute to
+ * program_source are parsed and rewritten; everything else (metal_stdlib,
+ * the C++ headers) passes through untouched. Parameter types are never read
+ * from text: trampolines take them from the kernel's function type. */
+#define _GNU_SOURCE
+#include "sm_front.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_abi.h"
+
+/* ------------------------------------------------------------- text */
+typedef struct {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} buf;
+
+static void put(buf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (n > SIZE_MAX / 2 - b->n - 1) {
+    b->oom = true;
+    return;
+  }
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = (b->n + n + 1) * 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+static void put_s(buf *b, const char *s) { put(b, s, strlen(s)); }
+
+static void putf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  char *s = malloc((size_t)n + 1);
+  if (!s) {
+    b->oom = true;
+    return;
+  }
+  va_start(ap, fmt);
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  put(b, s, (size_t)n);
+  free(s);
+}
+
+/* ------------------------------------------------------------- tokens */
+enum { T_ID, T_NUM, T_STR, T_PUN };
+
+typedef struct {
+  size_t off;   /* in the preprocessed text */
+  uint32_t len;
+  int line, col; /* in program_source */
+  char kind;
+  bool done;    /* covered by a structural rewrite */
+} tok;
+
+typedef struct {
+  size_t at, end; /* replaced range of the preprocessed text */
+  char *text;
+  size_t seq;
+} edit;
+
+/* A kernel parameter. */
+enum { P_NONE, P_BUFFER, P_TG, P_BUILTIN };
+typedef struct {
+  int kind, index, builtin;
+  bool dev, cons, tgs, indirect; /* address spaces seen; pointer or reference */
+  int fc;                        /* conditioning constant position, or -1 */
+  int line, col;
+} param;
+
+/* A function definition of program_source (kernels and helpers). */
+typedef struct {
+  char name[128];
+  size_t body0, body1; /* token range of the body, braces included */
+  bool kernel, is_template;
+  char host[128];
+  param *p;
+  int np;
+  bool pbad;   /* parameters failed to parse */
+  int line, col;
+} fdef;
+
+typedef struct {
+  char name[128];
+  char type[64];
+  int index; /* -1 when derived */
+  int pos;
+  int mtl_type, size;
+  bool optional;
+  size_t init0, init1; /* derived: initialiser tokens */
+  size_t decl0, decl1;  /* the declaration's tokens */
+} fconst;
+
+/* A kernel to export: a function, or an instantiation of a template. */
+typedef struct {
+  char host[128];
+  char callee[512];
+  int def;          /* fdef index */
+  param *p;         /* parameters (owned when from an instantiation) */
+  int np;
+  bool own_p;
+  size_t insert_at; /* byte offset after which the trampoline goes */
+  int line, col;
+} kout;
+
+typedef struct {
+  const char *pp;
+  size_t len;
+  tok *t;
+  size_t nt, capt;
+  edit *e;
+  size_t ne, cape;
+  fdef *f;
+  size_t nf;
+  fconst *c;
+  size_t nc;
+  kout *k;
+  size_t nk;
+  uint32_t tg_ids;
+  buf err;
+  int nerr;
+  bool oom;
+} fe;
+
+static void error_at(fe *f, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void error_at(fe *f, int line, int col, const char *fmt, ...) {
+  if (f->nerr >= 20) return;
+  f->nerr++;
+  putf(&f->err, SM_PROGRAM_SOURCE ":%d:%d: error: ", line, col);
+  va_list ap;
+  va_start(ap, fmt);
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  put(&f->err, msg, strlen(msg));
+  put_s(&f->err, "\n");
+}
+
+static void *grow(void *p, size_t *cap, size_t n, size_t size, bool *oom) {
+  if (n < *cap) return p;
+  size_t c = *cap ? *cap * 2 : 64;
+  if (c > SIZE_MAX / size) {
+    *oom = true;
+    return NULL;
+  }
+  void *q = realloc(p, c * size);
+  if (!q) {
+    *oom = true;
+    return NULL;
+  }
+  *cap = c;
+  return q;
+}
+
+static void add_edit(fe *f, size_t at, size_t end, const char *text) {
+  edit *e = grow(f->e, &f->cape, f->ne, sizeof *e, &f->oom);
+  if (!e) return;
+  f->e = e;
+  char *s = strdup(text);
+  if (!s) {
+    f->oom = true;
+    return;
+  }
+  f->e[f->ne] = (edit){at, end, s, f->ne};
+  f->ne++;
+}
+
+/* Blanks token i (spaces keep columns). */
+static void blank(fe *f, size_t i) {
+  char sp[64];
+  size_t n = f->t[i].len < sizeof sp - 1 ? f->t[i].len : sizeof sp - 1;
+  memset(sp, ' ', n);
+  sp[n] = 0;
+  add_edit(f, f->t[i].off, f->t[i].off + f->t[i].len, sp);
+  f->t[i].done = true;
+}
+static void replace_tok(fe *f, size_t i, const char *text) {
+  add_edit(f, f->t[i].off, f->t[i].off + f->t[i].len, text);
+  f->t[i].done = true;
+}
+
+static bool is(const fe *f, size_t i, const char *s) {
+  if (i >= f->nt) return false;
+  size_t n = strlen(s);
+  return f->t[i].len == n && memcmp(f->pp + f->t[i].off, s, n) == 0;
+}
+static bool is_id(const fe *f, size_t i) { return i < f->nt && f->t[i].kind == T_ID; }
+static void text_of(const fe *f, size_t i, char *out, size_t cap) {
+  size_t n = f->t[i].len < cap - 1 ? f->t[i].len : cap - 1;
+  memcpy(out, f->pp + f->t[i].off, n);
+  out[n] = 0;
+}
+/* Text of tokens [a, b) joined by single spaces. */
+static void span_text(const fe *f, size_t a, size_t b, buf *out) {
+  for (size_t i = a; i < b; i++) {
+    if (i > a) put_s(out, " ");
+    put(out, f->pp + f->t[i].off, f->t[i].len);
+  }
+}
+
+static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+static const char *const PUNCT3[] = {"<<=", ">>=", "...", "->*", "<=>"};
+static const char *const PUNCT2[] = {"::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=",
+                                     "&&", "||", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=",
+                                     ".*", "##"};
+
+/* Tokenizes pp[a, b) (one line of program_source, line number line). */
+static void tokenize_line(fe *f, size_t a, size_t b, int line, size_t line_start) {
+  const char *s = f->pp;
+  size_t i = a;
+  while (i < b) {
+    char c = s[i];
+    if (isspace((unsigned char)c)) {
+      i++;
+      continue;
+    }
+    size_t start = i;
+    char kind;
+    if (isalpha((unsigned char)c) || c == '_') {
+      while (i < b && ident_char(s[i])) i++;
+      kind = T_ID;
+      /* string prefixes: u8"", L'' ... */
+      if (i < b && (s[i] == '"' || s[i] == '\'') &&
+          (i - start <= 2 && strchr("uUL8", s[start]))) {
+        char q = s[i++];
+        while (i < b && s[i] != q) i += (s[i] == '\\') ? 2 : 1;
+        i++;
+        kind = T_STR;
+      }
+    } else if (isdigit((unsigned char)c) || (c == '.' && i + 1 < b && isdigit((unsigned char)s[i + 1]))) {
+      while (i < b && (ident_char(s[i]) || s[i] == '.' || s[i] == '\'' ||
+                       ((s[i] == '+' || s[i] == '-') && strchr("eEpP", s[i - 1]))))
+        i++;
+      kind = T_NUM;
+    } else if (c == '"' || c == '\'') {
+      i++;
+      while (i < b && s[i] != c) i += (s[i] == '\\') ? 2 : 1;
+      i++;
+      kind = T_STR;
+    } else {
+      kind = T_PUN;
+      size_t n = 1;
+      for (size_t k = 0; k < sizeof PUNCT3 / sizeof *PUNCT3; k++)
+        if (i + 3 <= b && memcmp(s + i, PUNCT3[k], 3) == 0) n = 3;
+      if (n == 1)
+        for (size_t k = 0; k < sizeof PUNCT2 / sizeof *PUNCT2; k++)
+          if (i + 2 <= b && memcmp(s + i, PUNCT2[k], 2) == 0) n = 2;
+      i += n;
+    }
+    if (i > b) i = b;
+    tok *t = grow(f->t, &f->capt, f->nt, sizeof *t, &f->oom);
+    if (!t) return;
+    f->t = t;
+    f->t[f->nt++] = (tok){start, (uint32_t)(i - start), line, (int)(start - line_start) + 1, kind,
+                          false};
+  }
+}
+
+/* Reads the line markers; tokenizes program_source lines; renames the file in
+ * its markers. */
+static void scan_pp(fe *f) {
+  const char *s = f->pp;
+  bool in_prog = false;
+  int line = 1;
+  for (size_t i = 0; i < f->len;) {
+    size_t eol = i;
+    while (eol < f->len && s[eol] != '\n') eol++;
+    size_t j = i;
+    while (j < eol && (s[j] == ' ' || s[j] == '\t')) j++;
+    if (j < eol && s[j] == '#') {
+      size_t k = j + 1;
+      while (k < eol && s[k] == ' ') k++;
+      if (k + 4 < eol && memcmp(s + k, "line", 4) == 0) k += 4;
+      while (k < eol && s[k] == ' ') k++;
+      if (k < eol && isdigit((unsigned char)s[k])) {
+        int n = atoi(s + k);
+        while (k < eol && isdigit((unsigned char)s[k])) k++;
+        while (k < eol && s[k] == ' ') k++;
+        if (k < eol && s[k] == '"') {
+          size_t q = k + 1;
+          while (q < eol && s[q] != '"') q += s[q] == '\\' ? 2 : 1;
+          size_t name_len = q - k - 1;
+          in_prog = name_len == strlen(SM_PROGRAM_SOURCE) &&
+                    memcmp(s + k + 1, SM_PROGRAM_SOURCE, name_len) == 0;
+        }
+        line = n;
+        i = eol + 1;
+        continue;
+      }
+      /* another directive (#pragma): passes through */
+    } else if (in_prog) {
+      tokenize_line(f, i, eol, line, i);
+    }
+    line++;
+    i = eol + 1;
+  }
+}
+
+/* ------------------------------------------------------------- matching */
+/* Index of the token closing the bracket at i, or nt. */
+static size_t match(const fe *f, size_t i) {
+  int depth = 0;
+  for (size_t k = i; k < f->nt; k++) {
+    if (f->t[k].kind != T_PUN || f->t[k].len != 1) continue;
+    char c = f->pp[f->t[k].off];
+    if (c == '(' || c == '[' || c == '{') depth++;
+    else if (c == ')' || c == ']' || c == '}') {
+      if (--depth == 0) return k;
+    }
+  }
+  return f->nt;
+}
+
+/* Index after the template argument list opening at i ('<'), or nt. */
+static size_t match_angle(const fe *f, size_t i) {
+  int depth = 0;
+  for (size_t k = i; k < f->nt; k++) {
+    if (is(f, k, "(") || is(f, k, "[") || is(f, k, "{")) {
+      k = match(f, k);
+      continue;
+    }
+    if (is(f, k, "<")) depth++;
+    else if (is(f, k, ">")) depth--;
+    else if (is(f, k, ">>")) depth -= 2;
+    else if (is(f, k, ";")) return f->nt;
+    if (depth <= 0) return k + 1;
+  }
+  return f->nt;
+}
+
+static bool attr_start(const fe *f, size_t i) {
+  return is(f, i, "[") && is(f, i + 1, "[") && f->t[i + 1].off == f->t[i].off + 1;
+}
+
+/* ------------------------------------------------------------- attributes */
+static const char *const STD_ATTRS[] = {"maybe_unused", "nodiscard", "noreturn", "likely",
+                                        "unlikely", "fallthrough", "deprecated",
+                                        "carries_dependency", "clang", "gnu"};
+
+static const struct {
+  const char *name;
+  const char *expr; /* %s: the parameter type */
+  bool vector;
+} BUILTINS[] = {
+    {"thread_position_in_grid", "t->tpig", true},
+    {"threads_per_grid", "t->tpg", true},
+    {"grid_size", "t->tpg", true},
+    {"grid_origin", "::sm::zero3", true},
+    {"thread_position_in_threadgroup", "t->tpitg", true},
+    {"threadgroup_position_in_grid", "t->tgpig", true},
+    {"threads_per_threadgroup", "t->tptg", true},
+    {"dispatch_threads_per_threadgroup", "t->tptg", true},
+    {"threadgroups_per_grid", "t->tgpg", true},
+    {"thread_index_in_threadgroup", "t->tiitg", false},
+    {"thread_index_in_simdgroup", "t->lane", false},
+    {"simdgroup_index_in_threadgroup", "t->simdgroup", false},
+    {"thread_index_in_quadgroup", "(t->tiitg % 4u)", false},
+    {"quadgroup_index_in_threadgroup", "(t->tiitg / 4u)", false},
+    {"threads_per_simdgroup", "32u", false},
+    {"thread_execution_width", "32u", false},
+    {"simdgroups_per_threadgroup", "((t->tg_threads + 31u) / 32u)", false},
+    {"dispatch_simdgroups_per_threadgroup", "((t->tg_threads + 31u) / 32u)", false},
+    {"quadgroups_per_threadgroup", "((t->tg_threads + 3u) / 4u)", false},
+};
+enum { N_BUILTINS = sizeof BUILTINS / sizeof BUILTINS[0] };
+
+static const char *const REFUSED_WORDS[] = {
+    "texture1d", "texture1d_array", "texture2d", "texture2d_array", "texture2d_ms",
+    "texture2d_ms_array", "texture3d", "texturecube", "texturecube_array", "texture_buffer",
+    "depth2d", "depth2d_array", "depth2d_ms", "depth2d_ms_array", "depthcube",
+    "depthcube_array", "sampler", "acceleration_structure", "intersector",
+    "intersection_function_table", "visible_function_table", "imageblock",
+    "threadgroup_imageblock", "ray_data", "object_data", "mesh_grid_properties"};
+static const char *const STAGES[] = {"vertex", "fragment", "mesh", "object", "intersection",
+                                     "visible", "stitchable", "tile"};
+
+static int find_const(const fe *f, const char *name) {
+  for (size_t i = 0; i < f->nc; i++)
+    if (strcmp(f->c[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+/* One attribute item: name and, when present, its argument token range. */
+typedef struct {
+  size_t name, arg0, arg1; /* arg0 == arg1: no arguments */
+} attr_item;
+
+/* Items of the attribute [[...]] at i; returns the index after "]]". */
+static size_t read_attr(const fe *f, size_t i, attr_item *items, int *n, int cap) {
+  size_t close = match(f, i); /* outer ']' */
+  *n = 0;
+  size_t k = i + 2;
+  while (k + 1 < close) {
+    if (is(f, k, ",")) {
+      k++;
+      continue;
+    }
+    attr_item it = {k, 0, 0};
+    k++;
+    while (is(f, k, "::") && k + 1 < close) k += 2; /* clang::x */
+    if (is(f, k, "(")) {
+      size_t c = match(f, k);
+      it.arg0 = k + 1;
+      it.arg1 = c;
+      k = c + 1;
+    }
+    if (*n < cap) items[(*n)++] = it;
+    while (k + 1 < close && !is(f, k, ",")) k++;
+  }
+  return close + 1;
+}
+
+static bool std_attr(const fe *f, size_t name) {
+  for (size_t i = 0; i < sizeof STD_ATTRS / sizeof *STD_ATTRS; i++)
+    if (is(f, name, STD_ATTRS[i])) return true;
+  return false;
+}
+
+/* Blanks a whole attribute [[...]] at i unless it is standard C++. */
+static size_t strip_attr(fe *f, size_t i) {
+  attr_item it[8];
+  int n = 0;
+  size_t end = read_attr(f, i, it, &n, 8);
+  bool keep = n > 0;
+  for (int k = 0; k < n; k++) keep = keep && std_attr(f, it[k].name);
+  if (!keep)
+    for (size_t k = i; k < end; k++)
+      if (!f->t[k].done) blank(f, k);
+  return end;
+}
+
+static int parse_uint(const fe *f, size_t a, size_t b, int *out) {
+  if (b != a + 1 || f->t[a].kind != T_NUM) return 0;
+  char s[32];
+  text_of(f, a, s, sizeof s);
+  char *end;
+  unsigned long v = strtoul(s, &end, 0);
+  while (*end == 'u' || *end == 'U') end++;
+  if (*end || v > 65535) return 0;
+  *out = (int)v;
+  return 1;
+}
+
+/* ------------------------------------------------------------- parameters */
+/* Parses the parameter list whose '(' is at open. */
+static bool parse_params(fe *f, size_t open, const char *fname, param **out, int *nout) {
+  size_t close = match(f, open);
+  param *ps = NULL;
+  int np = 0;
+  size_t a = open + 1;
+  bool ok = true;
+  if (close >= f->nt) return false;
+  if (a == close || (a + 1 == close && is(f, a, "void"))) {
+    *out = NULL;
+    *nout = 0;
+    return true;
+  }
+  for (size_t k = a; k <= close; k++) {
+    if (is(f, k, "(") || is(f, k, "[")) {
+      if (!attr_start(f, k)) {
+        k = match(f, k);
+        continue;
+      }
+    }
+    if (is(f, k, "<") && k > a && is_id(f, k - 1)) {
+      size_t m = match_angle(f, k);
+      if (m <= close) {
+        k = m - 1;
+        continue;
+      }
+    }
+    if (attr_start(f, k)) {
+      k = match(f, k);
+      continue;
+    }
+    if (!(is(f, k, ",") || k == close)) continue;
+    param *q = realloc(ps, (size_t)(np + 1) * sizeof *q);
+    if (!q) {
+      f->oom = true;
+      free(ps);
+      return false;
+    }
+    ps = q;
+    param *p = &ps[np];
+    memset(p, 0, sizeof *p);
+    p->fc = -1;
+    p->index = -1;
+    p->line = f->t[a].line;
+    p->col = f->t[a].col;
+    /* address spaces and indirection at the top level; attributes */
+    int angle = 0;
+    for (size_t j = a; j < k; j++) {
+      if (attr_start(f, j)) {
+        attr_item it[8];
+        int n = 0;
+        size_t end = read_attr(f, j, it, &n, 8);
+        for (int m = 0; m < n; m++) {
+          char name[64];
+          text_of(f, it[m].name, name, sizeof name);
+          int v = 0;
+          size_t line = (size_t)f->t[it[m].name].line, col = (size_t)f->t[it[m].name].col;
+          if (strcmp(name, "buffer") == 0 || strcmp(name, "threadgroup") == 0) {
+            if (!parse_uint(f, it[m].arg0, it[m].arg1, &v) || v >= (int)SM_MAX_BINDINGS) {
+              error_at(f, (int)line, (int)col,
+                       "parameter %d of kernel %s: [[%s(n)]] index must be < %u", np, fname,
+                       name, SM_MAX_BINDINGS);
+              ok = false;
+            }
+            p->kind = name[0] == 'b' ? P_BUFFER : P_TG;
+            p->index = v;
+          } else if (strcmp(name, "function_constant") == 0) {
+            char cn[128] = "";
+            if (it[m].arg1 == it[m].arg0 + 1) text_of(f, it[m].arg0, cn, sizeof cn);
+            p->fc = find_const(f, cn);
+            if (p->fc < 0) {
+              error_at(f, (int)line, (int)col,
+                       "parameter %d of kernel %s: [[function_constant(%s)]] does not name a "
+                       "function constant", np, fname, cn);
+              ok = false;
+            }
+          } else if (strcmp(name, "user") == 0 || std_attr(f, it[m].name)) {
+          } else {
+            int b = -1;
+            for (int x = 0; x < N_BUILTINS; x++)
+              if (strcmp(name, BUILTINS[x].name) == 0) b = x;
+            if (b >= 0) {
+              p->kind = P_BUILTIN;
+              p->builtin = b;
+            } else {
+              error_at(f, (int)line, (int)col,
+                       "parameter %d of kernel %s: attribute [[%s]] is not supported by "
+                       "softmetal (compute kernels only: no textures, samplers, stage_in or "
+                       "render attributes)", np, fname, name);
+              ok = false;
+            }
+          }
+        }
+        j = end - 1;
+        continue;
+      }
+      if (is(f, j, "(") || is(f, j, "[")) {
+        j = match(f, j);
+        continue;
+      }
+      if (is(f, j, "<")) angle++;
+      else if (is(f, j, ">")) angle--;
+      else if (is(f, j, ">>")) angle -= 2;
+      if (angle > 0) continue;
+      if (is(f, j, "device")) p->dev = true;
+      else if (is(f, j, "constant")) p->cons = true;
+      else if (is(f, j, "threadgroup")) p->tgs = true;
+      else if (is(f, j, "*") || is(f, j, "&") || is(f, j, "&&")) p->indirect = true;
+    }
+    np++;
+    a = k + 1;
+  }
+  *out = ps;
+  *nout = np;
+  return ok;
+}
+
+/* Metal's rule: parameters without an index take the first free index of
+ * their kind, in declaration order, after the explicit ones. */
+static bool assign_indices(fe *f, param *p, int np, const char *fname) {
+  uint32_t used[2] = {0, 0};
+  bool ok = true;
+  for (int i = 0; i < np; i++) {
+    if (p[i].kind != P_BUFFER && p[i].kind != P_TG) continue;
+    int kind = p[i].kind == P_TG;
+    if (used[kind] >> p[i].index & 1u) {
+      error_at(f, p[i].line, p[i].col, "kernel %s: [[%s(%d)]] is used twice", fname,
+               kind ? "threadgroup" : "buffer", p[i].index);
+      ok = false;
+    }
+    used[kind] |= 1u << p[i].index;
+  }
+  for (int i = 0; i < np; i++) {
+    if (p[i].kind != P_NONE) continue;
+    if (!p[i].indirect || !(p[i].dev || p[i].cons || p[i].tgs)) {
+      error_at(f, p[i].line, p[i].col,
+               "parameter %d of kernel %s has no attribute and is not a pointer or reference "
+               "in the device, constant or threadgroup address space", i, fname);
+      ok = false;
+      continue;
+    }
+    int kind = p[i].tgs ? 1 : 0;
+    int n = 0;
+    while (n < (int)SM_MAX_BINDINGS && (used[kind] >> n & 1u)) n++;
+    if (n == (int)SM_MAX_BINDINGS) {
+      error_at(f, p[i].line, p[i].col, "kernel %s: no free %s index for parameter %d", fname,
+               kind ? "threadgroup" : "buffer", i);
+      ok = false;
+      continue;
+    }
+    p[i].kind = kind ? P_TG : P_BUFFER;
+    p[i].index = n;
+    used[kind] |= 1u << n;
+  }
+  for (int i = 0; i < np; i++) {
+    if (p[i].kind == P_BUFFER && !p[i].indirect) {
+      error_at(f, p[i].line, p[i].col,
+               "parameter %d of kernel %s: [[buffer(%d)]] needs a pointer or reference", i,
+               fname, p[i].index);
+      ok = false;
+    }
+    if (p[i].kind == P_TG && !p[i].indirect) {
+      error_at(f, p[i].line, p[i].col,
+               "parameter %d of kernel %s: [[threadgroup(%d)]] needs a pointer", i, fname,
+               p[i].index);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+/* ------------------------------------------------------------- function bodies */
+/* Threadgroup variables: `threadgroup T a[N], b;` in a body becomes references
+ * into the threadgroup's arena; pointers and references to threadgroup
+ * memory stay ordinary locals. */
+static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
+  size_t end = i + 1;
+  bool indirect = false;
+  int depth = 0;
+  while (end < body_end && !(depth == 0 && (is(f, end, ";") || is(f, end, "{") ||
+                                              is(f, end, "}")))) {
+    if (is(f, end, "(") || is(f, end, "[")) depth++;
+    else if (is(f, end, ")") || is(f, end, "]")) depth--;
+    else if (depth == 0 && (is(f, end, "*") || is(f, end, "&") || is(f, end, "&&")))
+      indirect = true;
+    end++;
+  }
+  if (indirect || end >= body_end || !is(f, end, ";")) {
+    blank(f, i);
+    return;
+  }
+  /* The type: tokens before the first declarator's name. */
+  size_t first_end = i + 1;
+  int angle = 0;
+  while (first_end < end) {
+    if (is(f, first_end, "<")) angle++;
+    else if (is(f, first_end, ">")) angle--;
+    else if (is(f, first_end, ">>")) angle -= 2;
+    else if (angle <= 0 && (is(f, first_end, "[") || is(f, first_end, ",") ||
+                            is(f, first_end, "=")))
+      break;
+    else if (is(f, first_end, "(")) first_end = match(f, first_end);
+    first_end++;
+  }
+  size_t name = first_end - 1;
+  if (name <= i + 1 || !is_id(f, name)) {
+    blank(f, i);
+    return;
+  }
+  buf type = {0}, out = {0};
+  span_text(f, i + 1, name, &type);
+  /* declarators: name dims, separated by commas */
+  size_t k = name;
+  while (k < end) {
+    size_t d0 = k + 1, d1 = d0;
+    while (d1 < end && !is(f, d1, ",")) {
+      if (is(f, d1, "[") || is(f, d1, "(")) d1 = match(f, d1);
+      d1++;
+    }
+    buf dims = {0};
+    span_text(f, d0, d1, &dims);
+    putf(&out, "auto &%.*s = ::sm::tg_var<%s %s>(%uu); ", (int)f->t[k].len, f->pp + f->t[k].off,
+         type.p ? type.p : "", dims.p ? dims.p : "", f->tg_ids++);
+    free(dims.p);
+    k = d1 + 1;
+  }
+  if (type.oom || out.oom) f->oom = true;
+  add_edit(f, f->t[i].off, f->t[end].off + 1, out.p ? out.p : "");
+  for (size_t x = i; x <= end; x++) f->t[x].done = true;
+  free(type.p);
+  free(out.p);
+}
+
+static void scan_body(fe *f, size_t b0, size_t b1) {
+  for (size_t i = b0 + 1; i < b1; i++) {
+    if (!is(f, i, "threadgroup") || f->t[i].done) continue;
+    if (is(f, i - 1, "(") || is(f, i - 1, ",") || is(f, i - 1, "<")) continue;
+    rewrite_tg_decl(f, i, b1);
+  }
+}
+
+/* ------------------------------------------------------------- declarations */
+static size_t parse_scope(fe *f, size_t i);
+
+static fdef *new_fdef(fe *f) {
+  fdef *d = realloc(f->f, (f->nf + 1) * sizeof *d);
+  if (!d) {
+    f->oom = true;
+    return NULL;
+  }
+  f->f = d;
+  memset(&f->f[f->nf], 0, sizeof *f->f);
+  return &f->f[f->nf++];
+}
+
+static kout *new_kout(fe *f) {
+  kout *k = realloc(f->k, (f->nk + 1) * sizeof *k);
+  if (!k) {
+    f->oom = true;
+    return NULL;
+  }
+  f->k = k;
+  memset(&f->k[f->nk], 0, sizeof *f->k);
+  return &f->k[f->nk++];
+}
+
+static int mtl_type(const char *t, int *size) {
+  static const struct {
+    const char *name;
+    int base, esize;
+  } T[] = {{"float", 3, 4}, {"half", 16, 2}, {"int", 29, 4}, {"uint", 33, 4},
+           {"short", 37, 2}, {"ushort", 41, 2}, {"char", 45, 1}, {"uchar", 49, 1},
+           {"bool", 53, 1}};
+  if (strncmp(t, "metal::", 7) == 0) t += 7;
+  if (strcmp(t, "long") == 0) return *size = 8, 81;
+  if (strcmp(t, "ulong") == 0) return *size = 8, 85;
+  for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
+    size_t n = strlen(T[i].name);
+    if (strncmp(t, T[i].name, n) != 0) continue;
+    if (!t[n]) return *size = T[i].esize, T[i].base;
+    if (t[n] >= '2' && t[n] <= '4' && !t[n + 1]) {
+      int w = t[n] - '0';
+      *size = T[i].esize * (w == 3 ? 4 : w);
+      return T[i].base + w - 1;
+    }
+  }
+  return -1;
+}
+
+static fconst *new_const(fe *f, size_t name_tok) {
+  fconst *c = realloc(f->c, (f->nc + 1) * sizeof *c);
+  if (!c) {
+    f->oom = true;
+    return NULL;
+  }
+  f->c = c;
+  fconst *k = &f->c[f->nc];
+  memset(k, 0, sizeof *k);
+  text_of(f, name_tok, k->name, sizeof k->name);
+  k->pos = (int)f->nc++;
+  return k;
+}
+
+/* `constant T name [[function_constant(i)]];` at i0..semi (attribute at attr). */
+static void declare_constant(fe *f, size_t i0, size_t semi, size_t attr, int index) {
+  size_t cons = i0;
+  while (cons < semi && !is(f, cons, "constant")) cons++;
+  size_t name = attr - 1;
+  if (cons >= semi || name <= cons + 1 || !is_id(f, name)) {
+    error_at(f, f->t[i0].line, f->t[i0].col,
+             "a function constant is declared as 'constant T name [[function_constant(i)]];'");
+    return;
+  }
+  buf type = {0};
+  span_text(f, cons + 1, name, &type);
+  char t[64];
+  snprintf(t, sizeof t, "%s", type.p ? type.p : "");
+  free(type.p);
+  char *sp;
+  while ((sp = strstr(t, " :: ")) != NULL) memmove(sp + 2, sp + 4, strlen(sp + 4) + 1), sp[0] = ':', sp[1] = ':';
+  int size = 0, mt = mtl_type(t, &size);
+  if (mt < 0) {
+    error_at(f, f->t[cons + 1].line, f->t[cons + 1].col,
+             "function constant type '%s' is not supported by softmetal (scalars and vectors "
+             "of bool, char, short, int, half, float; long, ulong)", t);
+    return;
+  }
+  fconst *c = new_const(f, name);
+  if (!c) return;
+  c->decl0 = i0;
+  c->decl1 = semi;
+  snprintf(c->type, sizeof c->type, "%s", t);
+  c->index = index;
+  c->mtl_type = mt;
+  c->size = size;
+  replace_tok(f, cons, "static thread_local");
+  char tail[1024];
+  snprintf(tail, sizeof tail,
+           "; static thread_local bool sm_fcdef_%s; static ::sm::fc_reg sm_fcreg_%d("
+           "[](const unsigned char *v, const unsigned char *d) { std::memcpy((void *)&%s, v + "
+           "%d * %u, sizeof %s); sm_fcdef_%s = d[%d] != 0; }, [](void *o) { "
+           "std::memcpy(o, (const void *)&%s, sizeof %s); });",
+           c->name, c->pos, c->name, c->pos, SM_FC_SLOT, c->name, c->name, c->pos, c->name, c->name);
+  replace_tok(f, semi, tail);
+}
+
+/* `constant T name = init;` whose init reads function constants. */
+static bool derived_constant(fe *f, size_t i0, size_t semi) {
+  size_t eq = i0;
+  while (eq < semi && !is(f, eq, "=")) eq++;
+  if (eq >= semi || !is_id(f, eq - 1)) return false;
+  bool reads = false;
+  for (size_t k = eq + 1; k < semi; k++) {
+    char w[128];
+    if (!is_id(f, k)) continue;
+    text_of(f, k, w, sizeof w);
+    if (find_const(f, w) >= 0 || strcmp(w, "is_function_constant_defined") == 0) reads = true;
+  }
+  size_t cons = i0;
+  while (cons < eq && !is(f, cons, "constant")) cons++;
+  if (!reads || cons >= eq) return false;
+  fconst *c = new_const(f, eq - 1);
+  if (!c) return true;
+  c->decl0 = i0;
+  c->decl1 = semi;
+  c->index = -1;
+  c->init0 = eq + 1;
+  c->init1 = semi;
+  buf type = {0};
+  span_text(f, cons + 1, eq - 1, &type);
+  snprintf(c->type, sizeof c->type, "%s", type.p ? type.p : "");
+  free(type.p);
+  c->size = 0;
+  replace_tok(f, cons, "static thread_local");
+  char head[512], tail[512];
+  snprintf(head, sizeof head,
+           "; static ::sm::fc_reg sm_fcreg_%d([](const unsigned char *, const unsigned char *) "
+           "{ %s = (", c->pos, c->name);
+  snprintf(tail, sizeof tail,
+           "); }, [](void *o) { std::memcpy(o, (const void *)&%s, sizeof %s); });", c->name,
+           c->name);
+  replace_tok(f, eq, head);
+  replace_tok(f, semi, tail);
+  return true;
+}
+
+/* The function name before the parameter list at open: identifier, or
+ * name<...>. Returns the token index of the name, or nt. */
+static size_t name_before(const fe *f, size_t open, size_t start) {
+  if (open == start) return f->nt;
+  size_t k = open - 1;
+  if (is(f, k, ">") || is(f, k, ">>")) {
+    int depth = 0;
+    for (size_t j = k + 1; j-- > start;) {
+      if (is(f, j, ">")) depth++;
+      else if (is(f, j, ">>")) depth += 2;
+      else if (is(f, j, "<")) {
+        if (--depth == 0) return j > start && is_id(f, j - 1) ? j - 1 : f->nt;
+      }
+    }
+    return f->nt;
+  }
+  return is_id(f, k) ? k : f->nt;
+}
+
+static const char *const NOT_NAMES[] = {"decltype", "sizeof", "alignas", "alignof",
+                                        "__attribute__", "noexcept", "static_assert"};
+
+static void parse_decl(fe *f, size_t *pi) {
+  size_t i = *pi, start = i;
+  bool tmpl = false, inst = false, kernel = false;
+  char host[128] = "";
+  int fc_index = -1;
+  size_t fc_attr = 0;
+  if (is(f, i, "template")) {
+    if (is(f, i + 1, "<")) {
+      tmpl = true;
+      i = match_angle(f, i + 1);
+    } else {
+      inst = true;
+      i++;
+    }
+  }
+  if (is(f, i, "namespace") || (is(f, i, "inline") && is(f, i + 1, "namespace"))) {
+    while (i < f->nt && !is(f, i, "{") && !is(f, i, ";")) i++;
+    if (is(f, i, "{")) {
+      i = parse_scope(f, i + 1);
+      if (i < f->nt) i++; /* '}' */
+    } else if (i < f->nt) {
+      i++;
+    }
+    *pi = i;
+    return;
+  }
+  if (is(f, i, "extern") && f->t[i + 1].kind == T_STR && is(f, i + 2, "{")) {
+    i = parse_scope(f, i + 3);
+    *pi = i < f->nt ? i + 1 : i;
+    return;
+  }
+  size_t open = f->nt, body0 = f->nt, body1 = f->nt, end = f->nt;
+  bool assign = false;
+  for (size_t k = i; k < f->nt; k++) {
+    if (attr_start(f, k)) {
+      attr_item it[8];
+      int n = 0;
+      size_t e = read_attr(f, k, it, &n, 8);
+      for (int m = 0; m < n; m++) {
+        char name[64];
+        text_of(f, it[m].name, name, sizeof name);
+        if (open < f->nt) continue; /* a parameter's or the body's */
+        if (strcmp(name, "kernel") == 0) kernel = true;
+        else if (strcmp(name, "host_name") == 0) {
+          /* one string, or adjacent ones ("reduce_" #name) */
+          host[0] = 0;
+          bool ok = it[m].arg1 > it[m].arg0;
+          for (size_t q = it[m].arg0; ok && q < it[m].arg1; q++) {
+            const tok *s = &f->t[q];
+            ok = s->kind == T_STR && s->len >= 2 && f->pp[s->off] == '"';
+            if (ok && strlen(host) + s->len < sizeof host)
+              strncat(host, f->pp + s->off + 1, s->len - 2);
+          }
+          if (!ok) {
+            error_at(f, f->t[it[m].name].line, f->t[it[m].name].col,
+                     "[[host_name(...)]] needs a string literal");
+            host[0] = 0;
+          }
+        } else if (strcmp(name, "function_constant") == 0) {
+          if (!parse_uint(f, it[m].arg0, it[m].arg1, &fc_index)) {
+            error_at(f, f->t[it[m].name].line, f->t[it[m].name].col,
+                     "[[function_constant(i)]] needs an index from 0 to 65535");
+            fc_index = -1;
+          }
+          fc_attr = k;
+        } else {
+          for (size_t s = 0; s < sizeof STAGES / sizeof *STAGES; s++)
+            if (strcmp(name, STAGES[s]) == 0)
+              error_at(f, f->t[it[m].name].line, f->t[it[m].name].col,
+                       "[[%s]] functions are not supported by softmetal (compute kernels only)",
+                       name);
+        }
+      }
+      k = e - 1;
+      continue;
+    }
+    if (is(f, k, ";")) {
+      end = k;
+      break;
+    }
+    if (is(f, k, "=")) assign = true;
+    if (open == f->nt && !assign && is(f, k, "kernel")) {
+      kernel = true;
+      continue;
+    }
+    if (open == f->nt && !assign) {
+      for (size_t s = 0; s < sizeof STAGES / sizeof *STAGES; s++)
+        if (is(f, k, STAGES[s]) && k + 1 < f->nt && f->t[k + 1].kind == T_ID)
+          error_at(f, f->t[k].line, f->t[k].col,
+                   "%s functions are not supported by softmetal (compute kernels only)",
+                   STAGES[s]);
+    }
+    if (is(f, k, "(")) {
+      size_t nm = name_before(f, k, i);
+      bool fn = open == f->nt && !assign && nm < f->nt;
+      for (size_t s = 0; fn && s < sizeof NOT_NAMES / sizeof *NOT_NAMES; s++)
+        if (is(f, nm, NOT_NAMES[s])) fn = false;
+      if (fn) open = k;
+      k = match(f, k);
+      continue;
+    }
+    if (is(f, k, "[")) {
+      k = match(f, k);
+      continue;
+    }
+    if (is(f, k, "{")) {
+      size_t c = match(f, k);
+      if (open < f->nt && !assign) {
+        body0 = k;
+        body1 = c;
+        end = c;
+        break;
+      }
+      k = c;
+      continue;
+    }
+    if (is(f, k, "}")) { /* end of the enclosing scope: stop here */
+      end = k - 1;
+      break;
+    }
+  }
+  if (end >= f->nt) end = f->nt - 1;
+  *pi = end + 1;
+  if (fc_index >= 0 && body0 == f->nt) {
+    declare_constant(f, start, end, fc_attr, fc_index);
+    return;
+  }
+  if (body0 == f->nt && open == f->nt && !inst) {
+    size_t k = start;
+    while (k < end && !is(f, k, "constant")) k++;
+    if (k < end) derived_constant(f, start, end);
+    return;
+  }
+  if (inst) {
+    if (!kernel) return;
+    /* template [[host_name("n")]] [[kernel]] decltype(f<T>) f<T>;  or
+     * template [[host_name("n")]] [[kernel]] void f<T>(params); */
+    size_t e0, e1;
+    if (open < f->nt) {
+      e0 = name_before(f, open, i);
+      e1 = open;
+    } else {
+      e1 = end;
+      e0 = end;
+      while (e0 > i && !is(f, e0 - 1, ")")) e0--;
+    }
+    if (e0 >= e1 || e0 >= f->nt) {
+      error_at(f, f->t[start].line, f->t[start].col,
+               "cannot read the kernel instantiated here");
+      return;
+    }
+    while (e0 > i && is(f, e0 - 1, "::")) e0 -= is_id(f, e0 - 2) ? 2 : 1;
+    size_t base = e0;
+    while (base + 1 < e1 && (is(f, base + 1, "::") || is_id(f, base + 1) || is(f, base, "::")) &&
+           !is(f, base + 1, "<"))
+      base++;
+    char fname[128];
+    text_of(f, base, fname, sizeof fname);
+    int def = -1;
+    for (size_t d = 0; d < f->nf; d++)
+      if (f->f[d].is_template && strcmp(f->f[d].name, fname) == 0) def = (int)d;
+    if (def < 0) {
+      error_at(f, f->t[base].line, f->t[base].col,
+               "kernel instantiation of '%s': no kernel template of that name before it", fname);
+      return;
+    }
+    kout *k = new_kout(f);
+    if (!k) return;
+    buf callee = {0};
+    span_text(f, e0, e1, &callee);
+    snprintf(k->callee, sizeof k->callee, "%s", callee.p ? callee.p : "");
+    free(callee.p);
+    snprintf(k->host, sizeof k->host, "%s", host[0] ? host : fname);
+    k->def = def;
+    k->line = f->t[start].line;
+    k->col = f->t[start].col;
+    k->insert_at = f->t[end].off + f->t[end].len;
+    if (open < f->nt) {
+      if (!parse_params(f, open, k->host, &k->p, &k->np) ||
+          !assign_indices(f, k->p, k->np, k->host)) {
+        free(k->p);
+        f->nk--;
+        return;
+      }
+      k->own_p = true;
+    } else if (f->f[def].pbad) {
+      f->nk--;
+    } else {
+      k->p = f->f[def].p;
+      k->np = f->f[def].np;
+    }
+    return;
+  }
+  if (body0 == f->nt) return; /* a declaration */
+  size_t nm = name_before(f, open, i);
+  fdef *d = new_fdef(f);
+  if (!d) return;
+  text_of(f, nm, d->name, sizeof d->name);
+  d->body0 = body0;
+  d->body1 = body1;
+  d->kernel = kernel;
+  d->is_template = tmpl;
+  d->line = f->t[nm].line;
+  d->col = f->t[nm].col;
+  snprintf(d->host, sizeof d->host, "%s", host[0] ? host : d->name);
+  if (kernel) {
+    bool is_void = false;
+    for (size_t k = i; k < nm; k++)
+      if (is(f, k, "void")) is_void = true;
+    if (!is_void) {
+      error_at(f, f->t[nm].line, f->t[nm].col, "kernel %s must return void", d->name);
+      d->pbad = true;
+    }
+    if (!parse_params(f, open, d->name, &d->p, &d->np) ||
+        !assign_indices(f, d->p, d->np, d->name))
+      d->pbad = true;
+    if (!tmpl && !d->pbad) {
+      kout *k = new_kout(f);
+      if (!k) return;
+      snprintf(k->host, sizeof k->host, "%s", d->host);
+      snprintf(k->callee, sizeof k->callee, "%s", d->name);
+      k->def = (int)(f->nf - 1);
+      k->p = d->p;
+      k->np = d->np;
+      k->line = d->line;
+      k->col = d->col;
+      k->insert_at = f->t[body1].off + 1;
+    }
+  }
+  scan_body(f, body0, body1);
+}
+
+static size_t parse_scope(fe *f, size_t i) {
+  while (i < f->nt) {
+    if (is(f, i, "}")) return i;
+    if (is(f, i, ";")) {
+      i++;
+      continue;
+    }
+    size_t before = i;
+    parse_decl(f, &i);
+    if (i <= before) i = before + 1;
+  }
+  return i;
+}
+
+/* ------------------------------------------------------------- token-level rewrites */
+static void rewrite_tokens(fe *f) {
+  bool any_defined = false;
+  for (size_t i = 0; i < f->nt; i++) {
+    tok *t = &f->t[i];
+    if (t->done) continue;
+    if (attr_start(f, i)) {
+      i = strip_attr(f, i) - 1;
+      continue;
+    }
+    if (t->kind == T_NUM) {
+      const char *s = f->pp + t->off;
+      bool hex = t->len > 1 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+      char last = s[t->len - 1];
+      if (!hex && (last == 'h' || last == 'H')) {
+        char lit[80];
+        snprintf(lit, sizeof lit, "%.*s_h", (int)(t->len - 1 < 70 ? t->len - 1 : 70), s);
+        replace_tok(f, i, lit);
+      }
+      continue;
+    }
+    if (t->kind != T_ID) continue;
+    if (is(f, i, "double")) {
+      error_at(f, t->line, t->col, "'double' is not supported in Metal");
+      continue;
+    }
+    if (is(f, i, "kernel") || is(f, i, "device") || is(f, i, "constant") ||
+        is(f, i, "thread") || is(f, i, "threadgroup")) {
+      if (is(f, i - 1, ".") || is(f, i - 1, "->") || is(f, i - 1, "::")) continue;
+      blank(f, i);
+      continue;
+    }
+    if (is(f, i, "is_function_constant_defined") && is(f, i + 1, "(") && is_id(f, i + 2) &&
+        is(f, i + 3, ")")) {
+      char name[128];
+      text_of(f, i + 2, name, sizeof name);
+      int c = find_const(f, name);
+      if (c < 0 || f->c[c].index < 0) {
+        error_at(f, t->line, t->col,
+                 "is_function_constant_defined(%s): not a function constant", name);
+        continue;
+      }
+      f->c[c].optional = true;
+      any_defined = true;
+      char rep[200];
+      snprintf(rep, sizeof rep, "(sm_fcdef_%s)", name);
+      add_edit(f, t->off, f->t[i + 3].off + 1, rep);
+      for (size_t k = i; k <= i + 3; k++) f->t[k].done = true;
+      i += 3;
+      continue;
+    }
+    for (size_t w = 0; w < sizeof REFUSED_WORDS / sizeof *REFUSED_WORDS; w++)
+      if (is(f, i, REFUSED_WORDS[w])) {
+        error_at(f, t->line, t->col,
+                 "'%s' is not supported by softmetal (compute kernels over buffers only: no "
+                 "textures, samplers, imageblocks or ray tracing)", REFUSED_WORDS[w]);
+        break;
+      }
+  }
+  (void)any_defined;
+}
+
+/* ------------------------------------------------------------- kernel analysis */
+static const char *const SYNC_PREFIXES[] = {"threadgroup_barrier", "simdgroup_barrier", "simd_",
+                                            "quad_", "simdgroup_"};
+
+/* Whether token i is inside an attribute [[...]] (built-in names there are
+ * not calls). */
+static bool attr_word(const fe *f, size_t i) {
+  for (size_t k = i; k-- > 0 && i - k < 16;) {
+    if (is(f, k, "]")) return false;
+    if (attr_start(f, k)) return true;
+  }
+  return false;
+}
+
+/* Functions (by name) and constants a kernel reaches; whether it synchronises. */
+static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync) {
+  if (fn_seen[def]) return;
+  fn_seen[def] = true;
+  const fdef *d = &f->f[def];
+  for (size_t i = d->body0; i <= d->body1 && i < f->nt; i++) {
+    if (!is_id(f, i)) continue;
+    char w[128];
+    text_of(f, i, w, sizeof w);
+    for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
+      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0) *sync = true;
+    int c = find_const(f, w);
+    if (c >= 0 && !c_seen[c]) {
+      c_seen[c] = true;
+      /* a derived constant reaches what its initialiser reads */
+      for (size_t k = f->c[c].init0; k < f->c[c].init1; k++) {
+        char v[128];
+        if (!is_id(f, k)) continue;
+        text_of(f, k, v, sizeof v);
+        int c2 = find_const(f, v);
+        if (c2 >= 0) c_seen[c2] = true;
+      }
+    }
+    for (size_t g = 0; g < f->nf; g++)
+      if (!fn_seen[g] && strcmp(f->f[g].name, w) == 0) reach(f, (int)g, fn_seen, c_seen, sync);
+  }
+}
+
+static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
+  const kout *k = &f->k[n];
+  putf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { ::sm::cur = t; ", n);
+  if (f->nc) put_s(b, "::sm::fc_load(t); ");
+  putf(b, "%s(", k->callee);
+  for (int i = 0; i < k->np; i++) {
+    const param *p = &k->p[i];
+    char P[700];
+    snprintf(P, sizeof P, "::sm::param_t<decltype(&%s), %d>", k->callee, i);
+    if (i) put_s(b, ", ");
+    if (p->fc >= 0) putf(b, "!(%s) ? ::sm::absent_arg<%s>() : ", f->c[p->fc].name, P);
+    if (p->kind == P_BUFFER) putf(b, "::sm::buffer_arg<%s>(t, %d)", P, p->index);
+    else if (p->kind == P_TG) putf(b, "(%s)(t->tgmem[%d])", P, p->index);
+    else if (BUILTINS[p->builtin].vector)
+      putf(b, "::sm::pick<%s>(%s)", P, BUILTINS[p->builtin].expr);
+    else putf(b, "(%s)(%s)", P, BUILTINS[p->builtin].expr);
+  }
+  put_s(b, "); }");
+  (void)c_seen;
+  putf(b, " extern \"C\" const uint32_t sm_written_%zu = 0u", n);
+  for (int i = 0; i < k->np; i++)
+    if (k->p[i].kind == P_BUFFER && !k->p[i].cons)
+      putf(b, " | (::sm::writes<::sm::param_t<decltype(&%s), %d>>() ? %uu : 0u)", k->callee, i,
+           1u << k->p[i].index);
+  put_s(b, ";");
+}
+
+static int cmp_edit(const void *a, const void *b) {
+  const edit *x = a, *y = b;
+  if (x->at != y->at) return x->at < y->at ? -1 : 1;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+char *sm__front(const char *pp, size_t len, char **err) {
+  fe f;
+  memset(&f, 0, sizeof f);
+  f.pp = pp;
+  f.len = len;
+  *err = NULL;
+  scan_pp(&f);
+  size_t end = parse_scope(&f, 0);
+  if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
+  rewrite_tokens(&f);
+  buf out = {0}, table = {0}, entries = {0};
+  bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
+  bool *c_seen = calloc(f.nc + 1, sizeof *c_seen);
+  if (!fn_seen || !c_seen) f.oom = true;
+  /* trampolines and the table */
+  put_s(&table, "\n# 1 \"softmetal_kernel_table\"\n");
+  for (size_t n = 0; n < f.nk && !f.oom; n++)
+    putf(&table, "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
+                 "sm_written_%zu;\n", n, n);
+  /* Synchronisation or constants outside the functions found (in member
+   * functions of structs, lambdas at namespace scope): every kernel may reach them. */
+  bool global_sync = false;
+  bool *c_global = calloc(f.nc + 1, sizeof *c_global);
+  if (!c_global) f.oom = true;
+  for (size_t i = 0; i < f.nt && c_global; i++) {
+    bool inside = false;
+    for (size_t d = 0; d < f.nf && !inside; d++) inside = i >= f.f[d].body0 && i <= f.f[d].body1;
+    for (size_t c = 0; c < f.nc && !inside; c++) inside = i >= f.c[c].decl0 && i <= f.c[c].decl1;
+    if (inside || !is_id(&f, i)) continue;
+    char w[128];
+    text_of(&f, i, w, sizeof w);
+    for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
+      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0 && !attr_word(&f, i))
+        global_sync = true;
+    int c = find_const(&f, w);
+    if (c >= 0) c_global[c] = true;
+  }
+  for (size_t n = 0; n < f.nk && !f.oom; n++) {
+    kout *k = &f.k[n];
+    memset(fn_seen, 0, (f.nf + 1) * sizeof *fn_seen);
+    for (size_t c = 0; c < f.nc; c++) c_seen[c] = c_global[c];
+    bool sync = global_sync;
+    reach(&f, k->def, fn_seen, c_seen, &sync);
+    uint32_t bmask = 0, tmask = 0;
+    for (int i = 0; i < k->np; i++) {
+      if (k->p[i].fc >= 0) c_seen[k->p[i].fc] = true;
+      if (k->p[i].kind == P_BUFFER) bmask |= 1u << k->p[i].index;
+      if (k->p[i].kind == P_TG) tmask |= 1u << k->p[i].index;
+    }
+    buf tr = {0};
+    emit_trampoline(&f, n, &tr, c_seen);
+    if (tr.oom) f.oom = true;
+    add_edit(&f, k->insert_at, k->insert_at, tr.p ? tr.p : "");
+    free(tr.p);
+    putf(&table, "static const uint32_t sm_fc_used_%zu[] = {0u", n);
+    int used = 0;
+    for (size_t c = 0; c < f.nc; c++)
+      if (c_seen[c] && f.c[c].index >= 0) putf(&table, ", %zuu", c), used++;
+    putf(&table, "};\nstatic const uint32_t sm_fc_conds_%zu[] = {0u", n);
+    int conds = 0;
+    for (int i = 0; i < k->np; i++)
+      if (k->p[i].fc >= 0 && (k->p[i].kind == P_BUFFER || k->p[i].kind == P_TG)) {
+        putf(&table, ", %du, %du, %du", k->p[i].kind == P_TG, k->p[i].index, k->p[i].fc);
+        conds++;
+      }
+    put_s(&table, "};\n");
+    putf(&entries, "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
+                   "%du, %du, sm_fc_conds_%zu + 1},\n",
+         k->host, n, sync ? 1 : 0, bmask, tmask, n, n, used, conds, n);
+  }
+  for (size_t a = 0; a < f.nk; a++)
+    for (size_t b2 = a + 1; b2 < f.nk; b2++)
+      if (strcmp(f.k[a].host, f.k[b2].host) == 0)
+        error_at(&f, f.k[b2].line, f.k[b2].col, "two kernels are named '%s'", f.k[a].host);
+  putf(&table, "extern \"C\" const unsigned softmetal_abi_version = %uu;\n"
+               "extern \"C\" const unsigned softmetal_kernel_count = %zu;\n"
+               "extern \"C\" const sm_kernel_desc softmetal_kernels[] = {\n", SM_ABI_VERSION, f.nk);
+  put(&table, entries.p ? entries.p : "", entries.n);
+  put_s(&table, "  {}};\n");
+  putf(&table, "extern \"C\" const unsigned softmetal_constant_count = %zu;\n"
+               "extern \"C\" const sm_constant_desc softmetal_constants[] = {\n", f.nc);
+  for (size_t c = 0; c < f.nc; c++)
+    putf(&table, "  {\"%s\", %uu, %du, %du, %du},\n", f.c[c].name,
+         f.c[c].index < 0 ? UINT32_MAX : (unsigned)f.c[c].index, f.c[c].mtl_type < 0 ? 0 : f.c[c].mtl_type,
+         f.c[c].size, f.c[c].optional ? 1 : 0);
+  put_s(&table, "  {}};\n");
+  /* Reads constant pos after loading values v/d on the calling thread. */
+  putf(&table, "%s", "extern \"C\" void softmetal_constant_value(const unsigned char *v, const unsigned "
+              "char *d, unsigned pos, void *out) {\n  sm_thread t{}; t.fc_values = v; "
+              "t.fc_defined = d; ::sm::fc_load(&t);\n  unsigned i = 0;\n  for (auto *r = "
+              "::sm::fc_reg::head(); r; r = r->next, i++) if (i == pos) r->get(out);\n}\n");
+  char *result = NULL;
+  if (entries.oom) f.oom = true;
+  free(entries.p);
+  if (f.nerr || f.oom || table.oom) {
+    if (f.oom || table.oom) put_s(&f.err, "softmetal: out of memory in the MSL front end\n");
+    *err = f.err.p ? f.err.p : strdup("front end failed");
+    f.err.p = NULL;
+  } else {
+    qsort(f.e, f.ne, sizeof *f.e, cmp_edit);
+    size_t at = 0;
+    for (size_t i = 0; i < f.ne; i++) {
+      if (f.e[i].at < at) continue; /* overlaps an earlier rewrite */
+      put(&out, pp + at, f.e[i].at - at);
+      put(&out, f.e[i].text, strlen(f.e[i].text));
+      at = f.e[i].end;
+    }
+    put(&out, pp + at, len - at);
+    put(&out, table.p, table.n);
+    if (out.oom) {
+      *err = strdup("softmetal: out of memory in the MSL front end");
+      free(out.p);
+    } else {
+      result = out.p;
+    }
+  }
+  for (size_t i = 0; i < f.ne; i++) free(f.e[i].text);
+  for (size_t i = 0; i < f.nk; i++)
+    if (f.k[i].own_p) free(f.k[i].p);
+  for (size_t i = 0; i < f.nf; i++) free(f.f[i].p);
+  free(f.e);
+  free(f.t);
+  free(f.f);
+  free(f.k);
+  free(f.c);
+  free(f.err.p);
+  free(fn_seen);
+  free(c_seen);
+  free(c_global);
+  free(table.p);
+  return result;
+}

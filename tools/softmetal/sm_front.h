@@ -1,0 +1,18 @@
+/* softmetal's MSL front end: reads clang++ -E output of a Metal source,
+ * finds the kernels and function constants of "program_source", rewrites
+ * what C++ does not understand, and appends the kernel table. */
+#ifndef SM_FRONT_H
+#define SM_FRONT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The file name that line markers give the user's source. */
+#define SM_PROGRAM_SOURCE "program_source"
+
+/* Translates pp[0..len) (clang -E output with line markers) into the C++
+ * translation unit to compile. Returns the new text (malloc'd), or NULL with
+ * *err set (malloc'd) to diagnostics naming program_source:LINE:COL. */
+char *sm__front(const char *pp, size_t len, char **err);
+
+#endif
