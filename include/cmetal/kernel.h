@@ -271,9 +271,12 @@ typedef struct cm_body_dispatch_desc {
  * cm_kernel_dispatch does.
  * Ownership: borrows everything for the call.
  * Errors: as cm_kernel_dispatch and cm_library_create (CM_ERR_COMPILE with
- * diagnostics that name lines of the generated source, which
- * cm_body_kernel_get_source returns), CM_ERR_INVALID_ARGUMENT naming
- * inputs[i] or outputs[i].
+ * diagnostics whose line numbers count lines of the body; the whole
+ * generated source is what cm_body_kernel_get_source returns),
+ * CM_ERR_INVALID_ARGUMENT naming inputs[i] or outputs[i] (NULL, another
+ * device), CM_ERR_READ_ONLY for a read-only output, CM_ERR_UNSUPPORTED for
+ * a dtype Metal kernels do not have (float64). Everything is checked
+ * before anything (the initial fill included) is encoded.
  * Thread-safety: any thread. */
 CM_API cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,
                                          const cm_body_dispatch_desc *desc);
