@@ -92,6 +92,8 @@ static const char TEMPLATES[] =
     "template [[host_name(\"unary_float\")]] [[kernel]] decltype(unary<float>) unary<float>;\n"
     "template [[host_name(\"unary_int\")]] [[kernel]] void unary<int>(device const int *in,\n"
     "    device int *out, constant uint &n, uint i [[thread_position_in_grid]]);\n"
+    "typedef decltype(unary<uint>) unary_u;\n"
+    "template [[host_name(\"unary_\" \"typedef\")]] kernel unary_u unary<uint>;\n"
     "} // namespace ops\n"
     "#define SCALE_KERNEL(name, k) \\\n"
     "  kernel void name(device float *out [[buffer(1)]], device const float *in,\\\n"
@@ -105,7 +107,7 @@ static const char TEMPLATES[] =
 Test(front, templates_host_names_macros_and_implicit_indices) {
   id lib = compile_ok(TEMPLATES);
   id names = SEND0(id, lib, "functionNames");
-  cr_assert_eq(sm_u(names, "count"), 4);
+  cr_assert_eq(sm_u(names, "count"), 5);
   enum { N = 100 };
   id in = buffer(N * 4), out = buffer(N * 4), nbuf = buffer(4);
   float *pi = contents(in);
@@ -140,17 +142,42 @@ Test(front, templates_host_names_macros_and_implicit_indices) {
   sm_release(lib);
 }
 
+Test(front, implicit_indices_and_the_written_mask) {
+  id lib = compile_ok("#include <metal_stdlib>\n"
+                      "using namespace metal;\n"
+                      "struct P { uint n; };\n"
+                      "kernel void k(device const float *a, device float *b, constant P &p,\n"
+                      "              device float *const c [[buffer(5)]], const device float *d,\n"
+                      "              device atomic_uint *e, threadgroup float *t,\n"
+                      "              threadgroup uint *u [[threadgroup(0)]],\n"
+                      "              uint i [[thread_position_in_grid]]) {}\n");
+  id fn = function(lib, "k"), p = pipeline_of(fn);
+  unsigned buffers = 0, written = 0, tg = 0;
+  cr_assert_eq(softmetal_pipeline_bindings(p, &buffers, &written, &tg), 0);
+  /* a 0, b 1, p 2, c 5 (explicit), d 3, e 4; u 0 (explicit), t 1 */
+  cr_assert_eq(buffers, 0x3Fu, "%#x", buffers);
+  cr_assert_eq(written, (1u << 1) | (1u << 5) | (1u << 4), "%#x", written);
+  cr_assert_eq(tg, 0x3u, "%#x", tg);
+  cr_assert_eq(softmetal_pipeline_bindings(fn, &buffers, &written, &tg), -1);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
 /* Every threadgroup gets fresh, poisoned storage for variables declared in a
  * body, in a switch case or in a helper; pointers to it are per thread. */
 static const char TGVARS[] =
     "#include <metal_stdlib>\n"
     "using namespace metal;\n"
-    "uint from_helper(uint tid) {\n"
-    "  threadgroup uint h[64];\n"
-    "  h[tid] = tid * 2u;\n"
-    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
-    "  return h[63u - tid];\n"
-    "}\n"
+    "struct Mirror {\n"
+    "  uint run(uint tid) const {\n"
+    "    threadgroup uint h[64];\n"
+    "    h[tid] = tid * 2u;\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    return h[63u - tid];\n"
+    "  }\n"
+    "};\n"
+    "uint from_helper(uint tid) { return Mirror().run(tid); }\n"
     "kernel void tg(device uint *out [[buffer(0)]], constant uint &mode [[buffer(1)]],\n"
     "               uint tid [[thread_index_in_threadgroup]],\n"
     "               uint gid [[thread_position_in_grid]],\n"
@@ -238,6 +265,11 @@ Test(front, unsupported_features_are_refused_with_the_line) {
                       "\n"
                       "BAD(k)\n");
   cr_assert(strstr(msg, "program_source:3:") && strstr(msg, "nope"), "%s", msg);
+  msg = compile_error("kernel void k(device float *a [[buffer(0)]]) {\n  if (a[0] > 0) {\n}\n");
+  cr_assert(strstr(msg, "program_source:1:") && strstr(msg, "never closed"), "%s", msg);
+  /* and the preprocessor's */
+  msg = compile_error("#include <metal_stdlib>\n#error no such thing\n");
+  cr_assert(strstr(msg, "program_source:2:2: error: no such thing"), "%s", msg);
 }
 
 /* Constructs that must pass through the front end untouched. */
@@ -280,7 +312,8 @@ static const char CONSTANTS[] =
     "using namespace metal;\n"
     "constant uint scale [[function_constant(0)]];\n"
     "constant bool has_bias [[function_constant(1)]];\n"
-    "constant int offset [[function_constant(2)]];\n"
+    "#define FC_BASE 1\n"
+    "constant int offset [[function_constant(FC_BASE + 1)]];\n"
     "constant int offset_or_7 = is_function_constant_defined(offset) ? offset : 7;\n"
     "uint apply(uint x) { return x * scale + uint(offset_or_7); }\n"
     "kernel void fc(device uint *out [[buffer(0)]],\n"
@@ -326,6 +359,9 @@ Test(front, function_constant_values_reach_the_kernel) {
     id fn = specialize(lib, "fc", v, &error);
     cr_assert_not_null(fn, "%s", sm_error_text(error));
     id p = pipeline_of(fn);
+    unsigned buffers = 0, written = 0, tg = 0;
+    softmetal_pipeline_bindings(p, &buffers, &written, &tg);
+    cr_assert_eq(buffers, variant ? 3u : 1u, "bias is absent when has_bias is false");
     id bufs[] = {out, bias};
     /* the bias buffer is absent when has_bias is false: nothing bound to 1 */
     run(p, bufs, variant ? 2 : 1, N, 32);
@@ -385,6 +421,7 @@ Test(front, a_cache_directory_others_can_write_is_refused) {
   setenv("SOFTMETAL_CACHE_DIR", dir, 1);
   const char *msg = compile_error(TEMPLATES);
   cr_assert(strstr(msg, "writable by group or others"), "%s", msg);
+  cr_assert_eq(access(dir, F_OK), 0);
   chmod(dir, 0700);
   setenv("SOFTMETAL_CACHE_DIR", old, 1);
   free(old);
@@ -396,14 +433,20 @@ Test(front, a_new_cache_directory_is_private) {
   snprintf(dir, sizeof dir, "%s/fresh-%d/sub", getenv("SOFTMETAL_CACHE_DIR"), (int)getpid());
   char *old = strdup(getenv("SOFTMETAL_CACHE_DIR"));
   setenv("SOFTMETAL_CACHE_DIR", dir, 1);
-  sm_release(compile_ok("kernel void k(device float *a [[buffer(0)]]) { a[0] = 1; }\n"));
+  /* no compiler: the directory is made and checked before it is looked for */
+  setenv("SOFTMETAL_CXX", "/nonexistent/clang++", 1);
+  const char *msg = compile_error("kernel void k(device float *a [[buffer(0)]]) { a[0] = 1; }\n");
+  cr_assert(strstr(msg, "cannot find the C++ compiler"), "%s", msg);
+  unsetenv("SOFTMETAL_CXX");
+  setenv("SOFTMETAL_CACHE_DIR", old, 1);
+  free(old);
   struct stat st;
   cr_assert_eq(stat(dir, &st), 0);
   cr_assert_eq(st.st_mode & 0777, 0700);
-  setenv("SOFTMETAL_CACHE_DIR", old, 1);
-  free(old);
-  char cmd[600];
   *strrchr(dir, '/') = 0;
+  cr_assert_eq(stat(dir, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0700);
+  char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   cr_assert_eq(system(cmd), 0);
 }

@@ -94,6 +94,7 @@ typedef struct {
 typedef struct {
   char name[128];
   size_t body0, body1; /* token range of the body, braces included */
+  size_t decl0;        /* first token of the definition */
   bool kernel, is_template;
   char host[128];
   param *p;
@@ -128,6 +129,7 @@ typedef struct {
 typedef struct {
   const char *pp;
   size_t len;
+  const char *src_path;
   tok *t;
   size_t nt, capt;
   edit *e;
@@ -304,8 +306,10 @@ static void scan_pp(fe *f) {
           size_t q = k + 1;
           while (q < eol && s[q] != '"') q += s[q] == '\\' ? 2 : 1;
           size_t name_len = q - k - 1;
-          in_prog = name_len == strlen(SM_PROGRAM_SOURCE) &&
-                    memcmp(s + k + 1, SM_PROGRAM_SOURCE, name_len) == 0;
+          in_prog = name_len == strlen(f->src_path) &&
+                    memcmp(s + k + 1, f->src_path, name_len) == 0;
+          if (in_prog) /* diagnostics of the compile name the user's source so */
+            add_edit(f, k + 1, q, SM_PROGRAM_SOURCE);
         }
         line = n;
         i = eol + 1;
@@ -413,6 +417,7 @@ typedef struct {
 static size_t read_attr(const fe *f, size_t i, attr_item *items, int *n, int cap) {
   size_t close = match(f, i); /* outer ']' */
   *n = 0;
+  if (close >= f->nt) return f->nt;
   size_t k = i + 2;
   while (k + 1 < close) {
     if (is(f, k, ",")) {
@@ -453,14 +458,57 @@ static size_t strip_attr(fe *f, size_t i) {
   return end;
 }
 
-static int parse_uint(const fe *f, size_t a, size_t b, int *out) {
-  if (b != a + 1 || f->t[a].kind != T_NUM) return 0;
+/* Integer constant expressions of attribute arguments, after macro
+ * expansion (`FC_BASE + 2` arrives as `400 + 2`): literals, + - * / %,
+ * unary minus, parentheses. */
+typedef struct {
+  const fe *f;
+  size_t i, end;
+  bool ok;
+} expr;
+static long ex_sum(expr *e);
+static long ex_atom(expr *e) {
+  if (e->i >= e->end) return e->ok = false, 0;
+  if (is(e->f, e->i, "(")) {
+    e->i++;
+    long v = ex_sum(e);
+    if (!is(e->f, e->i, ")")) e->ok = false;
+    e->i++;
+    return v;
+  }
+  if (is(e->f, e->i, "-")) return e->i++, -ex_atom(e);
+  if (e->f->t[e->i].kind != T_NUM) return e->ok = false, 0;
   char s[32];
-  text_of(f, a, s, sizeof s);
+  text_of(e->f, e->i++, s, sizeof s);
   char *end;
-  unsigned long v = strtoul(s, &end, 0);
-  while (*end == 'u' || *end == 'U') end++;
-  if (*end || v > 65535) return 0;
+  long v = (long)strtoul(s, &end, 0);
+  while (*end == 'u' || *end == 'U' || *end == 'l' || *end == 'L') end++;
+  if (*end || v > 1000000) e->ok = false;
+  return v;
+}
+static long ex_prod(expr *e) {
+  long v = ex_atom(e);
+  while (e->ok && e->i < e->end && (is(e->f, e->i, "*") || is(e->f, e->i, "/") || is(e->f, e->i, "%"))) {
+    char op = e->f->pp[e->f->t[e->i++].off];
+    long r = ex_atom(e);
+    if (op != '*' && r == 0) return e->ok = false, 0;
+    v = op == '*' ? v * r : op == '/' ? v / r : v % r;
+  }
+  return v;
+}
+static long ex_sum(expr *e) {
+  long v = ex_prod(e);
+  while (e->ok && e->i < e->end && (is(e->f, e->i, "+") || is(e->f, e->i, "-"))) {
+    bool plus = is(e->f, e->i++, "+");
+    long r = ex_prod(e);
+    v = plus ? v + r : v - r;
+  }
+  return v;
+}
+static int parse_uint(const fe *f, size_t a, size_t b, int *out) {
+  expr e = {f, a, b, a < b};
+  long v = ex_sum(&e);
+  if (!e.ok || e.i != b || v < 0 || v > 65535) return 0;
   *out = (int)v;
   return 1;
 }
@@ -900,7 +948,7 @@ static void parse_decl(fe *f, size_t *pi) {
     *pi = i;
     return;
   }
-  if (is(f, i, "extern") && f->t[i + 1].kind == T_STR && is(f, i + 2, "{")) {
+  if (is(f, i, "extern") && i + 2 < f->nt && f->t[i + 1].kind == T_STR && is(f, i + 2, "{")) {
     i = parse_scope(f, i + 3);
     *pi = i < f->nt ? i + 1 : i;
     return;
@@ -987,6 +1035,7 @@ static void parse_decl(fe *f, size_t *pi) {
         end = c;
         break;
       }
+      scan_body(f, k, c); /* a class: its member functions' threadgroup variables */
       k = c;
       continue;
     }
@@ -1015,10 +1064,21 @@ static void parse_decl(fe *f, size_t *pi) {
     if (open < f->nt) {
       e0 = name_before(f, open, i);
       e1 = open;
-    } else {
+    } else { /* the name before ';': f<T>, ns::f<T> */
       e1 = end;
-      e0 = end;
-      while (e0 > i && !is(f, e0 - 1, ")")) e0--;
+      e0 = end - 1;
+      if (is(f, e0, ">") || is(f, e0, ">>")) {
+        int depth = 0;
+        for (size_t j = e0 + 1; j-- > i;) {
+          if (is(f, j, ">")) depth++;
+          else if (is(f, j, ">>")) depth += 2;
+          else if (is(f, j, "<") && --depth == 0) {
+            e0 = j - 1;
+            break;
+          }
+        }
+      }
+      if (!is_id(f, e0)) e0 = e1;
     }
     if (e0 >= e1 || e0 >= f->nt) {
       error_at(f, f->t[start].line, f->t[start].col,
@@ -1074,6 +1134,7 @@ static void parse_decl(fe *f, size_t *pi) {
   text_of(f, nm, d->name, sizeof d->name);
   d->body0 = body0;
   d->body1 = body1;
+  d->decl0 = start;
   d->kernel = kernel;
   d->is_template = tmpl;
   d->line = f->t[nm].line;
@@ -1251,22 +1312,55 @@ static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
   put_s(b, ";");
 }
 
+/* Brackets must pair before the parser walks them. */
+static bool balanced(fe *f) {
+  size_t *stack = malloc((f->nt + 1) * sizeof *stack);
+  size_t depth = 0;
+  bool ok = stack != NULL;
+  if (!stack) f->oom = true;
+  for (size_t i = 0; ok && i < f->nt; i++) {
+    if (f->t[i].kind != T_PUN || f->t[i].len != 1) continue;
+    char c = f->pp[f->t[i].off];
+    if (c == '(' || c == '[' || c == '{') {
+      stack[depth++] = i;
+    } else if (c == ')' || c == ']' || c == '}') {
+      char want = c == ')' ? '(' : c == ']' ? '[' : '{';
+      if (depth == 0 || f->pp[f->t[stack[depth - 1]].off] != want) {
+        error_at(f, f->t[i].line, f->t[i].col, "'%c' does not close anything", c);
+        ok = false;
+      } else {
+        depth--;
+      }
+    }
+  }
+  if (ok && depth) {
+    const tok *t = &f->t[stack[depth - 1]];
+    error_at(f, t->line, t->col, "'%c' is never closed", f->pp[t->off]);
+    ok = false;
+  }
+  free(stack);
+  return ok;
+}
+
 static int cmp_edit(const void *a, const void *b) {
   const edit *x = a, *y = b;
   if (x->at != y->at) return x->at < y->at ? -1 : 1;
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-char *sm__front(const char *pp, size_t len, char **err) {
+char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   fe f;
   memset(&f, 0, sizeof f);
+  f.src_path = src_path;
   f.pp = pp;
   f.len = len;
   *err = NULL;
   scan_pp(&f);
-  size_t end = parse_scope(&f, 0);
-  if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
-  rewrite_tokens(&f);
+  if (balanced(&f)) {
+    size_t end = parse_scope(&f, 0);
+    if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
+    rewrite_tokens(&f);
+  }
   buf out = {0}, table = {0}, entries = {0};
   bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
   bool *c_seen = calloc(f.nc + 1, sizeof *c_seen);
@@ -1283,13 +1377,13 @@ char *sm__front(const char *pp, size_t len, char **err) {
   if (!c_global) f.oom = true;
   for (size_t i = 0; i < f.nt && c_global; i++) {
     bool inside = false;
-    for (size_t d = 0; d < f.nf && !inside; d++) inside = i >= f.f[d].body0 && i <= f.f[d].body1;
+    for (size_t d = 0; d < f.nf && !inside; d++) inside = i >= f.f[d].decl0 && i <= f.f[d].body1;
     for (size_t c = 0; c < f.nc && !inside; c++) inside = i >= f.c[c].decl0 && i <= f.c[c].decl1;
-    if (inside || !is_id(&f, i)) continue;
+    if (inside || !is_id(&f, i) || attr_word(&f, i)) continue;
     char w[128];
     text_of(&f, i, w, sizeof w);
     for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
-      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0 && !attr_word(&f, i))
+      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0)
         global_sync = true;
     int c = find_const(&f, w);
     if (c >= 0) c_global[c] = true;

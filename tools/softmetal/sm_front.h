@@ -10,9 +10,11 @@
 /* The file name that line markers give the user's source. */
 #define SM_PROGRAM_SOURCE "program_source"
 
-/* Translates pp[0..len) (clang -E output with line markers) into the C++
- * translation unit to compile. Returns the new text (malloc'd), or NULL with
- * *err set (malloc'd) to diagnostics naming program_source:LINE:COL. */
-char *sm__front(const char *pp, size_t len, char **err);
+/* Translates pp[0..len) (clang -E output with line markers; the user's
+ * source was the file src_path) into the C++ translation unit to compile,
+ * whose line markers name the user's source "program_source". Returns the new
+ * text (malloc'd), or NULL with *err set (malloc'd) to diagnostics naming
+ * program_source:LINE:COL. */
+char *sm__front(const char *pp, size_t len, const char *src_path, char **err);
 
 #endif

@@ -192,12 +192,11 @@ static char *read_text(const char *path, size_t *len) {
   return b.p;
 }
 
-/* Runs argv (in cwd when given) with stdout and stderr to log; on failure
- * returns false with its output in *diag. */
-static bool run_tool(const char *const *argv, const char *cwd, const char *log, char **diag) {
+/* Runs argv with stdout and stderr to log; on failure returns false with its
+ * output in *diag. */
+static bool run_tool(const char *const *argv, const char *log, char **diag) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
   posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   pid_t pid;
@@ -219,6 +218,17 @@ static bool run_tool(const char *const *argv, const char *cwd, const char *log, 
   *diag = read_text(log, NULL);
   if (!*diag) *diag = strdup("the C++ compiler failed without output");
   return false;
+}
+
+/* The preprocessor's diagnostics name the source by its path in the work
+ * directory: call it program_source, as Metal does. */
+static void rename_source(char **diag, const char *path) {
+  size_t n = strlen(path);
+  char *p;
+  while (*diag && (p = strstr(*diag, path)) != NULL) {
+    memcpy(p, SM_PROGRAM_SOURCE, strlen(SM_PROGRAM_SOURCE));
+    memmove(p + strlen(SM_PROGRAM_SOURCE), p + n, strlen(p + n) + 1);
+  }
 }
 
 /* The other standard headers MSL sources include all mean metal_stdlib. */
@@ -278,7 +288,7 @@ static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, c
     snprintf(log, sizeof log, "%.3000s/cc-%016llx-%d-%u.log", dir, (unsigned long long)h,
              (int)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
     const char *argv[] = {exe, "--version", NULL};
-    if (!run_tool(argv, NULL, log, diag)) {
+    if (!run_tool(argv, log, diag)) {
       unlink(log);
       return false;
     }
@@ -416,10 +426,13 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
   argv[a++] = "-x";
   argv[a++] = "c++";
   argv[a++] = "-o";
-  argv[a++] = "pp.ii";
-  argv[a++] = SM_PROGRAM_SOURCE;
+  argv[a++] = pp;
+  argv[a++] = src;
   argv[a] = NULL;
-  if (!run_tool(argv, work, log, diag)) goto out;
+  if (!run_tool(argv, log, diag)) {
+    rename_source(diag, src);
+    goto out;
+  }
   size_t pp_len = 0;
   pp_text = read_text(pp, &pp_len);
   if (!pp_text) {
@@ -427,7 +440,7 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
     *internal = true;
     goto out;
   }
-  tu_text = sm__front(pp_text, pp_len, diag);
+  tu_text = sm__front(pp_text, pp_len, src, diag);
   if (!tu_text) goto out;
   if (!write_file(tu, tu_text, strlen(tu_text))) {
     *diag = strdup("cannot write the translation unit into the kernel cache");
@@ -442,10 +455,10 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
   argv[a++] = "-x";
   argv[a++] = "c++-cpp-output";
   argv[a++] = "-o";
-  argv[a++] = "k.so";
-  argv[a++] = "k.ii";
+  argv[a++] = tmp_so;
+  argv[a++] = tu;
   argv[a] = NULL;
-  if (!run_tool(argv, work, log, diag)) goto out;
+  if (!run_tool(argv, log, diag)) goto out;
   if (rename(tmp_so, so) != 0) {
     *diag = strdup("cannot move the compiled kernel into the cache");
     *internal = true;
@@ -836,6 +849,17 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   p->fc_defined = fn->fc_defined;
   p->max_threads = MAX_THREADS;
   return (id)p;
+}
+
+SM_EXPORT int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, unsigned *written,
+                                          unsigned *threadgroup) {
+  id o = (id)pipeline;
+  if (!o || !sm__is(o, &sm__pipeline_class)) return -1;
+  const struct sm_kernel_desc *k = ((sm_pipeline *)o)->desc;
+  *buffers = k->buffer_mask;
+  *written = k->written_mask;
+  *threadgroup = k->threadgroup_mask;
+  return 0;
 }
 
 static id device_new_library_url(id self, SEL cmd, id url, id *error) {

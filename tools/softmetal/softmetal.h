@@ -27,6 +27,14 @@ void softmetal_stats(struct softmetal_stats *out);
  * softmetal has no such class. Thread-safety: any thread. */
 long softmetal_live_count(const char *class_name);
 
+/* The argument table of a compute pipeline state: bit n of *buffers for each
+ * [[buffer(n)]] the kernel takes (after function constants), of *written for
+ * those it may write (non-const device pointers and references), of
+ * *threadgroup for [[threadgroup(n)]]. Returns 0, or -1 when pipeline is not
+ * a softmetal compute pipeline. Thread-safety: any thread. */
+int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, unsigned *written,
+                                unsigned *threadgroup);
+
 #ifdef __cplusplus
 }
 #endif
