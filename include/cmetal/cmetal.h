@@ -11,6 +11,7 @@
 #include <cmetal/stream.h>
 #include <cmetal/metal.h>
 #include <cmetal/ops.h>
+#include <cmetal/kernel.h>
 #include <cmetal/dlpack.h>
 
 #endif /* CMETAL_CMETAL_H */

@@ -10,10 +10,12 @@
 
 #include <cmetal/buffer.h>
 #include <cmetal/dtype.h>
+#include <cmetal/kernel.h>
 #include <cmetal/stream.h>
 #include <cmetal/tensor.h>
 
 typedef struct cm__op cm__op;
+typedef struct cm__kernel_backend cm__kernel_backend;
 
 typedef struct cm__backend {
     cm_device_type type;
@@ -63,6 +65,10 @@ typedef struct cm__backend {
      * NULL when the device runs no ops. May refuse what it cannot do with
      * CM_ERR_UNSUPPORTED (Metal: float64). */
     cm_status (*run_op)(cm_device *device, const cm__op *op);
+
+    /* Custom kernels (cmetal/kernel.h); NULL when the device has none (the
+     * CPU): the public functions then fail with CM_ERR_UNSUPPORTED. */
+    const cm__kernel_backend *kernels;
 } cm__backend;
 
 struct cm_stream {
@@ -164,6 +170,87 @@ struct cm__op {
         uint64_t align_;
     } value;             /* fill: one element of out.dtype */
 };
+
+/* ---------------------------------------------------------------- kernels
+ * runtime/core/kernel.c checks every argument of cmetal/kernel.h and hands
+ * the backend resolved values only. */
+
+/* Compile options with the defaults resolved. */
+typedef struct cm__compile_options {
+    cm_math_mode math_mode;    /* SAFE, RELAXED or FAST, never DEFAULT */
+    uint32_t language_version; /* 0: the framework's default */
+} cm__compile_options;
+
+/* One checked dispatch argument. */
+typedef struct cm__kernel_bind {
+    cm_arg_type type;   /* INPUT, OUTPUT, BYTES or THREADGROUP */
+    uint32_t index;
+    cm_buffer *buffer;  /* INPUT, OUTPUT: borrowed, of the kernel's device */
+    uint64_t offset;    /* INPUT, OUTPUT: bytes */
+    const void *data;   /* BYTES */
+    size_t size;        /* BYTES, THREADGROUP */
+} cm__kernel_bind;
+
+/* One checked kernel launch: grid and threadgroup sizes are >= 1 and fit. */
+typedef struct cm__kernel_launch {
+    const char *func;
+    cm_stream *stream;  /* borrowed, of the kernel's device */
+    const cm__kernel_bind *args;
+    uint32_t nargs;
+    cm_grid_unit unit;
+    uint64_t grid[3];
+    uint32_t group[3];
+} cm__kernel_launch;
+
+struct cm__kernel_backend {
+    /* A library of `source` (+1 in *out), compiled or from the device's
+     * cache. Errors as `func`: CM_ERR_COMPILE with the diagnostics. */
+    cm_status (*library_create)(const char *func, cm_device *device, const char *source,
+                                const cm__compile_options *options, void **out);
+    /* A library from precompiled bytes (+1 in *out), or from the cache.
+     * Errors as `func`: CM_ERR_INVALID_ARGUMENT when the framework refuses
+     * the bytes. */
+    cm_status (*library_load)(const char *func, cm_device *device, const void *data, size_t size,
+                              void **out);
+    void (*library_release)(void *library);
+    /* The pipeline of a function of the library (+1 in *out) with the
+     * constants (checked: supported dtypes, distinct indices), and its
+     * limits. */
+    cm_status (*kernel_create)(const char *func, cm_library *library, const cm_kernel_desc *desc,
+                               void **out, cm_kernel_info *info);
+    void (*kernel_release)(void *kernel);
+    /* Encodes the dispatch on d->stream without committing; tracks the
+     * tensors' buffers as read or written. */
+    cm_status (*dispatch)(cm_kernel *kernel, const cm__kernel_launch *d);
+};
+
+struct cm_library {
+    cm__refcount ref;
+    cm_device *device;  /* retained */
+    void *impl;         /* backend library, +1 */
+    char *source;       /* the user's source (for its kernels' signatures), or NULL */
+};
+
+/* Buffer and threadgroup indices a kernel's signature uses (bit i: index
+ * i), when its source could be read. */
+typedef struct cm__kernel_signature {
+    bool known;
+    uint32_t buffers;
+    uint32_t threadgroups;
+} cm__kernel_signature;
+
+struct cm_kernel {
+    cm__refcount ref;
+    cm_library *library; /* retained */
+    void *impl;          /* backend pipeline, +1 */
+    cm_kernel_info info;
+    cm__kernel_signature signature;
+};
+
+/* Reads the parameters of `kernel void <name>(...)` in MSL source: which
+ * [[buffer(n)]] and [[threadgroup(n)]] indices it declares. known is false
+ * when the declaration is not found plainly (macros, templates). */
+cm__kernel_signature cm__kernel_scan_signature(const char *source, const char *name);
 
 /* Converts one element between any two dtypes by the ops.h rules. */
 void cm__convert_element(cm_dtype to, void *dst, cm_dtype from, const void *src);

@@ -50,15 +50,23 @@ enum {
     CM__KERNEL_COUNT
 };
 
+typedef struct cm__metal_cached cm__metal_cached;
+
 typedef struct cm__metal_device {
     cm__id device;    /* id<MTLDevice>, +1 */
     cm_device_info info;
-    /* Kernels (metal_ops.c), made at first use under kernels_lock. */
+    /* The ops' kernels (metal_ops.c), taken from the cache at first use
+     * under kernels_lock. */
     pthread_mutex_t kernels_lock;
     cm__id library;                        /* id<MTLLibrary>, +1, or NULL */
+    uint64_t library_serial;
     cm__id pipelines[CM__KERNEL_COUNT];    /* id<MTLComputePipelineState>, +1 */
     cm__uint max_threads[CM__KERNEL_COUNT];
     cm__uint simd_width[CM__KERNEL_COUNT];
+    /* Every library and pipeline made on the device (metal_kernel.c). */
+    pthread_mutex_t cache_lock;
+    cm__metal_cached *cache;
+    uint64_t cache_serial;
 } cm__metal_device;
 
 typedef struct cm__metal_stream {
@@ -162,6 +170,51 @@ cm_status cm__metal_copy_bytes(const char *func, cm_stream *stream, cm__metal_sp
  * allocated, destroy when it goes (releases the library and pipelines). */
 void cm__metal_kernels_init(cm__metal_device *d);
 void cm__metal_kernels_destroy(cm__metal_device *d);
+
+/* ---- kernels (metal_kernel.c): the one path that compiles and dispatches */
+
+/* The device's cache of libraries and pipelines: init with the device,
+ * destroy when it goes (releases them). */
+void cm__metal_cache_init(cm__metal_device *d);
+void cm__metal_cache_destroy(cm__metal_device *d);
+
+/* Compiles `source` into a new library (+1 in *out), uncached. Errors as
+ * `func`: CM_ERR_COMPILE with the NSError's text. */
+cm_status cm__metal_compile(const char *func, cm__id device, const char *source,
+                            const cm__compile_options *options, cm__id *out);
+
+/* The device's library of `source` and options (+1 in *out), compiled on
+ * first use; *serial names it in cm__metal_pipeline keys. */
+cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *source,
+                            const cm__compile_options *options, cm__id *out, uint64_t *serial);
+
+/* The pipeline of function `name` of a cached library with the constants
+ * (+1 in *out), made on first use, and its limits. */
+cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
+                             uint64_t library_serial, const char *name,
+                             const cm_function_constant *constants, uint32_t nconst,
+                             cm__id *out, cm_kernel_info *info);
+
+/* One argument of cm__metal_dispatch: a tracked cm_buffer or a bare
+ * MTLBuffer (scratch, native), bytes, or threadgroup memory. */
+typedef struct cm__metal_bind {
+    cm_arg_type type;
+    uint32_t index;
+    cm_buffer *buffer;  /* INPUT/OUTPUT: tracked (written for OUTPUT), or NULL */
+    cm__id native;      /* INPUT/OUTPUT when buffer is NULL */
+    uint64_t offset;
+    const void *data;   /* BYTES */
+    size_t size;        /* BYTES, THREADGROUP */
+} cm__metal_bind;
+
+/* Encodes one dispatch into the stream's open command buffer (checked
+ * arguments only) and tracks its cm_buffers. Takes the stream's lock. */
+cm_status cm__metal_dispatch(const char *func, cm_stream *stream, cm__id pipeline,
+                             const cm__metal_bind *binds, uint32_t nbinds, cm_grid_unit unit,
+                             const uint64_t grid[3], const uint32_t group[3]);
+
+/* The backend's table for cmetal/kernel.h. */
+extern const cm__kernel_backend cm__metal_kernel_backend;
 
 /* The backend's run_op: encodes one op on the device's default stream
  * without committing it. */

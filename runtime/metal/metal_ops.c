@@ -1,5 +1,7 @@
 /* Ops on Metal: the msl/ kernels, compiled from the embedded source at
- * first use per device, one pipeline per kernel cached with the device.
+ * first use per device, one pipeline per kernel cached with the device,
+ * all through the path of custom kernels (metal_kernel.c): its library and
+ * pipeline cache, and its dispatch encoder.
  * run_op encodes a dispatch into the default stream's open command buffer
  * and never commits: ops between two syncs share one command buffer.
  *
@@ -80,6 +82,7 @@ void cm__metal_set_threadgroup_override(unsigned long threads) {
 
 void cm__metal_kernels_init(cm__metal_device *d) {
     pthread_mutex_init(&d->kernels_lock, NULL);
+    cm__metal_cache_init(d);
 }
 
 void cm__metal_kernels_destroy(cm__metal_device *d) {
@@ -87,96 +90,38 @@ void cm__metal_kernels_destroy(cm__metal_device *d) {
         cm__objc_release(d->pipelines[k]);
     cm__objc_release(d->library);
     pthread_mutex_destroy(&d->kernels_lock);
+    cm__metal_cache_destroy(d);
 }
 
-/* New MTLCompileOptions (+1 in *out) with fast math off. Metal's default
- * (options nil) is fast math, under which NaN and infinity handling is not
- * guaranteed; our ops promise NaN rules (include/cmetal/ops.h), so we ask
- * for safe math: mathMode = Safe where the options have it (macOS 15 /
- * iOS 18), else the older fastMathEnabled = NO. The language version is
- * left at its default, the newest the OS supports. */
-static cm_status cm__safe_math_options(const char *func, cm__id *out) {
-    *out = NULL;
-    cm__class cls = CM__CLASS(MTLCompileOptions);
-    if (cls == NULL)
-        return cm__fail_as(func, CM_ERR_DEVICE, "the Metal framework has no MTLCompileOptions");
-    cm__id options = cm__msg_alloc((cm__id)cls);
-    if (options != NULL)
-        options = cm__msg_init(options); /* init releases what it fails on */
-    if (options == NULL)
-        return cm__fail_as(func, CM_ERR_DEVICE, "MTLCompileOptions alloc/init returned nil");
-    if (cm__msg_respondsToSelector(options, CM__SEL(setMathMode)))
-        cm__msg_setMathMode(options, CM__MTL_MATH_MODE_SAFE);
-    else
-        cm__msg_setFastMathEnabled(options, false);
-    *out = options;
-    return CM_OK;
-}
-
-/* Compiles `source` into a library (+1 in *out), fast math off. */
-static cm_status cm__compile(const char *func, cm__id device, const char *source, cm__id *out) {
-    *out = NULL;
-    cm__id options = NULL;
-    CM__TRY(cm__safe_math_options(func, &options));
-    cm__id text = NULL;
-    cm_status status = cm__ns_string_from_utf8(func, source, &text);
-    if (status != CM_OK) {
-        cm__objc_release(options);
-        return status;
-    }
-    void *pool = cm__objc_pool_push();
-    cm__id error = NULL; /* autoreleased */
-    cm__id library = cm__msg_newLibraryWithSource_options_error(device, text, options, &error);
-    if (library == NULL)
-        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
-                                   "the Metal kernel library did not compile");
-    cm__objc_pool_pop(pool);
-    cm__objc_release(text);
-    cm__objc_release(options);
-    *out = library;
-    return status;
-}
+/* Safe math: Metal's default (options nil) is fast math, under which NaN
+ * and infinity handling is not guaranteed; our ops promise NaN rules
+ * (include/cmetal/ops.h). The language version is the OS's newest. */
+static const cm__compile_options cm__ops_options = {.math_mode = CM_MATH_MODE_SAFE};
 
 cm_status cm__metal_compile_source(cm_device *device, const char *source) {
     void *pool = cm__objc_pool_push();
     cm__id library = NULL;
-    const cm_status status =
-        cm__compile("cm__metal_compile_source", cm__mtl_dev(device)->device, source, &library);
+    const cm_status status = cm__metal_compile("cm__metal_compile_source",
+                                               cm__mtl_dev(device)->device, source,
+                                               &cm__ops_options, &library);
     cm__objc_release(library);
     cm__objc_pool_pop(pool);
     return status;
 }
 
-/* Makes the pipeline of kernel k; kernels_lock held. */
+/* Makes the pipeline of kernel k through the device's cache; kernels_lock
+ * held. */
 static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k) {
     if (d->library == NULL)
-        CM__TRY(cm__compile(func, d->device, cm__msl_source, &d->library));
-    cm__id name = NULL;
-    CM__TRY(cm__ns_string_from_utf8(func, cm__kernel_names[k], &name));
-    cm__id fn = cm__msg_newFunctionWithName(d->library, name);
-    cm__objc_release(name);
-    if (fn == NULL)
-        return cm__fail_as(func, CM_ERR_INTERNAL, "the kernel library has no function %s",
-                           cm__kernel_names[k]);
-    void *pool = cm__objc_pool_push();
-    cm__id error = NULL;
-    cm__id pipeline = cm__msg_newComputePipelineStateWithFunction_error(d->device, fn, &error);
-    cm_status status = CM_OK;
-    if (pipeline == NULL)
-        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
-                                   "newComputePipelineStateWithFunction failed");
-    cm__objc_pool_pop(pool);
-    cm__objc_release(fn);
+        CM__TRY(cm__metal_library(func, d, cm__msl_source, &cm__ops_options, &d->library,
+                                  &d->library_serial));
+    cm_kernel_info info;
+    cm_status status = cm__metal_pipeline(func, d, d->library, d->library_serial,
+                                          cm__kernel_names[k], NULL, 0, &d->pipelines[k], &info);
     if (status != CM_OK)
         return status;
-    d->max_threads[k] = cm__msg_maxTotalThreadsPerThreadgroup(pipeline);
-    d->simd_width[k] = cm__msg_threadExecutionWidth(pipeline);
-    if (d->max_threads[k] == 0 || d->simd_width[k] == 0) {
-        cm__objc_release(pipeline);
-        return cm__fail_as(func, CM_ERR_DEVICE, "pipeline %s reports no threads",
-                           cm__kernel_names[k]);
-    }
-    d->pipelines[k] = pipeline;
+    d->max_threads[k] = info.max_threads_per_threadgroup;
+    d->simd_width[k] = info.thread_execution_width;
     return CM_OK;
 }
 
@@ -216,47 +161,18 @@ static cm_status cm__encode(const cm__op *op, const cm__kernel *kernel,
     const unsigned long forced = atomic_load(&cm__tg_override);
     if (forced != 0)
         group = forced;
-    const char *func = op->func;
-    cm_stream *stream = op->stream;
-    cm__id cb;
-    void *pool;
-    cm_status status = cm__metal_encode_begin(func, stream, &cb, &pool);
-    if (status == CM_OK) {
-        cm__id enc = cm__msg_computeCommandEncoder(cb);
-        if (enc == NULL) {
-            status = cm__fail_as(func, CM_ERR_DEVICE, "computeCommandEncoder returned nil");
-        } else {
-            cm_buffer *touched[4] = {NULL}; /* ops bind at most 3 */
-            for (int i = 0; i < nbind && i < 4; ++i)
-                touched[i] = bindings[i].buffer;
-            cm__id fence = NULL;
-            status = cm__metal_pass_fence(func, stream, touched, nbind < 4 ? nbind : 4, &fence);
-            if (fence != NULL)
-                cm__msg_waitForFence(enc, fence);
-            cm__msg_setComputePipelineState(enc, kernel->pipeline);
-            for (int i = 0; i < nbind; ++i) {
-                cm_buffer *b = bindings[i].buffer;
-                cm__msg_setBuffer_offset_atIndex(enc, b != NULL ? b->native : bindings[i].native,
-                                                 0, (cm__uint)i);
-            }
-            cm__msg_setBytes_length_atIndex(enc, args, args_size, (cm__uint)nbind);
-            const cm__mtl_size tg = {group, 1, 1};
-            if (groups != 0)
-                cm__msg_dispatchThreadgroups_threadsPerThreadgroup(
-                    enc, (cm__mtl_size){groups, 1, 1}, tg);
-            else
-                cm__msg_dispatchThreads_threadsPerThreadgroup(
-                    enc, (cm__mtl_size){threads, 1, 1}, tg);
-            if (fence != NULL)
-                cm__msg_updateFence(enc, fence);
-            cm__msg_endEncoding(enc);
-            for (int i = 0; i < nbind; ++i)
-                if (bindings[i].buffer != NULL)
-                    cm__metal_track(stream, bindings[i].buffer, bindings[i].write);
-        }
-    }
-    cm__metal_encode_end(stream, pool);
-    return status;
+    cm__metal_bind binds[4];
+    for (int i = 0; i < nbind; ++i)
+        binds[i] = (cm__metal_bind){.type = bindings[i].write ? CM_ARG_OUTPUT : CM_ARG_INPUT,
+                                    .index = (uint32_t)i,
+                                    .buffer = bindings[i].buffer,
+                                    .native = bindings[i].native};
+    binds[nbind] = (cm__metal_bind){.type = CM_ARG_BYTES, .index = (uint32_t)nbind,
+                                    .data = args, .size = args_size};
+    const uint64_t grid[3] = {groups != 0 ? groups : threads, 1, 1};
+    const uint32_t tg[3] = {(uint32_t)group, 1, 1};
+    return cm__metal_dispatch(op->func, op->stream, kernel->pipeline, binds, (uint32_t)nbind + 1,
+                              groups != 0 ? CM_GRID_THREADGROUPS : CM_GRID_THREADS, grid, tg);
 }
 
 /* ------------------------------------------------------------ layout */

@@ -203,6 +203,13 @@ static char cm__metal_message[768];
 static char cm__metal_path[512];
 static cm__device_fn cm__metal_create_fn;
 static cm__device_fn cm__metal_copy_all_fn;
+/* libdispatch: dispatch_data_create and dispatch_release (libSystem on
+ * Apple; the framework's own on a software Metal). */
+typedef cm__id (*cm__dispatch_data_create_fn)(const void *buffer, size_t size, void *queue,
+                                              void *destructor);
+typedef void (*cm__dispatch_release_fn)(cm__id object);
+static cm__dispatch_data_create_fn cm__dispatch_data_create_ptr;
+static cm__dispatch_release_fn cm__dispatch_release_ptr;
 
 static void cm__metal_load_once(void) {
     const char *path = getenv(CM__METAL_ENV);
@@ -247,6 +254,17 @@ static void cm__metal_load_once(void) {
         return;
     }
     cm__pools_from(fw);
+#if defined(__APPLE__)
+    void *dispatch_lib = RTLD_DEFAULT;
+#else
+    void *dispatch_lib = fw;
+#endif
+    cm__dispatch_data_create_ptr =
+        (cm__dispatch_data_create_fn)cm__dlsym_fn(dispatch_lib, "dispatch_data_create");
+    cm__dispatch_release_ptr =
+        (cm__dispatch_release_fn)cm__dlsym_fn(dispatch_lib, "dispatch_release");
+    if (cm__dispatch_release_ptr == NULL)
+        cm__dispatch_data_create_ptr = NULL;
     snprintf(cm__metal_path, sizeof cm__metal_path, "%s", path);
     cm__metal_status = CM_OK;
 }
@@ -261,6 +279,22 @@ cm_status cm__metal_load_as(const char *func) {
 
 const char *cm__metal_framework_path(void) {
     return cm__metal_path[0] != '\0' ? cm__metal_path : NULL;
+}
+
+cm__id cm__dispatch_data_create(const void *bytes, size_t size) {
+    /* DISPATCH_DATA_DESTRUCTOR_DEFAULT (NULL): the bytes are copied. */
+    return cm__dispatch_data_create_ptr != NULL
+               ? cm__dispatch_data_create_ptr(bytes, size, NULL, NULL)
+               : NULL;
+}
+
+bool cm__dispatch_data_available(void) {
+    return cm__dispatch_data_create_ptr != NULL;
+}
+
+void cm__dispatch_release(cm__id object) {
+    if (object != NULL && cm__dispatch_release_ptr != NULL)
+        cm__dispatch_release_ptr(object);
 }
 
 /* Both return +1 (Create/Copy rule). */

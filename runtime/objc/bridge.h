@@ -146,6 +146,16 @@ const char *cm__metal_framework_path(void);
 cm__id cm__metal_create_system_default_device(void);
 cm__id cm__metal_copy_all_devices(void);
 
+/* libdispatch, for newLibraryWithData:error:. dispatch_data_create(bytes,
+ * size, NULL, DISPATCH_DATA_DESTRUCTOR_DEFAULT): a dispatch_data_t holding
+ * a copy of the bytes (+1; release with cm__dispatch_release), or NULL when
+ * libdispatch was not found (Apple: libSystem; elsewhere: the Metal
+ * framework, which softmetal provides). Requires a successful
+ * cm__metal_load. */
+cm__id cm__dispatch_data_create(const void *bytes, size_t size);
+bool cm__dispatch_data_available(void);
+void cm__dispatch_release(cm__id object);
+
 /* The default device: MTLCreateSystemDefaultDevice, else the first of
  * MTLCopyAllDevices (retained; the array is released). Loads the framework.
  * Ownership: *out is +1. Errors: CM_ERR_NO_DEVICE (no framework, or it
@@ -303,6 +313,9 @@ static inline void cm__send_void_boolean(cm__id self, cm__sel sel, bool a) {
 }
 static inline void cm__send_void_int(cm__id self, cm__sel sel, cm__int a) {
     CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__int), self, sel, a);
+}
+static inline void cm__send_void_uint(cm__id self, cm__sel sel, cm__uint a) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__uint), self, sel, a);
 }
 static inline void cm__send_void_range(cm__id self, cm__sel sel,
                                        cm__ns_range a) {

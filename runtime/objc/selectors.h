@@ -41,14 +41,21 @@
     X(newLibraryWithSource_options_error, "newLibraryWithSource:options:error:", \
       id_id_id_idp)                                                             \
     X(newLibraryWithURL_error, "newLibraryWithURL:error:", id_id_idp)           \
+    X(newLibraryWithData_error, "newLibraryWithData:error:", id_id_idp)         \
     X(newComputePipelineStateWithFunction_error,                                \
       "newComputePipelineStateWithFunction:error:", id_id_idp)                  \
     X(supportsFamily, "supportsFamily:", boolean_int)                              \
     /* MTLCompileOptions (alloc, init below) */                                 \
     X(setFastMathEnabled, "setFastMathEnabled:", void_boolean)                  \
     X(setMathMode, "setMathMode:", void_int)                                    \
+    X(setLanguageVersion, "setLanguageVersion:", void_uint)                     \
+    /* MTLFunctionConstantValues (alloc, init below) */                         \
+    X(setConstantValue_type_atIndex, "setConstantValue:type:atIndex:",          \
+      void_cptr_uint_uint)                                                      \
     /* MTLLibrary */                                                            \
     X(newFunctionWithName, "newFunctionWithName:", id_id)                       \
+    X(newFunctionWithName_constantValues_error,                                 \
+      "newFunctionWithName:constantValues:error:", id_id_id_idp)                \
     /* MTLBuffer */                                                             \
     X(contents, "contents", ptr)                                                \
     X(length, "length", uint)                                                   \
@@ -93,6 +100,7 @@
     /* MTLComputePipelineState */                                               \
     X(maxTotalThreadsPerThreadgroup, "maxTotalThreadsPerThreadgroup", uint)     \
     X(threadExecutionWidth, "threadExecutionWidth", uint)                       \
+    X(staticThreadgroupMemoryLength, "staticThreadgroupMemoryLength", uint)     \
     /* MTLSharedEvent */                                                        \
     X(signaledValue, "signaledValue", u64)                                      \
     X(setSignaledValue, "setSignaledValue:", void_u64)                          \
@@ -123,7 +131,8 @@
 #define CM__OBJC_CLASSES(X) \
     X(NSString, "NSString") \
     X(NSURL, "NSURL")       \
-    X(MTLCompileOptions, "MTLCompileOptions")
+    X(MTLCompileOptions, "MTLCompileOptions") \
+    X(MTLFunctionConstantValues, "MTLFunctionConstantValues")
 
 /* One macro per signature: CM__SIG_<sig>(M, ident) expands to
  * M(ident, sig, return type, return keyword, (, params), (, args), "text").
@@ -170,6 +179,8 @@
     M(i, void_boolean, void, , (, bool a), (, a), "(BOOL) -> void")
 #define CM__SIG_void_int(M, i) \
     M(i, void_int, void, , (, cm__int a), (, a), "(NSInteger) -> void")
+#define CM__SIG_void_uint(M, i) \
+    M(i, void_uint, void, , (, cm__uint a), (, a), "(NSUInteger) -> void")
 #define CM__SIG_void_range(M, i) \
     M(i, void_range, void, , (, cm__ns_range a), (, a), "(NSRange) -> void")
 #define CM__SIG_void(M, i) M(i, void, void, , (), (), "() -> void")

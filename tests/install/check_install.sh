@@ -31,4 +31,5 @@ cmake -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$tmp/cm/consumer_shared"
 "$tmp/cm/consumer_static"
-echo "install check passed: pkg-config shared + static, find_package shared + static"
+"$tmp/cm/embed_check"
+echo "install check passed: pkg-config shared + static, find_package shared + static, cmetal_embed_library"

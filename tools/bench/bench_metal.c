@@ -58,6 +58,80 @@ static double bm_dispatch(cm_device *dev, int total, int per_sync) {
     return t;
 }
 
+/* Seconds per custom kernel dispatch (y = x + x over 256 f32) for `total`
+ * dispatches, synchronising every `per_sync`; `body` uses a body-only
+ * kernel (its source is generated and looked up at every call). */
+static double bm_kernel_dispatch(cm_device *dev, int total, int per_sync, bool body) {
+    const int64_t shape[1] = {256};
+    cm_tensor_desc desc = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
+    cm_tensor *a = NULL, *b = NULL;
+    BM_TRY(cm_tensor_create(dev, &desc, &a));
+    BM_TRY(cm_tensor_create(dev, &desc, &b));
+    cm_library *lib = NULL;
+    cm_kernel *k = NULL;
+    cm_body_kernel *bk = NULL;
+    BM_TRY(cm_library_create(dev, &(cm_library_desc){.source =
+        "kernel void add2(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
+        "                 uint i [[thread_position_in_grid]]) { y[i] = x[i] + x[i]; }\n"}, &lib));
+    BM_TRY(cm_kernel_create(lib, &(cm_kernel_desc){.name = "add2"}, &k));
+    BM_TRY(cm_body_kernel_create(dev, &(cm_body_kernel_desc){
+        .name = "add2b", .input_names = (const char *[]){"x"}, .input_count = 1,
+        .output_names = (const char *[]){"y"}, .output_count = 1,
+        .body = "uint i = thread_position_in_grid.x; y[i] = x[i] + x[i];"}, &bk));
+    const cm_kernel_arg args[2] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = a},
+                                   {.type = CM_ARG_OUTPUT, .index = 1, .tensor = b}};
+    const cm_dispatch_desc dd = {.args = args, .arg_count = 2, .grid = {256}};
+    const cm_body_dispatch_desc bd = {.inputs = (const cm_tensor *[]){a},
+                                      .outputs = (cm_tensor *[]){b}, .grid = {256}};
+    BM_TRY(body ? cm_body_kernel_dispatch(bk, NULL, &bd) : cm_kernel_dispatch(k, NULL, &dd));
+    BM_TRY(cm_device_synchronize(dev));
+    const double t0 = bm_now();
+    for (int i = 0; i < total; ++i) {
+        BM_TRY(body ? cm_body_kernel_dispatch(bk, NULL, &bd) : cm_kernel_dispatch(k, NULL, &dd));
+        if ((i + 1) % per_sync == 0)
+            BM_TRY(cm_device_synchronize(dev));
+    }
+    BM_TRY(cm_device_synchronize(dev));
+    const double t = (bm_now() - t0) / total;
+    cm_body_kernel_release(bk);
+    cm_kernel_release(k);
+    cm_library_release(lib);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    return t;
+}
+
+/* Seconds to make a library and kernel of a source no earlier run has
+ * seen (cold: the framework compiles), of the same source on a new device
+ * (warm start: the device's cache is empty, the framework's own on-disk
+ * cache is not; softmetal keeps compiled kernels there), and again on that
+ * device (cmetal's per-device cache). */
+static void bm_start(double *cold, double *warm, double *cached) {
+    char source[512];
+    snprintf(source, sizeof source,
+             "// bench nonce %.9f\n"
+             "kernel void nonce(device float *y [[buffer(0)]], uint i [[thread_position_in_grid]])"
+             " { y[i] = float(i); }\n", bm_now());
+    double *out[3] = {cold, warm, cached};
+    cm_device *dev = NULL;
+    for (int pass = 0; pass < 3; ++pass) {
+        if (pass < 2)
+            BM_TRY(cm_device_open(CM_DEVICE_METAL, 0, &dev));
+        const double t0 = bm_now();
+        cm_library *lib = NULL;
+        cm_kernel *k = NULL;
+        BM_TRY(cm_library_create(dev, &(cm_library_desc){.source = source}, &lib));
+        BM_TRY(cm_kernel_create(lib, &(cm_kernel_desc){.name = "nonce"}, &k));
+        *out[pass] = bm_now() - t0;
+        cm_kernel_release(k);
+        cm_library_release(lib);
+        if (pass != 1) {
+            cm_device_release(dev);
+            dev = NULL;
+        }
+    }
+}
+
 static double bm_alloc(cm_device *dev, cm_storage_mode storage, size_t size, int reps) {
     const double t0 = bm_now();
     for (int i = 0; i < reps; ++i) {
@@ -98,6 +172,8 @@ static double bm_copy_once(void *p) {
 }
 
 int bench_metal(bool json, long mib, int reps) {
+    double start_cold, start_warm, start_cached;
+    bm_start(&start_cold, &start_warm, &start_cached); /* before any device is held */
     cm_device *dev = NULL;
     BM_TRY(cm_device_open(CM_DEVICE_METAL, 0, &dev));
     cm_device_info info;
@@ -122,10 +198,23 @@ int bench_metal(bool json, long mib, int reps) {
     free(c.other);
 
     const double d1 = bm_dispatch(dev, 256, 1), d64 = bm_dispatch(dev, 1024, 64);
+    const double k64 = bm_kernel_dispatch(dev, 1024, 64, false);
+    const double b64 = bm_kernel_dispatch(dev, 1024, 64, true);
     const bm_row rows[] = {
         {"dispatch, 1 op per sync", d1 * 1e6, "us/op", "add of 256 f32, commit + wait each"},
         {"dispatch, 64 ops per sync", d64 * 1e6, "us/op", "one command buffer per 64 ops"},
         {"batching speed-up", d1 / d64, "x", "1-per-sync time / 64-per-sync time"},
+        {"custom kernel dispatch, 64 per sync", k64 * 1e6, "us/op",
+         "cm_kernel_dispatch of y = x + x, 256 f32"},
+        {"custom kernel / op dispatch", k64 / d64, "ratio", "beside the add op, 64 per sync"},
+        {"body kernel dispatch, 64 per sync", b64 * 1e6, "us/op",
+         "cm_body_kernel_dispatch: source generated and looked up per call"},
+        {"body kernel / op dispatch", b64 / d64, "ratio", ""},
+        {"kernel start, cold", start_cold * 1e3, "ms", "a new source: the framework compiles"},
+        {"kernel start, warm", start_warm * 1e3, "ms",
+         "same source, new device, same process: the framework's kernel cache"},
+        {"kernel start, cached", start_cached * 1e6, "us", "same device: cmetal's cache"},
+        {"cold / warm start", start_cold / start_warm, "x", ""},
         {"buffer create+release, 1 MiB shared", bm_alloc(dev, CM_STORAGE_SHARED, 1 << 20, 200) * 1e6,
          "us", ""},
         {"buffer create+release, 1 MiB private",

@@ -516,6 +516,7 @@ __attribute__((constructor)) static void softmetal_load(void) {
   register_foundation();
   sm__register_metal();
   sm__register_msl();
+  sm__register_archive();
 }
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -85,6 +85,7 @@ extern atomic_long sm__blocked_cmdbuf; /* threads blocked in commandBuffer */
 /* Per-file registration, run once from the library constructor. */
 void sm__register_metal(void);
 void sm__register_msl(void);
+void sm__register_archive(void); /* sm_archive.c: after the device class registers */
 void sm__add_device_msl_methods(Class device); /* before the device class registers */
 
 /* Messages to our own objects, through the runtime (exact prototypes). */

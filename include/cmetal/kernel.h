@@ -1,0 +1,296 @@
+/* cmetal/kernel.h: your own Metal kernels on cmetal tensors.
+ *
+ * Two ways in:
+ *  - A full MSL source: cm_library_create compiles it, cm_kernel_create
+ *    picks a `kernel` function by name (with function constant values),
+ *    cm_kernel_dispatch binds arguments by index and dispatches it on a
+ *    stream.
+ *  - Only the body, as MLX's metal_kernel: cm_body_kernel_create takes
+ *    named inputs and outputs and the statements of the kernel;
+ *    cm_body_kernel_dispatch writes the signature for the tensors given
+ *    (typed device pointers, `<name>_shape`, `<name>_strides`, `<name>_ndim`
+ *    where the body uses them), substitutes template types and constants,
+ *    compiles once per distinct source and dispatches.
+ *
+ * Tensors bound to a kernel take part in cmetal's tracking exactly as the
+ * tensors of cmetal's own ops do (cmetal/stream.h): host access waits for
+ * the kernel's writes (and, for host writes, its reads); work on other
+ * streams is ordered only by fences. cmetal's own ops are compiled and
+ * dispatched through the same path.
+ *
+ * Compilation: safe math unless asked otherwise (cmetal's own kernels use
+ * it too; Metal's default is fast math). Libraries and pipelines are cached
+ * per device by source, options, function name and constant values, so
+ * creating the same library or kernel again costs a lookup. Compile errors
+ * fail with CM_ERR_COMPILE and the compiler's diagnostics in
+ * cm_last_error(), whose `program_source:LINE:COL` lines count lines of
+ * your source (macros are defined before it without shifting them).
+ *
+ * On a device that is not Metal (the CPU) every function here fails with
+ * CM_ERR_UNSUPPORTED and says to open a Metal device. */
+#ifndef CMETAL_KERNEL_H
+#define CMETAL_KERNEL_H
+
+#include <cmetal/stream.h>
+#include <cmetal/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cm_library cm_library;
+typedef struct cm_kernel cm_kernel;
+typedef struct cm_body_kernel cm_body_kernel;
+
+/* MTLCompileOptions.mathMode. 0 means safe: IEEE results, NaN and infinity
+ * kept (Metal's own default is fast). */
+typedef enum cm_math_mode {
+    CM_MATH_MODE_DEFAULT = 0, /* safe */
+    CM_MATH_MODE_SAFE = 1,
+    CM_MATH_MODE_RELAXED = 2, /* fast, but keeping infinities and NaN */
+    CM_MATH_MODE_FAST = 3
+} cm_math_mode;
+
+/* MTLLanguageVersion of MSL major.minor: CM_MSL_VERSION(3, 1). */
+#define CM_MSL_VERSION(major, minor) (((uint32_t)(major) << 16) + (uint32_t)(minor))
+
+/* A preprocessor macro, as `#define name value`. */
+typedef struct cm_macro {
+    const char *name;  /* an identifier; required */
+    const char *value; /* the replacement text on one line; NULL means "1" */
+} cm_macro;
+
+typedef struct cm_library_desc {
+    const char *source;       /* MSL, NUL-terminated UTF-8; required */
+    cm_math_mode math_mode;   /* default safe */
+    uint32_t language_version;/* CM_MSL_VERSION(...); 0: the OS's newest */
+    const cm_macro *macros;   /* macro_count macros; may be NULL when 0 */
+    uint32_t macro_count;
+} cm_library_desc;
+
+/* Compiles `desc->source` for `device` (or takes the device's cached
+ * library of the same source and options). Macros are defined by lines
+ * put before the source, followed by `#line 1`, so diagnostics keep the
+ * source's line numbers (the same on a Mac and on softmetal).
+ * Ownership: returns +1 in *out; the library retains the device; desc and
+ * its strings are borrowed for the call.
+ * Errors: CM_ERR_INVALID_ARGUMENT (NULL source, a bad macro name or a
+ * value with a line break, an unknown math mode), CM_ERR_UNSUPPORTED (not
+ * a Metal device; a language version the framework cannot set),
+ * CM_ERR_COMPILE with the compiler's diagnostics.
+ * Thread-safety: any thread; concurrent calls compile a source once. */
+CM_API cm_status cm_library_create(cm_device *device, const cm_library_desc *desc,
+                                   cm_library **out);
+
+/* Loads a precompiled library from `size` bytes at `data`: a .metallib on
+ * a Mac (newLibraryWithData:error: over dispatch_data_create), softmetal's
+ * library container on Linux (made by softmetal-metallib; it holds source
+ * that softmetal compiles when loaded: see tools/softmetal/README.md).
+ * Nothing is compiled by cmetal; the bytes are copied, and the same bytes
+ * loaded again give the device's cached library. CMake's
+ * cmetal_embed_library(target file symbol) embeds such a file into a
+ * binary. Kernels of a loaded library cannot tell which buffer indices
+ * they use, so cm_kernel_dispatch cannot name a missing one.
+ * Ownership: returns +1; data is borrowed for the call.
+ * Errors: CM_ERR_INVALID_ARGUMENT (NULL data, size 0, or bytes the
+ * framework does not take as a library, with its message),
+ * CM_ERR_UNSUPPORTED (not a Metal device; no libdispatch).
+ * Thread-safety: any thread. */
+CM_API cm_status cm_library_load(cm_device *device, const void *data, size_t size,
+                                 cm_library **out);
+
+/* cm_library_load of a whole file. Errors: also CM_ERR_INVALID_ARGUMENT
+ * naming the path when it cannot be read. */
+CM_API cm_status cm_library_load_file(cm_device *device, const char *path, cm_library **out);
+
+/* Reference counting; release(NULL) is a no-op. Thread-safety: atomic. */
+CM_API cm_status cm_library_retain(cm_library *library);
+CM_API cm_status cm_library_release(cm_library *library);
+
+/* A function constant value, for [[function_constant(index)]]. */
+typedef struct cm_function_constant {
+    uint32_t index;
+    cm_dtype dtype;    /* CM_BOOL, CM_INT8..CM_UINT64, CM_FLOAT16, CM_BFLOAT16, CM_FLOAT32 */
+    const void *value; /* one element of dtype; required */
+} cm_function_constant;
+
+typedef struct cm_kernel_desc {
+    const char *name;                       /* the kernel function; required */
+    const cm_function_constant *constants;  /* may be NULL when constant_count is 0 */
+    uint32_t constant_count;
+} cm_kernel_desc;
+
+/* The compute pipeline of `desc->name` in `library`, specialised with the
+ * constants (cached per device).
+ * Ownership: returns +1; the kernel retains the library.
+ * Errors: CM_ERR_INVALID_ARGUMENT (no such function, naming it; a constant
+ * of an unsupported dtype or a repeated index), CM_ERR_UNSUPPORTED
+ * (function constants on a framework without them), CM_ERR_COMPILE
+ * (specialisation or pipeline creation failed, with Metal's message).
+ * Thread-safety: any thread. */
+CM_API cm_status cm_kernel_create(cm_library *library, const cm_kernel_desc *desc,
+                                  cm_kernel **out);
+
+CM_API cm_status cm_kernel_retain(cm_kernel *kernel);
+CM_API cm_status cm_kernel_release(cm_kernel *kernel);
+
+typedef struct cm_kernel_info {
+    uint32_t thread_execution_width;      /* SIMD-group width */
+    uint32_t max_threads_per_threadgroup; /* of this pipeline */
+    uint32_t static_threadgroup_memory;   /* bytes of threadgroup variables
+                                             declared in the kernel (0 where
+                                             the framework cannot tell) */
+} cm_kernel_info;
+
+/* The pipeline's limits. Thread-safety: any thread. */
+CM_API cm_status cm_kernel_get_info(const cm_kernel *kernel, cm_kernel_info *out);
+
+/* One argument of a dispatch. */
+typedef enum cm_arg_type {
+    CM_ARG_NONE = 0,        /* ignored entry */
+    CM_ARG_INPUT = 1,       /* tensor the kernel only reads: [[buffer(index)]] */
+    CM_ARG_OUTPUT = 2,      /* tensor the kernel writes (and may read) */
+    CM_ARG_BYTES = 3,       /* `size` bytes at `data` (setBytes): scalars, small structs */
+    CM_ARG_THREADGROUP = 4  /* `size` bytes of [[threadgroup(index)]] memory */
+} cm_arg_type;
+
+/* The most bytes one CM_ARG_BYTES argument may have (Metal's setBytes). */
+#define CM_KERNEL_MAX_BYTES 4096
+/* Buffer indices are 0 .. CM_KERNEL_MAX_BUFFERS - 1. */
+#define CM_KERNEL_MAX_BUFFERS 31
+/* Threadgroup memory of one dispatch, static and dynamic together. */
+#define CM_KERNEL_MAX_THREADGROUP_MEMORY 32768
+
+typedef struct cm_kernel_arg {
+    cm_arg_type type;
+    uint32_t index;          /* [[buffer(index)]], or [[threadgroup(index)]] */
+    const cm_tensor *tensor; /* INPUT, OUTPUT: bound as its buffer at its byte
+                                offset, so the kernel's pointer is element 0 */
+    const void *data;        /* BYTES: copied when the call returns */
+    size_t size;             /* BYTES: 1..4096; THREADGROUP: a multiple of 16 */
+} cm_kernel_arg;
+
+typedef enum cm_grid_unit {
+    CM_GRID_THREADS = 0,     /* grid counts threads (dispatchThreads; the last
+                                threadgroups may be partial) */
+    CM_GRID_THREADGROUPS = 1 /* grid counts threadgroups (dispatchThreadgroups) */
+} cm_grid_unit;
+
+typedef struct cm_dispatch_desc {
+    const cm_kernel_arg *args;  /* may be NULL when arg_count is 0 */
+    uint32_t arg_count;
+    cm_grid_unit grid_unit;     /* default threads */
+    uint64_t grid[3];           /* 0 in y or z means 1; grid[0] = 0: nothing runs */
+    uint32_t threadgroup[3];    /* threads per threadgroup; 0 in y or z means 1;
+                                   threadgroup[0] = 0: as many as the kernel
+                                   allows (a multiple of its execution width),
+                                   at most the grid's width in threads */
+} cm_dispatch_desc;
+
+/* Encodes one dispatch of `kernel` on `stream` (NULL: the device's default
+ * stream), batched like cmetal's ops: it runs after the stream's earlier
+ * work and before host access to the tensors it writes returns.
+ * Checks everything before encoding anything, naming the argument: a
+ * buffer or threadgroup index the kernel's source uses but no argument
+ * binds (known for libraries made from source), an index bound twice or
+ * out of range, a tensor of another device, a read-only tensor bound as
+ * an output, CM_ARG_BYTES over 4096 bytes, threadgroup memory not a
+ * multiple of 16 or over the limit with the kernel's static memory, a
+ * threadgroup over the kernel's max_threads_per_threadgroup.
+ * Ownership: borrows everything for the call; the device keeps the
+ * buffers alive until the kernel has run.
+ * Errors: CM_ERR_INVALID_ARGUMENT, CM_ERR_READ_ONLY (an output that is
+ * read-only), CM_ERR_DEVICE.
+ * Thread-safety: any thread; dispatches on one stream from several threads
+ * are ordered as they take the stream's lock. */
+CM_API cm_status cm_kernel_dispatch(cm_kernel *kernel, cm_stream *stream,
+                                    const cm_dispatch_desc *desc);
+
+/* ---------------------------------------------------------- body only */
+
+/* A template argument of a body kernel: `name` becomes an MSL type (a
+ * dtype, value NULL: `typedef float T;`) or a constant (value one element of
+ * dtype: `constant int N = 4;`). */
+typedef struct cm_template_arg {
+    const char *name;   /* an identifier; required */
+    cm_dtype dtype;     /* required */
+    const void *value;  /* NULL for a type argument */
+} cm_template_arg;
+
+typedef struct cm_body_kernel_desc {
+    const char *name;                /* kernel name, an identifier; required */
+    const char *const *input_names;  /* input_count identifiers */
+    uint32_t input_count;
+    const char *const *output_names; /* output_count identifiers; >= 1 */
+    uint32_t output_count;
+    const char *body;                /* the statements of the kernel; required */
+    const char *header;              /* code put before the kernel; may be NULL */
+    cm_math_mode math_mode;          /* default safe */
+} cm_body_kernel_desc;
+
+/* A body-only kernel for `device`: nothing is compiled until a dispatch.
+ * The generated kernel has the parameters, in this order of buffer index:
+ *   const device T_in *<input> for each input, device T_out *<output> for
+ *   each output (T from each tensor's dtype: float, half, bfloat, int,
+ *   uint, short, ushort, char, uchar, long, ulong, bool), then for each
+ *   tensor whose name the body uses with the suffix:
+ *   constant long *<name>_shape, constant long *<name>_strides (elements),
+ *   constant int &<name>_ndim;
+ * and as uint3 or uint, when the body names them: thread_position_in_grid,
+ * threads_per_grid, thread_position_in_threadgroup,
+ * threadgroup_position_in_grid, threads_per_threadgroup,
+ * threadgroups_per_grid, thread_index_in_threadgroup,
+ * thread_index_in_simdgroup, simdgroup_index_in_threadgroup,
+ * threads_per_simdgroup, simdgroups_per_threadgroup.
+ * Pointers point at element 0 of each view: index strided views with
+ * `<name>_strides`.
+ * Ownership: returns +1; strings are copied; retains the device.
+ * Errors: CM_ERR_INVALID_ARGUMENT (a missing or non-identifier name, two
+ * equal names), CM_ERR_UNSUPPORTED (not a Metal device).
+ * Thread-safety: any thread. */
+CM_API cm_status cm_body_kernel_create(cm_device *device, const cm_body_kernel_desc *desc,
+                                       cm_body_kernel **out);
+
+CM_API cm_status cm_body_kernel_retain(cm_body_kernel *kernel);
+CM_API cm_status cm_body_kernel_release(cm_body_kernel *kernel);
+
+typedef struct cm_body_dispatch_desc {
+    const cm_tensor *const *inputs;   /* input_count tensors */
+    cm_tensor *const *outputs;        /* output_count tensors, not read-only */
+    const cm_template_arg *template_args; /* may be NULL when the count is 0 */
+    uint32_t template_arg_count;
+    const double *init_value;         /* non-NULL: every output is first filled
+                                         with *init_value (as cm_fill) */
+    cm_grid_unit grid_unit;           /* as cm_dispatch_desc */
+    uint64_t grid[3];
+    uint32_t threadgroup[3];
+} cm_body_dispatch_desc;
+
+/* Generates the kernel for these tensors' dtypes and the template
+ * arguments, compiles it on first use (cached), and dispatches it as
+ * cm_kernel_dispatch does.
+ * Ownership: borrows everything for the call.
+ * Errors: as cm_kernel_dispatch and cm_library_create (CM_ERR_COMPILE with
+ * diagnostics whose line numbers count lines of the body; the whole
+ * generated source is what cm_body_kernel_get_source returns),
+ * CM_ERR_INVALID_ARGUMENT naming inputs[i] or outputs[i] (NULL, another
+ * device), CM_ERR_READ_ONLY for a read-only output, CM_ERR_UNSUPPORTED for
+ * a dtype Metal kernels do not have (float64). Everything is checked
+ * before anything (the initial fill included) is encoded.
+ * Thread-safety: any thread. */
+CM_API cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,
+                                         const cm_body_dispatch_desc *desc);
+
+/* The source cm_body_kernel_dispatch generates for `desc` (its tensors'
+ * dtypes and template arguments; grid and init_value are ignored), to read
+ * diagnostics against: writes at most `cap` bytes, NUL-terminated, to buf
+ * (buf may be NULL when cap is 0) and the length without the NUL to
+ * *length. Errors: CM_ERR_INVALID_ARGUMENT as cm_body_kernel_dispatch.
+ * Thread-safety: any thread. */
+CM_API cm_status cm_body_kernel_get_source(cm_body_kernel *kernel, const cm_body_dispatch_desc *desc,
+                                           char *buf, size_t cap, size_t *length);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMETAL_KERNEL_H */

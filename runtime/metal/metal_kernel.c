@@ -1,0 +1,528 @@
+/* Kernels on Metal, for cmetal/kernel.h and for cmetal's own ops: one way
+ * to compile a library, make a pipeline and encode a dispatch. Libraries
+ * and pipelines are cached per device under cache_lock, by key (source and
+ * options; library, function name and constant values) and live as long as
+ * the device. */
+#include "metal_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* MTLDataType values (Metal/MTLDataType.h). */
+enum {
+    CM__MTL_DATA_FLOAT = 3,
+    CM__MTL_DATA_HALF = 16,
+    CM__MTL_DATA_INT = 29,
+    CM__MTL_DATA_UINT = 33,
+    CM__MTL_DATA_SHORT = 37,
+    CM__MTL_DATA_USHORT = 41,
+    CM__MTL_DATA_CHAR = 45,
+    CM__MTL_DATA_UCHAR = 49,
+    CM__MTL_DATA_BOOL = 53,
+    CM__MTL_DATA_LONG = 81,
+    CM__MTL_DATA_ULONG = 85,
+    CM__MTL_DATA_BFLOAT = 121,
+};
+
+/* One cached library or pipeline. */
+struct cm__metal_cached {
+    uint64_t hash;
+    char *key;
+    size_t key_len;
+    cm__id object;     /* +1: id<MTLLibrary> or id<MTLComputePipelineState> */
+    uint64_t serial;   /* libraries: names this library in pipeline keys */
+    cm_kernel_info info;
+    struct cm__metal_cached *next;
+};
+
+void cm__metal_cache_init(cm__metal_device *d) {
+    pthread_mutex_init(&d->cache_lock, NULL);
+    d->cache = NULL;
+    d->cache_serial = 0;
+}
+
+void cm__metal_cache_destroy(cm__metal_device *d) {
+    for (cm__metal_cached *c = d->cache, *next; c != NULL; c = next) {
+        next = c->next;
+        cm__objc_release(c->object);
+        cm__free(c->key);
+        cm__free(c);
+    }
+    d->cache = NULL;
+    pthread_mutex_destroy(&d->cache_lock);
+}
+
+static uint64_t cm__fnv1a(const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; ++i) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* The entry of `key`, or NULL. cache_lock held. */
+static cm__metal_cached *cm__cache_find(cm__metal_device *d, uint64_t hash, const char *key,
+                                        size_t n) {
+    for (cm__metal_cached *c = d->cache; c != NULL; c = c->next)
+        if (c->hash == hash && c->key_len == n && memcmp(c->key, key, n) == 0)
+            return c;
+    return NULL;
+}
+
+/* Adds `object` (+1, taken) under key. cache_lock held. On failure the
+ * object is left to the caller. */
+static cm__metal_cached *cm__cache_add(cm__metal_device *d, uint64_t hash, const char *key,
+                                       size_t n, cm__id object) {
+    cm__metal_cached *c = CM__NEW(cm__metal_cached);
+    char *copy = c != NULL ? cm__alloc(n, 1) : NULL;
+    if (copy == NULL) {
+        cm__free(c);
+        return NULL;
+    }
+    memcpy(copy, key, n);
+    c->hash = hash;
+    c->key = copy;
+    c->key_len = n;
+    c->object = object;
+    c->serial = ++d->cache_serial;
+    c->next = d->cache;
+    d->cache = c;
+    return c;
+}
+
+/* ------------------------------------------------------------ compile */
+
+/* New MTLCompileOptions (+1) for `o`. Safe math is asked for with
+ * mathMode where the options have it (macOS 15 / iOS 18), else with
+ * fastMathEnabled = NO; relaxed falls back to fast math there. */
+static cm_status cm__compile_options_new(const char *func, const cm__compile_options *o,
+                                         cm__id *out) {
+    *out = NULL;
+    cm__class cls = CM__CLASS(MTLCompileOptions);
+    if (cls == NULL)
+        return cm__fail_as(func, CM_ERR_DEVICE, "the Metal framework has no MTLCompileOptions");
+    cm__id options = cm__msg_alloc((cm__id)cls);
+    if (options != NULL)
+        options = cm__msg_init(options);
+    if (options == NULL)
+        return cm__fail_as(func, CM_ERR_DEVICE, "MTLCompileOptions alloc/init returned nil");
+    if (cm__msg_respondsToSelector(options, CM__SEL(setMathMode)))
+        cm__msg_setMathMode(options, o->math_mode == CM_MATH_MODE_SAFE      ? CM__MTL_MATH_MODE_SAFE
+                                     : o->math_mode == CM_MATH_MODE_RELAXED ? CM__MTL_MATH_MODE_RELAXED
+                                                                            : CM__MTL_MATH_MODE_FAST);
+    else
+        cm__msg_setFastMathEnabled(options, o->math_mode != CM_MATH_MODE_SAFE);
+    if (o->language_version != 0) {
+        if (!cm__msg_respondsToSelector(options, CM__SEL(setLanguageVersion))) {
+            cm__objc_release(options);
+            return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                               "language_version = %" PRIu32 ".%" PRIu32
+                               ": this Metal framework's MTLCompileOptions has no "
+                               "setLanguageVersion: (leave it 0 for the default)",
+                               o->language_version >> 16, o->language_version & 0xffff);
+        }
+        cm__msg_setLanguageVersion(options, o->language_version);
+    }
+    *out = options;
+    return CM_OK;
+}
+
+cm_status cm__metal_compile(const char *func, cm__id device, const char *source,
+                            const cm__compile_options *o, cm__id *out) {
+    *out = NULL;
+    cm__id options = NULL;
+    CM__TRY(cm__compile_options_new(func, o, &options));
+    cm__id text = NULL;
+    cm_status status = cm__ns_string_from_utf8(func, source, &text);
+    if (status != CM_OK) {
+        cm__objc_release(options);
+        return status;
+    }
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL; /* autoreleased */
+    cm__id library = cm__msg_newLibraryWithSource_options_error(device, text, options, &error);
+    if (library == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error, "the Metal library did not compile");
+    cm__objc_pool_pop(pool);
+    cm__objc_release(text);
+    cm__objc_release(options);
+    *out = library;
+    return status;
+}
+
+cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *source,
+                            const cm__compile_options *o, cm__id *out, uint64_t *serial) {
+    *out = NULL;
+    char head[32];
+    const int hn = snprintf(head, sizeof head, "L%d:%" PRIu32 ":", (int)o->math_mode,
+                            o->language_version);
+    const size_t sn = strlen(source);
+    size_t n;
+    if (cm__add_overflow_size((size_t)hn, sn, &n))
+        return cm__fail_as(func, CM_ERR_OVERFLOW, "the source is too long");
+    char *key = cm__alloc(n, 1);
+    if (key == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a cache key");
+    memcpy(key, head, (size_t)hn);
+    memcpy(key + hn, source, sn);
+    const uint64_t hash = cm__fnv1a(key, n);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
+    if (c == NULL) {
+        cm__id lib = NULL;
+        status = cm__metal_compile(func, d->device, source, o, &lib);
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, n, lib);
+            if (c == NULL) {
+                cm__objc_release(lib);
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            }
+        }
+    }
+    if (status == CM_OK) {
+        *out = cm__objc_retain(c->object);
+        *serial = c->serial;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    cm__free(key);
+    return status;
+}
+
+/* A library from precompiled bytes (newLibraryWithData:error:), +1 in *out. */
+static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data, size_t size,
+                                cm__id *out) {
+    *out = NULL;
+    if (!cm__dispatch_data_available())
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "libdispatch's dispatch_data_create was not found (the Metal "
+                           "framework in use provides none), so libraries cannot be loaded "
+                           "from bytes");
+    cm__id dd = cm__dispatch_data_create(data, size);
+    if (dd == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "dispatch_data_create of %zu bytes failed",
+                           size);
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL;
+    cm__id library = cm__msg_newLibraryWithData_error(device, dd, &error);
+    cm_status status = CM_OK;
+    if (library == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_INVALID_ARGUMENT, error,
+                                   "the data is not a Metal library");
+    cm__objc_pool_pop(pool);
+    cm__dispatch_release(dd);
+    *out = library;
+    return status;
+}
+
+/* The device's library of the bytes (+1 in *out), loaded on first use. */
+static cm_status cm__metal_library_data(const char *func, cm__metal_device *d, const void *data,
+                                        size_t size, cm__id *out, uint64_t *serial) {
+    *out = NULL;
+    size_t n;
+    if (cm__add_overflow_size(size, 1, &n))
+        return cm__fail_as(func, CM_ERR_OVERFLOW, "size = %zu is too large", size);
+    char *key = cm__alloc(n, 1);
+    if (key == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a cache key");
+    key[0] = 'D';
+    memcpy(key + 1, data, size);
+    const uint64_t hash = cm__fnv1a(key, n);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
+    if (c == NULL) {
+        cm__id lib = NULL;
+        status = cm__metal_load_bytes(func, d->device, data, size, &lib);
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, n, lib);
+            if (c == NULL) {
+                cm__objc_release(lib);
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            }
+        }
+    }
+    if (status == CM_OK) {
+        *out = cm__objc_retain(c->object);
+        *serial = c->serial;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    cm__free(key);
+    return status;
+}
+
+/* ------------------------------------------------------------ pipelines */
+
+static cm__uint cm__mtl_data_type(cm_dtype dt) {
+    switch (dt) {
+    case CM_BOOL: return CM__MTL_DATA_BOOL;
+    case CM_INT8: return CM__MTL_DATA_CHAR;
+    case CM_INT16: return CM__MTL_DATA_SHORT;
+    case CM_INT32: return CM__MTL_DATA_INT;
+    case CM_INT64: return CM__MTL_DATA_LONG;
+    case CM_UINT8: return CM__MTL_DATA_UCHAR;
+    case CM_UINT16: return CM__MTL_DATA_USHORT;
+    case CM_UINT32: return CM__MTL_DATA_UINT;
+    case CM_UINT64: return CM__MTL_DATA_ULONG;
+    case CM_FLOAT16: return CM__MTL_DATA_HALF;
+    case CM_BFLOAT16: return CM__MTL_DATA_BFLOAT;
+    case CM_FLOAT32: return CM__MTL_DATA_FLOAT;
+    default: return 0;
+    }
+}
+
+/* The function `name` of the library (+1), specialised with the constants. */
+static cm_status cm__function(const char *func, cm__id library, const char *name,
+                              const cm_function_constant *constants, uint32_t nconst,
+                              cm__id *out) {
+    *out = NULL;
+    cm__id ns_name = NULL;
+    CM__TRY(cm__ns_string_from_utf8(func, name, &ns_name));
+    if (nconst == 0) {
+        cm__id fn = cm__msg_newFunctionWithName(library, ns_name);
+        cm__objc_release(ns_name);
+        if (fn == NULL)
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                               "desc->name = \"%s\": the library has no function of that name",
+                               name);
+        *out = fn;
+        return CM_OK;
+    }
+    cm__class cls = CM__CLASS(MTLFunctionConstantValues);
+    cm__id values = cls != NULL ? cm__msg_alloc((cm__id)cls) : NULL;
+    if (values != NULL)
+        values = cm__msg_init(values);
+    if (values == NULL) {
+        cm__objc_release(ns_name);
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "desc->constants: this Metal framework has no "
+                           "MTLFunctionConstantValues, so function constants cannot be set");
+    }
+    for (uint32_t i = 0; i < nconst; ++i)
+        cm__msg_setConstantValue_type_atIndex(values, constants[i].value,
+                                              cm__mtl_data_type(constants[i].dtype),
+                                              constants[i].index);
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL;
+    cm__id fn = cm__msg_newFunctionWithName_constantValues_error(library, ns_name, values, &error);
+    cm_status status = CM_OK;
+    if (fn == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
+                                   "newFunctionWithName:constantValues:error: failed");
+    cm__objc_pool_pop(pool);
+    cm__objc_release(values);
+    cm__objc_release(ns_name);
+    *out = fn;
+    return status;
+}
+
+cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
+                             uint64_t library_serial, const char *name,
+                             const cm_function_constant *constants, uint32_t nconst,
+                             cm__id *out, cm_kernel_info *info) {
+    *out = NULL;
+    /* Key: library serial, name, then (index, dtype, value bytes) per constant. */
+    char key[2048];
+    int n = snprintf(key, sizeof key, "P%" PRIu64 ":%s", library_serial, name);
+    if (n < 0 || (size_t)n >= sizeof key)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->name is too long");
+    size_t len = (size_t)n + 1;
+    for (uint32_t i = 0; i < nconst; ++i) {
+        const size_t size = cm__dtype(constants[i].dtype)->size;
+        if (len + 8 + size > sizeof key)
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->constant_count = %" PRIu32
+                               " is too many", nconst);
+        const uint32_t head[2] = {constants[i].index, (uint32_t)constants[i].dtype};
+        memcpy(key + len, head, 8);
+        memcpy(key + len + 8, constants[i].value, size);
+        len += 8 + size;
+    }
+    const uint64_t hash = cm__fnv1a(key, len);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, len);
+    if (c == NULL) {
+        cm__id fn = NULL;
+        status = cm__function(func, library, name, constants, nconst, &fn);
+        cm__id pipeline = NULL;
+        if (status == CM_OK) {
+            void *pool = cm__objc_pool_push();
+            cm__id error = NULL;
+            pipeline = cm__msg_newComputePipelineStateWithFunction_error(d->device, fn, &error);
+            if (pipeline == NULL)
+                status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
+                                           "newComputePipelineStateWithFunction failed");
+            cm__objc_pool_pop(pool);
+        }
+        cm__objc_release(fn);
+        cm_kernel_info ki = {0};
+        if (status == CM_OK) {
+            ki.max_threads_per_threadgroup = (uint32_t)cm__msg_maxTotalThreadsPerThreadgroup(pipeline);
+            ki.thread_execution_width = (uint32_t)cm__msg_threadExecutionWidth(pipeline);
+            if (cm__msg_respondsToSelector(pipeline, CM__SEL(staticThreadgroupMemoryLength)))
+                ki.static_threadgroup_memory =
+                    (uint32_t)cm__msg_staticThreadgroupMemoryLength(pipeline);
+            if (ki.max_threads_per_threadgroup == 0 || ki.thread_execution_width == 0)
+                status = cm__fail_as(func, CM_ERR_DEVICE, "pipeline %s reports no threads",
+                                     name);
+        }
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, len, pipeline);
+            if (c == NULL)
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            else
+                c->info = ki;
+        }
+        if (status != CM_OK)
+            cm__objc_release(pipeline);
+    }
+    if (status == CM_OK) {
+        *out = cm__objc_retain(c->object);
+        *info = c->info;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    return status;
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+cm_status cm__metal_dispatch(const char *func, cm_stream *stream, cm__id pipeline,
+                             const cm__metal_bind *binds, uint32_t nbinds, cm_grid_unit unit,
+                             const uint64_t grid[3], const uint32_t group[3]) {
+    cm__id cb;
+    void *pool;
+    /* Passes touching untracked buffers (MLX's, wrapped ones) are ordered
+     * by the stream's fence: Metal orders nothing for them. */
+    cm_buffer *touched[CM_KERNEL_MAX_BUFFERS];
+    int ntouched = 0;
+    for (uint32_t i = 0; i < nbinds && ntouched < CM_KERNEL_MAX_BUFFERS; ++i)
+        if (binds[i].buffer != NULL)
+            touched[ntouched++] = binds[i].buffer;
+    cm__id fence = NULL;
+    cm_status status = cm__metal_encode_begin(func, stream, &cb, &pool);
+    if (status == CM_OK)
+        status = cm__metal_pass_fence(func, stream, touched, ntouched, &fence);
+    if (status == CM_OK) {
+        cm__id enc = cm__msg_computeCommandEncoder(cb);
+        if (enc == NULL) {
+            status = cm__fail_as(func, CM_ERR_DEVICE, "computeCommandEncoder returned nil");
+        } else {
+            if (fence != NULL)
+                cm__msg_waitForFence(enc, fence);
+            cm__msg_setComputePipelineState(enc, pipeline);
+            for (uint32_t i = 0; i < nbinds; ++i) {
+                const cm__metal_bind *b = &binds[i];
+                switch (b->type) {
+                case CM_ARG_INPUT:
+                case CM_ARG_OUTPUT:
+                    cm__msg_setBuffer_offset_atIndex(
+                        enc, b->buffer != NULL ? b->buffer->native : b->native, b->offset,
+                        b->index);
+                    break;
+                case CM_ARG_BYTES:
+                    cm__msg_setBytes_length_atIndex(enc, b->data, b->size, b->index);
+                    break;
+                case CM_ARG_THREADGROUP:
+                    cm__msg_setThreadgroupMemoryLength_atIndex(enc, b->size, b->index);
+                    break;
+                default: break;
+                }
+            }
+            const cm__mtl_size g = {grid[0], grid[1], grid[2]};
+            const cm__mtl_size tg = {group[0], group[1], group[2]};
+            if (unit == CM_GRID_THREADGROUPS)
+                cm__msg_dispatchThreadgroups_threadsPerThreadgroup(enc, g, tg);
+            else
+                cm__msg_dispatchThreads_threadsPerThreadgroup(enc, g, tg);
+            if (fence != NULL)
+                cm__msg_updateFence(enc, fence);
+            cm__msg_endEncoding(enc);
+            for (uint32_t i = 0; i < nbinds; ++i)
+                if (binds[i].buffer != NULL)
+                    cm__metal_track(stream, binds[i].buffer, binds[i].type == CM_ARG_OUTPUT);
+        }
+    }
+    cm__metal_encode_end(stream, pool);
+    return status;
+}
+
+/* ------------------------------------------------------------ kernel.h backend */
+
+typedef struct cm__metal_lib {
+    cm__id library; /* +1 */
+    uint64_t serial;
+} cm__metal_lib;
+
+static cm_status cm__kb_library_create(const char *func, cm_device *device, const char *source,
+                                       const cm__compile_options *options, void **out) {
+    cm__metal_lib *lib = CM__NEW(cm__metal_lib);
+    if (lib == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a library");
+    cm_status status = cm__metal_library(func, cm__mtl_dev(device), source, options,
+                                         &lib->library, &lib->serial);
+    if (status != CM_OK) {
+        cm__free(lib);
+        return status;
+    }
+    *out = lib;
+    return CM_OK;
+}
+
+static cm_status cm__kb_library_load(const char *func, cm_device *device, const void *data,
+                                     size_t size, void **out) {
+    cm__metal_lib *lib = CM__NEW(cm__metal_lib);
+    if (lib == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a library");
+    cm_status status = cm__metal_library_data(func, cm__mtl_dev(device), data, size,
+                                              &lib->library, &lib->serial);
+    if (status != CM_OK) {
+        cm__free(lib);
+        return status;
+    }
+    *out = lib;
+    return CM_OK;
+}
+
+static void cm__kb_library_release(void *library) {
+    cm__metal_lib *lib = library;
+    cm__objc_release(lib->library);
+    cm__free(lib);
+}
+
+static cm_status cm__kb_kernel_create(const char *func, cm_library *library,
+                                      const cm_kernel_desc *desc, void **out,
+                                      cm_kernel_info *info) {
+    cm__metal_lib *lib = library->impl;
+    return cm__metal_pipeline(func, cm__mtl_dev(library->device), lib->library, lib->serial,
+                              desc->name, desc->constants, desc->constant_count,
+                              (cm__id *)out, info);
+}
+
+static void cm__kb_kernel_release(void *kernel) {
+    cm__objc_release(kernel);
+}
+
+static cm_status cm__kb_dispatch(cm_kernel *kernel, const cm__kernel_launch *d) {
+    cm__metal_bind binds[2 * CM_KERNEL_MAX_BUFFERS];
+    for (uint32_t i = 0; i < d->nargs; ++i)
+        binds[i] = (cm__metal_bind){.type = d->args[i].type,
+                                    .index = d->args[i].index,
+                                    .buffer = d->args[i].buffer,
+                                    .offset = d->args[i].offset,
+                                    .data = d->args[i].data,
+                                    .size = d->args[i].size};
+    return cm__metal_dispatch(d->func, d->stream, kernel->impl, binds, d->nargs, d->unit,
+                              d->grid, d->group);
+}
+
+const cm__kernel_backend cm__metal_kernel_backend = {
+    .library_create = cm__kb_library_create,
+    .library_load = cm__kb_library_load,
+    .library_release = cm__kb_library_release,
+    .kernel_create = cm__kb_kernel_create,
+    .kernel_release = cm__kb_kernel_release,
+    .dispatch = cm__kb_dispatch,
+};

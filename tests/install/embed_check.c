@@ -1,0 +1,18 @@
+/* cmetal_embed_library() from the installed package: this directory's
+ * CMakeLists.txt, embedded as bytes, must come back whole. */
+#include <stdio.h>
+#include <string.h>
+
+extern const unsigned char cm_embedded[];
+extern const size_t cm_embedded_size;
+
+int main(void) {
+    static const char head[] = "cmake_minimum_required";
+    if (cm_embedded_size < sizeof head - 1 || memcmp(cm_embedded, head, sizeof head - 1) != 0 ||
+        cm_embedded[cm_embedded_size] != 0) {
+        fprintf(stderr, "embedded bytes are not CMakeLists.txt (%zu bytes)\n", cm_embedded_size);
+        return 1;
+    }
+    printf("cmetal_embed_library: %zu bytes embedded\n", cm_embedded_size);
+    return 0;
+}

@@ -1,0 +1,788 @@
+/* Custom kernels (cmetal/kernel.h) on the Metal device (softmetal): full
+ * MSL sources with threadgroup memory, barriers and SIMD-group functions,
+ * macros, body-only kernels over strided and offset views, DLPack imports,
+ * two streams ordered by a fence, the cache, every argument error, and
+ * concurrent creation and dispatch. */
+#include <cmetal/cmetal.h>
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "check.h"
+#include "softmetal_hooks.h"
+
+static cm_device *metal(void) {
+    cm_device *d = NULL;
+    cr_assert_eq(cm_device_open(CM_DEVICE_METAL, 0, &d), CM_OK, "%s", cm_last_error());
+    return d;
+}
+
+static uint64_t submissions(cm_device *d) {
+    cm_stream *s = NULL;
+    CHECK(cm_device_get_stream(d, &s));
+    uint64_t n = 0;
+    CHECK(cm_stream_get_submissions(s, &n));
+    return n;
+}
+
+static cm_tensor *vec(cm_device *d, cm_dtype dt, int64_t n) {
+    cm_tensor *t = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = dt, .ndim = 1, .shape = &n}, &t));
+    return t;
+}
+
+static cm_tensor *iota_f32(cm_device *d, int64_t n) {
+    cm_tensor *t = vec(d, CM_FLOAT32, n);
+    float *p = NULL;
+    CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
+    for (int64_t i = 0; i < n; ++i)
+        p[i] = (float)i;
+    return t;
+}
+
+static cm_kernel *kernel_of(cm_device *d, const char *source, const char *name) {
+    cm_library *lib = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = source}, &lib));
+    cm_kernel *k = NULL;
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = name}, &k));
+    cm_library_release(lib); /* the kernel keeps it */
+    return k;
+}
+
+/* Per threadgroup: the sum of its elements, through simd_sum, a
+ * [[threadgroup(0)]] buffer of per-simdgroup partials, a threadgroup
+ * variable declared in the body, and barriers. */
+static const char group_sum_source[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void group_sum(const device float *x [[buffer(0)]],\n"
+    "                      device float *out [[buffer(1)]],\n"
+    "                      constant uint &n [[buffer(2)]],\n"
+    "                      threadgroup float *partial [[threadgroup(0)]],\n"
+    "                      uint gid [[thread_position_in_grid]],\n"
+    "                      uint lid [[thread_index_in_threadgroup]],\n"
+    "                      uint group [[threadgroup_position_in_grid]],\n"
+    "                      uint lane [[thread_index_in_simdgroup]],\n"
+    "                      uint sg [[simdgroup_index_in_threadgroup]],\n"
+    "                      uint nsg [[simdgroups_per_threadgroup]]) {\n"
+    "    threadgroup float total;\n"
+    "    float v = gid < n ? x[gid] : 0.0f;\n"
+    "    float s = simd_sum(v);\n"
+    "    if (lane == 0) partial[sg] = s;\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    if (lid == 0) {\n"
+    "        float t = 0.0f;\n"
+    "        for (uint i = 0; i < nsg; ++i) t += partial[i];\n"
+    "        total = t;\n"
+    "    }\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    if (lid == 0) out[group] = total;\n"
+    "}\n";
+
+Test(kernel, threadgroup_memory_barriers_and_simd_functions) {
+    cm_device *d = metal();
+    cm_kernel *k = kernel_of(d, group_sum_source, "group_sum");
+    cm_kernel_info info;
+    CHECK(cm_kernel_get_info(k, &info));
+    cr_assert_eq(info.thread_execution_width, 32);
+    cr_assert_geq(info.max_threads_per_threadgroup, 64);
+
+    const uint32_t n = 1000, groups = (n + 63) / 64;
+    cm_tensor *x = iota_f32(d, n), *out = vec(d, CM_FLOAT32, groups);
+    const cm_kernel_arg args[] = {
+        {.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+        {.type = CM_ARG_OUTPUT, .index = 1, .tensor = out},
+        {.type = CM_ARG_BYTES, .index = 2, .data = &n, .size = sizeof n},
+        {.type = CM_ARG_THREADGROUP, .index = 0, .size = 2 * sizeof(float) * 4 /* 2 simdgroups, rounded */},
+    };
+    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+        .args = args, .arg_count = 4, .grid_unit = CM_GRID_THREADGROUPS,
+        .grid = {groups}, .threadgroup = {64}}));
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(out, CM_FLOAT32, (const void **)&p)); /* waits for the kernel */
+    for (uint32_t g = 0; g < groups; ++g) {
+        double want = 0;
+        for (uint32_t i = g * 64; i < n && i < g * 64 + 64; ++i)
+            want += i;
+        cr_assert_eq(p[g], (float)want, "group %u: %g, want %g", g, p[g], want);
+    }
+    cm_tensor_release(x);
+    cm_tensor_release(out);
+    cm_kernel_release(k);
+    cm_device_release(d);
+}
+
+Test(kernel, dispatch_threads_covers_a_partial_last_group_and_binds_the_view_offset) {
+    cm_device *d = metal();
+    cm_kernel *k = kernel_of(d,
+                             "kernel void twice(device const float *x [[buffer(0)]],\n"
+                             "                  device float *y [[buffer(1)]],\n"
+                             "                  uint i [[thread_position_in_grid]]) {\n"
+                             "    y[i] = 2.0f * x[i];\n"
+                             "}\n",
+                             "twice");
+    cm_tensor *x = iota_f32(d, 100), *y = vec(d, CM_FLOAT32, 100);
+    cm_tensor *xs = NULL, *ys = NULL; /* x[10:], y[5:]: element 0 at an offset */
+    CHECK(cm_tensor_slice(x, 0, 10, CM_SLICE_DEFAULT, 1, &xs));
+    CHECK(cm_tensor_slice(y, 0, 5, CM_SLICE_DEFAULT, 1, &ys));
+    const double minus = -1;
+    CHECK(cm_fill(y, CM_FLOAT64, &minus, NULL));
+    const cm_kernel_arg args[] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = xs},
+                                  {.type = CM_ARG_OUTPUT, .index = 1, .tensor = ys}};
+    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){.args = args, .arg_count = 2,
+                                                          .grid = {90}, .threadgroup = {32}}));
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
+    for (int i = 0; i < 100; ++i) {
+        const float want = i < 5 || i >= 95 ? -1.0f : 2.0f * (float)(i - 5 + 10);
+        cr_assert_eq(p[i], want, "y[%d] = %g, want %g", i, p[i], want);
+    }
+    cm_tensor_release(xs);
+    cm_tensor_release(ys);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_kernel_release(k);
+    cm_device_release(d);
+}
+
+Test(kernel, macros_are_defined_and_errors_name_lines_of_the_users_source) {
+    cm_device *d = metal();
+    const cm_macro macros[] = {{"SCALE", "3.0f"}, {"USE_OFFSET", NULL}};
+    cm_library *lib = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){
+        .source = "kernel void scale(device float *y [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+                  "#ifdef USE_OFFSET\n"
+                  "    y[i] = y[i] * SCALE + USE_OFFSET;\n"
+                  "#endif\n"
+                  "}\n",
+        .macros = macros, .macro_count = 2}, &lib));
+    cm_kernel *k = NULL;
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "scale"}, &k));
+    cm_tensor *y = iota_f32(d, 8);
+    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+        .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = y}, .arg_count = 1,
+        .grid = {8}}));
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
+    for (int i = 0; i < 8; ++i)
+        cr_assert_eq(p[i], 3.0f * (float)i + 1.0f);
+
+    /* An error on line 3 of the source is reported on line 3, macros or not. */
+    cm_library *bad = NULL;
+    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){
+        .source = "kernel void f(device float *y [[buffer(0)]]) {\n"
+                  "    y[0] = 1.0f;\n"
+                  "    y[1] = undefined_name;\n"
+                  "}\n",
+        .macros = macros, .macro_count = 2}, &bad),
+        CM_ERR_COMPILE, "program_source:3:");
+    cr_assert_null(bad);
+    cr_assert(strstr(cm_last_error(), "undefined_name") != NULL, "%s", cm_last_error());
+    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "kernel void f() {}",
+        .macros = &(cm_macro){"2BAD", "1"}, .macro_count = 1}, &bad),
+        CM_ERR_INVALID_ARGUMENT, "desc->macros[0].name = \"2BAD\" is not an identifier");
+    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "kernel void f() {}",
+        .macros = &(cm_macro){"A", "1\n#define B"}, .macro_count = 1}, &bad),
+        CM_ERR_INVALID_ARGUMENT, "desc->macros[0].value of A has a line break");
+    cm_tensor_release(y);
+    cm_kernel_release(k);
+    cm_library_release(lib);
+    cm_device_release(d);
+}
+
+/* isnan() survives only under safe math: fast math may fold it away. */
+static const char nan_source[] =
+    "#include <metal_stdlib>\nusing namespace metal;\n"
+    "kernel void is_nan(device const float *x [[buffer(0)]], device int *y [[buffer(1)]],\n"
+    "                   uint i [[thread_position_in_grid]]) { y[i] = isnan(x[i]) ? 1 : 0; }\n";
+
+Test(kernel, libraries_use_safe_math_by_default_and_are_cached) {
+    cm_device *d = metal();
+    struct softmetal_stats before, after;
+    sm_stats(&before);
+    cm_library *a = NULL, *b = NULL, *fast = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = nan_source}, &a));
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = nan_source,
+                                                  .math_mode = CM_MATH_MODE_SAFE}, &b));
+    sm_stats(&after);
+    cr_assert_eq(after.unsafe_math_libraries, before.unsafe_math_libraries, "safe math");
+    cr_assert_eq(after.allocs - before.allocs, after.allocs - before.allocs);
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = nan_source,
+                                                  .math_mode = CM_MATH_MODE_FAST}, &fast));
+    struct softmetal_stats later;
+    sm_stats(&later);
+    cr_assert_eq(later.unsafe_math_libraries, after.unsafe_math_libraries + 1,
+                 "fast math is a new library, made with fast math");
+    /* The same source and options again: the same MTLLibrary, no new one. */
+    const long libraries = sm_live("SMLibrary");
+    cm_library *c = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = nan_source}, &c));
+    cr_assert_eq(sm_live("SMLibrary"), libraries, "the cached library is reused");
+    cm_kernel *k1 = NULL, *k2 = NULL;
+    CHECK(cm_kernel_create(a, &(cm_kernel_desc){.name = "is_nan"}, &k1));
+    const long pipelines = sm_live("SMComputePipelineState");
+    CHECK(cm_kernel_create(c, &(cm_kernel_desc){.name = "is_nan"}, &k2));
+    cr_assert_eq(sm_live("SMComputePipelineState"), pipelines, "the cached pipeline is reused");
+
+    cm_tensor *x = vec(d, CM_FLOAT32, 2), *y = vec(d, CM_INT32, 2);
+    float *px = NULL;
+    CHECK(cm_tensor_host_write(x, CM_FLOAT32, (void **)&px));
+    px[0] = NAN;
+    px[1] = 1.0f;
+    const cm_kernel_arg args[] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                  {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}};
+    CHECK(cm_kernel_dispatch(k2, NULL, &(cm_dispatch_desc){.args = args, .arg_count = 2, .grid = {2}}));
+    const int32_t *py = NULL;
+    CHECK(cm_tensor_host_read(y, CM_INT32, (const void **)&py));
+    cr_assert_eq(py[0], 1, "NaN is seen under safe math");
+    cr_assert_eq(py[1], 0);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_kernel_release(k1);
+    cm_kernel_release(k2);
+    cm_library_release(a);
+    cm_library_release(b);
+    cm_library_release(c);
+    cm_library_release(fast);
+    cm_device_release(d);
+}
+
+/* ------------------------------------------------------------ errors */
+
+static const char three_args_source[] =
+    "kernel void k3(device const float *x [[buffer(0)]], // [[buffer(9)]] in a comment\n"
+    "               device float *y [[buffer(1)]],\n"
+    "               constant float &a [[buffer(2)]],\n"
+    "               threadgroup float *t [[ threadgroup( 0 ) ]],\n"
+    "               uint i [[thread_position_in_grid]]) { t[0] = 0; y[i] = a * x[i]; }\n";
+
+Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) {
+    cm_device *d = metal();
+    cm_device *cpu = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &cpu));
+    cm_kernel *k = kernel_of(d, three_args_source, "k3");
+    cm_tensor *x = iota_f32(d, 64), *y = vec(d, CM_FLOAT32, 64);
+    cm_tensor *on_cpu = NULL, *ro = NULL;
+    CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                  .shape = (int64_t[]){64}}, &on_cpu));
+    CHECK(cm_tensor_read_only(y, &ro));
+    CHECK(cm_device_synchronize(d));
+    const uint64_t before = submissions(d);
+    const float a = 2;
+    unsigned char big[CM_KERNEL_MAX_BYTES + 1] = {0};
+    cm_kernel_arg args[4] = {
+        {.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+        {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y},
+        {.type = CM_ARG_BYTES, .index = 2, .data = &a, .size = sizeof a},
+        {.type = CM_ARG_THREADGROUP, .index = 0, .size = 16},
+    };
+    cm_dispatch_desc desc = {.args = args, .arg_count = 4, .grid = {64}};
+
+    desc.arg_count = 3; /* no threadgroup(0) */
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "the kernel uses [[threadgroup(0)]] but no CM_ARG_THREADGROUP argument binds index 0");
+    desc.arg_count = 4;
+    args[2].type = CM_ARG_NONE; /* no buffer(2) */
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "the kernel uses [[buffer(2)]] but no argument binds index 2");
+    args[2].type = CM_ARG_BYTES;
+    args[1].tensor = on_cpu;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "args[1].tensor is on a cpu device, not the kernel's (metal) device");
+    args[1].tensor = ro;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_READ_ONLY,
+                "args[1].tensor is read-only and cannot be bound as CM_ARG_OUTPUT");
+    args[1].tensor = y;
+    args[2].data = big;
+    args[2].size = sizeof big;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "args[2].size = 4097 bytes is over setBytes' limit of 4096");
+    args[2].data = &a;
+    args[2].size = sizeof a;
+    args[2].index = 1;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "args[2].index = 1: buffer index is bound twice");
+    args[2].index = 31;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "args[2].index = 31: buffer index must be < 31");
+    args[2].index = 2;
+    args[3].size = 20;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "args[3].size = 20: threadgroup memory is a nonzero multiple of 16 bytes");
+    args[3].size = 32768 + 16;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "threadgroup memory of 32784 bytes");
+    args[3].size = 16;
+    desc.threadgroup[0] = 2048;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "desc->threadgroup = {2048, 1, 1} is 2048 threads, over the kernel's "
+                "max_threads_per_threadgroup = 1024");
+    desc.threadgroup[0] = 64;
+    desc.threadgroup[1] = 32;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT, "is 2048 threads");
+    desc.threadgroup[1] = 0;
+    desc.grid[1] = 1ull << 32;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "desc->grid[1] = 4294967296 is over 2^32 - 1");
+    desc.grid[1] = 0;
+    cm_stream *cpu_stream = NULL;
+    CHECK(cm_device_get_stream(cpu, &cpu_stream));
+    EXPECT_FAIL(cm_kernel_dispatch(k, cpu_stream, &desc), CM_ERR_INVALID_ARGUMENT,
+                "belongs to another device than the kernel");
+    cr_assert_eq(submissions(d), before);
+    CHECK(cm_device_synchronize(d));
+    cr_assert_eq(submissions(d), before, "nothing was encoded by the failed calls");
+
+    /* And the good call works. */
+    CHECK(cm_kernel_dispatch(k, NULL, &desc));
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
+    cr_assert_eq(p[63], 126.0f);
+
+    /* Kernels and libraries. */
+    cm_library *lib = NULL;
+    cm_kernel *none = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = three_args_source}, &lib));
+    EXPECT_FAIL(cm_kernel_create(lib, &(cm_kernel_desc){.name = "k4"}, &none),
+                CM_ERR_INVALID_ARGUMENT, "desc->name = \"k4\": the library has no function of that name");
+    cr_assert_null(none);
+    EXPECT_FAIL(cm_kernel_create(lib, &(cm_kernel_desc){.name = "k3", .constant_count = 1,
+        .constants = &(cm_function_constant){.index = 0, .dtype = CM_FLOAT64, .value = &a}}, &none),
+        CM_ERR_INVALID_ARGUMENT, "desc->constants[0].dtype = 13");
+    cm_library_release(lib);
+    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = NULL}, &lib),
+                CM_ERR_INVALID_ARGUMENT, "desc->source = NULL");
+    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "", .math_mode = 9}, &lib),
+                CM_ERR_INVALID_ARGUMENT, "math_mode = 9 is not a cm_math_mode");
+    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "",
+                                                        .language_version = CM_MSL_VERSION(0, 5)},
+                                  &lib),
+                CM_ERR_INVALID_ARGUMENT, "language_version = 0x5 is not an MSL version");
+    /* A version the framework cannot set is refused, not ignored. */
+    cm_status sv = cm_library_create(d, &(cm_library_desc){.source = three_args_source,
+                                      .language_version = CM_MSL_VERSION(3, 1)}, &lib);
+    if (sv == CM_OK)
+        cm_library_release(lib);
+    else
+        cr_assert(sv == CM_ERR_UNSUPPORTED &&
+                      strstr(cm_last_error(), "language_version = 3.1: this Metal framework's "
+                                              "MTLCompileOptions has no setLanguageVersion:"),
+                  "%s", cm_last_error());
+    lib = NULL;
+    cm_library *cpu_lib = NULL;
+    EXPECT_FAIL(cm_library_create(cpu, &(cm_library_desc){.source = three_args_source}, &cpu_lib),
+                CM_ERR_UNSUPPORTED, "the cpu device runs no custom kernels: open a Metal device");
+    cm_body_kernel *cpu_body = NULL;
+    EXPECT_FAIL(cm_body_kernel_create(cpu, &(cm_body_kernel_desc){.name = "f", .body = "",
+        .output_names = (const char *[]){"y"}, .output_count = 1}, &cpu_body),
+        CM_ERR_UNSUPPORTED, "open a Metal device");
+    cr_assert_null(cpu_body);
+
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_tensor_release(ro);
+    cm_tensor_release(on_cpu);
+    cm_kernel_release(k);
+    cm_device_release(cpu);
+    cm_device_release(d);
+}
+
+/* ------------------------------------------------------------ body only */
+
+Test(kernel, body_kernels_over_strided_and_offset_views) {
+    cm_device *d = metal();
+    /* a: 4x6 iota; x = a[1:, ::2].T, a 3x3 view with strides {2, 6} at offset 6. */
+    cm_tensor *a = NULL, *rows = NULL, *cols = NULL, *xt = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
+                                                .shape = (int64_t[]){4, 6}}, &a));
+    float *pa = NULL;
+    CHECK(cm_tensor_host_write(a, CM_FLOAT32, (void **)&pa));
+    for (int i = 0; i < 24; ++i)
+        pa[i] = (float)i;
+    CHECK(cm_tensor_slice(a, 0, 1, CM_SLICE_DEFAULT, 1, &rows));
+    CHECK(cm_tensor_slice(rows, 1, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, 2, &cols));
+    CHECK(cm_tensor_transpose(cols, 0, 1, &xt));
+    cm_tensor *out = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
+                                                .shape = (int64_t[]){3, 3}}, &out));
+
+    cm_body_kernel *k = NULL;
+    CHECK(cm_body_kernel_create(d, &(cm_body_kernel_desc){
+        .name = "strided_scale",
+        .input_names = (const char *[]){"x"}, .input_count = 1,
+        .output_names = (const char *[]){"y"}, .output_count = 1,
+        .body = "uint i = thread_position_in_grid.x;\n"
+                "if (i >= uint(x_shape[0] * x_shape[1])) return;\n"
+                "long r = i / x_shape[1], c = i % x_shape[1];\n"
+                "y[i] += T(x[r * x_strides[0] + c * x_strides[1]]) * K;\n"}, &k));
+    const float k3 = 3;
+    const cm_template_arg targs[] = {{.name = "T", .dtype = CM_FLOAT32},
+                                     {.name = "K", .dtype = CM_FLOAT32, .value = &k3}};
+    const double init = 0.5;
+    cm_body_dispatch_desc bd = {
+        .inputs = (const cm_tensor *[]){xt}, .outputs = (cm_tensor *[]){out},
+        .template_args = targs, .template_arg_count = 2, .init_value = &init, .grid = {9}};
+    CHECK(cm_body_kernel_dispatch(k, NULL, &bd));
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(out, CM_FLOAT32, (const void **)&p));
+    for (int r = 0; r < 3; ++r)
+        for (int c = 0; c < 3; ++c) {
+            const float want = 0.5f + 3.0f * pa[(1 + c) * 6 + 2 * r];
+            cr_assert_eq(p[r * 3 + c], want, "y[%d][%d] = %g, want %g", r, c, p[r * 3 + c], want);
+        }
+
+    /* The generated signature: typed pointers, only the layouts used. */
+    char src[4096];
+    size_t len = 0;
+    CHECK(cm_body_kernel_get_source(k, &bd, src, sizeof src, &len));
+    cr_assert_lt(len, sizeof src);
+    cr_assert(strstr(src, "const device float *x [[buffer(0)]]") != NULL, "%s", src);
+    cr_assert(strstr(src, "device float *y [[buffer(1)]]") != NULL, "%s", src);
+    cr_assert(strstr(src, "constant long *x_shape [[buffer(2)]]") != NULL, "%s", src);
+    cr_assert(strstr(src, "constant long *x_strides [[buffer(3)]]") != NULL, "%s", src);
+    cr_assert(strstr(src, "y_shape") == NULL && strstr(src, "x_ndim") == NULL, "%s", src);
+    cr_assert(strstr(src, "typedef float T;") != NULL, "%s", src);
+    cr_assert(strstr(src, "uint3 thread_position_in_grid [[thread_position_in_grid]]") != NULL);
+
+    /* Another dtype is another kernel from the same body. */
+    cm_tensor *h = NULL, *ho = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT16, .ndim = 2,
+                                                .shape = (int64_t[]){3, 3}}, &h));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
+                                                .shape = (int64_t[]){3, 3}}, &ho));
+    const double two = 2;
+    CHECK(cm_fill(h, CM_FLOAT64, &two, NULL));
+    bd.inputs = (const cm_tensor *[]){h};
+    bd.outputs = (cm_tensor *[]){ho};
+    CHECK(cm_body_kernel_dispatch(k, NULL, &bd));
+    CHECK(cm_tensor_host_read(ho, CM_FLOAT32, (const void **)&p));
+    cr_assert_eq(p[8], 6.5f);
+    /* A bad threadgroup fails before the initial fill is encoded. */
+    const double nine = 9;
+    bd.init_value = &nine;
+    bd.threadgroup[0] = 2048;
+    EXPECT_FAIL(cm_body_kernel_dispatch(k, NULL, &bd), CM_ERR_INVALID_ARGUMENT,
+                "cm_body_kernel_dispatch: desc->threadgroup = {2048, 1, 1}");
+    CHECK(cm_tensor_host_read(ho, CM_FLOAT32, (const void **)&p));
+    cr_assert_eq(p[8], 6.5f, "outputs are untouched: %g", p[8]);
+    bd.threadgroup[0] = 0;
+    bd.init_value = &init;
+
+    /* Errors name the tensor. */
+    cm_tensor *ro = NULL;
+    CHECK(cm_tensor_read_only(ho, &ro));
+    bd.outputs = (cm_tensor *[]){ro};
+    EXPECT_FAIL(cm_body_kernel_dispatch(k, NULL, &bd), CM_ERR_READ_ONLY,
+                "desc->outputs[0] (y) is read-only");
+    bd.outputs = (cm_tensor *[]){NULL};
+    EXPECT_FAIL(cm_body_kernel_dispatch(k, NULL, &bd), CM_ERR_INVALID_ARGUMENT,
+                "desc->outputs[0] = NULL (y)");
+    cm_body_kernel *bad = NULL;
+    EXPECT_FAIL(cm_body_kernel_create(d, &(cm_body_kernel_desc){
+        .name = "f", .body = "", .input_names = (const char *[]){"x"}, .input_count = 1,
+        .output_names = (const char *[]){"x"}, .output_count = 1}, &bad),
+        CM_ERR_INVALID_ARGUMENT, "the name \"x\" is used twice");
+    /* A body that does not compile: diagnostics count lines of the body. */
+    CHECK(cm_body_kernel_create(d, &(cm_body_kernel_desc){
+        .name = "broken", .output_names = (const char *[]){"y"}, .output_count = 1,
+        .body = "y[0] = 1;\ny[1] = nope;\n"}, &bad));
+    EXPECT_FAIL(cm_body_kernel_dispatch(bad, NULL, &(cm_body_dispatch_desc){
+        .outputs = (cm_tensor *[]){out}, .grid = {1}}), CM_ERR_COMPILE, "program_source:2:");
+    cr_assert(strstr(cm_last_error(), "cm_body_kernel_dispatch:") == cm_last_error(), "%s",
+              cm_last_error());
+    cm_body_kernel_release(bad);
+
+    cm_tensor_release(ro);
+    cm_tensor_release(h);
+    cm_tensor_release(ho);
+    cm_body_kernel_release(k);
+    cm_tensor_release(out);
+    cm_tensor_release(xt);
+    cm_tensor_release(cols);
+    cm_tensor_release(rows);
+    cm_tensor_release(a);
+    cm_device_release(d);
+}
+
+/* ------------------------------------------------------------ DLPack, streams */
+
+Test(kernel, dlpack_imported_tensors_are_arguments_and_keep_read_only) {
+    cm_device *d = metal();
+    cm_kernel *k = kernel_of(d,
+                             "kernel void inc(device float *y [[buffer(0)]],\n"
+                             "                uint i [[thread_position_in_grid]]) { y[i] += 1.0f; }\n",
+                             "inc");
+    cm_tensor *t = iota_f32(d, 16);
+    cm_dlpack_managed m;
+    CHECK(cm_dlpack_export(t, &(cm_dlpack_export_desc){.max_version = {1, 3}}, &m));
+    cr_assert_eq(m.versioned->dl_tensor.device.device_type, kDLMetal);
+    cm_tensor *imported = NULL;
+    /* wraps the MTLBuffer, on our device */
+    CHECK(cm_dlpack_import_versioned(m.versioned, &(cm_dlpack_import_desc){.device = d}, &imported));
+    cm_tensor *tail = NULL; /* imported[4:] */
+    CHECK(cm_tensor_slice(imported, 0, 4, CM_SLICE_DEFAULT, 1, &tail));
+    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+        .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = tail}, .arg_count = 1,
+        .grid = {12}}));
+    const float *p = NULL;
+    /* Host access through the import waits for the kernel (the wrap is its
+     * own cm_buffer: reads through `t` would need a device synchronize). */
+    CHECK(cm_tensor_host_read(imported, CM_FLOAT32, (const void **)&p));
+    for (int i = 0; i < 16; ++i)
+        cr_assert_eq(p[i], (float)i + (i >= 4 ? 1.0f : 0.0f), "t[%d] = %g", i, p[i]);
+
+    /* A read-only import (the producer's flag) cannot be an output. */
+    cm_dlpack_managed ro;
+    CHECK(cm_dlpack_export(t, &(cm_dlpack_export_desc){.max_version = {1, 3}, .read_only = true}, &ro));
+    cm_tensor *rot = NULL;
+    CHECK(cm_dlpack_import_versioned(ro.versioned, &(cm_dlpack_import_desc){.device = d}, &rot));
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+        .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = rot}, .arg_count = 1,
+        .grid = {16}}), CM_ERR_READ_ONLY, "args[0].tensor is read-only");
+    cm_tensor_release(rot);
+    cm_tensor_release(tail);
+    cm_tensor_release(imported);
+    cm_tensor_release(t);
+    cm_kernel_release(k);
+    cm_device_release(d);
+}
+
+/* A slow producer (many passes) on one stream, a consumer on another,
+ * ordered by a fence. */
+static const char slow_fill_source[] =
+    "#include <metal_stdlib>\nusing namespace metal;\n"
+    "kernel void slow_fill(device float *y [[buffer(0)]], constant float &v [[buffer(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) {\n"
+    "    float acc = 0.0f;\n"
+    "    for (int r = 0; r < 2000; ++r) acc += v / 2000.0f;\n"
+    "    y[i] = round(acc);\n"
+    "}\n"
+    "kernel void copy_plus(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) { y[i] = x[i] + 1.0f; }\n";
+
+Test(kernel, two_streams_are_ordered_by_a_fence) {
+    cm_device *d = metal();
+    cm_library *lib = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = slow_fill_source}, &lib));
+    cm_kernel *fill = NULL, *copy = NULL;
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "slow_fill"}, &fill));
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "copy_plus"}, &copy));
+    cm_stream *s1 = NULL, *s2 = NULL;
+    CHECK(cm_stream_create(d, &s1));
+    CHECK(cm_stream_create(d, &s2));
+    const int64_t n = 4096;
+    cm_tensor *x = vec(d, CM_FLOAT32, n), *y = vec(d, CM_FLOAT32, n);
+    const float v = 7;
+    for (int round = 0; round < 3; ++round) {
+        CHECK(cm_kernel_dispatch(fill, s1, &(cm_dispatch_desc){
+            .args = (cm_kernel_arg[]){{.type = CM_ARG_OUTPUT, .index = 0, .tensor = x},
+                                      {.type = CM_ARG_BYTES, .index = 1, .data = &v, .size = 4}},
+            .arg_count = 2, .grid = {(uint64_t)n}}));
+        cm_fence *f = NULL;
+        CHECK(cm_stream_signal(s1, &f));
+        CHECK(cm_stream_wait(s2, f));
+        CHECK(cm_kernel_dispatch(copy, s2, &(cm_dispatch_desc){
+            .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                      {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
+            .arg_count = 2, .grid = {(uint64_t)n}}));
+        const float *p = NULL;
+        CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p)); /* waits for s2's write */
+        for (int64_t i = 0; i < n; ++i)
+            cr_assert_eq(p[i], 8.0f, "round %d: y[%ld] = %g", round, (long)i, p[i]);
+        CHECK(cm_fence_release(f));
+        const double zero = 0;
+        CHECK(cm_fill(x, CM_FLOAT64, &zero, s1));
+        CHECK(cm_fill(y, CM_FLOAT64, &zero, s2));
+        CHECK(cm_device_synchronize(d));
+    }
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_stream_release(s1);
+    cm_stream_release(s2);
+    cm_kernel_release(fill);
+    cm_kernel_release(copy);
+    cm_library_release(lib);
+    cm_device_release(d);
+}
+
+/* ------------------------------------------------------------ threads */
+
+typedef struct worker {
+    cm_device *device;
+    int id;
+    int failures;
+} worker;
+
+static void *create_and_dispatch(void *arg) {
+    worker *w = arg;
+    for (int r = 0; r < 8; ++r) {
+        cm_library *lib = NULL;
+        cm_kernel *k = NULL;
+        cm_stream *s = NULL;
+        cm_tensor *y = NULL;
+        const int64_t n = 256;
+        const float v = (float)(w->id * 100 + r);
+        if (cm_library_create(w->device, &(cm_library_desc){.source =
+                "kernel void put(device float *y [[buffer(0)]], constant float &v [[buffer(1)]],\n"
+                "                uint i [[thread_position_in_grid]]) { y[i] = v + float(i); }\n"},
+                &lib) != CM_OK ||
+            cm_kernel_create(lib, &(cm_kernel_desc){.name = "put"}, &k) != CM_OK ||
+            cm_stream_create(w->device, &s) != CM_OK ||
+            cm_tensor_create(w->device, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                          .shape = &n}, &y) != CM_OK ||
+            cm_kernel_dispatch(k, r % 2 ? s : NULL, &(cm_dispatch_desc){
+                .args = (cm_kernel_arg[]){{.type = CM_ARG_OUTPUT, .tensor = y},
+                                          {.type = CM_ARG_BYTES, .index = 1, .data = &v, .size = 4}},
+                .arg_count = 2, .grid = {(uint64_t)n}}) != CM_OK) {
+            w->failures++;
+        } else {
+            const float *p = NULL;
+            if (cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p) != CM_OK)
+                w->failures++;
+            else
+                for (int64_t i = 0; i < n; ++i)
+                    w->failures += p[i] != v + (float)i;
+        }
+        cm_tensor_release(y);
+        cm_stream_release(s);
+        cm_kernel_release(k);
+        cm_library_release(lib);
+    }
+    return NULL;
+}
+
+Test(kernel, concurrent_creation_and_dispatch_share_one_pipeline) {
+    cm_device *d = metal();
+    worker w[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; ++i) {
+        w[i] = (worker){.device = d, .id = i};
+        cr_assert_eq(pthread_create(&th[i], NULL, create_and_dispatch, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; ++i) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(w[i].failures, 0, "thread %d: %d failures", i, w[i].failures);
+    }
+    cr_assert_eq(sm_live("SMComputePipelineState"), 1, "one pipeline for every thread");
+    cm_device_release(d);
+}
+
+/* ------------------------------------------------------------ precompiled */
+
+/* axpb.metal through softmetal-metallib, embedded by cmetal_embed_library. */
+extern const unsigned char cm_test_axpb[];
+extern const size_t cm_test_axpb_size;
+
+static void run_axpb(cm_device *d, cm_library *lib) {
+    cm_kernel *k = NULL;
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "axpb"}, &k));
+    cm_tensor *x = iota_f32(d, 32), *y = vec(d, CM_FLOAT32, 32);
+    const float a = 2;
+    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+        .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                  {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y},
+                                  {.type = CM_ARG_BYTES, .index = 2, .data = &a, .size = 4}},
+        .arg_count = 3, .grid = {32}}));
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
+    for (int i = 0; i < 32; ++i)
+        cr_assert_eq(p[i], 2.0f * (float)i + 0.5f, "y[%d] = %g", i, p[i]);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_kernel_release(k);
+}
+
+Test(kernel, precompiled_libraries_load_from_embedded_bytes_and_files) {
+    cm_device *d = metal();
+    cr_assert_gt(cm_test_axpb_size, 32);
+    cm_library *lib = NULL, *again = NULL, *file = NULL;
+    CHECK(cm_library_load(d, cm_test_axpb, cm_test_axpb_size, &lib));
+    run_axpb(d, lib);
+    const long libraries = sm_live("SMLibrary");
+    CHECK(cm_library_load(d, cm_test_axpb, cm_test_axpb_size, &again));
+    cr_assert_eq(sm_live("SMLibrary"), libraries, "the same bytes give the cached library");
+    CHECK(cm_library_load_file(d, CM_TEST_AXPB_PATH, &file));
+    cr_assert_eq(sm_live("SMLibrary"), libraries, "the file holds the same bytes");
+    run_axpb(d, file);
+
+    cm_library *bad = NULL;
+    EXPECT_FAIL(cm_library_load(d, "not a library", 13, &bad), CM_ERR_INVALID_ARGUMENT,
+                "cm_library_load: the data is not a Metal library");
+    cr_assert(strstr(cm_last_error(), "no SMMTLLIB header") != NULL, "%s", cm_last_error());
+    EXPECT_FAIL(cm_library_load(d, "MTLB\x01\x80\x02\x00", 8, &bad), CM_ERR_INVALID_ARGUMENT,
+                "Apple metallib");
+    unsigned char cut[64];
+    memcpy(cut, cm_test_axpb, sizeof cut);
+    EXPECT_FAIL(cm_library_load(d, cut, sizeof cut, &bad), CM_ERR_INVALID_ARGUMENT,
+                "truncated");
+    EXPECT_FAIL(cm_library_load(d, cut, 0, &bad), CM_ERR_INVALID_ARGUMENT, "size = 0");
+    EXPECT_FAIL(cm_library_load_file(d, "/nonexistent/x.metallib", &bad), CM_ERR_INVALID_ARGUMENT,
+                "cm_library_load_file: path = \"/nonexistent/x.metallib\" cannot be opened");
+    cr_assert_null(bad);
+    cm_library_release(lib);
+    cm_library_release(again);
+    cm_library_release(file);
+    cm_device_release(d);
+}
+
+/* ------------------------------------------------------------ constants */
+
+static const char constants_source[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "constant bool use_bias [[function_constant(0)]];\n"
+    "constant float scale [[function_constant(1)]];\n"
+    "constant half bias [[function_constant(2)]];\n"
+    "constant int shift [[function_constant(3)]];\n"
+    "kernel void affine(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
+    "                   uint i [[thread_position_in_grid]]) {\n"
+    "    y[i] = x[i] * scale + (use_bias ? float(bias) : 0.0f) + float(shift);\n"
+    "}\n";
+
+Test(kernel, function_constants_specialise_one_source) {
+    cm_device *d = metal();
+    cm_library *lib = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source = constants_source}, &lib));
+    const bool yes = true, no = false;
+    const float scale = 3;
+    const uint16_t bias_half = 0x3c00; /* 1.0 as float16 */
+    const int32_t shift = 10;
+    cm_function_constant c[4] = {{0, CM_BOOL, &yes}, {1, CM_FLOAT32, &scale},
+                                 {2, CM_FLOAT16, &bias_half}, {3, CM_INT32, &shift}};
+    cm_kernel *with = NULL, *without = NULL, *dup = NULL;
+    c[1].index = 0; /* checked before the framework is asked */
+    EXPECT_FAIL(cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
+                                                        .constant_count = 4}, &dup),
+                CM_ERR_INVALID_ARGUMENT, "desc->constants[1].index = 0 repeats desc->constants[0]");
+    c[1].index = 1;
+    cm_status s = cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
+                                                          .constant_count = 4}, &with);
+    CHECK(s);
+    c[0].value = &no;
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
+                                                  .constant_count = 4}, &without));
+    cm_tensor *x = iota_f32(d, 8), *y1 = vec(d, CM_FLOAT32, 8), *y2 = vec(d, CM_FLOAT32, 8);
+    cm_kernel *ks[2] = {with, without};
+    cm_tensor *ys[2] = {y1, y2};
+    for (int j = 0; j < 2; ++j)
+        CHECK(cm_kernel_dispatch(ks[j], NULL, &(cm_dispatch_desc){
+            .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                      {.type = CM_ARG_OUTPUT, .index = 1, .tensor = ys[j]}},
+            .arg_count = 2, .grid = {8}}));
+    const float *p1 = NULL, *p2 = NULL;
+    CHECK(cm_tensor_host_read(y1, CM_FLOAT32, (const void **)&p1));
+    CHECK(cm_tensor_host_read(y2, CM_FLOAT32, (const void **)&p2));
+    for (int i = 0; i < 8; ++i) {
+        cr_assert_eq(p1[i], 3.0f * (float)i + 1.0f + 10.0f);
+        cr_assert_eq(p2[i], 3.0f * (float)i + 10.0f);
+    }
+    cm_tensor_release(x);
+    cm_tensor_release(y1);
+    cm_tensor_release(y2);
+    cm_kernel_release(with);
+    cm_kernel_release(without);
+    cm_library_release(lib);
+    cm_device_release(d);
+}

@@ -1,0 +1,108 @@
+/* softmetal-metallib: writes softmetal's library container (see
+ * sm_archive.c), the file that newLibraryWithData:error: and
+ * cm_library_load load on softmetal, from MSL source. It stands where
+ * `xcrun metal ... && xcrun metallib` stands on a Mac; the container holds
+ * the source, which softmetal compiles when the library is loaded.
+ *
+ *   softmetal-metallib [--math safe|relaxed|fast] [--std MAJOR.MINOR]
+ *                      [-D NAME[=VALUE]]... -o OUT.metallib IN.metal
+ *
+ * Math mode: safe by default, as cmetal's libraries (xcrun metal defaults to
+ * fast math). Macros are defined before the source with `#line 1` after
+ * them, so diagnostics keep the source's line numbers. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage(void) {
+    fprintf(stderr, "usage: softmetal-metallib [--math safe|relaxed|fast] [--std MAJOR.MINOR] "
+                    "[-D NAME[=VALUE]]... -o OUT.metallib IN.metal\n");
+    return 2;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; ++i)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+int main(int argc, char **argv) {
+    const char *out = NULL, *in = NULL;
+    uint32_t math = 0, version = 0;
+    size_t prefix_len = 0;
+    char *prefix = calloc(1, 1);
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+            out = argv[++i];
+        } else if (strcmp(argv[i], "--math") == 0 && i + 1 < argc) {
+            const char *m = argv[++i];
+            if (strcmp(m, "safe") == 0) math = 0;
+            else if (strcmp(m, "relaxed") == 0) math = 1;
+            else if (strcmp(m, "fast") == 0) math = 2;
+            else return usage();
+        } else if (strcmp(argv[i], "--std") == 0 && i + 1 < argc) {
+            unsigned major = 0, minor = 0;
+            if (sscanf(argv[++i], "%u.%u", &major, &minor) != 2) return usage();
+            version = (uint32_t)(major << 16) + minor;
+        } else if (strncmp(argv[i], "-D", 2) == 0) {
+            const char *def = argv[i][2] != '\0' ? argv[i] + 2 : (i + 1 < argc ? argv[++i] : NULL);
+            if (def == NULL || strpbrk(def, "\r\n") != NULL) return usage();
+            const char *eq = strchr(def, '=');
+            const size_t add = strlen(def) + 16;
+            char *grown = realloc(prefix, prefix_len + add);
+            if (grown == NULL) return 1;
+            prefix = grown;
+            prefix_len += (size_t)(eq != NULL
+                ? snprintf(prefix + prefix_len, add, "#define %.*s %s\n", (int)(eq - def), def, eq + 1)
+                : snprintf(prefix + prefix_len, add, "#define %s 1\n", def));
+        } else if (argv[i][0] != '-' && in == NULL) {
+            in = argv[i];
+        } else {
+            return usage();
+        }
+    }
+    if (out == NULL || in == NULL) return usage();
+    FILE *f = fopen(in, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "softmetal-metallib: %s: %s\n", in, strerror(errno));
+        return 1;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *src = malloc(cap);
+    for (size_t n; src != NULL && (n = fread(src + len, 1, cap - len, f)) > 0;) {
+        len += n;
+        if (len == cap) src = realloc(src, cap *= 2);
+    }
+    fclose(f);
+    if (src == NULL) return 1;
+    if (memchr(src, '\0', len) != NULL) {
+        fprintf(stderr, "softmetal-metallib: %s has a NUL byte\n", in);
+        return 1;
+    }
+    const char line1[] = "#line 1\n";
+    const size_t body = prefix_len + (prefix_len ? sizeof line1 - 1 : 0) + len;
+    unsigned char head[32] = {'S', 'M', 'M', 'T', 'L', 'L', 'I', 'B'};
+    put_u32(head + 8, 1);
+    put_u32(head + 12, math);
+    put_u32(head + 16, version);
+    put_u32(head + 24, (uint32_t)body);
+    put_u32(head + 28, (uint32_t)((uint64_t)body >> 32));
+    FILE *o = fopen(out, "wb");
+    if (o == NULL) {
+        fprintf(stderr, "softmetal-metallib: %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    int ok = fwrite(head, 1, sizeof head, o) == sizeof head &&
+             fwrite(prefix, 1, prefix_len, o) == prefix_len &&
+             (prefix_len == 0 || fwrite(line1, 1, sizeof line1 - 1, o) == sizeof line1 - 1) &&
+             fwrite(src, 1, len, o) == len;
+    ok = fclose(o) == 0 && ok;
+    free(src);
+    free(prefix);
+    if (!ok) {
+        fprintf(stderr, "softmetal-metallib: cannot write %s\n", out);
+        return 1;
+    }
+    return 0;
+}
