@@ -25,8 +25,9 @@ extern const char sm__abi_text[];
 #define LIB_ERROR_DOMAIN "MTLLibraryErrorDomain"
 enum { LIB_ERROR_COMPILE_FAILURE = 3, LIB_ERROR_INTERNAL = 2 };
 enum { MAX_THREADS = 1024 };
+/* -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux. */
 static const char *const CXX_FLAGS[] = {"-std=c++17", "-O2", "-fPIC", "-shared", "-w",
-                                        "-fno-exceptions", "-fno-rtti"};
+                                        "-fno-exceptions", "-fno-rtti", "-fsigned-char"};
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
 /* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
