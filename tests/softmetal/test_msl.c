@@ -755,6 +755,42 @@ Test(msl, vectors_swizzles_and_packed_types) {
   sm_release(in);
 }
 
+/* MSL's char is a signed 8-bit integer on every Metal; C++'s plain char is
+ * unsigned on aarch64 Linux, so softmetal must say -fsigned-char there. */
+Test(msl, char_is_signed) {
+  const char *src = "#include <metal_stdlib>\n"
+                    "using namespace metal;\n"
+                    "kernel void widen(device const uchar *in [[buffer(0)]],\n"
+                    "                  device int *out [[buffer(1)]],\n"
+                    "                  uint i [[thread_position_in_grid]]) {\n"
+                    "  out[i] = int(char(in[i]));\n"
+                    "}\n";
+  id error = 0;
+  id widen_lib = compile(src, &error);
+  cr_assert_not_null(widen_lib, "%s", sm_error_text(error));
+  id fn = SEND(id, (id, SEL, id), widen_lib, "newFunctionWithName:", sm_str("widen"));
+  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
+              &error);
+  cr_assert_not_null(p, "%s", sm_error_text(error));
+  id in = buffer(4), out = buffer(16);
+  memcpy(contents(in), (const unsigned char[]){0xff, 0x80, 0x7f, 0x01}, 4);
+  id enc;
+  id cb = begin(&enc, p);
+  set_buffer(enc, in, 0, 0);
+  set_buffer(enc, out, 0, 1);
+  dispatch_threads(enc, SZ(4, 1, 1), SZ(4, 1, 1));
+  finish(cb, enc);
+  expect_ok(cb);
+  const int want[4] = {-1, -128, 127, 1};
+  const int *got = contents(out);
+  for (int i = 0; i < 4; i++) cr_assert_eq(got[i], want[i], "char of byte %d: %d", i, got[i]);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(widen_lib);
+  sm_release(in);
+  sm_release(out);
+}
+
 Test(msl, compile_error_names_the_source_line) {
   const char *bad = "#include <metal_stdlib>\n"
                     "using namespace metal;\n"

@@ -30,12 +30,13 @@ enum { MAX_THREADS = 1024 };
  * calls apart by the chain of return addresses): frame pointers and no tail
  * calls keep the chain; no merging of calls from different branches (hoist,
  * sink, tail merge) and every call convergent (no unswitching or jump
- * threading that duplicates a call for lanes that belong together). */
+ * threading that duplicates a call for lanes that belong together).
+ * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux. */
 static const char *const CXX_FLAGS[] = {
     "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
     "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
     "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
-    "-mllvm", "-enable-tail-merge=false"};
+    "-mllvm", "-enable-tail-merge=false", "-fsigned-char"};
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
 /* MTLMathMode (NSInteger) and the flags that give the CPU compile the same

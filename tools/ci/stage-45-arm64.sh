@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# aarch64 Linux under qemu-aarch64 (user mode): cmetal, its tests, the tools
+# and softmetal cross-built with Debian's aarch64-linux-gnu GCC and -Werror
+# (cmake/toolchain-aarch64-linux-gnu.cmake), then every suite that runs an
+# aarch64 program goes through ctest, which starts each one through
+# tools/ci/qemu/run.sh (killed after CMETAL_QEMU_TIMEOUT seconds). That is:
+#   core, DLPack (both headers), CPU, the op matrix on the CPU (long double
+#   references, binary128 on aarch64 Linux, and double references, as on a
+#   Mac), the bridge in GNU and in Apple dispatch (objc_msgSend from
+#   tests/objc/msgsend_shim_aarch64.S: no _stret, struct results through
+#   x8), softmetal's own suites, and the Metal suites, the op matrix and the
+#   demo on softmetal, whose kernels the host's clang++ compiles for aarch64
+#   (tools/ci/qemu/clang++-aarch64.sh); the fuzz regression replays and the
+#   stress programs.
+# Left out (they run host programs on the build, not aarch64 code):
+# install_consumer, cmetal_info_json (run here by hand instead), readme_tour,
+# headers_compile_alone, dlpack_interop (x86-64 Python).
+# qemu runs aarch64 code on x86-64's memory ordering: it checks the calling
+# convention, char signedness and long double, not weak-memory races.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+jobs=$(nproc 2>/dev/null || echo 2)
+for tool in qemu-aarch64 aarch64-linux-gnu-gcc clang++; do
+  command -v "$tool" >/dev/null || {
+    echo "stage-45-arm64: $tool is missing (tools/install-deps.sh --test)" >&2; exit 1; }
+done
+[ -f .deps/arm64/sysroot/.packages ] || {
+  echo "stage-45-arm64: no arm64 libraries in .deps/arm64 (tools/install-deps.sh --test)" >&2
+  exit 1; }
+
+start=$SECONDS
+cmake -S . -B build/arm64 -DCMAKE_TOOLCHAIN_FILE="$root/cmake/toolchain-aarch64-linux-gnu.cmake" \
+  -DCMETAL_WERROR=ON -DCMETAL_SOFTMETAL=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/arm64 -j"$jobs" >/dev/null
+file -L build/arm64/bin/cmetal-demo build/arm64/tools/softmetal/libsoftmetal.so |
+  tee build/arm64/file.txt
+if grep -v 'ARM aarch64' build/arm64/file.txt | grep -q .; then
+  echo "stage-45-arm64: the build is not aarch64" >&2; exit 1
+fi
+echo "stage-45-arm64: built in $((SECONDS - start)) s"
+
+export CMETAL_QEMU_TIMEOUT=400
+rm -rf build/arm64/softmetal-cache build/arm64/tests/softmetal/kernel-cache
+(cd build/arm64 && ctest --output-on-failure -j"$jobs" --timeout 450 \
+   -E '^(install_consumer|cmetal_info_json|readme_tour|headers_compile_alone|dlpack_interop)$')
+
+# cmetal-info on softmetal, as aarch64: reports the Metal device, as JSON.
+CMETAL_METAL_FRAMEWORK=$root/build/arm64/tools/softmetal/libsoftmetal.so \
+SOFTMETAL_CACHE_DIR=$root/build/arm64/softmetal-cache \
+  tools/ci/qemu/run.sh build/arm64/bin/cmetal-info --json > build/arm64/info.json
+python3 -c '
+import json, sys
+devices = json.load(open(sys.argv[1]))["devices"]
+metal = [d for d in devices if d["type"] == "metal" and d["present"]]
+assert metal, "cmetal-info --json: no Metal device"
+assert metal[0]["max_threads_per_threadgroup"] == [1024, 1024, 1024], metal[0]
+' build/arm64/info.json
+echo "stage-45-arm64: every aarch64 suite passed under qemu-aarch64 in $((SECONDS - start)) s"
