@@ -281,7 +281,8 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         source = copied;
     }
 
-    cm__dlpack_export *e = CM__NEW(cm__dlpack_export);
+    /* Not zeroed: every field a consumer may read is set below. */
+    cm__dlpack_export *e = cm__alloc_raw(sizeof *e, _Alignof(cm__dlpack_export));
     if (e == NULL) {
         cm_tensor_release(copied);
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the managed tensor");
@@ -632,40 +633,29 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
     }
     const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
     cm_status status = CM_OK;
-    cm_buffer *buffer = NULL;
-    cm__dl_owner *owner = NULL;
-
     if (d->copy != CM_COPY_ALWAYS) {
         /* In place: the CPU device always can; a Metal device only where
          * the pages allow (else CM_ERR_COPY_REQUIRED, and the copy below
          * when desc->copy allows one). The wrap itself never copies, so the
-         * producer's deleter never runs before the tensor exists. */
-        status = cm__dl_owner_new(func, release, managed, &owner);
-        if (status == CM_OK) {
-            cm_host_memory_desc hd = {
-                .data = v.base,
-                .size = v.size,
-                .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
-                .copy = CM_COPY_NEVER,
-                .release = owner != NULL ? cm__dl_owner_release : NULL,
-                .release_context = owner,
-            };
-            status = cm_buffer_wrap_host(device, &hd, &buffer);
-            if (status != CM_OK)
-                cm__free(owner); /* never called on failure */
-        }
+         * producer's deleter never runs before the tensor exists. The view
+         * was validated above, so the buffer and its tensor are made in
+         * one allocation and nothing can fail once the buffer owns the
+         * deleter. */
+        cm_host_memory_desc hd = {
+            .data = v.base,
+            .size = v.size,
+            .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
+            .copy = CM_COPY_NEVER,
+            .release = release,
+            .release_context = managed,
+        };
+        status = cm__tensor_wrap_host(device, &hd, v.dtype, ndim, shape, v.strides, v.offset,
+                                      flags, out);
         if (status == CM_ERR_OUT_OF_MEMORY)
             status = cm__fail_as(func, status,
                                  "no memory for the buffer over the producer's memory");
         if (status != CM_ERR_COPY_REQUIRED || d->copy == CM_COPY_NEVER) {
             cm_device_release(device); /* the buffer holds its own reference */
-            if (status != CM_OK)
-                return status;
-            status = cm__tensor_make(func, buffer, v.dtype, ndim, shape, v.strides, v.offset,
-                                     flags, out);
-            if (status != CM_OK)
-                cm__dl_owner_disarm(owner); /* failure: the caller keeps the managed tensor */
-            cm_buffer_release(buffer);
             return status;
         }
     }
