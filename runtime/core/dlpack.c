@@ -107,7 +107,7 @@ static cm_status cm__cpu_device(const char *func, cm_device *preferred, cm_devic
         *out = preferred;
         return CM_OK;
     }
-    cm_status status = cm_device_open(CM_DEVICE_CPU, 0, out);
+    cm_status status = cm__cpu_device_open(0, out);
     if (status == CM_ERR_OUT_OF_MEMORY)
         return cm__fail_as(func, status, "no memory to open the CPU device");
     return status;
@@ -153,6 +153,10 @@ static cm_status cm__export_target(const cm_tensor *tensor, const cm_dlpack_expo
     int32_t target = d->device_type;
     if (target == 0)
         target = own == CM_DEVICE_METAL ? (int32_t)kDLMetal : (int32_t)kDLCPU;
+    if (target == kDLCPU && d->device_id == 0) { /* the common case, checked first */
+        *out = target;
+        return CM_OK;
+    }
     const char *name = cm__dl_device_name(target);
     if (name == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
@@ -291,9 +295,9 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         cm_tensor_retain(source);
     e->tensor = source;
     const int32_t ndim = source->ndim;
-    if (ndim > 0) {
-        memcpy(e->shape, source->shape, (size_t)ndim * sizeof e->shape[0]);
-        memcpy(e->strides, source->strides, (size_t)ndim * sizeof e->strides[0]);
+    for (int32_t k = 0; k < ndim; ++k) { /* a loop: ndim is small, memcpy a call */
+        e->shape[k] = source->shape[k];
+        e->strides[k] = source->strides[k];
     }
     const cm_dtype_info *info = cm__dtype(source->dtype);
     /* kDLCPU: data is element 0's host address (NumPy's and PyTorch's CPU
@@ -374,6 +378,26 @@ static cm_status cm__dl_check_device(const char *func, DLDevice device) {
     return CM_OK;
 }
 
+/* The cmetal dtype of a one-lane DLPack type (the dtype table's encoding,
+ * without its search), or CM_DTYPE_INVALID. */
+static cm_dtype cm__dl_dtype(uint8_t code, uint8_t bits) {
+    enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
+    switch (code) {
+    case DL_INT:
+        return bits == 8 ? CM_INT8 : bits == 16 ? CM_INT16 : bits == 32 ? CM_INT32
+             : bits == 64 ? CM_INT64 : CM_DTYPE_INVALID;
+    case DL_UINT:
+        return bits == 8 ? CM_UINT8 : bits == 16 ? CM_UINT16 : bits == 32 ? CM_UINT32
+             : bits == 64 ? CM_UINT64 : CM_DTYPE_INVALID;
+    case DL_FLOAT:
+        return bits == 16 ? CM_FLOAT16 : bits == 32 ? CM_FLOAT32 : bits == 64 ? CM_FLOAT64
+             : CM_DTYPE_INVALID;
+    case DL_BFLOAT: return bits == 16 ? CM_BFLOAT16 : CM_DTYPE_INVALID;
+    case DL_BOOL: return bits == 8 ? CM_BOOL : CM_DTYPE_INVALID;
+    default: return CM_DTYPE_INVALID;
+    }
+}
+
 static cm_status cm__dl_check_dtype(const char *func, DLDataType dt, cm_dtype *out) {
     if (dt.code > CM__DL_MAX_DTYPE_CODE)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
@@ -387,7 +411,8 @@ static cm_status cm__dl_check_dtype(const char *func, DLDataType dt, cm_dtype *o
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                            "dl_tensor.dtype.lanes = %u: cmetal has no vector element types",
                            (unsigned)dt.lanes);
-    if (cm_dtype_from_dlpack(dt.code, dt.bits, dt.lanes, out) != CM_OK)
+    *out = cm__dl_dtype(dt.code, dt.bits);
+    if (*out == CM_DTYPE_INVALID)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                            "dl_tensor.dtype = (code %u, bits %u, lanes %u) has no cmetal "
                            "element type",
@@ -426,8 +451,9 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
                            "dl_tensor.byte_offset = %" PRIu64 " exceeds INT64_MAX",
                            t->byte_offset);
     CM__TRY(cm__shape_compact(func, ndim, t->shape, v->itemsize, v->strides, &v->numel));
-    if (t->strides != NULL && ndim > 0)
-        memcpy(v->strides, t->strides, (size_t)ndim * sizeof v->strides[0]);
+    if (t->strides != NULL)
+        for (int32_t k = 0; k < ndim; ++k)
+            v->strides[k] = t->strides[k];
     if (t->data == NULL && v->numel > 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "dl_tensor.data = NULL with %" PRId64
@@ -618,8 +644,8 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
      * its deleter may have run. */
     const int32_t ndim = (int32_t)t->ndim;
     int64_t shape[CM_MAX_NDIM];
-    if (ndim > 0)
-        memcpy(shape, t->shape, (size_t)ndim * sizeof shape[0]);
+    for (int32_t k = 0; k < ndim; ++k)
+        shape[k] = t->shape[k];
     if (t->device.device_type == kDLMetal)
         return cm__dl_import_metal(func, managed, t, &v, release, read_only, d, out);
     /* Host memory: onto the CPU device, or onto desc->device (a Metal

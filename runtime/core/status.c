@@ -92,10 +92,13 @@ cm_status cm_get_build_info(cm_build_info *out) {
     return CM_OK;
 }
 
-/* Default allocator: aligned_alloc needs a size that is a multiple of the
+/* Default allocator: malloc where its own alignment is enough (the common,
+ * cheaper path); aligned_alloc needs a size that is a multiple of the
  * alignment, so round up (checked). */
 static void *cm__default_alloc(size_t size, size_t align, void *user) {
     (void)user;
+    if (align <= _Alignof(max_align_t))
+        return malloc(size);
     size_t rounded;
     if (cm__add_overflow_size(size, align - 1, &rounded))
         return NULL;

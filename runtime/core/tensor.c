@@ -162,9 +162,9 @@ cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *des
     t->ndim = ndim;
     t->flags = flags | ((buffer->flags & CM_BUFFER_READ_ONLY) ? CM_TENSOR_READ_ONLY : 0u);
     t->byte_offset = byte_offset;
-    if (ndim > 0) {
-        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-        memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
+    for (int32_t k = 0; k < ndim; ++k) { /* a loop: ndim is small, memcpy a call */
+        t->shape[k] = shape[k];
+        t->strides[k] = strides[k];
     }
     *out = t;
     return CM_OK;
