@@ -40,6 +40,14 @@ typedef void (*cm__cpu_map2_fn)(int64_t n, char *o, int64_t os, const char *a, i
 /* Conversion kernel from one dtype to another (cast). */
 cm__cpu_map1_fn cm__cpu_cast_kernel(cm_dtype from, cm_dtype to);
 
+/* Test hook: with `scalar_only`, float16 casts use the portable scalar
+ * path even where the CPU has conversion instructions. Process-wide. */
+void cm__cpu_cast_force_scalar(bool scalar_only);
+
+/* The float16 conversion instructions casts use on this CPU ("f16c",
+ * "neon"), or NULL where there are none. */
+const char *cm__cpu_cast_f16_hardware(void);
+
 /* Elementwise kernels; NULL for pairs the core refuses. */
 cm__cpu_map1_fn cm__cpu_unary_kernel(cm_unary_op op, cm_dtype dtype);
 cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype);
