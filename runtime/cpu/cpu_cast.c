@@ -169,7 +169,7 @@ static bool cm__f16_hw_usable(void) {
 }
 
 const char *cm__cpu_cast_f16_hardware(void) {
-    return cm__f16_hw_present() ? CM__F16_HW : NULL;
+    return cm__f16_hw_usable() ? CM__F16_HW : NULL;
 }
 
 /* The scalar float16 loops, also built for AVX2 where GCC can choose at

@@ -44,8 +44,8 @@ cm__cpu_map1_fn cm__cpu_cast_kernel(cm_dtype from, cm_dtype to);
  * path even where the CPU has conversion instructions. Process-wide. */
 void cm__cpu_cast_force_scalar(bool scalar_only);
 
-/* The float16 conversion instructions casts use on this CPU ("f16c",
- * "neon"), or NULL where there are none. */
+/* The float16 conversion instructions casts use now ("f16c", "neon"), or
+ * NULL where the CPU has none or the scalar path is forced. */
 const char *cm__cpu_cast_f16_hardware(void);
 
 /* Elementwise kernels; NULL for pairs the core refuses. */

@@ -200,6 +200,14 @@ static const char *path_name(int path) {
     return path == 0 ? (hw != NULL ? hw : "scalar (no instructions on this CPU)") : "scalar";
 }
 
+/* Selects a path; the dispatch and cm__cpu_cast_f16_hardware ask the same
+ * question, so a forced scalar path must report no instructions. */
+static void select_path(int path) {
+    cm__cpu_cast_force_scalar(path == 1);
+    if (path == 1)
+        cr_assert_null(cm__cpu_cast_f16_hardware(), "the scalar path is not forced");
+}
+
 static void to_f32_all(cm_dtype from, bool bf16) {
     uint16_t *in = malloc(0x10000u * sizeof *in);
     uint32_t *out = malloc(0x10000u * sizeof *out);
@@ -207,7 +215,7 @@ static void to_f32_all(cm_dtype from, bool bf16) {
     for (uint32_t h = 0; h < 0x10000u; ++h)
         in[h] = (uint16_t)h;
     for (int path = 0; path < 2; ++path) {
-        cm__cpu_cast_force_scalar(path == 1);
+        select_path(path);
         memset(out, 0xa5, 0x10000u * sizeof *out);
         run_cast(from, in, CM_FLOAT32, out, 0x10000u);
         for (uint32_t h = 0; h < 0x10000u; ++h) {
@@ -227,7 +235,7 @@ static void from_f32_directed(cm_dtype to, bool bf16) {
     uint16_t *out = malloc(l.n * sizeof *out);
     cr_assert_not_null(out);
     for (int path = 0; path < 2; ++path) {
-        cm__cpu_cast_force_scalar(path == 1);
+        select_path(path);
         memset(out, 0xa5, l.n * sizeof *out);
         run_cast(CM_FLOAT32, l.v, to, out, l.n);
         for (size_t i = 0; i < l.n; ++i) {
