@@ -24,6 +24,11 @@
 #include <string.h>
 #include <time.h>
 
+/* Internal (runtime/cpu/cpu_ops.h): the float16 conversion instructions in
+ * use, and the transpose's store hook (0 by size, 1 streaming, -1 not). */
+const char *cm__cpu_cast_f16_hardware(void);
+void cm__cpu_copy_force_streaming(int mode);
+
 static double now_s(void) {
     struct timespec ts;
     timespec_get(&ts, TIME_UTC);
@@ -54,6 +59,8 @@ typedef struct bench_case {
 typedef enum which {
     B_COPY,
     B_TRANSPOSE,
+    B_TRANSPOSE_PLAIN,
+    B_TRANSPOSE_STREAM,
     B_CAST_F32_F16,
     B_CAST_F16_F32,
     B_CAST_F32_BF16,
@@ -119,6 +126,12 @@ static void run_op(void *p) {
     switch (c->w) {
     case B_COPY:
     case B_TRANSPOSE: TRY(cm_copy(c->a, c->out, NULL)); break;
+    case B_TRANSPOSE_PLAIN:
+    case B_TRANSPOSE_STREAM:
+        cm__cpu_copy_force_streaming(c->w == B_TRANSPOSE_STREAM ? 1 : -1);
+        TRY(cm_copy(c->a, c->out, NULL));
+        cm__cpu_copy_force_streaming(0);
+        break;
     case B_CAST_F32_F16:
     case B_CAST_F16_F32:
     case B_CAST_F32_BF16:
@@ -144,12 +157,20 @@ static void measure(bench_env *env, which w, bench_case *out) {
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
         *out = (bench_case){.name = "copy contiguous f32", .note = "one memcpy after coalescing", .goal = 0.9, .bytes = 2.0 * (double)n4 * 4};
         break;
-    case B_TRANSPOSE: {
+    case B_TRANSPOSE:
+    case B_TRANSPOSE_PLAIN:
+    case B_TRANSPOSE_STREAM: {
         cm_tensor *base = tensor(env->dev, CM_FLOAT32, 2, sq);
         TRY(cm_tensor_transpose(base, 0, 1, &c.a));
         cm_tensor_release(base);
         c.out = tensor(env->dev, CM_FLOAT32, 2, sq);
-        *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte tiles, next one prefetched", .goal = 0.5, .bytes = 2.0 * (double)(side * side) * 4};
+        const double bytes = 2.0 * (double)(side * side) * 4;
+        if (w == B_TRANSPOSE)
+            *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte tiles; streaming stores above the LLC", .goal = 0.5, .bytes = bytes};
+        else if (w == B_TRANSPOSE_PLAIN)
+            *out = (bench_case){.name = "  same, ordinary stores (forced)", .note = "dst lines read for ownership", .goal = 0, .bytes = bytes};
+        else
+            *out = (bench_case){.name = "  same, streaming stores (forced)", .note = "non-temporal (x86-64)", .goal = 0, .bytes = bytes};
         break;
     }
     case B_CAST_F32_F16:
@@ -203,8 +224,6 @@ static void measure(bench_env *env, which w, bench_case *out) {
     cm_tensor_release(c.out);
 }
 
-/* Internal (runtime/cpu): the float16 conversion instructions in use. */
-const char *cm__cpu_cast_f16_hardware(void);
 
 /* ------------------------------------------------------------ DLPack */
 
