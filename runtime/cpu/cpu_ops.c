@@ -220,11 +220,14 @@ typedef struct cm__tile_ctx {
 } cm__tile_ctx;
 
 /* ------------------------------------------------------------ streaming stores
- * A destination larger than the last-level cache is stored with
- * non-temporal stores (x86-64, SSE2): its cache lines are then not read
- * for ownership first, which is a third of the DRAM traffic of a copy and
- * what memcpy avoids for large copies too. Pieces that are not whole,
- * aligned cache lines use ordinary stores. Elsewhere: ordinary stores. */
+ * A destination larger than this core's share of the last-level cache is
+ * stored with non-temporal stores (x86-64, SSE2): its cache lines are then
+ * not read for ownership first, and the scattered row pieces do not wait
+ * on those reads (on a 16-core Xeon this made the 64 MiB transpose three
+ * times faster). glibc's memcpy streams large copies by the same rule.
+ * The share, not the whole cache: virtual machines report the host's L3
+ * (300 MiB on that Xeon). Pieces that are not whole, aligned cache lines
+ * use ordinary stores. Elsewhere: ordinary stores. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <emmintrin.h>
 #include <unistd.h>
@@ -250,12 +253,15 @@ static void cm__streaming_fence(void) {
     _mm_sfence();
 }
 
-/* The last-level cache in bytes (the L3 where sysconf knows it), or 0. */
-static size_t cm__last_level_cache(void) {
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l3 <= 0)
-        l3 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return l3 > 0 ? (size_t)l3 : 0;
+/* Bytes of last-level cache per online CPU, at least the L2 cache, or 0
+ * where sysconf knows neither. */
+static size_t cm__cache_share(void) {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = l3 > 0 && cpus > 0 ? l3 / cpus : 0;
+    if (l2 > share)
+        share = l2;
+    return share > 0 ? (size_t)share : 0;
 }
 #endif
 
@@ -272,13 +278,13 @@ static bool cm__use_streaming(size_t dst_bytes) {
     const int mode = atomic_load_explicit(&cm__streaming_mode, memory_order_relaxed);
     if (mode != 0)
         return mode > 0;
-    static atomic_size_t llc; /* 0: not asked yet (asking twice is harmless) */
-    size_t bytes = atomic_load_explicit(&llc, memory_order_relaxed);
+    static atomic_size_t threshold; /* 0: not asked yet (asking twice is harmless) */
+    size_t bytes = atomic_load_explicit(&threshold, memory_order_relaxed);
     if (bytes == 0) {
-        bytes = cm__last_level_cache();
-        if (bytes == 0)
-            bytes = (size_t)32 << 20; /* unknown: a large L3 */
-        atomic_store_explicit(&llc, bytes, memory_order_relaxed);
+        bytes = cm__cache_share();
+        if (bytes < ((size_t)1 << 20))
+            bytes = (size_t)8 << 20; /* unknown */
+        atomic_store_explicit(&threshold, bytes, memory_order_relaxed);
     }
     return dst_bytes > bytes;
 #else
