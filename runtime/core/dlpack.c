@@ -292,7 +292,7 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the managed tensor");
     }
     if (copied == NULL)
-        cm_tensor_retain(source);
+        cm__ref_retain(&source->ref);
     e->tensor = source;
     const int32_t ndim = source->ndim;
     for (int32_t k = 0; k < ndim; ++k) { /* a loop: ndim is small, memcpy a call */
@@ -359,6 +359,8 @@ static max_align_t cm__dl_empty;
 
 static cm_status cm__dl_check_device(const char *func, DLDevice device) {
     const int32_t type = (int32_t)device.device_type;
+    if (type == kDLCPU && device.device_id == 0) /* the common case, checked first */
+        return CM_OK;
     const char *name = cm__dl_device_name(type);
     if (name == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
@@ -399,6 +401,11 @@ static cm_dtype cm__dl_dtype(uint8_t code, uint8_t bits) {
 }
 
 static cm_status cm__dl_check_dtype(const char *func, DLDataType dt, cm_dtype *out) {
+    if (dt.lanes == 1) { /* the common case first: a cmetal dtype */
+        *out = cm__dl_dtype(dt.code, dt.bits);
+        if (*out != CM_DTYPE_INVALID)
+            return CM_OK;
+    }
     if (dt.code > CM__DL_MAX_DTYPE_CODE)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "dl_tensor.dtype.code = %u is not a DLDataTypeCode", (unsigned)dt.code);
@@ -440,8 +447,8 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
                                "dl_tensor.shape[%d] = %" PRId64 " must be >= 0", k, t->shape[k]);
     CM__TRY(cm__dl_check_device(func, t->device));
     CM__TRY(cm__dl_check_dtype(func, t->dtype, &v->dtype));
-    v->itemsize = cm__dtype(v->dtype)->size;
-    if (t->byte_offset % v->itemsize != 0)
+    v->itemsize = t->dtype.bits / 8u; /* every cmetal dtype: a power of two bytes */
+    if ((t->byte_offset & (v->itemsize - 1u)) != 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "dl_tensor.byte_offset = %" PRIu64
                            " must be a multiple of the %s size %zu",
@@ -450,10 +457,27 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
         return cm__fail_as(func, CM_ERR_OVERFLOW,
                            "dl_tensor.byte_offset = %" PRIu64 " exceeds INT64_MAX",
                            t->byte_offset);
-    CM__TRY(cm__shape_compact(func, ndim, t->shape, v->itemsize, v->strides, &v->numel));
-    if (t->strides != NULL)
-        for (int32_t k = 0; k < ndim; ++k)
+    if (t->strides == NULL) {
+        CM__TRY(cm__shape_compact(func, ndim, t->shape, v->itemsize, v->strides, &v->numel));
+    } else {
+        /* The count as cm__shape_compact makes it (shapes are >= 0 here),
+         * in the loop that copies the strides. */
+        int64_t numel = 1;
+        bool overflow = false, zero = false;
+        for (int32_t k = 0; k < ndim; ++k) {
             v->strides[k] = t->strides[k];
+            zero |= t->shape[k] == 0;
+            overflow |= cm__mul_overflow_i64(numel, t->shape[k], &numel);
+        }
+        int64_t bytes;
+        if (zero)
+            numel = 0;
+        else if (overflow || cm__mul_overflow_i64(numel, (int64_t)v->itemsize, &bytes))
+            return cm__fail_as(func, CM_ERR_OVERFLOW,
+                               "shape has more elements than fit in %zu-byte addressing",
+                               sizeof(int64_t));
+        v->numel = numel;
+    }
     if (t->data == NULL && v->numel > 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "dl_tensor.data = NULL with %" PRId64

@@ -130,7 +130,11 @@ cm_status cm_set_allocator(const cm_allocator *allocator) {
 void *cm__alloc_raw(size_t size, size_t align) {
     if (align < _Alignof(max_align_t))
         align = _Alignof(max_align_t);
-    return cm__allocator.alloc(size > 0 ? size : 1, align, cm__allocator.user);
+    if (size == 0)
+        size = 1;
+    if (cm__allocator.alloc == cm__default_alloc && align == _Alignof(max_align_t))
+        return malloc(size); /* the common case, without the indirect calls */
+    return cm__allocator.alloc(size, align, cm__allocator.user);
 }
 
 void *cm__alloc(size_t size, size_t align) {
@@ -141,6 +145,8 @@ void *cm__alloc(size_t size, size_t align) {
 }
 
 void cm__free(void *ptr) {
-    if (ptr != NULL)
+    if (cm__allocator.free == cm__default_free)
+        free(ptr);
+    else if (ptr != NULL)
         cm__allocator.free(ptr, cm__allocator.user);
 }
