@@ -7,6 +7,9 @@
 
 #include <stdatomic.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define CM__CAST_FN(SE, ST, SDOM, SLD, SKIND, SSAT, DE, DT, DDOM, DLD, DKIND, DSAT)            \
     static void cm__cast_##SE##_##DE(int64_t n, char *o, int64_t os, const char *a,           \
@@ -215,20 +218,37 @@ typedef uint16_t cm__v4u16 __attribute__((vector_size(8)));
 #define CM__BF16_VECTORS 1
 #endif
 
+#if defined(CM__BF16_VECTORS)
+/* Four float32 lanes whose high halves become the bfloat16 results. */
+static inline cm__v4u32 cm__bf16_in_high_half(cm__v4u32 u) {
+    const cm__v4i32 h = (cm__v4i32)(u >> 16);
+    /* NaN keeps its payload; the quiet bit is set only if none is left */
+    const cm__v4u32 quiet = (cm__v4u32)(((h & 0x7f) == 0) & 0x40) << 16;
+    const cm__v4u32 is_nan = (cm__v4u32)((cm__v4i32)(u & 0x7fffffffu) > 0x7f800000);
+    const cm__v4u32 rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    return ((u | quiet) & is_nan) | (rounded & ~is_nan);
+}
+#endif
+
 CM__CLONES static void cm__fast_f32_to_bf16(int64_t n, uint16_t *o, const float *a) {
     int64_t i = 0;
 #if defined(CM__BF16_VECTORS)
-    for (; i + 4 <= n; i += 4) {
-        cm__v4u32 u;
-        memcpy(&u, a + i, sizeof u);
-        const cm__v4i32 rounded = (cm__v4i32)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-        const cm__v4i32 h = (cm__v4i32)(u >> 16);
-        /* NaN keeps its payload; the quiet bit is set only if none is left */
-        const cm__v4i32 quiet = ((h & 0x7f) == 0) & 0x40;
-        const cm__v4i32 is_nan = (cm__v4i32)(u & 0x7fffffffu) > 0x7f800000;
-        const cm__v4i32 out = ((h | quiet) & is_nan) | (rounded & ~is_nan);
-        const cm__v4u16 narrow = __builtin_convertvector(out, cm__v4u16);
-        memcpy(o + i, &narrow, sizeof narrow);
+    for (; i + 8 <= n; i += 8) {
+        cm__v4u32 u0, u1;
+        memcpy(&u0, a + i, sizeof u0);
+        memcpy(&u1, a + i + 4, sizeof u1);
+        const cm__v4u32 s0 = cm__bf16_in_high_half(u0), s1 = cm__bf16_in_high_half(u1);
+#if defined(__SSE2__)
+        /* arithmetic shifts keep the halves exact through the signed pack */
+        const __m128i packed = _mm_packs_epi32(_mm_srai_epi32((__m128i)s0, 16),
+                                               _mm_srai_epi32((__m128i)s1, 16));
+        _mm_storeu_si128((__m128i *)(void *)(o + i), packed);
+#else
+        const cm__v4u16 n0 = __builtin_convertvector(s0 >> 16, cm__v4u16);
+        const cm__v4u16 n1 = __builtin_convertvector(s1 >> 16, cm__v4u16);
+        memcpy(o + i, &n0, sizeof n0);
+        memcpy(o + i + 4, &n1, sizeof n1);
+#endif
     }
 #endif
     CM__SCALAR_LOOP(n - i, o + i, a + i, cm__f32_to_bf16);

@@ -87,7 +87,7 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 33);
 }
 
-#define RANDOM_COUNT (1u << 18)
+#define RANDOM_COUNT (1u << 16)
 
 typedef struct list {
     uint32_t *v;
