@@ -218,7 +218,7 @@ typedef uint16_t cm__v4u16 __attribute__((vector_size(8)));
 #define CM__BF16_VECTORS 1
 #endif
 
-#if defined(CM__BF16_VECTORS)
+#if defined(CM__BF16_VECTORS) && !defined(__SSE2__)
 /* Four float32 lanes whose high halves become the bfloat16 results. */
 static inline cm__v4u32 cm__bf16_in_high_half(cm__v4u32 u) {
     const cm__v4i32 h = (cm__v4i32)(u >> 16);
@@ -232,23 +232,37 @@ static inline cm__v4u32 cm__bf16_in_high_half(cm__v4u32 u) {
 
 CM__CLONES static void cm__fast_f32_to_bf16(int64_t n, uint16_t *o, const float *a) {
     int64_t i = 0;
-#if defined(CM__BF16_VECTORS)
+#if defined(__SSE2__)
+    /* SSE2: a block holding a NaN goes to the scalar path, the others need
+     * only the rounding; arithmetic shifts keep the halves exact through
+     * the signed pack. */
+    const __m128i magnitude = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
+    const __m128i bias = _mm_set1_epi32(0x7fff), one = _mm_set1_epi32(1);
+    for (; i + 8 <= n; i += 8) {
+        const __m128i u0 = _mm_loadu_si128((const __m128i *)(const void *)(a + i));
+        const __m128i u1 = _mm_loadu_si128((const __m128i *)(const void *)(a + i + 4));
+        const __m128i nan = _mm_or_si128(_mm_cmpgt_epi32(_mm_and_si128(u0, magnitude), inf),
+                                         _mm_cmpgt_epi32(_mm_and_si128(u1, magnitude), inf));
+        if (_mm_movemask_epi8(nan) != 0) {
+            CM__SCALAR_LOOP(8, o + i, a + i, cm__f32_to_bf16);
+            continue;
+        }
+        const __m128i r0 =
+            _mm_add_epi32(_mm_add_epi32(u0, bias), _mm_and_si128(_mm_srli_epi32(u0, 16), one));
+        const __m128i r1 =
+            _mm_add_epi32(_mm_add_epi32(u1, bias), _mm_and_si128(_mm_srli_epi32(u1, 16), one));
+        _mm_storeu_si128((__m128i *)(void *)(o + i),
+                         _mm_packs_epi32(_mm_srai_epi32(r0, 16), _mm_srai_epi32(r1, 16)));
+    }
+#elif defined(CM__BF16_VECTORS)
     for (; i + 8 <= n; i += 8) {
         cm__v4u32 u0, u1;
         memcpy(&u0, a + i, sizeof u0);
         memcpy(&u1, a + i + 4, sizeof u1);
-        const cm__v4u32 s0 = cm__bf16_in_high_half(u0), s1 = cm__bf16_in_high_half(u1);
-#if defined(__SSE2__)
-        /* arithmetic shifts keep the halves exact through the signed pack */
-        const __m128i packed = _mm_packs_epi32(_mm_srai_epi32((__m128i)s0, 16),
-                                               _mm_srai_epi32((__m128i)s1, 16));
-        _mm_storeu_si128((__m128i *)(void *)(o + i), packed);
-#else
-        const cm__v4u16 n0 = __builtin_convertvector(s0 >> 16, cm__v4u16);
-        const cm__v4u16 n1 = __builtin_convertvector(s1 >> 16, cm__v4u16);
+        const cm__v4u16 n0 = __builtin_convertvector(cm__bf16_in_high_half(u0) >> 16, cm__v4u16);
+        const cm__v4u16 n1 = __builtin_convertvector(cm__bf16_in_high_half(u1) >> 16, cm__v4u16);
         memcpy(o + i, &n0, sizeof n0);
         memcpy(o + i + 4, &n1, sizeof n1);
-#endif
     }
 #endif
     CM__SCALAR_LOOP(n - i, o + i, a + i, cm__f32_to_bf16);
