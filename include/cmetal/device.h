@@ -51,7 +51,9 @@ typedef struct cm_device_info {
  * tensors retain their device, so it may be released before them.
  * Errors: CM_ERR_INVALID_ARGUMENT (type, NULL out, bad CMETAL_DEVICE),
  * CM_ERR_NO_DEVICE (no such device, no Metal framework), CM_ERR_OUT_OF_MEMORY.
- * On failure *out is NULL. Thread-safety: safe from any thread. */
+ * On failure *out is NULL. Thread-safety: safe from any thread.
+ * The CPU device is one process-wide object: every open returns the same
+ * handle, it is never freed, and opening it allocates nothing. */
 CM_API cm_status cm_device_open(cm_device_type type, uint32_t index, cm_device **out);
 
 /* Number of devices of `type` present (0 when none; the CPU has one).

@@ -89,6 +89,7 @@ struct cm_fence {
 
 struct cm_device {
     cm__refcount ref;
+    bool immortal;             /* static, never freed: retain/release do nothing (the CPU) */
     const cm__backend *backend;
     void *impl;                /* backend state */
     cm_stream *default_stream; /* owned; does not retain the device */
@@ -115,6 +116,7 @@ struct cm_tensor {
     cm_dtype dtype;
     int32_t ndim;
     uint32_t flags;    /* CM_TENSOR_*, includes the buffer's read-only flag */
+    bool in_buffer;    /* allocated in its buffer's block, freed with the buffer */
     uint64_t byte_offset;
     int64_t shape[CM_MAX_NDIM];
     int64_t strides[CM_MAX_NDIM];
@@ -261,6 +263,22 @@ void cm__convert_element(cm_dtype to, void *dst, cm_dtype from, const void *src)
 cm_status cm__tensor_make(const char *func, cm_buffer *buffer, cm_dtype dtype, int32_t ndim,
                           const int64_t *shape, const int64_t *strides, uint64_t byte_offset,
                           uint32_t flags, cm_tensor **out);
+
+/* cm_buffer_wrap_host after its argument checks (desc is valid), with
+ * `extra` zeroed bytes after the buffer struct in the same allocation,
+ * aligned for any type. Errors are reported as cm_buffer_wrap_host. */
+cm_status cm__buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc, size_t extra,
+                               cm_buffer **out);
+
+/* A tensor over a new buffer that wraps desc's memory, both in one
+ * allocation: the tensor owns the buffer's one reference, and its struct
+ * lives until the buffer dies. The layout must already be valid for
+ * desc->size bytes (checked by the caller). Errors are reported as
+ * cm_buffer_wrap_host; desc->release is never called on failure. */
+cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *desc,
+                               cm_dtype dtype, int32_t ndim, const int64_t *shape,
+                               const int64_t *strides, uint64_t byte_offset, uint32_t flags,
+                               cm_tensor **out);
 
 /* Element count and compact row-major strides for a shape, overflow-checked
  * (also against the byte size numel * itemsize fitting in int64). */

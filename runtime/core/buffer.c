@@ -15,9 +15,11 @@ const char *cm__storage_mode_name(cm_storage_mode storage) {
     return "unknown";
 }
 
+/* A new buffer struct followed by `extra` zeroed bytes in the same block
+ * (a tensor that lives and dies with the buffer). */
 static cm_status cm__buffer_new(cm_device *device, size_t size, cm_storage_mode storage,
-                                cm_buffer **out) {
-    cm_buffer *buffer = CM__NEW(cm_buffer);
+                                size_t extra, cm_buffer **out) {
+    cm_buffer *buffer = cm__alloc(sizeof(cm_buffer) + extra, _Alignof(max_align_t));
     if (buffer == NULL)
         return cm__fail_as("cm_buffer_create", CM_ERR_OUT_OF_MEMORY, "no memory for a buffer");
     cm__ref_init(&buffer->ref);
@@ -38,7 +40,7 @@ cm_status cm_buffer_create(cm_device *device, const cm_buffer_desc *desc, cm_buf
     CM__REQUIRE_ARG(d.storage >= CM_STORAGE_SHARED && d.storage <= CM_STORAGE_PRIVATE,
                     "desc->storage = %d is not a cm_storage_mode", (int)d.storage);
     cm_buffer *buffer = NULL;
-    CM__TRY(cm__buffer_new(device, d.size, d.storage, &buffer));
+    CM__TRY(cm__buffer_new(device, d.size, d.storage, 0, &buffer));
     cm_status status = device->backend->buffer_alloc(device, buffer);
     if (status != CM_OK) {
         cm__free(buffer);
@@ -62,8 +64,13 @@ cm_status cm_buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc
                     "desc->flags = 0x%x: only CM_BUFFER_READ_ONLY may be set", desc->flags);
     CM__REQUIRE_ARG(desc->copy >= CM_COPY_IF_NEEDED && desc->copy <= CM_COPY_ALWAYS,
                     "desc->copy = %d is not a cm_copy_policy", (int)desc->copy);
+    return cm__buffer_wrap_host(device, desc, 0, out);
+}
+
+cm_status cm__buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc, size_t extra,
+                               cm_buffer **out) {
     cm_buffer *buffer = NULL;
-    CM__TRY(cm__buffer_new(device, desc->size, CM_STORAGE_SHARED, &buffer));
+    CM__TRY(cm__buffer_new(device, desc->size, CM_STORAGE_SHARED, extra, &buffer));
     buffer->flags = desc->flags | CM_BUFFER_FOREIGN;
     /* The backend may take the callback over (clearing these) to call it
      * itself, e.g. from Metal's deallocator. */

@@ -62,13 +62,14 @@ static inline float cm__bf16_to_f32(uint16_t h) {
     return cm__f32_from_bits((uint32_t)h << 16);
 }
 
+/* Round to nearest even; a NaN keeps its top payload bits, quieted only if
+ * none is left. Branch-free, so that loops vectorise. */
 static inline uint16_t cm__f32_to_bf16(float f) {
     const uint32_t u = cm__f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) { /* NaN */
-        uint32_t h = u >> 16;
-        return (uint16_t)((h & 0x7fu) ? h : h | 0x40u);
-    }
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const uint32_t h = u >> 16;
+    const uint32_t nan = (h & 0x7fu) ? h : h | 0x40u;
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 /* float64 -> a binary format with `mbits` fraction bits and exponent bias

@@ -67,12 +67,13 @@ cm_status cm_device_open(cm_device_type type, uint32_t index, cm_device **out) {
 
 cm_status cm_device_retain(cm_device *device) {
     CM__REQUIRE_NONNULL(device);
-    cm__ref_retain(&device->ref);
+    if (!device->immortal)
+        cm__ref_retain(&device->ref);
     return CM_OK;
 }
 
 cm_status cm_device_release(cm_device *device) {
-    if (device != NULL && cm__ref_release(&device->ref))
+    if (device != NULL && !device->immortal && cm__ref_release(&device->ref))
         cm__device_destroy(device);
     return CM_OK;
 }

@@ -107,7 +107,7 @@ static cm_status cm__cpu_device(const char *func, cm_device *preferred, cm_devic
         *out = preferred;
         return CM_OK;
     }
-    cm_status status = cm_device_open(CM_DEVICE_CPU, 0, out);
+    cm_status status = cm__cpu_device_open(0, out);
     if (status == CM_ERR_OUT_OF_MEMORY)
         return cm__fail_as(func, status, "no memory to open the CPU device");
     return status;
@@ -153,6 +153,10 @@ static cm_status cm__export_target(const cm_tensor *tensor, const cm_dlpack_expo
     int32_t target = d->device_type;
     if (target == 0)
         target = own == CM_DEVICE_METAL ? (int32_t)kDLMetal : (int32_t)kDLCPU;
+    if (target == kDLCPU && d->device_id == 0) { /* the common case, checked first */
+        *out = target;
+        return CM_OK;
+    }
     const char *name = cm__dl_device_name(target);
     if (name == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
@@ -283,18 +287,19 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         source = copied;
     }
 
-    cm__dlpack_export *e = CM__NEW(cm__dlpack_export);
+    /* Not zeroed: every field a consumer may read is set below. */
+    cm__dlpack_export *e = cm__alloc_raw(sizeof *e, _Alignof(cm__dlpack_export));
     if (e == NULL) {
         cm_tensor_release(copied);
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the managed tensor");
     }
     if (copied == NULL)
-        cm_tensor_retain(source);
+        cm__ref_retain(&source->ref);
     e->tensor = source;
     const int32_t ndim = source->ndim;
-    if (ndim > 0) {
-        memcpy(e->shape, source->shape, (size_t)ndim * sizeof e->shape[0]);
-        memcpy(e->strides, source->strides, (size_t)ndim * sizeof e->strides[0]);
+    for (int32_t k = 0; k < ndim; ++k) { /* a loop: ndim is small, memcpy a call */
+        e->shape[k] = source->shape[k];
+        e->strides[k] = source->strides[k];
     }
     const cm_dtype_info *info = cm__dtype(source->dtype);
     /* kDLCPU: data is element 0's host address (NumPy's and PyTorch's CPU
@@ -356,6 +361,8 @@ static max_align_t cm__dl_empty;
 
 static cm_status cm__dl_check_device(const char *func, DLDevice device) {
     const int32_t type = (int32_t)device.device_type;
+    if (type == kDLCPU && device.device_id == 0) /* the common case, checked first */
+        return CM_OK;
     const char *name = cm__dl_device_name(type);
     if (name == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
@@ -375,7 +382,32 @@ static cm_status cm__dl_check_device(const char *func, DLDevice device) {
     return CM_OK;
 }
 
+/* The cmetal dtype of a one-lane DLPack type (the dtype table's encoding,
+ * without its search), or CM_DTYPE_INVALID. */
+static cm_dtype cm__dl_dtype(uint8_t code, uint8_t bits) {
+    enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
+    switch (code) {
+    case DL_INT:
+        return bits == 8 ? CM_INT8 : bits == 16 ? CM_INT16 : bits == 32 ? CM_INT32
+             : bits == 64 ? CM_INT64 : CM_DTYPE_INVALID;
+    case DL_UINT:
+        return bits == 8 ? CM_UINT8 : bits == 16 ? CM_UINT16 : bits == 32 ? CM_UINT32
+             : bits == 64 ? CM_UINT64 : CM_DTYPE_INVALID;
+    case DL_FLOAT:
+        return bits == 16 ? CM_FLOAT16 : bits == 32 ? CM_FLOAT32 : bits == 64 ? CM_FLOAT64
+             : CM_DTYPE_INVALID;
+    case DL_BFLOAT: return bits == 16 ? CM_BFLOAT16 : CM_DTYPE_INVALID;
+    case DL_BOOL: return bits == 8 ? CM_BOOL : CM_DTYPE_INVALID;
+    default: return CM_DTYPE_INVALID;
+    }
+}
+
 static cm_status cm__dl_check_dtype(const char *func, DLDataType dt, cm_dtype *out) {
+    if (dt.lanes == 1) { /* the common case first: a cmetal dtype */
+        *out = cm__dl_dtype(dt.code, dt.bits);
+        if (*out != CM_DTYPE_INVALID)
+            return CM_OK;
+    }
     if (dt.code > CM__DL_MAX_DTYPE_CODE)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "dl_tensor.dtype.code = %u is not a DLDataTypeCode", (unsigned)dt.code);
@@ -388,7 +420,8 @@ static cm_status cm__dl_check_dtype(const char *func, DLDataType dt, cm_dtype *o
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                            "dl_tensor.dtype.lanes = %u: cmetal has no vector element types",
                            (unsigned)dt.lanes);
-    if (cm_dtype_from_dlpack(dt.code, dt.bits, dt.lanes, out) != CM_OK)
+    *out = cm__dl_dtype(dt.code, dt.bits);
+    if (*out == CM_DTYPE_INVALID)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                            "dl_tensor.dtype = (code %u, bits %u, lanes %u) has no cmetal "
                            "element type",
@@ -416,8 +449,8 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
                                "dl_tensor.shape[%d] = %" PRId64 " must be >= 0", k, t->shape[k]);
     CM__TRY(cm__dl_check_device(func, t->device));
     CM__TRY(cm__dl_check_dtype(func, t->dtype, &v->dtype));
-    v->itemsize = cm__dtype(v->dtype)->size;
-    if (t->byte_offset % v->itemsize != 0)
+    v->itemsize = t->dtype.bits / 8u; /* every cmetal dtype: a power of two bytes */
+    if ((t->byte_offset & (v->itemsize - 1u)) != 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "dl_tensor.byte_offset = %" PRIu64
                            " must be a multiple of the %s size %zu",
@@ -426,9 +459,27 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
         return cm__fail_as(func, CM_ERR_OVERFLOW,
                            "dl_tensor.byte_offset = %" PRIu64 " exceeds INT64_MAX",
                            t->byte_offset);
-    CM__TRY(cm__shape_compact(func, ndim, t->shape, v->itemsize, v->strides, &v->numel));
-    if (t->strides != NULL && ndim > 0)
-        memcpy(v->strides, t->strides, (size_t)ndim * sizeof v->strides[0]);
+    if (t->strides == NULL) {
+        CM__TRY(cm__shape_compact(func, ndim, t->shape, v->itemsize, v->strides, &v->numel));
+    } else {
+        /* The count as cm__shape_compact makes it (shapes are >= 0 here),
+         * in the loop that copies the strides. */
+        int64_t numel = 1;
+        bool overflow = false, zero = false;
+        for (int32_t k = 0; k < ndim; ++k) {
+            v->strides[k] = t->strides[k];
+            zero |= t->shape[k] == 0;
+            overflow |= cm__mul_overflow_i64(numel, t->shape[k], &numel);
+        }
+        int64_t bytes;
+        if (zero)
+            numel = 0;
+        else if (overflow || cm__mul_overflow_i64(numel, (int64_t)v->itemsize, &bytes))
+            return cm__fail_as(func, CM_ERR_OVERFLOW,
+                               "shape has more elements than fit in %zu-byte addressing",
+                               sizeof(int64_t));
+        v->numel = numel;
+    }
     if (t->data == NULL && v->numel > 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "dl_tensor.data = NULL with %" PRId64
@@ -619,8 +670,8 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
      * its deleter may have run. */
     const int32_t ndim = (int32_t)t->ndim;
     int64_t shape[CM_MAX_NDIM];
-    if (ndim > 0)
-        memcpy(shape, t->shape, (size_t)ndim * sizeof shape[0]);
+    for (int32_t k = 0; k < ndim; ++k)
+        shape[k] = t->shape[k];
     if (t->device.device_type == kDLMetal)
         return cm__dl_import_metal(func, managed, t, &v, release, read_only, d, out);
     /* Host memory: onto the CPU device, or onto desc->device (a Metal
@@ -634,40 +685,29 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
     }
     const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
     cm_status status = CM_OK;
-    cm_buffer *buffer = NULL;
-    cm__dl_owner *owner = NULL;
-
     if (d->copy != CM_COPY_ALWAYS) {
         /* In place: the CPU device always can; a Metal device only where
          * the pages allow (else CM_ERR_COPY_REQUIRED, and the copy below
          * when desc->copy allows one). The wrap itself never copies, so the
-         * producer's deleter never runs before the tensor exists. */
-        status = cm__dl_owner_new(func, release, managed, &owner);
-        if (status == CM_OK) {
-            cm_host_memory_desc hd = {
-                .data = v.base,
-                .size = v.size,
-                .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
-                .copy = CM_COPY_NEVER,
-                .release = owner != NULL ? cm__dl_owner_release : NULL,
-                .release_context = owner,
-            };
-            status = cm_buffer_wrap_host(device, &hd, &buffer);
-            if (status != CM_OK)
-                cm__free(owner); /* never called on failure */
-        }
+         * producer's deleter never runs before the tensor exists. The view
+         * was validated above, so the buffer and its tensor are made in
+         * one allocation and nothing can fail once the buffer owns the
+         * deleter. */
+        cm_host_memory_desc hd = {
+            .data = v.base,
+            .size = v.size,
+            .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
+            .copy = CM_COPY_NEVER,
+            .release = release,
+            .release_context = managed,
+        };
+        status = cm__tensor_wrap_host(device, &hd, v.dtype, ndim, shape, v.strides, v.offset,
+                                      flags, out);
         if (status == CM_ERR_OUT_OF_MEMORY)
             status = cm__fail_as(func, status,
                                  "no memory for the buffer over the producer's memory");
         if (status != CM_ERR_COPY_REQUIRED || d->copy == CM_COPY_NEVER) {
             cm_device_release(device); /* the buffer holds its own reference */
-            if (status != CM_OK)
-                return status;
-            status = cm__tensor_make(func, buffer, v.dtype, ndim, shape, v.strides, v.offset,
-                                     flags, out);
-            if (status != CM_OK)
-                cm__dl_owner_disarm(owner); /* failure: the caller keeps the managed tensor */
-            cm_buffer_release(buffer);
             return status;
         }
     }

@@ -83,8 +83,13 @@ static inline void cm__ref_retain(cm__refcount *r) {
     atomic_fetch_add_explicit(&r->count, 1, memory_order_relaxed);
 }
 /* acq_rel rather than release plus an acquire fence: the same ordering,
- * and ThreadSanitizer understands it. */
+ * and ThreadSanitizer understands it. A count of 1 seen with acquire means
+ * the caller holds the only reference (new references are made only from
+ * existing ones), so nobody else can change it: the last release then
+ * needs no read-modify-write. */
 static inline bool cm__ref_release(cm__refcount *r) {
+    if (atomic_load_explicit(&r->count, memory_order_acquire) == 1)
+        return true;
     return atomic_fetch_sub_explicit(&r->count, 1, memory_order_acq_rel) == 1;
 }
 static inline uint64_t cm__ref_count(const cm__refcount *r) {

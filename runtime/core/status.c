@@ -92,10 +92,13 @@ cm_status cm_get_build_info(cm_build_info *out) {
     return CM_OK;
 }
 
-/* Default allocator: aligned_alloc needs a size that is a multiple of the
+/* Default allocator: malloc where its own alignment is enough (the common,
+ * cheaper path); aligned_alloc needs a size that is a multiple of the
  * alignment, so round up (checked). */
 static void *cm__default_alloc(size_t size, size_t align, void *user) {
     (void)user;
+    if (align <= _Alignof(max_align_t))
+        return malloc(size);
     size_t rounded;
     if (cm__add_overflow_size(size, align - 1, &rounded))
         return NULL;
@@ -127,7 +130,11 @@ cm_status cm_set_allocator(const cm_allocator *allocator) {
 void *cm__alloc_raw(size_t size, size_t align) {
     if (align < _Alignof(max_align_t))
         align = _Alignof(max_align_t);
-    return cm__allocator.alloc(size > 0 ? size : 1, align, cm__allocator.user);
+    if (size == 0)
+        size = 1;
+    if (cm__allocator.alloc == cm__default_alloc && align == _Alignof(max_align_t))
+        return malloc(size); /* the common case, without the indirect calls */
+    return cm__allocator.alloc(size, align, cm__allocator.user);
 }
 
 void *cm__alloc(size_t size, size_t align) {
@@ -138,6 +145,8 @@ void *cm__alloc(size_t size, size_t align) {
 }
 
 void cm__free(void *ptr) {
-    if (ptr != NULL)
+    if (cm__allocator.free == cm__default_free)
+        free(ptr);
+    else if (ptr != NULL)
         cm__allocator.free(ptr, cm__allocator.user);
 }

@@ -141,6 +141,35 @@ cm_status cm__tensor_make(const char *func, cm_buffer *buffer, cm_dtype dtype, i
     return CM_OK;
 }
 
+/* The block cm__tensor_wrap_host allocates. */
+typedef struct cm__buffer_with_tensor {
+    cm_buffer buffer;
+    cm_tensor tensor;
+} cm__buffer_with_tensor;
+
+cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *desc,
+                               cm_dtype dtype, int32_t ndim, const int64_t *shape,
+                               const int64_t *strides, uint64_t byte_offset, uint32_t flags,
+                               cm_tensor **out) {
+    cm_buffer *buffer = NULL;
+    CM__TRY(cm__buffer_wrap_host(device, desc,
+                                 sizeof(cm__buffer_with_tensor) - sizeof(cm_buffer), &buffer));
+    cm_tensor *t = &((cm__buffer_with_tensor *)buffer)->tensor;
+    cm__ref_init(&t->ref);
+    t->buffer = buffer; /* takes the buffer's reference */
+    t->in_buffer = true;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->flags = flags | ((buffer->flags & CM_BUFFER_READ_ONLY) ? CM_TENSOR_READ_ONLY : 0u);
+    t->byte_offset = byte_offset;
+    for (int32_t k = 0; k < ndim; ++k) { /* a loop: ndim is small, memcpy a call */
+        t->shape[k] = shape[k];
+        t->strides[k] = strides[k];
+    }
+    *out = t;
+    return CM_OK;
+}
+
 /* ------------------------------------------------------------ lifecycle */
 
 cm_status cm_tensor_create(cm_device *device, const cm_tensor_desc *desc, cm_tensor **out) {
@@ -187,7 +216,8 @@ cm_status cm_tensor_retain(cm_tensor *tensor) {
 cm_status cm_tensor_release(cm_tensor *tensor) {
     if (tensor != NULL && cm__ref_release(&tensor->ref)) {
         cm_buffer *buffer = tensor->buffer;
-        cm__free(tensor);
+        if (!tensor->in_buffer)
+            cm__free(tensor);
         cm_buffer_release(buffer);
     }
     return CM_OK;

@@ -81,9 +81,24 @@ cm_status cm__cpu_device_count(uint32_t *count) {
     return CM_OK;
 }
 
+/* The CPU device is one static object: every open returns it, and opening
+ * it allocates nothing and takes no lock (DLPack imports open it). */
+static cm_device cm__cpu_device;
+static cm_stream cm__cpu_default_stream = {
+    .ref = {1}, .device = &cm__cpu_device, .is_default = true};
+static cm_device cm__cpu_device = {
+    .ref = {1},
+    .immortal = true,
+    .backend = &cm__cpu_backend,
+    .default_stream = &cm__cpu_default_stream,
+    .streams_lock = PTHREAD_MUTEX_INITIALIZER,
+    .streams = &cm__cpu_default_stream,
+};
+
 cm_status cm__cpu_device_open(uint32_t index, cm_device **out) {
     if (index != 0)
         return cm__fail_as("cm_device_open", CM_ERR_NO_DEVICE,
                            "index = %u: there is one CPU device, index 0", index);
-    return cm__device_new(&cm__cpu_backend, NULL, out);
+    *out = &cm__cpu_device;
+    return CM_OK;
 }

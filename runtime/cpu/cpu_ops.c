@@ -3,6 +3,7 @@
 #include "cpu_ops.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,7 +216,96 @@ typedef struct cm__tile_ctx {
     int64_t rows, cols; /* i: dst rows (src's contiguous axis); j: dst's contiguous axis */
     int64_t drow, scol; /* byte strides: dst along i, src along j */
     unsigned char *buf; /* a tile, rows padded (cm__buffer_row) */
+    bool streaming;     /* dst pieces of whole cache lines bypass the caches */
 } cm__tile_ctx;
+
+/* ------------------------------------------------------------ streaming stores
+ * A destination larger than this core's share of the last-level cache is
+ * stored with non-temporal stores (x86-64, SSE2): its cache lines are then
+ * not read for ownership first, and the scattered row pieces do not wait
+ * on those reads (on a 16-core Xeon this made the 64 MiB transpose three
+ * times faster). glibc's memcpy streams large copies by the same rule.
+ * The share, not the whole cache: virtual machines report the host's L3
+ * (300 MiB on that Xeon). Pieces that are not whole, aligned cache lines
+ * use ordinary stores. Elsewhere: ordinary stores. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <emmintrin.h>
+#include <unistd.h>
+#define CM__HAVE_STREAMING 1
+
+/* `bytes` (a multiple of 64) from the 64-byte aligned `src` to the 64-byte
+ * aligned `dst`. */
+static void cm__store_streaming(char *dst, const unsigned char *src, size_t bytes) {
+    for (size_t k = 0; k < bytes; k += 64) {
+        const __m128i a = _mm_load_si128((const __m128i *)(const void *)(src + k));
+        const __m128i b = _mm_load_si128((const __m128i *)(const void *)(src + k + 16));
+        const __m128i c = _mm_load_si128((const __m128i *)(const void *)(src + k + 32));
+        const __m128i d = _mm_load_si128((const __m128i *)(const void *)(src + k + 48));
+        _mm_stream_si128((__m128i *)(void *)(dst + k), a);
+        _mm_stream_si128((__m128i *)(void *)(dst + k + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(dst + k + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(dst + k + 48), d);
+    }
+}
+
+/* Orders the streaming stores before whatever follows the op. */
+static void cm__streaming_fence(void) {
+    _mm_sfence();
+}
+
+/* Bytes of last-level cache per online CPU, at least the L2 cache, or 0
+ * where sysconf knows neither. */
+static size_t cm__cache_share(void) {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = l3 > 0 && cpus > 0 ? l3 / cpus : 0;
+    if (l2 > share)
+        share = l2;
+    return share > 0 ? (size_t)share : 0;
+}
+#endif
+
+/* 0: by size (auto); 1: always; -1: never. A test and benchmark hook. */
+static atomic_int cm__streaming_mode;
+
+void cm__cpu_copy_force_streaming(int mode) {
+    atomic_store_explicit(&cm__streaming_mode, mode, memory_order_relaxed);
+}
+
+/* Whether a transpose writing `dst_bytes` uses streaming stores. */
+static bool cm__use_streaming(size_t dst_bytes) {
+#if defined(CM__HAVE_STREAMING)
+    const int mode = atomic_load_explicit(&cm__streaming_mode, memory_order_relaxed);
+    if (mode != 0)
+        return mode > 0;
+    static atomic_size_t threshold; /* 0: not asked yet (asking twice is harmless) */
+    size_t bytes = atomic_load_explicit(&threshold, memory_order_relaxed);
+    if (bytes == 0) {
+        bytes = cm__cache_share();
+        if (bytes < ((size_t)1 << 20))
+            bytes = (size_t)8 << 20; /* unknown */
+        atomic_store_explicit(&threshold, bytes, memory_order_relaxed);
+    }
+    return dst_bytes > bytes;
+#else
+    (void)dst_bytes;
+    return false;
+#endif
+}
+
+/* One dst row piece from the tile buffer. */
+static void cm__store_piece(const cm__tile_ctx *c, char *dst, const unsigned char *src,
+                            size_t bytes) {
+#if defined(CM__HAVE_STREAMING)
+    if (c->streaming && ((uintptr_t)dst | bytes) % 64 == 0) {
+        cm__store_streaming(dst, src, bytes);
+        return;
+    }
+#else
+    (void)c;
+#endif
+    memcpy(dst, src, bytes);
+}
 
 #define CM__PIECE_BYTES 256
 #define CM__VECTOR_BYTES 16
@@ -367,7 +457,7 @@ static void cm__tile_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
                 for (int64_t r = i; prefetch && r < next_nj; r += ni)
                     for (int64_t line = 0; line < next_ni * isz; line += 64)
                         CM__PREFETCH(next + r * c->scol + line);
-                memcpy(out + i * c->drow, buf + i * row * isz, (size_t)(nj * isz));
+                cm__store_piece(c, out + i * c->drow, buf + i * row * isz, (size_t)(nj * isz));
             }
         }
     }
@@ -413,8 +503,13 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
         nd->strides[0][k] = nd->strides[0][k + 1];
         nd->strides[1][k] = nd->strides[1][k + 1];
     }
+    /* The elements written (the layout was checked, so this cannot overflow). */
+    size_t dst_bytes = size;
+    for (int32_t k = 0; k <= last; ++k)
+        dst_bytes *= (size_t)nd->shape[k];
     cm__tile_ctx c = {.size = size, .rows = rows, .cols = nd->shape[last], .drow = drow,
-                      .scol = nd->strides[1][last], .buf = buf};
+                      .scol = nd->strides[1][last], .buf = buf,
+                      .streaming = cm__use_streaming(dst_bytes)};
     cm__cpu_nd outer = *nd;
     outer.ndim = last - 1;
     /* One call per index of the outer axes, through a size-1 inner axis. */
@@ -423,6 +518,10 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
     outer.strides[1][outer.ndim] = 0;
     outer.ndim++;
     cm__cpu_nd_foreach(&outer, cm__tile_run, &c);
+#if defined(CM__HAVE_STREAMING)
+    if (c.streaming)
+        cm__streaming_fence();
+#endif
     cm__free(buf);
     return true;
 }

@@ -37,8 +37,22 @@ typedef void (*cm__cpu_map1_fn)(int64_t n, char *o, int64_t os, const char *a, i
 typedef void (*cm__cpu_map2_fn)(int64_t n, char *o, int64_t os, const char *a, int64_t as,
                                 const char *b, int64_t bs);
 
+/* Test and benchmark hook for the tiled transpose's destination stores:
+ * 0 chooses by size (streaming, non-temporal stores for destinations
+ * larger than one CPU's share of the last-level cache, on x86-64), 1
+ * always streams, -1 never does. Process-wide. */
+void cm__cpu_copy_force_streaming(int mode);
+
 /* Conversion kernel from one dtype to another (cast). */
 cm__cpu_map1_fn cm__cpu_cast_kernel(cm_dtype from, cm_dtype to);
+
+/* Test hook: with `scalar_only`, float16 casts use the portable scalar
+ * path even where the CPU has conversion instructions. Process-wide. */
+void cm__cpu_cast_force_scalar(bool scalar_only);
+
+/* The float16 conversion instructions casts use now ("f16c", "neon"), or
+ * NULL where the CPU has none or the scalar path is forced. */
+const char *cm__cpu_cast_f16_hardware(void);
 
 /* Elementwise kernels; NULL for pairs the core refuses. */
 cm__cpu_map1_fn cm__cpu_unary_kernel(cm_unary_op op, cm_dtype dtype);

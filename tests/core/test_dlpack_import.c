@@ -236,6 +236,34 @@ Test(dlpack_import, bool_f16_bf16_and_integers_map_to_dtypes) {
     cm_tensor_release(t);
 }
 
+/* The import's dtype lookup agrees with cm_dtype_from_dlpack (the dtype
+ * table) on every one-lane (code, bits) pair: mapped alike or refused. */
+Test(dlpack_import, dtype_lookup_matches_the_dtype_table) {
+    static uint8_t bytes[16];
+    const uint8_t bits[] = {1, 4, 6, 8, 16, 32, 64, 128};
+    for (uint8_t code = 0; code <= 17; ++code) {
+        for (size_t b = 0; b < sizeof bits; ++b) {
+            cm_dtype want = CM_DTYPE_INVALID;
+            const bool known = cm_dtype_from_dlpack(code, bits[b], 1, &want) == CM_OK;
+            producer p;
+            const int64_t shape[1] = {1};
+            producer_init(&p, bytes, dl_dtype(code, bits[b], 1), 1, shape, NULL);
+            cm_tensor *t = NULL;
+            const cm_status s = cm_dlpack_import(&p.legacy, NULL, &t);
+            if (!known) {
+                cr_assert_eq(s, CM_ERR_UNSUPPORTED, "code %u bits %u: %s", code, bits[b],
+                             cm_last_error());
+                continue;
+            }
+            cr_assert_eq(s, CM_OK, "code %u bits %u: %s", code, bits[b], cm_last_error());
+            cm_tensor_info info;
+            cr_assert_eq(cm_tensor_get_info(t, &info), CM_OK);
+            cr_assert_eq(info.dtype, want, "code %u bits %u", code, bits[b]);
+            cm_tensor_release(t);
+        }
+    }
+}
+
 Test(dlpack_import, pinned_host_memory_types_are_host_memory) {
     fill_data();
     const int32_t types[] = {kDLCUDAHost, kDLROCMHost};

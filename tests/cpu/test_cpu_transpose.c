@@ -4,6 +4,7 @@
  * negative strides, sliced sources, batches and strided destinations.
  * Every byte of the destination's buffer is checked, so a tile that writes
  * outside its piece fails too. */
+#include "cpu/cpu_ops.h"
 #include "ops/ops_util.h"
 
 /* A compact tensor whose bytes are a pattern of their position (seed). */
@@ -86,10 +87,11 @@ static const cm_dtype sized[] = {CM_UINT8, CM_FLOAT16, CM_FLOAT32, CM_FLOAT64}; 
 static const int64_t shapes2[][2] = {
     {1, 1},   {1, 37},  {37, 1},   {7, 13},    {65, 129}, {1000, 3}, {3, 1000},
     {2, 300}, {33, 31}, {64, 64},  {128, 128}, {129, 257}, {300, 130}, {17, 16},
+    {129, 256}, {70, 320}, /* rows of whole cache lines: streaming stores where forced */
 };
 #define N_SHAPES2 (sizeof shapes2 / sizeof shapes2[0])
 
-Test(cpu_transpose, every_element_size_and_ragged_shape) {
+static void every_element_size_and_ragged_shape(void) {
     cm_device *dev = cpu();
     for (size_t d = 0; d < 4; ++d) {
         for (size_t s = 0; s < N_SHAPES2; ++s) {
@@ -110,7 +112,7 @@ Test(cpu_transpose, every_element_size_and_ragged_shape) {
     cm_device_release(dev);
 }
 
-Test(cpu_transpose, negative_strides) {
+static void negative_strides(void) {
     cm_device *dev = cpu();
     const int64_t shapes[][2] = {{7, 13}, {65, 129}, {130, 67}, {1000, 3}};
     for (size_t d = 0; d < 4; ++d) {
@@ -147,7 +149,7 @@ Test(cpu_transpose, negative_strides) {
     cm_device_release(dev);
 }
 
-Test(cpu_transpose, sliced_sources) {
+static void sliced_sources(void) {
     cm_device *dev = cpu();
     const int64_t shapes[][2] = {{7, 13}, {65, 129}, {129, 70}};
     for (size_t d = 0; d < 4; ++d) {
@@ -178,7 +180,7 @@ Test(cpu_transpose, sliced_sources) {
     cm_device_release(dev);
 }
 
-Test(cpu_transpose, batches_of_transposes) {
+static void batches_of_transposes(void) {
     cm_device *dev = cpu();
     /* parent [B, C, R] -> [B, R, C]; then 4-d [2, 3, C, R] -> [2, 3, R, C],
      * and a batch walked backwards. */
@@ -226,7 +228,7 @@ Test(cpu_transpose, batches_of_transposes) {
     cm_device_release(dev);
 }
 
-Test(cpu_transpose, into_strided_destinations) {
+static void into_strided_destinations(void) {
     cm_device *dev = cpu();
     const int64_t shapes[][2] = {{7, 13}, {65, 129}, {130, 67}, {3, 1000}};
     for (size_t d = 0; d < 4; ++d) {
@@ -266,4 +268,36 @@ Test(cpu_transpose, into_strided_destinations) {
         }
     }
     cm_device_release(dev);
+}
+
+Test(cpu_transpose, every_element_size_and_ragged_shape) {
+    every_element_size_and_ragged_shape();
+}
+
+Test(cpu_transpose, negative_strides) {
+    negative_strides();
+}
+
+Test(cpu_transpose, sliced_sources) {
+    sliced_sources();
+}
+
+Test(cpu_transpose, batches_of_transposes) {
+    batches_of_transposes();
+}
+
+Test(cpu_transpose, into_strided_destinations) {
+    into_strided_destinations();
+}
+
+/* The same cases with the destination stored by streaming (non-temporal)
+ * stores, which by size only matrices larger than the last-level cache
+ * would get (x86-64; elsewhere ordinary stores either way). */
+Test(cpu_transpose, streaming_stores) {
+    cm__cpu_copy_force_streaming(1);
+    every_element_size_and_ragged_shape();
+    negative_strides();
+    sliced_sources();
+    batches_of_transposes();
+    into_strided_destinations();
 }

@@ -11,8 +11,10 @@
  * means "as fast as memcpy moving as many bytes". memcpy runs between two
  * buffers of the CPU device (the same allocator as the ops), alternating
  * with the op being measured, so that both see the same machine load; each
- * time is the best of --reps runs after one warm-up run. Never used as a
- * test: no timing is asserted anywhere. */
+ * time is the best of --reps runs after one warm-up run. The DLPack round
+ * trip (export + import + release in C, as cmetal-dlpack-bench measures
+ * it) is printed beside the ratios, in nanoseconds. Never used as a test:
+ * no timing is asserted anywhere. */
 #include <cmetal/cmetal.h>
 
 #include "bench_metal.h"
@@ -21,6 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Internal (runtime/cpu/cpu_ops.h): the float16 conversion instructions in
+ * use, and the transpose's store hook (0 by size, 1 streaming, -1 not). */
+const char *cm__cpu_cast_f16_hardware(void);
+void cm__cpu_copy_force_streaming(int mode);
 
 static double now_s(void) {
     struct timespec ts;
@@ -52,8 +59,12 @@ typedef struct bench_case {
 typedef enum which {
     B_COPY,
     B_TRANSPOSE,
+    B_TRANSPOSE_PLAIN,
+    B_TRANSPOSE_STREAM,
     B_CAST_F32_F16,
     B_CAST_F16_F32,
+    B_CAST_F32_BF16,
+    B_CAST_BF16_F32,
     B_FILL,
     B_ADD_F32,
     B_SUM_F32,
@@ -66,6 +77,7 @@ typedef struct bench_env {
     size_t bytes;      /* the working size, MiB-aligned */
     int reps;
     void *m_src, *m_dst;
+    const char *f16_note;
 } bench_env;
 
 static cm_tensor *tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape) {
@@ -114,8 +126,16 @@ static void run_op(void *p) {
     switch (c->w) {
     case B_COPY:
     case B_TRANSPOSE: TRY(cm_copy(c->a, c->out, NULL)); break;
+    case B_TRANSPOSE_PLAIN:
+    case B_TRANSPOSE_STREAM:
+        cm__cpu_copy_force_streaming(c->w == B_TRANSPOSE_STREAM ? 1 : -1);
+        TRY(cm_copy(c->a, c->out, NULL));
+        cm__cpu_copy_force_streaming(0);
+        break;
     case B_CAST_F32_F16:
-    case B_CAST_F16_F32: TRY(cm_cast(c->a, c->out, NULL)); break;
+    case B_CAST_F16_F32:
+    case B_CAST_F32_BF16:
+    case B_CAST_BF16_F32: TRY(cm_cast(c->a, c->out, NULL)); break;
     case B_FILL: TRY(cm_fill(c->out, CM_FLOAT64, &v, NULL)); break;
     case B_ADD_F32: TRY(cm_binary(CM_BINARY_ADD, c->a, c->b, c->out, NULL)); break;
     case B_SUM_F32: TRY(cm_reduce(CM_REDUCE_SUM, c->a, CM_AXIS_ALL, c->out, NULL)); break;
@@ -137,23 +157,41 @@ static void measure(bench_env *env, which w, bench_case *out) {
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
         *out = (bench_case){.name = "copy contiguous f32", .note = "one memcpy after coalescing", .goal = 0.9, .bytes = 2.0 * (double)n4 * 4};
         break;
-    case B_TRANSPOSE: {
+    case B_TRANSPOSE:
+    case B_TRANSPOSE_PLAIN:
+    case B_TRANSPOSE_STREAM: {
         cm_tensor *base = tensor(env->dev, CM_FLOAT32, 2, sq);
         TRY(cm_tensor_transpose(base, 0, 1, &c.a));
         cm_tensor_release(base);
         c.out = tensor(env->dev, CM_FLOAT32, 2, sq);
-        *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte tiles, next one prefetched", .goal = 0.5, .bytes = 2.0 * (double)(side * side) * 4};
+        const double bytes = 2.0 * (double)(side * side) * 4;
+        if (w == B_TRANSPOSE)
+            *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte tiles; streaming stores above the LLC share", .goal = 0.5, .bytes = bytes};
+        else if (w == B_TRANSPOSE_PLAIN)
+            *out = (bench_case){.name = "  same, ordinary stores (forced)", .note = "dst lines read for ownership", .goal = 0, .bytes = bytes};
+        else
+            *out = (bench_case){.name = "  same, streaming stores (forced)", .note = "non-temporal (x86-64)", .goal = 0, .bytes = bytes};
         break;
     }
     case B_CAST_F32_F16:
         c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
         c.out = tensor(env->dev, CM_FLOAT16, 1, flat);
-        *out = (bench_case){.name = "cast f32 -> f16", .note = "round to nearest even", .goal = 0.5, .bytes = (double)n4 * 6};
+        *out = (bench_case){.name = "cast f32 -> f16", .note = env->f16_note, .goal = 0.5, .bytes = (double)n4 * 6};
         break;
     case B_CAST_F16_F32:
         c.a = tensor(env->dev, CM_FLOAT16, 1, flat);
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
-        *out = (bench_case){.name = "cast f16 -> f32", .note = "", .goal = 0, .bytes = (double)n4 * 6};
+        *out = (bench_case){.name = "cast f16 -> f32", .note = env->f16_note, .goal = 0.5, .bytes = (double)n4 * 6};
+        break;
+    case B_CAST_F32_BF16:
+        c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
+        c.out = tensor(env->dev, CM_BFLOAT16, 1, flat);
+        *out = (bench_case){.name = "cast f32 -> bf16", .note = "vector types, round to nearest even", .goal = 0.5, .bytes = (double)n4 * 6};
+        break;
+    case B_CAST_BF16_F32:
+        c.a = tensor(env->dev, CM_BFLOAT16, 1, flat);
+        c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
+        *out = (bench_case){.name = "cast bf16 -> f32", .note = "vector types", .goal = 0.5, .bytes = (double)n4 * 6};
         break;
     case B_FILL:
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
@@ -184,6 +222,64 @@ static void measure(bench_env *env, which w, bench_case *out) {
     cm_tensor_release(c.a);
     cm_tensor_release(c.b);
     cm_tensor_release(c.out);
+}
+
+
+/* ------------------------------------------------------------ DLPack */
+
+static void dlpack_round_trip(const cm_tensor *t, const cm_dlpack_export_desc *desc) {
+    cm_dlpack_managed m;
+    cm_tensor *back = NULL;
+    TRY(cm_dlpack_export(t, desc, &m));
+    if (m.versioned != NULL)
+        TRY(cm_dlpack_import_versioned(m.versioned, NULL, &back));
+    else
+        TRY(cm_dlpack_import(m.legacy, NULL, &back));
+    cm_tensor_release(back); /* runs the export's deleter */
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nanoseconds per round trip: the median of 5 batches of about 20 ms. */
+static double dlpack_ns(const cm_tensor *t, bool versioned) {
+    cm_dlpack_export_desc desc = {.max_version = {versioned ? 1 : 0, 0}};
+    long iterations = 1000;
+    for (;;) {
+        double t0 = now_s();
+        for (long i = 0; i < iterations; ++i)
+            dlpack_round_trip(t, &desc);
+        if (now_s() - t0 > 0.02 || iterations > (1L << 26))
+            break;
+        iterations *= 2;
+    }
+    double batch[5];
+    for (int b = 0; b < 5; ++b) {
+        double t0 = now_s();
+        for (long i = 0; i < iterations; ++i)
+            dlpack_round_trip(t, &desc);
+        batch[b] = (now_s() - t0) / (double)iterations * 1e9;
+    }
+    qsort(batch, 5, sizeof batch[0], cmp_double);
+    return batch[2];
+}
+
+typedef struct dlpack_case {
+    double bytes;
+    double ns_legacy, ns_versioned;
+} dlpack_case;
+
+static void measure_dlpack(bench_env *env, dlpack_case out[2]) {
+    const int64_t sizes[2] = {256, (int64_t)(env->bytes / 4)}; /* 1 KiB and the working size */
+    for (int k = 0; k < 2; ++k) {
+        cm_tensor *t = tensor(env->dev, CM_FLOAT32, 1, &sizes[k]);
+        out[k].bytes = (double)sizes[k] * 4;
+        out[k].ns_legacy = dlpack_ns(t, false);
+        out[k].ns_versioned = dlpack_ns(t, true);
+        cm_tensor_release(t);
+    }
 }
 
 static void cpu_model(char *buf, size_t cap) {
@@ -241,9 +337,13 @@ int main(int argc, char **argv) {
     TRY(cm_tensor_host_write(m_src, CM_UINT8, &env.m_src));
     TRY(cm_tensor_host_write(m_dst, CM_UINT8, &env.m_dst));
 
+    const char *f16_hw = cm__cpu_cast_f16_hardware();
+    env.f16_note = f16_hw != NULL ? f16_hw : "scalar, round to nearest even";
     bench_case cases[B_COUNT];
     for (int w = 0; w < B_COUNT; ++w)
         measure(&env, (which)w, &cases[w]);
+    dlpack_case dl[2];
+    measure_dlpack(&env, dl);
     double memcpy_bw = 0; /* the median-free summary: the best seen */
     for (int w = 0; w < B_COUNT; ++w)
         if (cases[w].memcpy_bw > memcpy_bw)
@@ -264,6 +364,10 @@ int main(int argc, char **argv) {
                    cases[w].bytes / cases[w].seconds * 1e-9, cases[w].memcpy_bw * 1e-9,
                    cases[w].ratio, cases[w].goal,
                    w + 1 < B_COUNT ? "," : "");
+        printf(" ],\n \"dlpack_round_trip\": [\n");
+        for (int k = 0; k < 2; ++k)
+            printf("  {\"bytes\": %.0f, \"ns_legacy\": %.1f, \"ns_versioned\": %.1f}%s\n",
+                   dl[k].bytes, dl[k].ns_legacy, dl[k].ns_versioned, k == 0 ? "," : "");
         printf(" ]}\n");
     } else {
         printf("cmetal-bench on the %s device (%s), %ld MiB, best of %d\n", info.name, model,
@@ -281,6 +385,11 @@ int main(int argc, char **argv) {
                    cases[w].seconds * 1e3, cases[w].bytes / cases[w].seconds * 1e-9,
                    cases[w].memcpy_bw * 1e-9, cases[w].ratio, goal, cases[w].note);
         }
+        printf("\nDLPack round trip in C (export + import + release, CPU tensor; median of 5 "
+               "batches; goal <= 100 ns)\n");
+        for (int k = 0; k < 2; ++k)
+            printf("  %10.0f bytes: legacy %6.1f ns, versioned %6.1f ns\n", dl[k].bytes,
+                   dl[k].ns_legacy, dl[k].ns_versioned);
     }
     cm_tensor_release(m_src);
     cm_tensor_release(m_dst);

@@ -4,11 +4,16 @@
  *
  * Usage: cmetal-dlpack-bench [max_bytes]   (default 1 GiB)
  * Output: one line per size: bytes, ns legacy, ns versioned (median of 5
- * batches). tools/dlpack_bench.py runs it beside NumPy and PyTorch. */
+ * batches). tools/dlpack_bench.py runs it beside NumPy and PyTorch.
+ *
+ *        cmetal-dlpack-bench --calls N
+ * runs N legacy and N versioned round trips of a 1 KiB tensor untimed, for
+ * instruction counts under `valgrind --tool=callgrind` (divide by 2N). */
 #include <cmetal/cmetal.h>
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_ns(void) {
@@ -63,9 +68,25 @@ static double measure(const cm_tensor *t, const cm_dlpack_export_desc *desc) {
 }
 
 int main(int argc, char **argv) {
-    unsigned long long max_bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (1ull << 30);
     cm_device *cpu = NULL;
     check(cm_device_open(CM_DEVICE_CPU, 0, &cpu), "cm_device_open");
+    if (argc > 2 && strcmp(argv[1], "--calls") == 0) {
+        const long calls = strtol(argv[2], NULL, 10);
+        const int64_t shape[1] = {256};
+        cm_tensor_desc td = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
+        cm_tensor *t = NULL;
+        check(cm_tensor_create(cpu, &td, &t), "cm_tensor_create");
+        cm_dlpack_export_desc legacy = {0};
+        cm_dlpack_export_desc versioned = {.max_version = {1, 0}};
+        for (long i = 0; i < calls; ++i) {
+            round_trip(t, &legacy);
+            round_trip(t, &versioned);
+        }
+        cm_tensor_release(t);
+        cm_device_release(cpu);
+        return 0;
+    }
+    unsigned long long max_bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (1ull << 30);
     printf("# bytes ns_legacy ns_versioned\n");
     for (unsigned long long bytes = 1024; bytes <= max_bytes; bytes *= 4) {
         const int64_t shape[1] = {(int64_t)(bytes / sizeof(float))};
