@@ -377,3 +377,52 @@ Test(hazards, const_device_and_constant_parameters_are_read_only) {
   sm_release(c);
   sm_release(d);
 }
+
+Test(hazards, kernels_use_the_gpu_copy_of_managed_storage) {
+  id m = buffer(16ul /* Managed */, "m"), out = buffer(0, NULL), twice = pipeline("twice");
+  for (int i = 0; i < N; i++) words(m)[i] = 5;
+  id cb = cmdbuf();
+  id e = compute(cb);
+  dispatch(e, twice, m, out);
+  end(e);
+  cr_assert_eq(run(cb), Completed, "%s", error_of(cb));
+  cr_assert_eq(words(out)[0], 0, "the host's writes have not reached the GPU copy");
+  SEND(void, (id, SEL, NSRange), m, "didModifyRange:", ((NSRange){0, (NSUInteger)N * 4}));
+  cb = cmdbuf();
+  e = compute(cb);
+  dispatch(e, twice, m, out);
+  end(e);
+  cr_assert_eq(run(cb), Completed, "%s", error_of(cb));
+  cr_assert_eq(words(out)[N - 1], 10);
+  sm_release(twice);
+  sm_release(m);
+  sm_release(out);
+}
+
+Test(hazards, a_pipeline_of_another_device_fails_the_command_buffer) {
+  setenv("SOFTMETAL_DEVICE_COUNT", "2", 1);
+  id all = MTLCopyAllDevices();
+  id other = SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", 1ul);
+  id error = 0;
+  id l = SEND(id, (id, SEL, id, id, id *), other, "newLibraryWithSource:options:error:",
+              sm_str(KERNELS), (id)0, &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  id fn = SEND(id, (id, SEL, id), l, "newFunctionWithName:", sm_str("ids"));
+  id p = SEND(id, (id, SEL, id, id *), other, "newComputePipelineStateWithFunction:error:", fn,
+              &error);
+  cr_assert_not_null(p, "%s", sm_error_text(error));
+  id out = buffer(0, NULL);
+  id cb = cmdbuf();
+  id e = compute(cb);
+  dispatch(e, p, out, NULL);
+  end(e);
+  cr_assert_eq(run(cb), Error);
+  EXPECT_IN(error_of(cb), "setComputePipelineState:: pipelineState belongs to device "
+                          "'softmetal 1 (software Metal on the CPU)'");
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(l);
+  sm_release(all);
+  unsetenv("SOFTMETAL_DEVICE_COUNT");
+}

@@ -356,9 +356,9 @@ static sm_buffer *buffer_make(sm_device *dev, const char *sel, NSUInteger length
   return b;
 }
 
-/* GPU addresses are handed out from a range no process maps (above 2^52 on
- * x86-64 and arm64 alike, below the top byte), each buffer page-aligned and
- * never reused, so a gpuAddress is stable, unique, and faults if written. */
+/* GPU addresses are handed out above what Linux maps by default (47 bits on
+ * x86-64, 48 or 52 on arm64) and below the top byte, each buffer page-aligned
+ * and never reused, so a gpuAddress is stable, unique, and faults if written. */
 #define GPU_ADDRESS_BASE ((uint64_t)0x00F0 << 48)
 static atomic_uint_fast64_t g_next_gpu_address = GPU_ADDRESS_BASE;
 
