@@ -39,8 +39,8 @@ typedef void (*cm__cpu_map2_fn)(int64_t n, char *o, int64_t os, const char *a, i
 
 /* Test and benchmark hook for the tiled transpose's destination stores:
  * 0 chooses by size (streaming, non-temporal stores for destinations
- * larger than one CPU's share of the last-level cache, on x86-64), 1
- * always streams, -1 never does. Process-wide. */
+ * larger than four L2 caches, on x86-64), 1 always streams, -1 never does.
+ * Process-wide. */
 void cm__cpu_copy_force_streaming(int mode);
 
 /* Conversion kernel from one dtype to another (cast). */

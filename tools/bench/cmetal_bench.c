@@ -166,7 +166,7 @@ static void measure(bench_env *env, which w, bench_case *out) {
         c.out = tensor(env->dev, CM_FLOAT32, 2, sq);
         const double bytes = 2.0 * (double)(side * side) * 4;
         if (w == B_TRANSPOSE)
-            *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte tiles; streaming stores above the LLC share", .goal = 0.5, .bytes = bytes};
+            *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte tiles; streaming stores above 4 L2s", .goal = 0.5, .bytes = bytes};
         else if (w == B_TRANSPOSE_PLAIN)
             *out = (bench_case){.name = "  same, ordinary stores (forced)", .note = "dst lines read for ownership", .goal = 0, .bytes = bytes};
         else
