@@ -20,7 +20,19 @@ static inline void *softmetal_hook(const char *name) {
     return sym;
 }
 
+/* Waits until every committed command buffer has completed and been let go
+ * by its queue: as on Metal, that may happen after waitUntilCompleted
+ * returns, and until then it holds what it used. Object counts need it. */
+static inline void sm_quiesce(void) {
+    void (*fn)(void);
+    void *sym = softmetal_hook("softmetal_quiesce");
+    memcpy(&fn, &sym, sizeof fn);
+    fn();
+}
+
+/* softmetal's counters, once the queues are quiet. */
 static inline void sm_stats(struct softmetal_stats *out) {
+    sm_quiesce();
     void (*fn)(struct softmetal_stats *);
     void *sym = softmetal_hook("softmetal_stats");
     memcpy(&fn, &sym, sizeof fn);
@@ -28,6 +40,7 @@ static inline void sm_stats(struct softmetal_stats *out) {
 }
 
 static inline long sm_live(const char *class_name) {
+    sm_quiesce();
     long (*fn)(const char *);
     void *sym = softmetal_hook("softmetal_live_count");
     memcpy(&fn, &sym, sizeof fn);

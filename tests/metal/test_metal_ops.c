@@ -439,10 +439,6 @@ static void *transfer_loop(void *arg) {
     CHECK(cm_buffer_write(b, 0, in, sizeof in)); /* first use: kernels compiled */
     CHECK(cm_buffer_write(b, 1, in, 5));
     CHECK(cm_buffer_read(b, 0, out, sizeof out)); /* the loop's state: as after a read */
-    void (*quiesce)(void) = NULL;
-    sym = softmetal_hook("softmetal_quiesce");
-    memcpy(&quiesce, &sym, sizeof quiesce);
-    quiesce();
     struct softmetal_stats before, after;
     sm_stats(&before);
     for (int i = 0; i < 5000; ++i) {
@@ -451,7 +447,6 @@ static void *transfer_loop(void *arg) {
         CHECK(cm_buffer_read(b, 0, out, sizeof out));
         cr_assert_eq(out[i % 3], (unsigned char)i);
     }
-    quiesce();
     sm_stats(&after);
     cr_assert_eq(after.live_objects, before.live_objects,
                  "%ld Metal objects piled up in the outer pool over 10,000 transfers",
@@ -555,10 +550,7 @@ Test(metal_ops, each_sync_reports_the_failure_it_waited_for) {
         CHECK(cm_stream_synchronize(s)); /* reported once */
         CHECK(cm_stream_release(s));     /* a late handler must not touch it */
     }
-    void (*quiesce)(void) = NULL;
-    void *sym = softmetal_hook("softmetal_quiesce");
-    memcpy(&quiesce, &sym, sizeof quiesce);
-    quiesce(); /* every late handler has run (ASan and valgrind watch) */
+    sm_quiesce(); /* every late handler has run (ASan and valgrind watch) */
     cm_tensor_release(a);
     cm_device_release(d);
 }
