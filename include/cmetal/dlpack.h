@@ -89,7 +89,9 @@ typedef struct cm_dlpack_export_desc {
     /* DLDeviceType to export for, as __dlpack__(dl_device=): 0 (default)
      * means the tensor's own device (kDLCPU for CPU tensors). */
     int32_t device_type;
-    int32_t device_id; /* with device_type; must be 0 for kDLCPU */
+    /* With device_type: 0 for kDLCPU; for kDLMetal 0 (default) or the
+     * tensor's own device index (cm_device_open's numbering). */
+    int32_t device_id;
     /* CM_COPY_IF_NEEDED (default), CM_COPY_NEVER (CM_ERR_COPY_REQUIRED
      * instead of a copy), CM_COPY_ALWAYS (a fresh compact row-major copy,
      * flagged DLPACK_FLAG_BITMASK_IS_COPIED in the versioned struct). */
@@ -119,7 +121,8 @@ typedef struct cm_dlpack_managed {
  * (in elements) are always set for ndim > 0, also for compact tensors; for
  * ndim 0 they point to empty arrays. Size-1, zero and negative strides go
  * out as they are.
- * Metal tensors go out, by default, as kDLMetal (device_id 0) with `data` =
+ * Metal tensors go out, by default, as kDLMetal (device_id = the device's
+ * index, as cm_device_open numbers Metal devices) with `data` =
  * the id<MTLBuffer> (never a host address: do no arithmetic on it) and
  * byte_offset = the view's offset of element 0, as PyTorch MPS and MLX do.
  * Asked for kDLCPU, host-visible Metal storage (shared, managed) goes out

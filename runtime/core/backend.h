@@ -91,6 +91,7 @@ struct cm_device {
     cm__refcount ref;
     bool immortal;             /* static, never freed: retain/release do nothing (the CPU) */
     const cm__backend *backend;
+    uint32_t index;            /* as cm_device_open numbers devices of its type */
     void *impl;                /* backend state */
     cm_stream *default_stream; /* owned; does not retain the device */
     pthread_mutex_t streams_lock; /* guards `streams` */

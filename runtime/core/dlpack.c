@@ -171,9 +171,15 @@ static cm_status cm__export_target(const cm_tensor *tensor, const cm_dlpack_expo
                            "desc->device_type = %d (%s): cmetal exports only for kDLCPU and "
                            "kDLMetal",
                            target, name);
-    if (d->device_id != 0)
+    if (target == kDLCPU && d->device_id != 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->device_id = %d must be 0 for %s",
                            d->device_id, name);
+    const uint32_t index = tensor->buffer->device->index;
+    if (target == kDLMetal && d->device_id != 0 && (uint32_t)d->device_id != index)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "desc->device_id = %d: the tensor is on %s device %u; cmetal does "
+                           "not move tensors between devices",
+                           d->device_id, name, index);
     *out = target;
     return CM_OK;
 }
@@ -309,7 +315,8 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
     DLTensor dl = {
         .data = metal ? source->buffer->native
                       : (uint8_t *)source->buffer->host + source->byte_offset,
-        .device = {.device_type = metal ? kDLMetal : kDLCPU, .device_id = 0},
+        .device = {.device_type = metal ? kDLMetal : kDLCPU,
+                   .device_id = metal ? (int32_t)source->buffer->device->index : 0},
         .ndim = ndim,
         .dtype = {.code = info->dl_code, .bits = info->dl_bits, .lanes = info->dl_lanes},
         .shape = e->shape,

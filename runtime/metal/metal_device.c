@@ -941,6 +941,8 @@ static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out)
     cm_status status = cm__device_new(&cm__metal_backend, d, out);
     if (status != CM_OK)
         cm__metal_destroy_unpooled(&(cm_device){.impl = d});
+    else
+        (*out)->index = index;
     return status;
 }
 

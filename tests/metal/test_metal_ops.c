@@ -531,6 +531,36 @@ Test(metal_ops, a_buffer_of_another_device_is_refused_naming_both) {
     cm_device_release(b);
 }
 
+/* A kDLMetal export names its device by cmetal's index, and an import
+ * with no device given opens that same device. */
+Test(metal_ops, kdlmetal_exports_name_the_device_index) {
+    setenv("SOFTMETAL_DEVICE_COUNT", "2", 1);
+    cm_device *b = NULL;
+    CHECK(cm_device_open(CM_DEVICE_METAL, 1, &b));
+    cm_tensor *t = tensor_1d(b, CM_FLOAT32, 8, CM_STORAGE_DEFAULT);
+    cm_dlpack_managed m;
+    CHECK(cm_dlpack_export(t, NULL, &m));
+    cr_assert_eq(m.legacy->dl_tensor.device.device_type, kDLMetal);
+    cr_assert_eq(m.legacy->dl_tensor.device.device_id, 1, "device_id is cmetal's index");
+    cm_tensor *back = NULL;
+    CHECK(cm_dlpack_import(m.legacy, NULL, &back));
+    cm_tensor_info ti;
+    CHECK(cm_tensor_get_info(back, &ti));
+    cm_device *on = NULL;
+    CHECK(cm_buffer_get_device(ti.buffer, &on));
+    cm_device_info want, got;
+    CHECK(cm_device_get_info(b, &want));
+    CHECK(cm_device_get_info(on, &got));
+    cr_assert_eq(got.registry_id, want.registry_id, "the import opened device 1");
+    cm_tensor_release(back);
+    EXPECT_FAIL(cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal,
+                                                             .device_id = 2},
+                                 &m),
+                CM_ERR_INVALID_ARGUMENT, "desc->device_id = 2: the tensor is on kDLMetal device 1");
+    cm_tensor_release(t);
+    cm_device_release(b);
+}
+
 /* Completed handlers may run after waitUntilCompleted returns (softmetal
  * tosses a seeded coin per command buffer): a sync reads the failure from
  * the command buffer itself, so every sync reports the failure it waited
