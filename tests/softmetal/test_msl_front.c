@@ -616,3 +616,63 @@ Test(front, overloads_on_address_spaces_are_kept_once) {
   sm_release(fn);
   sm_release(lib);
 }
+
+/* Threadgroup variables of bodies count toward the 32 KiB of threadgroup
+ * memory with setThreadgroupMemoryLength:atIndex:, and are
+ * staticThreadgroupMemoryLength: the largest instantiation of each
+ * declaration the kernel can reach (here 4096 floats through a template, and
+ * 1000 bytes rounded to 1008), not those it cannot reach (unused()). */
+static const char TG_BYTES[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "template <typename T> void fill(threadgroup T *s, uint i) { threadgroup T big[4096]; big[i] = s[0]; }\n"
+    "void unused() { threadgroup float never[100]; never[0] = 1; }\n"
+    "template <typename T>\n"
+    "[[kernel]] void k(device T *o [[buffer(0)]], threadgroup T *s [[threadgroup(0)]],\n"
+    "                  uint i [[thread_position_in_grid]]) {\n"
+    "  threadgroup uchar small[1000];\n"
+    "  small[0] = 1;\n"
+    "  fill(s, i);\n"
+    "  o[i] = T(small[0]);\n"
+    "}\n"
+    "template [[host_name(\"k_f\")]] [[kernel]] decltype(k<float>) k<float>;\n"
+    "template [[host_name(\"k_h\")]] [[kernel]] decltype(k<half>) k<half>;\n";
+
+static NSUInteger dispatch_tg(id p, NSUInteger tg_len, char *err, size_t errlen) {
+  id o = buffer(64 * 4);
+  id cb = SEND0(id, queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", o, 0ul, 0ul);
+  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
+       tg_len, 0ul);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
+       (MTLSize){64, 1, 1}, (MTLSize){64, 1, 1});
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  NSUInteger st = sm_u(cb, "status");
+  snprintf(err, errlen, "%s", st == Completed ? "" : sm_error_text(SEND0(id, cb, "error")));
+  sm_release(o);
+  return st;
+}
+
+Test(front, threadgroup_variables_count_toward_threadgroup_memory) {
+  id lib = compile_ok(TG_BYTES);
+  id fn = function(lib, "k_f"), p = pipeline_of(fn);
+  cr_assert_eq(sm_u(p, "staticThreadgroupMemoryLength"), 4096 * 4 + 1008);
+  id fh = function(lib, "k_h"), ph = pipeline_of(fh);
+  /* one size per declaration, the largest of its instantiations: conservative */
+  cr_assert_eq(sm_u(ph, "staticThreadgroupMemoryLength"), 4096 * 4 + 1008);
+  char err[600];
+  /* 17392 + 15376 = 32768 fits; 17392 + 15392 does not */
+  cr_assert_eq(dispatch_tg(p, 15376, err, sizeof err), Completed, "%s", err);
+  cr_assert_eq(dispatch_tg(p, 15392, err, sizeof err), Error);
+  cr_assert(strstr(err, "15392 bytes") && strstr(err, "17392 bytes") && strstr(err, "k_f"), "%s",
+            err);
+  sm_release(ph);
+  sm_release(fh);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
