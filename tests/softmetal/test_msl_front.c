@@ -676,3 +676,30 @@ Test(front, threadgroup_variables_count_toward_threadgroup_memory) {
   sm_release(fn);
   sm_release(lib);
 }
+
+/* Kernels in an anonymous namespace are exported; overloaded kernel names are
+ * refused with the line of the second. */
+Test(front, kernels_in_an_anonymous_namespace_and_overloaded_names) {
+  id lib = compile_ok("#include <metal_stdlib>\nusing namespace metal;\nnamespace {\n"
+                      "kernel void anon_k(device float *o [[buffer(0)]], uint i "
+                      "[[thread_position_in_grid]]) { o[i] = 2; }\n"
+                      "template <typename T> [[kernel]] void anon_t(device T *o [[buffer(0)]], "
+                      "uint i [[thread_position_in_grid]]) { o[i] = 3; }\n"
+                      "template [[host_name(\"anon_t_f\")]] [[kernel]] decltype(anon_t<float>) "
+                      "anon_t<float>;\n}\n");
+  id o = buffer(64 * 4);
+  const char *names[] = {"anon_k", "anon_t_f"};
+  for (int n = 0; n < 2; n++) {
+    id fn = function(lib, names[n]), p = pipeline_of(fn);
+    run(p, &o, 1, 64, 32);
+    for (int i = 0; i < 64; i++) cr_assert_eq(((float *)contents(o))[i], (float)(2 + n), "[%d]", i);
+    sm_release(p);
+    sm_release(fn);
+  }
+  sm_release(o);
+  sm_release(lib);
+  const char *msg = compile_error("#include <metal_stdlib>\nusing namespace metal;\n"
+                                  "kernel void over(device float *o [[buffer(0)]]) { o[0] = 1; }\n"
+                                  "kernel void over(device int *o [[buffer(0)]]) { o[0] = 1; }\n");
+  cr_assert(strstr(msg, "program_source:4:") && strstr(msg, "over"), "%s", msg);
+}
