@@ -834,6 +834,12 @@ static int mtl_type(const char *t, int *size) {
            {"short", 37, 2}, {"ushort", 41, 2}, {"char", 45, 1}, {"uchar", 49, 1},
            {"bool", 53, 1}};
   if (strncmp(t, "metal::", 7) == 0) t += 7;
+  static const char *const FIXED[][2] = {{"int8_t", "char"},   {"uint8_t", "uchar"},
+                                         {"int16_t", "short"}, {"uint16_t", "ushort"},
+                                         {"int32_t", "int"},   {"uint32_t", "uint"},
+                                         {"int64_t", "long"},  {"uint64_t", "ulong"}};
+  for (size_t i = 0; i < sizeof FIXED / sizeof *FIXED; i++) /* MSL's fixed-width typedefs */
+    if (strcmp(t, FIXED[i][0]) == 0) t = FIXED[i][1];
   if (strcmp(t, "long") == 0) return *size = 8, 81;
   if (strcmp(t, "ulong") == 0) return *size = 8, 85;
   for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
@@ -1176,15 +1182,9 @@ static void parse_decl(fe *f, size_t *pi) {
     k->line = f->t[start].line;
     k->col = f->t[start].col;
     k->insert_at = f->t[end].off + f->t[end].len;
-    if (open < f->nt) {
-      if (!parse_params(f, open, k->host, &k->p, &k->np) ||
-          !assign_indices(f, k->p, k->np, k->host)) {
-        free(k->p);
-        f->nk--;
-        return;
-      }
-      k->own_p = true;
-    } else if (f->f[def].pbad) {
+    /* The parameters' attributes belong to the template's definition; an
+     * instantiation that spells the parameter types only names which one. */
+    if (f->f[def].pbad) {
       f->nk--;
     } else {
       k->p = f->f[def].p;
