@@ -252,11 +252,9 @@ static void check_gemm(id lib, int M, int N, int K) {
   free(b);
 }
 
-/* Disabled until arguments switched off by a false function constant are
- * readable: mlx reads addmm_params->alpha before `if (use_out_source)`, which
- * Metal's specialization removes; softmetal passes a null pointer and the
- * kernel faults (with a zeroed block instead, every check here passes). */
-Test(corpus, mlx_steel_gemm_on_simdgroup_matrices, .disabled = true) {
+/* mlx reads addmm_params->alpha of the argument use_out_source switches off
+ * before testing use_out_source (Metal's specialization removes the read). */
+Test(corpus, mlx_steel_gemm_on_simdgroup_matrices) {
   id lib = compile_file("mlx/steel_gemm_fused.metal", MATH_SAFE); /* mlx: -fno-fast-math */
   check_gemm(lib, 64, 96, 48); /* aligned tiles */
   check_gemm(lib, 50, 70, 37); /* partial tiles in M, N and K */
