@@ -294,6 +294,12 @@ static const char PASSTHROUGH[] =
     "  float acc = 0.0f;\n"
     "#pragma clang loop unroll(full)\n"
     "  for (uint k = 0; k < 4; k++) acc += table.w[k] * weights[k];\n"
+    "#define MIN_OF(x, y) ((x) < (y) ? (x) : (y))\n"
+    "#define NSG 2\n"
+    "#pragma unroll (MIN_OF(4, 2 * NSG))\n" /* ggml: the argument names macros */
+    "  for (uint k = 0; k < 4; k++) acc += 0.0f;\n"
+    "#pragma clang loop unroll_count(NSG)\n"
+    "  for (uint k = 0; k < 4; k++) acc += 0.0f;\n"
     "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x)) + 0.0h + (W{2} * W{0}) +\n"
     "               W{0}(1.0f);\n"
     "}\n"

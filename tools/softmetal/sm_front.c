@@ -302,6 +302,43 @@ static bool known_header(const char *name, size_t n, const char *flags, size_t n
          (n - b == 8 && memcmp(name + b, "sm_abi.h", 8) == 0);
 }
 
+/* `pragma unroll (MIN(A, B))`, `pragma clang loop unroll_count(N)` (text
+ * after the '#'): a loop hint whose argument has a name in it. */
+static bool unroll_hint_with_name(const char *s, size_t n) {
+  size_t i = 0;
+  while (i < n && s[i] == ' ') i++;
+  if (n - i < 6 || memcmp(s + i, "pragma", 6) != 0) return false;
+  i += 6;
+  while (i < n && s[i] == ' ') i++;
+  size_t w = i;
+  while (i < n && ident_char(s[i])) i++;
+  bool loop = (i - w == 6 && memcmp(s + w, "unroll", 6) == 0) ||
+              (i - w == 8 && memcmp(s + w, "nounroll", 8) == 0) ||
+              (i - w == 5 && memcmp(s + w, "clang", 5) == 0 && memmem(s + i, n - i, "loop", 4));
+  if (!loop) return false;
+  const char *open = memchr(s + i, '(', n - i);
+  if (!open) return false;
+  static const char *const WORDS[] = {"full", "enable", "disable", "assume_safety", "unroll",
+                                      "unroll_count", "vectorize", "vectorize_width",
+                                      "interleave", "interleave_count", "distribute",
+                                      "pipeline", "pipeline_initiation_interval", "scalable",
+                                      "fixed"};
+  for (const char *c = open, *end = s + n; c < end;) {
+    if (!isalpha((unsigned char)*c) && *c != '_') {
+      c++;
+      continue;
+    }
+    const char *word = c;
+    while (c < end && ident_char(*c)) c++;
+    size_t len = (size_t)(c - word);
+    bool known = false;
+    for (size_t k = 0; k < sizeof WORDS / sizeof *WORDS; k++)
+      known = known || (strlen(WORDS[k]) == len && memcmp(WORDS[k], word, len) == 0);
+    if (!known) return true;
+  }
+  return false;
+}
+
 /* Reads the line markers; tokenizes program_source lines; renames the file in
  * its markers. */
 static void scan_pp(fe *f) {
@@ -336,7 +373,10 @@ static void scan_pp(fe *f) {
         i = eol + 1;
         continue;
       }
-      /* another directive (#pragma): passes through */
+      /* another directive (#pragma): passes through, but for loop hints
+       * whose argument names a macro: clang -E leaves pragma arguments
+       * unexpanded, and the second compile has no macros */
+      if (in_prog && unroll_hint_with_name(s + k, eol - k)) add_edit(f, j, eol, "");
     } else if (in_prog) {
       tokenize_line(f, i, eol, line, i);
     } else if (in_foreign && j < eol) {
