@@ -294,6 +294,12 @@ static const char PASSTHROUGH[] =
     "  float acc = 0.0f;\n"
     "#pragma clang loop unroll(full)\n"
     "  for (uint k = 0; k < 4; k++) acc += table.w[k] * weights[k];\n"
+    "#define MIN_OF(x, y) ((x) < (y) ? (x) : (y))\n"
+    "#define NSG 2\n"
+    "#pragma unroll (MIN_OF(4, 2 * NSG))\n" /* ggml: the argument names macros */
+    "  for (uint k = 0; k < 4; k++) acc += 0.0f;\n"
+    "#pragma clang loop unroll_count(NSG)\n"
+    "  for (uint k = 0; k < 4; k++) acc += 0.0f;\n"
     "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x)) + 0.0h + (W{2} * W{0}) +\n"
     "               W{0}(1.0f);\n"
     "}\n"
@@ -705,4 +711,32 @@ Test(front, kernels_in_an_anonymous_namespace_and_overloaded_names) {
                                   "kernel void over(device float *o [[buffer(0)]]) { o[0] = 1; }\n"
                                   "kernel void over(device int *o [[buffer(0)]]) { o[0] = 1; }\n");
   cr_assert(strstr(msg, "program_source:4:") && strstr(msg, "over"), "%s", msg);
+}
+
+/* constant memory is read-only, as in MSL: a constexpr constant table is a
+ * `constant float *` argument (ggml's kvalues tables); writing through a
+ * constant pointer does not compile; overloads on device and constant
+ * pointers stay two functions. */
+Test(front, constant_is_read_only) {
+  id lib = compile_ok("#include <metal_stdlib>\nusing namespace metal;\n"
+                      "constexpr constant static float table[4] = {1.0f, 2.0f, 4.0f, 8.0f};\n"
+                      "static inline float pick(constant float *t, int i) { return t[i]; }\n"
+                      "static inline float twice(device float *p) { return p[0] * 2; }\n"
+                      "static inline float twice(constant float *p) { return p[0] * 2; }\n"
+                      "kernel void k(device float *o [[buffer(0)]], uint i "
+                      "[[thread_position_in_grid]]) {\n"
+                      "  o[i] = pick(table, i & 3) + twice(table + 3);\n}\n");
+  id fn = function(lib, "k"), p = pipeline_of(fn);
+  id o = buffer(64 * 4);
+  run(p, &o, 1, 64, 32);
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(((float *)contents(o))[i], (float)(1 << (i & 3)) + 16.0f, "[%d]", i);
+  sm_release(o);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+  const char *msg = compile_error("#include <metal_stdlib>\nusing namespace metal;\n"
+                                  "kernel void w(constant float *c [[buffer(0)]]) {\n"
+                                  "  c[0] = 1;\n}\n");
+  cr_assert(strstr(msg, "program_source:4:"), "%s", msg);
 }

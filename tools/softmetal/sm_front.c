@@ -302,6 +302,43 @@ static bool known_header(const char *name, size_t n, const char *flags, size_t n
          (n - b == 8 && memcmp(name + b, "sm_abi.h", 8) == 0);
 }
 
+/* `pragma unroll (MIN(A, B))`, `pragma clang loop unroll_count(N)` (text
+ * after the '#'): a loop hint whose argument has a name in it. */
+static bool unroll_hint_with_name(const char *s, size_t n) {
+  size_t i = 0;
+  while (i < n && s[i] == ' ') i++;
+  if (n - i < 6 || memcmp(s + i, "pragma", 6) != 0) return false;
+  i += 6;
+  while (i < n && s[i] == ' ') i++;
+  size_t w = i;
+  while (i < n && ident_char(s[i])) i++;
+  bool loop = (i - w == 6 && memcmp(s + w, "unroll", 6) == 0) ||
+              (i - w == 8 && memcmp(s + w, "nounroll", 8) == 0) ||
+              (i - w == 5 && memcmp(s + w, "clang", 5) == 0 && memmem(s + i, n - i, "loop", 4));
+  if (!loop) return false;
+  const char *open = memchr(s + i, '(', n - i);
+  if (!open) return false;
+  static const char *const WORDS[] = {"full", "enable", "disable", "assume_safety", "unroll",
+                                      "unroll_count", "vectorize", "vectorize_width",
+                                      "interleave", "interleave_count", "distribute",
+                                      "pipeline", "pipeline_initiation_interval", "scalable",
+                                      "fixed"};
+  for (const char *c = open, *end = s + n; c < end;) {
+    if (!isalpha((unsigned char)*c) && *c != '_') {
+      c++;
+      continue;
+    }
+    const char *word = c;
+    while (c < end && ident_char(*c)) c++;
+    size_t len = (size_t)(c - word);
+    bool known = false;
+    for (size_t k = 0; k < sizeof WORDS / sizeof *WORDS; k++)
+      known = known || (strlen(WORDS[k]) == len && memcmp(WORDS[k], word, len) == 0);
+    if (!known) return true;
+  }
+  return false;
+}
+
 /* Reads the line markers; tokenizes program_source lines; renames the file in
  * its markers. */
 static void scan_pp(fe *f) {
@@ -336,7 +373,10 @@ static void scan_pp(fe *f) {
         i = eol + 1;
         continue;
       }
-      /* another directive (#pragma): passes through */
+      /* another directive (#pragma): passes through, but for loop hints
+       * whose argument names a macro: clang -E leaves pragma arguments
+       * unexpanded, and the second compile has no macros */
+      if (in_prog && unroll_hint_with_name(s + k, eol - k)) add_edit(f, j, eol, "");
     } else if (in_prog) {
       tokenize_line(f, i, eol, line, i);
     } else if (in_foreign && j < eol) {
@@ -1244,20 +1284,50 @@ static void parse_decl(fe *f, size_t *pi) {
   scan_body(f, body0, body1);
 }
 
+/* Walks a declaration as the compiler will see it: `device`, `thread`,
+ * `threadgroup` and removed qualifiers gone, `constant` as `const`, one
+ * `const` of adjacent ones. */
+typedef struct {
+  const fe *f;
+  size_t i, end;
+  bool last_const;
+} norm_it;
+/* The next token (its index), or end; *is_const for const/constant. */
+static size_t norm_next(norm_it *it, bool *is_const) {
+  while (it->i < it->end) {
+    size_t k = it->i++;
+    bool cons = is(it->f, k, "constant"), c = cons || is(it->f, k, "const");
+    if ((addr_space(it->f, k) && !cons) || (cons && it->f->t[k].done) || (c && it->last_const)) {
+      continue;
+    }
+    it->last_const = c;
+    *is_const = c;
+    return k;
+  }
+  return it->end;
+}
+
 /* Declarations [a0, a1) and [b0, b1): whether they differ only in address
- * spaces (overloads on the address space of `this` or of a reference,
- * partial specializations on that of a pointer: one function on a CPU). */
+ * spaces (overloads on the address space of `this`, partial specializations
+ * on that of a pointer: one function or type on a CPU). */
 static bool same_but_address_spaces(const fe *f, size_t a0, size_t a1, size_t b0, size_t b1) {
-  bool differ = false;
-  size_t a = a0, b = b0;
+  bool raw_same = a1 - a0 == b1 - b0;
+  for (size_t k = 0; raw_same && k < a1 - a0; k++)
+    raw_same = f->t[a0 + k].len == f->t[b0 + k].len &&
+               memcmp(f->pp + f->t[a0 + k].off, f->pp + f->t[b0 + k].off, f->t[a0 + k].len) == 0;
+  if (raw_same) return false; /* a redeclaration, as it is in MSL */
+  norm_it x = {f, a0, a1, false}, y = {f, b0, b1, false};
   for (;;) {
-    while (a < a1 && addr_space(f, a)) a++, differ = true;
-    while (b < b1 && addr_space(f, b)) b++, differ = true;
-    if (a == a1 || b == b1) return a == a1 && b == b1 && differ;
+    bool xc = false, yc = false;
+    size_t a = norm_next(&x, &xc), b = norm_next(&y, &yc);
+    if (a == a1 || b == b1) return a == a1 && b == b1;
+    if (xc || yc) {
+      if (xc != yc) return false;
+      continue;
+    }
     if (f->t[a].len != f->t[b].len ||
         memcmp(f->pp + f->t[a].off, f->pp + f->t[b].off, f->t[a].len) != 0)
       return false;
-    a++, b++;
   }
 }
 
@@ -1345,7 +1415,9 @@ static void rewrite_tokens(fe *f) {
     if (is(f, i, "kernel") || is(f, i, "device") || is(f, i, "constant") ||
         is(f, i, "thread") || is(f, i, "threadgroup")) {
       if (is(f, i - 1, ".") || is(f, i - 1, "->") || is(f, i - 1, "::")) continue;
-      blank(f, i);
+      /* constant memory is read-only: writing through it fails to compile */
+      if (is(f, i, "constant")) replace_tok(f, i, "const");
+      else blank(f, i);
       continue;
     }
     if (is(f, i, "is_function_constant_defined") && is(f, i + 1, "(") && is_id(f, i + 2) &&
