@@ -1,10 +1,6 @@
 /* Third-party MSL (tests/softmetal/corpus): each file compiles once per test
  * (the kernel cache serves the other processes), then some of its kernels run
- * against references computed here.
- *
- * Not registered in CMakeLists.txt yet: the front end does not compile these
- * files (see corpus/README.md, "Status"). Register it with the other suites
- * once it does. */
+ * against references computed here. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -256,6 +252,8 @@ static void check_gemm(id lib, int M, int N, int K) {
   free(b);
 }
 
+/* mlx reads addmm_params->alpha of the argument use_out_source switches off
+ * before testing use_out_source (Metal's specialization removes the read). */
 Test(corpus, mlx_steel_gemm_on_simdgroup_matrices) {
   id lib = compile_file("mlx/steel_gemm_fused.metal", MATH_SAFE); /* mlx: -fno-fast-math */
   check_gemm(lib, 64, 96, 48); /* aligned tiles */

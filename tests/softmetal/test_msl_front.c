@@ -94,6 +94,8 @@ static const char TEMPLATES[] =
     "    device int *out, constant uint &n, uint i [[thread_position_in_grid]]);\n"
     "typedef decltype(unary<uint>) unary_u;\n"
     "template [[host_name(\"unary_\" \"typedef\")]] kernel unary_u unary<uint>;\n"
+    "template [[host_name(\"unary_short\")]] kernel void unary<short>(device const short *,\n"
+    "    device short *, constant uint &, uint);\n"
     "} // namespace ops\n"
     "#define SCALE_KERNEL(name, k) \\\n"
     "  kernel void name(device float *out [[buffer(1)]], device const float *in,\\\n"
@@ -107,7 +109,7 @@ static const char TEMPLATES[] =
 Test(front, templates_host_names_macros_and_implicit_indices) {
   id lib = compile_ok(TEMPLATES);
   id names = SEND0(id, lib, "functionNames");
-  cr_assert_eq(sm_u(names, "count"), 5);
+  cr_assert_eq(sm_u(names, "count"), 6);
   enum { N = 100 };
   id in = buffer(N * 4), out = buffer(N * 4), nbuf = buffer(4);
   float *pi = contents(in);
@@ -292,6 +294,12 @@ static const char PASSTHROUGH[] =
     "  float acc = 0.0f;\n"
     "#pragma clang loop unroll(full)\n"
     "  for (uint k = 0; k < 4; k++) acc += table.w[k] * weights[k];\n"
+    "#define MIN_OF(x, y) ((x) < (y) ? (x) : (y))\n"
+    "#define NSG 2\n"
+    "#pragma unroll (MIN_OF(4, 2 * NSG))\n" /* ggml: the argument names macros */
+    "  for (uint k = 0; k < 4; k++) acc += 0.0f;\n"
+    "#pragma clang loop unroll_count(NSG)\n"
+    "  for (uint k = 0; k < 4; k++) acc += 0.0f;\n"
     "  out[pos.x] = metal::max(acc, 0.0f) + float(twice(local.x)) + 0.0h + (W{2} * W{0}) +\n"
     "               W{0}(1.0f);\n"
     "}\n"
@@ -318,13 +326,14 @@ static const char CONSTANTS[] =
     "constant uint scale [[function_constant(0)]];\n"
     "constant bool has_bias [[function_constant(1)]];\n"
     "#define FC_BASE 1\n"
-    "constant int offset [[function_constant(FC_BASE + 1)]];\n"
+    "constant int32_t offset [[function_constant(FC_BASE + 1)]];\n"
     "constant int offset_or_7 = is_function_constant_defined(offset) ? offset : 7;\n"
     "uint apply(uint x) { return x * scale + uint(offset_or_7); }\n"
     "kernel void fc(device uint *out [[buffer(0)]],\n"
     "               device const uint *bias [[buffer(1), function_constant(has_bias)]],\n"
     "               uint i [[thread_position_in_grid]]) {\n"
-    "  out[i] = apply(i) + (has_bias ? bias[i] : 0u);\n"
+    "  uint b = bias[i]; /* read even when absent (mlx does), used only when present */\n"
+    "  out[i] = apply(i) + (has_bias ? b : 0u);\n"
     "}\n"
     "kernel void plain(device uint *out [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
     "  out[i] = i;\n"
@@ -615,4 +624,119 @@ Test(front, overloads_on_address_spaces_are_kept_once) {
   sm_release(p);
   sm_release(fn);
   sm_release(lib);
+}
+
+/* Threadgroup variables of bodies count toward the 32 KiB of threadgroup
+ * memory with setThreadgroupMemoryLength:atIndex:, and are
+ * staticThreadgroupMemoryLength: the largest instantiation of each
+ * declaration the kernel can reach (here 4096 floats through a template, and
+ * 1000 bytes rounded to 1008), not those it cannot reach (unused()). */
+static const char TG_BYTES[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "template <typename T> void fill(threadgroup T *s, uint i) { threadgroup T big[4096]; big[i] = s[0]; }\n"
+    "void unused() { threadgroup float never[100]; never[0] = 1; }\n"
+    "template <typename T>\n"
+    "[[kernel]] void k(device T *o [[buffer(0)]], threadgroup T *s [[threadgroup(0)]],\n"
+    "                  uint i [[thread_position_in_grid]]) {\n"
+    "  threadgroup uchar small[1000];\n"
+    "  small[0] = 1;\n"
+    "  fill(s, i);\n"
+    "  o[i] = T(small[0]);\n"
+    "}\n"
+    "template [[host_name(\"k_f\")]] [[kernel]] decltype(k<float>) k<float>;\n"
+    "template [[host_name(\"k_h\")]] [[kernel]] decltype(k<half>) k<half>;\n";
+
+static NSUInteger dispatch_tg(id p, NSUInteger tg_len, char *err, size_t errlen) {
+  id o = buffer(64 * 4);
+  id cb = SEND0(id, queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", o, 0ul, 0ul);
+  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
+       tg_len, 0ul);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
+       (MTLSize){64, 1, 1}, (MTLSize){64, 1, 1});
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  NSUInteger st = sm_u(cb, "status");
+  snprintf(err, errlen, "%s", st == Completed ? "" : sm_error_text(SEND0(id, cb, "error")));
+  sm_release(o);
+  return st;
+}
+
+Test(front, threadgroup_variables_count_toward_threadgroup_memory) {
+  id lib = compile_ok(TG_BYTES);
+  id fn = function(lib, "k_f"), p = pipeline_of(fn);
+  cr_assert_eq(sm_u(p, "staticThreadgroupMemoryLength"), 4096 * 4 + 1008);
+  id fh = function(lib, "k_h"), ph = pipeline_of(fh);
+  /* one size per declaration, the largest of its instantiations: conservative */
+  cr_assert_eq(sm_u(ph, "staticThreadgroupMemoryLength"), 4096 * 4 + 1008);
+  char err[600];
+  /* 17392 + 15376 = 32768 fits; 17392 + 15392 does not */
+  cr_assert_eq(dispatch_tg(p, 15376, err, sizeof err), Completed, "%s", err);
+  cr_assert_eq(dispatch_tg(p, 15392, err, sizeof err), Error);
+  cr_assert(strstr(err, "15392 bytes") && strstr(err, "17392 bytes") && strstr(err, "k_f"), "%s",
+            err);
+  sm_release(ph);
+  sm_release(fh);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* Kernels in an anonymous namespace are exported; overloaded kernel names are
+ * refused with the line of the second. */
+Test(front, kernels_in_an_anonymous_namespace_and_overloaded_names) {
+  id lib = compile_ok("#include <metal_stdlib>\nusing namespace metal;\nnamespace {\n"
+                      "kernel void anon_k(device float *o [[buffer(0)]], uint i "
+                      "[[thread_position_in_grid]]) { o[i] = 2; }\n"
+                      "template <typename T> [[kernel]] void anon_t(device T *o [[buffer(0)]], "
+                      "uint i [[thread_position_in_grid]]) { o[i] = 3; }\n"
+                      "template [[host_name(\"anon_t_f\")]] [[kernel]] decltype(anon_t<float>) "
+                      "anon_t<float>;\n}\n");
+  id o = buffer(64 * 4);
+  const char *names[] = {"anon_k", "anon_t_f"};
+  for (int n = 0; n < 2; n++) {
+    id fn = function(lib, names[n]), p = pipeline_of(fn);
+    run(p, &o, 1, 64, 32);
+    for (int i = 0; i < 64; i++) cr_assert_eq(((float *)contents(o))[i], (float)(2 + n), "[%d]", i);
+    sm_release(p);
+    sm_release(fn);
+  }
+  sm_release(o);
+  sm_release(lib);
+  const char *msg = compile_error("#include <metal_stdlib>\nusing namespace metal;\n"
+                                  "kernel void over(device float *o [[buffer(0)]]) { o[0] = 1; }\n"
+                                  "kernel void over(device int *o [[buffer(0)]]) { o[0] = 1; }\n");
+  cr_assert(strstr(msg, "program_source:4:") && strstr(msg, "over"), "%s", msg);
+}
+
+/* constant memory is read-only, as in MSL: a constexpr constant table is a
+ * `constant float *` argument (ggml's kvalues tables); writing through a
+ * constant pointer does not compile; overloads on device and constant
+ * pointers stay two functions. */
+Test(front, constant_is_read_only) {
+  id lib = compile_ok("#include <metal_stdlib>\nusing namespace metal;\n"
+                      "constexpr constant static float table[4] = {1.0f, 2.0f, 4.0f, 8.0f};\n"
+                      "static inline float pick(constant float *t, int i) { return t[i]; }\n"
+                      "static inline float twice(device float *p) { return p[0] * 2; }\n"
+                      "static inline float twice(constant float *p) { return p[0] * 2; }\n"
+                      "kernel void k(device float *o [[buffer(0)]], uint i "
+                      "[[thread_position_in_grid]]) {\n"
+                      "  o[i] = pick(table, i & 3) + twice(table + 3);\n}\n");
+  id fn = function(lib, "k"), p = pipeline_of(fn);
+  id o = buffer(64 * 4);
+  run(p, &o, 1, 64, 32);
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(((float *)contents(o))[i], (float)(1 << (i & 3)) + 16.0f, "[%d]", i);
+  sm_release(o);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+  const char *msg = compile_error("#include <metal_stdlib>\nusing namespace metal;\n"
+                                  "kernel void w(constant float *c [[buffer(0)]]) {\n"
+                                  "  c[0] = 1;\n}\n");
+  cr_assert(strstr(msg, "program_source:4:"), "%s", msg);
 }

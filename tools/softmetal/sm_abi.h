@@ -41,6 +41,11 @@ struct sm_constant_desc {
 };
 #define SM_FC_SLOT 16u /* bytes per constant in sm_thread.fc_values */
 
+/* A compiled library also exports
+ *   unsigned long long softmetal_tg_static_bytes(unsigned kernel);
+ * the bytes of the threadgroup variables declared in function bodies that
+ * softmetal_kernels[kernel] can reach (staticThreadgroupMemoryLength). */
+
 /* One per thread of a dispatch; the kernel reads it through sm_cur. */
 struct sm_thread {
   void *const *buffers;   /* [SM_MAX_BINDINGS] */

@@ -142,7 +142,8 @@ typedef struct {
   size_t nc;
   kout *k;
   size_t nk;
-  uint32_t tg_ids;
+  uint32_t tg_ids; /* threadgroup variable declarations, at tokens tg_at[] */
+  size_t *tg_at, tg_cap;
   char cls[128];  /* the class whose body is being parsed */
   bool foreign;   /* code from a header the analysis does not see */
   buf err;
@@ -301,6 +302,43 @@ static bool known_header(const char *name, size_t n, const char *flags, size_t n
          (n - b == 8 && memcmp(name + b, "sm_abi.h", 8) == 0);
 }
 
+/* `pragma unroll (MIN(A, B))`, `pragma clang loop unroll_count(N)` (text
+ * after the '#'): a loop hint whose argument has a name in it. */
+static bool unroll_hint_with_name(const char *s, size_t n) {
+  size_t i = 0;
+  while (i < n && s[i] == ' ') i++;
+  if (n - i < 6 || memcmp(s + i, "pragma", 6) != 0) return false;
+  i += 6;
+  while (i < n && s[i] == ' ') i++;
+  size_t w = i;
+  while (i < n && ident_char(s[i])) i++;
+  bool loop = (i - w == 6 && memcmp(s + w, "unroll", 6) == 0) ||
+              (i - w == 8 && memcmp(s + w, "nounroll", 8) == 0) ||
+              (i - w == 5 && memcmp(s + w, "clang", 5) == 0 && memmem(s + i, n - i, "loop", 4));
+  if (!loop) return false;
+  const char *open = memchr(s + i, '(', n - i);
+  if (!open) return false;
+  static const char *const WORDS[] = {"full", "enable", "disable", "assume_safety", "unroll",
+                                      "unroll_count", "vectorize", "vectorize_width",
+                                      "interleave", "interleave_count", "distribute",
+                                      "pipeline", "pipeline_initiation_interval", "scalable",
+                                      "fixed"};
+  for (const char *c = open, *end = s + n; c < end;) {
+    if (!isalpha((unsigned char)*c) && *c != '_') {
+      c++;
+      continue;
+    }
+    const char *word = c;
+    while (c < end && ident_char(*c)) c++;
+    size_t len = (size_t)(c - word);
+    bool known = false;
+    for (size_t k = 0; k < sizeof WORDS / sizeof *WORDS; k++)
+      known = known || (strlen(WORDS[k]) == len && memcmp(WORDS[k], word, len) == 0);
+    if (!known) return true;
+  }
+  return false;
+}
+
 /* Reads the line markers; tokenizes program_source lines; renames the file in
  * its markers. */
 static void scan_pp(fe *f) {
@@ -335,7 +373,10 @@ static void scan_pp(fe *f) {
         i = eol + 1;
         continue;
       }
-      /* another directive (#pragma): passes through */
+      /* another directive (#pragma): passes through, but for loop hints
+       * whose argument names a macro: clang -E leaves pragma arguments
+       * unexpanded, and the second compile has no macros */
+      if (in_prog && unroll_hint_with_name(s + k, eol - k)) add_edit(f, j, eol, "");
     } else if (in_prog) {
       tokenize_line(f, i, eol, line, i);
     } else if (in_foreign && j < eol) {
@@ -716,6 +757,14 @@ static bool assign_indices(fe *f, param *p, int np, const char *fname) {
 }
 
 /* ------------------------------------------------------------- function bodies */
+/* Threadgroup variable declaration f->tg_ids is at token i. */
+static void add_tg_decl(fe *f, size_t i) {
+  size_t *p = grow(f->tg_at, &f->tg_cap, f->tg_ids, sizeof *p, &f->oom);
+  if (!p) return;
+  f->tg_at = p;
+  f->tg_at[f->tg_ids++] = i;
+}
+
 /* Threadgroup variables: `threadgroup T a[N], b;` in a body becomes references
  * into the threadgroup's arena; pointers and references to threadgroup
  * memory stay ordinary locals. */
@@ -766,8 +815,9 @@ static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
     }
     buf dims = {0};
     span_text(f, d0, d1, &dims);
-    putf(&out, "auto &%.*s = ::sm::tg_var<%s %s>(%uu); ", (int)f->t[k].len, f->pp + f->t[k].off,
-         type.p ? type.p : "", dims.p ? dims.p : "", f->tg_ids++);
+    putf(&out, "auto &%.*s = ::sm::tg_var<%s %s, %uu>(); ", (int)f->t[k].len, f->pp + f->t[k].off,
+         type.p ? type.p : "", dims.p ? dims.p : "", f->tg_ids);
+    add_tg_decl(f, i);
     free(dims.p);
     k = d1 + 1;
   }
@@ -824,6 +874,12 @@ static int mtl_type(const char *t, int *size) {
            {"short", 37, 2}, {"ushort", 41, 2}, {"char", 45, 1}, {"uchar", 49, 1},
            {"bool", 53, 1}};
   if (strncmp(t, "metal::", 7) == 0) t += 7;
+  static const char *const FIXED[][2] = {{"int8_t", "char"},   {"uint8_t", "uchar"},
+                                         {"int16_t", "short"}, {"uint16_t", "ushort"},
+                                         {"int32_t", "int"},   {"uint32_t", "uint"},
+                                         {"int64_t", "long"},  {"uint64_t", "ulong"}};
+  for (size_t i = 0; i < sizeof FIXED / sizeof *FIXED; i++) /* MSL's fixed-width typedefs */
+    if (strcmp(t, FIXED[i][0]) == 0) t = FIXED[i][1];
   if (strcmp(t, "long") == 0) return *size = 8, 81;
   if (strcmp(t, "ulong") == 0) return *size = 8, 85;
   for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
@@ -1166,15 +1222,9 @@ static void parse_decl(fe *f, size_t *pi) {
     k->line = f->t[start].line;
     k->col = f->t[start].col;
     k->insert_at = f->t[end].off + f->t[end].len;
-    if (open < f->nt) {
-      if (!parse_params(f, open, k->host, &k->p, &k->np) ||
-          !assign_indices(f, k->p, k->np, k->host)) {
-        free(k->p);
-        f->nk--;
-        return;
-      }
-      k->own_p = true;
-    } else if (f->f[def].pbad) {
+    /* The parameters' attributes belong to the template's definition; an
+     * instantiation that spells the parameter types only names which one. */
+    if (f->f[def].pbad) {
       f->nk--;
     } else {
       k->p = f->f[def].p;
@@ -1234,20 +1284,50 @@ static void parse_decl(fe *f, size_t *pi) {
   scan_body(f, body0, body1);
 }
 
+/* Walks a declaration as the compiler will see it: `device`, `thread`,
+ * `threadgroup` and removed qualifiers gone, `constant` as `const`, one
+ * `const` of adjacent ones. */
+typedef struct {
+  const fe *f;
+  size_t i, end;
+  bool last_const;
+} norm_it;
+/* The next token (its index), or end; *is_const for const/constant. */
+static size_t norm_next(norm_it *it, bool *is_const) {
+  while (it->i < it->end) {
+    size_t k = it->i++;
+    bool cons = is(it->f, k, "constant"), c = cons || is(it->f, k, "const");
+    if ((addr_space(it->f, k) && !cons) || (cons && it->f->t[k].done) || (c && it->last_const)) {
+      continue;
+    }
+    it->last_const = c;
+    *is_const = c;
+    return k;
+  }
+  return it->end;
+}
+
 /* Declarations [a0, a1) and [b0, b1): whether they differ only in address
- * spaces (overloads on the address space of `this` or of a reference,
- * partial specializations on that of a pointer: one function on a CPU). */
+ * spaces (overloads on the address space of `this`, partial specializations
+ * on that of a pointer: one function or type on a CPU). */
 static bool same_but_address_spaces(const fe *f, size_t a0, size_t a1, size_t b0, size_t b1) {
-  bool differ = false;
-  size_t a = a0, b = b0;
+  bool raw_same = a1 - a0 == b1 - b0;
+  for (size_t k = 0; raw_same && k < a1 - a0; k++)
+    raw_same = f->t[a0 + k].len == f->t[b0 + k].len &&
+               memcmp(f->pp + f->t[a0 + k].off, f->pp + f->t[b0 + k].off, f->t[a0 + k].len) == 0;
+  if (raw_same) return false; /* a redeclaration, as it is in MSL */
+  norm_it x = {f, a0, a1, false}, y = {f, b0, b1, false};
   for (;;) {
-    while (a < a1 && addr_space(f, a)) a++, differ = true;
-    while (b < b1 && addr_space(f, b)) b++, differ = true;
-    if (a == a1 || b == b1) return a == a1 && b == b1 && differ;
+    bool xc = false, yc = false;
+    size_t a = norm_next(&x, &xc), b = norm_next(&y, &yc);
+    if (a == a1 || b == b1) return a == a1 && b == b1;
+    if (xc || yc) {
+      if (xc != yc) return false;
+      continue;
+    }
     if (f->t[a].len != f->t[b].len ||
         memcmp(f->pp + f->t[a].off, f->pp + f->t[b].off, f->t[a].len) != 0)
       return false;
-    a++, b++;
   }
 }
 
@@ -1335,7 +1415,9 @@ static void rewrite_tokens(fe *f) {
     if (is(f, i, "kernel") || is(f, i, "device") || is(f, i, "constant") ||
         is(f, i, "thread") || is(f, i, "threadgroup")) {
       if (is(f, i - 1, ".") || is(f, i - 1, "->") || is(f, i - 1, "::")) continue;
-      blank(f, i);
+      /* constant memory is read-only: writing through it fails to compile */
+      if (is(f, i, "constant")) replace_tok(f, i, "const");
+      else blank(f, i);
       continue;
     }
     if (is(f, i, "is_function_constant_defined") && is(f, i + 1, "(") && is_id(f, i + 2) &&
@@ -1524,6 +1606,17 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   }
   for (size_t g = 0; g < f.nf && !f.oom; g++)
     if (f.f[g].implicit) reach(&f, (int)g, fn_global, c_global, &global_sync);
+  /* The function whose body holds each threadgroup variable (-1: none) */
+  long *tg_owner = calloc((size_t)f.tg_ids + 1, sizeof *tg_owner);
+  if (!tg_owner) f.oom = true;
+  for (uint32_t v = 0; v < f.tg_ids && tg_owner; v++) {
+    tg_owner[v] = -1;
+    for (size_t g = 0; g < f.nf; g++)
+      if (f.tg_at[v] > f.f[g].body0 && f.tg_at[v] < f.f[g].body1 &&
+          (tg_owner[v] < 0 || f.f[g].body0 > f.f[tg_owner[v]].body0))
+        tg_owner[v] = (long)g;
+  }
+  buf tg_table = {0};
   for (size_t n = 0; n < f.nk && !f.oom; n++) {
     kout *k = &f.k[n];
     memset(fn_seen, 0, (f.nf + 1) * sizeof *fn_seen);
@@ -1553,6 +1646,15 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
         conds++;
       }
     put_s(&table, "};\n");
+    /* threadgroup variables it can reach: in what it reaches, or anywhere else */
+    putf(&table, "static const uint32_t sm_tg_%zu[] = {0u", n);
+    int ntg = 0;
+    for (uint32_t v = 0; v < f.tg_ids && tg_owner; v++) {
+      long g = tg_owner[v];
+      if (g < 0 || fn_seen[g] || fn_global[g]) putf(&table, ", %uu", v), ntg++;
+    }
+    put_s(&table, "};\n");
+    putf(&tg_table, "  {sm_tg_%zu + 1, %du},\n", n, ntg);
     putf(&entries, "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
                    "%du, %du, sm_fc_conds_%zu + 1},\n",
          k->host, n, sync ? 1 : 0, bmask, tmask, n, n, used, conds, n);
@@ -1566,6 +1668,13 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
                "extern \"C\" const sm_kernel_desc softmetal_kernels[] = {\n", SM_ABI_VERSION, f.nk);
   put(&table, entries.p ? entries.p : "", entries.n);
   put_s(&table, "  {}};\n");
+  /* staticThreadgroupMemoryLength of kernel k */
+  put_s(&table, "static const struct { const uint32_t *ids; uint32_t n; } sm_tg_of[] = {\n");
+  put(&table, tg_table.p ? tg_table.p : "", tg_table.n);
+  putf(&table, "  {}};\nextern \"C\" unsigned long long softmetal_tg_static_bytes(unsigned k) {\n"
+               "  return k < %zuu ? ::sm::tg_bytes(sm_tg_of[k].ids, sm_tg_of[k].n) : 0;\n}\n", f.nk);
+  if (tg_table.oom) f.oom = true;
+  free(tg_table.p);
   putf(&table, "extern \"C\" const unsigned softmetal_constant_count = %zu;\n"
                "extern \"C\" const sm_constant_desc softmetal_constants[] = {\n", f.nc);
   for (size_t c = 0; c < f.nc; c++)
@@ -1612,6 +1721,8 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   free(f.f);
   free(f.k);
   free(f.c);
+  free(f.tg_at);
+  free(tg_owner);
   free(f.err.p);
   free(fn_seen);
   free(c_seen);

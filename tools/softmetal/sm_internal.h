@@ -105,6 +105,7 @@ typedef struct {
   struct sm_kernel_desc desc_copy;    /* masks without absent function-constant parameters */
   const unsigned char *fc_values, *fc_defined; /* owned by the function */
   NSUInteger max_threads;
+  NSUInteger static_tg; /* staticThreadgroupMemoryLength: threadgroup variables of bodies */
 } sm_pipeline;
 extern sm_class sm__pipeline_class;
 

@@ -1619,9 +1619,11 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
     }
     tg_total += e->tg_len[i];
   }
-  if (tg_total > MAX_TG_MEMORY) {
-    encode_fail(cb, "%s: threadgroup memory of %lu bytes exceeds %d", sel, tg_total,
-                MAX_TG_MEMORY);
+  if (tg_total + p->static_tg > MAX_TG_MEMORY) {
+    encode_fail(cb, "%s: threadgroup memory of kernel %s: %lu bytes set with "
+                "setThreadgroupMemoryLength:atIndex: plus %lu bytes of threadgroup variables "
+                "(staticThreadgroupMemoryLength) exceeds %d", sel, k->name, tg_total,
+                p->static_tg, MAX_TG_MEMORY);
     return;
   }
   dispatch_rec *r = calloc(1, sizeof *r);

@@ -25,7 +25,7 @@ extern const char sm__abi_text[];
 
 #define LIB_ERROR_DOMAIN "MTLLibraryErrorDomain"
 enum { LIB_ERROR_COMPILE_FAILURE = 3, LIB_ERROR_INTERNAL = 2 };
-enum { MAX_THREADS = 1024 };
+enum { MAX_THREADS = 1024, MAX_TG_MEMORY = 32768 };
 /* SIMD-group functions act over the lanes at the same call (sm_exec.c tells
  * calls apart by the chain of return addresses): frame pointers and no tail
  * calls keep the chain; no merging of calls from different branches (hoist,
@@ -498,6 +498,7 @@ typedef struct {
   const struct sm_constant_desc *constants;
   unsigned n_constants;
   void (*constant_value)(const unsigned char *v, const unsigned char *d, unsigned pos, void *out);
+  unsigned long long (*tg_static_bytes)(unsigned kernel);
 } sm_library;
 
 typedef struct {
@@ -619,8 +620,9 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   const unsigned *n_constants = dlsym(dl, "softmetal_constant_count");
   const struct sm_constant_desc *constants = dlsym(dl, "softmetal_constants");
   void *value_fn = dlsym(dl, "softmetal_constant_value");
+  void *tg_fn = dlsym(dl, "softmetal_tg_static_bytes");
   if (!abi || *abi != SM_ABI_VERSION || !count || !kernels || !n_constants || !constants ||
-      !value_fn) {
+      !value_fn || !tg_fn) {
     dlclose(dl);
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
                                "%s: compiled library has no kernel table of ABI %u",
@@ -639,6 +641,7 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   l->constants = constants;
   l->n_constants = *n_constants;
   memcpy(&l->constant_value, &value_fn, sizeof value_fn);
+  memcpy(&l->tg_static_bytes, &tg_fn, sizeof tg_fn);
   if (math_mode != MATH_MODE_SAFE) atomic_fetch_add(&sm__unsafe_math_libraries, 1);
   return (id)l;
 }
@@ -859,6 +862,16 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   p->fc_values = fn->fc_values;
   p->fc_defined = fn->fc_defined;
   p->max_threads = MAX_THREADS;
+  unsigned long long tg = fn->library->tg_static_bytes((unsigned)(k - fn->library->kernels));
+  if (tg > MAX_TG_MEMORY) {
+    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
+                               "%s: kernel '%s' declares %llu bytes of threadgroup variables, "
+                               "more than the %d bytes of threadgroup memory",
+                               sel_getName(cmd), k->name, tg, MAX_TG_MEMORY));
+    sm__release((id)p);
+    return nil;
+  }
+  p->static_tg = (NSUInteger)tg;
   return (id)p;
 }
 
@@ -888,6 +901,10 @@ static NSUInteger pipeline_max_threads(id self, SEL cmd) {
   return ((sm_pipeline *)self)->max_threads;
 }
 static NSUInteger pipeline_width(id self, SEL cmd) { (void)self; (void)cmd; return SM_SIMD_WIDTH; }
+static NSUInteger pipeline_static_tg(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_pipeline *)self)->static_tg;
+}
 
 void sm__register_msl(void) {
   Class c = sm__class_begin(&options_class);
@@ -926,6 +943,8 @@ void sm__register_msl(void) {
   c = sm__class_begin(&sm__pipeline_class);
   sm__method(c, "maxTotalThreadsPerThreadgroup", SM_IMP(pipeline_max_threads), "Q@:");
   sm__method(c, "threadExecutionWidth", SM_IMP(pipeline_width), "Q@:");
+  /* metal-cpp MTLComputePipeline.hpp: NS::UInteger staticThreadgroupMemoryLength() const */
+  sm__method(c, "staticThreadgroupMemoryLength", SM_IMP(pipeline_static_tg), "Q@:");
   sm__method(c, "device", SM_IMP(pipeline_device), "@@:");
   sm__class_end(&sm__pipeline_class);
 }
