@@ -87,6 +87,15 @@ void sm__register_msl(void);
 void sm__register_archive(void); /* sm_archive.c: after the device class registers */
 void sm__add_device_msl_methods(Class device); /* before the device class registers */
 
+/* Binary archives (sm_archive.c): when an archive alive in the process
+ * holds the compiled code of `key` and `so_path` does not exist, writes it
+ * there (as the kernel cache's file) and returns true. */
+bool sm__archive_restore(uint64_t key, const char *so_path);
+/* sm_msl.c: the kernel cache's key and file of a function's library code;
+ * false when function is not a softmetal function. */
+bool sm__function_code(id function, uint64_t *key, const char **path);
+extern atomic_long sm__archive_restores;
+
 /* Messages to our own objects, through the runtime (exact prototypes). */
 static inline IMP sm__lookup(id o, const char *sel) {
   return objc_msg_lookup(o, sel_registerName(sel));

@@ -330,7 +330,8 @@ static void remove_dir(const char *dir, const char *const *names, size_t n) {
 /* Compiles (or finds in the cache) the library for source under math_mode;
  * returns a dlopen handle. A cache hit stats the directory and the compiler
  * identity file, and runs no compiler. */
-static void *compile_source(const char *source, NSInteger math_mode, char **diag, bool *internal) {
+static void *compile_source(const char *source, NSInteger math_mode, char **diag, bool *internal,
+                            uint64_t *code_key, char **code_path) {
   const char *cxx = getenv("SOFTMETAL_CXX");
   if (!cxx || !*cxx) cxx = "clang++";
   if (strlen(cxx) >= sizeof g_id_cxx) {
@@ -355,6 +356,9 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
     h = fnv_str(h, MATH_FLAGS[math_mode][i]);
   snprintf(inc, sizeof inc, "%s/include-%016llx", dir, (unsigned long long)hh);
   snprintf(so, sizeof so, "%s/k-%016llx.so", dir, (unsigned long long)h);
+  *code_key = h; /* binary archives (sm_archive.c) keep the code by this key */
+  *code_path = strdup(so);
+  if (!file_exists(so)) sm__archive_restore(h, so);
   if (file_exists(so)) {
     void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (dl) {
@@ -487,6 +491,8 @@ typedef struct {
   const struct sm_constant_desc *constants;
   unsigned n_constants;
   void (*constant_value)(const unsigned char *v, const unsigned char *d, unsigned pos, void *out);
+  uint64_t code_key; /* the kernel cache's key of the compiled code */
+  char *code_path;   /* where that code is (the cache's .so) */
 } sm_library;
 
 typedef struct {
@@ -549,6 +555,7 @@ static void options_set_math_mode(id self, SEL cmd, NSInteger mode) {
 static void library_destroy(sm_obj *o) {
   sm_library *l = (sm_library *)o;
   if (l->dl) dlclose(l->dl);
+  free(l->code_path);
   sm__release(l->device);
 }
 static void function_destroy(sm_obj *o) {
@@ -592,8 +599,11 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   }
   char *diag = NULL;
   bool internal = false;
-  void *dl = compile_source(text, math_mode, &diag, &internal);
+  uint64_t code_key = 0;
+  char *code_path = NULL;
+  void *dl = compile_source(text, math_mode, &diag, &internal, &code_key, &code_path);
   if (!dl) {
+    free(code_path);
     set_error(error, sm__error(LIB_ERROR_DOMAIN,
                                internal ? LIB_ERROR_INTERNAL : LIB_ERROR_COMPILE_FAILURE,
                                "%s: %s:\n%s", sel_getName(cmd),
@@ -611,6 +621,7 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   if (!abi || *abi != SM_ABI_VERSION || !count || !kernels || !n_constants || !constants ||
       !value_fn) {
     dlclose(dl);
+    free(code_path);
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
                                "%s: compiled library has no kernel table of ABI %u",
                                sel_getName(cmd), SM_ABI_VERSION));
@@ -619,8 +630,11 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   sm_library *l = sm__new(&library_class);
   if (!l) {
     dlclose(dl);
+    free(code_path);
     return nil;
   }
+  l->code_key = code_key;
+  l->code_path = code_path;
   l->device = sm__retain(self);
   l->dl = dl;
   l->kernels = kernels;
@@ -849,6 +863,15 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   p->fc_defined = fn->fc_defined;
   p->max_threads = MAX_THREADS;
   return (id)p;
+}
+
+bool sm__function_code(id function, uint64_t *key, const char **path) {
+  if (!function || !sm__is(function, &function_class)) return false;
+  const sm_library *l = ((sm_function *)function)->library;
+  if (!l->code_path) return false;
+  *key = l->code_key;
+  *path = l->code_path;
+  return true;
 }
 
 SM_EXPORT int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, unsigned *written,

@@ -18,6 +18,8 @@ struct softmetal_stats {
   long kernel_cache_hits; /* libraries loaded from the cache since load */
   long unsafe_math_libraries; /* libraries made with fast or relaxed math
                                  (options nil included) since load */
+  long archive_restores;  /* compiled kernels taken from a binary archive
+                             (MTLBinaryArchive) instead of the compiler */
 };
 
 /* Fills *out with process-wide counters. Thread-safety: any thread. */
