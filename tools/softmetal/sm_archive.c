@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { HEADER_SIZE = 32, FORMAT_VERSION = 1 };
@@ -161,7 +162,8 @@ static id array_with_objects(id self, SEL cmd, const id *objects, NSUInteger cou
 /* An archive holds, for each library whose pipelines were added, the shared
  * object softmetal's compile made of it, under the kernel cache's key (the
  * source, the math mode, the compiler's identity and this softmetal's
- * build). softmetal compiles a whole library at once, so where Metal takes
+ * build), and the compiler's --version output that key is made of (so
+ * that a new kernel cache need not run the compiler to learn it). softmetal compiles a whole library at once, so where Metal takes
  * a pipeline's GPU code from the archive, softmetal takes the library's:
  * while an archive that holds a library's code is alive in the process,
  * newLibraryWithSource:options:error: finds it (sm__archive_restore) and
@@ -172,10 +174,13 @@ static id array_with_objects(id self, SEL cmd, const id *objects, NSUInteger cou
  *   bytes 0..7  "SMBINARC"
  *   u32         format version, 1
  *   u32         entry count
- *   entries     u64 key, u64 size, size bytes of shared object
+ *   entries     u64 key, u32 kind (0 code, 1 compiler identity), u32 0,
+ *               u64 size, size bytes (a shared object; --version text)
  *   u64         FNV-1a of every byte before it
  * Anything else, or a checksum that does not match: nil and an NSError
- * (MTLBinaryArchiveErrorInvalidFile). */
+ * (MTLBinaryArchiveErrorInvalidFile). The file holds code that softmetal
+ * loads, so, as the kernel cache, one owned by another user or writable by
+ * group or others is refused the same way. */
 #define ARCHIVE_ERROR_DOMAIN "MTLBinaryArchiveDomain"
 enum { ARCHIVE_ERROR_INVALID_FILE = 1, ARCHIVE_ERROR_COMPILATION_FAILURE = 3,
        ARCHIVE_ERROR_INTERNAL = 4, ARCHIVE_VERSION = 1, ARCHIVE_MAX_ENTRIES = 4096 };
@@ -184,6 +189,7 @@ static const char archive_magic[8] = {'S', 'M', 'B', 'I', 'N', 'A', 'R', 'C'};
 
 typedef struct {
   uint64_t key;
+  uint32_t kind;
   unsigned char *code;
   size_t size;
 } archive_entry;
@@ -333,14 +339,16 @@ static bool archive_parse(sm_archive *a, const unsigned char *p, size_t size) {
   a->e = calloc(count ? count : 1, sizeof *a->e);
   if (!a->e) return false;
   for (uint32_t i = 0; i < count; i++) {
-    if (end - at < 16) return false;
-    uint64_t key = read_u64(p + at), n = read_u64(p + at + 8);
-    at += 16;
-    if (n == 0 || n > end - at) return false;
+    if (end - at < 24) return false;
+    uint64_t key = read_u64(p + at), n = read_u64(p + at + 16);
+    uint32_t kind = read_u32(p + at + 8);
+    at += 24;
+    if (kind > SM_ARCHIVE_COMPILER || read_u32(p + at - 12) != 0 || n == 0 || n > end - at)
+      return false;
     unsigned char *code = malloc((size_t)n);
     if (!code) return false;
     memcpy(code, p + at, (size_t)n);
-    a->e[a->n++] = (archive_entry){key, code, (size_t)n};
+    a->e[a->n++] = (archive_entry){key, kind, code, (size_t)n};
     at += (size_t)n;
   }
   return at == end;
@@ -357,17 +365,23 @@ static id device_new_archive(id self, SEL cmd, id descriptor, id *error) {
   id url = ((sm_archive_desc *)descriptor)->url;
   if (url) {
     const char *path = sm__string_utf8(((sm_url *)url)->path);
+    struct stat st;
+    const char *unsafe = stat(path, &st) != 0           ? NULL
+                         : st.st_uid != geteuid()      ? "is owned by another user"
+                         : (st.st_mode & 022) != 0     ? "is writable by group or others"
+                                                       : NULL;
     size_t size = 0;
-    unsigned char *bytes = read_all(path, &size);
+    unsigned char *bytes = unsafe ? NULL : read_all(path, &size);
     bool ok = bytes && archive_parse(a, bytes, size);
     int e = errno;
     free(bytes);
     if (!ok) {
       set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_INVALID_FILE,
                                  "%s: %s: %s", sel, path,
-                                 bytes || size ? "not a softmetal binary archive (bad header, "
-                                                 "checksum or entries)"
-                                               : strerror(e)));
+                                 unsafe ? unsafe
+                                 : bytes || size ? "not a softmetal binary archive (bad header, "
+                                                   "checksum or entries)"
+                                                 : strerror(e)));
       sm__release((id)a);
       return nil;
     }
@@ -379,23 +393,53 @@ static id device_new_archive(id self, SEL cmd, id descriptor, id *error) {
   return (id)a;
 }
 
-bool sm__archive_restore(uint64_t key, const char *so_path) {
+bool sm__archive_restore(uint32_t kind, uint64_t key, const char *path) {
   bool done = false;
   pthread_mutex_lock(&g_archive_lock);
   for (sm_archive *a = g_archives; a && !done; a = a->next)
     for (size_t i = 0; i < a->n && !done; i++)
-      if (a->e[i].key == key) {
-        done = write_atomic(so_path, a->e[i].code, a->e[i].size);
-        if (done) atomic_fetch_add(&sm__archive_restores, 1);
+      if (a->e[i].key == key && a->e[i].kind == kind) {
+        done = write_atomic(path, a->e[i].code, a->e[i].size);
+        if (done && kind == SM_ARCHIVE_CODE) atomic_fetch_add(&sm__archive_restores, 1);
       }
   pthread_mutex_unlock(&g_archive_lock);
   return done;
 }
 
-static bool archive_has(sm_archive *a, uint64_t key) {
+static bool archive_has(sm_archive *a, uint32_t kind, uint64_t key) {
   for (size_t i = 0; i < a->n; i++)
-    if (a->e[i].key == key) return true;
+    if (a->e[i].key == key && a->e[i].kind == kind) return true;
   return false;
+}
+
+/* Adds the file of kind and key at path unless the archive has it. */
+static bool archive_add_file(sm_archive *a, uint32_t kind, uint64_t key, const char *path,
+                             const char *sel, id *error) {
+  pthread_mutex_lock(&g_archive_lock);
+  bool have = archive_has(a, kind, key);
+  pthread_mutex_unlock(&g_archive_lock);
+  if (have) return true;
+  size_t size = 0;
+  unsigned char *code = read_all(path, &size);
+  if (!code || size == 0) {
+    int e = errno;
+    free(code);
+    set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_COMPILATION_FAILURE,
+                               "%s: cannot read %s (%s)", sel, path, code ? "empty" : strerror(e)));
+    return false;
+  }
+  pthread_mutex_lock(&g_archive_lock);
+  archive_entry *e = archive_has(a, kind, key) || a->n >= ARCHIVE_MAX_ENTRIES
+                         ? NULL
+                         : realloc(a->e, (a->n + 1) * sizeof *a->e);
+  if (e) {
+    a->e = e;
+    a->e[a->n++] = (archive_entry){key, kind, code, size};
+    code = NULL;
+  }
+  pthread_mutex_unlock(&g_archive_lock);
+  free(code);
+  return true;
 }
 
 static NSUInteger array_n(id array) {
@@ -421,40 +465,18 @@ static BOOL archive_add_compute(id self, SEL cmd, id descriptor, id *error) {
   const char *sel = sel_getName(cmd);
   sm_pipeline_desc *d = pipeline_desc(descriptor, "SMBinaryArchive", sel);
   sm_archive *a = (sm_archive *)self;
-  uint64_t key;
-  const char *path;
-  if (!sm__function_code(d->function, &key, &path)) {
+  const sm_code *code = sm__function_code(d->function);
+  if (!code) {
     set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_INTERNAL,
                                "%s: the function's library has no compiled code softmetal "
                                "can archive", sel));
     return NO;
   }
-  pthread_mutex_lock(&g_archive_lock);
-  bool have = archive_has(a, key);
-  pthread_mutex_unlock(&g_archive_lock);
-  if (have) return YES;
-  size_t size = 0;
-  unsigned char *code = read_all(path, &size);
-  if (!code || size == 0) {
-    int e = errno;
-    free(code);
-    set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_COMPILATION_FAILURE,
-                               "%s: cannot read the compiled library %s (%s)", sel, path,
-                               code ? "empty" : strerror(e)));
-    return NO;
-  }
-  pthread_mutex_lock(&g_archive_lock);
-  archive_entry *e = archive_has(a, key) || a->n >= ARCHIVE_MAX_ENTRIES
-                         ? NULL
-                         : realloc(a->e, (a->n + 1) * sizeof *a->e);
-  if (e) {
-    a->e = e;
-    a->e[a->n++] = (archive_entry){key, code, size};
-    code = NULL;
-  }
-  pthread_mutex_unlock(&g_archive_lock);
-  free(code);
-  return YES;
+  return archive_add_file(a, SM_ARCHIVE_COMPILER, code->compiler_key, code->compiler_path, sel,
+                          error) &&
+                 archive_add_file(a, SM_ARCHIVE_CODE, code->key, code->path, sel, error)
+             ? YES
+             : NO;
 }
 
 static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
@@ -466,7 +488,7 @@ static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
   sm_archive *a = (sm_archive *)self;
   pthread_mutex_lock(&g_archive_lock);
   size_t size = 16 + 8;
-  for (size_t i = 0; i < a->n; i++) size += 16 + a->e[i].size;
+  for (size_t i = 0; i < a->n; i++) size += 24 + a->e[i].size;
   unsigned char *buf = malloc(size);
   if (buf) {
     memcpy(buf, archive_magic, 8);
@@ -475,9 +497,11 @@ static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
     size_t at = 16;
     for (size_t i = 0; i < a->n; i++) {
       put_u64(buf + at, a->e[i].key);
-      put_u64(buf + at + 8, a->e[i].size);
-      memcpy(buf + at + 16, a->e[i].code, a->e[i].size);
-      at += 16 + a->e[i].size;
+      put_u32(buf + at + 8, a->e[i].kind);
+      put_u32(buf + at + 12, 0);
+      put_u64(buf + at + 16, a->e[i].size);
+      memcpy(buf + at + 24, a->e[i].code, a->e[i].size);
+      at += 24 + a->e[i].size;
     }
     put_u64(buf + at, fnv1a(FNV_BASIS, buf, at));
   }
@@ -555,15 +579,14 @@ static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger o
     sm__fatal("-[SMDevice %s]: options = %lu: softmetal takes only MTLPipelineOptionNone and "
               "MTLPipelineOptionFailOnBinaryArchiveMiss", sel, (unsigned long)options);
   if (options & PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS) {
-    uint64_t key;
-    const char *path;
+    const sm_code *code = sm__function_code(d->function);
     bool hit = false;
-    if (d->archives && sm__function_code(d->function, &key, &path)) {
+    if (d->archives && code) {
       NSUInteger n = array_n(d->archives);
       pthread_mutex_lock(&g_archive_lock);
       for (NSUInteger i = 0; i < n && !hit; i++) {
         id o = array_at(d->archives, i);
-        hit = archive_has((sm_archive *)o, key);
+        hit = archive_has((sm_archive *)o, SM_ARCHIVE_CODE, code->key);
       }
       pthread_mutex_unlock(&g_archive_lock);
     }
