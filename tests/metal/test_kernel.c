@@ -806,7 +806,7 @@ typedef struct start_result {
     cm_status save_status; /* of cm_device_save_pipeline_cache */
     long compiles;         /* softmetal compiler runs during the start */
     long restores;         /* compiled kernels taken from the archive */
-    float y[64];
+    float y[64], z[64];
     char error[256];
 } start_result;
 
@@ -817,13 +817,15 @@ static const char scale_source[] =
     "                  uint i [[thread_position_in_grid]]) { y[i] = 2.0f * x[i] + 1.0f; }\n";
 
 /* The program: open the device, opt into the pipeline cache at `archive`
- * (unless NULL), compile scale_source, make its kernel, run it, save. */
+ * (unless NULL), compile scale_source, make its kernel, run it and a body
+ * kernel (a second library), save. */
 static void one_start(const char *archive, start_result *r) {
     struct softmetal_stats before, after;
     cm_device *d = NULL;
     cm_library *lib = NULL;
     cm_kernel *k = NULL;
-    cm_tensor *x = NULL, *y = NULL;
+    cm_tensor *x = NULL, *y = NULL, *z = NULL;
+    cm_body_kernel *bk = NULL;
     if (cm_device_open(CM_DEVICE_METAL, 0, &d) != CM_OK) {
         r->failed_at = 1;
         goto out;
@@ -843,6 +845,7 @@ static void one_start(const char *archive, start_result *r) {
     const float *py = NULL;
     if (cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &x) ||
         cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &y) ||
+        cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &z) ||
         cm_tensor_host_write(x, CM_FLOAT32, (void **)&px)) {
         r->failed_at = 4;
         goto out;
@@ -858,6 +861,19 @@ static void one_start(const char *archive, start_result *r) {
         goto out;
     }
     memcpy(r->y, py, sizeof r->y);
+    const float *pz = NULL;
+    if (cm_body_kernel_create(d, &(cm_body_kernel_desc){
+            .name = "add_xy", .input_names = (const char *[]){"x", "y"}, .input_count = 2,
+            .output_names = (const char *[]){"z"}, .output_count = 1,
+            .body = "uint i = thread_position_in_grid.x; z[i] = x[i] + y[i];"}, &bk) != CM_OK ||
+        cm_body_kernel_dispatch(bk, NULL, &(cm_body_dispatch_desc){
+            .inputs = (const cm_tensor *[]){x, y}, .outputs = (cm_tensor *[]){z},
+            .grid = {(uint64_t)n}}) != CM_OK ||
+        cm_tensor_host_read(z, CM_FLOAT32, (const void **)&pz) != CM_OK) {
+        r->failed_at = 6;
+        goto out;
+    }
+    memcpy(r->z, pz, sizeof r->z);
     sm_stats(&after);
     r->compiles = after.kernel_compiles - before.kernel_compiles;
     r->restores = after.archive_restores - before.archive_restores;
@@ -868,6 +884,8 @@ out:
         snprintf(r->error, sizeof r->error, "%s", cm_last_error());
     cm_tensor_release(x);
     cm_tensor_release(y);
+    cm_tensor_release(z);
+    cm_body_kernel_release(bk);
     cm_kernel_release(k);
     cm_library_release(lib);
     cm_device_release(d);
@@ -907,7 +925,8 @@ static start_result start_program(const char *archive, const char *kernel_cache)
     cr_assert_eq(got, sizeof r);
     cr_assert_eq(r.failed_at, 0, "the program failed at step %d: %s", r.failed_at, r.error);
     for (int i = 0; i < 64; ++i)
-        cr_assert_eq(r.y[i], 2.0f * (float)i + 1.0f, "y[%d] = %g", i, r.y[i]);
+        cr_assert(r.y[i] == 2.0f * (float)i + 1.0f && r.z[i] == 3.0f * (float)i + 1.0f,
+                  "y[%d] = %g, z[%d] = %g", i, r.y[i], i, r.z[i]);
     return r;
 }
 
@@ -940,13 +959,13 @@ Test(kernel, the_second_start_with_a_pipeline_cache_compiles_nothing) {
     cr_assert_geq(plain.compiles, 1, "a start with an empty kernel cache compiles");
     start_result cold = start_program(s.archive, s.cache[1]);
     cr_assert_eq(cold.set_status, CM_OK, "a missing file is an empty cache");
-    cr_assert_geq(cold.compiles, 1, "the first start compiles");
+    cr_assert_eq(cold.compiles, 2, "the first start compiles two libraries");
     cr_assert_eq(cold.save_status, CM_OK, "%s", cold.error);
     cr_assert_eq(access(s.archive, R_OK), 0, "the save wrote %s", s.archive);
     start_result warm = start_program(s.archive, s.cache[2]);
     cr_assert_eq(warm.set_status, CM_OK);
     cr_assert_eq(warm.compiles, 0, "the second start ran the compiler %ld times", warm.compiles);
-    cr_assert_geq(warm.restores, 1, "its kernel came from the pipeline cache");
+    cr_assert_eq(warm.restores, 2, "both libraries came from the pipeline cache");
     cr_assert_eq(warm.save_status, CM_OK, "%s", warm.error);
     scratch_remove(&s);
 }
@@ -984,6 +1003,13 @@ Test(kernel, a_corrupt_or_truncated_pipeline_cache_falls_back_to_compiling) {
     write_bytes(s.archive, bytes, n);
     r = start_program(s.archive, s.cache[2]);
     cr_assert_geq(r.compiles, 1, "a file with a flipped bit compiles");
+    cr_assert_eq(r.restores, 0);
+    /* A good file that others may write holds code nobody vouches for. */
+    bytes[n / 2] ^= 0x40;
+    write_bytes(s.archive, bytes, n);
+    cr_assert_eq(chmod(s.archive, 0666), 0);
+    r = start_program(s.archive, s.cache[3]);
+    cr_assert_geq(r.compiles, 1, "a file writable by others is not used");
     cr_assert_eq(r.restores, 0);
     scratch_remove(&s);
 }
