@@ -824,15 +824,16 @@ Test(msl, second_compile_of_a_source_hits_the_cache) {
  * functions are added; a serialized archive loads again; anything else in
  * the file is InvalidFile. */
 Test(msl, binary_archives_hold_pipelines_and_refuse_other_files) {
-  Class cls = objc_getClass("MTLBinaryArchiveDescriptor");
-  id adesc = SEND0(id, SEND0(id, (id)cls, "alloc"), "init");
+  /* SEND0 evaluates its receiver twice: alloc first, then init. */
+  id adesc = SEND0(id, (id)objc_getClass("MTLBinaryArchiveDescriptor"), "alloc");
+  adesc = SEND0(id, adesc, "init");
   id error = 0;
   id archive = SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:", adesc,
                     &error);
   cr_assert_not_null(archive, "%s", sm_error_text(error));
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("add"));
-  id pdesc = SEND0(id, SEND0(id, (id)objc_getClass("MTLComputePipelineDescriptor"), "alloc"),
-                   "init");
+  id pdesc = SEND0(id, (id)objc_getClass("MTLComputePipelineDescriptor"), "alloc");
+  pdesc = SEND0(id, pdesc, "init");
   SEND(void, (id, SEL, id), pdesc, "setComputeFunction:", fn);
   id archives = SEND(id, (id, SEL, const id *, NSUInteger), (id)objc_getClass("NSArray"),
                      "arrayWithObjects:count:", &archive, 1ul);
