@@ -5,6 +5,9 @@
  * concurrent creation and dispatch, and the pipeline cache on disk across
  * processes. */
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE 1 /* mkdtemp beside _XOPEN_SOURCE */
+#endif
 #define _DEFAULT_SOURCE
 #include <cmetal/cmetal.h>
 

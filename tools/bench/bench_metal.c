@@ -2,6 +2,9 @@
  * On softmetal (Linux) they characterise cmetal's overhead on a software
  * Metal, not Apple hardware; the output says so. No timing is asserted. */
 #define _XOPEN_SOURCE 700 /* mkdtemp, nftw */
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE 1 /* mkdtemp beside _XOPEN_SOURCE */
+#endif
 #include "bench_metal.h"
 
 #include <cmetal/cmetal.h>
