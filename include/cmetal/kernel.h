@@ -25,6 +25,8 @@
  * fail with CM_ERR_COMPILE and the compiler's diagnostics in
  * cm_last_error(), whose `program_source:LINE:COL` lines count lines of
  * your source (macros are defined before it without shifting them).
+ * cm_device_set_pipeline_cache opts into a pipeline cache on disk, so that
+ * the next start of the program skips compilation.
  *
  * On a device that is not Metal (the CPU) every function here fails with
  * CM_ERR_UNSUPPORTED and says to open a Metal device. */
