@@ -136,8 +136,9 @@ CM_API cm_status cm_library_load_file(cm_device *device, const char *path, cm_li
 CM_API cm_status cm_device_set_pipeline_cache(cm_device *device, const char *path);
 
 /* Writes the device's pipeline cache (what it loaded and every pipeline
- * recorded since) to its path: serializeToURL:error: on a Mac; on softmetal
- * a new file renamed over the old one, so a reader never sees half a file.
+ * recorded since) to its path: serializeToURL:error: into a new file
+ * beside it (`<path>.tmp-<pid>-<n>`), renamed over the old one, so that a
+ * reader never sees half a file.
  * Call it once the program's kernels are made (for example before
  * exit); calling it again writes again.
  * Errors: CM_ERR_INVALID_ARGUMENT (no cm_device_set_pipeline_cache on this

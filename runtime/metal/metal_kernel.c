@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -652,21 +653,38 @@ static cm_status cm__kb_pipeline_cache_save(const char *func, cm_device *device)
                              "the device has no pipeline cache (call "
                              "cm_device_set_pipeline_cache first)");
     } else {
+        /* Written beside the file, then renamed over it: a reader (or an
+         * archive mapping the old file) never sees a half-written one. */
+        static atomic_uint counter;
+        const size_t n = strlen(d->archive_path) + 48;
+        char *tmp = cm__alloc(n, 1);
+        if (tmp == NULL) {
+            pthread_mutex_unlock(&d->cache_lock);
+            return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the path");
+        }
+        snprintf(tmp, n, "%s.tmp-%ld-%u", d->archive_path, (long)getpid(),
+                 atomic_fetch_add(&counter, 1));
         void *pool = cm__objc_pool_push();
         cm__id text = NULL;
-        status = cm__ns_string_from_utf8(func, d->archive_path, &text);
+        status = cm__ns_string_from_utf8(func, tmp, &text);
         if (status == CM_OK) {
             cm__id url = cm__msg_fileURLWithPath((cm__id)CM__CLASS(NSURL), text);
             cm__objc_release(text);
             cm__id error = NULL;
             if (url == NULL)
                 status = cm__fail_as(func, CM_ERR_DEVICE, "fileURLWithPath: returned nil for %s",
-                                     d->archive_path);
+                                     tmp);
             else if (!cm__msg_serializeToURL_error(d->archive, url, &error))
                 status = cm__fail_ns_error(func, CM_ERR_DEVICE, error,
                                            "cannot write the pipeline cache");
+            else if (rename(tmp, d->archive_path) != 0)
+                status = cm__fail_as(func, CM_ERR_DEVICE, "cannot rename %s to %s: %s", tmp,
+                                     d->archive_path, strerror(errno));
         }
         cm__objc_pool_pop(pool);
+        if (status != CM_OK)
+            (void)unlink(tmp);
+        cm__free(tmp);
     }
     pthread_mutex_unlock(&d->cache_lock);
     return status;
