@@ -25,6 +25,8 @@
  * fail with CM_ERR_COMPILE and the compiler's diagnostics in
  * cm_last_error(), whose `program_source:LINE:COL` lines count lines of
  * your source (macros are defined before it without shifting them).
+ * cm_device_set_pipeline_cache opts into a pipeline cache on disk, so that
+ * the next start of the program skips compilation.
  *
  * On a device that is not Metal (the CPU) every function here fails with
  * CM_ERR_UNSUPPORTED and says to open a Metal device. */
@@ -102,6 +104,49 @@ CM_API cm_status cm_library_load(cm_device *device, const void *data, size_t siz
 /* cm_library_load of a whole file. Errors: also CM_ERR_INVALID_ARGUMENT
  * naming the path when it cannot be read. */
 CM_API cm_status cm_library_load_file(cm_device *device, const char *path, cm_library **out);
+
+/* ------------------------------------------------- pipeline cache on disk */
+
+/* Opts the device into a pipeline cache in the file `path`, so that a
+ * later start of the program skips compilation: an MTLBinaryArchive on a
+ * Mac (Metal then takes the GPU code of a pipeline from it instead of
+ * compiling it; the MSL front-end compile of cm_library_create still
+ * runs), softmetal's archive on Linux (it holds each library's compiled
+ * code, so that neither the library nor its pipelines run the C++
+ * compiler: see tools/softmetal/README.md). Call it right after opening
+ * the device, before creating libraries and kernels: every pipeline made
+ * afterwards (cm_kernel_create, body kernels, cmetal's own ops) comes from
+ * the file when it is there and is recorded for cm_device_save_pipeline_cache.
+ * A missing file is an empty cache. A file the framework does not take
+ * (corrupt, truncated, of another device, OS or softmetal build) is
+ * ignored: everything is compiled as without a cache, no error, and the
+ * next save replaces the file. A pipeline the archive cannot record (Metal
+ * records no function-constant specialisations) is made all the same.
+ * The directory of `path` must exist (cmetal creates none).
+ * Ownership: path is copied; the device holds the archive until it is
+ * freed. Nothing is written until cm_device_save_pipeline_cache: releasing
+ * the device does not save.
+ * Errors: CM_ERR_INVALID_ARGUMENT (NULL or empty path, a path that is a
+ * directory, a directory that does not exist, naming it; a device that
+ * already has a pipeline cache), CM_ERR_UNSUPPORTED (not a Metal device;
+ * a framework without MTLBinaryArchive, before macOS 11 / iOS 14),
+ * CM_ERR_DEVICE (the framework made no archive at all).
+ * Thread-safety: any thread; pipelines created concurrently see the cache
+ * or not, and are correct either way. */
+CM_API cm_status cm_device_set_pipeline_cache(cm_device *device, const char *path);
+
+/* Writes the device's pipeline cache (what it loaded and every pipeline
+ * recorded since) to its path: serializeToURL:error: into a new file
+ * beside it (`<path>.tmp-<pid>-<n>`), renamed over the old one, so that a
+ * reader never sees half a file.
+ * Call it once the program's kernels are made (for example before
+ * exit); calling it again writes again.
+ * Errors: CM_ERR_INVALID_ARGUMENT (no cm_device_set_pipeline_cache on this
+ * device), CM_ERR_UNSUPPORTED (not a Metal device), CM_ERR_DEVICE with the
+ * framework's message when the file cannot be written (I/O errors, a
+ * directory removed since, a full disk).
+ * Thread-safety: any thread. */
+CM_API cm_status cm_device_save_pipeline_cache(cm_device *device);
 
 /* Reference counting; release(NULL) is a no-op. Thread-safety: atomic. */
 CM_API cm_status cm_library_retain(cm_library *library);

@@ -225,6 +225,9 @@ struct cm__kernel_backend {
     /* Encodes the dispatch on d->stream without committing; tracks the
      * tensors' buffers as read or written. */
     cm_status (*dispatch)(cm_kernel *kernel, const cm__kernel_launch *d);
+    /* cm_device_set_pipeline_cache / cm_device_save_pipeline_cache. */
+    cm_status (*pipeline_cache_set)(const char *func, cm_device *device, const char *path);
+    cm_status (*pipeline_cache_save)(const char *func, cm_device *device);
 };
 
 struct cm_library {

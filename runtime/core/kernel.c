@@ -233,6 +233,24 @@ cm_status cm_library_load_file(cm_device *device, const char *path, cm_library *
     return status;
 }
 
+cm_status cm_device_set_pipeline_cache(cm_device *device, const char *path) {
+    CM__REQUIRE_NONNULL(device);
+    CM__REQUIRE_NONNULL(path);
+    CM__REQUIRE_ARG(path[0] != '\0', "path = \"\": give a file name");
+    const cm__kernel_backend *k = cm__kernels_of(__func__, device);
+    if (k == NULL)
+        return CM_ERR_UNSUPPORTED;
+    return k->pipeline_cache_set(__func__, device, path);
+}
+
+cm_status cm_device_save_pipeline_cache(cm_device *device) {
+    CM__REQUIRE_NONNULL(device);
+    const cm__kernel_backend *k = cm__kernels_of(__func__, device);
+    if (k == NULL)
+        return CM_ERR_UNSUPPORTED;
+    return k->pipeline_cache_save(__func__, device);
+}
+
 cm_status cm_library_retain(cm_library *library) {
     CM__REQUIRE_NONNULL(library);
     cm__ref_retain(&library->ref);

@@ -67,6 +67,10 @@ typedef struct cm__metal_device {
     pthread_mutex_t cache_lock;
     cm__metal_cached *cache;
     uint64_t cache_serial;
+    /* The opt-in pipeline cache on disk (cm_device_set_pipeline_cache):
+     * id<MTLBinaryArchive> +1 and its path, or NULL; under cache_lock. */
+    cm__id archive;
+    char *archive_path;
 } cm__metal_device;
 
 typedef struct cm__metal_stream {

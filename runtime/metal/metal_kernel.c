@@ -5,9 +5,13 @@
  * the device. */
 #include "metal_internal.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* MTLDataType values (Metal/MTLDataType.h). */
 enum {
@@ -40,6 +44,8 @@ void cm__metal_cache_init(cm__metal_device *d) {
     pthread_mutex_init(&d->cache_lock, NULL);
     d->cache = NULL;
     d->cache_serial = 0;
+    d->archive = NULL;
+    d->archive_path = NULL;
 }
 
 void cm__metal_cache_destroy(cm__metal_device *d) {
@@ -50,6 +56,10 @@ void cm__metal_cache_destroy(cm__metal_device *d) {
         cm__free(c);
     }
     d->cache = NULL;
+    cm__objc_release(d->archive);
+    d->archive = NULL;
+    cm__free(d->archive_path);
+    d->archive_path = NULL;
     pthread_mutex_destroy(&d->cache_lock);
 }
 
@@ -319,6 +329,40 @@ static cm_status cm__function(const char *func, cm__id library, const char *name
     return status;
 }
 
+/* The pipeline of fn made with the device's binary archive (taken from it
+ * when it holds fn's code), which then records it for the next save; NULL
+ * when that fails, and the caller compiles without the archive: a stale or
+ * refused archive never fails the user's work. cache_lock held. */
+static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn) {
+    cm__class cls = CM__CLASS(MTLComputePipelineDescriptor);
+    cm__class array_cls = CM__CLASS(NSArray);
+    if (cls == NULL || array_cls == NULL)
+        return NULL;
+    cm__id desc = cm__msg_alloc((cm__id)cls);
+    if (desc != NULL)
+        desc = cm__msg_init(desc);
+    if (desc == NULL)
+        return NULL;
+    void *pool = cm__objc_pool_push();
+    cm__id pipeline = NULL;
+    cm__id archives = cm__msg_arrayWithObjects_count((cm__id)array_cls, &d->archive, 1);
+    if (archives != NULL) {
+        cm__msg_setComputeFunction(desc, fn);
+        cm__msg_setBinaryArchives(desc, archives);
+        cm__id error = NULL;
+        pipeline = cm__msg_newComputePipelineStateWithDescriptor_options_reflection_error(
+            d->device, desc, 0 /* MTLPipelineOptionNone */, NULL, &error);
+        /* Recording may fail (Metal archives take no specialised
+         * functions): the pipeline is made all the same. */
+        if (pipeline != NULL)
+            (void)cm__msg_addComputePipelineFunctionsWithDescriptor_error(d->archive, desc,
+                                                                          &error);
+    }
+    cm__objc_pool_pop(pool);
+    cm__objc_release(desc);
+    return pipeline;
+}
+
 cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
                              uint64_t library_serial, const char *name,
                              const cm_function_constant *constants, uint32_t nconst,
@@ -348,7 +392,9 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
         cm__id fn = NULL;
         status = cm__function(func, library, name, constants, nconst, &fn);
         cm__id pipeline = NULL;
-        if (status == CM_OK) {
+        if (status == CM_OK && d->archive != NULL)
+            pipeline = cm__pipeline_from_archive(d, fn);
+        if (status == CM_OK && pipeline == NULL) {
             void *pool = cm__objc_pool_push();
             cm__id error = NULL;
             pipeline = cm__msg_newComputePipelineStateWithFunction_error(d->device, fn, &error);
@@ -518,6 +564,146 @@ static cm_status cm__kb_dispatch(cm_kernel *kernel, const cm__kernel_launch *d) 
                               d->grid, d->group);
 }
 
+/* A new binary archive (+1) of the device, loaded from path when path is
+ * not NULL; NULL when the framework refuses it. */
+static cm__id cm__archive_new(cm__id device, const char *path) {
+    cm__class cls = CM__CLASS(MTLBinaryArchiveDescriptor);
+    if (cls == NULL)
+        return NULL;
+    cm__id desc = cm__msg_alloc((cm__id)cls);
+    if (desc != NULL)
+        desc = cm__msg_init(desc);
+    if (desc == NULL)
+        return NULL;
+    void *pool = cm__objc_pool_push();
+    cm__id archive = NULL;
+    cm__id url = NULL;
+    if (path != NULL) {
+        cm__id text = NULL;
+        if (cm__ns_string_from_utf8(__func__, path, &text) == CM_OK) {
+            url = cm__msg_fileURLWithPath((cm__id)CM__CLASS(NSURL), text); /* autoreleased */
+            cm__objc_release(text);
+        }
+    }
+    if (path == NULL || url != NULL) {
+        if (url != NULL)
+            cm__msg_setUrl(desc, url);
+        cm__id error = NULL;
+        archive = cm__msg_newBinaryArchiveWithDescriptor_error(device, desc, &error);
+    }
+    cm__objc_pool_pop(pool);
+    cm__objc_release(desc);
+    return archive;
+}
+
+static cm_status cm__kb_pipeline_cache_set(const char *func, cm_device *device, const char *path) {
+    cm__metal_device *d = cm__mtl_dev(device);
+    /* The directory must exist: cmetal creates no directories. */
+    const char *slash = strrchr(path, '/');
+    if (slash != NULL && slash != path) {
+        const size_t n = (size_t)(slash - path);
+        char *dir = cm__alloc(n + 1, 1);
+        if (dir == NULL)
+            return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the path");
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+        struct stat st;
+        const int rc = stat(dir, &st);
+        const int err = errno;
+        const bool is_dir = rc == 0 && S_ISDIR(st.st_mode);
+        cm__free(dir);
+        if (!is_dir)
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                               "path = \"%s\": its directory %s (create it first)", path,
+                               rc != 0 ? strerror(err) : "is not a directory");
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "path = \"%s\" is a directory", path);
+    const size_t n = strlen(path);
+    char *copy = cm__alloc(n + 1, 1);
+    if (copy == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the path");
+    memcpy(copy, path, n + 1);
+    pthread_mutex_lock(&d->cache_lock);
+    cm_status status = CM_OK;
+    if (d->archive != NULL) {
+        status = cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                             "path = \"%s\": the device already has the pipeline cache \"%s\"",
+                             path, d->archive_path);
+    } else if (CM__CLASS(MTLBinaryArchiveDescriptor) == NULL ||
+               !cm__msg_respondsToSelector(d->device,
+                                           CM__SEL(newBinaryArchiveWithDescriptor_error))) {
+        status = cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                             "this Metal framework has no MTLBinaryArchive (macOS 11 / iOS 14)");
+    } else {
+        /* A file that cannot be used (corrupt, of another device or OS)
+         * is ignored: the archive starts empty and the next save replaces
+         * it. */
+        cm__id archive = access(path, F_OK) == 0 ? cm__archive_new(d->device, path) : NULL;
+        if (archive == NULL)
+            archive = cm__archive_new(d->device, NULL);
+        if (archive == NULL) {
+            status = cm__fail_as(func, CM_ERR_DEVICE,
+                                 "newBinaryArchiveWithDescriptor:error: returned nil for an "
+                                 "empty archive");
+        } else {
+            d->archive = archive;
+            d->archive_path = copy;
+            copy = NULL;
+        }
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    cm__free(copy);
+    return status;
+}
+
+static cm_status cm__kb_pipeline_cache_save(const char *func, cm_device *device) {
+    cm__metal_device *d = cm__mtl_dev(device);
+    pthread_mutex_lock(&d->cache_lock);
+    cm_status status = CM_OK;
+    if (d->archive == NULL) {
+        status = cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                             "the device has no pipeline cache (call "
+                             "cm_device_set_pipeline_cache first)");
+    } else {
+        /* Written beside the file, then renamed over it: a reader (or an
+         * archive mapping the old file) never sees a half-written one. */
+        static atomic_uint counter;
+        const size_t n = strlen(d->archive_path) + 48;
+        char *tmp = cm__alloc(n, 1);
+        if (tmp == NULL) {
+            pthread_mutex_unlock(&d->cache_lock);
+            return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the path");
+        }
+        snprintf(tmp, n, "%s.tmp-%ld-%u", d->archive_path, (long)getpid(),
+                 atomic_fetch_add(&counter, 1));
+        void *pool = cm__objc_pool_push();
+        cm__id text = NULL;
+        status = cm__ns_string_from_utf8(func, tmp, &text);
+        if (status == CM_OK) {
+            cm__id url = cm__msg_fileURLWithPath((cm__id)CM__CLASS(NSURL), text);
+            cm__objc_release(text);
+            cm__id error = NULL;
+            if (url == NULL)
+                status = cm__fail_as(func, CM_ERR_DEVICE, "fileURLWithPath: returned nil for %s",
+                                     tmp);
+            else if (!cm__msg_serializeToURL_error(d->archive, url, &error))
+                status = cm__fail_ns_error(func, CM_ERR_DEVICE, error,
+                                           "cannot write the pipeline cache");
+            else if (rename(tmp, d->archive_path) != 0)
+                status = cm__fail_as(func, CM_ERR_DEVICE, "cannot rename %s to %s: %s", tmp,
+                                     d->archive_path, strerror(errno));
+        }
+        cm__objc_pool_pop(pool);
+        if (status != CM_OK)
+            (void)unlink(tmp);
+        cm__free(tmp);
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    return status;
+}
+
 const cm__kernel_backend cm__metal_kernel_backend = {
     .library_create = cm__kb_library_create,
     .library_load = cm__kb_library_load,
@@ -525,4 +711,6 @@ const cm__kernel_backend cm__metal_kernel_backend = {
     .kernel_create = cm__kb_kernel_create,
     .kernel_release = cm__kb_kernel_release,
     .dispatch = cm__kb_dispatch,
+    .pipeline_cache_set = cm__kb_pipeline_cache_set,
+    .pipeline_cache_save = cm__kb_pipeline_cache_save,
 };

@@ -1,5 +1,8 @@
 /* Loading the Objective-C runtime and the Metal framework, selector and
  * class caches, pools, NSString and NSError. */
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE 1 /* RTLD_DEFAULT, which _POSIX_C_SOURCE hides in <dlfcn.h> */
+#endif
 #include "objc/bridge.h"
 
 #include <dlfcn.h>

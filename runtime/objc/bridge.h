@@ -286,6 +286,22 @@ static inline cm__id cm__send_id_id_idp(cm__id self, cm__sel sel, cm__id a,
     CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__id, cm__id *), self,
                   sel, a, b);
 }
+static inline cm__id cm__send_id_id_uint_idp_idp(cm__id self, cm__sel sel, cm__id a,
+                                                cm__uint b, cm__id *c, cm__id *d) {
+    CM__SEND_BODY(cm__id, self, sel,
+                  (cm__id, cm__sel, cm__id, cm__uint, cm__id *, cm__id *), self, sel,
+                  a, b, c, d);
+}
+static inline cm__id cm__send_id_cptr_uint(cm__id self, cm__sel sel, const void *a,
+                                           cm__uint b) {
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, const void *, cm__uint), self,
+                  sel, a, b);
+}
+static inline bool cm__send_boolean_id_idp(cm__id self, cm__sel sel, cm__id a,
+                                           cm__id *b) {
+    typedef cm__objc_bool (*cm__imp_)(cm__id, cm__sel, cm__id, cm__id *);
+    return ((cm__imp_)CM__OBJC_IMP(self, sel))(self, sel, a, b) != 0;
+}
 static inline cm__id cm__send_id_id(cm__id self, cm__sel sel, cm__id a) {
     CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__id), self, sel, a);
 }

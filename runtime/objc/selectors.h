@@ -44,6 +44,19 @@
     X(newLibraryWithData_error, "newLibraryWithData:error:", id_id_idp)         \
     X(newComputePipelineStateWithFunction_error,                                \
       "newComputePipelineStateWithFunction:error:", id_id_idp)                  \
+    X(newComputePipelineStateWithDescriptor_options_reflection_error,           \
+      "newComputePipelineStateWithDescriptor:options:reflection:error:",        \
+      id_id_uint_idp_idp)                                                       \
+    X(newBinaryArchiveWithDescriptor_error, "newBinaryArchiveWithDescriptor:error:", \
+      id_id_idp)                                                                \
+    /* MTLComputePipelineDescriptor, MTLBinaryArchiveDescriptor */              \
+    X(setComputeFunction, "setComputeFunction:", void_id)                       \
+    X(setBinaryArchives, "setBinaryArchives:", void_id)                         \
+    X(setUrl, "setUrl:", void_id)                                               \
+    /* MTLBinaryArchive */                                                      \
+    X(addComputePipelineFunctionsWithDescriptor_error,                          \
+      "addComputePipelineFunctionsWithDescriptor:error:", boolean_id_idp)       \
+    X(serializeToURL_error, "serializeToURL:error:", boolean_id_idp)            \
     X(supportsFamily, "supportsFamily:", boolean_int)                              \
     /* MTLCompileOptions (alloc, init below) */                                 \
     X(setFastMathEnabled, "setFastMathEnabled:", void_boolean)                  \
@@ -118,6 +131,7 @@
     /* NSArray */                                                               \
     X(count, "count", uint)                                                     \
     X(objectAtIndex, "objectAtIndex:", id_uint)                                 \
+    X(arrayWithObjects_count, "arrayWithObjects:count:", id_cptr_uint)          \
     /* NSObject (alloc is a class method) */                                    \
     X(alloc, "alloc", id)                                                       \
     X(init, "init", id)                                                         \
@@ -132,7 +146,10 @@
     X(NSString, "NSString") \
     X(NSURL, "NSURL")       \
     X(MTLCompileOptions, "MTLCompileOptions") \
-    X(MTLFunctionConstantValues, "MTLFunctionConstantValues")
+    X(MTLFunctionConstantValues, "MTLFunctionConstantValues") \
+    X(MTLComputePipelineDescriptor, "MTLComputePipelineDescriptor") \
+    X(MTLBinaryArchiveDescriptor, "MTLBinaryArchiveDescriptor") \
+    X(NSArray, "NSArray")
 
 /* One macro per signature: CM__SIG_<sig>(M, ident) expands to
  * M(ident, sig, return type, return keyword, (, params), (, args), "text").
@@ -164,6 +181,16 @@
 #define CM__SIG_id_id_idp(M, i)                                              \
     M(i, id_id_idp, cm__id, return, (, cm__id a, cm__id *b), (, a, b),      \
       "(id, id *) -> id")
+#define CM__SIG_id_id_uint_idp_idp(M, i)                                     \
+    M(i, id_id_uint_idp_idp, cm__id, return,                                 \
+      (, cm__id a, cm__uint b, cm__id *c, cm__id *d), (, a, b, c, d),        \
+      "(id, NSUInteger, id *, id *) -> id")
+#define CM__SIG_id_cptr_uint(M, i)                                           \
+    M(i, id_cptr_uint, cm__id, return, (, const void *a, cm__uint b),       \
+      (, a, b), "(const id *, NSUInteger) -> id")
+#define CM__SIG_boolean_id_idp(M, i)                                         \
+    M(i, boolean_id_idp, bool, return, (, cm__id a, cm__id *b), (, a, b),   \
+      "(id, id *) -> BOOL")
 #define CM__SIG_id_id(M, i) \
     M(i, id_id, cm__id, return, (, cm__id a), (, a), "(id) -> id")
 #define CM__SIG_id_uint(M, i) \

@@ -25,6 +25,10 @@ Test(kernel_cpu, every_entry_point_says_to_open_a_metal_device) {
                     .output_count = 1}, &bk),
                 CM_ERR_UNSUPPORTED, "cm_body_kernel_create: the cpu device runs no custom kernels");
     cr_assert_null(bk);
+    EXPECT_FAIL(cm_device_set_pipeline_cache(cpu, "/tmp/cmetal-pipelines"), CM_ERR_UNSUPPORTED,
+                "cm_device_set_pipeline_cache: the cpu device runs no custom kernels");
+    EXPECT_FAIL(cm_device_save_pipeline_cache(cpu), CM_ERR_UNSUPPORTED,
+                "cm_device_save_pipeline_cache: the cpu device runs no custom kernels");
     /* NULL arguments are named before the device is asked. */
     EXPECT_FAIL(cm_library_create(cpu, NULL, &lib), CM_ERR_INVALID_ARGUMENT, "desc = NULL");
     EXPECT_FAIL(cm_library_create(NULL, &(cm_library_desc){.source = ""}, &lib),

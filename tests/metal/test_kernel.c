@@ -1,14 +1,27 @@
 /* Custom kernels (cmetal/kernel.h) on the Metal device (softmetal): full
  * MSL sources with threadgroup memory, barriers and SIMD-group functions,
  * macros, body-only kernels over strided and offset views, DLPack imports,
- * two streams ordered by a fence, the cache, every argument error, and
- * concurrent creation and dispatch. */
+ * two streams ordered by a fence, the cache, every argument error,
+ * concurrent creation and dispatch, and the pipeline cache on disk across
+ * processes. */
+#define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE 1 /* mkdtemp beside _XOPEN_SOURCE */
+#endif
+#define _DEFAULT_SOURCE
 #include <cmetal/cmetal.h>
 
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "softmetal_hooks.h"
@@ -785,4 +798,251 @@ Test(kernel, function_constants_specialise_one_source) {
     cm_kernel_release(without);
     cm_library_release(lib);
     cm_device_release(d);
+}
+
+/* ------------------------------------------------------------ pipeline cache on disk */
+
+/* What one start of a program saw (sent from its process through a pipe). */
+typedef struct start_result {
+    int failed_at;         /* 0, or the step that failed */
+    cm_status set_status;  /* of cm_device_set_pipeline_cache */
+    cm_status save_status; /* of cm_device_save_pipeline_cache */
+    long compiles;         /* softmetal compiler runs during the start */
+    long restores;         /* compiled kernels taken from the archive */
+    float y[64], z[64];
+    char error[256];
+} start_result;
+
+static const char scale_source[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void scale(const device float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
+    "                  uint i [[thread_position_in_grid]]) { y[i] = 2.0f * x[i] + 1.0f; }\n";
+
+/* The program: open the device, opt into the pipeline cache at `archive`
+ * (unless NULL), compile scale_source, make its kernel, run it and a body
+ * kernel (a second library), save. */
+static void one_start(const char *archive, start_result *r) {
+    struct softmetal_stats before, after;
+    cm_device *d = NULL;
+    cm_library *lib = NULL;
+    cm_kernel *k = NULL;
+    cm_tensor *x = NULL, *y = NULL, *z = NULL;
+    cm_body_kernel *bk = NULL;
+    if (cm_device_open(CM_DEVICE_METAL, 0, &d) != CM_OK) {
+        r->failed_at = 1;
+        goto out;
+    }
+    if (archive != NULL && (r->set_status = cm_device_set_pipeline_cache(d, archive)) != CM_OK) {
+        r->failed_at = 2;
+        goto out;
+    }
+    sm_stats(&before);
+    const int64_t n = 64;
+    if (cm_library_create(d, &(cm_library_desc){.source = scale_source}, &lib) != CM_OK ||
+        cm_kernel_create(lib, &(cm_kernel_desc){.name = "scale"}, &k) != CM_OK) {
+        r->failed_at = 3;
+        goto out;
+    }
+    float *px = NULL;
+    const float *py = NULL;
+    if (cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &x) ||
+        cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &y) ||
+        cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &z) ||
+        cm_tensor_host_write(x, CM_FLOAT32, (void **)&px)) {
+        r->failed_at = 4;
+        goto out;
+    }
+    for (int i = 0; i < n; ++i)
+        px[i] = (float)i;
+    const cm_kernel_arg args[] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                  {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}};
+    if (cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){.args = args, .arg_count = 2,
+                                                         .grid = {(uint64_t)n}}) != CM_OK ||
+        cm_tensor_host_read(y, CM_FLOAT32, (const void **)&py) != CM_OK) {
+        r->failed_at = 5;
+        goto out;
+    }
+    memcpy(r->y, py, sizeof r->y);
+    const float *pz = NULL;
+    if (cm_body_kernel_create(d, &(cm_body_kernel_desc){
+            .name = "add_xy", .input_names = (const char *[]){"x", "y"}, .input_count = 2,
+            .output_names = (const char *[]){"z"}, .output_count = 1,
+            .body = "uint i = thread_position_in_grid.x; z[i] = x[i] + y[i];"}, &bk) != CM_OK ||
+        cm_body_kernel_dispatch(bk, NULL, &(cm_body_dispatch_desc){
+            .inputs = (const cm_tensor *[]){x, y}, .outputs = (cm_tensor *[]){z},
+            .grid = {(uint64_t)n}}) != CM_OK ||
+        cm_tensor_host_read(z, CM_FLOAT32, (const void **)&pz) != CM_OK) {
+        r->failed_at = 6;
+        goto out;
+    }
+    memcpy(r->z, pz, sizeof r->z);
+    sm_stats(&after);
+    r->compiles = after.kernel_compiles - before.kernel_compiles;
+    r->restores = after.archive_restores - before.archive_restores;
+    if (archive != NULL)
+        r->save_status = cm_device_save_pipeline_cache(d);
+out:
+    if (r->failed_at != 0 || r->save_status != CM_OK)
+        snprintf(r->error, sizeof r->error, "%s", cm_last_error());
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_tensor_release(z);
+    cm_body_kernel_release(bk);
+    cm_kernel_release(k);
+    cm_library_release(lib);
+    cm_device_release(d);
+}
+
+/* Runs one_start in a new process whose softmetal kernel cache is the new,
+ * empty directory `kernel_cache`: nothing compiled before is on disk but
+ * what the pipeline cache file holds. */
+static start_result start_program(const char *archive, const char *kernel_cache) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(fds[0]);
+        start_result r = {0};
+        if (mkdir(kernel_cache, 0700) != 0 || setenv("SOFTMETAL_CACHE_DIR", kernel_cache, 1) != 0)
+            r.failed_at = 9;
+        else
+            one_start(archive, &r);
+        const ssize_t w = write(fds[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    start_result r;
+    size_t got = 0;
+    while (got < sizeof r) {
+        const ssize_t n = read(fds[0], (char *)&r + got, sizeof r - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the program's process failed");
+    cr_assert_eq(got, sizeof r);
+    cr_assert_eq(r.failed_at, 0, "the program failed at step %d: %s", r.failed_at, r.error);
+    for (int i = 0; i < 64; ++i)
+        cr_assert(r.y[i] == 2.0f * (float)i + 1.0f && r.z[i] == 3.0f * (float)i + 1.0f,
+                  "y[%d] = %g, z[%d] = %g", i, r.y[i], i, r.z[i]);
+    return r;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+typedef struct scratch {
+    char root[64], archive[128], cache[4][128];
+} scratch;
+
+static void scratch_make(scratch *s) {
+    snprintf(s->root, sizeof s->root, "/tmp/cm-pipeline-cache-XXXXXX");
+    cr_assert_not_null(mkdtemp(s->root));
+    snprintf(s->archive, sizeof s->archive, "%s/pipelines.bin", s->root);
+    for (int i = 0; i < 4; ++i)
+        snprintf(s->cache[i], sizeof s->cache[i], "%s/kernels-%d", s->root, i);
+}
+
+static void scratch_remove(scratch *s) {
+    nftw(s->root, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+Test(kernel, the_second_start_with_a_pipeline_cache_compiles_nothing) {
+    scratch s;
+    scratch_make(&s);
+    /* Control: a fresh kernel cache and no pipeline cache compile. */
+    start_result plain = start_program(NULL, s.cache[0]);
+    cr_assert_geq(plain.compiles, 1, "a start with an empty kernel cache compiles");
+    start_result cold = start_program(s.archive, s.cache[1]);
+    cr_assert_eq(cold.set_status, CM_OK, "a missing file is an empty cache");
+    cr_assert_eq(cold.compiles, 2, "the first start compiles two libraries");
+    cr_assert_eq(cold.save_status, CM_OK, "%s", cold.error);
+    cr_assert_eq(access(s.archive, R_OK), 0, "the save wrote %s", s.archive);
+    start_result warm = start_program(s.archive, s.cache[2]);
+    cr_assert_eq(warm.set_status, CM_OK);
+    cr_assert_eq(warm.compiles, 0, "the second start ran the compiler %ld times", warm.compiles);
+    cr_assert_eq(warm.restores, 2, "both libraries came from the pipeline cache");
+    cr_assert_eq(warm.save_status, CM_OK, "%s", warm.error);
+    scratch_remove(&s);
+}
+
+static void write_bytes(const char *path, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, n, f), n);
+    cr_assert_eq(fclose(f), 0);
+}
+
+Test(kernel, a_corrupt_or_truncated_pipeline_cache_falls_back_to_compiling) {
+    scratch s;
+    scratch_make(&s);
+    write_bytes(s.archive, "SMBINARC this is not an archive", 31);
+    start_result r = start_program(s.archive, s.cache[0]);
+    cr_assert_eq(r.set_status, CM_OK, "a corrupt file is ignored");
+    cr_assert_geq(r.compiles, 1, "and everything compiles");
+    cr_assert_eq(r.restores, 0);
+    cr_assert_eq(r.save_status, CM_OK, "the save replaces the corrupt file: %s", r.error);
+    /* The replaced file is good; the same file cut short is not. */
+    FILE *f = fopen(s.archive, "rb");
+    cr_assert_not_null(f);
+    static unsigned char bytes[1 << 22];
+    const size_t n = fread(bytes, 1, sizeof bytes, f);
+    fclose(f);
+    cr_assert(n > 100 && n < sizeof bytes, "archive of %zu bytes", n);
+    write_bytes(s.archive, bytes, n - 1);
+    r = start_program(s.archive, s.cache[1]);
+    cr_assert_eq(r.set_status, CM_OK);
+    cr_assert_geq(r.compiles, 1, "a truncated file compiles");
+    cr_assert_eq(r.restores, 0);
+    write_bytes(s.archive, bytes, n);
+    bytes[n / 2] ^= 0x40; /* one bit of the code */
+    write_bytes(s.archive, bytes, n);
+    r = start_program(s.archive, s.cache[2]);
+    cr_assert_geq(r.compiles, 1, "a file with a flipped bit compiles");
+    cr_assert_eq(r.restores, 0);
+    /* A good file that others may write holds code nobody vouches for. */
+    bytes[n / 2] ^= 0x40;
+    write_bytes(s.archive, bytes, n);
+    cr_assert_eq(chmod(s.archive, 0666), 0);
+    r = start_program(s.archive, s.cache[3]);
+    cr_assert_geq(r.compiles, 1, "a file writable by others is not used");
+    cr_assert_eq(r.restores, 0);
+    scratch_remove(&s);
+}
+
+Test(kernel, pipeline_cache_errors_name_the_path_and_save_reports_io_errors) {
+    scratch s;
+    scratch_make(&s);
+    cm_device *d = metal();
+    char path[256];
+    snprintf(path, sizeof path, "%s/no-such-dir/pipelines.bin", s.root);
+    EXPECT_FAIL(cm_device_set_pipeline_cache(d, path), CM_ERR_INVALID_ARGUMENT, "no-such-dir");
+    EXPECT_FAIL(cm_device_set_pipeline_cache(d, path), CM_ERR_INVALID_ARGUMENT,
+                "No such file or directory (create it first)");
+    EXPECT_FAIL(cm_device_set_pipeline_cache(d, s.root), CM_ERR_INVALID_ARGUMENT, "is a directory");
+    EXPECT_FAIL(cm_device_set_pipeline_cache(d, NULL), CM_ERR_INVALID_ARGUMENT, "path = NULL");
+    EXPECT_FAIL(cm_device_set_pipeline_cache(d, ""), CM_ERR_INVALID_ARGUMENT, "path = \"\"");
+    EXPECT_FAIL(cm_device_save_pipeline_cache(d), CM_ERR_INVALID_ARGUMENT,
+                "the device has no pipeline cache");
+    EXPECT_FAIL(cm_device_save_pipeline_cache(NULL), CM_ERR_INVALID_ARGUMENT, "device = NULL");
+    /* A directory removed after the cache was set: the save says why. */
+    char dir[192];
+    snprintf(dir, sizeof dir, "%s/gone", s.root);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/pipelines.bin", dir);
+    CHECK(cm_device_set_pipeline_cache(d, path));
+    EXPECT_FAIL(cm_device_set_pipeline_cache(d, s.archive), CM_ERR_INVALID_ARGUMENT,
+                "already has the pipeline cache");
+    cr_assert_eq(rmdir(dir), 0);
+    EXPECT_FAIL(cm_device_save_pipeline_cache(d), CM_ERR_DEVICE, "No such file or directory");
+    cr_assert_neq(access(path, F_OK), 0);
+    cm_device_release(d);
+    scratch_remove(&s);
 }

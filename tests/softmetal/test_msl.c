@@ -857,6 +857,68 @@ Test(msl, second_compile_of_a_source_hits_the_cache) {
   sm_release(again);
 }
 
+/* MTLBinaryArchive: FailOnBinaryArchiveMiss fails until the pipeline's
+ * functions are added; a serialized archive loads again; anything else in
+ * the file is InvalidFile. */
+Test(msl, binary_archives_hold_pipelines_and_refuse_other_files) {
+  /* SEND0 evaluates its receiver twice: alloc first, then init. */
+  id adesc = SEND0(id, (id)objc_getClass("MTLBinaryArchiveDescriptor"), "alloc");
+  adesc = SEND0(id, adesc, "init");
+  id error = 0;
+  id archive = SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:", adesc,
+                    &error);
+  cr_assert_not_null(archive, "%s", sm_error_text(error));
+  id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("add"));
+  id pdesc = SEND0(id, (id)objc_getClass("MTLComputePipelineDescriptor"), "alloc");
+  pdesc = SEND0(id, pdesc, "init");
+  SEND(void, (id, SEL, id), pdesc, "setComputeFunction:", fn);
+  id archives = SEND(id, (id, SEL, const id *, NSUInteger), (id)objc_getClass("NSArray"),
+                     "arrayWithObjects:count:", &archive, 1ul);
+  SEND(void, (id, SEL, id), pdesc, "setBinaryArchives:", archives);
+  const char *make = "newComputePipelineStateWithDescriptor:options:reflection:error:";
+  error = 0;
+  cr_assert_null(SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev, make, pdesc, 4ul, NULL,
+                      &error), "FailOnBinaryArchiveMiss before the functions are added");
+  cr_assert(strstr(sm_error_text(error), "no binary archive"), "%s", sm_error_text(error));
+  id p = SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev, make, pdesc, 0ul, NULL, &error);
+  cr_assert_not_null(p, "without the option the pipeline is compiled");
+  sm_release(p);
+  cr_assert(SEND(BOOL, (id, SEL, id, id *), archive,
+                 "addComputePipelineFunctionsWithDescriptor:error:", pdesc, &error),
+            "%s", sm_error_text(error));
+  p = SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev, make, pdesc, 4ul, NULL, &error);
+  cr_assert_not_null(p, "%s", sm_error_text(error));
+  cr_assert_eq(sm_u(p, "threadExecutionWidth"), 32);
+  sm_release(p);
+
+  char path[] = "/tmp/sm-archive-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  id url = SEND(id, (id, SEL, id), (id)objc_getClass("NSURL"), "fileURLWithPath:", sm_str(path));
+  cr_assert(SEND(BOOL, (id, SEL, id, id *), archive, "serializeToURL:error:", url, &error),
+            "%s", sm_error_text(error));
+  SEND(void, (id, SEL, id), adesc, "setUrl:", url);
+  id loaded = SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:", adesc,
+                   &error);
+  cr_assert_not_null(loaded, "%s", sm_error_text(error));
+  sm_release(loaded);
+  FILE *f = fopen(path, "r+b");
+  cr_assert_not_null(f);
+  fputs("SMBINARX", f);
+  fclose(f);
+  error = 0;
+  cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:",
+                      adesc, &error));
+  cr_assert_eq(SEND0(NSInteger, error, "code"), 1, "MTLBinaryArchiveErrorInvalidFile");
+  cr_assert_str_eq(sm_utf8(SEND0(id, error, "domain")), "MTLBinaryArchiveDomain");
+  unlink(path);
+  sm_release(pdesc);
+  sm_release(fn);
+  sm_release(archive);
+  sm_release(adesc);
+}
+
 Test(msl, encoding_errors_fail_the_command_buffer) {
   id buf = buffer(64);
   id p = pipeline("add");

@@ -2,13 +2,15 @@
  * threads compile the same and different sources at once, make kernels,
  * share one body kernel whose variants they create concurrently, and
  * dispatch on their own streams and on the default one while cmetal's ops
- * (which use the same cache) run too. Plain program; ctest runs it,
+ * (which use the same cache) run too, with a pipeline cache on disk that
+ * threads save while others record pipelines in it. Plain program; ctest runs it,
  * tools/ci/stage-35-tsan.sh runs it under ThreadSanitizer. */
 #include <cmetal/cmetal.h>
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define THREADS 4
 #define ROUNDS 12
@@ -85,6 +87,8 @@ static void *worker(void *p) {
         cm_tensor_release(z);
         cm_tensor_release(y);
         cm_kernel_release(k);
+        if (r % 4 == me % 4)
+            REQUIRE(cm_device_save_pipeline_cache(device) == CM_OK);
     }
     cm_stream_release(stream);
     return NULL;
@@ -95,6 +99,9 @@ int main(void) {
         printf("stress_kernel: no Metal device (%s); skipped\n", cm_last_error());
         return 0;
     }
+    char archive[64];
+    snprintf(archive, sizeof archive, "/tmp/stress-kernel-%d.pipelines", (int)getpid());
+    REQUIRE(cm_device_set_pipeline_cache(device, archive) == CM_OK);
     REQUIRE(cm_body_kernel_create(device, &(cm_body_kernel_desc){
                 .name = "halve", .input_names = (const char *[]){"y"}, .input_count = 1,
                 .output_names = (const char *[]){"z"}, .output_count = 1,
@@ -107,7 +114,9 @@ int main(void) {
         pthread_join(th[i], NULL);
     cm_body_kernel_release(shared_body);
     REQUIRE(cm_device_synchronize(device) == CM_OK);
+    REQUIRE(cm_device_save_pipeline_cache(device) == CM_OK);
     cm_device_release(device);
+    unlink(archive);
     printf("stress_kernel: %d threads x %d rounds clean\n", THREADS, ROUNDS);
     return 0;
 }

@@ -1,14 +1,22 @@
 /* Metal figures of cmetal-bench: what our runtime costs around the GPU.
  * On softmetal (Linux) they characterise cmetal's overhead on a software
  * Metal, not Apple hardware; the output says so. No timing is asserted. */
+#define _XOPEN_SOURCE 700 /* mkdtemp, nftw */
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE 1 /* mkdtemp beside _XOPEN_SOURCE */
+#endif
 #include "bench_metal.h"
 
 #include <cmetal/cmetal.h>
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static double bm_now(void) {
     struct timespec ts;
@@ -132,6 +140,89 @@ static void bm_start(double *cold, double *warm, double *cached) {
     }
 }
 
+/* Seconds of the parts of one program start (see bm_program_starts). */
+typedef struct bm_start_parts {
+    double open, set_cache, library, kernel, save, total;
+} bm_start_parts;
+
+/* One program start in this (new) process: open the device, opt into the
+ * pipeline cache `archive`, make a library and kernel, save the cache. */
+static bm_start_parts bm_one_start(const char *archive, const char *source) {
+    bm_start_parts p;
+    const double t0 = bm_now();
+    cm_device *dev = NULL;
+    BM_TRY(cm_device_open(CM_DEVICE_METAL, 0, &dev));
+    const double t1 = bm_now();
+    BM_TRY(cm_device_set_pipeline_cache(dev, archive));
+    const double t2 = bm_now();
+    cm_library *lib = NULL;
+    cm_kernel *k = NULL;
+    BM_TRY(cm_library_create(dev, &(cm_library_desc){.source = source}, &lib));
+    const double t3 = bm_now();
+    BM_TRY(cm_kernel_create(lib, &(cm_kernel_desc){.name = "nonce"}, &k));
+    const double t4 = bm_now();
+    BM_TRY(cm_device_save_pipeline_cache(dev));
+    const double t5 = bm_now();
+    p = (bm_start_parts){t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0};
+    cm_kernel_release(k);
+    cm_library_release(lib);
+    cm_device_release(dev);
+    return p;
+}
+
+static int bm_remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* The cold and warm start of a program with a pipeline cache on disk, each
+ * in a new process (fork) whose softmetal kernel cache is a new, empty
+ * directory (SOFTMETAL_CACHE_DIR), so that only the pipeline cache file
+ * carries compiled code from the first start to the second. On a Mac the
+ * variable does nothing and the OS's own shader cache is not emptied. */
+static void bm_program_starts(bm_start_parts *cold, bm_start_parts *warm) {
+    char root[] = "/tmp/cmetal-bench-XXXXXX";
+    if (mkdtemp(root) == NULL) {
+        perror("cmetal-bench: mkdtemp");
+        exit(1);
+    }
+    char archive[64], source[512];
+    snprintf(archive, sizeof archive, "%s/pipelines.bin", root);
+    snprintf(source, sizeof source,
+             "// bench start nonce %.9f\n"
+             "kernel void nonce(device float *y [[buffer(0)]], uint i [[thread_position_in_grid]])"
+             " { y[i] = float(i); }\n", bm_now());
+    bm_start_parts *out[2] = {cold, warm};
+    for (int pass = 0; pass < 2; ++pass) {
+        char cache[64];
+        snprintf(cache, sizeof cache, "%s/kernels-%d", root, pass);
+        int fds[2];
+        if (mkdir(cache, 0700) != 0 || pipe(fds) != 0) {
+            perror("cmetal-bench: program start");
+            exit(1);
+        }
+        fflush(stdout);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            setenv("SOFTMETAL_CACHE_DIR", cache, 1);
+            const bm_start_parts p = bm_one_start(archive, source);
+            _exit(write(fds[1], &p, sizeof p) == (ssize_t)sizeof p ? 0 : 1);
+        }
+        close(fds[1]);
+        const ssize_t got = pid > 0 ? read(fds[0], out[pass], sizeof *out[pass]) : -1;
+        close(fds[0]);
+        int status = 1;
+        if (pid > 0)
+            waitpid(pid, &status, 0);
+        if (got != (ssize_t)sizeof *out[pass] || status != 0) {
+            fprintf(stderr, "cmetal-bench: the program start in a child process failed\n");
+            exit(1);
+        }
+    }
+    nftw(root, bm_remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 static double bm_alloc(cm_device *dev, cm_storage_mode storage, size_t size, int reps) {
     const double t0 = bm_now();
     for (int i = 0; i < reps; ++i) {
@@ -173,6 +264,11 @@ static double bm_copy_once(void *p) {
 
 int bench_metal(bool json, long mib, int reps) {
     double start_cold, start_warm, start_cached;
+    /* First, so that the children start as new processes would: nothing
+     * loaded, nothing compiled (softmetal keeps its compiler's identity per
+     * process). */
+    bm_start_parts prog_cold, prog_warm;
+    bm_program_starts(&prog_cold, &prog_warm);
     bm_start(&start_cold, &start_warm, &start_cached); /* before any device is held */
     cm_device *dev = NULL;
     BM_TRY(cm_device_open(CM_DEVICE_METAL, 0, &dev));
@@ -215,6 +311,21 @@ int bench_metal(bool json, long mib, int reps) {
          "same source, new device, same process: the framework's kernel cache"},
         {"kernel start, cached", start_cached * 1e6, "us", "same device: cmetal's cache"},
         {"cold / warm start", start_cold / start_warm, "x", ""},
+        {"program start, cold", prog_cold.total * 1e3, "ms",
+         "new process, empty kernel cache, no pipeline cache file: compiles"},
+        {"program start, warm", prog_warm.total * 1e3, "ms",
+         "new process, empty kernel cache, the pipeline cache file of the cold start"},
+        {"cold / warm program start", prog_cold.total / prog_warm.total, "x", ""},
+        {"  cold: device open", prog_cold.open * 1e3, "ms", ""},
+        {"  cold: library create", prog_cold.library * 1e3, "ms", "the compile"},
+        {"  cold: pipeline cache save", prog_cold.save * 1e3, "ms", ""},
+        {"  warm: device open", prog_warm.open * 1e3, "ms", ""},
+        {"  warm: pipeline cache load", prog_warm.set_cache * 1e3, "ms",
+         "cm_device_set_pipeline_cache"},
+        {"  warm: library create", prog_warm.library * 1e3, "ms",
+         "code from the archive: compiler identity, write, dlopen"},
+        {"  warm: kernel create", prog_warm.kernel * 1e3, "ms", ""},
+        {"  warm: pipeline cache save", prog_warm.save * 1e3, "ms", "rewrites the file"},
         {"buffer create+release, 1 MiB shared", bm_alloc(dev, CM_STORAGE_SHARED, 1 << 20, 200) * 1e6,
          "us", ""},
         {"buffer create+release, 1 MiB private",

@@ -1,6 +1,8 @@
 /* softmetal's library container: what newLibraryWithData:error: loads in
  * place of Apple's .metallib (which holds GPU code that cannot run on the
- * CPU), plus the libdispatch data objects that carry it.
+ * CPU), plus the libdispatch data objects that carry it; and binary
+ * archives (MTLBinaryArchive), with NSURL and the pipeline descriptor
+ * they need (at the end of this file).
  *
  * Container (little-endian), written by softmetal-metallib:
  *   bytes 0..7   "SMMTLLIB"
@@ -15,8 +17,13 @@
  * second load cheap). Anything else gives nil and an NSError. */
 #include "sm_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum { HEADER_SIZE = 32, FORMAT_VERSION = 1 };
 static const char magic[8] = {'S', 'M', 'M', 'T', 'L', 'L', 'I', 'B'};
@@ -122,11 +129,509 @@ static id device_new_library_data(id self, SEL cmd, id data, id *error) {
   return library;
 }
 
+/* ------------------------------------------------------------- NSURL */
+/* File URLs only: what fileURLWithPath: makes. */
+typedef struct {
+  sm_obj hdr;
+  id path; /* NSString */
+} sm_url;
+
+static void url_destroy(sm_obj *o) { sm__release(((sm_url *)o)->path); }
+static sm_class url_class = {"NSURL", sizeof(sm_url), url_destroy, Nil, 0};
+
+static id url_file_with_path(id self, SEL cmd, id path) {
+  (void)self;
+  if (!sm__is(path, &sm__string_class))
+    sm__fatal("+[NSURL %s]: path is %s, not an NSString", sel_getName(cmd),
+              path ? object_getClassName(path) : "nil");
+  sm_url *u = sm__new(&url_class);
+  if (!u) return nil;
+  u->path = sm__retain(path);
+  return sm__autorelease((id)u);
+}
+static id url_path(id self, SEL cmd) { (void)cmd; return ((sm_url *)self)->path; }
+
+static id array_with_objects(id self, SEL cmd, const id *objects, NSUInteger count) {
+  (void)self;
+  for (NSUInteger i = 0; i < count; i++)
+    if (objects[i] == nil) sm__fatal("+[NSArray %s]: objects[%lu] is nil", sel_getName(cmd), i);
+  return sm__autorelease(sm__array((id *)objects, count));
+}
+
+/* ------------------------------------------------------------- binary archives */
+/* An archive holds, for each library whose pipelines were added, the shared
+ * object softmetal's compile made of it, under the kernel cache's key (the
+ * source, the math mode, the compiler's identity and this softmetal's
+ * build), and the compiler's --version output that key is made of (so
+ * that a new kernel cache need not run the compiler to learn it). softmetal compiles a whole library at once, so where Metal takes
+ * a pipeline's GPU code from the archive, softmetal takes the library's:
+ * while an archive that holds a library's code is alive in the process,
+ * newLibraryWithSource:options:error: finds it (sm__archive_restore) and
+ * runs no compiler. A library of another compiler or build has another key
+ * and is compiled, as Metal recompiles for another GPU or OS.
+ *
+ * File (little-endian):
+ *   bytes 0..7  "SMBINARC"
+ *   u32         format version, 1
+ *   u32         entry count
+ *   entries     u64 key, u32 kind (0 code, 1 compiler identity), u32 0,
+ *               u64 size, size bytes (a shared object; --version text)
+ *   u64         FNV-1a of every byte before it
+ * Anything else, or a checksum that does not match: nil and an NSError
+ * (MTLBinaryArchiveErrorInvalidFile). The file holds code that softmetal
+ * loads, so, as the kernel cache, one owned by another user or writable by
+ * group or others is refused the same way. */
+#define ARCHIVE_ERROR_DOMAIN "MTLBinaryArchiveDomain"
+enum { ARCHIVE_ERROR_INVALID_FILE = 1, ARCHIVE_ERROR_COMPILATION_FAILURE = 3,
+       ARCHIVE_ERROR_INTERNAL = 4, ARCHIVE_VERSION = 1, ARCHIVE_MAX_ENTRIES = 4096 };
+enum { PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS = 4 }; /* MTLPipelineOption */
+static const char archive_magic[8] = {'S', 'M', 'B', 'I', 'N', 'A', 'R', 'C'};
+
+typedef struct {
+  uint64_t key;
+  uint32_t kind;
+  unsigned char *code;
+  size_t size;
+} archive_entry;
+
+typedef struct sm_archive {
+  sm_obj hdr;
+  id device;
+  archive_entry *e;
+  size_t n;
+  struct sm_archive *next; /* archives alive in the process */
+} sm_archive;
+
+/* Guards every archive's entries and the list of live archives. */
+static pthread_mutex_t g_archive_lock = PTHREAD_MUTEX_INITIALIZER;
+static sm_archive *g_archives;
+
+static void archive_destroy(sm_obj *o) {
+  sm_archive *a = (sm_archive *)o;
+  pthread_mutex_lock(&g_archive_lock);
+  for (sm_archive **p = &g_archives; *p; p = &(*p)->next)
+    if (*p == a) {
+      *p = a->next;
+      break;
+    }
+  pthread_mutex_unlock(&g_archive_lock);
+  for (size_t i = 0; i < a->n; i++) free(a->e[i].code);
+  free(a->e);
+  sm__release(a->device);
+}
+static sm_class archive_class = {"SMBinaryArchive", sizeof(sm_archive), archive_destroy, Nil, 0};
+
+typedef struct {
+  sm_obj hdr;
+  id url;
+} sm_archive_desc;
+static void archive_desc_destroy(sm_obj *o) { sm__release(((sm_archive_desc *)o)->url); }
+static sm_class archive_desc_class = {"MTLBinaryArchiveDescriptor", sizeof(sm_archive_desc),
+                                      archive_desc_destroy, Nil, 0};
+
+typedef struct {
+  sm_obj hdr;
+  id function;
+  id archives; /* NSArray of archives, or nil */
+} sm_pipeline_desc;
+static void pipeline_desc_destroy(sm_obj *o) {
+  sm_pipeline_desc *d = (sm_pipeline_desc *)o;
+  sm__release(d->function);
+  sm__release(d->archives);
+}
+static sm_class pipeline_desc_class = {"MTLComputePipelineDescriptor", sizeof(sm_pipeline_desc),
+                                       pipeline_desc_destroy, Nil, 0};
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+static const uint64_t FNV_BASIS = 0xcbf29ce484222325ull;
+
+static void put_u32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+  put_u32(p, (uint32_t)v);
+  put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static void set_error(id *error, id e) {
+  if (error) *error = sm__autorelease(e);
+  else sm__release(e);
+}
+
+/* Reads a whole file; NULL with errno set on failure. */
+static unsigned char *read_all(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  unsigned char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n == cap) {
+      size_t ncap = cap ? cap * 2 : 65536;
+      unsigned char *p = realloc(buf, ncap);
+      if (!p) {
+        free(buf);
+        fclose(f);
+        errno = ENOMEM;
+        return NULL;
+      }
+      buf = p;
+      cap = ncap;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(buf);
+    errno = EIO;
+    return NULL;
+  }
+  *size = n;
+  return buf;
+}
+
+/* Writes bytes to path through a new file renamed over it. */
+static bool write_atomic(const char *path, const void *bytes, size_t n) {
+  static atomic_uint counter;
+  size_t len = strlen(path) + 64;
+  char *tmp = malloc(len);
+  if (!tmp) return false;
+  snprintf(tmp, len, "%s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&counter, 1));
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  if (!f) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    free(tmp);
+    errno = e;
+    return false;
+  }
+  bool ok = fwrite(bytes, 1, n, f) == n;
+  ok = fclose(f) == 0 && ok;
+  int e = errno;
+  if (ok) ok = rename(tmp, path) == 0;
+  if (!ok) {
+    e = errno ? errno : e;
+    unlink(tmp);
+  }
+  free(tmp);
+  errno = e;
+  return ok;
+}
+
+/* Parses the file's bytes into a's entries; false for anything malformed. */
+static bool archive_parse(sm_archive *a, const unsigned char *p, size_t size) {
+  if (size < 24 || memcmp(p, archive_magic, 8) != 0 || read_u32(p + 8) != ARCHIVE_VERSION)
+    return false;
+  if (read_u64(p + size - 8) != fnv1a(FNV_BASIS, p, size - 8)) return false;
+  uint32_t count = read_u32(p + 12);
+  if (count > ARCHIVE_MAX_ENTRIES) return false;
+  size_t at = 16, end = size - 8;
+  a->e = calloc(count ? count : 1, sizeof *a->e);
+  if (!a->e) return false;
+  for (uint32_t i = 0; i < count; i++) {
+    if (end - at < 24) return false;
+    uint64_t key = read_u64(p + at), n = read_u64(p + at + 16);
+    uint32_t kind = read_u32(p + at + 8);
+    at += 24;
+    if (kind > SM_ARCHIVE_COMPILER || read_u32(p + at - 12) != 0 || n == 0 || n > end - at)
+      return false;
+    unsigned char *code = malloc((size_t)n);
+    if (!code) return false;
+    memcpy(code, p + at, (size_t)n);
+    a->e[a->n++] = (archive_entry){key, kind, code, (size_t)n};
+    at += (size_t)n;
+  }
+  return at == end;
+}
+
+static id device_new_archive(id self, SEL cmd, id descriptor, id *error) {
+  const char *sel = sel_getName(cmd);
+  if (!sm__is(descriptor, &archive_desc_class))
+    sm__fatal("-[SMDevice %s]: descriptor is %s, not an MTLBinaryArchiveDescriptor", sel,
+              descriptor ? object_getClassName(descriptor) : "nil");
+  sm_archive *a = sm__new(&archive_class);
+  if (!a) return nil;
+  a->device = sm__retain(self);
+  id url = ((sm_archive_desc *)descriptor)->url;
+  if (url) {
+    const char *path = sm__string_utf8(((sm_url *)url)->path);
+    struct stat st;
+    const char *unsafe = stat(path, &st) != 0           ? NULL
+                         : st.st_uid != geteuid()      ? "is owned by another user"
+                         : (st.st_mode & 022) != 0     ? "is writable by group or others"
+                                                       : NULL;
+    size_t size = 0;
+    unsigned char *bytes = unsafe ? NULL : read_all(path, &size);
+    bool ok = bytes && archive_parse(a, bytes, size);
+    int e = errno;
+    free(bytes);
+    if (!ok) {
+      set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_INVALID_FILE,
+                                 "%s: %s: %s", sel, path,
+                                 unsafe ? unsafe
+                                 : bytes || size ? "not a softmetal binary archive (bad header, "
+                                                   "checksum or entries)"
+                                                 : strerror(e)));
+      sm__release((id)a);
+      return nil;
+    }
+  }
+  pthread_mutex_lock(&g_archive_lock);
+  a->next = g_archives;
+  g_archives = a;
+  pthread_mutex_unlock(&g_archive_lock);
+  return (id)a;
+}
+
+bool sm__archive_restore(uint32_t kind, uint64_t key, const char *path) {
+  bool done = false;
+  pthread_mutex_lock(&g_archive_lock);
+  for (sm_archive *a = g_archives; a && !done; a = a->next)
+    for (size_t i = 0; i < a->n && !done; i++)
+      if (a->e[i].key == key && a->e[i].kind == kind) {
+        done = write_atomic(path, a->e[i].code, a->e[i].size);
+        if (done && kind == SM_ARCHIVE_CODE) atomic_fetch_add(&sm__archive_restores, 1);
+      }
+  pthread_mutex_unlock(&g_archive_lock);
+  return done;
+}
+
+static bool archive_has(sm_archive *a, uint32_t kind, uint64_t key) {
+  for (size_t i = 0; i < a->n; i++)
+    if (a->e[i].key == key && a->e[i].kind == kind) return true;
+  return false;
+}
+
+/* Adds the file of kind and key at path unless the archive has it. */
+static bool archive_add_file(sm_archive *a, uint32_t kind, uint64_t key, const char *path,
+                             const char *sel, id *error) {
+  pthread_mutex_lock(&g_archive_lock);
+  bool have = archive_has(a, kind, key);
+  pthread_mutex_unlock(&g_archive_lock);
+  if (have) return true;
+  size_t size = 0;
+  unsigned char *code = read_all(path, &size);
+  if (!code || size == 0) {
+    int e = errno;
+    free(code);
+    set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_COMPILATION_FAILURE,
+                               "%s: cannot read %s (%s)", sel, path, code ? "empty" : strerror(e)));
+    return false;
+  }
+  pthread_mutex_lock(&g_archive_lock);
+  archive_entry *e = archive_has(a, kind, key) || a->n >= ARCHIVE_MAX_ENTRIES
+                         ? NULL
+                         : realloc(a->e, (a->n + 1) * sizeof *a->e);
+  if (e) {
+    a->e = e;
+    a->e[a->n++] = (archive_entry){key, kind, code, size};
+    code = NULL;
+  }
+  pthread_mutex_unlock(&g_archive_lock);
+  free(code);
+  return true;
+}
+
+static NSUInteger array_n(id array) {
+  return ((NSUInteger(*)(id, SEL))(void (*)(void))sm__lookup(array, "count"))(
+      array, sel_registerName("count"));
+}
+static id array_at(id array, NSUInteger i) {
+  return ((id(*)(id, SEL, NSUInteger))(void (*)(void))sm__lookup(array, "objectAtIndex:"))(
+      array, sel_registerName("objectAtIndex:"), i);
+}
+
+static sm_pipeline_desc *pipeline_desc(id o, const char *cls, const char *sel) {
+  if (!sm__is(o, &pipeline_desc_class))
+    sm__fatal("-[%s %s]: descriptor is %s, not an MTLComputePipelineDescriptor", cls, sel,
+              o ? object_getClassName(o) : "nil");
+  sm_pipeline_desc *d = (sm_pipeline_desc *)o;
+  if (!d->function)
+    sm__fatal("-[%s %s]: the descriptor has no computeFunction", cls, sel);
+  return d;
+}
+
+static BOOL archive_add_compute(id self, SEL cmd, id descriptor, id *error) {
+  const char *sel = sel_getName(cmd);
+  sm_pipeline_desc *d = pipeline_desc(descriptor, "SMBinaryArchive", sel);
+  sm_archive *a = (sm_archive *)self;
+  const sm_code *code = sm__function_code(d->function);
+  if (!code) {
+    set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_INTERNAL,
+                               "%s: the function's library has no compiled code softmetal "
+                               "can archive", sel));
+    return NO;
+  }
+  return archive_add_file(a, SM_ARCHIVE_COMPILER, code->compiler_key, code->compiler_path, sel,
+                          error) &&
+                 archive_add_file(a, SM_ARCHIVE_CODE, code->key, code->path, sel, error)
+             ? YES
+             : NO;
+}
+
+static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
+  const char *sel = sel_getName(cmd);
+  if (!sm__is(url, &url_class))
+    sm__fatal("-[SMBinaryArchive %s]: url is %s, not a file NSURL", sel,
+              url ? object_getClassName(url) : "nil");
+  const char *path = sm__string_utf8(((sm_url *)url)->path);
+  sm_archive *a = (sm_archive *)self;
+  pthread_mutex_lock(&g_archive_lock);
+  size_t size = 16 + 8;
+  for (size_t i = 0; i < a->n; i++) size += 24 + a->e[i].size;
+  unsigned char *buf = malloc(size);
+  if (buf) {
+    memcpy(buf, archive_magic, 8);
+    put_u32(buf + 8, ARCHIVE_VERSION);
+    put_u32(buf + 12, (uint32_t)a->n);
+    size_t at = 16;
+    for (size_t i = 0; i < a->n; i++) {
+      put_u64(buf + at, a->e[i].key);
+      put_u32(buf + at + 8, a->e[i].kind);
+      put_u32(buf + at + 12, 0);
+      put_u64(buf + at + 16, a->e[i].size);
+      memcpy(buf + at + 24, a->e[i].code, a->e[i].size);
+      at += 24 + a->e[i].size;
+    }
+    put_u64(buf + at, fnv1a(FNV_BASIS, buf, at));
+  }
+  pthread_mutex_unlock(&g_archive_lock);
+  bool ok = buf && write_atomic(path, buf, size);
+  int e = buf ? errno : ENOMEM;
+  free(buf);
+  if (!ok) {
+    set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_INTERNAL,
+                               "%s: cannot write %s (%s)", sel, path, strerror(e)));
+    return NO;
+  }
+  return YES;
+}
+
+static id archive_device(id self, SEL cmd) { (void)cmd; return ((sm_archive *)self)->device; }
+
+static void archive_desc_set_url(id self, SEL cmd, id url) {
+  if (url && !sm__is(url, &url_class))
+    sm__fatal("-[MTLBinaryArchiveDescriptor %s]: url is %s, not an NSURL", sel_getName(cmd),
+              object_getClassName(url));
+  sm_archive_desc *d = (sm_archive_desc *)self;
+  id old = d->url;
+  d->url = url ? sm__retain(url) : nil;
+  if (old) sm__release(old);
+}
+static id archive_desc_url(id self, SEL cmd) { (void)cmd; return ((sm_archive_desc *)self)->url; }
+
+static void pipeline_desc_set_function(id self, SEL cmd, id function) {
+  (void)cmd;
+  sm_pipeline_desc *d = (sm_pipeline_desc *)self;
+  id old = d->function;
+  d->function = function ? sm__retain(function) : nil;
+  if (old) sm__release(old);
+}
+static id pipeline_desc_function(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_pipeline_desc *)self)->function;
+}
+static void pipeline_desc_set_archives(id self, SEL cmd, id archives) {
+  if (archives) {
+    if (!sm__is(archives, &sm__array_class))
+      sm__fatal("-[MTLComputePipelineDescriptor %s]: binaryArchives is %s, not an NSArray",
+                sel_getName(cmd), object_getClassName(archives));
+    NSUInteger n = array_n(archives);
+    for (NSUInteger i = 0; i < n; i++) {
+      id o = array_at(archives, i);
+      if (!sm__is(o, &archive_class))
+        sm__fatal("-[MTLComputePipelineDescriptor %s]: binaryArchives[%lu] is %s, not an "
+                  "MTLBinaryArchive", sel_getName(cmd), i, object_getClassName(o));
+    }
+  }
+  sm_pipeline_desc *d = (sm_pipeline_desc *)self;
+  id old = d->archives;
+  d->archives = archives ? sm__retain(archives) : nil;
+  if (old) sm__release(old);
+}
+static id pipeline_desc_archives(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_pipeline_desc *)self)->archives;
+}
+
+/* The descriptor's pipeline, as newComputePipelineStateWithFunction:error:
+ * makes it. softmetal has no reflection; the only option it takes is
+ * FailOnBinaryArchiveMiss: nil unless one of the binaryArchives holds the
+ * function's code. */
+static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger options,
+                                   id *reflection, id *error) {
+  const char *sel = sel_getName(cmd);
+  sm_pipeline_desc *d = pipeline_desc(descriptor, "SMDevice", sel);
+  if (reflection)
+    sm__fatal("-[SMDevice %s]: softmetal has no pipeline reflection (pass reflection = NULL)",
+              sel);
+  if (options & ~(NSUInteger)PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS)
+    sm__fatal("-[SMDevice %s]: options = %lu: softmetal takes only MTLPipelineOptionNone and "
+              "MTLPipelineOptionFailOnBinaryArchiveMiss", sel, (unsigned long)options);
+  if (options & PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS) {
+    const sm_code *code = sm__function_code(d->function);
+    bool hit = false;
+    if (d->archives && code) {
+      NSUInteger n = array_n(d->archives);
+      pthread_mutex_lock(&g_archive_lock);
+      for (NSUInteger i = 0; i < n && !hit; i++) {
+        id o = array_at(d->archives, i);
+        hit = archive_has((sm_archive *)o, SM_ARCHIVE_CODE, code->key);
+      }
+      pthread_mutex_unlock(&g_archive_lock);
+    }
+    if (!hit) {
+      set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_COMPILATION_FAILURE,
+                                 "%s: MTLPipelineOptionFailOnBinaryArchiveMiss: no binary "
+                                 "archive of the descriptor holds the function's code", sel));
+      return nil;
+    }
+  }
+  return ((id (*)(id, SEL, id, id *))(void (*)(void))sm__lookup(
+      self, "newComputePipelineStateWithFunction:error:"))(
+      self, sel_registerName("newComputePipelineStateWithFunction:error:"), d->function, error);
+}
+
 void sm__register_archive(void) {
   Class c = sm__class_begin(&data_class);
   sm__class_end(&data_class);
-  (void)c;
+  c = sm__class_begin(&url_class);
+  sm__class_method(c, "fileURLWithPath:", SM_IMP(url_file_with_path), "@@:@");
+  sm__method(c, "path", SM_IMP(url_path), "@@:");
+  sm__class_end(&url_class);
+  c = sm__class_begin(&archive_desc_class);
+  sm__method(c, "setUrl:", SM_IMP(archive_desc_set_url), "v@:@");
+  sm__method(c, "url", SM_IMP(archive_desc_url), "@@:");
+  sm__class_end(&archive_desc_class);
+  c = sm__class_begin(&archive_class);
+  sm__method(c, "addComputePipelineFunctionsWithDescriptor:error:",
+             SM_IMP(archive_add_compute), "C@:@^@");
+  sm__method(c, "serializeToURL:error:", SM_IMP(archive_serialize), "C@:@^@");
+  sm__method(c, "device", SM_IMP(archive_device), "@@:");
+  sm__class_end(&archive_class);
+  c = sm__class_begin(&pipeline_desc_class);
+  sm__method(c, "setComputeFunction:", SM_IMP(pipeline_desc_set_function), "v@:@");
+  sm__method(c, "computeFunction", SM_IMP(pipeline_desc_function), "@@:");
+  sm__method(c, "setBinaryArchives:", SM_IMP(pipeline_desc_set_archives), "v@:@");
+  sm__method(c, "binaryArchives", SM_IMP(pipeline_desc_archives), "@@:");
+  sm__class_end(&pipeline_desc_class);
+  sm__class_method(sm__array_class.objc, "arrayWithObjects:count:", SM_IMP(array_with_objects),
+                   "@@:^@Q");
   Class device = objc_getClass("SMDevice");
   if (device == Nil) sm__fatal("softmetal: SMDevice is not registered before the archive methods");
   sm__method(device, "newLibraryWithData:error:", SM_IMP(device_new_library_data), "@@:@^@");
+  sm__method(device, "newBinaryArchiveWithDescriptor:error:", SM_IMP(device_new_archive),
+             "@@:@^@");
+  sm__method(device, "newComputePipelineStateWithDescriptor:options:reflection:error:",
+             SM_IMP(device_new_pipeline_desc), "@@:@Q^@^@");
 }

@@ -11,7 +11,8 @@
 
 /* ------------------------------------------------------------- counters */
 static atomic_long g_allocs, g_deallocs, g_retains, g_releases, g_autoreleases;
-atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits, sm__unsafe_math_libraries;
+atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits, sm__unsafe_math_libraries,
+    sm__archive_restores;
 atomic_long sm__blocked_cmdbuf;
 
 enum { SM_MAX_CLASSES = 32 };
@@ -42,6 +43,7 @@ SM_EXPORT void softmetal_stats(struct softmetal_stats *out) {
   out->live_buffer_bytes = atomic_load(&sm__buffer_bytes);
   out->kernel_compiles = atomic_load(&sm__compiles);
   out->kernel_cache_hits = atomic_load(&sm__cache_hits);
+  out->archive_restores = atomic_load(&sm__archive_restores);
   out->unsafe_math_libraries = atomic_load(&sm__unsafe_math_libraries);
   out->blocked_in_command_buffer = atomic_load(&sm__blocked_cmdbuf);
 }

@@ -88,6 +88,26 @@ void sm__register_msl(void);
 void sm__register_archive(void); /* sm_archive.c: after the device class registers */
 void sm__add_device_msl_methods(Class device); /* before the device class registers */
 
+/* The kernel cache's files of a library (sm_msl.c): its compiled code,
+ * and the --version output of the compiler that made it (part of the
+ * code's key). Strings owned. */
+typedef struct {
+  uint64_t key;         /* k-<key>.so */
+  char *path;
+  uint64_t compiler_key; /* cc-<compiler_key>.txt */
+  char *compiler_path;
+} sm_code;
+void sm__code_free(sm_code *c);
+/* The code of a function's library, or NULL (not a softmetal function). */
+const sm_code *sm__function_code(id function);
+
+/* Binary archives (sm_archive.c): when an archive alive in the process
+ * holds the file of kind and key, and `path` does not exist, writes it
+ * there (as the kernel cache's file) and returns true. */
+enum { SM_ARCHIVE_CODE = 0, SM_ARCHIVE_COMPILER = 1 };
+bool sm__archive_restore(uint32_t kind, uint64_t key, const char *path);
+extern atomic_long sm__archive_restores;
+
 /* Messages to our own objects, through the runtime (exact prototypes). */
 static inline IMP sm__lookup(id o, const char *sel) {
   return objc_msg_lookup(o, sel_registerName(sel));

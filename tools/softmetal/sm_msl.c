@@ -269,13 +269,17 @@ static bool resolve_exe(const char *cxx, char *out, size_t cap) {
 /* Identity of the compiler for the cache key: its `--version` output (once
  * per process and compiler; kept in the cache by the binary's path, size and
  * time, so that a cache hit runs nothing) and the library's own build. */
-static uint64_t g_id_hash;
+static uint64_t g_id_hash, g_id_file;
 static char g_id_cxx[256];
 
-static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, char **diag) {
+/* *file_key: the key of the --version file (cc-<key>.txt), which binary
+ * archives keep too. */
+static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, uint64_t *file_key,
+                              char **diag) {
   pthread_mutex_lock(&g_cache_lock);
   if (g_id_hash && strcmp(g_id_cxx, cxx) == 0) {
     *out = g_id_hash;
+    *file_key = g_id_file;
     pthread_mutex_unlock(&g_cache_lock);
     return true;
   }
@@ -294,6 +298,8 @@ static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, c
   h = fnv(h, &st.st_ino, sizeof st.st_ino);
   char vpath[4200], log[4300];
   snprintf(vpath, sizeof vpath, "%.3000s/cc-%016llx.txt", dir, (unsigned long long)h);
+  *file_key = h;
+  if (!file_exists(vpath)) sm__archive_restore(SM_ARCHIVE_COMPILER, h, vpath);
   char *version = read_text(vpath, NULL);
   if (!version) {
     snprintf(log, sizeof log, "%.3000s/cc-%016llx-%d-%u.log", dir, (unsigned long long)h,
@@ -323,6 +329,7 @@ static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, c
   }
   pthread_mutex_lock(&g_cache_lock);
   g_id_hash = h;
+  g_id_file = *file_key;
   snprintf(g_id_cxx, sizeof g_id_cxx, "%s", cxx);
   pthread_mutex_unlock(&g_cache_lock);
   *out = h;
@@ -341,7 +348,8 @@ static void remove_dir(const char *dir, const char *const *names, size_t n) {
 /* Compiles (or finds in the cache) the library for source under math_mode;
  * returns a dlopen handle. A cache hit stats the directory and the compiler
  * identity file, and runs no compiler. */
-static void *compile_source(const char *source, NSInteger math_mode, char **diag, bool *internal) {
+static void *compile_source(const char *source, NSInteger math_mode, char **diag, bool *internal,
+                            sm_code *code) {
   const char *cxx = getenv("SOFTMETAL_CXX");
   if (!cxx || !*cxx) cxx = "clang++";
   if (strlen(cxx) >= sizeof g_id_cxx) {
@@ -351,8 +359,9 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
   char dir[3072], inc[3200], so[3400], work[3400];
   cache_dir(dir, sizeof dir);
   *internal = true;
-  uint64_t ident;
-  if (!check_cache_dir(dir, diag) || !compiler_identity(cxx, dir, &ident, diag)) return NULL;
+  uint64_t ident, ident_file;
+  if (!check_cache_dir(dir, diag) || !compiler_identity(cxx, dir, &ident, &ident_file, diag))
+    return NULL;
   *internal = false;
   uint64_t hh = fnv_str(0xcbf29ce484222325ull, sm__metal_stdlib_text);
   hh = fnv_str(hh, sm__abi_text);
@@ -366,6 +375,15 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
     h = fnv_str(h, MATH_FLAGS[math_mode][i]);
   snprintf(inc, sizeof inc, "%s/include-%016llx", dir, (unsigned long long)hh);
   snprintf(so, sizeof so, "%s/k-%016llx.so", dir, (unsigned long long)h);
+  /* binary archives (sm_archive.c) keep the code and the compiler's
+   * identity by these keys */
+  code->key = h;
+  code->path = strdup(so);
+  code->compiler_key = ident_file;
+  code->compiler_path = malloc(strlen(dir) + 32);
+  if (code->compiler_path)
+    sprintf(code->compiler_path, "%s/cc-%016llx.txt", dir, (unsigned long long)ident_file);
+  if (!file_exists(so)) sm__archive_restore(SM_ARCHIVE_CODE, h, so);
   if (file_exists(so)) {
     void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (dl) {
@@ -499,6 +517,7 @@ typedef struct {
   unsigned n_constants;
   void (*constant_value)(const unsigned char *v, const unsigned char *d, unsigned pos, void *out);
   unsigned long long (*tg_static_bytes)(unsigned kernel);
+  sm_code code; /* where the kernel cache keeps the compiled code */
 } sm_library;
 
 typedef struct {
@@ -561,6 +580,7 @@ static void options_set_math_mode(id self, SEL cmd, NSInteger mode) {
 static void library_destroy(sm_obj *o) {
   sm_library *l = (sm_library *)o;
   if (l->dl) dlclose(l->dl);
+  sm__code_free(&l->code);
   sm__release(l->device);
 }
 static void function_destroy(sm_obj *o) {
@@ -604,8 +624,10 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   }
   char *diag = NULL;
   bool internal = false;
-  void *dl = compile_source(text, math_mode, &diag, &internal);
+  sm_code code = {0};
+  void *dl = compile_source(text, math_mode, &diag, &internal, &code);
   if (!dl) {
+    sm__code_free(&code);
     set_error(error, sm__error(LIB_ERROR_DOMAIN,
                                internal ? LIB_ERROR_INTERNAL : LIB_ERROR_COMPILE_FAILURE,
                                "%s: %s:\n%s", sel_getName(cmd),
@@ -624,6 +646,7 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   if (!abi || *abi != SM_ABI_VERSION || !count || !kernels || !n_constants || !constants ||
       !value_fn || !tg_fn) {
     dlclose(dl);
+    sm__code_free(&code);
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
                                "%s: compiled library has no kernel table of ABI %u",
                                sel_getName(cmd), SM_ABI_VERSION));
@@ -632,8 +655,10 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   sm_library *l = sm__new(&library_class);
   if (!l) {
     dlclose(dl);
+    sm__code_free(&code);
     return nil;
   }
+  l->code = code;
   l->device = sm__retain(self);
   l->dl = dl;
   l->kernels = kernels;
@@ -873,6 +898,18 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   }
   p->static_tg = (NSUInteger)tg;
   return (id)p;
+}
+
+const sm_code *sm__function_code(id function) {
+  if (!function || !sm__is(function, &function_class)) return NULL;
+  const sm_library *l = ((sm_function *)function)->library;
+  return l->code.path && l->code.compiler_path ? &l->code : NULL;
+}
+
+void sm__code_free(sm_code *c) {
+  free(c->path);
+  free(c->compiler_path);
+  c->path = c->compiler_path = NULL;
 }
 
 SM_EXPORT int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, unsigned *written,

@@ -20,6 +20,8 @@ struct softmetal_stats {
                                  (options nil included) since load */
   long blocked_in_command_buffer; /* threads now blocked in -[MTLCommandQueue commandBuffer]
                                      because the queue's maximum is reached */
+  long archive_restores;  /* compiled kernels taken from a binary archive
+                             (MTLBinaryArchive) instead of the compiler */
 };
 
 /* Fills *out with process-wide counters. Thread-safety: any thread. */
