@@ -26,6 +26,7 @@ static inline void sm_run_close(void) {
                                         "SMBuffer", "SMCommandBuffer", "NSString", "NSError",
                                         "NSArray", "SMComputeCommandEncoder", "SMDevice",
                                         "SMCommandQueue", "MTLCompileOptions"};
+  softmetal_quiesce(); /* queues may still hold completed command buffers */
   for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
     if (softmetal_live_count(classes[i]) > 0)
       cr_log_error("%s: %ld alive", classes[i], softmetal_live_count(classes[i]));
