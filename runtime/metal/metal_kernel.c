@@ -163,6 +163,48 @@ cm_status cm__metal_compile(const char *func, cm__id device, const char *source,
     return status;
 }
 
+/* What a library of the cache is made from, on a miss: MSL source with
+ * options, or precompiled bytes. */
+typedef struct cm__library_origin {
+    const char *source;            /* or NULL: bytes */
+    const cm__compile_options *options;
+    const void *data;
+    size_t size;
+} cm__library_origin;
+
+static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data,
+                                      size_t size, cm__id *out);
+
+/* The device's library for `key` (+1 in *out), made from `from` on first
+ * use; concurrent callers make it once. Takes the cache lock. */
+static cm_status cm__cached_library(const char *func, cm__metal_device *d, const char *key,
+                                    size_t n, const cm__library_origin *from, cm__id *out,
+                                    uint64_t *serial) {
+    const uint64_t hash = cm__fnv1a(key, n);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
+    if (c == NULL) {
+        cm__id lib = NULL;
+        status = from->source != NULL
+                     ? cm__metal_compile(func, d->device, from->source, from->options, &lib)
+                     : cm__metal_load_bytes(func, d->device, from->data, from->size, &lib);
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, n, lib);
+            if (c == NULL) {
+                cm__objc_release(lib);
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            }
+        }
+    }
+    if (status == CM_OK) {
+        *out = cm__objc_retain(c->object);
+        *serial = c->serial;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    return status;
+}
+
 cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *source,
                             const cm__compile_options *o, cm__id *out, uint64_t *serial) {
     *out = NULL;
@@ -178,33 +220,15 @@ cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *s
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a cache key");
     memcpy(key, head, (size_t)hn);
     memcpy(key + hn, source, sn);
-    const uint64_t hash = cm__fnv1a(key, n);
-    cm_status status = CM_OK;
-    pthread_mutex_lock(&d->cache_lock);
-    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
-    if (c == NULL) {
-        cm__id lib = NULL;
-        status = cm__metal_compile(func, d->device, source, o, &lib);
-        if (status == CM_OK) {
-            c = cm__cache_add(d, hash, key, n, lib);
-            if (c == NULL) {
-                cm__objc_release(lib);
-                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
-            }
-        }
-    }
-    if (status == CM_OK) {
-        *out = cm__objc_retain(c->object);
-        *serial = c->serial;
-    }
-    pthread_mutex_unlock(&d->cache_lock);
+    const cm_status status = cm__cached_library(
+        func, d, key, n, &(cm__library_origin){.source = source, .options = o}, out, serial);
     cm__free(key);
     return status;
 }
 
 /* A library from precompiled bytes (newLibraryWithData:error:), +1 in *out. */
-static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data, size_t size,
-                                cm__id *out) {
+static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data,
+                                      size_t size, cm__id *out) {
     *out = NULL;
     if (!cm__dispatch_data_available())
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
@@ -240,26 +264,8 @@ static cm_status cm__metal_library_data(const char *func, cm__metal_device *d, c
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a cache key");
     key[0] = 'D';
     memcpy(key + 1, data, size);
-    const uint64_t hash = cm__fnv1a(key, n);
-    cm_status status = CM_OK;
-    pthread_mutex_lock(&d->cache_lock);
-    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
-    if (c == NULL) {
-        cm__id lib = NULL;
-        status = cm__metal_load_bytes(func, d->device, data, size, &lib);
-        if (status == CM_OK) {
-            c = cm__cache_add(d, hash, key, n, lib);
-            if (c == NULL) {
-                cm__objc_release(lib);
-                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
-            }
-        }
-    }
-    if (status == CM_OK) {
-        *out = cm__objc_retain(c->object);
-        *serial = c->serial;
-    }
-    pthread_mutex_unlock(&d->cache_lock);
+    const cm_status status = cm__cached_library(
+        func, d, key, n, &(cm__library_origin){.data = data, .size = size}, out, serial);
     cm__free(key);
     return status;
 }

@@ -16,13 +16,9 @@
 #include "sm_abi.h"
 
 /* ------------------------------------------------------------- text */
-typedef struct {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} buf;
+typedef sm_text buf;
 
-static void put(buf *b, const char *s, size_t n) {
+void sm__text_put(buf *b, const char *s, size_t n) {
   if (b->oom) return;
   if (n > SIZE_MAX / 2 - b->n - 1) {
     b->oom = true;
@@ -43,10 +39,9 @@ static void put(buf *b, const char *s, size_t n) {
   b->p[b->n] = 0;
 }
 
-static void put_s(buf *b, const char *s) { put(b, s, strlen(s)); }
+static void put_s(buf *b, const char *s) { sm__text_put(b, s, strlen(s)); }
 
-static void putf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(buf *b, const char *fmt, ...) {
+void sm__text_printf(buf *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
@@ -60,7 +55,7 @@ static void putf(buf *b, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(s, (size_t)n + 1, fmt, ap);
   va_end(ap);
-  put(b, s, (size_t)n);
+  sm__text_put(b, s, (size_t)n);
   free(s);
 }
 
@@ -156,13 +151,13 @@ static void error_at(fe *f, int line, int col, const char *fmt, ...)
 static void error_at(fe *f, int line, int col, const char *fmt, ...) {
   if (f->nerr >= 20) return;
   f->nerr++;
-  putf(&f->err, SM_PROGRAM_SOURCE ":%d:%d: error: ", line, col);
+  sm__text_printf(&f->err, SM_PROGRAM_SOURCE ":%d:%d: error: ", line, col);
   va_list ap;
   va_start(ap, fmt);
   char msg[1024];
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  put(&f->err, msg, strlen(msg));
+  sm__text_put(&f->err, msg, strlen(msg));
   put_s(&f->err, "\n");
 }
 
@@ -224,7 +219,7 @@ static void text_of(const fe *f, size_t i, char *out, size_t cap) {
 static void span_text(const fe *f, size_t a, size_t b, buf *out) {
   for (size_t i = a; i < b; i++) {
     if (i > a) put_s(out, " ");
-    put(out, f->pp + f->t[i].off, f->t[i].len);
+    sm__text_put(out, f->pp + f->t[i].off, f->t[i].len);
   }
 }
 
@@ -815,7 +810,7 @@ static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
     }
     buf dims = {0};
     span_text(f, d0, d1, &dims);
-    putf(&out, "auto &%.*s = ::sm::tg_var<%s %s, %uu>(); ", (int)f->t[k].len, f->pp + f->t[k].off,
+    sm__text_printf(&out, "auto &%.*s = ::sm::tg_var<%s %s, %uu>(); ", (int)f->t[k].len, f->pp + f->t[k].off,
          type.p ? type.p : "", dims.p ? dims.p : "", f->tg_ids);
     add_tg_decl(f, i);
     free(dims.p);
@@ -1494,27 +1489,27 @@ static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync)
 
 static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
   const kout *k = &f->k[n];
-  putf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { ::sm::cur = t; ", n);
+  sm__text_printf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { ::sm::cur = t; ", n);
   if (f->nc) put_s(b, "::sm::fc_load(t); ");
-  putf(b, "%s(", k->callee);
+  sm__text_printf(b, "%s(", k->callee);
   for (int i = 0; i < k->np; i++) {
     const param *p = &k->p[i];
     char P[700];
     snprintf(P, sizeof P, "::sm::param_t<decltype(&%s), %d>", k->callee, i);
     if (i) put_s(b, ", ");
-    if (p->fc >= 0) putf(b, "!(%s) ? ::sm::absent_arg<%s>() : ", f->c[p->fc].name, P);
-    if (p->kind == P_BUFFER) putf(b, "::sm::buffer_arg<%s>(t, %d)", P, p->index);
-    else if (p->kind == P_TG) putf(b, "(%s)(t->tgmem[%d])", P, p->index);
+    if (p->fc >= 0) sm__text_printf(b, "!(%s) ? ::sm::absent_arg<%s>() : ", f->c[p->fc].name, P);
+    if (p->kind == P_BUFFER) sm__text_printf(b, "::sm::buffer_arg<%s>(t, %d)", P, p->index);
+    else if (p->kind == P_TG) sm__text_printf(b, "(%s)(t->tgmem[%d])", P, p->index);
     else if (BUILTINS[p->builtin].vector)
-      putf(b, "::sm::pick<%s>(%s)", P, BUILTINS[p->builtin].expr);
-    else putf(b, "(%s)(%s)", P, BUILTINS[p->builtin].expr);
+      sm__text_printf(b, "::sm::pick<%s>(%s)", P, BUILTINS[p->builtin].expr);
+    else sm__text_printf(b, "(%s)(%s)", P, BUILTINS[p->builtin].expr);
   }
   put_s(b, "); }");
   (void)c_seen;
-  putf(b, " extern \"C\" const uint32_t sm_written_%zu = 0u", n);
+  sm__text_printf(b, " extern \"C\" const uint32_t sm_written_%zu = 0u", n);
   for (int i = 0; i < k->np; i++)
     if (k->p[i].kind == P_BUFFER && !k->p[i].cons)
-      putf(b, " | (::sm::writes<::sm::param_t<decltype(&%s), %d>>() ? %uu : 0u)", k->callee, i,
+      sm__text_printf(b, " | (::sm::writes<::sm::param_t<decltype(&%s), %d>>() ? %uu : 0u)", k->callee, i,
            1u << k->p[i].index);
   put_s(b, ";");
 }
@@ -1575,7 +1570,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   /* trampolines and the table */
   put_s(&table, "\n# 1 \"softmetal_kernel_table\"\n");
   for (size_t n = 0; n < f.nk && !f.oom; n++)
-    putf(&table, "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
+    sm__text_printf(&table, "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
                  "sm_written_%zu;\n", n, n);
   /* What every kernel may reach: code outside the functions found (lambdas
    * and initialisers at namespace scope, class heads), the functions it calls
@@ -1634,28 +1629,28 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     if (tr.oom) f.oom = true;
     add_edit(&f, k->insert_at, k->insert_at, tr.p ? tr.p : "");
     free(tr.p);
-    putf(&table, "static const uint32_t sm_fc_used_%zu[] = {0u", n);
+    sm__text_printf(&table, "static const uint32_t sm_fc_used_%zu[] = {0u", n);
     int used = 0;
     for (size_t c = 0; c < f.nc; c++)
-      if (c_seen[c] && f.c[c].index >= 0) putf(&table, ", %zuu", c), used++;
-    putf(&table, "};\nstatic const uint32_t sm_fc_conds_%zu[] = {0u", n);
+      if (c_seen[c] && f.c[c].index >= 0) sm__text_printf(&table, ", %zuu", c), used++;
+    sm__text_printf(&table, "};\nstatic const uint32_t sm_fc_conds_%zu[] = {0u", n);
     int conds = 0;
     for (int i = 0; i < k->np; i++)
       if (k->p[i].fc >= 0 && (k->p[i].kind == P_BUFFER || k->p[i].kind == P_TG)) {
-        putf(&table, ", %du, %du, %du", k->p[i].kind == P_TG, k->p[i].index, k->p[i].fc);
+        sm__text_printf(&table, ", %du, %du, %du", k->p[i].kind == P_TG, k->p[i].index, k->p[i].fc);
         conds++;
       }
     put_s(&table, "};\n");
     /* threadgroup variables it can reach: in what it reaches, or anywhere else */
-    putf(&table, "static const uint32_t sm_tg_%zu[] = {0u", n);
+    sm__text_printf(&table, "static const uint32_t sm_tg_%zu[] = {0u", n);
     int ntg = 0;
     for (uint32_t v = 0; v < f.tg_ids && tg_owner; v++) {
       long g = tg_owner[v];
-      if (g < 0 || fn_seen[g] || fn_global[g]) putf(&table, ", %uu", v), ntg++;
+      if (g < 0 || fn_seen[g] || fn_global[g]) sm__text_printf(&table, ", %uu", v), ntg++;
     }
     put_s(&table, "};\n");
-    putf(&tg_table, "  {sm_tg_%zu + 1, %du},\n", n, ntg);
-    putf(&entries, "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
+    sm__text_printf(&tg_table, "  {sm_tg_%zu + 1, %du},\n", n, ntg);
+    sm__text_printf(&entries, "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
                    "%du, %du, sm_fc_conds_%zu + 1},\n",
          k->host, n, sync ? 1 : 0, bmask, tmask, n, n, used, conds, n);
   }
@@ -1663,27 +1658,27 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     for (size_t b2 = a + 1; b2 < f.nk; b2++)
       if (strcmp(f.k[a].host, f.k[b2].host) == 0)
         error_at(&f, f.k[b2].line, f.k[b2].col, "two kernels are named '%s'", f.k[a].host);
-  putf(&table, "extern \"C\" const unsigned softmetal_abi_version = %uu;\n"
+  sm__text_printf(&table, "extern \"C\" const unsigned softmetal_abi_version = %uu;\n"
                "extern \"C\" const unsigned softmetal_kernel_count = %zu;\n"
                "extern \"C\" const sm_kernel_desc softmetal_kernels[] = {\n", SM_ABI_VERSION, f.nk);
-  put(&table, entries.p ? entries.p : "", entries.n);
+  sm__text_put(&table, entries.p ? entries.p : "", entries.n);
   put_s(&table, "  {}};\n");
   /* staticThreadgroupMemoryLength of kernel k */
   put_s(&table, "static const struct { const uint32_t *ids; uint32_t n; } sm_tg_of[] = {\n");
-  put(&table, tg_table.p ? tg_table.p : "", tg_table.n);
-  putf(&table, "  {}};\nextern \"C\" unsigned long long softmetal_tg_static_bytes(unsigned k) {\n"
+  sm__text_put(&table, tg_table.p ? tg_table.p : "", tg_table.n);
+  sm__text_printf(&table, "  {}};\nextern \"C\" unsigned long long softmetal_tg_static_bytes(unsigned k) {\n"
                "  return k < %zuu ? ::sm::tg_bytes(sm_tg_of[k].ids, sm_tg_of[k].n) : 0;\n}\n", f.nk);
   if (tg_table.oom) f.oom = true;
   free(tg_table.p);
-  putf(&table, "extern \"C\" const unsigned softmetal_constant_count = %zu;\n"
+  sm__text_printf(&table, "extern \"C\" const unsigned softmetal_constant_count = %zu;\n"
                "extern \"C\" const sm_constant_desc softmetal_constants[] = {\n", f.nc);
   for (size_t c = 0; c < f.nc; c++)
-    putf(&table, "  {\"%s\", %uu, %du, %du, %du},\n", f.c[c].name,
+    sm__text_printf(&table, "  {\"%s\", %uu, %du, %du, %du},\n", f.c[c].name,
          f.c[c].index < 0 ? UINT32_MAX : (unsigned)f.c[c].index, f.c[c].mtl_type < 0 ? 0 : f.c[c].mtl_type,
          f.c[c].size, f.c[c].optional ? 1 : 0);
   put_s(&table, "  {}};\n");
   /* Reads constant pos after loading values v/d on the calling thread. */
-  putf(&table, "%s", "extern \"C\" void softmetal_constant_value(const unsigned char *v, const unsigned "
+  sm__text_printf(&table, "%s", "extern \"C\" void softmetal_constant_value(const unsigned char *v, const unsigned "
               "char *d, unsigned pos, void *out) {\n  sm_thread t{}; t.fc_values = v; "
               "t.fc_defined = d; ::sm::fc_load(&t);\n  unsigned i = 0;\n  for (auto *r = "
               "::sm::fc_reg::head(); r; r = r->next, i++) if (i == pos) r->get(out);\n}\n");
@@ -1699,12 +1694,12 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     size_t at = 0;
     for (size_t i = 0; i < f.ne; i++) {
       if (f.e[i].at < at) continue; /* overlaps an earlier rewrite */
-      put(&out, pp + at, f.e[i].at - at);
-      put(&out, f.e[i].text, strlen(f.e[i].text));
+      sm__text_put(&out, pp + at, f.e[i].at - at);
+      sm__text_put(&out, f.e[i].text, strlen(f.e[i].text));
       at = f.e[i].end;
     }
-    put(&out, pp + at, len - at);
-    put(&out, table.p, table.n);
+    sm__text_put(&out, pp + at, len - at);
+    sm__text_put(&out, table.p, table.n);
     if (out.oom) {
       *err = strdup("softmetal: out of memory in the MSL front end");
       free(out.p);

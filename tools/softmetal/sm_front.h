@@ -7,6 +7,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* A growing NUL-terminated text; an allocation failure sets oom and makes
+ * later appends no-ops. Zero-initialised means empty. */
+typedef struct {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} sm_text;
+
+void sm__text_put(sm_text *b, const char *s, size_t n);
+void sm__text_printf(sm_text *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The file name that line markers give the user's source. */
 #define SM_PROGRAM_SOURCE "program_source"
 

@@ -60,54 +60,6 @@ static const char *const MATH_FLAGS[][MAX_MATH_FLAGS] = {
 #undef UNSAFE_MATH_FLAGS
 static const char *const MATH_MODE_NAMES[] = {"Safe", "Relaxed", "Fast"};
 
-/* ------------------------------------------------------------- text buffer */
-typedef struct {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = (b->n + n + 1) * 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  char tmp[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n < sizeof tmp) {
-    sb_put(b, tmp, (size_t)n);
-    return;
-  }
-  char *big = malloc((size_t)n + 1);
-  if (!big) {
-    b->oom = true;
-    return;
-  }
-  va_start(ap, fmt);
-  vsnprintf(big, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  sb_put(b, big, (size_t)n);
-  free(big);
-}
-
 /* ------------------------------------------------------------- cache and compile */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
@@ -147,8 +99,8 @@ static void cache_dir(char *out, size_t cap) {
 static bool check_cache_dir(const char *dir, char **diag) {
   struct stat st;
   if (!mkdirs(dir) || stat(dir, &st) != 0) {
-    sbuf b = {0};
-    sb_printf(&b, "cannot create the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot create the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
               dir, strerror(errno));
     *diag = b.p;
     return false;
@@ -158,8 +110,8 @@ static bool check_cache_dir(const char *dir, char **diag) {
                     : (st.st_mode & 022) != 0     ? "is writable by group or others"
                                                   : NULL;
   if (!why) return true;
-  sbuf b = {0};
-  sb_printf(&b, "the kernel cache directory %s %s (owner uid %u, mode %03o): softmetal does not "
+  sm_text b = {0};
+  sm__text_printf(&b, "the kernel cache directory %s %s (owner uid %u, mode %03o): softmetal does not "
             "load compiled kernels from it; set SOFTMETAL_CACHE_DIR to a directory of your own "
             "with mode 0700", dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
   *diag = b.p;
@@ -187,12 +139,12 @@ static bool file_exists(const char *path) { return access(path, R_OK) == 0; }
 static char *read_text(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
-  sbuf b = {0};
+  sm_text b = {0};
   char chunk[65536];
   size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sb_put(&b, chunk, n);
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sm__text_put(&b, chunk, n);
   fclose(f);
-  if (!b.p) sb_put(&b, "", 0);
+  if (!b.p) sm__text_put(&b, "", 0);
   if (b.oom) {
     free(b.p);
     return NULL;
@@ -214,8 +166,8 @@ static bool run_tool(const char *const *argv, const char *log, char **diag) {
   int rc = posix_spawnp(&pid, argv[0], &fa, NULL, args, environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
-    sbuf b = {0};
-    sb_printf(&b, "cannot run the C++ compiler '%s' (%s); set SOFTMETAL_CXX", argv[0],
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot run the C++ compiler '%s' (%s); set SOFTMETAL_CXX", argv[0],
               strerror(rc));
     *diag = b.p;
     return false;
@@ -287,8 +239,8 @@ static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, u
   char exe[4096];
   struct stat st;
   if (!resolve_exe(cxx, exe, sizeof exe) || stat(exe, &st) != 0) {
-    sbuf b = {0};
-    sb_printf(&b, "cannot find the C++ compiler '%s' on PATH; set SOFTMETAL_CXX", cxx);
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot find the C++ compiler '%s' on PATH; set SOFTMETAL_CXX", cxx);
     *diag = b.p;
     return false;
   }
@@ -407,8 +359,8 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
   }
   pthread_mutex_unlock(&g_cache_lock);
   if (!ok) {
-    sbuf b = {0};
-    sb_printf(&b, "cannot write the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot write the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
               inc, strerror(errno));
     *diag = b.p;
     *internal = true;
@@ -420,8 +372,8 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
            atomic_fetch_add(&g_tmp_counter, 1));
   static const char *const files[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.so", "log"};
   if (mkdir(work, 0700) != 0) {
-    sbuf b = {0};
-    sb_printf(&b, "cannot create %s (%s)", work, strerror(errno));
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot create %s (%s)", work, strerror(errno));
     *diag = b.p;
     *internal = true;
     return NULL;
