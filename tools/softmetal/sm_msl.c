@@ -300,8 +300,8 @@ static void remove_dir(const char *dir, const char *const *names, size_t n) {
 /* Compiles (or finds in the cache) the library for source under math_mode;
  * returns a dlopen handle. A cache hit stats the directory and the compiler
  * identity file, and runs no compiler. */
-static void *compile_source(const char *source, NSInteger math_mode, char **diag, bool *internal,
-                            sm_code *code) {
+static void *compile_source(const char *source, NSInteger math_mode, unsigned metal_version,
+                            char **diag, bool *internal, sm_code *code) {
   const char *cxx = getenv("SOFTMETAL_CXX");
   if (!cxx || !*cxx) cxx = "clang++";
   if (strlen(cxx) >= sizeof g_id_cxx) {
@@ -325,6 +325,10 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
   h = fnv_str(h, MATH_MODE_NAMES[math_mode]);
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     h = fnv_str(h, MATH_FLAGS[math_mode][i]);
+  char version_flag[40] = "";
+  if (metal_version)
+    snprintf(version_flag, sizeof version_flag, "-D__METAL_VERSION__=%u", metal_version);
+  h = fnv_str(h, version_flag);
   snprintf(inc, sizeof inc, "%s/include-%016llx", dir, (unsigned long long)hh);
   snprintf(so, sizeof so, "%s/k-%016llx.so", dir, (unsigned long long)h);
   /* binary archives (sm_archive.c) keep the code and the compiler's
@@ -393,7 +397,7 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
     goto out;
   }
   atomic_fetch_add(&sm__compiles, 1);
-  const char *argv[N_CXX_FLAGS + MAX_MATH_FLAGS + 12];
+  const char *argv[N_CXX_FLAGS + MAX_MATH_FLAGS + 13];
   int a = 0;
   argv[a++] = cxx;
   argv[a++] = "-E";
@@ -401,6 +405,7 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
   for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     argv[a++] = MATH_FLAGS[math_mode][i];
+  if (version_flag[0]) argv[a++] = version_flag;
   argv[a++] = incflag;
   argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
   argv[a++] = "metal_stdlib";
@@ -433,6 +438,7 @@ static void *compile_source(const char *source, NSInteger math_mode, char **diag
   for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     argv[a++] = MATH_FLAGS[math_mode][i];
+  if (version_flag[0]) argv[a++] = version_flag;
   argv[a++] = "-x";
   argv[a++] = "c++-cpp-output";
   argv[a++] = "-o";
@@ -499,8 +505,19 @@ typedef struct {
 typedef struct {
   sm_obj hdr;
   NSInteger math_mode;
+  NSUInteger language_version; /* MTLLanguageVersion (major << 16 | minor); 0: newest */
   bool initialized; /* alloc without init is misuse */
 } sm_compile_options;
+
+/* MTLLanguageVersion values (Apple's MTLLibrary.h), as __METAL_VERSION__
+ * (major * 100 + minor * 10); 0 when the value is none of them. */
+static unsigned metal_version_of(NSUInteger v) {
+  static const NSUInteger known[] = {0x10000, 0x10001, 0x10002, 0x20000, 0x20001, 0x20002,
+                                     0x20003, 0x20004, 0x30000, 0x30001, 0x30002, 0x40000};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (v == known[i]) return (unsigned)((v >> 16) * 100 + (v & 0xffff) * 10);
+  return 0;
+}
 
 static sm_class options_class = {"MTLCompileOptions", sizeof(sm_compile_options), NULL, Nil, 0};
 
@@ -517,6 +534,14 @@ static BOOL options_fast_math(id self, SEL cmd) {
 static void options_set_fast_math(id self, SEL cmd, BOOL enabled) {
   (void)cmd;
   ((sm_compile_options *)self)->math_mode = enabled ? MATH_MODE_FAST : MATH_MODE_SAFE;
+}
+static NSUInteger options_language_version(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_compile_options *)self)->language_version;
+}
+static void options_set_language_version(id self, SEL cmd, NSUInteger v) {
+  (void)cmd;
+  ((sm_compile_options *)self)->language_version = v; /* checked when compiling, as Metal */
 }
 static NSInteger options_math_mode(id self, SEL cmd) {
   (void)cmd;
@@ -568,16 +593,26 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   if (options && !((sm_compile_options *)options)->initialized)
     sm__fatal("-[SMDevice %s]: options was allocated but never sent init", sel_getName(cmd));
   NSInteger math_mode = options ? ((sm_compile_options *)options)->math_mode : MATH_MODE_FAST;
+  const NSUInteger language = options ? ((sm_compile_options *)options)->language_version : 0;
+  const unsigned metal_version = metal_version_of(language);
   const char *text = sm__string_utf8(source);
   if (!text) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
                                "%s: source = nil", sel_getName(cmd)));
     return nil;
   }
+  if (language != 0 && metal_version == 0) {
+    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
+                               "%s: languageVersion = 0x%lx (%lu.%lu) is not an MTLLanguageVersion "
+                               "(1.0 to 1.2, 2.0 to 2.4, 3.0 to 3.2, 4.0)",
+                               sel_getName(cmd), (unsigned long)language,
+                               (unsigned long)(language >> 16), (unsigned long)(language & 0xffff)));
+    return nil;
+  }
   char *diag = NULL;
   bool internal = false;
   sm_code code = {0};
-  void *dl = compile_source(text, math_mode, &diag, &internal, &code);
+  void *dl = compile_source(text, math_mode, metal_version, &diag, &internal, &code);
   if (!dl) {
     sm__code_free(&code);
     set_error(error, sm__error(LIB_ERROR_DOMAIN,
@@ -900,6 +935,8 @@ void sm__register_msl(void) {
   sm__method(c, "init", SM_IMP(options_init), "@@:");
   sm__method(c, "fastMathEnabled", SM_IMP(options_fast_math), "C@:");
   sm__method(c, "setFastMathEnabled:", SM_IMP(options_set_fast_math), "v@:C");
+  sm__method(c, "languageVersion", SM_IMP(options_language_version), "Q@:");
+  sm__method(c, "setLanguageVersion:", SM_IMP(options_set_language_version), "v@:Q");
   /* SOFTMETAL_NO_MATH_MODE=1: options as before macOS 15, fastMathEnabled only. */
   const char *old_os = getenv("SOFTMETAL_NO_MATH_MODE");
   if (!old_os || strcmp(old_os, "1") != 0) {
