@@ -257,9 +257,14 @@ static void cm__streaming_fence(void) {
 }
 
 /* Destinations above this many bytes stream: four L2 caches, or 8 MiB
- * where sysconf does not know the L2. */
+ * where the system does not tell the L2 (sysconf's _SC_LEVEL2_CACHE_SIZE
+ * is glibc's; macOS has no such name). */
 static size_t cm__streaming_threshold(void) {
+#if defined(_SC_LEVEL2_CACHE_SIZE)
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#else
+    const long l2 = 0;
+#endif
     return l2 >= (256L << 10) ? 4u * (size_t)l2 : (size_t)8 << 20;
 }
 #endif
