@@ -18,14 +18,17 @@ passed=0
 step() { printf '\n==== %s\n' "$*"; passed=$((passed + 1)); }
 
 step "build (RelWithDebInfo, -Werror)"
-cmake -S . -B build/ci -DCMETAL_WERROR=ON -DCMETAL_SOFTMETAL=ON >/dev/null
+# Both builds share softmetal's kernel cache: the kernels compiled for the
+# first serve the second.
+kernels="-DCMETAL_TEST_KERNEL_CACHE=$root/build/kernel-cache"
+cmake -S . -B build/ci -DCMETAL_WERROR=ON -DCMETAL_SOFTMETAL=ON "$kernels" >/dev/null
 cmake --build build/ci -j"$jobs"
 step "tests"
 (cd build/ci && ctest --output-on-failure -j"$jobs")
 
 step "build (ASan + UBSan, -Werror)"
 cmake -S . -B build/asan -DCMETAL_WERROR=ON -DCMETAL_SOFTMETAL=ON -DCMETAL_SANITIZE=ON \
-  -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  -DCMAKE_BUILD_TYPE=Debug "$kernels" >/dev/null
 cmake --build build/asan -j"$jobs"
 step "tests under ASan + UBSan"
 (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
