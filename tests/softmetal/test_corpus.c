@@ -283,9 +283,10 @@ Test(corpus, mlx_steel_gemm_on_simdgroup_matrices) {
 
 /* ---- mlx quantized.metal: affine quantization (a scale and a bias per group
  * of 64 values, 4-bit codes), dequantization and quantized matrix-vector
- * products. The file instantiates about 2,000 kernels (6 widths x 3 group
- * sizes x 3 types x 38); the test compiles it with float, group size 64, 4
- * bits only (38 kernels): the whole file would take tens of minutes here. */
+ * products. The file instantiates 2,052 kernels (6 widths x 3 group sizes x
+ * 3 types x 38); all compile (about 200 s of CPU, once, see corpus/README.md),
+ * too slow for every CI run: the test instantiates float, group size 64,
+ * 4 bits (38 kernels). */
 enum { QGS = 64, QBITS = 4 };
 
 /* mlx's affine_quantize for one group: the same float operations in the
@@ -401,5 +402,64 @@ Test(corpus, mlx_affine_quantized) {
   check_quantize_roundtrip(lib);
   check_qmv(lib, "affine_qmv_fast_float_gs_64_b_4_batch_0", 16, 1024);
   check_qmv(lib, "affine_qmv_float_gs_64_b_4_batch_0", 13, 320); /* partial row block and K block */
+  sm_release(lib);
+}
+
+/* ---- ggml-metal.metal (llama.cpp's kernels): get_rows of q4_0 and q8_0
+ * blocks, as llama.cpp dequantizes token embeddings */
+struct get_rows_args { /* ggml_metal_kargs_get_rows */
+  int32_t ne00t, ne00;
+  uint64_t nb01, nb02, nb03;
+  int32_t ne10;
+  uint64_t nb10, nb11, nb12, nb1, nb2, nb3;
+};
+
+enum { QK = 32, GR_ROWS = 5, GR_COLS = 128, GR_IDS = 3 };
+
+/* block_q4_0: half d, 16 bytes of nibbles (value j < 16 low, j + 16 high),
+ * value (q - 8) d; block_q8_0: half d, 32 int8, value q d. */
+static void check_get_rows(id lib, const char *kernel, bool q4) {
+  const size_t block = q4 ? 2 + QK / 2 : 2 + QK, row_bytes = GR_COLS / QK * block;
+  uint8_t src[GR_ROWS * (GR_COLS / QK) * (2 + QK)] = {0};
+  float want[GR_ROWS][GR_COLS];
+  static const float scales[4] = {0.25f, 1.5f, 0.125f, 3.0f}; /* every product exact */
+  for (int r = 0; r < GR_ROWS; r++)
+    for (int b = 0; b < GR_COLS / QK; b++) {
+      uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * block;
+      float d = scales[(r + b) % 4];
+      uint16_t h = half_bits(d);
+      memcpy(blk, &h, 2);
+      for (int j = 0; j < QK; j++) {
+        int v = (r * 7 + b * 5 + j * 3) % (q4 ? 16 : 255);
+        if (q4) {
+          if (j < QK / 2) blk[2 + j] = (uint8_t)v;
+          else blk[2 + j - QK / 2] |= (uint8_t)(v << 4);
+          want[r][b * QK + j] = (float)(v - 8) * d;
+        } else {
+          blk[2 + j] = (uint8_t)(int8_t)(v - 127);
+          want[r][b * QK + j] = (float)(v - 127) * d;
+        }
+      }
+    }
+  int32_t ids[GR_IDS] = {4, 0, 2};
+  struct get_rows_args args = {GR_COLS / 16, GR_COLS, row_bytes, GR_ROWS * row_bytes,
+                               GR_ROWS * row_bytes, GR_IDS, 4, sizeof ids, sizeof ids,
+                               GR_COLS * 4, GR_IDS * GR_COLS * 4, GR_IDS * GR_COLS * 4};
+  id b[4] = {sm_buffer(&args, sizeof args), sm_buffer(src, GR_ROWS * row_bytes),
+             sm_buffer(ids, sizeof ids), sm_buffer(NULL, GR_IDS * GR_COLS * 4)};
+  /* llama.cpp: one thread per 16 values, nw0 * ne10 threadgroups */
+  sm_dispatch(lib, kernel, b, 4, SM_SIZE(GR_IDS, 1, 1), SM_SIZE(GR_COLS / 16, 1, 1), true, 0);
+  const float *o = sm_contents(b[3]);
+  for (int i = 0; i < GR_IDS; i++)
+    for (int j = 0; j < GR_COLS; j++)
+      cr_expect_eq(o[i * GR_COLS + j], want[ids[i]][j], "%s row %d [%d]: %g, expected %g", kernel,
+                   ids[i], j, o[i * GR_COLS + j], want[ids[i]][j]);
+  for (int i = 0; i < 4; i++) sm_release(b[i]);
+}
+
+Test(corpus, ggml_get_rows_q4_0_and_q8_0) {
+  id lib = compile_file("ggml/ggml-metal.metal", MATH_SAFE);
+  check_get_rows(lib, "kernel_get_rows_q4_0", true);
+  check_get_rows(lib, "kernel_get_rows_q8_0", false);
   sm_release(lib);
 }
