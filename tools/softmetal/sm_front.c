@@ -1851,12 +1851,13 @@ char *sm__front_fix_conditionals(const char *tu, const char *diag) {
       seen = ins[i].at == a && ins[i + 1].at == b && strcmp(ins[i].text, open) == 0;
     if (seen) continue;
     insertion *g = grow(ins, &cap, n + 2, sizeof *ins, &oom);
-    char *o = oom ? NULL : strdup(open);
+    if (oom) break;
+    ins = g;
+    char *o = strdup(open);
     if (!o) {
       oom = true;
       break;
     }
-    ins = g;
     ins[n++] = (insertion){a, o};
     ins[n++] = (insertion){b, close_paren};
   }
