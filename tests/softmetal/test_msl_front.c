@@ -259,7 +259,8 @@ static const char CONDITIONALS[] =
 
 Test(front, half_and_float_conditionals_convert_as_in_msl) {
   id lib = compile_ok(CONDITIONALS);
-  id p = pipeline_of(function(lib, "cond"));
+  id fn = function(lib, "cond");
+  id p = pipeline_of(fn);
   id bufs[3] = {buffer(8), buffer(12 * 4), buffer(8)};
   uint16_t *d = contents(bufs[0]);
   for (int i = 0; i < 4; i++) d[i] = 0x3C00; /* 1.0 */
@@ -274,6 +275,7 @@ Test(front, half_and_float_conditionals_convert_as_in_msl) {
   }
   for (int i = 0; i < 3; i++) sm_release(bufs[i]);
   sm_release(p);
+  sm_release(fn);
   sm_release(lib);
 }
 
