@@ -240,6 +240,57 @@ Test(front, threadgroup_variables_are_per_threadgroup_and_poisoned) {
   sm_release(lib);
 }
 
+/* half is a class in softmetal, so C++ finds these conditionals ambiguous;
+ * MSL converts: half and float give float, half and an integer give half. */
+static const char CONDITIONALS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "struct blk { half d; };\n"
+    "#define PICK(c, x) (c ? x : 1u)\n"
+    "template <typename T> float scaled(T x, bool c) { return c ? x : x / 3.f; }\n"
+    "kernel void cond(device const blk *b [[buffer(0)]], device float *out [[buffer(1)]],\n"
+    "                 device half *hout [[buffer(2)]], uint i [[thread_position_in_grid]]) {\n"
+    "  out[i] = i < 2 ? b[i].d : b[i].d / 3.f; /* ggml's dequantize_q4_0 */\n"
+    "  out[i + 4] = scaled(b[i].d, i % 2 == 0);\n"
+    "  hout[i] = PICK(i < 2, b[i].d);\n"
+    "  bfloat bf = bfloat(float(b[i].d));\n"
+    "  out[i + 8] = i < 2 ? bf : bf / 3.f;\n"
+    "}\n";
+
+Test(front, half_and_float_conditionals_convert_as_in_msl) {
+  id lib = compile_ok(CONDITIONALS);
+  id fn = function(lib, "cond");
+  id p = pipeline_of(fn);
+  id bufs[3] = {buffer(8), buffer(12 * 4), buffer(8)};
+  uint16_t *d = contents(bufs[0]);
+  for (int i = 0; i < 4; i++) d[i] = 0x3C00; /* 1.0 */
+  run(p, bufs, 3, 4, 4);
+  const float *o = contents(bufs[1]);
+  const uint16_t *h = contents(bufs[2]);
+  for (int i = 0; i < 4; i++) {
+    cr_expect_eq(o[i], i < 2 ? 1.0f : 1.0f / 3.f, "[%d]: %.9g", i, o[i]); /* float, not half */
+    cr_expect_eq(o[i + 4], i % 2 == 0 ? 1.0f : 1.0f / 3.f, "scaled [%d]: %.9g", i, o[i + 4]);
+    cr_expect_eq(h[i], 0x3C00, "half [%d]: %#x", i, h[i]);
+    cr_expect_eq(o[i + 8], i < 2 ? 1.0f : 1.0f / 3.f, "bfloat [%d]: %.9g", i, o[i + 8]);
+  }
+  for (int i = 0; i < 3; i++) sm_release(bufs[i]);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+Test(front, other_errors_survive_the_conditional_retry) {
+  const char *msg = compile_error("#include <metal_stdlib>\n"
+                                  "kernel void k(device half *a [[buffer(0)]], device float *o,\n"
+                                  "              uint i [[thread_position_in_grid]]) {\n"
+                                  "  o[i] = i < 2 ? a[i] : a[i] / 3.f;\n"
+                                  "  undeclared_name = 1;\n"
+                                  "}\n");
+  cr_assert(strstr(msg, "program_source:5:3: error") && strstr(msg, "undeclared_name") &&
+                !strstr(msg, "ambiguous"),
+            "%s", msg);
+}
+
 Test(front, double_is_a_compile_error_naming_the_line) {
   const char *msg = compile_error("#include <metal_stdlib>\n"
                                   "kernel void k(device float *a [[buffer(0)]],\n"

@@ -146,6 +146,11 @@ static const char *const KERNEL_PARTS[] = {
     "  simdgroup_multiply(r, m, id2);\n"
     "  simdgroup_store(r, out);\n"
     "}\n"
+    "// Rows defaults to Cols, as in Metal (ggml writes <float, 8>).\n"
+    "kernel void mma_filled(device float *out [[buffer(0)]]) {\n"
+    "  simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8>(3.f);\n"
+    "  simdgroup_store(m, out);\n"
+    "}\n"
     "kernel void mma_partial(device float *out [[buffer(0)]],\n"
     "                        uint lane [[thread_index_in_simdgroup]]) {\n"
     "  simdgroup_float8x8 m(1.f);\n"
@@ -447,6 +452,13 @@ Test(simd, thread_elements_follow_the_apple_lane_layout) {
     cr_assert_eq(o[row * 8 + col], (float)(4 * l), "lane %u element 0 at (%u, %u)", l, row, col);
     cr_assert_eq(o[row * 8 + col + 1], (float)(4 * l + 2), "lane %u element 1", l);
   }
+  sm_release(out);
+}
+
+Test(simd, make_filled_simdgroup_matrix_rows_default_to_cols) {
+  id out = buffer(64 * 4);
+  expect_ok(run("mma_filled", 32, 32, &out, 1));
+  for (int i = 0; i < 64; i++) cr_assert_eq(((float *)contents(out))[i], 3.f, "element %d", i);
   sm_release(out);
 }
 

@@ -169,6 +169,13 @@ static const char *const SOURCE_PARTS[] = {
     "  out[4 * i + 3] = f;\n"
     "}\n",
     "\n"
+    "// packed vectors of another element type convert explicitly (ggml: float4(packed_char4))\n"
+    "kernel void packed_conversions(device const packed_char4 *in [[buffer(0)]],\n"
+    "                               device float4 *out [[buffer(1)]],\n"
+    "                               uint i [[thread_position_in_grid]]) {\n"
+    "  out[i] = float4(in[i]) * 0.5f + float4(int4(in[i]));\n"
+    "}\n"
+    "\n"
     "kernel void fill_shuffles(device int *out [[buffer(0)]],\n"
     "                          uint lane [[thread_index_in_simdgroup]],\n"
     "                          uint tid [[thread_index_in_threadgroup]]) {\n"
@@ -409,6 +416,16 @@ Test(stdlib, half_converts_as_an_arithmetic_type) {
                  "int += half is a half addition: %g", o[4 * i + 2]);
     cr_expect_eq(o[4 * i + 3], 0.5f + h, "float += half is a float addition");
   }
+  sm_release(bufs[0]);
+  sm_release(bufs[1]);
+}
+
+Test(stdlib, packed_vectors_convert_to_vectors_of_other_types) {
+  int8_t in[8] = {-128, -3, 0, 1, 7, 64, 127, -1};
+  id bufs[2] = {sm_buffer(in, sizeof in), sm_buffer(NULL, 8 * 4)};
+  sm_dispatch(lib, "packed_conversions", bufs, 2, SM_SIZE(2, 1, 1), SM_SIZE(2, 1, 1), false, 0);
+  const float *o = sm_contents(bufs[1]);
+  for (int i = 0; i < 8; i++) cr_expect_eq(o[i], 1.5f * (float)in[i], "[%d]: %g", i, o[i]);
   sm_release(bufs[0]);
   sm_release(bufs[1]);
 }

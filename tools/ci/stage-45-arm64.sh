@@ -46,7 +46,7 @@ echo "stage-45-arm64: built in $((SECONDS - start)) s"
 export CMETAL_QEMU_TIMEOUT=400
 rm -rf build/arm64/softmetal-cache build/arm64/tests/softmetal/kernel-cache
 (cd build/arm64 && ctest --output-on-failure -j"$jobs" --timeout 450 \
-   -E '^(install_consumer|cmetal_info_json|readme_tour|readme_kernels|headers_compile_alone|dlpack_interop|test_ops_matrix_cpu|test_softmetal_corpus)$')
+   -E '^(install_consumer|cmetal_info_json|readme_tour|readme_kernels|headers_compile_alone|dlpack_interop|test_ops_matrix_cpu|test_softmetal_corpus|test_softmetal_corpus_slow)$')
 
 # cmetal-info on softmetal, as aarch64: reports the Metal device, as JSON.
 CMETAL_METAL_FRAMEWORK=$root/build/arm64/tools/softmetal/libsoftmetal.so \

@@ -24,7 +24,7 @@ kernels="-DCMETAL_TEST_KERNEL_CACHE=$root/build/kernel-cache"
 cmake -S . -B build/ci -DCMETAL_WERROR=ON -DCMETAL_SOFTMETAL=ON "$kernels" >/dev/null
 cmake --build build/ci -j"$jobs"
 step "tests"
-(cd build/ci && ctest --output-on-failure -j"$jobs")
+(cd build/ci && ctest --output-on-failure -j"$jobs" -LE slow)
 
 step "build (ASan + UBSan, -Werror)"
 cmake -S . -B build/asan -DCMETAL_WERROR=ON -DCMETAL_SOFTMETAL=ON -DCMETAL_SANITIZE=ON \
@@ -34,7 +34,7 @@ step "tests under ASan + UBSan"
 (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 \
    LSAN_OPTIONS=suppressions="$root/tests/lsan.supp" \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   ctest --output-on-failure -j"$jobs")
+   ctest --output-on-failure -j"$jobs" -LE slow)
 
 for stage in tools/ci/stage-*.sh; do
   [ -e "$stage" ] || continue

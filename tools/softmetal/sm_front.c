@@ -1727,3 +1727,156 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   free(table.p);
   return result;
 }
+
+/* ------------------------------------------------- ambiguous conditionals */
+/* softmetal's half and bfloat are classes that convert to and from every
+ * arithmetic type, so C++ finds `c ? h : f` ambiguous where MSL applies the
+ * usual arithmetic conversions. The compile that failed is repeated with
+ * -fdiagnostics-print-source-range-info; each of its diagnostics
+ *   FILE:L:C:{L1:C1-L2:C2}{L3:C3-L4:C4}: error: conditional expression is
+ *   ambiguous; 'T1' [(aka 'A1')] can be converted to 'T2' [(aka 'A2')] and vice versa
+ * gives the operands' ranges in the translation unit: its physical lines
+ * (not the line markers' numbers, which L:C follows), byte columns, the end
+ * exclusive. */
+enum { OP_OTHER, OP_F16, OP_FLOAT, OP_INT };
+
+static int operand_kind(const char *t, size_t n) {
+  static const char *const quals[] = {"const ", "volatile "};
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t i = 0; i < 2; i++) {
+      size_t q = strlen(quals[i]);
+      if (n > q && strncmp(t, quals[i], q) == 0) t += q, n -= q, again = true;
+    }
+  }
+  static const char *const f16[] = {"half", "bfloat", "metal::half", "metal::bfloat"};
+  static const char *const ints[] = {"bool", "char", "signed char", "unsigned char", "short",
+                                     "unsigned short", "int", "unsigned int", "long",
+                                     "unsigned long", "long long", "unsigned long long"};
+  for (size_t i = 0; i < sizeof f16 / sizeof *f16; i++)
+    if (strlen(f16[i]) == n && strncmp(t, f16[i], n) == 0) return OP_F16;
+  if ((n == 5 && strncmp(t, "float", 5) == 0) || (n == 6 && strncmp(t, "double", 6) == 0))
+    return OP_FLOAT;
+  for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+    if (strlen(ints[i]) == n && strncmp(t, ints[i], n) == 0) return OP_INT;
+  return OP_OTHER;
+}
+
+/* Reads 'T' [(aka 'A')] at *s: the canonical spelling in *t, *n. */
+static bool quoted_type(const char **s, const char **t, size_t *n) {
+  if (**s != '\'') return false;
+  const char *a = *s + 1, *e = strchr(a, '\'');
+  if (!e) return false;
+  *t = a, *n = (size_t)(e - a), *s = e + 1;
+  if (strncmp(*s, " (aka '", 7) == 0) {
+    a = *s + 7;
+    e = strchr(a, '\'');
+    if (!e || e[1] != ')') return false;
+    *t = a, *n = (size_t)(e - a), *s = e + 2;
+  }
+  return true;
+}
+
+/* The offset in tu of column col (1-based, bytes) of its physical line line
+ * (1-based); (size_t)-1 when there is none. */
+static size_t tu_offset(const char *tu, long line, long col) {
+  const char *p = tu;
+  for (long l = 1; l < line; l++) {
+    p = strchr(p, '\n');
+    if (!p) return (size_t)-1;
+    p++;
+  }
+  const char *eol = strchr(p, '\n');
+  size_t len = eol ? (size_t)(eol - p) : strlen(p);
+  if (col < 1 || (size_t)col > len + 1) return (size_t)-1;
+  return (size_t)(p - tu) + (size_t)col - 1;
+}
+
+typedef struct {
+  size_t at;
+  const char *text;
+} insertion;
+static const char close_paren[] = ")";
+
+static int cmp_insertion(const void *a, const void *b) {
+  const insertion *x = a, *y = b;
+  return x->at < y->at ? -1 : x->at > y->at;
+}
+
+char *sm__front_fix_conditionals(const char *tu, const char *diag) {
+  static const char what[] = ": error: conditional expression is ambiguous; ";
+  insertion *ins = NULL;
+  size_t n = 0, cap = 0;
+  bool oom = false;
+  for (const char *line = diag; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+    const char *eol = strchr(line, '\n'), *hit = strstr(line, what);
+    if (!hit || (eol && hit > eol)) continue;
+    const char *colon = strchr(line, ':');
+    long l[4], c[4], ql, qc;
+    int used = 0;
+    if (!colon || sscanf(colon, ":%ld:%ld:{%ld:%ld-%ld:%ld}{%ld:%ld-%ld:%ld}%n", &ql, &qc, &l[0],
+                         &c[0], &l[1], &c[1], &l[2], &c[2], &l[3], &c[3], &used) != 10 ||
+        colon + used != hit)
+      continue;
+    const char *s = hit + strlen(what), *t1, *t2;
+    size_t n1, n2;
+    if (!quoted_type(&s, &t1, &n1) || strncmp(s, " can be converted to ", 21) != 0) continue;
+    s += 21;
+    if (!quoted_type(&s, &t2, &n2) || strncmp(s, " and vice versa", 15) != 0) continue;
+    int k1 = operand_kind(t1, n1), k2 = operand_kind(t2, n2);
+    /* MSL: half and float give float; half and an integer give half. */
+    int cast_op;
+    const char *open;
+    if (k1 == OP_F16 && k2 == OP_FLOAT) cast_op = 0, open = "static_cast<float>(";
+    else if (k1 == OP_FLOAT && k2 == OP_F16) cast_op = 1, open = "static_cast<float>(";
+    else if (k1 == OP_F16 && k2 == OP_INT) cast_op = 1, open = NULL;
+    else if (k1 == OP_INT && k2 == OP_F16) cast_op = 0, open = NULL;
+    else continue;
+    char f16_cast[64];
+    if (!open) { /* to the f16 operand's type, without qualifiers */
+      const char *f = cast_op == 1 ? t1 : t2;
+      size_t fn = cast_op == 1 ? n1 : n2;
+      while (fn > 6 && (strncmp(f, "const ", 6) == 0 || strncmp(f, "volatile ", 9) == 0)) {
+        size_t q = f[0] == 'c' ? 6 : 9;
+        f += q, fn -= q;
+      }
+      snprintf(f16_cast, sizeof f16_cast, "static_cast<%.*s>(", (int)fn, f);
+      open = f16_cast;
+    }
+    size_t a = tu_offset(tu, l[2 * cast_op], c[2 * cast_op]);
+    size_t b = tu_offset(tu, l[2 * cast_op + 1], c[2 * cast_op + 1]);
+    if (a == (size_t)-1 || b == (size_t)-1 || b <= a) continue;
+    bool seen = false; /* the same conditional in another instantiation */
+    for (size_t i = 0; i < n && !seen; i += 2)
+      seen = ins[i].at == a && ins[i + 1].at == b && strcmp(ins[i].text, open) == 0;
+    if (seen) continue;
+    insertion *g = grow(ins, &cap, n + 2, sizeof *ins, &oom);
+    if (oom) break;
+    ins = g;
+    char *o = strdup(open);
+    if (!o) {
+      oom = true;
+      break;
+    }
+    ins[n++] = (insertion){a, o};
+    ins[n++] = (insertion){b, close_paren};
+  }
+  char *out = NULL;
+  if (!oom && n > 0) {
+    qsort(ins, n, sizeof *ins, cmp_insertion); /* at one offset: all opens or all ")" */
+    sm_text t = {0};
+    size_t prev = 0;
+    for (size_t i = 0; i < n; i++) {
+      sm__text_put(&t, tu + prev, ins[i].at - prev);
+      put_s(&t, ins[i].text);
+      prev = ins[i].at;
+    }
+    put_s(&t, tu + prev);
+    if (t.oom) free(t.p);
+    else out = t.p;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (ins[i].text != close_paren) free((char *)ins[i].text);
+  free(ins);
+  return out;
+}

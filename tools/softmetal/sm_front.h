@@ -28,4 +28,12 @@ void sm__text_printf(sm_text *b, const char *fmt, ...) __attribute__((format(pri
  * program_source:LINE:COL. */
 char *sm__front(const char *pp, size_t len, const char *src_path, char **err);
 
+/* MSL's `c ? h : f` with a half (or bfloat) and a float or integer operand is
+ * ambiguous in C++, where half is a class. Given the translation unit and
+ * the diagnostics of compiling it with -fdiagnostics-print-source-range-info,
+ * returns the unit (malloc'd) with one operand of each such conditional cast
+ * as MSL converts it (half and float: float; half and an integer: half), or
+ * NULL when no diagnostic is of that kind. */
+char *sm__front_fix_conditionals(const char *tu, const char *diag);
+
 #endif

@@ -434,13 +434,45 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     argv[a++] = MATH_FLAGS[math_mode][i];
   if (version_flag[0]) argv[a++] = version_flag;
+  int flags_end = a;
   argv[a++] = "-x";
   argv[a++] = "c++-cpp-output";
   argv[a++] = "-o";
   argv[a++] = tmp_so;
   argv[a++] = tu;
   argv[a] = NULL;
-  if (!run_tool(argv, log, diag)) goto out;
+  if (!run_tool(argv, log, diag)) {
+    /* half is a class here, so `c ? h : f` is ambiguous in C++: find every
+     * such conditional with their operands' ranges, cast as MSL converts,
+     * and compile once more (sm__front_fix_conditionals) */
+    if (!strstr(*diag, "conditional expression is ambiguous")) goto out;
+    const char *check[N_CXX_FLAGS + MAX_MATH_FLAGS + 12];
+    memcpy(check, argv, (size_t)flags_end * sizeof *argv);
+    int c = flags_end;
+    check[c++] = "-fsyntax-only";
+    check[c++] = "-ferror-limit=0";
+    check[c++] = "-fdiagnostics-print-source-range-info";
+    check[c++] = "-x";
+    check[c++] = "c++-cpp-output";
+    check[c++] = tu;
+    check[c] = NULL;
+    char *ranges = NULL;
+    if (run_tool(check, log, &ranges)) goto out; /* cannot happen: keep the first diagnostics */
+    char *fixed = ranges ? sm__front_fix_conditionals(tu_text, ranges) : NULL;
+    free(ranges);
+    if (!fixed) goto out;
+    free(tu_text);
+    tu_text = fixed;
+    if (!write_file(tu, tu_text, strlen(tu_text))) {
+      free(*diag);
+      *diag = strdup("cannot write the translation unit into the kernel cache");
+      *internal = true;
+      goto out;
+    }
+    free(*diag);
+    *diag = NULL;
+    if (!run_tool(argv, log, diag)) goto out;
+  }
   if (rename(tmp_so, so) != 0) {
     *diag = strdup("cannot move the compiled kernel into the cache");
     *internal = true;
