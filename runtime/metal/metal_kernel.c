@@ -508,34 +508,37 @@ typedef struct cm__metal_lib {
     uint64_t serial;
 } cm__metal_lib;
 
-static cm_status cm__kb_library_create(const char *func, cm_device *device, const char *source,
-                                       const cm__compile_options *options, void **out) {
-    cm__metal_lib *lib = CM__NEW(cm__metal_lib);
-    if (lib == NULL)
-        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a library");
-    cm_status status = cm__metal_library(func, cm__mtl_dev(device), source, options,
-                                         &lib->library, &lib->serial);
-    if (status != CM_OK) {
-        cm__free(lib);
+/* Boxes what cm__metal_library(_data) gave (consumes `library`). */
+static cm_status cm__kb_box(const char *func, cm_status status, cm__id library, uint64_t serial,
+                            void **out) {
+    if (status != CM_OK)
         return status;
+    cm__metal_lib *lib = CM__NEW(cm__metal_lib);
+    if (lib == NULL) {
+        cm__objc_release(library);
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a library");
     }
+    *lib = (cm__metal_lib){.library = library, .serial = serial};
     *out = lib;
     return CM_OK;
 }
 
+static cm_status cm__kb_library_create(const char *func, cm_device *device, const char *source,
+                                       const cm__compile_options *options, void **out) {
+    cm__id library = NULL;
+    uint64_t serial = 0;
+    const cm_status status =
+        cm__metal_library(func, cm__mtl_dev(device), source, options, &library, &serial);
+    return cm__kb_box(func, status, library, serial, out);
+}
+
 static cm_status cm__kb_library_load(const char *func, cm_device *device, const void *data,
                                      size_t size, void **out) {
-    cm__metal_lib *lib = CM__NEW(cm__metal_lib);
-    if (lib == NULL)
-        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a library");
-    cm_status status = cm__metal_library_data(func, cm__mtl_dev(device), data, size,
-                                              &lib->library, &lib->serial);
-    if (status != CM_OK) {
-        cm__free(lib);
-        return status;
-    }
-    *out = lib;
-    return CM_OK;
+    cm__id library = NULL;
+    uint64_t serial = 0;
+    const cm_status status =
+        cm__metal_library_data(func, cm__mtl_dev(device), data, size, &library, &serial);
+    return cm__kb_box(func, status, library, serial, out);
 }
 
 static void cm__kb_library_release(void *library) {
