@@ -16,7 +16,7 @@
 # readme_kernels, headers_compile_alone, dlpack_interop (x86-64 Python); and,
 # for CI time, test_ops_matrix_cpu (long double references: binary128 on
 # aarch64 Linux, double on a Mac, which the double-reference build runs) and
-# the third-party kernel corpus (x86-64 runs it). test_kernel's tests that
+# the third-party kernel corpus (outside the repository; skipped without it). test_kernel's tests that
 # fork skip themselves: qemu-user cannot fork a process that has threads.
 # qemu runs aarch64 code on x86-64's memory ordering: it checks the calling
 # convention, char signedness and long double, not weak-memory races.
