@@ -14,10 +14,11 @@
  * validates every field, then wraps the producer's memory in place and keeps
  * the producer's managed tensor alive until the last view of it dies.
  *
- * Devices today: host memory (kDLCPU; on import also kDLCUDAHost and
- * kDLROCMHost, which are plain pinned host memory). kDLMetal import and export
- * arrive with the Metal backend; until then they fail with CM_ERR_UNSUPPORTED
- * and leave ownership untouched. */
+ * Devices: host memory (kDLCPU; on import also kDLCUDAHost and kDLROCMHost,
+ * which are plain pinned host memory) and Metal buffers (kDLMetal, on a
+ * library built with the Metal backend and a Metal device; elsewhere kDLMetal
+ * fails with CM_ERR_UNSUPPORTED or CM_ERR_NO_DEVICE and leaves ownership
+ * untouched). */
 #ifndef CMETAL_DLPACK_H
 #define CMETAL_DLPACK_H
 

@@ -19,6 +19,7 @@
 extern "C" {
 #endif
 
+/* The project's version: CMakeLists.txt reads these three lines. */
 #define CM_VERSION_MAJOR 0
 #define CM_VERSION_MINOR 1
 #define CM_VERSION_PATCH 0
