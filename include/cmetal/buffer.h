@@ -87,9 +87,12 @@ CM_API cm_status cm_buffer_create(cm_device *device, const cm_buffer_desc *desc,
 CM_API cm_status cm_buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc,
                                      cm_buffer **out);
 
-/* Reference counting: release(NULL) is a no-op. The last release frees the
- * memory, or calls the wrap's release callback, once pending device work on
- * the buffer has finished. Thread-safety: atomic; any thread. */
+/* Reference counting: release(NULL) is a no-op. The last release waits for
+ * pending device work on the buffer, then frees the memory or calls the
+ * wrap's release callback, whatever other buffers or tensors still live:
+ * cmetal keeps nothing of it past that (on Metal the framework may let go
+ * of the finished command buffer, and with it the memory, a moment later
+ * on its completion thread). Thread-safety: atomic; any thread. */
 CM_API cm_status cm_buffer_retain(cm_buffer *buffer);
 CM_API cm_status cm_buffer_release(cm_buffer *buffer);
 

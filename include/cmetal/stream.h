@@ -21,7 +21,11 @@
  *    side) on the consumer, or cm_fence_wait (host side).
  *  - cm_device_synchronize waits for every stream of the device.
  *  - Releasing the last reference to a buffer waits for device work that
- *    uses it. */
+ *    uses it.
+ *  - cmetal keeps no finished work alive: a stream lets go of each command
+ *    buffer as soon as it sees it complete (a synchronize, a host access or
+ *    release that waits for it), so a released buffer's memory never waits
+ *    for other buffers that the same command buffer used. */
 #ifndef CMETAL_STREAM_H
 #define CMETAL_STREAM_H
 

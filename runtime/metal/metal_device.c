@@ -39,20 +39,44 @@ static void cm__note_if_failed(cm__metal_stream *s, cm__id cb) {
     cm__cb_error_text(cb, s->error, sizeof s->error);
 }
 
+/* Publishes the lowest number of a command buffer not seen complete.
+ * Stream lock held. */
+static void cm__clock_update(cm__metal_stream *s) {
+    const uint64_t below = s->ncommitted > 0 ? s->committed[0].seq
+                           : s->open != NULL ? s->open_seq
+                                             : s->next_seq;
+    atomic_store_explicit(&s->clock->done_below, below, memory_order_release);
+}
+
+static bool cm__clock_done(cm__metal_clock *clock, uint64_t seq) {
+    return seq < atomic_load_explicit(&clock->done_below, memory_order_acquire);
+}
+
+static cm__metal_clock *cm__clock_retain(cm__metal_clock *clock) {
+    cm__ref_retain(&clock->ref);
+    return clock;
+}
+
+static void cm__clock_release(cm__metal_clock *clock) {
+    if (clock != NULL && cm__ref_release(&clock->ref))
+        cm__free(clock);
+}
+
 /* Drops the committed command buffers that have completed, noting a
  * failed one. Stream lock held. */
 static void cm__prune_committed(cm__metal_stream *s) {
     size_t kept = 0;
     for (size_t i = 0; i < s->ncommitted; ++i) {
-        cm__id cb = s->committed[i];
+        cm__id cb = s->committed[i].cb;
         if (cm__msg_status(cb) >= CM__MTL_CB_COMPLETED) {
             cm__note_if_failed(s, cb);
             cm__objc_release(cb);
         } else {
-            s->committed[kept++] = cb;
+            s->committed[kept++] = s->committed[i];
         }
     }
     s->ncommitted = kept;
+    cm__clock_update(s);
 }
 
 /* Room for one more committed command buffer. Stream lock held. */
@@ -60,9 +84,10 @@ static cm_status cm__committed_reserve(const char *func, cm__metal_stream *s) {
     if (s->ncommitted < s->committed_cap)
         return CM_OK;
     const size_t cap = s->committed_cap > 0 ? 2 * s->committed_cap : 8;
-    cm__id *grown = cap <= SIZE_MAX / sizeof *grown
-                        ? cm__alloc(cap * sizeof *grown, _Alignof(cm__id))
-                        : NULL;
+    cm__metal_committed *grown =
+        cap <= SIZE_MAX / sizeof *grown
+            ? cm__alloc(cap * sizeof *grown, _Alignof(cm__metal_committed))
+            : NULL;
     if (grown == NULL)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
                            "no memory to track %zu command buffers", cap);
@@ -89,9 +114,10 @@ static cm_status cm__metal_stream_open(const char *func, cm_stream *stream) {
     pthread_mutex_lock(&s->lock);
     if (cb == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE, "the command queue gave no command buffer");
-    if (s->open == NULL)
+    if (s->open == NULL) {
         s->open = cb;
-    else
+        s->open_seq = s->next_seq++;
+    } else
         cm__objc_release(cb); /* another thread opened one meanwhile */
     return CM_OK;
 }
@@ -140,7 +166,7 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     pthread_mutex_lock(&s->lock);
     if (s->open != NULL) { /* encode_begin reserved its place */
         cm__msg_commit(s->open);
-        s->committed[s->ncommitted++] = s->open;
+        s->committed[s->ncommitted++] = (cm__metal_committed){s->open, s->open_seq};
         s->open = NULL;
         s->submissions++;
     }
@@ -151,10 +177,10 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     cm__id *waits = n <= 16 ? stack : cm__alloc(n * sizeof *waits, _Alignof(cm__id));
     if (waits == NULL) /* no memory: wait for them under the lock instead */
         for (size_t i = 0; i < n; ++i)
-            cm__msg_waitUntilCompleted(s->committed[i]);
+            cm__msg_waitUntilCompleted(s->committed[i].cb);
     else
         for (size_t i = 0; i < n; ++i)
-            waits[i] = cm__objc_retain(s->committed[i]);
+            waits[i] = cm__objc_retain(s->committed[i].cb);
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; waits != NULL && i < n; ++i) {
         cm__msg_waitUntilCompleted(waits[i]);
@@ -184,8 +210,17 @@ static cm_status cm__metal_stream_init_unpooled(cm_stream *stream) {
     cm__metal_stream *s = CM__NEW(cm__metal_stream);
     if (s == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
+    s->clock = CM__NEW(cm__metal_clock);
+    if (s->clock == NULL) {
+        cm__free(s);
+        return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
+    }
+    cm__ref_init(&s->clock->ref);
+    s->next_seq = 1;
+    atomic_init(&s->clock->done_below, s->next_seq);
     s->queue = cm__msg_newCommandQueue(cm__mtl_dev(stream->device)->device);
     if (s->queue == NULL) {
+        cm__clock_release(s->clock);
         cm__free(s);
         return cm__fail_as("cm_stream_create", CM_ERR_DEVICE,
                            "newCommandQueue returned nil");
@@ -199,8 +234,11 @@ static void cm__metal_stream_destroy_unpooled(cm_stream *stream) {
     cm__metal_stream *s = cm__mtl_stream(stream);
     cm__objc_release(s->open);
     for (size_t i = 0; i < s->ncommitted; ++i)
-        cm__objc_release(s->committed[i]);
+        cm__objc_release(s->committed[i].cb);
     cm__free(s->committed);
+    /* Its work was waited for: whatever buffers still name it is done. */
+    atomic_store_explicit(&s->clock->done_below, UINT64_MAX, memory_order_release);
+    cm__clock_release(s->clock);
     cm__objc_release(s->untracked_fence);
     cm__objc_release(s->queue);
     pthread_mutex_destroy(&s->lock);
@@ -421,19 +459,35 @@ static cm_status cm__metal_buffer_wrap_host_unpooled(cm_device *device, cm_buffe
 
 /* ------------------------------------------------------------ tracking */
 
-typedef struct cm__wait_target {
+/* One stream's command buffer to wait for, by number. */
+typedef struct cm__seq_wait {
     const char *func;
-    cm__id cb;
-} cm__wait_target;
+    cm__metal_clock *clock;
+    uint64_t seq;
+    cm__id cb; /* out: the command buffer, +1, or NULL when seen complete */
+} cm__seq_wait;
 
-/* Commits the stream's open command buffer if it is the target. */
-static cm_status cm__commit_if_open(cm_stream *stream, void *context) {
-    const cm__wait_target *t = context;
+/* Finds the command buffer numbered t->seq on the stream, committing it
+ * first if the stream is still filling it. */
+static cm_status cm__seq_find(cm_stream *stream, void *context) {
+    cm__seq_wait *t = context;
     cm__metal_stream *s = cm__mtl_stream(stream);
+    if (s->clock != t->clock) /* a later stream at a dead one's address */
+        return CM_OK;
     pthread_mutex_lock(&s->lock);
-    bool is_open = t->cb == s->open;
+    bool is_open = s->open != NULL && s->open_seq == t->seq;
     pthread_mutex_unlock(&s->lock);
-    return is_open ? cm__metal_flush(t->func, stream, false) : CM_OK;
+    if (is_open)
+        CM__TRY(cm__metal_flush(t->func, stream, false));
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&s->lock);
+    cm__prune_committed(s);
+    for (size_t i = 0; i < s->ncommitted && t->cb == NULL; ++i)
+        if (s->committed[i].seq == t->seq)
+            t->cb = cm__objc_retain(s->committed[i].cb);
+    pthread_mutex_unlock(&s->lock);
+    cm__objc_pool_pop(pool);
+    return CM_OK;
 }
 
 static cm_status cm__drop_completed_visit(cm_stream *stream, void *context) {
@@ -442,32 +496,46 @@ static cm_status cm__drop_completed_visit(cm_stream *stream, void *context) {
     return CM_OK;
 }
 
-/* Waits for a tracked command buffer of `stream`, committing it first if
- * the stream is still filling it. */
+/* Waits for a stream's command buffer numbered seq (not yet seen complete
+ * when the buffer was looked at), then lets the stream drop it. */
 static cm_status cm__wait_tracked(const char *func, cm_device *device, const cm_stream *stream,
-                                  cm__id cb) {
-    if (cm__msg_status(cb) == CM__MTL_CB_NOT_ENQUEUED) {
-        cm__wait_target t = {func, cb};
-        CM__TRY(cm__device_visit_stream(device, stream, cm__commit_if_open, &t));
-    }
-    cm__msg_waitUntilCompleted(cb);
-    if (cm__msg_status(cb) == CM__MTL_CB_ERROR) {
+                                  cm__metal_clock *clock, uint64_t seq) {
+    cm__seq_wait t = {func, clock, seq, NULL};
+    CM__TRY(cm__device_visit_stream(device, stream, cm__seq_find, &t));
+    if (t.cb == NULL) /* seen complete meanwhile, or the stream has died */
+        return CM_OK;
+    cm__msg_waitUntilCompleted(t.cb);
+    cm_status status = CM_OK;
+    if (cm__msg_status(t.cb) == CM__MTL_CB_ERROR) {
         char text[384];
-        cm__cb_error_text(cb, text, sizeof text);
-        return cm__fail_as(func, CM_ERR_DEVICE, "device work on this buffer failed: %s", text);
+        cm__cb_error_text(t.cb, text, sizeof text);
+        status = cm__fail_as(func, CM_ERR_DEVICE, "device work on this buffer failed: %s", text);
     }
-    return CM_OK;
+    cm__objc_release(t.cb);
+    (void)cm__device_visit_stream(device, stream, cm__drop_completed_visit, NULL);
+    return status;
 }
 
 /* What host access waits for: every tracked stream's last command buffer
- * that wrote the buffer (writes_only) or used it, retained; and whether
- * forgotten work means waiting for the whole device. */
+ * that wrote the buffer (writes_only) or used it, by number (the clock
+ * retained); and whether forgotten work means waiting for the whole device. */
 typedef struct cm__wait_list {
     int n;
     bool untracked;
     const cm_stream *stream[CM__METAL_USE_SLOTS];
-    cm__id cb[CM__METAL_USE_SLOTS];
+    cm__metal_clock *clock[CM__METAL_USE_SLOTS];
+    uint64_t seq[CM__METAL_USE_SLOTS];
 } cm__wait_list;
+
+static void cm__use_clear(cm__metal_use *u) {
+    cm__clock_release(u->clock);
+    *u = (cm__metal_use){0};
+}
+
+/* Whether the slot's work has all been seen complete. */
+static bool cm__use_done(const cm__metal_use *u) {
+    return u->clock == NULL || cm__clock_done(u->clock, u->use);
+}
 
 static void cm__wait_list_take(cm_buffer *buffer, bool writes_only, cm__wait_list *w) {
     cm__metal_buffer *b = cm__mtl_buf(buffer);
@@ -476,11 +544,16 @@ static void cm__wait_list_take(cm_buffer *buffer, bool writes_only, cm__wait_lis
     w->untracked = b->untracked;
     b->untracked = false; /* the device-wide wait below covers it */
     for (int i = 0; i < CM__METAL_USE_SLOTS; ++i) {
-        const cm__metal_use *u = &b->uses[i];
-        cm__id cb = writes_only ? u->write : u->use;
-        if (u->stream != NULL && cb != NULL) {
+        cm__metal_use *u = &b->uses[i];
+        if (u->clock != NULL && cm__use_done(u)) {
+            cm__use_clear(u);
+            continue;
+        }
+        const uint64_t seq = writes_only ? u->write : u->use;
+        if (u->clock != NULL && seq != 0 && !cm__clock_done(u->clock, seq)) {
             w->stream[w->n] = u->stream;
-            w->cb[w->n++] = cm__objc_retain(cb);
+            w->clock[w->n] = cm__clock_retain(u->clock);
+            w->seq[w->n++] = seq;
         }
     }
     pthread_mutex_unlock(&b->lock);
@@ -495,59 +568,46 @@ static cm_status cm__wait_buffer(const char *func, cm_buffer *buffer, bool write
         w.untracked ? cm__device_sync_streams(func, buffer->device) : CM_OK;
     for (int i = 0; i < w.n; ++i) {
         if (status == CM_OK)
-            status = cm__wait_tracked(func, buffer->device, w.stream[i], w.cb[i]);
-        cm__objc_release(w.cb[i]);
+            status = cm__wait_tracked(func, buffer->device, w.stream[i], w.clock[i], w.seq[i]);
+        cm__clock_release(w.clock[i]);
     }
     return status;
 }
 
-static void cm__use_clear(cm__metal_use *u) {
-    cm__objc_release(u->use);
-    cm__objc_release(u->write);
-    *u = (cm__metal_use){0};
-}
-
-static bool cm__cb_done(cm__id cb) {
-    return cb == NULL || cm__msg_status(cb) >= CM__MTL_CB_COMPLETED;
-}
-
 /* The stream's slot in the buffer's table: its own, a free one, one whose
- * work has finished, or, when more streams are busy with the buffer, the
- * first, whose work is forgotten (host access then waits for the device). */
+ * work has been seen finished, or, when more streams are busy with the
+ * buffer, the first, whose work is forgotten (host access then waits for
+ * the device). Buffer lock held. */
 static cm__metal_use *cm__use_slot(cm__metal_buffer *b, const cm_stream *stream) {
+    cm__metal_clock *clock = cm__mtl_stream(stream)->clock;
     cm__metal_use *slot = NULL;
     for (int i = 0; i < CM__METAL_USE_SLOTS; ++i) {
-        if (b->uses[i].stream == stream)
+        if (b->uses[i].clock == clock)
             return &b->uses[i];
-        if (slot == NULL && b->uses[i].stream == NULL)
+        if (slot == NULL && b->uses[i].clock == NULL)
             slot = &b->uses[i];
     }
     for (int i = 0; slot == NULL && i < CM__METAL_USE_SLOTS; ++i)
-        if (cm__cb_done(b->uses[i].use) && cm__cb_done(b->uses[i].write)) {
+        if (cm__use_done(&b->uses[i]))
             slot = &b->uses[i];
-            cm__use_clear(slot);
-        }
     if (slot == NULL) {
         slot = &b->uses[0];
-        cm__use_clear(slot);
         b->untracked = true;
     }
+    cm__use_clear(slot);
     slot->stream = stream;
+    slot->clock = cm__clock_retain(clock);
     return slot;
 }
 
 static void cm__metal_buffer_free_unpooled(cm_buffer *buffer) {
     cm__metal_buffer *b = cm__mtl_buf(buffer);
+    /* Waits for the work using it and lets its streams drop the command
+     * buffers seen complete, so the MTLBuffer (and a wrap's release
+     * callback) goes as soon as nothing unfinished uses it. */
     (void)cm__wait_buffer("cm_buffer_release", buffer, false);
-    for (int i = 0; i < CM__METAL_USE_SLOTS; ++i) {
-        /* The stream's last command buffer may be the one that used this
-         * buffer: drop it once done, so the MTLBuffer (and a wrap's release
-         * callback) goes now rather than at the stream's next flush. */
-        if (b->uses[i].stream != NULL)
-            (void)cm__device_visit_stream(buffer->device, b->uses[i].stream,
-                                          cm__drop_completed_visit, NULL);
+    for (int i = 0; i < CM__METAL_USE_SLOTS; ++i)
         cm__use_clear(&b->uses[i]);
-    }
     cm__buffer_impl_free(buffer);
     cm__objc_release(buffer->native);
 }
@@ -577,14 +637,9 @@ void cm__metal_track(cm_stream *stream, cm_buffer *buffer, bool write) {
     pthread_mutex_lock(&b->lock);
     cm__push_host_writes(buffer);
     cm__metal_use *u = cm__use_slot(b, stream);
-    if (u->use != s->open) {
-        cm__objc_release(u->use);
-        u->use = cm__objc_retain(s->open);
-    }
-    if (write && u->write != s->open) {
-        cm__objc_release(u->write);
-        u->write = cm__objc_retain(s->open);
-    }
+    u->use = s->open_seq;
+    if (write)
+        u->write = s->open_seq;
     if (write && buffer->storage == CM_STORAGE_MANAGED)
         b->gpu_wrote = true;
     pthread_mutex_unlock(&b->lock);

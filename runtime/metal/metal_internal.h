@@ -73,14 +73,36 @@ typedef struct cm__metal_device {
     char *archive_path;
 } cm__metal_device;
 
+/* A stream's progress, shared with the buffers that track its work, so that
+ * a buffer keeps neither a stream nor a command buffer alive. The stream
+ * numbers its command buffers from 1 as it opens them; every number below
+ * done_below belongs to one seen complete (and let go). Reference counted:
+ * the stream holds one reference, each buffer slot naming it another. A
+ * stream sets it to UINT64_MAX when it dies (it has waited for its work). */
+typedef struct cm__metal_clock {
+    cm__refcount ref;
+    _Atomic uint64_t done_below;
+} cm__metal_clock;
+
+/* A committed command buffer (+1) and its number on its stream. */
+typedef struct cm__metal_committed {
+    cm__id cb;
+    uint64_t seq;
+} cm__metal_committed;
+
 typedef struct cm__metal_stream {
     cm__id queue;         /* id<MTLCommandQueue>, +1 */
+    cm__metal_clock *clock; /* +1; the stream's own, for its buffers */
     pthread_mutex_t lock; /* guards everything below */
     cm__id open;          /* the command buffer being filled, +1, or NULL */
-    /* Committed command buffers not yet seen complete, in commit order, +1
-     * each. Metal orders their start, not their completion, so a sync waits
-     * for all of them; each one's status is read once, when it leaves. */
-    cm__id *committed;
+    uint64_t open_seq;    /* its number */
+    uint64_t next_seq;    /* the number of the next one opened */
+    /* Committed command buffers not yet seen complete, in commit (and
+     * number) order, +1 each. Metal orders their start, not their
+     * completion, so a sync waits for all of them; each one's status is
+     * read once, when it leaves, and nothing else retains it: once seen
+     * complete, what it used can go. */
+    cm__metal_committed *committed;
     size_t ncommitted, committed_cap;
     /* Orders the passes that touch untracked buffers (Metal orders nothing
      * between them): each waits for it first and updates it last. +1, made
@@ -91,15 +113,19 @@ typedef struct cm__metal_stream {
     char error[384];
 } cm__metal_stream;
 
-/* One stream's work on a buffer: its last command buffers that used and
- * wrote it (on one queue, waiting for the last one suffices). */
+/* One stream's work on a buffer: the numbers of its last command buffers
+ * that used and wrote it (on one queue, waiting for the last one suffices).
+ * Numbers, not the command buffers: a command buffer retains every
+ * resource it uses, so a buffer holding one would keep others alive. */
 typedef struct cm__metal_use {
     /* Not retained (a buffer must not keep a stream alive, nor destroy one
-     * while locks are held): look it up with cm__device_visit_stream. NULL
+     * while locks are held): look it up with cm__device_visit_stream, and
+     * tell it from a later stream at the same address by its clock. NULL
      * for a free slot. */
     const cm_stream *stream;
-    cm__id use;        /* id<MTLCommandBuffer>, +1 */
-    cm__id write;      /* +1, or NULL when the stream only read it */
+    cm__metal_clock *clock; /* the stream's, +1, or NULL for a free slot */
+    uint64_t use;           /* number of the last command buffer using it */
+    uint64_t write;         /* of the last one writing it, or 0 */
 } cm__metal_use;
 
 /* Streams tracked per buffer. A buffer used by more streams at once
@@ -148,7 +174,9 @@ cm_status cm__metal_pass_fence(const char *func, cm_stream *stream, cm_buffer *c
 
 /* Releases the stream's committed command buffers that have completed
  * (so the resources they retain go), noting a failed one for the next
- * flush. Takes the stream's lock. */
+ * flush. Takes the stream's lock. Every path that sees completion (a
+ * flush that waits, a wait for a buffer, a buffer's release) does this, so
+ * no command buffer is retained past its observed completion. */
 void cm__metal_drop_completed(cm_stream *stream);
 
 /* Commits the open command buffer (if any) and, when `wait`, waits for

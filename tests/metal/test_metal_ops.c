@@ -8,9 +8,11 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "softmetal_hooks.h"
 
+#include <cmetal/dlpack.h>
 #include <cmetal/metal.h>
 
 #include "objc/bridge.h" /* to make foreign MTLBuffers */
@@ -582,5 +584,109 @@ Test(metal_ops, each_sync_reports_the_failure_it_waited_for) {
     }
     sm_quiesce(); /* every late handler has run (ASan and valgrind watch) */
     cm_tensor_release(a);
+    cm_device_release(d);
+}
+
+/* "Big temporary in, small result out": each input is released right after
+ * the op that reads it, while the small outputs, written by the same
+ * command buffers, live on. A command buffer retains everything it uses, so
+ * cmetal must keep none past its completion: once synchronized, the inputs'
+ * MTLBuffers and bytes are all given back. */
+static void big_in_small_out(bool reduce) {
+    enum { ROUNDS = 6, N = 1 << 16 }; /* 256 KiB float32 inputs */
+    cm_device *d = metal();
+    cm_tensor *out[ROUNDS + 1];
+    const float one = 1;
+    long buffers0 = 0, bytes0 = 0, out_bytes = 0;
+    for (int i = 0; i <= ROUNDS; ++i) {
+        cm_tensor *big = tensor_1d(d, CM_FLOAT32, N, CM_STORAGE_SHARED);
+        CHECK(cm_fill(big, CM_FLOAT32, &one, NULL));
+        if (reduce) {
+            out[i] = new_tensor(d, CM_FLOAT32, 0, NULL);
+            CHECK(cm_reduce(CM_REDUCE_SUM, big, CM_AXIS_ALL, out[i], NULL));
+        } else {
+            out[i] = tensor_1d(d, CM_FLOAT32, 4, CM_STORAGE_SHARED);
+            cm_tensor *head = NULL;
+            CHECK(cm_tensor_slice(big, 0, 0, 4, 1, &head));
+            CHECK(cm_copy(head, out[i], NULL));
+            cm_tensor_release(head);
+        }
+        cm_tensor_release(big);
+        if (i == 0) { /* the first round compiles the kernels: the baseline */
+            CHECK(cm_device_synchronize(d));
+            struct softmetal_stats s;
+            sm_stats(&s);
+            buffers0 = sm_live("SMBuffer");
+            bytes0 = s.live_buffer_bytes;
+            /* What one output holds (softmetal rounds allocations up). */
+            cm_tensor *probe = reduce ? new_tensor(d, CM_FLOAT32, 0, NULL)
+                                      : tensor_1d(d, CM_FLOAT32, 4, CM_STORAGE_SHARED);
+            sm_stats(&s);
+            out_bytes = s.live_buffer_bytes - bytes0;
+            cm_tensor_release(probe);
+        }
+    }
+    CHECK(cm_device_synchronize(d));
+    struct softmetal_stats s;
+    sm_stats(&s);
+    cr_assert_gt(out_bytes, 0);
+    cr_assert_eq(sm_live("SMBuffer"), buffers0 + ROUNDS,
+                 "%ld MTLBuffers beyond the %d outputs: released inputs are kept alive",
+                 sm_live("SMBuffer") - buffers0 - ROUNDS, ROUNDS);
+    cr_assert_eq(s.live_buffer_bytes, bytes0 + ROUNDS * out_bytes,
+                 "%ld bytes beyond the outputs' %ld", s.live_buffer_bytes - bytes0,
+                 ROUNDS * out_bytes);
+    for (int i = 0; i <= ROUNDS; ++i) {
+        float x = 0;
+        CHECK(cm_tensor_get_element(out[i], reduce ? NULL : (int64_t[]){3}, CM_FLOAT32, &x));
+        cr_assert_eq(x, reduce ? (float)N : 1.0f);
+        cm_tensor_release(out[i]);
+    }
+    cm_device_release(d);
+}
+
+Test(metal_ops, released_inputs_of_live_outputs_are_given_back) {
+    big_in_small_out(false);
+}
+
+Test(metal_ops, released_inputs_of_live_reductions_are_given_back) {
+    big_in_small_out(true);
+}
+
+/* A zero-copy DLPack import of host memory: its deleter runs once the
+ * device is done with it (release + synchronize), though an unrelated
+ * tensor written by the same command buffer lives on. */
+static atomic_int import_deleted;
+static void import_deleter(DLManagedTensor *self) {
+    atomic_fetch_add(&import_deleted, 1);
+    free(self);
+}
+
+Test(metal_ops, a_released_import_is_given_back_while_its_command_buffer_outputs_live) {
+    cm_device *d = metal();
+    const int64_t n = CM_METAL_PAGE_SIZE / 4;
+    float *page = aligned_alloc(CM_METAL_PAGE_SIZE, CM_METAL_PAGE_SIZE);
+    for (int64_t i = 0; i < n; ++i)
+        page[i] = 1.0f;
+    int64_t shape[1] = {n};
+    DLManagedTensor *m = calloc(1, sizeof *m);
+    m->deleter = import_deleter;
+    m->dl_tensor = (DLTensor){.data = page, .device = {kDLCPU, 0}, .ndim = 1,
+                              .dtype = {2, 32, 1}, .shape = shape};
+    atomic_store(&import_deleted, 0);
+    cm_tensor *t = NULL;
+    CHECK(cm_dlpack_import(m, &(cm_dlpack_import_desc){.device = d, .copy = CM_COPY_NEVER}, &t));
+    cm_tensor *sum = new_tensor(d, CM_FLOAT32, 0, NULL);
+    CHECK(cm_reduce(CM_REDUCE_SUM, t, CM_AXIS_ALL, sum, NULL));
+    cm_tensor_release(t);
+    CHECK(cm_device_synchronize(d));
+    sm_quiesce(); /* softmetal's queue may hold a completed command buffer a moment */
+    cr_assert_eq(atomic_load(&import_deleted), 1,
+                 "the deleter ran after release + synchronize, with the sum still alive");
+    float x = 0;
+    CHECK(cm_tensor_get_element(sum, NULL, CM_FLOAT32, &x));
+    cr_assert_eq(x, (float)n);
+    cm_tensor_release(sum);
+    free(page);
     cm_device_release(d);
 }

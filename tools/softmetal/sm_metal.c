@@ -617,7 +617,7 @@ typedef struct {
   pthread_cond_t done_cv; /* a command buffer finished */
   sm_cmdbuf *head, *tail;
   uint64_t committed, finished; /* sequence numbers, in commit order */
-  bool stop, detached;
+  bool stop;
   NSUInteger max_uncompleted; /* commandBuffer blocks when this many are alive */
   NSUInteger uncompleted;     /* made and neither completed nor destroyed */
   pthread_cond_t slot_cv;     /* one of them completed */
@@ -843,6 +843,87 @@ static void core_free(queue_core *c) {
   free(c);
 }
 
+/* Threads are never detached: a thread still running (exiting included)
+ * when the process exits is one LeakSanitizer's tracer must walk, and
+ * libasan up to GCC 13 / LLVM 16 can misread a thread's dynamic TLS block
+ * (here softmetal's _Thread_local state) as a glibc 2.19 header, giving the
+ * tracer a bogus range ("Tracer caught signal 11"). So every thread is
+ * joined by whoever destroys its owner; one whose owner dies on the thread
+ * itself (a queue whose last reference was its own command buffer's) is
+ * left here and joined by the next thread that makes or destroys a queue,
+ * by softmetal_quiesce, or at the latest by an exit handler, which runs
+ * before LeakSanitizer's check (registered later, so it runs earlier).
+ * The exit handler first waits for the command buffers that have finished
+ * executing but are still held by their queue thread (completed handlers,
+ * the last release, which may destroy the queue): a program may exit as
+ * soon as waitUntilCompleted returns. */
+typedef struct reap_entry {
+  pthread_t thread;
+  void (*done)(void *); /* after the join, or NULL */
+  void *arg;
+  struct reap_entry *next;
+} reap_entry;
+static pthread_mutex_t g_reap_mu = PTHREAD_MUTEX_INITIALIZER;
+static reap_entry *g_reap;
+
+/* Joins every thread left to reap but the calling one. Call it holding no
+ * lock that an exiting softmetal thread takes. */
+static void reap_threads(void) {
+  pthread_mutex_lock(&g_reap_mu);
+  reap_entry *list = g_reap;
+  g_reap = NULL;
+  pthread_mutex_unlock(&g_reap_mu);
+  while (list) {
+    reap_entry *e = list;
+    list = e->next;
+    if (pthread_equal(e->thread, pthread_self())) {
+      pthread_mutex_lock(&g_reap_mu); /* not ourselves: later */
+      e->next = g_reap;
+      g_reap = e;
+      pthread_mutex_unlock(&g_reap_mu);
+      continue;
+    }
+    pthread_join(e->thread, NULL);
+    if (e->done) e->done(e->arg);
+    free(e);
+  }
+}
+
+/* Command buffers executed and not yet let go by their queue thread, and
+ * whether this thread is a queue's. */
+static long g_completing;
+static pthread_cond_t g_completing_cv = PTHREAD_COND_INITIALIZER;
+static _Thread_local bool t_queue_thread;
+
+static void completing_add(long n) {
+  pthread_mutex_lock(&g_reap_mu);
+  g_completing += n;
+  if (!g_completing) pthread_cond_broadcast(&g_completing_cv);
+  pthread_mutex_unlock(&g_reap_mu);
+}
+
+static void reap_at_exit(void) {
+  pthread_mutex_lock(&g_reap_mu);
+  while (g_completing && !t_queue_thread) pthread_cond_wait(&g_completing_cv, &g_reap_mu);
+  pthread_mutex_unlock(&g_reap_mu);
+  reap_threads();
+}
+static void reap_register(void) { atexit(reap_at_exit); }
+
+/* The thread (the caller) ends soon: someone else joins it, then calls
+ * done(arg). */
+static void reap_later(void (*done)(void *), void *arg) {
+  reap_entry *e = malloc(sizeof *e);
+  if (!e) sm__fatal("softmetal: no memory to track an exiting thread");
+  *e = (reap_entry){pthread_self(), done, arg, NULL};
+  pthread_mutex_lock(&g_reap_mu);
+  e->next = g_reap;
+  g_reap = e;
+  pthread_mutex_unlock(&g_reap_mu);
+}
+
+static void core_free_cb(void *core) { core_free(core); }
+
 /* Command buffers committed and not yet let go by their queue thread. */
 static pthread_mutex_t g_inflight_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_inflight_cv = PTHREAD_COND_INITIALIZER;
@@ -859,10 +940,12 @@ SM_EXPORT void softmetal_quiesce(void) {
   pthread_mutex_lock(&g_inflight_mu);
   while (g_inflight) pthread_cond_wait(&g_inflight_cv, &g_inflight_mu);
   pthread_mutex_unlock(&g_inflight_mu);
+  reap_threads();
 }
 
 static void *queue_main(void *arg) {
   objc_thread_add();
+  t_queue_thread = true;
   queue_core *core = arg;
   pthread_mutex_lock(&core->mu);
   for (;;) {
@@ -873,16 +956,16 @@ static void *queue_main(void *arg) {
     if (!core->head) core->tail = NULL;
     pthread_mutex_unlock(&core->mu);
     cmdbuf_execute(cb);
+    completing_add(1); /* before any waiter may return */
     cmdbuf_complete(core, cb);
     uint64_t seq = cb->seq;
     sm__release((id)cb); /* may destroy the queue, which sets stop */
+    completing_add(-1);
     pthread_mutex_lock(&core->mu);
     core->finished = seq;
     inflight_add(-1);
   }
-  bool detached = core->detached;
   pthread_mutex_unlock(&core->mu);
-  if (detached) core_free(core);
   objc_thread_remove();
   return NULL;
 }
@@ -898,14 +981,14 @@ static void queue_destroy(sm_obj *o) {
       bool self = pthread_equal(pthread_self(), q->thread);
       pthread_mutex_lock(&core->mu);
       core->stop = true;
-      core->detached = self;
       pthread_cond_broadcast(&core->cv);
       pthread_mutex_unlock(&core->mu);
-      if (self) {
-        pthread_detach(q->thread);
+      if (self) { /* its own command buffer's release: joined later */
+        reap_later(core_free_cb, core);
       } else {
         pthread_join(q->thread, NULL);
         core_free(core);
+        reap_threads();
       }
     }
   }
@@ -936,6 +1019,7 @@ static uint64_t rng_seed(void) {
 
 static id device_new_queue_max(id self, SEL cmd, NSUInteger max) {
   static atomic_uint_fast64_t next_id;
+  reap_threads();
   if (max == 0)
     sm__fatal("-[SMDevice %s]: maxCommandBufferCount = 0: commandBuffer would block forever",
               sel_getName(cmd));
@@ -1230,6 +1314,8 @@ static void cb_commit(id self, SEL cmd) {
   pthread_mutex_lock(&core->mu);
   atomic_store(&cb->status, CB_COMMITTED);
   if (!q->started) {
+    static pthread_once_t reap_once = PTHREAD_ONCE_INIT;
+    pthread_once(&reap_once, reap_register);
     if (pthread_create(&q->thread, NULL, queue_main, core) != 0)
       sm__fatal("-[SMCommandBuffer commit]: cannot start the queue thread");
     q->started = true;
