@@ -240,6 +240,178 @@ Test(front, threadgroup_variables_are_per_threadgroup_and_poisoned) {
   sm_release(lib);
 }
 
+/* Every form of threadgroup declaration in a body (initialisers of every
+ * kind, several declarators, arrays of structs, loops, helpers, template
+ * instantiations, const/volatile/alignas, atomics, a declaration over
+ * several lines): one instance per threadgroup, shared by its threads, an
+ * initialiser's value stored once per threadgroup. */
+static const char TGFORMS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "struct P { float x; int y; };\n"
+    "float helper(uint lid) {\n"
+    "  threadgroup float h[64];\n"
+    "  h[lid] = float(lid) * 3.f;\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  return h[63 - lid];\n"
+    "}\n"
+    "template <typename T> threadgroup T *slot() {\n"
+    "  threadgroup T s[64];\n"
+    "  return s;\n"
+    "}\n"
+    "kernel void forms(device float *o [[buffer(0)]],\n"
+    "                  uint lid [[thread_position_in_threadgroup]],\n"
+    "                  uint gid [[thread_position_in_grid]],\n"
+    "                  uint grp [[threadgroup_position_in_grid]]) {\n"
+    "  device float *r = o + 16 * gid;\n"
+    "  threadgroup float buf[32] = {0};\n"
+    "  r[0] = buf[lid % 32];\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  if (lid < 32) buf[lid] = float(lid + 100 * grp);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[1] = buf[31 - lid % 32];\n"
+    "  threadgroup int a[4] = {1, 2, 3, 4}, b[2][2] = {{5, 6}, {7, 8}};\n"
+    "  r[2] = float(a[lid % 4] + b[(lid / 2) % 2][lid % 2]);\n"
+    "  threadgroup float s = 2.5f;\n"
+    "  threadgroup uint c{7};\n"
+    "  threadgroup P ps[3] = {{1.f, 2}, {3.f, 4}};\n"
+    "  r[3] = s + float(c) + ps[lid % 3].x + float(ps[lid % 3].y);\n"
+    "  threadgroup float x8[8], y8[8];\n"
+    "  if (lid < 8) { x8[lid] = float(lid); y8[lid] = 10.f * float(lid); }\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[4] = x8[7 - lid % 8] + y8[lid % 8];\n"
+    "  float accum = 0;\n"
+    "  for (int it = 0; it < 3; it++) {\n"
+    "    threadgroup int acc[64];\n"
+    "    acc[lid] = it * int(lid);\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    accum += float(acc[63 - lid]);\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  }\n"
+    "  r[5] = accum;\n"
+    "  r[6] = helper(lid);\n"
+    "  threadgroup uchar *pu = slot<uchar>();\n"
+    "  threadgroup float4 *pf = slot<float4>();\n"
+    "  pu[lid] = uchar(lid);\n"
+    "  pf[lid] = float4(2.f * float(lid));\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[7] = float(pu[63 - lid]) + pf[63 - lid].y;\n"
+    "  volatile threadgroup int vv[2];\n"
+    "  alignas(16) threadgroup float al[4];\n"
+    "  threadgroup alignas(16) float al2[4];\n"
+    "  const threadgroup float ck[2] = {3.f, 4.f};\n"
+    "  if (lid == 0) { vv[0] = 5; vv[1] = 6; al[0] = 1.f; al2[3] = 2.f; }\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[8] = float(vv[lid % 2]) + ck[lid % 2] + al[0] + al2[3];\n"
+    "  r[9] = float((ulong(&al[0]) | ulong(&al2[0])) % 16);\n"
+    "  threadgroup atomic_int cnt[2];\n"
+    "  if (lid < 2) atomic_store_explicit(&cnt[lid], 0, memory_order_relaxed);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  atomic_fetch_add_explicit(&cnt[lid % 2], int(lid), memory_order_relaxed);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[10] = float(atomic_load_explicit(&cnt[lid % 2], memory_order_relaxed));\n"
+    "  threadgroup float from_local = float(grp) + 0.5f;\n"
+    "  r[11] = from_local;\n"
+    "  threadgroup float ml[2] =\n"
+    "      {11.f,\n"
+    "       12.f};\n"
+    "  r[12] = ml[lid % 2];\n"
+    "  r[13] = float(__LINE__);\n"
+    "}\n";
+
+Test(front, every_threadgroup_declaration_form_is_one_shared_instance) {
+  id lib = compile_ok(TGFORMS);
+  id fn = function(lib, "forms"), p = pipeline_of(fn);
+  id out = buffer(16 * 4 * 128);
+  memset(contents(out), 0, 16 * 4 * 128);
+  id bufs[] = {out};
+  run(p, bufs, 1, 128, 64);
+  const float *r = contents(out);
+  static const int a[4] = {1, 2, 3, 4}, b[2][2] = {{5, 6}, {7, 8}};
+  static const float psx[3] = {1, 3, 0}, psy[3] = {2, 4, 0}, vv[2] = {5, 6}, ck[2] = {3, 4};
+  for (unsigned g = 0; g < 128; g++) {
+    unsigned lid = g % 64, grp = g / 64;
+    const float want[14] = {0.f,
+                            (float)(31 - lid % 32 + 100 * grp),
+                            (float)(a[lid % 4] + b[(lid / 2) % 2][lid % 2]),
+                            2.5f + 7.f + psx[lid % 3] + psy[lid % 3],
+                            (float)(7 - lid % 8) + 10.f * (float)(lid % 8),
+                            3.f * (float)(63 - lid),
+                            3.f * (float)(63 - lid),
+                            3.f * (float)(63 - lid),
+                            vv[lid % 2] + ck[lid % 2] + 1.f + 2.f,
+                            0.f,
+                            lid % 2 ? 1024.f : 992.f,
+                            (float)grp + 0.5f,
+                            lid % 2 ? 12.f : 11.f,
+                            71.f};
+    for (int k = 0; k < 14; k++)
+      cr_assert_eq(r[16 * g + k], want[k], "thread %u value %d: %g, want %g", g, k,
+                   (double)r[16 * g + k], (double)want[k]);
+  }
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* A threadgroup declaration the front end cannot rewrite fails the compile
+ * naming its line, never becomes a variable per thread. */
+Test(front, a_threadgroup_declaration_not_understood_is_refused_naming_its_line) {
+  const char *e = compile_error("#include <metal_stdlib>\n"
+                                "using namespace metal;\n"
+                                "kernel void k(device float *o [[buffer(0)]], uint i "
+                                "[[thread_position_in_grid]]) {\n"
+                                "  threadgroup float a[4], *q;\n"
+                                "  o[i] = a[i % 4];\n"
+                                "}\n");
+  cr_assert(strstr(e, "program_source:4:"), "%s", e);
+  cr_assert(strstr(e, "threadgroup declaration"), "%s", e);
+  /* a declaration over several lines keeps the lines after it */
+  e = compile_error("#include <metal_stdlib>\n"
+                    "using namespace metal;\n"
+                    "kernel void k(device float *o [[buffer(0)]], uint i "
+                    "[[thread_position_in_grid]]) {\n"
+                    "  threadgroup float a[2] =\n"
+                    "      {1.f,\n"
+                    "       2.f};\n"
+                    "  o[i] = a[i % 2] + undeclared_name;\n"
+                    "}\n");
+  cr_assert(strstr(e, "program_source:7:"), "%s", e);
+}
+
+/* Kernel parameters declared as arrays decay to pointers, as in C (mlx's
+ * `constant const int64_t strides[3] [[buffer(5)]]`), with and without an
+ * index attribute. */
+Test(front, array_parameters_decay_to_pointers) {
+  id lib = compile_ok("#include <metal_stdlib>\n"
+                      "using namespace metal;\n"
+                      "kernel void arr(device const float a[] [[buffer(0)]],\n"
+                      "                constant const int64_t strides[3] [[buffer(1)]],\n"
+                      "                device float out[],\n"
+                      "                uint i [[thread_position_in_grid]]) {\n"
+                      "  out[i] = a[i * strides[0]] + float(strides[1] * strides[2]);\n"
+                      "}\n");
+  id fn = function(lib, "arr"), p = pipeline_of(fn);
+  id a = buffer(64 * 4), st = buffer(3 * 8), out = buffer(32 * 4);
+  float *av = contents(a);
+  for (int k = 0; k < 64; k++) av[k] = (float)k * 0.5f;
+  long long *sv = contents(st);
+  sv[0] = 2;
+  sv[1] = 3;
+  sv[2] = 5;
+  id bufs[] = {a, st, out};
+  run(p, bufs, 3, 32, 32);
+  const float *o = contents(out);
+  for (int k = 0; k < 32; k++) cr_assert_eq(o[k], av[2 * k] + 15.f, "out[%d] = %g", k, (double)o[k]);
+  sm_release(a);
+  sm_release(st);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
 /* half is a class in softmetal, so C++ finds these conditionals ambiguous;
  * MSL converts: half and float give float, half and an integer give half. */
 static const char CONDITIONALS[] =

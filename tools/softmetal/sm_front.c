@@ -669,6 +669,8 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
         continue;
       }
       if (is(f, j, "(") || is(f, j, "[")) {
+        /* an array parameter decays to a pointer, as in C */
+        if (is(f, j, "[") && angle <= 0) p->indirect = true;
         j = match(f, j);
         continue;
       }
@@ -760,67 +762,193 @@ static void add_tg_decl(fe *f, size_t i) {
   f->tg_at[f->tg_ids++] = i;
 }
 
-/* Threadgroup variables: `threadgroup T a[N], b;` in a body becomes references
- * into the threadgroup's arena; pointers and references to threadgroup
- * memory stay ordinary locals. */
+/* Threadgroup variables: `threadgroup T a[N], b = x;` in a body becomes
+ * references into the threadgroup's arena (one instance per threadgroup and
+ * per template instantiation, as in Metal); pointers and references to
+ * threadgroup memory stay ordinary locals. Forms:
+ *   declarators `name`, `name[N]...`, each optionally with an initialiser
+ *   `= expr`, `= {...}`, `{...}` or `(args)` (Metal accepts them: the first
+ *   thread of the threadgroup to reach the declaration stores the value, the
+ *   others find it stored; see README "Threadgroup variables");
+ *   `alignas(X)` before or after `threadgroup`; const/volatile before it or
+ *   in the type.
+ * Anything else (a pointer declarator after an array one, a function
+ * declarator, a bit-field...) fails the compile naming the line: never a
+ * private variable per thread. */
+static void tg_refuse(fe *f, size_t at, const char *why) {
+  error_at(f, f->t[at].line, f->t[at].col,
+           "threadgroup declaration not understood by softmetal (%s); declare it as "
+           "`threadgroup T name[N];` or `threadgroup T name = value;`", why);
+}
+
+/* The token after a declarator's initialiser or dimensions starting at k
+ * (stops at ',' or ';' at depth 0), or end. */
+static size_t tg_skip_expr(const fe *f, size_t k, size_t end) {
+  while (k < end && !is(f, k, ",") && !is(f, k, ";")) {
+    if (is(f, k, "(") || is(f, k, "[") || is(f, k, "{")) k = match(f, k);
+    else if (is(f, k, "<") && k > 0 && is_id(f, k - 1)) {
+      /* a template argument list only when it closes before the end */
+      size_t m = match_angle(f, k);
+      if (m <= end) k = m - 1;
+    }
+    k++;
+  }
+  return k;
+}
+
 static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
+  /* `void m() threadgroup {` (a qualified member function of a local class):
+   * the word is a qualifier */
+  if (is(f, i - 1, ")")) {
+    size_t o = i - 1;
+    int d = 0;
+    while (o > 0) {
+      if (is(f, o, ")")) d++;
+      else if (is(f, o, "(") && --d == 0) break;
+      o--;
+    }
+    if (!(o > 0 && is(f, o - 1, "alignas"))) {
+      blank(f, i);
+      return;
+    }
+  }
+  if (is(f, i - 1, "typedef") || is(f, i - 1, "=")) { /* a type, not a variable */
+    blank(f, i);
+    return;
+  }
+  /* the statement's end */
   size_t end = i + 1;
-  bool indirect = false;
-  int depth = 0;
-  while (end < body_end && !(depth == 0 && (is(f, end, ";") || is(f, end, "{") ||
-                                              is(f, end, "}")))) {
-    if (is(f, end, "(") || is(f, end, "[") || is(f, end, "<")) depth++;
-    else if (is(f, end, ")") || is(f, end, "]") || is(f, end, ">")) depth--;
-    else if (is(f, end, ">>")) depth -= 2;
-    else if (depth == 0 && (is(f, end, "*") || is(f, end, "&") || is(f, end, "&&")))
-      indirect = true;
+  while (end < body_end && !is(f, end, ";") && !is(f, end, "}")) {
+    if (is(f, end, "(") || is(f, end, "[") || is(f, end, "{")) end = match(f, end);
+    if (end >= body_end) break;
     end++;
   }
-  if (indirect || end >= body_end || !is(f, end, ";")) {
-    blank(f, i);
-    return;
-  }
-  /* The type: tokens before the first declarator's name. */
-  size_t first_end = i + 1;
-  int angle = 0;
-  while (first_end < end) {
-    if (is(f, first_end, "<")) angle++;
-    else if (is(f, first_end, ">")) angle--;
-    else if (is(f, first_end, ">>")) angle -= 2;
-    else if (angle <= 0 && (is(f, first_end, "[") || is(f, first_end, ",") ||
-                            is(f, first_end, "=")))
+  /* the type: up to the first declarator's name */
+  size_t j = i + 1, name = 0;
+  bool indirect = false;
+  buf align = {0};
+  size_t type0 = i + 1;
+  while (j <= end) {
+    if (is(f, j, "alignas") && is(f, j + 1, "(")) {
+      size_t c = match(f, j + 1);
+      if (c >= end) break;
+      span_text(f, j + 2, c, &align);
+      if (j == type0) type0 = c + 1;
+      else {
+        tg_refuse(f, j, "alignas inside the type");
+        free(align.p);
+        return;
+      }
+      j = c + 1;
+      continue;
+    }
+    if ((is(f, j, "decltype") || is(f, j, "__typeof__") || is(f, j, "typeof")) &&
+        is(f, j + 1, "(")) {
+      j = match(f, j + 1) + 1;
+      continue;
+    }
+    if (is(f, j, "<") && j > 0 && is_id(f, j - 1)) {
+      size_t m = match_angle(f, j);
+      if (m > end) break;
+      j = m;
+      continue;
+    }
+    if (is(f, j, "*") || is(f, j, "&") || is(f, j, "&&")) indirect = true;
+    if (is(f, j, "(") && (is(f, j + 1, "*") || is(f, j + 1, "&"))) indirect = true;
+    if (is(f, j, "[") || is(f, j, ",") || is(f, j, "=") || is(f, j, "{") || is(f, j, "(") ||
+        is(f, j, ";") || is(f, j, ":"))
       break;
-    else if (is(f, first_end, "(")) first_end = match(f, first_end);
-    first_end++;
+    j++;
   }
-  size_t name = first_end - 1;
-  if (name <= i + 1 || !is_id(f, name)) {
+  if (indirect) {
     blank(f, i);
+    free(align.p);
     return;
+  }
+  if (end >= body_end || !is(f, end, ";")) {
+    tg_refuse(f, i, "no ';' ends it");
+    free(align.p);
+    return;
+  }
+  if (j > end || is(f, j, ":") || j < 2 || !is_id(f, j - 1) || j - 1 <= type0) {
+    tg_refuse(f, j < end ? j : i, "no type and name found");
+    free(align.p);
+    return;
+  }
+  name = j - 1;
+  /* alignas before the word threadgroup: `alignas(16) threadgroup float a[4];` */
+  size_t stmt0 = i;
+  if (is(f, i - 1, ")")) {
+    size_t o = i - 1;
+    int d = 0;
+    while (o > 0) {
+      if (is(f, o, ")")) d++;
+      else if (is(f, o, "(") && --d == 0) break;
+      o--;
+    }
+    if (align.n == 0) span_text(f, o + 1, i - 1, &align);
+    stmt0 = o - 1;
   }
   buf type = {0}, out = {0};
-  span_text(f, i + 1, name, &type);
-  /* declarators: name dims, separated by commas */
+  span_text(f, type0, name, &type);
   size_t k = name;
-  while (k < end) {
-    size_t d0 = k + 1, d1 = d0;
-    while (d1 < end && !is(f, d1, ",")) {
-      if (is(f, d1, "[") || is(f, d1, "(")) d1 = match(f, d1);
-      d1++;
+  bool ok = true;
+  while (ok && k < end) {
+    if (!is_id(f, k)) {
+      tg_refuse(f, k, "a declarator that is not a plain name");
+      ok = false;
+      break;
     }
-    buf dims = {0};
+    size_t d0 = k + 1, d1 = d0;
+    while (d1 < end && is(f, d1, "[") && !attr_start(f, d1)) d1 = match(f, d1) + 1;
+    size_t a1 = d1;
+    while (a1 < end && attr_start(f, a1)) a1 = match(f, a1) + 1; /* [[attributes]]: dropped */
+    size_t i0 = a1, i1 = a1;
+    if (is(f, i0, "=") || is(f, i0, "{") || is(f, i0, "(")) i1 = tg_skip_expr(f, i0, end);
+    if (i1 < end && !is(f, i1, ",")) {
+      tg_refuse(f, i1, "unexpected tokens after a declarator");
+      ok = false;
+      break;
+    }
+    buf dims = {0}, init = {0};
     span_text(f, d0, d1, &dims);
-    sm__text_printf(&out, "auto &%.*s = ::sm::tg_var<%s %s, %uu>(); ", (int)f->t[k].len, f->pp + f->t[k].off,
-         type.p ? type.p : "", dims.p ? dims.p : "", f->tg_ids);
+    span_text(f, i0, i1, &init);
+    char ty[64];
+    /* a local struct carries alignas */
+    if (align.n)
+      sm__text_printf(&out, "struct alignas(%s) sm_tga_%u { %s v %s; }; ", align.p,
+                      f->tg_ids, type.p ? type.p : "", dims.p ? dims.p : "");
+    if (align.n) snprintf(ty, sizeof ty, "sm_tga_%u", f->tg_ids);
+    const char *tyname = align.n ? ty : NULL;
+    sm__text_printf(&out, "auto &%.*s = ", (int)f->t[k].len, f->pp + f->t[k].off);
+    if (i1 == i0)
+      sm__text_printf(&out, "::sm::tg_var<%s%s%s, %uu>()", tyname ? tyname : type.p,
+                      tyname ? "" : " ", tyname ? "" : (dims.p ? dims.p : ""), f->tg_ids);
+    else
+      sm__text_printf(&out,
+                      "::sm::tg_var_init<%s%s%s, %uu>([&](void *sm_tg_p) { %s sm_tg_i %s %s; "
+                      "__builtin_memcpy(sm_tg_p, (const void *)&sm_tg_i, sizeof sm_tg_i); })",
+                      tyname ? tyname : type.p, tyname ? "" : " ",
+                      tyname ? "" : (dims.p ? dims.p : ""), f->tg_ids, type.p ? type.p : "",
+                      dims.p ? dims.p : "", init.p);
+    put_s(&out, tyname ? ".v; " : "; ");
     add_tg_decl(f, i);
+    if (dims.oom || init.oom) f->oom = true;
     free(dims.p);
-    k = d1 + 1;
+    free(init.p);
+    k = i1 + 1;
   }
-  if (type.oom || out.oom) f->oom = true;
-  add_edit(f, f->t[i].off, f->t[end].off + 1, out.p ? out.p : "");
-  for (size_t x = i; x <= end; x++) f->t[x].done = true;
+  if (ok) {
+    /* keep the lines: as many newlines as the declaration spanned */
+    for (size_t o = f->t[stmt0].off; o < f->t[end].off; o++)
+      if (f->pp[o] == '\n') put_s(&out, "\n");
+    if (type.oom || out.oom) f->oom = true;
+    add_edit(f, f->t[stmt0].off, f->t[end].off + 1, out.p ? out.p : "");
+    for (size_t x = stmt0; x <= end; x++) f->t[x].done = true;
+  }
   free(type.p);
   free(out.p);
+  free(align.p);
 }
 
 static void scan_body(fe *f, size_t b0, size_t b1) {
