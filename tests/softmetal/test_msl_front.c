@@ -412,6 +412,17 @@ Test(front, array_parameters_decay_to_pointers) {
   sm_release(lib);
 }
 
+/* Headers of Metal's other stages are refused by name at the #include, not
+ * "file not found". */
+Test(front, out_of_scope_metal_headers_are_refused_at_their_include) {
+  const char *e = compile_error("#include <metal_stdlib>\n"
+                                "#include <metal_raytracing>\n"
+                                "kernel void k(device float *o [[buffer(0)]]) { o[0] = 1.f; }\n");
+  cr_assert(strstr(e, "program_source:2"), "%s", e);
+  cr_assert(strstr(e, "<metal_raytracing> is not supported by softmetal"), "%s", e);
+  cr_assert(!strstr(e, "not found"), "%s", e);
+}
+
 /* half is a class in softmetal, so C++ finds these conditionals ambiguous;
  * MSL converts: half and float give float, half and an integer give half. */
 static const char CONDITIONALS[] =

@@ -294,7 +294,8 @@ static bool known_header(const char *name, size_t n, const char *flags, size_t n
   while (b && name[b - 1] != '/') b--;
   if (b == 0 || !memmem(name, b, "/include-", 9)) return false;
   return (n - b >= 6 && memcmp(name + b, "metal_", 6) == 0) ||
-         (n - b == 8 && memcmp(name + b, "sm_abi.h", 8) == 0);
+         (n - b == 8 && memcmp(name + b, "sm_abi.h", 8) == 0) ||
+         (n - b == 6 && b >= 6 && memcmp(name + b - 6, "/simd/simd.h", 12) == 0);
 }
 
 /* `pragma unroll (MIN(A, B))`, `pragma clang loop unroll_count(N)` (text
@@ -1541,6 +1542,12 @@ static void rewrite_tokens(fe *f) {
       /* constant memory is read-only: writing through it fails to compile */
       if (is(f, i, "constant")) replace_tok(f, i, "const");
       else blank(f, i);
+      continue;
+    }
+    /* coherent(device) (MSL 3.2): softmetal's device memory is coherent */
+    if (is(f, i, "coherent") && is(f, i + 1, "(") && is_id(f, i + 2) && is(f, i + 3, ")")) {
+      for (size_t k = i; k <= i + 3; k++) blank(f, k);
+      i += 3;
       continue;
     }
     if (is(f, i, "is_function_constant_defined") && is(f, i + 1, "(") && is_id(f, i + 2) &&
