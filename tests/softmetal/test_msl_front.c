@@ -974,3 +974,79 @@ Test(front, constant_is_read_only) {
                                   "  c[0] = 1;\n}\n");
   cr_assert(strstr(msg, "program_source:4:"), "%s", msg);
 }
+
+/* Declaration forms of real code: function constants with their qualifiers in
+ * any order, explicit instantiations whose template arguments are deduced
+ * from the parameter types, constructors and member functions qualified with
+ * an address space (one per space, differing only there), references
+ * qualified `const constant T &` and `thread T &`, `constant const T *`. */
+static const char DECL_FORMS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "static constant constexpr const bool use_bias [[function_constant(0)]];\n"
+    "constant constexpr static const int scale [[function_constant(1)]];\n"
+    "struct Pair {\n"
+    "  float a, b;\n"
+    "  Pair() thread = default;\n"
+    "  Pair() constant = default;\n"
+    "  constexpr Pair(float x, float y) thread : a(x), b(y) {}\n"
+    "  constexpr Pair(float x, float y) constant : a(x), b(y) {}\n"
+    "  float sum() const constant { return a + b; }\n"
+    "  float sum() const thread { return a + b; }\n"
+    "};\n"
+    "constant Pair table[2] = {Pair(1.f, 2.f), Pair(3.f, 4.f)};\n"
+    "float pick(const constant Pair &p, thread float &acc) { acc += p.sum(); return acc; }\n"
+    "template <typename T>\n"
+    "kernel void scale_add(device T *out [[buffer(0)]], constant const T *bias [[buffer(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) {\n"
+    "  float acc = 0;\n"
+    "  pick(table[i % 2], acc);\n"
+    "  out[i] = T(float(out[i]) * float(scale) + (use_bias ? float(bias[i]) : 0.f) + acc);\n"
+    "}\n"
+    "template [[host_name(\"scale_add_f\")]] kernel void scale_add(device float *,\n"
+    "                                                            constant const float *, uint);\n"
+    "template [[host_name(\"scale_add_i\")]] [[kernel]] void scale_add(device int *,\n"
+    "                                                                constant const int *, uint);\n";
+
+Test(front, declaration_forms_of_real_code) {
+  id lib = compile_ok(DECL_FORMS);
+  enum { N = 32 };
+  for (int variant = 0; variant < 2; variant++) {
+    const char *name = variant ? "scale_add_i" : "scale_add_f";
+    id v = values();
+    bool bias_on = variant == 0;
+    int scale = variant ? 3 : 5;
+    set_index(v, &bias_on, DataTypeBool, 0);
+    set_index(v, &scale, DataTypeInt, 1);
+    id error = 0;
+    id fn = specialize(lib, name, v, &error);
+    cr_assert_not_null(fn, "%s: %s", name, sm_error_text(error));
+    id p = pipeline_of(fn);
+    id out = buffer(N * 4), bias = buffer(N * 4);
+    for (int i = 0; i < N; i++) {
+      if (variant) {
+        ((int *)contents(out))[i] = i;
+        ((int *)contents(bias))[i] = 7;
+      } else {
+        ((float *)contents(out))[i] = (float)i;
+        ((float *)contents(bias))[i] = 0.5f * (float)i;
+      }
+    }
+    id bufs[] = {out, bias};
+    run(p, bufs, 2, N, 32);
+    for (int i = 0; i < N; i++) {
+      float acc = i % 2 ? 7.f : 3.f;
+      if (variant)
+        cr_assert_eq(((int *)contents(out))[i], i * 3 + (int)acc, "%s[%d]", name, i);
+      else
+        cr_assert_eq(((float *)contents(out))[i], (float)i * 5.f + 0.5f * (float)i + acc,
+                     "%s[%d]", name, i);
+    }
+    sm_release(out);
+    sm_release(bias);
+    sm_release(p);
+    sm_release(fn);
+    sm_release(v);
+  }
+  sm_release(lib);
+}

@@ -120,6 +120,7 @@ typedef struct {
   int np;
   bool own_p;
   size_t insert_at; /* byte offset after which the trampoline goes */
+  char pre[1024];   /* declarations the trampoline needs first */
   int line, col;
 } kout;
 
@@ -1043,8 +1044,20 @@ static void declare_constant(fe *f, size_t i0, size_t semi, size_t attr, int ind
              "a function constant is declared as 'constant T name [[function_constant(i)]];'");
     return;
   }
+  /* `static constant constexpr const bool NAME [[function_constant(0)]]`: the
+   * qualifiers in any order; what remains is the type */
   buf type = {0};
-  span_text(f, cons + 1, name, &type);
+  for (size_t q = i0; q < name; q++) {
+    if (q == cons) continue;
+    if (is(f, q, "static") || is(f, q, "constexpr") || is(f, q, "const") ||
+        is(f, q, "constant") || is(f, q, "inline")) {
+      blank(f, q);
+      continue;
+    }
+    if (q < cons) continue;
+    if (type.n) put_s(&type, " ");
+    sm__text_put(&type, f->pp + f->t[q].off, f->t[q].len);
+  }
   char t[64];
   snprintf(t, sizeof t, "%s", type.p ? type.p : "");
   free(type.p);
@@ -1133,6 +1146,23 @@ static size_t name_before(const fe *f, size_t open, size_t start) {
     return f->nt;
   }
   return is_id(f, k) ? k : f->nt;
+}
+
+/* Tokens [a, b) as the compiler will see them: attributes, `kernel` and
+ * address spaces dropped (constant: const). */
+static void plain_text(const fe *f, size_t a, size_t b, buf *out) {
+  for (size_t q = a; q < b; q++) {
+    if (attr_start(f, q)) {
+      q = match(f, q);
+      continue;
+    }
+    if (is(f, q, "kernel") || is(f, q, "device") || is(f, q, "thread") ||
+        is(f, q, "threadgroup"))
+      continue;
+    put_s(out, " ");
+    if (is(f, q, "constant")) put_s(out, "const");
+    else sm__text_put(out, f->pp + f->t[q].off, f->t[q].len);
+  }
 }
 
 static const char *const NOT_NAMES[] = {"decltype", "sizeof", "alignas", "alignof",
@@ -1340,6 +1370,22 @@ static void parse_decl(fe *f, size_t *pi) {
     buf callee = {0};
     span_text(f, e0, e1, &callee);
     snprintf(k->callee, sizeof k->callee, "%s", callee.p ? callee.p : "");
+    bool deduced = open < f->nt && !strchr(k->callee, '<');
+    if (deduced) {
+      /* `template [[host_name("x")]] kernel void k(device float *, uint);`: the
+       * template arguments are deduced from the parameter types, as C++ does
+       * for a pointer to the function of that type */
+      buf pre = {0};
+      sm__text_printf(&pre, " static ");
+      plain_text(f, i, e0, &pre);
+      sm__text_printf(&pre, " (*const sm_inst_%zu)(", f->nk - 1);
+      plain_text(f, open + 1, match(f, open), &pre);
+      sm__text_printf(&pre, ") = &%s;", k->callee);
+      snprintf(k->pre, sizeof k->pre, "%s", pre.p ? pre.p : "");
+      if (pre.oom || pre.n >= sizeof k->pre) f->oom = true;
+      free(pre.p);
+      snprintf(k->callee, sizeof k->callee, "(*sm_inst_%zu)", f->nk - 1);
+    }
     free(callee.p);
     snprintf(k->host, sizeof k->host, "%s", host[0] ? host : fname);
     k->def = def;
@@ -1357,8 +1403,12 @@ static void parse_decl(fe *f, size_t *pi) {
     return;
   }
   if (body0 == f->nt) { /* a declaration */
-    if (open < f->nt)
+    if (open < f->nt) {
       for (size_t k = start; k <= end; k++) f->t[k].proto = true;
+      /* `T() constant = default;`: the address space of `this` */
+      for (size_t k = match(f, open) + 1; k < end && !is(f, k, "=") && !is(f, k, "->"); k++)
+        if (addr_space(f, k)) blank(f, k);
+    }
     return;
   }
   /* `S() thread`, `operator float() const device`: the address space of
@@ -1539,8 +1589,10 @@ static void rewrite_tokens(fe *f) {
     if (is(f, i, "kernel") || is(f, i, "device") || is(f, i, "constant") ||
         is(f, i, "thread") || is(f, i, "threadgroup")) {
       if (is(f, i - 1, ".") || is(f, i - 1, "->") || is(f, i - 1, "::")) continue;
-      /* constant memory is read-only: writing through it fails to compile */
-      if (is(f, i, "constant")) replace_tok(f, i, "const");
+      /* constant memory is read-only: writing through it fails to compile
+       * (`const constant T &` and `constant const T` are const once) */
+      if (is(f, i, "constant") && !is(f, i - 1, "const") && !is(f, i + 1, "const"))
+        replace_tok(f, i, "const");
       else blank(f, i);
       continue;
     }
@@ -1624,6 +1676,7 @@ static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync)
 
 static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
   const kout *k = &f->k[n];
+  put_s(b, k->pre);
   sm__text_printf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { ::sm::cur = t; ", n);
   if (f->nc) put_s(b, "::sm::fc_load(t); ");
   sm__text_printf(b, "%s(", k->callee);
