@@ -1050,3 +1050,18 @@ Test(front, declaration_forms_of_real_code) {
   }
   sm_release(lib);
 }
+
+/* A compile error quotes the user's line with the caret under the column,
+ * not softmetal's rewrite of it. */
+Test(front, diagnostics_quote_the_users_line) {
+  const char *e = compile_error("#include <metal_stdlib>\n"
+                                "using namespace metal;\n"
+                                "kernel void bad(device float *y [[buffer(0)]]) { y[0] = "
+                                "undeclared_x + 1.f; }\n");
+  const char *want = "program_source:3:57: error: use of undeclared identifier 'undeclared_x'\n"
+                     "kernel void bad(device float *y [[buffer(0)]]) { y[0] = undeclared_x + "
+                     "1.f; }\n"
+                     "                                                        ^\n";
+  cr_assert(strstr(e, want), "%s", e);
+  cr_assert(!strstr(e, "sm_tramp"), "%s", e);
+}

@@ -2068,3 +2068,66 @@ char *sm__front_fix_conditionals(const char *tu, const char *diag) {
   free(ins);
   return out;
 }
+
+/* ------------------------------------------------- diagnostics quote the user's line */
+/* Line n (1-based) of text: its start and length, or NULL. */
+static const char *nth_line(const char *text, long n, size_t *len) {
+  const char *p = text;
+  for (long k = 1; k < n && p; k++) {
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+  if (!p || !*p) return NULL;
+  const char *e = strchr(p, '\n');
+  *len = e ? (size_t)(e - p) : strlen(p);
+  return p;
+}
+static bool caret_line(const char *s, size_t n) {
+  bool caret = false;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '^') caret = true;
+    else if (s[i] != ' ' && s[i] != '~') return false;
+  }
+  return caret;
+}
+
+char *sm__front_quote(const char *diag, const char *source) {
+  sm_text out = {0};
+  const char *p = diag;
+  size_t plen = strlen(SM_PROGRAM_SOURCE);
+  while (*p) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    sm__text_put(&out, p, n);
+    if (e) put_s(&out, "\n");
+    const char *next = e ? e + 1 : p + n;
+    long line = 0, col = 0;
+    char *q = NULL;
+    if (n > plen + 1 && strncmp(p, SM_PROGRAM_SOURCE ":", plen + 1) == 0) {
+      line = strtol(p + plen + 1, &q, 10);
+      if (q && *q == ':') col = strtol(q + 1, &q, 10);
+    }
+    size_t ulen = 0;
+    const char *user = line > 0 && col > 0 && q && *q == ':' ? nth_line(source, line, &ulen) : NULL;
+    if (user) {
+      /* clang's excerpt of the translation unit (softmetal's rewrite of the
+       * line) and its caret line: replaced by the user's line and a caret at
+       * the column; the front end's own errors get them too */
+      const char *e2 = strchr(next, '\n');
+      const char *e3 = e2 ? strchr(e2 + 1, '\n') : NULL;
+      if (e2 && caret_line(e2 + 1, e3 ? (size_t)(e3 - e2 - 1) : strlen(e2 + 1)))
+        next = e3 ? e3 + 1 : e2 + 1 + strlen(e2 + 1);
+      if (ulen && user[ulen - 1] == '\r') ulen--;
+      sm__text_put(&out, user, ulen);
+      put_s(&out, "\n");
+      for (long k = 0; k + 1 < col; k++) put_s(&out, (size_t)k < ulen && user[k] == '\t' ? "\t" : " ");
+      put_s(&out, "^\n");
+    }
+    p = next;
+  }
+  if (out.oom) {
+    free(out.p);
+    return NULL;
+  }
+  return out.p;
+}

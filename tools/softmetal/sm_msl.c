@@ -530,6 +530,13 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
     *internal = true;
   }
 out:
+  if (!dl && *diag && !*internal) { /* quote the user's lines, not the rewrite */
+    char *quoted = sm__front_quote(*diag, source);
+    if (quoted) {
+      free(*diag);
+      *diag = quoted;
+    }
+  }
   free(pp_text);
   free(tu_text);
   if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, files, sizeof files / sizeof *files);
