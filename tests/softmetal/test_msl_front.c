@@ -1065,3 +1065,39 @@ Test(front, diagnostics_quote_the_users_line) {
   cr_assert(strstr(e, want), "%s", e);
   cr_assert(!strstr(e, "sm_tramp"), "%s", e);
 }
+
+/* mlx's layer_norm.metal declares `threadgroup float local_buffer[32] = {0};`:
+ * one array shared by the threadgroup (it was a private array per thread,
+ * every sum wrong, the command buffer successful). */
+Test(front, an_initialised_threadgroup_array_is_shared) {
+  id lib = compile_ok("#include <metal_stdlib>\n"
+                      "using namespace metal;\n"
+                      "kernel void sum(device const float *x [[buffer(0)]],\n"
+                      "                device float *out [[buffer(1)]],\n"
+                      "                uint lid [[thread_position_in_threadgroup]],\n"
+                      "                uint gid [[thread_position_in_grid]]) {\n"
+                      "  threadgroup float part[64] = {0};\n"
+                      "  part[lid] = x[gid];\n"
+                      "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+                      "  float s = 0;\n"
+                      "  for (uint k = 0; k < 64; k++) s += part[k];\n"
+                      "  out[gid] = s;\n"
+                      "}\n");
+  id fn = function(lib, "sum"), p = pipeline_of(fn);
+  id x = buffer(128 * 4), out = buffer(128 * 4);
+  float *xv = contents(x);
+  for (int k = 0; k < 128; k++) xv[k] = (float)(k % 7);
+  id bufs[] = {x, out};
+  run(p, bufs, 2, 128, 64);
+  for (int g = 0; g < 2; g++) {
+    float want = 0;
+    for (int k = 0; k < 64; k++) want += xv[64 * g + k];
+    for (int k = 0; k < 64; k++)
+      cr_assert_eq(((float *)contents(out))[64 * g + k], want, "thread %d", 64 * g + k);
+  }
+  sm_release(x);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
