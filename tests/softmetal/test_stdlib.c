@@ -478,6 +478,8 @@ static const char ADDITIONS[] =
     "constexpr constant bool is_ok = _disjunction<is_same<T, int>, is_same<T, float>>::value;\n"
     "static_assert(is_ok<float> && !is_ok<half>, \"\");\n"
     "static_assert(_conjunction<is_same<int, int>, _negation<is_same<int, float>>>::value, \"\");\n"
+    "static_assert(__is_valid_simdgroup_type<half4>::value && !__is_valid_simdgroup_type<ulong>::value,\n"
+    "              \"SIMD-group functions take no 64-bit integers\");\n"
     "struct mat2 {\n"
     "  float2 c[2];\n"
     "  mat2(initializer_list<float2> cols) {\n"
