@@ -1101,3 +1101,48 @@ Test(front, an_initialised_threadgroup_array_is_shared) {
   sm_release(fn);
   sm_release(lib);
 }
+
+/* SPIR-V translators' storage matrices: `operator=` with a body (an `=` that
+ * starts no initialiser) followed by constructors overloaded only on address
+ * spaces, one of them a `const constant T &` (each pair one function on a
+ * CPU), used for a threadgroup variable assigned with braces. */
+Test(front, operator_assign_and_address_space_constructors_of_storage_matrices) {
+  id lib = compile_ok(
+      "#include <metal_stdlib>\n"
+      "using namespace metal;\n"
+      "struct M2 {\n"
+      "  float2 c[2];\n"
+      "  M2() thread = default;\n"
+      "  M2() threadgroup = default;\n"
+      "  thread M2 &operator=(initializer_list<vec<float, 2>> cols) thread {\n"
+      "    int k = 0;\n"
+      "    for (auto v : cols) c[k++] = v;\n"
+      "    return *this;\n"
+      "  }\n"
+      "  M2(const thread float2x2 &m) thread { c[0] = m[0]; c[1] = m[1]; }\n"
+      "  M2(const constant float2x2 &m) thread { c[0] = m[0]; c[1] = m[1]; }\n"
+      "  threadgroup M2 &operator=(initializer_list<vec<float, 2>> cols) threadgroup {\n"
+      "    int k = 0;\n"
+      "    for (auto v : cols) c[k++] = v;\n"
+      "    return *this;\n"
+      "  }\n"
+      "};\n"
+      "kernel void stm(device float *o [[buffer(0)]], uint lid [[thread_position_in_threadgroup]]) {\n"
+      "  threadgroup M2 shared_m;\n"
+      "  if (lid == 0) shared_m = {float2(1.f, 2.f), float2(3.f, 4.f)};\n"
+      "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+      "  float2x2 f = float2x2(float2(5.f, 6.f), float2(7.f, 8.f));\n"
+      "  M2 local(f);\n"
+      "  o[lid] = shared_m.c[lid % 2].y + local.c[1].x;\n"
+      "}\n");
+  id fn = function(lib, "stm"), p = pipeline_of(fn);
+  id out = buffer(32 * 4);
+  id bufs[] = {out};
+  run(p, bufs, 1, 32, 32);
+  for (int k = 0; k < 32; k++)
+    cr_assert_eq(((float *)contents(out))[k], k % 2 ? 11.f : 9.f, "o[%d]", k);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}

@@ -1248,7 +1248,7 @@ static void parse_decl(fe *f, size_t *pi) {
       end = k;
       break;
     }
-    if (is(f, k, "=")) assign = true;
+    if (is(f, k, "=") && !is(f, k - 1, "operator")) assign = true; /* not `operator=` */
     if (open == f->nt && !assign && is(f, k, "kernel")) {
       kernel = true;
       continue;
