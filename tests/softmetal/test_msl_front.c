@@ -317,6 +317,7 @@ static const char TGFORMS[] =
     "       12.f};\n"
     "  r[12] = ml[lid % 2];\n"
     "  r[13] = float(__LINE__);\n"
+    "  r[14] = *(const threadgroup float *)&buf[0] + float(sizeof(const threadgroup float));\n"
     "}\n";
 
 Test(front, every_threadgroup_declaration_form_is_one_shared_instance) {
@@ -331,7 +332,7 @@ Test(front, every_threadgroup_declaration_form_is_one_shared_instance) {
   static const float psx[3] = {1, 3, 0}, psy[3] = {2, 4, 0}, vv[2] = {5, 6}, ck[2] = {3, 4};
   for (unsigned g = 0; g < 128; g++) {
     unsigned lid = g % 64, grp = g / 64;
-    const float want[14] = {0.f,
+    const float want[15] = {0.f,
                             (float)(31 - lid % 32 + 100 * grp),
                             (float)(a[lid % 4] + b[(lid / 2) % 2][lid % 2]),
                             2.5f + 7.f + psx[lid % 3] + psy[lid % 3],
@@ -344,8 +345,9 @@ Test(front, every_threadgroup_declaration_form_is_one_shared_instance) {
                             lid % 2 ? 1024.f : 992.f,
                             (float)grp + 0.5f,
                             lid % 2 ? 12.f : 11.f,
-                            71.f};
-    for (int k = 0; k < 14; k++)
+                            71.f,
+                            100.f * (float)grp + 4.f};
+    for (int k = 0; k < 15; k++)
       cr_assert_eq(r[16 * g + k], want[k], "thread %u value %d: %g, want %g", g, k,
                    (double)r[16 * g + k], (double)want[k]);
   }

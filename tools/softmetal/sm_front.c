@@ -956,7 +956,9 @@ static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
 static void scan_body(fe *f, size_t b0, size_t b1) {
   for (size_t i = b0 + 1; i < b1; i++) {
     if (!is(f, i, "threadgroup") || f->t[i].done) continue;
-    if (is(f, i - 1, "(") || is(f, i - 1, ",") || is(f, i - 1, "<")) continue;
+    size_t q = i - 1; /* `(const threadgroup T *)`: a type, not a declaration */
+    while (q > b0 && (is(f, q, "const") || is(f, q, "volatile"))) q--;
+    if (is(f, q, "(") || is(f, q, ",") || is(f, q, "<")) continue;
     rewrite_tg_decl(f, i, b1);
   }
 }
