@@ -1148,3 +1148,15 @@ Test(front, operator_assign_and_address_space_constructors_of_storage_matrices) 
   sm_release(fn);
   sm_release(lib);
 }
+
+/* A threadgroup variable at program scope: Metal refuses it; as a CPU global
+ * it would be one array for every threadgroup. */
+Test(front, a_program_scope_threadgroup_variable_is_refused) {
+  const char *e = compile_error("#include <metal_stdlib>\n"
+                                "using namespace metal;\n"
+                                "threadgroup float shared_buf[64];\n"
+                                "kernel void k(device float *o [[buffer(0)]], uint i "
+                                "[[thread_position_in_grid]]) { o[i] = shared_buf[i % 64]; }\n");
+  cr_assert(strstr(e, "program_source:3:1: error: a variable at program scope must be in the "
+                      "constant address space"), "%s", e);
+}

@@ -141,6 +141,7 @@ typedef struct {
   uint32_t tg_ids; /* threadgroup variable declarations, at tokens tg_at[] */
   size_t *tg_at, tg_cap;
   char cls[128];  /* the class whose body is being parsed */
+  int in_class;   /* depth of class bodies being parsed */
   bool foreign;   /* code from a header the analysis does not see */
   buf err;
   int nerr;
@@ -1297,7 +1298,9 @@ static void parse_decl(fe *f, size_t *pi) {
         memcpy(outer, f->cls, sizeof outer);
         f->cls[0] = 0;
         if (is_id(f, key + 1)) text_of(f, key + 1, f->cls, sizeof f->cls);
+        f->in_class++;
         parse_scope(f, k + 1);
+        f->in_class--;
         memcpy(f->cls, outer, sizeof outer);
       } else {
         scan_body(f, k, c);
@@ -1315,6 +1318,19 @@ static void parse_decl(fe *f, size_t *pi) {
   if (fc_index >= 0 && body0 == f->nt) {
     declare_constant(f, start, end, fc_attr, fc_index);
     return;
+  }
+  if (body0 == f->nt && open == f->nt && !inst && !f->in_class) {
+    /* `threadgroup float buf[64];` at program scope: Metal refuses it (only
+     * constant variables there); as a CPU global it would be one array for
+     * every threadgroup */
+    size_t w = start;
+    while (w < end && (is(f, w, "static") || is(f, w, "const") || is(f, w, "volatile"))) w++;
+    if (is(f, w, "threadgroup") || is(f, w, "device") || is(f, w, "thread")) {
+      error_at(f, f->t[w].line, f->t[w].col,
+               "a variable at program scope must be in the constant address space (a "
+               "threadgroup variable is declared inside a kernel or function)");
+      return;
+    }
   }
   if (body0 == f->nt && open == f->nt && !inst) {
     size_t k = start;
