@@ -1160,3 +1160,32 @@ Test(front, a_program_scope_threadgroup_variable_is_refused) {
   cr_assert(strstr(e, "program_source:3:1: error: a variable at program scope must be in the "
                       "constant address space"), "%s", e);
 }
+
+/* ggml's form: a function type typedef whose parameters are in the constant
+ * address space names the type of instantiated kernels. */
+Test(front, a_function_typedef_with_constant_parameters_types_instantiations) {
+  id lib = compile_ok("#include <metal_stdlib>\n"
+                      "using namespace metal;\n"
+                      "struct Args { float scale; };\n"
+                      "typedef void (scale_t)(\n"
+                      "    constant Args & args,\n"
+                      "    device float * o,\n"
+                      "    uint i [[thread_position_in_grid]]);\n"
+                      "template <typename T>\n"
+                      "kernel void scale_k(constant Args & args, device float * o,\n"
+                      "                    uint i [[thread_position_in_grid]]) {\n"
+                      "  o[i] = float(T(i)) * args.scale;\n"
+                      "}\n"
+                      "template [[host_name(\"scale_f\")]] kernel scale_t scale_k<float>;\n");
+  id fn = function(lib, "scale_f"), p = pipeline_of(fn);
+  id a = buffer(4), out = buffer(16 * 4);
+  *(float *)contents(a) = 1.5f;
+  id bufs[] = {a, out};
+  run(p, bufs, 2, 16, 16);
+  for (int k = 0; k < 16; k++) cr_assert_eq(((float *)contents(out))[k], 1.5f * (float)k);
+  sm_release(a);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}

@@ -1424,8 +1424,12 @@ static void parse_decl(fe *f, size_t *pi) {
     if (open < f->nt) {
       for (size_t k = start; k <= end; k++) f->t[k].proto = true;
       /* `T() constant = default;`: the address space of `this` */
-      for (size_t k = match(f, open) + 1; k < end && !is(f, k, "=") && !is(f, k, "->"); k++)
+      for (size_t k = match(f, open) + 1; k < end; k++) {
         if (addr_space(f, k)) blank(f, k);
+        else if (!is(f, k, "const") && !is(f, k, "volatile") && !is(f, k, "&") &&
+                 !is(f, k, "&&") && !is(f, k, "noexcept"))
+          break; /* `typedef void (f_t)(constant T &)`: no qualifiers of this */
+      }
     }
     return;
   }
