@@ -240,6 +240,191 @@ Test(front, threadgroup_variables_are_per_threadgroup_and_poisoned) {
   sm_release(lib);
 }
 
+/* Every form of threadgroup declaration in a body (initialisers of every
+ * kind, several declarators, arrays of structs, loops, helpers, template
+ * instantiations, const/volatile/alignas, atomics, a declaration over
+ * several lines): one instance per threadgroup, shared by its threads, an
+ * initialiser's value stored once per threadgroup. */
+static const char TGFORMS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "struct P { float x; int y; };\n"
+    "float helper(uint lid) {\n"
+    "  threadgroup float h[64];\n"
+    "  h[lid] = float(lid) * 3.f;\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  return h[63 - lid];\n"
+    "}\n"
+    "template <typename T> threadgroup T *slot() {\n"
+    "  threadgroup T s[64];\n"
+    "  return s;\n"
+    "}\n"
+    "kernel void forms(device float *o [[buffer(0)]],\n"
+    "                  uint lid [[thread_position_in_threadgroup]],\n"
+    "                  uint gid [[thread_position_in_grid]],\n"
+    "                  uint grp [[threadgroup_position_in_grid]]) {\n"
+    "  device float *r = o + 16 * gid;\n"
+    "  threadgroup float buf[32] = {0};\n"
+    "  r[0] = buf[lid % 32];\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  if (lid < 32) buf[lid] = float(lid + 100 * grp);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[1] = buf[31 - lid % 32];\n"
+    "  threadgroup int a[4] = {1, 2, 3, 4}, b[2][2] = {{5, 6}, {7, 8}};\n"
+    "  r[2] = float(a[lid % 4] + b[(lid / 2) % 2][lid % 2]);\n"
+    "  threadgroup float s = 2.5f;\n"
+    "  threadgroup uint c{7};\n"
+    "  threadgroup P ps[3] = {{1.f, 2}, {3.f, 4}};\n"
+    "  r[3] = s + float(c) + ps[lid % 3].x + float(ps[lid % 3].y);\n"
+    "  threadgroup float x8[8], y8[8];\n"
+    "  if (lid < 8) { x8[lid] = float(lid); y8[lid] = 10.f * float(lid); }\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[4] = x8[7 - lid % 8] + y8[lid % 8];\n"
+    "  float accum = 0;\n"
+    "  for (int it = 0; it < 3; it++) {\n"
+    "    threadgroup int acc[64];\n"
+    "    acc[lid] = it * int(lid);\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    accum += float(acc[63 - lid]);\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  }\n"
+    "  r[5] = accum;\n"
+    "  r[6] = helper(lid);\n"
+    "  threadgroup uchar *pu = slot<uchar>();\n"
+    "  threadgroup float4 *pf = slot<float4>();\n"
+    "  pu[lid] = uchar(lid);\n"
+    "  pf[lid] = float4(2.f * float(lid));\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[7] = float(pu[63 - lid]) + pf[63 - lid].y;\n"
+    "  volatile threadgroup int vv[2];\n"
+    "  alignas(16) threadgroup float al[4];\n"
+    "  threadgroup alignas(16) float al2[4];\n"
+    "  const threadgroup float ck[2] = {3.f, 4.f};\n"
+    "  if (lid == 0) { vv[0] = 5; vv[1] = 6; al[0] = 1.f; al2[3] = 2.f; }\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[8] = float(vv[lid % 2]) + ck[lid % 2] + al[0] + al2[3];\n"
+    "  r[9] = float((ulong(&al[0]) | ulong(&al2[0])) % 16);\n"
+    "  threadgroup atomic_int cnt[2];\n"
+    "  if (lid < 2) atomic_store_explicit(&cnt[lid], 0, memory_order_relaxed);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  atomic_fetch_add_explicit(&cnt[lid % 2], int(lid), memory_order_relaxed);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  r[10] = float(atomic_load_explicit(&cnt[lid % 2], memory_order_relaxed));\n"
+    "  threadgroup float from_local = float(grp) + 0.5f;\n"
+    "  r[11] = from_local;\n"
+    "  threadgroup float ml[2] =\n"
+    "      {11.f,\n"
+    "       12.f};\n"
+    "  r[12] = ml[lid % 2];\n"
+    "  r[13] = float(__LINE__);\n"
+    "  r[14] = *(const threadgroup float *)&buf[0] + float(sizeof(const threadgroup float));\n"
+    "}\n";
+
+Test(front, every_threadgroup_declaration_form_is_one_shared_instance) {
+  id lib = compile_ok(TGFORMS);
+  id fn = function(lib, "forms"), p = pipeline_of(fn);
+  id out = buffer(16 * 4 * 128);
+  memset(contents(out), 0, 16 * 4 * 128);
+  id bufs[] = {out};
+  run(p, bufs, 1, 128, 64);
+  const float *r = contents(out);
+  static const int a[4] = {1, 2, 3, 4}, b[2][2] = {{5, 6}, {7, 8}};
+  static const float psx[3] = {1, 3, 0}, psy[3] = {2, 4, 0}, vv[2] = {5, 6}, ck[2] = {3, 4};
+  for (unsigned g = 0; g < 128; g++) {
+    unsigned lid = g % 64, grp = g / 64;
+    const float want[15] = {0.f,
+                            (float)(31 - lid % 32 + 100 * grp),
+                            (float)(a[lid % 4] + b[(lid / 2) % 2][lid % 2]),
+                            2.5f + 7.f + psx[lid % 3] + psy[lid % 3],
+                            (float)(7 - lid % 8) + 10.f * (float)(lid % 8),
+                            3.f * (float)(63 - lid),
+                            3.f * (float)(63 - lid),
+                            3.f * (float)(63 - lid),
+                            vv[lid % 2] + ck[lid % 2] + 1.f + 2.f,
+                            0.f,
+                            lid % 2 ? 1024.f : 992.f,
+                            (float)grp + 0.5f,
+                            lid % 2 ? 12.f : 11.f,
+                            71.f,
+                            100.f * (float)grp + 4.f};
+    for (int k = 0; k < 15; k++)
+      cr_assert_eq(r[16 * g + k], want[k], "thread %u value %d: %g, want %g", g, k,
+                   (double)r[16 * g + k], (double)want[k]);
+  }
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* A threadgroup declaration the front end cannot rewrite fails the compile
+ * naming its line, never becomes a variable per thread. */
+Test(front, a_threadgroup_declaration_not_understood_is_refused_naming_its_line) {
+  const char *e = compile_error("#include <metal_stdlib>\n"
+                                "using namespace metal;\n"
+                                "kernel void k(device float *o [[buffer(0)]], uint i "
+                                "[[thread_position_in_grid]]) {\n"
+                                "  threadgroup float a[4], *q;\n"
+                                "  o[i] = a[i % 4];\n"
+                                "}\n");
+  cr_assert(strstr(e, "program_source:4:"), "%s", e);
+  cr_assert(strstr(e, "threadgroup declaration"), "%s", e);
+  /* a declaration over several lines keeps the lines after it */
+  e = compile_error("#include <metal_stdlib>\n"
+                    "using namespace metal;\n"
+                    "kernel void k(device float *o [[buffer(0)]], uint i "
+                    "[[thread_position_in_grid]]) {\n"
+                    "  threadgroup float a[2] =\n"
+                    "      {1.f,\n"
+                    "       2.f};\n"
+                    "  o[i] = a[i % 2] + undeclared_name;\n"
+                    "}\n");
+  cr_assert(strstr(e, "program_source:7:"), "%s", e);
+}
+
+/* Kernel parameters declared as arrays decay to pointers, as in C (mlx's
+ * `constant const int64_t strides[3] [[buffer(5)]]`), with and without an
+ * index attribute. */
+Test(front, array_parameters_decay_to_pointers) {
+  id lib = compile_ok("#include <metal_stdlib>\n"
+                      "using namespace metal;\n"
+                      "kernel void arr(device const float a[] [[buffer(0)]],\n"
+                      "                constant const int64_t strides[3] [[buffer(1)]],\n"
+                      "                device float out[],\n"
+                      "                uint i [[thread_position_in_grid]]) {\n"
+                      "  out[i] = a[i * strides[0]] + float(strides[1] * strides[2]);\n"
+                      "}\n");
+  id fn = function(lib, "arr"), p = pipeline_of(fn);
+  id a = buffer(64 * 4), st = buffer(3 * 8), out = buffer(32 * 4);
+  float *av = contents(a);
+  for (int k = 0; k < 64; k++) av[k] = (float)k * 0.5f;
+  long long *sv = contents(st);
+  sv[0] = 2;
+  sv[1] = 3;
+  sv[2] = 5;
+  id bufs[] = {a, st, out};
+  run(p, bufs, 3, 32, 32);
+  const float *o = contents(out);
+  for (int k = 0; k < 32; k++) cr_assert_eq(o[k], av[2 * k] + 15.f, "out[%d] = %g", k, (double)o[k]);
+  sm_release(a);
+  sm_release(st);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* Headers of Metal's other stages are refused by name at the #include, not
+ * "file not found". */
+Test(front, out_of_scope_metal_headers_are_refused_at_their_include) {
+  const char *e = compile_error("#include <metal_stdlib>\n"
+                                "#include <metal_raytracing>\n"
+                                "kernel void k(device float *o [[buffer(0)]]) { o[0] = 1.f; }\n");
+  cr_assert(strstr(e, "program_source:2"), "%s", e);
+  cr_assert(strstr(e, "<metal_raytracing> is not supported by softmetal"), "%s", e);
+  cr_assert(!strstr(e, "not found"), "%s", e);
+}
+
 /* half is a class in softmetal, so C++ finds these conditionals ambiguous;
  * MSL converts: half and float give float, half and an integer give half. */
 static const char CONDITIONALS[] =
@@ -790,4 +975,217 @@ Test(front, constant_is_read_only) {
                                   "kernel void w(constant float *c [[buffer(0)]]) {\n"
                                   "  c[0] = 1;\n}\n");
   cr_assert(strstr(msg, "program_source:4:"), "%s", msg);
+}
+
+/* Declaration forms of real code: function constants with their qualifiers in
+ * any order, explicit instantiations whose template arguments are deduced
+ * from the parameter types, constructors and member functions qualified with
+ * an address space (one per space, differing only there), references
+ * qualified `const constant T &` and `thread T &`, `constant const T *`. */
+static const char DECL_FORMS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "static constant constexpr const bool use_bias [[function_constant(0)]];\n"
+    "constant constexpr static const int scale [[function_constant(1)]];\n"
+    "struct Pair {\n"
+    "  float a, b;\n"
+    "  Pair() thread = default;\n"
+    "  Pair() constant = default;\n"
+    "  constexpr Pair(float x, float y) thread : a(x), b(y) {}\n"
+    "  constexpr Pair(float x, float y) constant : a(x), b(y) {}\n"
+    "  float sum() const constant { return a + b; }\n"
+    "  float sum() const thread { return a + b; }\n"
+    "};\n"
+    "constant Pair table[2] = {Pair(1.f, 2.f), Pair(3.f, 4.f)};\n"
+    "float pick(const constant Pair &p, thread float &acc) { acc += p.sum(); return acc; }\n"
+    "template <typename T>\n"
+    "kernel void scale_add(device T *out [[buffer(0)]], constant const T *bias [[buffer(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) {\n"
+    "  float acc = 0;\n"
+    "  pick(table[i % 2], acc);\n"
+    "  out[i] = T(float(out[i]) * float(scale) + (use_bias ? float(bias[i]) : 0.f) + acc);\n"
+    "}\n"
+    "template [[host_name(\"scale_add_f\")]] kernel void scale_add(device float *,\n"
+    "                                                            constant const float *, uint);\n"
+    "template [[host_name(\"scale_add_i\")]] [[kernel]] void scale_add(device int *,\n"
+    "                                                                constant const int *, uint);\n";
+
+Test(front, declaration_forms_of_real_code) {
+  id lib = compile_ok(DECL_FORMS);
+  enum { N = 32 };
+  for (int variant = 0; variant < 2; variant++) {
+    const char *name = variant ? "scale_add_i" : "scale_add_f";
+    id v = values();
+    bool bias_on = variant == 0;
+    int scale = variant ? 3 : 5;
+    set_index(v, &bias_on, DataTypeBool, 0);
+    set_index(v, &scale, DataTypeInt, 1);
+    id error = 0;
+    id fn = specialize(lib, name, v, &error);
+    cr_assert_not_null(fn, "%s: %s", name, sm_error_text(error));
+    id p = pipeline_of(fn);
+    id out = buffer(N * 4), bias = buffer(N * 4);
+    for (int i = 0; i < N; i++) {
+      if (variant) {
+        ((int *)contents(out))[i] = i;
+        ((int *)contents(bias))[i] = 7;
+      } else {
+        ((float *)contents(out))[i] = (float)i;
+        ((float *)contents(bias))[i] = 0.5f * (float)i;
+      }
+    }
+    id bufs[] = {out, bias};
+    run(p, bufs, 2, N, 32);
+    for (int i = 0; i < N; i++) {
+      float acc = i % 2 ? 7.f : 3.f;
+      if (variant)
+        cr_assert_eq(((int *)contents(out))[i], i * 3 + (int)acc, "%s[%d]", name, i);
+      else
+        cr_assert_eq(((float *)contents(out))[i], (float)i * 5.f + 0.5f * (float)i + acc,
+                     "%s[%d]", name, i);
+    }
+    sm_release(out);
+    sm_release(bias);
+    sm_release(p);
+    sm_release(fn);
+    sm_release(v);
+  }
+  sm_release(lib);
+}
+
+/* A compile error quotes the user's line with the caret under the column,
+ * not softmetal's rewrite of it. */
+Test(front, diagnostics_quote_the_users_line) {
+  const char *e = compile_error("#include <metal_stdlib>\n"
+                                "using namespace metal;\n"
+                                "kernel void bad(device float *y [[buffer(0)]]) { y[0] = "
+                                "undeclared_x + 1.f; }\n");
+  const char *want = "program_source:3:57: error: use of undeclared identifier 'undeclared_x'\n"
+                     "kernel void bad(device float *y [[buffer(0)]]) { y[0] = undeclared_x + "
+                     "1.f; }\n"
+                     "                                                        ^\n";
+  cr_assert(strstr(e, want), "%s", e);
+  cr_assert(!strstr(e, "sm_tramp"), "%s", e);
+}
+
+/* mlx's layer_norm.metal declares `threadgroup float local_buffer[32] = {0};`:
+ * one array shared by the threadgroup (it was a private array per thread,
+ * every sum wrong, the command buffer successful). */
+Test(front, an_initialised_threadgroup_array_is_shared) {
+  id lib = compile_ok("#include <metal_stdlib>\n"
+                      "using namespace metal;\n"
+                      "kernel void sum(device const float *x [[buffer(0)]],\n"
+                      "                device float *out [[buffer(1)]],\n"
+                      "                uint lid [[thread_position_in_threadgroup]],\n"
+                      "                uint gid [[thread_position_in_grid]]) {\n"
+                      "  threadgroup float part[64] = {0};\n"
+                      "  part[lid] = x[gid];\n"
+                      "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+                      "  float s = 0;\n"
+                      "  for (uint k = 0; k < 64; k++) s += part[k];\n"
+                      "  out[gid] = s;\n"
+                      "}\n");
+  id fn = function(lib, "sum"), p = pipeline_of(fn);
+  id x = buffer(128 * 4), out = buffer(128 * 4);
+  float *xv = contents(x);
+  for (int k = 0; k < 128; k++) xv[k] = (float)(k % 7);
+  id bufs[] = {x, out};
+  run(p, bufs, 2, 128, 64);
+  for (int g = 0; g < 2; g++) {
+    float want = 0;
+    for (int k = 0; k < 64; k++) want += xv[64 * g + k];
+    for (int k = 0; k < 64; k++)
+      cr_assert_eq(((float *)contents(out))[64 * g + k], want, "thread %d", 64 * g + k);
+  }
+  sm_release(x);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* SPIR-V translators' storage matrices: `operator=` with a body (an `=` that
+ * starts no initialiser) followed by constructors overloaded only on address
+ * spaces, one of them a `const constant T &` (each pair one function on a
+ * CPU), used for a threadgroup variable assigned with braces. */
+Test(front, operator_assign_and_address_space_constructors_of_storage_matrices) {
+  id lib = compile_ok(
+      "#include <metal_stdlib>\n"
+      "using namespace metal;\n"
+      "struct M2 {\n"
+      "  float2 c[2];\n"
+      "  M2() thread = default;\n"
+      "  M2() threadgroup = default;\n"
+      "  thread M2 &operator=(initializer_list<vec<float, 2>> cols) thread {\n"
+      "    int k = 0;\n"
+      "    for (auto v : cols) c[k++] = v;\n"
+      "    return *this;\n"
+      "  }\n"
+      "  M2(const thread float2x2 &m) thread { c[0] = m[0]; c[1] = m[1]; }\n"
+      "  M2(const constant float2x2 &m) thread { c[0] = m[0]; c[1] = m[1]; }\n"
+      "  threadgroup M2 &operator=(initializer_list<vec<float, 2>> cols) threadgroup {\n"
+      "    int k = 0;\n"
+      "    for (auto v : cols) c[k++] = v;\n"
+      "    return *this;\n"
+      "  }\n"
+      "};\n"
+      "kernel void stm(device float *o [[buffer(0)]], uint lid [[thread_position_in_threadgroup]]) {\n"
+      "  threadgroup M2 shared_m;\n"
+      "  if (lid == 0) shared_m = {float2(1.f, 2.f), float2(3.f, 4.f)};\n"
+      "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+      "  float2x2 f = float2x2(float2(5.f, 6.f), float2(7.f, 8.f));\n"
+      "  M2 local(f);\n"
+      "  o[lid] = shared_m.c[lid % 2].y + local.c[1].x;\n"
+      "}\n");
+  id fn = function(lib, "stm"), p = pipeline_of(fn);
+  id out = buffer(32 * 4);
+  id bufs[] = {out};
+  run(p, bufs, 1, 32, 32);
+  for (int k = 0; k < 32; k++)
+    cr_assert_eq(((float *)contents(out))[k], k % 2 ? 11.f : 9.f, "o[%d]", k);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
+}
+
+/* A threadgroup variable at program scope: Metal refuses it; as a CPU global
+ * it would be one array for every threadgroup. */
+Test(front, a_program_scope_threadgroup_variable_is_refused) {
+  const char *e = compile_error("#include <metal_stdlib>\n"
+                                "using namespace metal;\n"
+                                "threadgroup float shared_buf[64];\n"
+                                "kernel void k(device float *o [[buffer(0)]], uint i "
+                                "[[thread_position_in_grid]]) { o[i] = shared_buf[i % 64]; }\n");
+  cr_assert(strstr(e, "program_source:3:1: error: a variable at program scope must be in the "
+                      "constant address space"), "%s", e);
+}
+
+/* ggml's form: a function type typedef whose parameters are in the constant
+ * address space names the type of instantiated kernels. */
+Test(front, a_function_typedef_with_constant_parameters_types_instantiations) {
+  id lib = compile_ok("#include <metal_stdlib>\n"
+                      "using namespace metal;\n"
+                      "struct Args { float scale; };\n"
+                      "typedef void (scale_t)(\n"
+                      "    constant Args & args,\n"
+                      "    device float * o,\n"
+                      "    uint i [[thread_position_in_grid]]);\n"
+                      "template <typename T>\n"
+                      "kernel void scale_k(constant Args & args, device float * o,\n"
+                      "                    uint i [[thread_position_in_grid]]) {\n"
+                      "  o[i] = float(T(i)) * args.scale;\n"
+                      "}\n"
+                      "template [[host_name(\"scale_f\")]] kernel scale_t scale_k<float>;\n");
+  id fn = function(lib, "scale_f"), p = pipeline_of(fn);
+  id a = buffer(4), out = buffer(16 * 4);
+  *(float *)contents(a) = 1.5f;
+  id bufs[] = {a, out};
+  run(p, bufs, 2, 16, 16);
+  for (int k = 0; k < 16; k++) cr_assert_eq(((float *)contents(out))[k], 1.5f * (float)k);
+  sm_release(a);
+  sm_release(out);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(lib);
 }

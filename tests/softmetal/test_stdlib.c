@@ -3,8 +3,10 @@
  * constant-space tables, atomics, matrices, bfloat, metal::array. Each kernel
  * is checked against a reference computed here. */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -448,4 +450,83 @@ Test(stdlib, simd_shuffle_and_fill_within_vectors_of_modulo_lanes) {
                    o[4 * t + k], want[k]);
   }
   sm_release(out);
+}
+
+/* What Metal's compiler provides beyond metal_stdlib's core, used as real
+ * code does: <simd/simd.h> types (SPIR-V translators' outputs), the other
+ * metal_* headers, uniform<T>, Apple's internal traits specialised for a user
+ * type, Metal 3.2's memory model and coherent(device), brace construction of
+ * a user matrix type, and os_log printing from a kernel. */
+static const char ADDITIONS[] =
+    "#include <simd/simd.h>\n"
+    "#include <metal_stdlib>\n"
+    "#include <metal_logging>\n"
+    "#include <metal_math>\n"
+    "#include <metal_compute>\n"
+    "#include <metal_atomic>\n"
+    "#include <metal_uniform>\n"
+    "#include <metal_type_traits>\n"
+    "using namespace metal;\n"
+    "struct cfloat { float re, im; };\n"
+    "namespace metal {\n"
+    "template <> struct _numeric_limits_impl<cfloat> {\n"
+    "  static constexpr bool is_specialized = true;\n"
+    "  static cfloat max() { return {1.f, 2.f}; }\n"
+    "};\n"
+    "}\n"
+    "template <typename T>\n"
+    "constexpr constant bool is_ok = _disjunction<is_same<T, int>, is_same<T, float>>::value;\n"
+    "static_assert(is_ok<float> && !is_ok<half>, \"\");\n"
+    "static_assert(_conjunction<is_same<int, int>, _negation<is_same<int, float>>>::value, \"\");\n"
+    "static_assert(__is_valid_simdgroup_type<half4>::value && !__is_valid_simdgroup_type<ulong>::value,\n"
+    "              \"SIMD-group functions take no 64-bit integers\");\n"
+    "struct mat2 {\n"
+    "  float2 c[2];\n"
+    "  mat2(initializer_list<float2> cols) {\n"
+    "    int k = 0;\n"
+    "    for (auto v : cols) c[k++] = v;\n"
+    "  }\n"
+    "};\n"
+    "kernel void additions(device float *o [[buffer(0)]],\n"
+    "                      coherent(device) device atomic_int *cnt [[buffer(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) {\n"
+    "  simd::float4 a = simd::float4(float(i), 1.f, 2.f, 3.f);\n"
+    "  simd_float2x2 m = simd_float2x2(simd_float2(1.f, 2.f), simd_float2(3.f, 4.f));\n"
+    "  uniform<float> u = make_uniform(2.5f);\n"
+    "  float uu = u * 2.f;\n"
+    "  mat2 mm = {float2(5.f, 6.f), float2(7.f, 8.f)};\n"
+    "  atomic_fetch_add_explicit(cnt, 1, memory_order_relaxed);\n"
+    "  atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);\n"
+    "  o[4 * i + 0] = a.x + a.w;\n"
+    "  o[4 * i + 1] = (m * simd_float2(1.f, 1.f)).y;\n"
+    "  o[4 * i + 2] = uu + numeric_limits<cfloat>::max().im;\n"
+    "  o[4 * i + 3] = mm.c[1].x;\n"
+    "  if (i == 5) os_log_default.log_info(\"additions thread %u value %d\", i, 42);\n"
+    "}\n";
+
+Test(stdlib, headers_uniform_traits_memory_model_and_logging) {
+  cr_redirect_stderr();
+  id error = 0;
+  id l = sm_compile(ADDITIONS, &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  id o = sm_buffer(NULL, 4 * 4 * 8), cnt = sm_buffer(NULL, 4);
+  id bufs[] = {o, cnt};
+  sm_dispatch(l, "additions", bufs, 2, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  const float *r = sm_contents(o);
+  for (int i = 0; i < 8; i++) {
+    cr_assert_eq(r[4 * i + 0], (float)i + 3.f);
+    cr_assert_eq(r[4 * i + 1], 6.f, "column-major product: %g", (double)r[4 * i + 1]);
+    cr_assert_eq(r[4 * i + 2], 7.f);
+    cr_assert_eq(r[4 * i + 3], 7.f);
+  }
+  cr_assert_eq(*(const int *)sm_contents(cnt), 8);
+  fflush(stderr);
+  FILE *err = cr_get_redirected_stderr();
+  char text[4096] = "";
+  size_t n = fread(text, 1, sizeof text - 1, err);
+  text[n] = 0;
+  cr_assert(strstr(text, "[5,0,0] info: additions thread 5 value 42\n"), "stderr: %s", text);
+  sm_release(o);
+  sm_release(cnt);
+  sm_release(l);
 }

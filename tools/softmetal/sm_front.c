@@ -120,6 +120,7 @@ typedef struct {
   int np;
   bool own_p;
   size_t insert_at; /* byte offset after which the trampoline goes */
+  char pre[1024];   /* declarations the trampoline needs first */
   int line, col;
 } kout;
 
@@ -140,6 +141,7 @@ typedef struct {
   uint32_t tg_ids; /* threadgroup variable declarations, at tokens tg_at[] */
   size_t *tg_at, tg_cap;
   char cls[128];  /* the class whose body is being parsed */
+  int in_class;   /* depth of class bodies being parsed */
   bool foreign;   /* code from a header the analysis does not see */
   buf err;
   int nerr;
@@ -294,7 +296,8 @@ static bool known_header(const char *name, size_t n, const char *flags, size_t n
   while (b && name[b - 1] != '/') b--;
   if (b == 0 || !memmem(name, b, "/include-", 9)) return false;
   return (n - b >= 6 && memcmp(name + b, "metal_", 6) == 0) ||
-         (n - b == 8 && memcmp(name + b, "sm_abi.h", 8) == 0);
+         (n - b == 8 && memcmp(name + b, "sm_abi.h", 8) == 0) ||
+         (n - b == 6 && b >= 6 && memcmp(name + b - 6, "/simd/simd.h", 12) == 0);
 }
 
 /* `pragma unroll (MIN(A, B))`, `pragma clang loop unroll_count(N)` (text
@@ -669,6 +672,8 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
         continue;
       }
       if (is(f, j, "(") || is(f, j, "[")) {
+        /* an array parameter decays to a pointer, as in C */
+        if (is(f, j, "[") && angle <= 0) p->indirect = true;
         j = match(f, j);
         continue;
       }
@@ -760,73 +765,201 @@ static void add_tg_decl(fe *f, size_t i) {
   f->tg_at[f->tg_ids++] = i;
 }
 
-/* Threadgroup variables: `threadgroup T a[N], b;` in a body becomes references
- * into the threadgroup's arena; pointers and references to threadgroup
- * memory stay ordinary locals. */
+/* Threadgroup variables: `threadgroup T a[N], b = x;` in a body becomes
+ * references into the threadgroup's arena (one instance per threadgroup and
+ * per template instantiation, as in Metal); pointers and references to
+ * threadgroup memory stay ordinary locals. Forms:
+ *   declarators `name`, `name[N]...`, each optionally with an initialiser
+ *   `= expr`, `= {...}`, `{...}` or `(args)` (Metal accepts them: the first
+ *   thread of the threadgroup to reach the declaration stores the value, the
+ *   others find it stored; see README "Threadgroup variables");
+ *   `alignas(X)` before or after `threadgroup`; const/volatile before it or
+ *   in the type.
+ * Anything else (a pointer declarator after an array one, a function
+ * declarator, a bit-field...) fails the compile naming the line: never a
+ * private variable per thread. */
+static void tg_refuse(fe *f, size_t at, const char *why) {
+  error_at(f, f->t[at].line, f->t[at].col,
+           "threadgroup declaration not understood by softmetal (%s); declare it as "
+           "`threadgroup T name[N];` or `threadgroup T name = value;`", why);
+}
+
+/* The token after a declarator's initialiser or dimensions starting at k
+ * (stops at ',' or ';' at depth 0), or end. */
+static size_t tg_skip_expr(const fe *f, size_t k, size_t end) {
+  while (k < end && !is(f, k, ",") && !is(f, k, ";")) {
+    if (is(f, k, "(") || is(f, k, "[") || is(f, k, "{")) k = match(f, k);
+    else if (is(f, k, "<") && k > 0 && is_id(f, k - 1)) {
+      /* a template argument list only when it closes before the end */
+      size_t m = match_angle(f, k);
+      if (m <= end) k = m - 1;
+    }
+    k++;
+  }
+  return k;
+}
+
 static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
+  /* `void m() threadgroup {` (a qualified member function of a local class):
+   * the word is a qualifier */
+  if (is(f, i - 1, ")")) {
+    size_t o = i - 1;
+    int d = 0;
+    while (o > 0) {
+      if (is(f, o, ")")) d++;
+      else if (is(f, o, "(") && --d == 0) break;
+      o--;
+    }
+    if (!(o > 0 && is(f, o - 1, "alignas"))) {
+      blank(f, i);
+      return;
+    }
+  }
+  if (is(f, i - 1, "typedef") || is(f, i - 1, "=")) { /* a type, not a variable */
+    blank(f, i);
+    return;
+  }
+  /* the statement's end */
   size_t end = i + 1;
-  bool indirect = false;
-  int depth = 0;
-  while (end < body_end && !(depth == 0 && (is(f, end, ";") || is(f, end, "{") ||
-                                              is(f, end, "}")))) {
-    if (is(f, end, "(") || is(f, end, "[") || is(f, end, "<")) depth++;
-    else if (is(f, end, ")") || is(f, end, "]") || is(f, end, ">")) depth--;
-    else if (is(f, end, ">>")) depth -= 2;
-    else if (depth == 0 && (is(f, end, "*") || is(f, end, "&") || is(f, end, "&&")))
-      indirect = true;
+  while (end < body_end && !is(f, end, ";") && !is(f, end, "}")) {
+    if (is(f, end, "(") || is(f, end, "[") || is(f, end, "{")) end = match(f, end);
+    if (end >= body_end) break;
     end++;
   }
-  if (indirect || end >= body_end || !is(f, end, ";")) {
-    blank(f, i);
-    return;
-  }
-  /* The type: tokens before the first declarator's name. */
-  size_t first_end = i + 1;
-  int angle = 0;
-  while (first_end < end) {
-    if (is(f, first_end, "<")) angle++;
-    else if (is(f, first_end, ">")) angle--;
-    else if (is(f, first_end, ">>")) angle -= 2;
-    else if (angle <= 0 && (is(f, first_end, "[") || is(f, first_end, ",") ||
-                            is(f, first_end, "=")))
+  /* the type: up to the first declarator's name */
+  size_t j = i + 1, name = 0;
+  bool indirect = false;
+  buf align = {0};
+  size_t type0 = i + 1;
+  while (j <= end) {
+    if (is(f, j, "alignas") && is(f, j + 1, "(")) {
+      size_t c = match(f, j + 1);
+      if (c >= end) break;
+      span_text(f, j + 2, c, &align);
+      if (j == type0) type0 = c + 1;
+      else {
+        tg_refuse(f, j, "alignas inside the type");
+        free(align.p);
+        return;
+      }
+      j = c + 1;
+      continue;
+    }
+    if ((is(f, j, "decltype") || is(f, j, "__typeof__") || is(f, j, "typeof")) &&
+        is(f, j + 1, "(")) {
+      j = match(f, j + 1) + 1;
+      continue;
+    }
+    if (is(f, j, "<") && j > 0 && is_id(f, j - 1)) {
+      size_t m = match_angle(f, j);
+      if (m > end) break;
+      j = m;
+      continue;
+    }
+    if (is(f, j, "*") || is(f, j, "&") || is(f, j, "&&")) indirect = true;
+    if (is(f, j, "(") && (is(f, j + 1, "*") || is(f, j + 1, "&"))) indirect = true;
+    if (is(f, j, "[") || is(f, j, ",") || is(f, j, "=") || is(f, j, "{") || is(f, j, "(") ||
+        is(f, j, ";") || is(f, j, ":"))
       break;
-    else if (is(f, first_end, "(")) first_end = match(f, first_end);
-    first_end++;
+    j++;
   }
-  size_t name = first_end - 1;
-  if (name <= i + 1 || !is_id(f, name)) {
+  if (indirect) {
     blank(f, i);
+    free(align.p);
     return;
+  }
+  if (end >= body_end || !is(f, end, ";")) {
+    tg_refuse(f, i, "no ';' ends it");
+    free(align.p);
+    return;
+  }
+  if (j > end || is(f, j, ":") || j < 2 || !is_id(f, j - 1) || j - 1 <= type0) {
+    tg_refuse(f, j < end ? j : i, "no type and name found");
+    free(align.p);
+    return;
+  }
+  name = j - 1;
+  /* alignas before the word threadgroup: `alignas(16) threadgroup float a[4];` */
+  size_t stmt0 = i;
+  if (is(f, i - 1, ")")) {
+    size_t o = i - 1;
+    int d = 0;
+    while (o > 0) {
+      if (is(f, o, ")")) d++;
+      else if (is(f, o, "(") && --d == 0) break;
+      o--;
+    }
+    if (align.n == 0) span_text(f, o + 1, i - 1, &align);
+    stmt0 = o - 1;
   }
   buf type = {0}, out = {0};
-  span_text(f, i + 1, name, &type);
-  /* declarators: name dims, separated by commas */
+  span_text(f, type0, name, &type);
   size_t k = name;
-  while (k < end) {
-    size_t d0 = k + 1, d1 = d0;
-    while (d1 < end && !is(f, d1, ",")) {
-      if (is(f, d1, "[") || is(f, d1, "(")) d1 = match(f, d1);
-      d1++;
+  bool ok = true;
+  while (ok && k < end) {
+    if (!is_id(f, k)) {
+      tg_refuse(f, k, "a declarator that is not a plain name");
+      ok = false;
+      break;
     }
-    buf dims = {0};
+    size_t d0 = k + 1, d1 = d0;
+    while (d1 < end && is(f, d1, "[") && !attr_start(f, d1)) d1 = match(f, d1) + 1;
+    size_t a1 = d1;
+    while (a1 < end && attr_start(f, a1)) a1 = match(f, a1) + 1; /* [[attributes]]: dropped */
+    size_t i0 = a1, i1 = a1;
+    if (is(f, i0, "=") || is(f, i0, "{") || is(f, i0, "(")) i1 = tg_skip_expr(f, i0, end);
+    if (i1 < end && !is(f, i1, ",")) {
+      tg_refuse(f, i1, "unexpected tokens after a declarator");
+      ok = false;
+      break;
+    }
+    buf dims = {0}, init = {0};
     span_text(f, d0, d1, &dims);
-    sm__text_printf(&out, "auto &%.*s = ::sm::tg_var<%s %s, %uu>(); ", (int)f->t[k].len, f->pp + f->t[k].off,
-         type.p ? type.p : "", dims.p ? dims.p : "", f->tg_ids);
+    span_text(f, i0, i1, &init);
+    char ty[64];
+    /* a local struct carries alignas */
+    if (align.n)
+      sm__text_printf(&out, "struct alignas(%s) sm_tga_%u { %s v %s; }; ", align.p,
+                      f->tg_ids, type.p ? type.p : "", dims.p ? dims.p : "");
+    if (align.n) snprintf(ty, sizeof ty, "sm_tga_%u", f->tg_ids);
+    const char *tyname = align.n ? ty : NULL;
+    sm__text_printf(&out, "auto &%.*s = ", (int)f->t[k].len, f->pp + f->t[k].off);
+    if (i1 == i0)
+      sm__text_printf(&out, "::sm::tg_var<%s%s%s, %uu>()", tyname ? tyname : type.p,
+                      tyname ? "" : " ", tyname ? "" : (dims.p ? dims.p : ""), f->tg_ids);
+    else
+      sm__text_printf(&out,
+                      "::sm::tg_var_init<%s%s%s, %uu>([&](void *sm_tg_p) { %s sm_tg_i %s %s; "
+                      "__builtin_memcpy(sm_tg_p, (const void *)&sm_tg_i, sizeof sm_tg_i); })",
+                      tyname ? tyname : type.p, tyname ? "" : " ",
+                      tyname ? "" : (dims.p ? dims.p : ""), f->tg_ids, type.p ? type.p : "",
+                      dims.p ? dims.p : "", init.p);
+    put_s(&out, tyname ? ".v; " : "; ");
     add_tg_decl(f, i);
+    if (dims.oom || init.oom) f->oom = true;
     free(dims.p);
-    k = d1 + 1;
+    free(init.p);
+    k = i1 + 1;
   }
-  if (type.oom || out.oom) f->oom = true;
-  add_edit(f, f->t[i].off, f->t[end].off + 1, out.p ? out.p : "");
-  for (size_t x = i; x <= end; x++) f->t[x].done = true;
+  if (ok) {
+    /* keep the lines: as many newlines as the declaration spanned */
+    for (size_t o = f->t[stmt0].off; o < f->t[end].off; o++)
+      if (f->pp[o] == '\n') put_s(&out, "\n");
+    if (type.oom || out.oom) f->oom = true;
+    add_edit(f, f->t[stmt0].off, f->t[end].off + 1, out.p ? out.p : "");
+    for (size_t x = stmt0; x <= end; x++) f->t[x].done = true;
+  }
   free(type.p);
   free(out.p);
+  free(align.p);
 }
 
 static void scan_body(fe *f, size_t b0, size_t b1) {
   for (size_t i = b0 + 1; i < b1; i++) {
     if (!is(f, i, "threadgroup") || f->t[i].done) continue;
-    if (is(f, i - 1, "(") || is(f, i - 1, ",") || is(f, i - 1, "<")) continue;
+    size_t q = i - 1; /* `(const threadgroup T *)`: a type, not a declaration */
+    while (q > b0 && (is(f, q, "const") || is(f, q, "volatile"))) q--;
+    if (is(f, q, "(") || is(f, q, ",") || is(f, q, "<")) continue;
     rewrite_tg_decl(f, i, b1);
   }
 }
@@ -914,8 +1047,20 @@ static void declare_constant(fe *f, size_t i0, size_t semi, size_t attr, int ind
              "a function constant is declared as 'constant T name [[function_constant(i)]];'");
     return;
   }
+  /* `static constant constexpr const bool NAME [[function_constant(0)]]`: the
+   * qualifiers in any order; what remains is the type */
   buf type = {0};
-  span_text(f, cons + 1, name, &type);
+  for (size_t q = i0; q < name; q++) {
+    if (q == cons) continue;
+    if (is(f, q, "static") || is(f, q, "constexpr") || is(f, q, "const") ||
+        is(f, q, "constant") || is(f, q, "inline")) {
+      blank(f, q);
+      continue;
+    }
+    if (q < cons) continue;
+    if (type.n) put_s(&type, " ");
+    sm__text_put(&type, f->pp + f->t[q].off, f->t[q].len);
+  }
   char t[64];
   snprintf(t, sizeof t, "%s", type.p ? type.p : "");
   free(type.p);
@@ -1006,6 +1151,23 @@ static size_t name_before(const fe *f, size_t open, size_t start) {
   return is_id(f, k) ? k : f->nt;
 }
 
+/* Tokens [a, b) as the compiler will see them: attributes, `kernel` and
+ * address spaces dropped (constant: const). */
+static void plain_text(const fe *f, size_t a, size_t b, buf *out) {
+  for (size_t q = a; q < b; q++) {
+    if (attr_start(f, q)) {
+      q = match(f, q);
+      continue;
+    }
+    if (is(f, q, "kernel") || is(f, q, "device") || is(f, q, "thread") ||
+        is(f, q, "threadgroup"))
+      continue;
+    put_s(out, " ");
+    if (is(f, q, "constant")) put_s(out, "const");
+    else sm__text_put(out, f->pp + f->t[q].off, f->t[q].len);
+  }
+}
+
 static const char *const NOT_NAMES[] = {"decltype", "sizeof", "alignas", "alignof",
                                         "__attribute__", "noexcept", "static_assert"};
 
@@ -1089,7 +1251,7 @@ static void parse_decl(fe *f, size_t *pi) {
       end = k;
       break;
     }
-    if (is(f, k, "=")) assign = true;
+    if (is(f, k, "=") && !is(f, k - 1, "operator")) assign = true; /* not `operator=` */
     if (open == f->nt && !assign && is(f, k, "kernel")) {
       kernel = true;
       continue;
@@ -1136,7 +1298,9 @@ static void parse_decl(fe *f, size_t *pi) {
         memcpy(outer, f->cls, sizeof outer);
         f->cls[0] = 0;
         if (is_id(f, key + 1)) text_of(f, key + 1, f->cls, sizeof f->cls);
+        f->in_class++;
         parse_scope(f, k + 1);
+        f->in_class--;
         memcpy(f->cls, outer, sizeof outer);
       } else {
         scan_body(f, k, c);
@@ -1154,6 +1318,19 @@ static void parse_decl(fe *f, size_t *pi) {
   if (fc_index >= 0 && body0 == f->nt) {
     declare_constant(f, start, end, fc_attr, fc_index);
     return;
+  }
+  if (body0 == f->nt && open == f->nt && !inst && !f->in_class) {
+    /* `threadgroup float buf[64];` at program scope: Metal refuses it (only
+     * constant variables there); as a CPU global it would be one array for
+     * every threadgroup */
+    size_t w = start;
+    while (w < end && (is(f, w, "static") || is(f, w, "const") || is(f, w, "volatile"))) w++;
+    if (is(f, w, "threadgroup") || is(f, w, "device") || is(f, w, "thread")) {
+      error_at(f, f->t[w].line, f->t[w].col,
+               "a variable at program scope must be in the constant address space (a "
+               "threadgroup variable is declared inside a kernel or function)");
+      return;
+    }
   }
   if (body0 == f->nt && open == f->nt && !inst) {
     size_t k = start;
@@ -1211,6 +1388,22 @@ static void parse_decl(fe *f, size_t *pi) {
     buf callee = {0};
     span_text(f, e0, e1, &callee);
     snprintf(k->callee, sizeof k->callee, "%s", callee.p ? callee.p : "");
+    bool deduced = open < f->nt && !strchr(k->callee, '<');
+    if (deduced) {
+      /* `template [[host_name("x")]] kernel void k(device float *, uint);`: the
+       * template arguments are deduced from the parameter types, as C++ does
+       * for a pointer to the function of that type */
+      buf pre = {0};
+      sm__text_printf(&pre, " static ");
+      plain_text(f, i, e0, &pre);
+      sm__text_printf(&pre, " (*const sm_inst_%zu)(", f->nk - 1);
+      plain_text(f, open + 1, match(f, open), &pre);
+      sm__text_printf(&pre, ") = &%s;", k->callee);
+      snprintf(k->pre, sizeof k->pre, "%s", pre.p ? pre.p : "");
+      if (pre.oom || pre.n >= sizeof k->pre) f->oom = true;
+      free(pre.p);
+      snprintf(k->callee, sizeof k->callee, "(*sm_inst_%zu)", f->nk - 1);
+    }
     free(callee.p);
     snprintf(k->host, sizeof k->host, "%s", host[0] ? host : fname);
     k->def = def;
@@ -1228,8 +1421,16 @@ static void parse_decl(fe *f, size_t *pi) {
     return;
   }
   if (body0 == f->nt) { /* a declaration */
-    if (open < f->nt)
+    if (open < f->nt) {
       for (size_t k = start; k <= end; k++) f->t[k].proto = true;
+      /* `T() constant = default;`: the address space of `this` */
+      for (size_t k = match(f, open) + 1; k < end; k++) {
+        if (addr_space(f, k)) blank(f, k);
+        else if (!is(f, k, "const") && !is(f, k, "volatile") && !is(f, k, "&") &&
+                 !is(f, k, "&&") && !is(f, k, "noexcept"))
+          break; /* `typedef void (f_t)(constant T &)`: no qualifiers of this */
+      }
+    }
     return;
   }
   /* `S() thread`, `operator float() const device`: the address space of
@@ -1410,9 +1611,17 @@ static void rewrite_tokens(fe *f) {
     if (is(f, i, "kernel") || is(f, i, "device") || is(f, i, "constant") ||
         is(f, i, "thread") || is(f, i, "threadgroup")) {
       if (is(f, i - 1, ".") || is(f, i - 1, "->") || is(f, i - 1, "::")) continue;
-      /* constant memory is read-only: writing through it fails to compile */
-      if (is(f, i, "constant")) replace_tok(f, i, "const");
+      /* constant memory is read-only: writing through it fails to compile
+       * (`const constant T &` and `constant const T` are const once) */
+      if (is(f, i, "constant") && !is(f, i - 1, "const") && !is(f, i + 1, "const"))
+        replace_tok(f, i, "const");
       else blank(f, i);
+      continue;
+    }
+    /* coherent(device) (MSL 3.2): softmetal's device memory is coherent */
+    if (is(f, i, "coherent") && is(f, i + 1, "(") && is_id(f, i + 2) && is(f, i + 3, ")")) {
+      for (size_t k = i; k <= i + 3; k++) blank(f, k);
+      i += 3;
       continue;
     }
     if (is(f, i, "is_function_constant_defined") && is(f, i + 1, "(") && is_id(f, i + 2) &&
@@ -1489,6 +1698,7 @@ static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync)
 
 static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
   const kout *k = &f->k[n];
+  put_s(b, k->pre);
   sm__text_printf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { ::sm::cur = t; ", n);
   if (f->nc) put_s(b, "::sm::fc_load(t); ");
   sm__text_printf(b, "%s(", k->callee);
@@ -1879,4 +2089,67 @@ char *sm__front_fix_conditionals(const char *tu, const char *diag) {
     if (ins[i].text != close_paren) free((char *)ins[i].text);
   free(ins);
   return out;
+}
+
+/* ------------------------------------------------- diagnostics quote the user's line */
+/* Line n (1-based) of text: its start and length, or NULL. */
+static const char *nth_line(const char *text, long n, size_t *len) {
+  const char *p = text;
+  for (long k = 1; k < n && p; k++) {
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+  if (!p || !*p) return NULL;
+  const char *e = strchr(p, '\n');
+  *len = e ? (size_t)(e - p) : strlen(p);
+  return p;
+}
+static bool caret_line(const char *s, size_t n) {
+  bool caret = false;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '^') caret = true;
+    else if (s[i] != ' ' && s[i] != '~') return false;
+  }
+  return caret;
+}
+
+char *sm__front_quote(const char *diag, const char *source) {
+  sm_text out = {0};
+  const char *p = diag;
+  size_t plen = strlen(SM_PROGRAM_SOURCE);
+  while (*p) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    sm__text_put(&out, p, n);
+    if (e) put_s(&out, "\n");
+    const char *next = e ? e + 1 : p + n;
+    long line = 0, col = 0;
+    char *q = NULL;
+    if (n > plen + 1 && strncmp(p, SM_PROGRAM_SOURCE ":", plen + 1) == 0) {
+      line = strtol(p + plen + 1, &q, 10);
+      if (q && *q == ':') col = strtol(q + 1, &q, 10);
+    }
+    size_t ulen = 0;
+    const char *user = line > 0 && col > 0 && q && *q == ':' ? nth_line(source, line, &ulen) : NULL;
+    if (user) {
+      /* clang's excerpt of the translation unit (softmetal's rewrite of the
+       * line) and its caret line: replaced by the user's line and a caret at
+       * the column; the front end's own errors get them too */
+      const char *e2 = strchr(next, '\n');
+      const char *e3 = e2 ? strchr(e2 + 1, '\n') : NULL;
+      if (e2 && caret_line(e2 + 1, e3 ? (size_t)(e3 - e2 - 1) : strlen(e2 + 1)))
+        next = e3 ? e3 + 1 : e2 + 1 + strlen(e2 + 1);
+      if (ulen && user[ulen - 1] == '\r') ulen--;
+      sm__text_put(&out, user, ulen);
+      put_s(&out, "\n");
+      for (long k = 0; k + 1 < col; k++) put_s(&out, (size_t)k < ulen && user[k] == '\t' ? "\t" : " ");
+      put_s(&out, "^\n");
+    }
+    p = next;
+  }
+  if (out.oom) {
+    free(out.p);
+    return NULL;
+  }
+  return out.p;
 }

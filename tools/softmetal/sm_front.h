@@ -36,4 +36,10 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err);
  * NULL when no diagnostic is of that kind. */
 char *sm__front_fix_conditionals(const char *tu, const char *diag);
 
+/* The diagnostics diag with each program_source:LINE:COL diagnostic quoting
+ * the user's line LINE of source and a caret under column COL, in place of
+ * clang's excerpt of the rewritten translation unit. Returns a malloc'd text,
+ * or NULL when out of memory. */
+char *sm__front_quote(const char *diag, const char *source);
+
 #endif

@@ -197,9 +197,44 @@ static const char *const aliases[] = {
     "metal_math",      "metal_atomic",          "metal_compute", "metal_simdgroup",
     "metal_integer",   "metal_common",          "metal_geometric", "metal_relational",
     "metal_simdgroup_matrix", "metal_limits",   "metal_pack",    "metal_matrix",
-    "metal_types"};
+    "metal_types",     "metal_logging",         "metal_uniform", "metal_array",
+    "metal_type_traits"};
 enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
 static const char alias_text[] = "#include <metal_stdlib>\n";
+
+/* <simd/simd.h> (Apple's simd vector and matrix types, as MSL sees them), and
+ * the headers of Metal's other stages, refused by name at the #include. */
+#define SM_SIMD_V(T)                                                                       \
+  "typedef ::" #T "2 simd_" #T "2; typedef ::" #T "3 simd_" #T "3; typedef ::" #T "4 simd_" #T \
+  "4;\nnamespace simd { using ::" #T "2; using ::" #T "3; using ::" #T "4; }\n"
+#define SM_SIMD_M(T)                                                                       \
+  "typedef ::" #T "2x2 simd_" #T "2x2; typedef ::" #T "2x3 simd_" #T "2x3; typedef ::" #T     \
+  "2x4 simd_" #T "2x4; typedef ::" #T "3x2 simd_" #T "3x2; typedef ::" #T "3x3 simd_" #T      \
+  "3x3; typedef ::" #T "3x4 simd_" #T "3x4; typedef ::" #T "4x2 simd_" #T "4x2; typedef ::"  \
+  #T "4x3 simd_" #T "4x3; typedef ::" #T "4x4 simd_" #T "4x4;\nnamespace simd { using ::" #T \
+  "2x2; using ::" #T "2x3; using ::" #T "2x4; using ::" #T "3x2; using ::" #T "3x3; using ::" \
+  #T "3x4; using ::" #T "4x2; using ::" #T "4x3; using ::" #T "4x4; }\n"
+static const char simd_text[] =
+    "#pragma once\n#include <metal_stdlib>\n" SM_SIMD_V(float) SM_SIMD_V(half) SM_SIMD_V(int)
+        SM_SIMD_V(uint) SM_SIMD_V(short) SM_SIMD_V(ushort) SM_SIMD_V(char) SM_SIMD_V(uchar)
+            SM_SIMD_V(long) SM_SIMD_V(ulong) SM_SIMD_M(float) SM_SIMD_M(half);
+#undef SM_SIMD_V
+#undef SM_SIMD_M
+#define SM_REFUSED(h, what)                                                                \
+  {h, "#error \"<" h "> is not supported by softmetal (compute kernels over buffers only: " \
+      "no " what ")\"\n"}
+static const struct {
+  const char *name, *text;
+} extra_headers[] = {
+    {"simd/simd.h", simd_text},
+    SM_REFUSED("metal_texture", "textures"),
+    SM_REFUSED("metal_graphics", "graphics functions"),
+    SM_REFUSED("metal_imageblocks", "imageblocks"),
+    SM_REFUSED("metal_raytracing", "ray tracing"),
+    SM_REFUSED("metal_tensor", "tensors"),
+};
+#undef SM_REFUSED
+enum { N_EXTRA = sizeof extra_headers / sizeof extra_headers[0] };
 
 /* Where cxx is: a path, or the first match on PATH. */
 static bool resolve_exe(const char *cxx, char *out, size_t cap) {
@@ -313,6 +348,7 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
   uint64_t hh = fnv_str(0xcbf29ce484222325ull, sm__metal_stdlib_text);
   hh = fnv_str(hh, sm__abi_text);
   for (size_t i = 0; i < N_ALIASES; i++) hh = fnv_str(hh, aliases[i]);
+  for (size_t i = 0; i < N_EXTRA; i++) hh = fnv_str(fnv_str(hh, extra_headers[i].name), extra_headers[i].text);
   uint64_t h = fnv_str(hh, source);
   h = fnv_str(h, cxx);
   h = fnv(h, &ident, sizeof ident);
@@ -352,6 +388,15 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
       char path[3400];
       snprintf(path, sizeof path, "%.3000s/%s", inc, aliases[i]);
       ok = write_file(path, alias_text, sizeof alias_text - 1);
+    }
+    for (size_t i = 0; ok && i < N_EXTRA; i++) {
+      char path[3400];
+      if (strchr(extra_headers[i].name, '/')) { /* simd/ */
+        snprintf(path, sizeof path, "%.3000s/simd", inc);
+        ok = mkdirs(path);
+      }
+      snprintf(path, sizeof path, "%.3000s/%s", inc, extra_headers[i].name);
+      ok = ok && write_file(path, extra_headers[i].text, strlen(extra_headers[i].text));
     }
     ok = ok && write_file(abi, sm__abi_text, strlen(sm__abi_text)) &&
          write_file(hdr, sm__metal_stdlib_text, strlen(sm__metal_stdlib_text));
@@ -485,6 +530,13 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
     *internal = true;
   }
 out:
+  if (!dl && *diag && !*internal) { /* quote the user's lines, not the rewrite */
+    char *quoted = sm__front_quote(*diag, source);
+    if (quoted) {
+      free(*diag);
+      *diag = quoted;
+    }
+  }
   free(pp_text);
   free(tu_text);
   if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, files, sizeof files / sizeof *files);
