@@ -669,6 +669,22 @@ static bool syntax_check(const setting *st, const char *tu, const char *log, cha
   return run_tool(argv, log, diag);
 }
 
+/* Removes the source ranges -fdiagnostics-print-source-range-info adds
+ * (`L:C:{L1:C1-L2:C2}{...}: error` becomes `L:C: error`). */
+static void strip_ranges(char *d) {
+  for (char *p = d ? strstr(d, ":{") : NULL; p; p = strstr(p + 1, ":{")) {
+    char *q = p + 1;
+    while (*q == '{') {
+      char *e = q + 1;
+      while (isdigit((unsigned char)*e) || *e == ':' || *e == '-') e++;
+      if (*e != '}') break;
+      q = e + 1;
+    }
+    if (q == p + 1 || *q != ':') continue;
+    memmove(p, q, strlen(q) + 1);
+  }
+}
+
 static bool check_source(const setting *st, const char *source, const sm_digest *key,
                          const char *path, char **tu_out, char **diag, bool *internal) {
   char hex[17];
@@ -727,16 +743,19 @@ static bool check_source(const setting *st, const char *source, const sm_digest 
     *internal = true;
     goto out;
   }
-  if (!syntax_check(st, tu, log, diag, false)) {
+  /* with the operands' ranges: a source that needs the fix below costs one
+   * pass less */
+  if (!syntax_check(st, tu, log, diag, true)) {
     /* half is a class here, so `c ? h : f` is ambiguous in C++: find every
      * such conditional with their operands' ranges, cast as MSL converts,
      * and check once more (sm__front_fix_conditionals) */
-    if (!strstr(*diag, "conditional expression is ambiguous")) goto out;
-    char *ranges = NULL;
-    if (syntax_check(st, tu, log, &ranges, true)) goto out; /* cannot happen */
-    char *fixed = ranges ? sm__front_fix_conditionals(tu_text, ranges) : NULL;
-    free(ranges);
-    if (!fixed) goto out;
+    char *fixed = strstr(*diag, "conditional expression is ambiguous")
+                      ? sm__front_fix_conditionals(tu_text, *diag)
+                      : NULL;
+    if (!fixed) {
+      strip_ranges(*diag);
+      goto out;
+    }
     free(tu_text);
     tu_text = fixed;
     if (!write_file(tu, tu_text, strlen(tu_text))) {
