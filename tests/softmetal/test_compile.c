@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "softmetal/sm_run.h"
+#include "sm_sha256.h"
 
 static char cache[64];
 
@@ -269,4 +270,30 @@ Test(compile, softmetal_metallib_fails_on_a_bad_source) {
   cr_assert_eq(rc, 0, "%s", log);
   cr_assert_eq(access(out, F_OK), 0);
   unlink(out);
+}
+
+static void sha_hex(const void *data, size_t n, size_t pieces, char hex[65]) {
+  sm_sha256 s;
+  sm_digest d;
+  sm__sha256_init(&s);
+  for (size_t i = 0; i < pieces; i++) sm__sha256_update(&s, (const char *)data + i * n, n);
+  sm__sha256_final(&s, &d);
+  sm__digest_hex(&d, hex);
+}
+
+/* The cache keys' hash is SHA-256: FIPS 180-4's examples, fed whole and in
+ * pieces that straddle blocks. */
+Test(compile, the_cache_keys_are_sha256) {
+  char hex[65];
+  sha_hex("abc", 3, 1, hex);
+  cr_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  sha_hex("", 0, 1, hex);
+  cr_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  static const char two[] = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  sha_hex(two, strlen(two), 1, hex);
+  cr_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  static char million[1000000];
+  memset(million, 'a', sizeof million);
+  sha_hex(million, 1000, 1000, hex); /* 1000-byte pieces: not multiples of 64 */
+  cr_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
