@@ -159,23 +159,24 @@ static id array_with_objects(id self, SEL cmd, const id *objects, NSUInteger cou
 }
 
 /* ------------------------------------------------------------- binary archives */
-/* An archive holds, for each library whose pipelines were added, the shared
- * object softmetal's compile made of it, under the kernel cache's key (the
- * source, the math mode, the compiler's identity and this softmetal's
- * build), and the compiler's --version output that key is made of (so
- * that a new kernel cache need not run the compiler to learn it). softmetal compiles a whole library at once, so where Metal takes
- * a pipeline's GPU code from the archive, softmetal takes the library's:
- * while an archive that holds a library's code is alive in the process,
- * newLibraryWithSource:options:error: finds it (sm__archive_restore) and
- * runs no compiler. A library of another compiler or build has another key
- * and is compiled, as Metal recompiles for another GPU or OS.
+/* An archive holds, for each function whose pipeline was added, the shared
+ * object softmetal generated for it, its library's checked source (the
+ * kernel cache's l- entry) and the compiler's --version output, each under
+ * the SHA-256 of its key material (the source, the function, the math
+ * mode, the compiler's identity and the code generator's sources), as the
+ * kernel cache keeps them (sm_compile.h). While an archive that holds them
+ * is alive in the process, newLibraryWithSource:options:error: and the
+ * pipeline find them (sm__archive_restore) and run no compiler. A library
+ * of another compiler or build has another key and is compiled, as Metal
+ * recompiles for another GPU or OS.
  *
  * File (little-endian):
  *   bytes 0..7  "SMBINARC"
- *   u32         format version, 1
+ *   u32         format version, 2
  *   u32         entry count
- *   entries     u64 key, u32 kind (0 code, 1 compiler identity), u32 0,
- *               u64 size, size bytes (a shared object; --version text)
+ *   entries     32-byte key, u32 kind (0 code, 1 compiler identity,
+ *               2 checked library), u32 0, u64 size, size bytes (a shared
+ *               object; --version text; the library entry)
  *   u64         FNV-1a of every byte before it
  * Anything else, or a checksum that does not match: nil and an NSError
  * (MTLBinaryArchiveErrorInvalidFile). The file holds code that softmetal
@@ -183,12 +184,12 @@ static id array_with_objects(id self, SEL cmd, const id *objects, NSUInteger cou
  * group or others is refused the same way. */
 #define ARCHIVE_ERROR_DOMAIN "MTLBinaryArchiveDomain"
 enum { ARCHIVE_ERROR_INVALID_FILE = 1, ARCHIVE_ERROR_COMPILATION_FAILURE = 3,
-       ARCHIVE_ERROR_INTERNAL = 4, ARCHIVE_VERSION = 1, ARCHIVE_MAX_ENTRIES = 4096 };
+       ARCHIVE_ERROR_INTERNAL = 4, ARCHIVE_VERSION = 2, ARCHIVE_MAX_ENTRIES = 4096 };
 enum { PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS = 4 }; /* MTLPipelineOption */
 static const char archive_magic[8] = {'S', 'M', 'B', 'I', 'N', 'A', 'R', 'C'};
 
 typedef struct {
-  uint64_t key;
+  unsigned char key[32];
   uint32_t kind;
   unsigned char *code;
   size_t size;
@@ -339,16 +340,20 @@ static bool archive_parse(sm_archive *a, const unsigned char *p, size_t size) {
   a->e = calloc(count ? count : 1, sizeof *a->e);
   if (!a->e) return false;
   for (uint32_t i = 0; i < count; i++) {
-    if (end - at < 24) return false;
-    uint64_t key = read_u64(p + at), n = read_u64(p + at + 16);
-    uint32_t kind = read_u32(p + at + 8);
-    at += 24;
-    if (kind > SM_ARCHIVE_COMPILER || read_u32(p + at - 12) != 0 || n == 0 || n > end - at)
+    if (end - at < 48) return false;
+    uint64_t n = read_u64(p + at + 40);
+    uint32_t kind = read_u32(p + at + 32);
+    if (kind > SM_ARCHIVE_LIBRARY || read_u32(p + at + 36) != 0 || n == 0 || n > end - at - 48)
       return false;
     unsigned char *code = malloc((size_t)n);
     if (!code) return false;
+    archive_entry *e = &a->e[a->n++];
+    memcpy(e->key, p + at, 32);
+    e->kind = kind;
+    e->code = code;
+    e->size = (size_t)n;
+    at += 48;
     memcpy(code, p + at, (size_t)n);
-    a->e[a->n++] = (archive_entry){key, kind, code, (size_t)n};
     at += (size_t)n;
   }
   return at == end;
@@ -393,12 +398,12 @@ static id device_new_archive(id self, SEL cmd, id descriptor, id *error) {
   return (id)a;
 }
 
-bool sm__archive_restore(uint32_t kind, uint64_t key, const char *path) {
+bool sm__archive_restore(uint32_t kind, const unsigned char key[32], const char *path) {
   bool done = false;
   pthread_mutex_lock(&g_archive_lock);
   for (sm_archive *a = g_archives; a && !done; a = a->next)
     for (size_t i = 0; i < a->n && !done; i++)
-      if (a->e[i].key == key && a->e[i].kind == kind) {
+      if (memcmp(a->e[i].key, key, 32) == 0 && a->e[i].kind == kind) {
         done = write_atomic(path, a->e[i].code, a->e[i].size);
         if (done && kind == SM_ARCHIVE_CODE) atomic_fetch_add(&sm__archive_restores, 1);
       }
@@ -406,14 +411,15 @@ bool sm__archive_restore(uint32_t kind, uint64_t key, const char *path) {
   return done;
 }
 
-static bool archive_has(sm_archive *a, uint32_t kind, uint64_t key) {
+static bool archive_has(sm_archive *a, uint32_t kind, const unsigned char key[32]) {
   for (size_t i = 0; i < a->n; i++)
-    if (a->e[i].key == key && a->e[i].kind == kind) return true;
+    if (memcmp(a->e[i].key, key, 32) == 0 && a->e[i].kind == kind) return true;
   return false;
 }
 
 /* Adds the file of kind and key at path unless the archive has it. */
-static bool archive_add_file(sm_archive *a, uint32_t kind, uint64_t key, const char *path,
+static bool archive_add_file(sm_archive *a, uint32_t kind, const unsigned char key[32],
+                             const char *path,
                              const char *sel, id *error) {
   pthread_mutex_lock(&g_archive_lock);
   bool have = archive_has(a, kind, key);
@@ -434,7 +440,11 @@ static bool archive_add_file(sm_archive *a, uint32_t kind, uint64_t key, const c
                          : realloc(a->e, (a->n + 1) * sizeof *a->e);
   if (e) {
     a->e = e;
-    a->e[a->n++] = (archive_entry){key, kind, code, size};
+    archive_entry *x = &a->e[a->n++];
+    memcpy(x->key, key, 32);
+    x->kind = kind;
+    x->code = code;
+    x->size = size;
     code = NULL;
   }
   pthread_mutex_unlock(&g_archive_lock);
@@ -465,15 +475,19 @@ static BOOL archive_add_compute(id self, SEL cmd, id descriptor, id *error) {
   const char *sel = sel_getName(cmd);
   sm_pipeline_desc *d = pipeline_desc(descriptor, "SMBinaryArchive", sel);
   sm_archive *a = (sm_archive *)self;
-  const sm_code *code = sm__function_code(d->function);
+  char *diag = NULL;
+  const sm_code *code = sm__function_code(d->function, &diag);
   if (!code) {
-    set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_INTERNAL,
-                               "%s: the function's library has no compiled code softmetal "
-                               "can archive", sel));
+    set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_COMPILATION_FAILURE,
+                               "%s: cannot generate the function's code: %s", sel,
+                               diag ? diag : "?"));
+    free(diag);
     return NO;
   }
   return archive_add_file(a, SM_ARCHIVE_COMPILER, code->compiler_key, code->compiler_path, sel,
                           error) &&
+                 archive_add_file(a, SM_ARCHIVE_LIBRARY, code->library_key, code->library_path,
+                                  sel, error) &&
                  archive_add_file(a, SM_ARCHIVE_CODE, code->key, code->path, sel, error)
              ? YES
              : NO;
@@ -488,7 +502,7 @@ static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
   sm_archive *a = (sm_archive *)self;
   pthread_mutex_lock(&g_archive_lock);
   size_t size = 16 + 8;
-  for (size_t i = 0; i < a->n; i++) size += 24 + a->e[i].size;
+  for (size_t i = 0; i < a->n; i++) size += 48 + a->e[i].size;
   unsigned char *buf = malloc(size);
   if (buf) {
     memcpy(buf, archive_magic, 8);
@@ -496,12 +510,12 @@ static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
     put_u32(buf + 12, (uint32_t)a->n);
     size_t at = 16;
     for (size_t i = 0; i < a->n; i++) {
-      put_u64(buf + at, a->e[i].key);
-      put_u32(buf + at + 8, a->e[i].kind);
-      put_u32(buf + at + 12, 0);
-      put_u64(buf + at + 16, a->e[i].size);
-      memcpy(buf + at + 24, a->e[i].code, a->e[i].size);
-      at += 24 + a->e[i].size;
+      memcpy(buf + at, a->e[i].key, 32);
+      put_u32(buf + at + 32, a->e[i].kind);
+      put_u32(buf + at + 36, 0);
+      put_u64(buf + at + 40, a->e[i].size);
+      memcpy(buf + at + 48, a->e[i].code, a->e[i].size);
+      at += 48 + a->e[i].size;
     }
     put_u64(buf + at, fnv1a(FNV_BASIS, buf, at));
   }
@@ -579,14 +593,14 @@ static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger o
     sm__fatal("-[SMDevice %s]: options = %lu: softmetal takes only MTLPipelineOptionNone and "
               "MTLPipelineOptionFailOnBinaryArchiveMiss", sel, (unsigned long)options);
   if (options & PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS) {
-    const sm_code *code = sm__function_code(d->function);
+    unsigned char key[32];
     bool hit = false;
-    if (d->archives && code) {
+    if (d->archives && sm__function_code_key(d->function, key)) {
       NSUInteger n = array_n(d->archives);
       pthread_mutex_lock(&g_archive_lock);
       for (NSUInteger i = 0; i < n && !hit; i++) {
         id o = array_at(d->archives, i);
-        hit = archive_has((sm_archive *)o, SM_ARCHIVE_CODE, code->key);
+        hit = archive_has((sm_archive *)o, SM_ARCHIVE_CODE, key);
       }
       pthread_mutex_unlock(&g_archive_lock);
     }

@@ -1,6 +1,7 @@
 /* softmetal object model and Foundation subset: root class, refcounting,
  * autorelease pools, NSString, NSError, NSArray, blocks, unknown selectors. */
 #include "sm_internal.h"
+#include "sm_compile.h"
 
 #include <Block.h>
 #include <objc/thr.h>
@@ -44,6 +45,9 @@ SM_EXPORT void softmetal_stats(struct softmetal_stats *out) {
   out->kernel_compiles = atomic_load(&sm__compiles);
   out->kernel_cache_hits = atomic_load(&sm__cache_hits);
   out->archive_restores = atomic_load(&sm__archive_restores);
+  out->syntax_checks = atomic_load(&sm__syntax_checks);
+  out->function_compiles = atomic_load(&sm__function_compiles);
+  out->function_cache_hits = atomic_load(&sm__function_cache_hits);
   out->unsafe_math_libraries = atomic_load(&sm__unsafe_math_libraries);
   out->blocked_in_command_buffer = atomic_load(&sm__blocked_cmdbuf);
 }

@@ -122,6 +122,7 @@ typedef struct {
   size_t insert_at; /* byte offset after which the trampoline goes */
   char pre[1024];   /* declarations the trampoline needs first */
   int line, col;
+  bool inst; /* an explicit instantiation, guarded from its start (SM_GUARD_OPEN) */
 } kout;
 
 typedef struct {
@@ -1417,6 +1418,11 @@ static void parse_decl(fe *f, size_t *pi) {
     } else {
       k->p = f->f[def].p;
       k->np = f->f[def].np;
+      /* the instantiation and its trampoline are one guarded span */
+      char g[40];
+      snprintf(g, sizeof g, SM_GUARD_OPEN "%zu*/", f->nk - 1);
+      add_edit(f, f->t[start].off, f->t[start].off, g);
+      k->inst = true;
     }
     return;
   }
@@ -1455,8 +1461,14 @@ static void parse_decl(fe *f, size_t *pi) {
   snprintf(d->host, sizeof d->host, "%s", host[0] ? host : d->name);
   if (kernel) {
     bool is_void = false;
+    size_t void_tok = f->nt;
     for (size_t k = i; k < nm; k++)
-      if (is(f, k, "void")) is_void = true;
+      if (is(f, k, "void")) is_void = true, void_tok = k;
+    /* inline: emitted only where its trampoline calls it (a function's
+     * compile keeps one trampoline, sm_compile.c) */
+    if (!tmpl && void_tok < f->nt)
+      add_edit(f, f->t[void_tok].off + f->t[void_tok].len,
+               f->t[void_tok].off + f->t[void_tok].len, " inline");
     if (!is_void) {
       error_at(f, f->t[nm].line, f->t[nm].col, "kernel %s must return void", d->name);
       d->pbad = true;
@@ -1698,8 +1710,17 @@ static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync)
 
 static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
   const kout *k = &f->k[n];
-  put_s(b, k->pre);
-  sm__text_printf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { ::sm::cur = t; ", n);
+  /* k->pre instantiates the kernel (a deduced explicit instantiation): it is
+   * guarded with the instantiation, so only this kernel's compile makes it. */
+  if (k->inst) {
+    put_s(b, k->pre);
+    put_s(b, SM_GUARD_CLOSE);
+  } else if (k->pre[0]) {
+    sm__text_printf(b, SM_GUARD_OPEN "%zu*/", n);
+    put_s(b, k->pre);
+    put_s(b, SM_GUARD_CLOSE);
+  }
+  sm__text_printf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { " SM_GUARD_OPEN "%zu*/ ::sm::cur = t; ", n, n);
   if (f->nc) put_s(b, "::sm::fc_load(t); ");
   sm__text_printf(b, "%s(", k->callee);
   for (int i = 0; i < k->np; i++) {
@@ -1714,14 +1735,14 @@ static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
       sm__text_printf(b, "::sm::pick<%s>(%s)", P, BUILTINS[p->builtin].expr);
     else sm__text_printf(b, "(%s)(%s)", P, BUILTINS[p->builtin].expr);
   }
-  put_s(b, "); }");
+  put_s(b, "); " SM_GUARD_CLOSE " }");
   (void)c_seen;
-  sm__text_printf(b, " extern \"C\" const uint32_t sm_written_%zu = 0u", n);
+  sm__text_printf(b, " extern \"C\" const uint32_t sm_written_%zu = 0u " SM_GUARD_OPEN "%zu*/", n, n);
   for (int i = 0; i < k->np; i++)
     if (k->p[i].kind == P_BUFFER && !k->p[i].cons)
       sm__text_printf(b, " | (::sm::writes<::sm::param_t<decltype(&%s), %d>>() ? %uu : 0u)", k->callee, i,
            1u << k->p[i].index);
-  put_s(b, ";");
+  put_s(b, SM_GUARD_CLOSE ";");
 }
 
 /* Brackets must pair before the parser walks them. */
@@ -1773,7 +1794,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
     rewrite_tokens(&f);
   }
-  buf out = {0}, table = {0}, entries = {0};
+  buf out = {0}, table = {0}, entries = {0}, manifest = {0};
   bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
   bool *c_seen = calloc(f.nc + 1, sizeof *c_seen);
   if (!fn_seen || !c_seen) f.oom = true;
@@ -1860,6 +1881,15 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     }
     put_s(&table, "};\n");
     sm__text_printf(&tg_table, "  {sm_tg_%zu + 1, %du},\n", n, ntg);
+    /* the same, for the library before any code is generated */
+    sm__text_printf(&manifest, "K %d %u %u %d", sync ? 1 : 0, bmask, tmask, used);
+    for (size_t c = 0; c < f.nc; c++)
+      if (c_seen[c] && f.c[c].index >= 0) sm__text_printf(&manifest, " %zu", c);
+    sm__text_printf(&manifest, " %d", conds);
+    for (int i = 0; i < k->np; i++)
+      if (k->p[i].fc >= 0 && (k->p[i].kind == P_BUFFER || k->p[i].kind == P_TG))
+        sm__text_printf(&manifest, " %d %d %d", k->p[i].kind == P_TG, k->p[i].index, k->p[i].fc);
+    sm__text_printf(&manifest, " %s\n", k->host);
     sm__text_printf(&entries, "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
                    "%du, %du, sm_fc_conds_%zu + 1},\n",
          k->host, n, sync ? 1 : 0, bmask, tmask, n, n, used, conds, n);
@@ -1887,6 +1917,16 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
          f.c[c].index < 0 ? UINT32_MAX : (unsigned)f.c[c].index, f.c[c].mtl_type < 0 ? 0 : f.c[c].mtl_type,
          f.c[c].size, f.c[c].optional ? 1 : 0);
   put_s(&table, "  {}};\n");
+  for (size_t c = 0; c < f.nc; c++)
+    sm__text_printf(&manifest, "C %u %d %d %d %s\n",
+                    f.c[c].index < 0 ? UINT32_MAX : (unsigned)f.c[c].index,
+                    f.c[c].mtl_type < 0 ? 0 : f.c[c].mtl_type, f.c[c].size,
+                    f.c[c].optional ? 1 : 0, f.c[c].name);
+  put_s(&table, SM_MANIFEST_BEGIN);
+  sm__text_put(&table, manifest.p ? manifest.p : "", manifest.n);
+  put_s(&table, SM_MANIFEST_END);
+  if (manifest.oom) f.oom = true;
+  free(manifest.p);
   /* Reads constant pos after loading values v/d on the calling thread. */
   sm__text_printf(&table, "%s", "extern \"C\" void softmetal_constant_value(const unsigned char *v, const unsigned "
               "char *d, unsigned pos, void *out) {\n  sm_thread t{}; t.fc_values = v; "

@@ -28,6 +28,25 @@ void sm__text_printf(sm_text *b, const char *fmt, ...) __attribute__((format(pri
  * program_source:LINE:COL. */
 char *sm__front(const char *pp, size_t len, const char *src_path, char **err);
 
+/* What the translation unit holds for the compile model (sm_compile.c):
+ * - Guards: the code only kernel n needs (its explicit instantiation, its
+ *   trampoline's call and its written-mask expression) is framed by the
+ *   comments SM_GUARD_OPEN "n*" "/" and SM_GUARD_CLOSE; the compile of one
+ *   function blanks the other kernels' guarded spans, so that their
+ *   templates are not instantiated and no code is generated for them
+ *   (non-template kernels are made inline for the same reason).
+ * - A manifest, between SM_MANIFEST_BEGIN and SM_MANIFEST_END (in a
+ *   comment), one line per kernel in table order:
+ *     K needs_fibers buffer_mask threadgroup_mask n_used used... n_conds
+ *       (kind index constant)... host_name
+ *   then one per function constant in declaration order:
+ *     C index type size optional name
+ *   (decimal numbers; index 4294967295 for derived constants). */
+#define SM_GUARD_OPEN "/*@sm{"
+#define SM_GUARD_CLOSE "/*@sm}*/"
+#define SM_MANIFEST_BEGIN "/*@sm-manifest\n"
+#define SM_MANIFEST_END "@sm-manifest*/\n"
+
 /* MSL's `c ? h : f` with a half (or bfloat) and a float or integer operand is
  * ambiguous in C++, where half is a class. Given the translation unit and
  * the diagnostics of compiling it with -fdiagnostics-print-source-range-info,

@@ -88,24 +88,30 @@ void sm__register_msl(void);
 void sm__register_archive(void); /* sm_archive.c: after the device class registers */
 void sm__add_device_msl_methods(Class device); /* before the device class registers */
 
-/* The kernel cache's files of a library (sm_msl.c): its compiled code,
- * and the --version output of the compiler that made it (part of the
- * code's key). Strings owned. */
+/* The kernel cache's files of a function (sm_compile.c), each under the
+ * SHA-256 of its key material: its generated code, its library's checked
+ * source, and the --version output of the compiler (part of both keys).
+ * Strings borrowed from the function's library. */
 typedef struct {
-  uint64_t key;         /* k-<key>.so */
-  char *path;
-  uint64_t compiler_key; /* cc-<compiler_key>.txt */
-  char *compiler_path;
+  unsigned char key[32]; /* f-<...>.so */
+  const char *path;
+  unsigned char library_key[32]; /* l-<...>.ii */
+  const char *library_path;
+  unsigned char compiler_key[32]; /* cc-<...>.txt */
+  const char *compiler_path;
 } sm_code;
-void sm__code_free(sm_code *c);
-/* The code of a function's library, or NULL (not a softmetal function). */
-const sm_code *sm__function_code(id function);
+/* The files of a function, its code generated first if it was not; NULL
+ * with *diag (malloc'd) on failure. */
+const sm_code *sm__function_code(id function, char **diag);
+/* The key of a function's code, without generating it; false when function
+ * is not a softmetal function. */
+bool sm__function_code_key(id function, unsigned char key[32]);
 
 /* Binary archives (sm_archive.c): when an archive alive in the process
  * holds the file of kind and key, and `path` does not exist, writes it
  * there (as the kernel cache's file) and returns true. */
-enum { SM_ARCHIVE_CODE = 0, SM_ARCHIVE_COMPILER = 1 };
-bool sm__archive_restore(uint32_t kind, uint64_t key, const char *path);
+enum { SM_ARCHIVE_CODE = 0, SM_ARCHIVE_COMPILER = 1, SM_ARCHIVE_LIBRARY = 2 };
+bool sm__archive_restore(uint32_t kind, const unsigned char key[32], const char *path);
 extern atomic_long sm__archive_restores;
 
 /* Messages to our own objects, through the runtime (exact prototypes). */

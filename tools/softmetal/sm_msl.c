@@ -1,7 +1,10 @@
-/* softmetal MSL: finds the kernels of a source, generates trampolines,
- * compiles with clang++ against the compat metal_stdlib, caches, dlopens. */
+/* softmetal's library constructor: MTLCompileOptions, libraries (checked by
+ * sm_compile.c when made), functions, function constants, and compute
+ * pipeline states, whose function's code is generated when the first one is
+ * made. */
 #define _GNU_SOURCE /* posix_spawn extras, strdup */
 #include "sm_internal.h"
+#include "sm_compile.h"
 #include "sm_front.h"
 
 #include <ctype.h>
@@ -9,552 +12,40 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
-
-/* Embedded at build time (sm_embedded.c). */
-extern const char sm__metal_stdlib_text[];
-extern const char sm__abi_text[];
 
 #define LIB_ERROR_DOMAIN "MTLLibraryErrorDomain"
 enum { LIB_ERROR_COMPILE_FAILURE = 3, LIB_ERROR_INTERNAL = 2 };
 enum { MAX_THREADS = 1024, MAX_TG_MEMORY = 32768 };
-/* SIMD-group functions act over the lanes at the same call (sm_exec.c tells
- * calls apart by the chain of return addresses): frame pointers and no tail
- * calls keep the chain; no merging of calls from different branches (hoist,
- * sink, tail merge) and every call convergent (no unswitching or jump
- * threading that duplicates a call for lanes that belong together).
- * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux. */
-static const char *const CXX_FLAGS[] = {
-    "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
-    "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
-    "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
-    "-mllvm", "-enable-tail-merge=false", "-fsigned-char"};
-enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
-
-/* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
- * licence as Metal's: Safe compiles as IEEE; Relaxed allows unsafe
- * optimisations but keeps infinities and NaNs; Fast (Metal's default, also
- * fastMathEnabled = YES and options = nil) assumes neither exists, so
- * isnan() folds to false and NaN propagation is not kept, as on a GPU.
- * These are the parts of -ffast-math (the same compiler settings), spelt
- * out because -ffast-math also links crtfastmath.o, whose constructor
- * would turn on flush-to-zero in the process that loads the kernel.
- * SM_UNSAFE_MATH tells metal_stdlib to keep precise:: precise. */
-enum { MATH_MODE_SAFE = 0, MATH_MODE_RELAXED = 1, MATH_MODE_FAST = 2, MAX_MATH_FLAGS = 9 };
-#define UNSAFE_MATH_FLAGS                                                                  \
-  "-DSM_UNSAFE_MATH=1", "-fno-signed-zeros", "-fassociative-math", "-freciprocal-math", "-fno-math-errno",       \
-      "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func"
-static const char *const MATH_FLAGS[][MAX_MATH_FLAGS] = {
-    [MATH_MODE_SAFE] = {NULL},
-    [MATH_MODE_RELAXED] = {UNSAFE_MATH_FLAGS, NULL},
-    [MATH_MODE_FAST] = {UNSAFE_MATH_FLAGS, "-ffinite-math-only"},
-};
-#undef UNSAFE_MATH_FLAGS
-static const char *const MATH_MODE_NAMES[] = {"Safe", "Relaxed", "Fast"};
-
-/* ------------------------------------------------------------- cache and compile */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) {
-    h ^= b[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
-
-static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_uint g_tmp_counter;
-
-static bool mkdirs(const char *path) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
-    *p = '/';
-  }
-  return mkdir(tmp, 0700) == 0 || errno == EEXIST;
-}
-
-static void cache_dir(char *out, size_t cap) {
-  const char *d = getenv("SOFTMETAL_CACHE_DIR");
-  const char *x = getenv("XDG_CACHE_HOME");
-  if (d && *d) snprintf(out, cap, "%s", d);
-  else if (x && *x) snprintf(out, cap, "%s/softmetal", x);
-  else snprintf(out, cap, "/tmp/softmetal-%u", (unsigned)getuid());
-}
-
-/* The cache holds code that gets loaded: it must be ours alone. Creates it
- * 0700; refuses one owned by another user or writable by group or others. */
-static bool check_cache_dir(const char *dir, char **diag) {
-  struct stat st;
-  if (!mkdirs(dir) || stat(dir, &st) != 0) {
-    sm_text b = {0};
-    sm__text_printf(&b, "cannot create the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
-              dir, strerror(errno));
-    *diag = b.p;
-    return false;
-  }
-  const char *why = !S_ISDIR(st.st_mode)          ? "is not a directory"
-                    : st.st_uid != geteuid()      ? "is owned by another user"
-                    : (st.st_mode & 022) != 0     ? "is writable by group or others"
-                                                  : NULL;
-  if (!why) return true;
-  sm_text b = {0};
-  sm__text_printf(&b, "the kernel cache directory %s %s (owner uid %u, mode %03o): softmetal does not "
-            "load compiled kernels from it; set SOFTMETAL_CACHE_DIR to a directory of your own "
-            "with mode 0700", dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
-  *diag = b.p;
-  return false;
-}
-
-static bool write_file(const char *path, const char *text, size_t n) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%.3500s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
-  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-  if (!f) {
-    if (fd >= 0) close(fd);
-    return false;
-  }
-  bool ok = fwrite(text, 1, n, f) == n;
-  ok = fclose(f) == 0 && ok;
-  if (ok) ok = rename(tmp, path) == 0;
-  if (!ok) unlink(tmp);
-  return ok;
-}
-
-static bool file_exists(const char *path) { return access(path, R_OK) == 0; }
-
-static char *read_text(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  sm_text b = {0};
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sm__text_put(&b, chunk, n);
-  fclose(f);
-  if (!b.p) sm__text_put(&b, "", 0);
-  if (b.oom) {
-    free(b.p);
-    return NULL;
-  }
-  if (len) *len = b.n;
-  return b.p;
-}
-
-/* Runs argv with stdout and stderr to log; on failure returns false with its
- * output in *diag. */
-static bool run_tool(const char *const *argv, const char *log, char **diag) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid;
-  char *const *args;
-  memcpy(&args, &argv, sizeof args);
-  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, args, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    sm_text b = {0};
-    sm__text_printf(&b, "cannot run the C++ compiler '%s' (%s); set SOFTMETAL_CXX", argv[0],
-              strerror(rc));
-    *diag = b.p;
-    return false;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-  *diag = read_text(log, NULL);
-  if (!*diag) *diag = strdup("the C++ compiler failed without output");
-  return false;
-}
-
-/* The preprocessor's diagnostics name the source by its path in the work
- * directory: call it program_source, as Metal does. */
-static void rename_source(char **diag, const char *path) {
-  size_t n = strlen(path);
-  char *p;
-  while (*diag && (p = strstr(*diag, path)) != NULL) {
-    memcpy(p, SM_PROGRAM_SOURCE, strlen(SM_PROGRAM_SOURCE));
-    memmove(p + strlen(SM_PROGRAM_SOURCE), p + n, strlen(p + n) + 1);
-  }
-}
-
-/* The other standard headers MSL sources include all mean metal_stdlib. */
-static const char *const aliases[] = {
-    "metal_math",      "metal_atomic",          "metal_compute", "metal_simdgroup",
-    "metal_integer",   "metal_common",          "metal_geometric", "metal_relational",
-    "metal_simdgroup_matrix", "metal_limits",   "metal_pack",    "metal_matrix",
-    "metal_types",     "metal_logging",         "metal_uniform", "metal_array",
-    "metal_type_traits"};
-enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
-static const char alias_text[] = "#include <metal_stdlib>\n";
-
-/* <simd/simd.h> (Apple's simd vector and matrix types, as MSL sees them), and
- * the headers of Metal's other stages, refused by name at the #include. */
-#define SM_SIMD_V(T)                                                                       \
-  "typedef ::" #T "2 simd_" #T "2; typedef ::" #T "3 simd_" #T "3; typedef ::" #T "4 simd_" #T \
-  "4;\nnamespace simd { using ::" #T "2; using ::" #T "3; using ::" #T "4; }\n"
-#define SM_SIMD_M(T)                                                                       \
-  "typedef ::" #T "2x2 simd_" #T "2x2; typedef ::" #T "2x3 simd_" #T "2x3; typedef ::" #T     \
-  "2x4 simd_" #T "2x4; typedef ::" #T "3x2 simd_" #T "3x2; typedef ::" #T "3x3 simd_" #T      \
-  "3x3; typedef ::" #T "3x4 simd_" #T "3x4; typedef ::" #T "4x2 simd_" #T "4x2; typedef ::"  \
-  #T "4x3 simd_" #T "4x3; typedef ::" #T "4x4 simd_" #T "4x4;\nnamespace simd { using ::" #T \
-  "2x2; using ::" #T "2x3; using ::" #T "2x4; using ::" #T "3x2; using ::" #T "3x3; using ::" \
-  #T "3x4; using ::" #T "4x2; using ::" #T "4x3; using ::" #T "4x4; }\n"
-static const char simd_text[] =
-    "#pragma once\n#include <metal_stdlib>\n" SM_SIMD_V(float) SM_SIMD_V(half) SM_SIMD_V(int)
-        SM_SIMD_V(uint) SM_SIMD_V(short) SM_SIMD_V(ushort) SM_SIMD_V(char) SM_SIMD_V(uchar)
-            SM_SIMD_V(long) SM_SIMD_V(ulong) SM_SIMD_M(float) SM_SIMD_M(half);
-#undef SM_SIMD_V
-#undef SM_SIMD_M
-#define SM_REFUSED(h, what)                                                                \
-  {h, "#error \"<" h "> is not supported by softmetal (compute kernels over buffers only: " \
-      "no " what ")\"\n"}
-static const struct {
-  const char *name, *text;
-} extra_headers[] = {
-    {"simd/simd.h", simd_text},
-    SM_REFUSED("metal_texture", "textures"),
-    SM_REFUSED("metal_graphics", "graphics functions"),
-    SM_REFUSED("metal_imageblocks", "imageblocks"),
-    SM_REFUSED("metal_raytracing", "ray tracing"),
-    SM_REFUSED("metal_tensor", "tensors"),
-};
-#undef SM_REFUSED
-enum { N_EXTRA = sizeof extra_headers / sizeof extra_headers[0] };
-
-/* Where cxx is: a path, or the first match on PATH. */
-static bool resolve_exe(const char *cxx, char *out, size_t cap) {
-  if (strchr(cxx, '/')) return realpath(cxx, out) != NULL;
-  const char *path = getenv("PATH");
-  if (!path) path = "/usr/bin:/bin";
-  while (*path) {
-    const char *colon = strchr(path, ':');
-    size_t n = colon ? (size_t)(colon - path) : strlen(path);
-    char cand[4096];
-    snprintf(cand, sizeof cand, "%.*s/%s", (int)n, n ? path : ".", cxx);
-    if (access(cand, X_OK) == 0 && realpath(cand, out)) return true;
-    path += n + (colon ? 1 : 0);
-  }
-  (void)cap;
-  return false;
-}
-
-/* Identity of the compiler for the cache key: its `--version` output (once
- * per process and compiler; kept in the cache by the binary's path, size and
- * time, so that a cache hit runs nothing) and the library's own build. */
-static uint64_t g_id_hash, g_id_file;
-static char g_id_cxx[256];
-
-/* *file_key: the key of the --version file (cc-<key>.txt), which binary
- * archives keep too. */
-static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, uint64_t *file_key,
-                              char **diag) {
-  pthread_mutex_lock(&g_cache_lock);
-  if (g_id_hash && strcmp(g_id_cxx, cxx) == 0) {
-    *out = g_id_hash;
-    *file_key = g_id_file;
-    pthread_mutex_unlock(&g_cache_lock);
-    return true;
-  }
-  pthread_mutex_unlock(&g_cache_lock);
-  char exe[4096];
-  struct stat st;
-  if (!resolve_exe(cxx, exe, sizeof exe) || stat(exe, &st) != 0) {
-    sm_text b = {0};
-    sm__text_printf(&b, "cannot find the C++ compiler '%s' on PATH; set SOFTMETAL_CXX", cxx);
-    *diag = b.p;
-    return false;
-  }
-  uint64_t h = fnv_str(0xcbf29ce484222325ull, exe);
-  h = fnv(h, &st.st_size, sizeof st.st_size);
-  h = fnv(h, &st.st_mtime, sizeof st.st_mtime);
-  h = fnv(h, &st.st_ino, sizeof st.st_ino);
-  char vpath[4200], log[4300];
-  snprintf(vpath, sizeof vpath, "%.3000s/cc-%016llx.txt", dir, (unsigned long long)h);
-  *file_key = h;
-  if (!file_exists(vpath)) sm__archive_restore(SM_ARCHIVE_COMPILER, h, vpath);
-  char *version = read_text(vpath, NULL);
-  if (!version) {
-    snprintf(log, sizeof log, "%.3000s/cc-%016llx-%d-%u.log", dir, (unsigned long long)h,
-             (int)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
-    const char *argv[] = {exe, "--version", NULL};
-    if (!run_tool(argv, log, diag)) {
-      unlink(log);
-      return false;
-    }
-    version = read_text(log, NULL);
-    unlink(log);
-    if (!version || !*version) {
-      free(version);
-      *diag = strdup("the C++ compiler printed no --version");
-      return false;
-    }
-    write_file(vpath, version, strlen(version));
-  }
-  h = fnv_str(h, version);
-  free(version);
-  /* the code generator's sources: an edited front end writes other code */
-  h = fnv_str(h, SM_GENERATOR_HASH);
-  pthread_mutex_lock(&g_cache_lock);
-  g_id_hash = h;
-  g_id_file = *file_key;
-  snprintf(g_id_cxx, sizeof g_id_cxx, "%s", cxx);
-  pthread_mutex_unlock(&g_cache_lock);
-  *out = h;
-  return true;
-}
-
-static void remove_dir(const char *dir, const char *const *names, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    char p[4400];
-    snprintf(p, sizeof p, "%.4000s/%s", dir, names[i]);
-    unlink(p);
-  }
-  rmdir(dir);
-}
-
-/* Compiles (or finds in the cache) the library for source under math_mode;
- * returns a dlopen handle. A cache hit stats the directory and the compiler
- * identity file, and runs no compiler. */
-static void *compile_source(const char *source, NSInteger math_mode, unsigned metal_version,
-                            char **diag, bool *internal, sm_code *code) {
-  const char *cxx = getenv("SOFTMETAL_CXX");
-  if (!cxx || !*cxx) cxx = "clang++";
-  if (strlen(cxx) >= sizeof g_id_cxx) {
-    *diag = strdup("SOFTMETAL_CXX is too long");
-    return NULL;
-  }
-  char dir[3072], inc[3200], so[3400], work[3400];
-  cache_dir(dir, sizeof dir);
-  *internal = true;
-  uint64_t ident, ident_file;
-  if (!check_cache_dir(dir, diag) || !compiler_identity(cxx, dir, &ident, &ident_file, diag))
-    return NULL;
-  *internal = false;
-  uint64_t hh = fnv_str(0xcbf29ce484222325ull, sm__metal_stdlib_text);
-  hh = fnv_str(hh, sm__abi_text);
-  for (size_t i = 0; i < N_ALIASES; i++) hh = fnv_str(hh, aliases[i]);
-  for (size_t i = 0; i < N_EXTRA; i++) hh = fnv_str(fnv_str(hh, extra_headers[i].name), extra_headers[i].text);
-  uint64_t h = fnv_str(hh, source);
-  h = fnv_str(h, cxx);
-  h = fnv(h, &ident, sizeof ident);
-  for (int i = 0; i < N_CXX_FLAGS; i++) h = fnv_str(h, CXX_FLAGS[i]);
-  h = fnv_str(h, MATH_MODE_NAMES[math_mode]);
-  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
-    h = fnv_str(h, MATH_FLAGS[math_mode][i]);
-  char version_flag[40] = "";
-  if (metal_version)
-    snprintf(version_flag, sizeof version_flag, "-D__METAL_VERSION__=%u", metal_version);
-  h = fnv_str(h, version_flag);
-  snprintf(inc, sizeof inc, "%s/include-%016llx", dir, (unsigned long long)hh);
-  snprintf(so, sizeof so, "%s/k-%016llx.so", dir, (unsigned long long)h);
-  /* binary archives (sm_archive.c) keep the code and the compiler's
-   * identity by these keys */
-  code->key = h;
-  code->path = strdup(so);
-  code->compiler_key = ident_file;
-  code->compiler_path = malloc(strlen(dir) + 32);
-  if (code->compiler_path)
-    sprintf(code->compiler_path, "%s/cc-%016llx.txt", dir, (unsigned long long)ident_file);
-  if (!file_exists(so)) sm__archive_restore(SM_ARCHIVE_CODE, h, so);
-  if (file_exists(so)) {
-    void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (dl) {
-      atomic_fetch_add(&sm__cache_hits, 1);
-      return dl;
-    }
-  }
-  pthread_mutex_lock(&g_cache_lock);
-  char hdr[3400], abi[3400];
-  snprintf(hdr, sizeof hdr, "%s/metal_stdlib", inc);
-  snprintf(abi, sizeof abi, "%s/sm_abi.h", inc);
-  bool ok = mkdirs(inc);
-  if (ok && !file_exists(hdr)) {
-    for (size_t i = 0; ok && i < N_ALIASES; i++) {
-      char path[3400];
-      snprintf(path, sizeof path, "%.3000s/%s", inc, aliases[i]);
-      ok = write_file(path, alias_text, sizeof alias_text - 1);
-    }
-    for (size_t i = 0; ok && i < N_EXTRA; i++) {
-      char path[3400];
-      if (strchr(extra_headers[i].name, '/')) { /* simd/ */
-        snprintf(path, sizeof path, "%.3000s/simd", inc);
-        ok = mkdirs(path);
-      }
-      snprintf(path, sizeof path, "%.3000s/%s", inc, extra_headers[i].name);
-      ok = ok && write_file(path, extra_headers[i].text, strlen(extra_headers[i].text));
-    }
-    ok = ok && write_file(abi, sm__abi_text, strlen(sm__abi_text)) &&
-         write_file(hdr, sm__metal_stdlib_text, strlen(sm__metal_stdlib_text));
-  }
-  pthread_mutex_unlock(&g_cache_lock);
-  if (!ok) {
-    sm_text b = {0};
-    sm__text_printf(&b, "cannot write the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
-              inc, strerror(errno));
-    *diag = b.p;
-    *internal = true;
-    return NULL;
-  }
-  /* A private work directory: program_source (named so for diagnostics),
-   * its preprocessed form, the translation unit, the compiler's log. */
-  snprintf(work, sizeof work, "%s/w-%016llx-%d-%u", dir, (unsigned long long)h, (int)getpid(),
-           atomic_fetch_add(&g_tmp_counter, 1));
-  static const char *const files[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.so", "log"};
-  if (mkdir(work, 0700) != 0) {
-    sm_text b = {0};
-    sm__text_printf(&b, "cannot create %s (%s)", work, strerror(errno));
-    *diag = b.p;
-    *internal = true;
-    return NULL;
-  }
-  char src[3500], pp[3500], tu[3500], tmp_so[3500], log[3500], incflag[3300];
-  snprintf(src, sizeof src, "%s/%s", work, SM_PROGRAM_SOURCE);
-  snprintf(pp, sizeof pp, "%s/pp.ii", work);
-  snprintf(tu, sizeof tu, "%s/k.ii", work);
-  snprintf(tmp_so, sizeof tmp_so, "%s/k.so", work);
-  snprintf(log, sizeof log, "%s/log", work);
-  snprintf(incflag, sizeof incflag, "-I%s", inc);
-  void *dl = NULL;
-  char *pp_text = NULL, *tu_text = NULL;
-  if (!write_file(src, source, strlen(source))) {
-    *diag = strdup("cannot write the source into the kernel cache");
-    *internal = true;
-    goto out;
-  }
-  atomic_fetch_add(&sm__compiles, 1);
-  const char *argv[N_CXX_FLAGS + MAX_MATH_FLAGS + 13];
-  int a = 0;
-  argv[a++] = cxx;
-  argv[a++] = "-E";
-  argv[a++] = "-DSM_FRONTEND=1";
-  for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
-  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
-    argv[a++] = MATH_FLAGS[math_mode][i];
-  if (version_flag[0]) argv[a++] = version_flag;
-  argv[a++] = incflag;
-  argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
-  argv[a++] = "metal_stdlib";
-  argv[a++] = "-x";
-  argv[a++] = "c++";
-  argv[a++] = "-o";
-  argv[a++] = pp;
-  argv[a++] = src;
-  argv[a] = NULL;
-  if (!run_tool(argv, log, diag)) {
-    rename_source(diag, src);
-    goto out;
-  }
-  size_t pp_len = 0;
-  pp_text = read_text(pp, &pp_len);
-  if (!pp_text) {
-    *diag = strdup("cannot read the preprocessed source");
-    *internal = true;
-    goto out;
-  }
-  tu_text = sm__front(pp_text, pp_len, src, diag);
-  if (!tu_text) goto out;
-  if (!write_file(tu, tu_text, strlen(tu_text))) {
-    *diag = strdup("cannot write the translation unit into the kernel cache");
-    *internal = true;
-    goto out;
-  }
-  a = 0;
-  argv[a++] = cxx;
-  for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
-  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
-    argv[a++] = MATH_FLAGS[math_mode][i];
-  if (version_flag[0]) argv[a++] = version_flag;
-  int flags_end = a;
-  argv[a++] = "-x";
-  argv[a++] = "c++-cpp-output";
-  argv[a++] = "-o";
-  argv[a++] = tmp_so;
-  argv[a++] = tu;
-  argv[a] = NULL;
-  if (!run_tool(argv, log, diag)) {
-    /* half is a class here, so `c ? h : f` is ambiguous in C++: find every
-     * such conditional with their operands' ranges, cast as MSL converts,
-     * and compile once more (sm__front_fix_conditionals) */
-    if (!strstr(*diag, "conditional expression is ambiguous")) goto out;
-    const char *check[N_CXX_FLAGS + MAX_MATH_FLAGS + 12];
-    memcpy(check, argv, (size_t)flags_end * sizeof *argv);
-    int c = flags_end;
-    check[c++] = "-fsyntax-only";
-    check[c++] = "-ferror-limit=0";
-    check[c++] = "-fdiagnostics-print-source-range-info";
-    check[c++] = "-x";
-    check[c++] = "c++-cpp-output";
-    check[c++] = tu;
-    check[c] = NULL;
-    char *ranges = NULL;
-    if (run_tool(check, log, &ranges)) goto out; /* cannot happen: keep the first diagnostics */
-    char *fixed = ranges ? sm__front_fix_conditionals(tu_text, ranges) : NULL;
-    free(ranges);
-    if (!fixed) goto out;
-    free(tu_text);
-    tu_text = fixed;
-    if (!write_file(tu, tu_text, strlen(tu_text))) {
-      free(*diag);
-      *diag = strdup("cannot write the translation unit into the kernel cache");
-      *internal = true;
-      goto out;
-    }
-    free(*diag);
-    *diag = NULL;
-    if (!run_tool(argv, log, diag)) goto out;
-  }
-  if (rename(tmp_so, so) != 0) {
-    *diag = strdup("cannot move the compiled kernel into the cache");
-    *internal = true;
-    goto out;
-  }
-  dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  if (!dl) {
-    const char *e = dlerror();
-    *diag = strdup(e ? e : "dlopen failed");
-    *internal = true;
-  }
-out:
-  if (!dl && *diag && !*internal) { /* quote the user's lines, not the rewrite */
-    char *quoted = sm__front_quote(*diag, source);
-    if (quoted) {
-      free(*diag);
-      *diag = quoted;
-    }
-  }
-  free(pp_text);
-  free(tu_text);
-  if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, files, sizeof files / sizeof *files);
-  return dl;
-}
+/* MTLMathMode (NSInteger): the compile flags of each are in sm_compile.c. */
+enum { MATH_MODE_SAFE = 0, MATH_MODE_RELAXED = 1, MATH_MODE_FAST = 2 };
 
 /* ------------------------------------------------------------- objects */
+/* A kernel's generated code: its own shared object, made when the first
+ * pipeline of the function is (sm_compile.c). */
+typedef struct {
+  void *dl;
+  const struct sm_kernel_desc *desc; /* the object's table entry: fn, written_mask */
+  void (*constant_value)(const unsigned char *v, const unsigned char *d, unsigned pos, void *out);
+  unsigned long long (*tg_static_bytes)(unsigned kernel);
+  sm_code code; /* the kernel cache's files of it (binary archives) */
+  char *path;
+} sm_fn_code;
+
 typedef struct {
   sm_obj hdr;
   id device;
-  void *dl;
-  const struct sm_kernel_desc *kernels;
+  sm_compiled_library cl; /* the checked source and its manifest */
+  const struct sm_kernel_desc *kernels; /* cl.kernels: fn NULL, written_mask 0 */
   unsigned n;
   const struct sm_constant_desc *constants;
   unsigned n_constants;
-  void (*constant_value)(const unsigned char *v, const unsigned char *d, unsigned pos, void *out);
-  unsigned long long (*tg_static_bytes)(unsigned kernel);
-  sm_code code; /* where the kernel cache keeps the compiled code */
+  pthread_mutex_t lock; /* code[] */
+  sm_fn_code *code;     /* [n], filled as pipelines are made */
 } sm_library;
 
 typedef struct {
@@ -635,8 +126,13 @@ static void options_set_math_mode(id self, SEL cmd, NSInteger mode) {
 
 static void library_destroy(sm_obj *o) {
   sm_library *l = (sm_library *)o;
-  if (l->dl) dlclose(l->dl);
-  sm__code_free(&l->code);
+  for (unsigned i = 0; l->code && i < l->n; i++) {
+    if (l->code[i].dl) dlclose(l->code[i].dl);
+    free(l->code[i].path);
+  }
+  free(l->code);
+  pthread_mutex_destroy(&l->lock);
+  sm__compiled_library_free(&l->cl);
   sm__release(l->device);
 }
 static void function_destroy(sm_obj *o) {
@@ -690,10 +186,8 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   }
   char *diag = NULL;
   bool internal = false;
-  sm_code code = {0};
-  void *dl = compile_source(text, math_mode, metal_version, &diag, &internal, &code);
-  if (!dl) {
-    sm__code_free(&code);
+  sm_compiled_library cl;
+  if (!sm__compile_library(text, (int)math_mode, metal_version, &cl, &diag, &internal)) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN,
                                internal ? LIB_ERROR_INTERNAL : LIB_ERROR_COMPILE_FAILURE,
                                "%s: %s:\n%s", sel_getName(cmd),
@@ -702,39 +196,68 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
     free(diag);
     return nil;
   }
+  sm_library *l = sm__new(&library_class);
+  sm_fn_code *code = l ? calloc(cl.n_kernels ? cl.n_kernels : 1, sizeof *code) : NULL;
+  if (!code) {
+    if (l) sm__release((id)l);
+    sm__compiled_library_free(&cl);
+    return nil;
+  }
+  l->cl = cl;
+  l->code = code;
+  pthread_mutex_init(&l->lock, NULL);
+  l->device = sm__retain(self);
+  l->kernels = l->cl.kernels;
+  l->n = l->cl.n_kernels;
+  l->constants = l->cl.constants;
+  l->n_constants = l->cl.n_constants;
+  if (math_mode != MATH_MODE_SAFE) atomic_fetch_add(&sm__unsafe_math_libraries, 1);
+  return (id)l;
+}
+
+/* Kernel i's code, generated (or taken from the cache) on first use. NULL
+ * with *diag on failure. */
+static const sm_fn_code *function_code(sm_library *l, unsigned i, char **diag) {
+  pthread_mutex_lock(&l->lock);
+  sm_fn_code *c = &l->code[i];
+  if (c->dl) {
+    pthread_mutex_unlock(&l->lock);
+    return c;
+  }
+  void *dl = sm__compile_function(&l->cl, i, diag);
+  if (!dl) {
+    pthread_mutex_unlock(&l->lock);
+    return NULL;
+  }
   const unsigned *abi = dlsym(dl, "softmetal_abi_version");
   const unsigned *count = dlsym(dl, "softmetal_kernel_count");
   const struct sm_kernel_desc *kernels = dlsym(dl, "softmetal_kernels");
-  const unsigned *n_constants = dlsym(dl, "softmetal_constant_count");
-  const struct sm_constant_desc *constants = dlsym(dl, "softmetal_constants");
   void *value_fn = dlsym(dl, "softmetal_constant_value");
   void *tg_fn = dlsym(dl, "softmetal_tg_static_bytes");
-  if (!abi || *abi != SM_ABI_VERSION || !count || !kernels || !n_constants || !constants ||
-      !value_fn || !tg_fn) {
+  if (!abi || *abi != SM_ABI_VERSION || !count || *count != l->n || !kernels || !value_fn ||
+      !tg_fn || strcmp(kernels[i].name, l->kernels[i].name) != 0 || !kernels[i].fn) {
     dlclose(dl);
-    sm__code_free(&code);
-    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
-                               "%s: compiled library has no kernel table of ABI %u",
-                               sel_getName(cmd), SM_ABI_VERSION));
-    return nil;
+    pthread_mutex_unlock(&l->lock);
+    sm_text b = {0};
+    sm__text_printf(&b, "the code of function '%s' has no kernel table of ABI %u",
+                    l->kernels[i].name, SM_ABI_VERSION);
+    *diag = b.p;
+    return NULL;
   }
-  sm_library *l = sm__new(&library_class);
-  if (!l) {
-    dlclose(dl);
-    sm__code_free(&code);
-    return nil;
-  }
-  l->code = code;
-  l->device = sm__retain(self);
-  l->dl = dl;
-  l->kernels = kernels;
-  l->n = *count;
-  l->constants = constants;
-  l->n_constants = *n_constants;
-  memcpy(&l->constant_value, &value_fn, sizeof value_fn);
-  memcpy(&l->tg_static_bytes, &tg_fn, sizeof tg_fn);
-  if (math_mode != MATH_MODE_SAFE) atomic_fetch_add(&sm__unsafe_math_libraries, 1);
-  return (id)l;
+  c->desc = &kernels[i];
+  memcpy(&c->constant_value, &value_fn, sizeof value_fn);
+  memcpy(&c->tg_static_bytes, &tg_fn, sizeof tg_fn);
+  sm_digest key;
+  sm__function_key(&l->cl, i, &key, &c->path);
+  memcpy(c->code.key, key.d, 32);
+  c->code.path = c->path;
+  memcpy(c->code.library_key, l->cl.key.d, 32);
+  c->code.library_path = l->cl.path;
+  memcpy(c->code.compiler_key, l->cl.compiler_key.d, 32);
+  c->code.compiler_path = l->cl.compiler_path;
+  c->dl = dl; /* last: the entry is complete */
+  pthread_mutex_unlock(&l->lock);
+  return c;
 }
 
 static const struct sm_kernel_desc *find_kernel(sm_library *l, const char *n) {
@@ -931,16 +454,27 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
                                "error:)", sel_getName(cmd), k->name));
     return nil;
   }
+  /* Metal generates the function's code here */
+  char *diag = NULL;
+  unsigned index = (unsigned)(k - fn->library->kernels);
+  const sm_fn_code *code = function_code(fn->library, index, &diag);
+  if (!code) {
+    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
+                               "%s: cannot generate the code of function '%s':\n%s",
+                               sel_getName(cmd), k->name, diag ? diag : "?"));
+    free(diag);
+    return nil;
+  }
   sm_pipeline *p = sm__new(&sm__pipeline_class);
   if (!p) return nil;
   p->function = sm__retain(function);
-  p->desc_copy = *k;
+  p->desc_copy = *code->desc;
   /* Parameters whose [[function_constant(c)]] is false are absent: nothing
    * needs to be bound to them. */
   for (uint32_t i = 0; fn->fc_values && i < k->fc_cond_count; i++) {
     const uint32_t *c = &k->fc_conds[3 * i];
     bool present = false;
-    fn->library->constant_value(fn->fc_values, fn->fc_defined, c[2], &present);
+    code->constant_value(fn->fc_values, fn->fc_defined, c[2], &present);
     if (present) continue;
     if (c[0] == 0) {
       p->desc_copy.buffer_mask &= ~(1u << c[1]);
@@ -953,7 +487,7 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   p->fc_values = fn->fc_values;
   p->fc_defined = fn->fc_defined;
   p->max_threads = MAX_THREADS;
-  unsigned long long tg = fn->library->tg_static_bytes((unsigned)(k - fn->library->kernels));
+  unsigned long long tg = code->tg_static_bytes(index);
   if (tg > MAX_TG_MEMORY) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
                                "%s: kernel '%s' declares %llu bytes of threadgroup variables, "
@@ -966,16 +500,41 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   return (id)p;
 }
 
-const sm_code *sm__function_code(id function) {
-  if (!function || !sm__is(function, &function_class)) return NULL;
-  const sm_library *l = ((sm_function *)function)->library;
-  return l->code.path && l->code.compiler_path ? &l->code : NULL;
+const sm_code *sm__function_code(id function, char **diag) {
+  if (!function || !sm__is(function, &function_class)) {
+    *diag = strdup("not a softmetal function");
+    return NULL;
+  }
+  sm_function *f = (sm_function *)function;
+  const sm_fn_code *c = function_code(f->library, (unsigned)(f->desc - f->library->kernels), diag);
+  return c ? &c->code : NULL;
 }
 
-void sm__code_free(sm_code *c) {
-  free(c->path);
-  free(c->compiler_path);
-  c->path = c->compiler_path = NULL;
+bool sm__function_code_key(id function, unsigned char key[32]) {
+  if (!function || !sm__is(function, &function_class)) return false;
+  sm_function *f = (sm_function *)function;
+  sm_digest d;
+  sm__function_key(&f->library->cl, (unsigned)(f->desc - f->library->kernels), &d, NULL);
+  memcpy(key, d.d, 32);
+  return true;
+}
+
+SM_EXPORT int softmetal_check_source(const char *source, long math_mode,
+                                     unsigned long language_version, char **diagnostics) {
+  *diagnostics = NULL;
+  unsigned metal_version = metal_version_of(language_version);
+  if (!source || math_mode < MATH_MODE_SAFE || math_mode > MATH_MODE_FAST ||
+      (language_version && !metal_version)) {
+    *diagnostics = strdup("softmetal_check_source: bad argument (source, math mode or "
+                          "language version)");
+    return -1;
+  }
+  sm_compiled_library cl;
+  bool internal = false;
+  if (!sm__compile_library(source, (int)math_mode, metal_version, &cl, diagnostics, &internal))
+    return internal ? -1 : 1;
+  sm__compiled_library_free(&cl);
+  return 0;
 }
 
 SM_EXPORT int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, unsigned *written,

@@ -14,14 +14,20 @@ struct softmetal_stats {
   long releases;      /* release messages since load */
   long autoreleases;  /* autorelease messages since load */
   long live_buffer_bytes; /* bytes held by live buffers */
-  long kernel_compiles;   /* clang++ runs (cache misses) since load */
-  long kernel_cache_hits; /* libraries loaded from the cache since load */
+  long kernel_compiles;   /* libraries checked since load (cache misses of
+                             newLibraryWithSource:: preprocessing, front end, syntax check) */
+  long kernel_cache_hits; /* libraries taken from the cache since load (nothing run) */
   long unsafe_math_libraries; /* libraries made with fast or relaxed math
                                  (options nil included) since load */
   long blocked_in_command_buffer; /* threads now blocked in -[MTLCommandQueue commandBuffer]
                                      because the queue's maximum is reached */
-  long archive_restores;  /* compiled kernels taken from a binary archive
+  long archive_restores;  /* compiled functions taken from a binary archive
                              (MTLBinaryArchive) instead of the compiler */
+  long syntax_checks;     /* clang -fsyntax-only runs (newLibraryWithSource: checks
+                             the whole source; no code is generated) */
+  long function_compiles; /* code generations: one function each, when its first
+                             pipeline is made and its code is in no cache */
+  long function_cache_hits; /* functions' code loaded from the kernel cache */
 };
 
 /* Fills *out with process-wide counters. Thread-safety: any thread. */
@@ -45,6 +51,15 @@ long softmetal_live_count(const char *class_name);
  * a softmetal compute pipeline. Thread-safety: any thread. */
 int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, unsigned *written,
                                 unsigned *threadgroup);
+
+/* Checks an MSL source as newLibraryWithSource:options:error: does (math_mode
+ * an MTLMathMode, language_version an MTLLanguageVersion or 0), through the
+ * kernel cache. Returns 0 when it compiles, 1 with *diagnostics (malloc'd,
+ * program_source:LINE:COL) when it does not, -1 with *diagnostics when
+ * softmetal cannot check it. Used by softmetal-metallib. Thread-safety: any
+ * thread. */
+int softmetal_check_source(const char *source, long math_mode, unsigned long language_version,
+                           char **diagnostics);
 
 #ifdef __cplusplus
 }

@@ -9,12 +9,19 @@
  *
  * Math mode: safe by default, as cmetal's libraries (xcrun metal defaults to
  * fast math). Macros are defined before the source with `#line 1` after
- * them, so diagnostics keep the source's line numbers. */
+ * them, so diagnostics keep the source's line numbers.
+ *
+ * The source is checked first, as newLibraryWithSource: checks it (through
+ * libsoftmetal and its kernel cache): on a compile error the diagnostics go
+ * to stderr, naming IN.metal:LINE:COL, no file is written and the exit
+ * status is 1, as `xcrun metal` fails a build. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "softmetal.h"
 
 static int usage(void) {
     fprintf(stderr, "usage: softmetal-metallib [--math safe|relaxed|fast] [--std MAJOR.MINOR] "
@@ -82,6 +89,30 @@ int main(int argc, char **argv) {
     }
     const char line1[] = "#line 1\n";
     const size_t body = prefix_len + (prefix_len ? sizeof line1 - 1 : 0) + len;
+    char *text = malloc(body + 1);
+    if (text == NULL) return 1;
+    memcpy(text, prefix, prefix_len);
+    if (prefix_len) memcpy(text + prefix_len, line1, sizeof line1 - 1);
+    memcpy(text + body - len, src, len);
+    text[body] = '\0';
+    char *diag = NULL;
+    const int checked = softmetal_check_source(text, (long)math, version, &diag);
+    free(text);
+    if (checked != 0) {
+        /* program_source is the input file here */
+        const char *d = diag != NULL ? diag : "?\n", *at;
+        while ((at = strstr(d, "program_source")) != NULL) {
+            fprintf(stderr, "%.*s%s", (int)(at - d), d, in);
+            d = at + strlen("program_source");
+        }
+        fprintf(stderr, "%s%s", d, *d && d[strlen(d) - 1] == '\n' ? "" : "\n");
+        fprintf(stderr, "softmetal-metallib: %s: %s\n", in,
+                checked > 0 ? "compilation failed" : "cannot check the source");
+        free(diag);
+        free(src);
+        free(prefix);
+        return 1;
+    }
     unsigned char head[32] = {'S', 'M', 'M', 'T', 'L', 'L', 'I', 'B'};
     put_u32(head + 8, 1);
     put_u32(head + 12, math);

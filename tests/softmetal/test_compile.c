@@ -1,0 +1,299 @@
+/* softmetal's compile model, as Metal's: newLibraryWithSource: checks the
+ * whole source and generates no code; a pipeline generates its function's
+ * code alone; a cache entry is used only for its own key; softmetal-metallib
+ * fails on a bad source. Each test has a kernel cache of its own. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "softmetal/sm_run.h"
+#include "sm_sha256.h"
+
+static char cache[64];
+
+static void remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    struct stat st;
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(p);
+    else unlink(p);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+/* A fresh, empty kernel cache for the test. */
+static void use_new_cache(char *dir, size_t cap) {
+  snprintf(dir, cap, "/tmp/sm-compile-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  cr_assert_eq(setenv("SOFTMETAL_CACHE_DIR", dir, 1), 0);
+}
+
+static void open_suite(void) {
+  sm_run_open();
+  use_new_cache(cache, sizeof cache);
+}
+static void close_suite(void) {
+  sm_run_close();
+  remove_tree(cache);
+}
+TestSuite(compile, .init = open_suite, .fini = close_suite);
+
+/* Files in dir whose name starts with prefix and ends with suffix. */
+static int count_files(const char *dir, const char *prefix, const char *suffix) {
+  DIR *d = opendir(dir);
+  cr_assert_not_null(d, "%s: %s", dir, strerror(errno));
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name), sl = strlen(suffix);
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0 && len >= sl &&
+         strcmp(e->d_name + len - sl, suffix) == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+static const char THREE_KERNELS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "template <typename T> T twice(T x) { return x + x; }\n"
+    "template <typename T>\n"
+    "kernel void scale(device T *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  o[i] = twice(T(i)) * T(3);\n"
+    "}\n"
+    "template [[host_name(\"scale_f\")]] kernel void scale<float>(device float *, uint);\n"
+    "template [[host_name(\"scale_i\")]] kernel void scale<int>(device int *, uint);\n"
+    "kernel void plain(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  o[i] = float(i) + 0.5f;\n"
+    "}\n";
+
+Test(compile, a_library_is_checked_and_a_pipeline_generates_its_function_alone) {
+  struct softmetal_stats s0, s1, s2, s3;
+  softmetal_stats(&s0);
+  id error = 0;
+  id lib = sm_compile(THREE_KERNELS, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  softmetal_stats(&s1);
+  cr_assert_eq(count_files(cache, "", ".so"), 0, "newLibraryWithSource: generated code");
+  cr_assert_eq(s1.syntax_checks - s0.syntax_checks, 1);
+  cr_assert_eq(s1.function_compiles, s0.function_compiles);
+  id names = SEND0(id, lib, "functionNames");
+  cr_assert_eq(sm_u(names, "count"), 3, "every kernel is in the library before any code");
+
+  id out = sm_buffer(NULL, 8 * 4);
+  sm_dispatch(lib, "scale_i", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  softmetal_stats(&s2);
+  cr_assert_eq(s2.function_compiles - s1.function_compiles, 1, "one function's code");
+  cr_assert_eq(count_files(cache, "f-", ".so"), 1);
+  for (int i = 0; i < 8; i++) cr_assert_eq(((int *)sm_contents(out))[i], 6 * i);
+  sm_dispatch(lib, "scale_i", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  sm_dispatch(lib, "plain", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  softmetal_stats(&s3);
+  cr_assert_eq(s3.function_compiles - s2.function_compiles, 1,
+               "the same function again generates nothing; another one is generated");
+  for (int i = 0; i < 8; i++) cr_assert_eq(((float *)sm_contents(out))[i], (float)i + 0.5f);
+  sm_release(lib);
+
+  /* a new library of the same source, as in a new process: both from the
+   * cache, nothing run */
+  lib = sm_compile(THREE_KERNELS, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  sm_dispatch(lib, "scale_i", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  struct softmetal_stats s4;
+  softmetal_stats(&s4);
+  cr_assert_eq(s4.syntax_checks, s3.syntax_checks);
+  cr_assert_eq(s4.function_compiles, s3.function_compiles);
+  cr_assert_eq(s4.kernel_cache_hits - s3.kernel_cache_hits, 1);
+  cr_assert_eq(s4.function_cache_hits - s3.function_cache_hits, 1);
+  sm_release(lib);
+  sm_release(out);
+}
+
+/* A syntax error anywhere fails the library, with the line and column of
+ * the user's text, and no code is generated. */
+Test(compile, a_syntax_error_fails_the_library_before_any_code) {
+  static const char src[] =
+      "#include <metal_stdlib>\n"
+      "using namespace metal;\n"
+      "kernel void good(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+      "  o[i] = 1.0f;\n"
+      "}\n"
+      "kernel void bad(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+      "  o[i] = 1.0f + * ;\n"
+      "}\n";
+  struct softmetal_stats s0, s1;
+  softmetal_stats(&s0);
+  id error = 0;
+  cr_assert_null(sm_compile(src, &error));
+  softmetal_stats(&s1);
+  const char *text = sm_error_text(error);
+  cr_assert(strstr(text, "program_source:7:"), "%s", text);
+  cr_assert_eq(s1.syntax_checks - s0.syntax_checks, 1);
+  cr_assert_eq(s1.function_compiles, s0.function_compiles, "no code was generated");
+  cr_assert_eq(count_files(cache, "", ".so"), 0);
+}
+
+/* A semantic error in one instantiation of a kernel template fails the
+ * library too, though no pipeline is ever made of it: the check
+ * instantiates every kernel. */
+Test(compile, a_semantic_error_in_one_kernel_instantiation_fails_the_library) {
+  static const char src[] =
+      "#include <metal_stdlib>\n"
+      "using namespace metal;\n"
+      "template <typename T>\n"
+      "kernel void k(device T *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+      "  o[i] = T(i).value;\n"
+      "}\n"
+      "struct wrapped { float value; wrapped(uint v) : value(v) {} wrapped() = default; };\n"
+      "template [[host_name(\"k_w\")]] kernel void k<wrapped>(device wrapped *, uint);\n"
+      "template [[host_name(\"k_f\")]] kernel void k<float>(device float *, uint);\n";
+  struct softmetal_stats s0, s1;
+  softmetal_stats(&s0);
+  id error = 0;
+  cr_assert_null(sm_compile(src, &error));
+  softmetal_stats(&s1);
+  const char *text = sm_error_text(error);
+  cr_assert(strstr(text, "program_source:5:"), "%s", text);
+  cr_assert_eq(s1.function_compiles, s0.function_compiles);
+}
+
+/* Runs kernel k of src once; everything it made is gone when it returns
+ * (its own autorelease pool), so its code is unloaded. */
+static float run_one(const char *src) {
+  void *pool = objc_autoreleasePoolPush();
+  id error = 0;
+  id lib = sm_compile(src, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  id out = sm_buffer(NULL, 4);
+  sm_dispatch(lib, "k", &out, 1, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
+  float v = *(float *)sm_contents(out);
+  sm_release(out);
+  sm_release(lib);
+  objc_autoreleasePoolPop(pool);
+  softmetal_quiesce();
+  return v;
+}
+
+/* Copies the file of dir `from` whose name starts with prefix over the one
+ * of dir `to` (one each), as a collision of their cache keys would. */
+static void plant(const char *from, const char *to, const char *prefix) {
+  char names[2][512] = {"", ""};
+  const char *dirs[2] = {from, to};
+  for (int k = 0; k < 2; k++) {
+    DIR *d = opendir(dirs[k]);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+      if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && !strstr(e->d_name, ".tmp"))
+        snprintf(names[k], sizeof names[k], "%s/%s", dirs[k], e->d_name);
+    closedir(d);
+  }
+  if (!names[0][0] || !names[1][0]) return; /* no such entry in this cache layout */
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, "%s.planted", names[1]);
+  FILE *in = fopen(names[0], "rb"), *out = fopen(tmp, "wb");
+  cr_assert(in && out);
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0) cr_assert_eq(fwrite(buf, 1, n, out), n);
+  fclose(in);
+  cr_assert_eq(fclose(out), 0);
+  cr_assert_eq(rename(tmp, names[1]), 0);
+}
+
+/* Two sources whose cache entries share a name (as two sources with one
+ * 64-bit key would) each get their own kernel: an entry is used only when
+ * the key material it stores is the request's. */
+Test(compile, cache_entries_under_one_name_are_not_confused) {
+  static const char a[] = "kernel void k(device float *o [[buffer(0)]]) { o[0] = 1.0f; }\n";
+  static const char b[] = "kernel void k(device float *o [[buffer(0)]]) { o[0] = 2.0f; }\n";
+  char of_a[64], of_b[64];
+  use_new_cache(of_a, sizeof of_a);
+  cr_assert_eq(run_one(a), 1.0f);
+  use_new_cache(of_b, sizeof of_b);
+  cr_assert_eq(run_one(b), 2.0f);
+  /* every entry of b's cache now holds a's bytes */
+  plant(of_a, of_b, "k-");
+  plant(of_a, of_b, "l-");
+  plant(of_a, of_b, "f-");
+  cr_assert_eq(run_one(b), 2.0f, "b ran a's code from an entry of another key");
+  cr_assert_eq(setenv("SOFTMETAL_CACHE_DIR", cache, 1), 0);
+  remove_tree(of_a);
+  remove_tree(of_b);
+}
+
+static int run_metallib(const char *src, const char *out, char *log, size_t cap) {
+  char in[] = "/tmp/sm-metallib-XXXXXX";
+  int fd = mkstemp(in);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, src, strlen(src)), (ssize_t)strlen(src));
+  close(fd);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "'%s' -o '%s' '%s' 2>&1", SOFTMETAL_METALLIB, out, in);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  size_t n = fread(log, 1, cap - 1, p);
+  log[n] = 0;
+  int status = pclose(p);
+  unlink(in);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* As `xcrun metal`, softmetal-metallib fails a build on a compile error,
+ * with the diagnostic, and writes no library. */
+Test(compile, softmetal_metallib_fails_on_a_bad_source) {
+  char out[] = "/tmp/sm-metallib-out-XXXXXX";
+  int fd = mkstemp(out);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  unlink(out);
+  char log[4096];
+  int rc = run_metallib("kernel void k(device float *o [[buffer(0)]]) { o[0] = nope; }\n", out,
+                        log, sizeof log);
+  cr_assert_neq(rc, 0, "%s", log);
+  cr_assert(strstr(log, ":1:") && strstr(log, "nope"), "%s", log);
+  cr_assert_neq(access(out, F_OK), 0, "no library is written");
+  rc = run_metallib("kernel void k(device float *o [[buffer(0)]]) { o[0] = 1.0f; }\n", out, log,
+                    sizeof log);
+  cr_assert_eq(rc, 0, "%s", log);
+  cr_assert_eq(access(out, F_OK), 0);
+  unlink(out);
+}
+
+static void sha_hex(const void *data, size_t n, size_t pieces, char hex[65]) {
+  sm_sha256 s;
+  sm_digest d;
+  sm__sha256_init(&s);
+  for (size_t i = 0; i < pieces; i++) sm__sha256_update(&s, (const char *)data + i * n, n);
+  sm__sha256_final(&s, &d);
+  sm__digest_hex(&d, hex);
+}
+
+/* The cache keys' hash is SHA-256: FIPS 180-4's examples, fed whole and in
+ * pieces that straddle blocks. */
+Test(compile, the_cache_keys_are_sha256) {
+  char hex[65];
+  sha_hex("abc", 3, 1, hex);
+  cr_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  sha_hex("", 0, 1, hex);
+  cr_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  static const char two[] = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  sha_hex(two, strlen(two), 1, hex);
+  cr_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  static char million[1000000];
+  memset(million, 'a', sizeof million);
+  sha_hex(million, 1000, 1000, hex); /* 1000-byte pieces: not multiples of 64 */
+  cr_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}

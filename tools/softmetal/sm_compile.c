@@ -1,0 +1,971 @@
+/* softmetal's compile driver: Metal's compile model on clang++ (see
+ * sm_compile.h): newLibraryWithSource: checks, a pipeline generates code
+ * for its function; the kernel cache and metal_stdlib's precompiled
+ * header. */
+#define _GNU_SOURCE /* posix_spawn extras, strdup */
+#include "sm_internal.h"
+#include "sm_compile.h"
+#include "sm_front.h"
+
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Embedded at build time (sm_embedded.c). */
+extern const char sm__metal_stdlib_text[];
+extern const char sm__abi_text[];
+
+atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
+
+/* ------------------------------------------------------------- flags */
+/* Every flag of every compiler run is here (the key covers them all).
+ * SIMD-group functions act over the lanes at the same call (sm_exec.c tells
+ * calls apart by the chain of return addresses): frame pointers and no tail
+ * calls keep the chain; no merging of calls from different branches (hoist,
+ * sink, tail merge) and every call convergent (no unswitching or jump
+ * threading that duplicates a call for lanes that belong together).
+ * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux. */
+static const char *const CXX_FLAGS[] = {
+    "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
+    "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
+    "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
+    "-mllvm", "-enable-tail-merge=false", "-fsigned-char"};
+enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
+
+/* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
+ * licence as Metal's: Safe compiles as IEEE; Relaxed allows unsafe
+ * optimisations but keeps infinities and NaNs; Fast (Metal's default, also
+ * fastMathEnabled = YES and options = nil) assumes neither exists, so
+ * isnan() folds to false and NaN propagation is not kept, as on a GPU.
+ * These are the parts of -ffast-math (the same compiler settings), spelt
+ * out because -ffast-math also links crtfastmath.o, whose constructor
+ * would turn on flush-to-zero in the process that loads the kernel.
+ * SM_UNSAFE_MATH tells metal_stdlib to keep precise:: precise. */
+enum { MAX_MATH_FLAGS = 9 };
+#define UNSAFE_MATH_FLAGS                                                                  \
+  "-DSM_UNSAFE_MATH=1", "-fno-signed-zeros", "-fassociative-math", "-freciprocal-math", "-fno-math-errno",       \
+      "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func"
+static const char *const MATH_FLAGS[][MAX_MATH_FLAGS] = {
+    [0] = {NULL},                       /* Safe */
+    [1] = {UNSAFE_MATH_FLAGS, NULL},    /* Relaxed */
+    [2] = {UNSAFE_MATH_FLAGS, "-ffinite-math-only"}, /* Fast */
+};
+#undef UNSAFE_MATH_FLAGS
+static const char *const MATH_MODE_NAMES[] = {"Safe", "Relaxed", "Fast"};
+/* metal_stdlib is read by the front end's preprocessing with the
+ * address-space words left as words; its precompiled form the same way. */
+static const char FRONTEND_FLAG[] = "-DSM_FRONTEND=1";
+
+/* Appends the compile flags of l's settings to argv at *a. */
+enum { MAX_ARGS = N_CXX_FLAGS + MAX_MATH_FLAGS + 24 };
+static void put_flags(const char **argv, int *a, int math_mode, const char *version_flag) {
+  for (int i = 0; i < N_CXX_FLAGS; i++) argv[(*a)++] = CXX_FLAGS[i];
+  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
+    argv[(*a)++] = MATH_FLAGS[math_mode][i];
+  if (version_flag[0]) argv[(*a)++] = version_flag;
+}
+
+/* Key material: each item with its length, so that items cannot run into
+ * each other. */
+static void key_str(sm_sha256 *s, const char *text) {
+  uint64_t n = strlen(text);
+  sm__sha256_update(s, &n, sizeof n);
+  sm__sha256_update(s, text, n);
+}
+static void key_digest(sm_sha256 *s, const sm_digest *d) { sm__sha256_update(s, d->d, 32); }
+static void short_hex(const sm_digest *d, char out[17]) {
+  char full[65];
+  sm__digest_hex(d, full);
+  memcpy(out, full, 16);
+  out[16] = 0;
+}
+
+/* ------------------------------------------------------------- files and tools */
+static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint g_tmp_counter;
+
+static bool mkdirs(const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
+    *p = '/';
+  }
+  return mkdir(tmp, 0700) == 0 || errno == EEXIST;
+}
+
+static void cache_dir(char *out, size_t cap) {
+  const char *d = getenv("SOFTMETAL_CACHE_DIR");
+  const char *x = getenv("XDG_CACHE_HOME");
+  if (d && *d) snprintf(out, cap, "%s", d);
+  else if (x && *x) snprintf(out, cap, "%s/softmetal", x);
+  else snprintf(out, cap, "/tmp/softmetal-%u", (unsigned)getuid());
+}
+
+/* The cache holds code that gets loaded: it must be ours alone. Creates it
+ * 0700; refuses one owned by another user or writable by group or others. */
+static bool check_cache_dir(const char *dir, char **diag) {
+  struct stat st;
+  if (!mkdirs(dir) || stat(dir, &st) != 0) {
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot create the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
+              dir, strerror(errno));
+    *diag = b.p;
+    return false;
+  }
+  const char *why = !S_ISDIR(st.st_mode)          ? "is not a directory"
+                    : st.st_uid != geteuid()      ? "is owned by another user"
+                    : (st.st_mode & 022) != 0     ? "is writable by group or others"
+                                                  : NULL;
+  if (!why) return true;
+  sm_text b = {0};
+  sm__text_printf(&b, "the kernel cache directory %s %s (owner uid %u, mode %03o): softmetal does not "
+            "load compiled kernels from it; set SOFTMETAL_CACHE_DIR to a directory of your own "
+            "with mode 0700", dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+  *diag = b.p;
+  return false;
+}
+
+static bool write_file(const char *path, const char *text, size_t n) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%.3500s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  bool ok = fwrite(text, 1, n, f) == n;
+  ok = fclose(f) == 0 && ok;
+  if (ok) ok = rename(tmp, path) == 0;
+  if (!ok) unlink(tmp);
+  return ok;
+}
+
+static bool file_exists(const char *path) { return access(path, R_OK) == 0; }
+
+static char *read_text(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  sm_text b = {0};
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sm__text_put(&b, chunk, n);
+  fclose(f);
+  if (!b.p) sm__text_put(&b, "", 0);
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  if (len) *len = b.n;
+  return b.p;
+}
+
+/* Runs argv with stdout and stderr to log; on failure returns false with its
+ * output in *diag. */
+static bool run_tool(const char *const *argv, const char *log, char **diag) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid;
+  char *const *args;
+  memcpy(&args, &argv, sizeof args);
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, args, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot run the C++ compiler '%s' (%s); set SOFTMETAL_CXX", argv[0],
+              strerror(rc));
+    *diag = b.p;
+    return false;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  *diag = read_text(log, NULL);
+  if (!*diag) *diag = strdup("the C++ compiler failed without output");
+  return false;
+}
+
+/* The preprocessor's diagnostics name the source by its path in the work
+ * directory: call it program_source, as Metal does. */
+static void rename_source(char **diag, const char *path) {
+  size_t n = strlen(path);
+  char *p;
+  while (*diag && (p = strstr(*diag, path)) != NULL) {
+    memcpy(p, SM_PROGRAM_SOURCE, strlen(SM_PROGRAM_SOURCE));
+    memmove(p + strlen(SM_PROGRAM_SOURCE), p + n, strlen(p + n) + 1);
+  }
+}
+
+/* The other standard headers MSL sources include all mean metal_stdlib. */
+static const char *const aliases[] = {
+    "metal_math",      "metal_atomic",          "metal_compute", "metal_simdgroup",
+    "metal_integer",   "metal_common",          "metal_geometric", "metal_relational",
+    "metal_simdgroup_matrix", "metal_limits",   "metal_pack",    "metal_matrix",
+    "metal_types",     "metal_logging",         "metal_uniform", "metal_array",
+    "metal_type_traits"};
+enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
+static const char alias_text[] = "#include <metal_stdlib>\n";
+
+/* <simd/simd.h> (Apple's simd vector and matrix types, as MSL sees them), and
+ * the headers of Metal's other stages, refused by name at the #include. */
+#define SM_SIMD_V(T)                                                                       \
+  "typedef ::" #T "2 simd_" #T "2; typedef ::" #T "3 simd_" #T "3; typedef ::" #T "4 simd_" #T \
+  "4;\nnamespace simd { using ::" #T "2; using ::" #T "3; using ::" #T "4; }\n"
+#define SM_SIMD_M(T)                                                                       \
+  "typedef ::" #T "2x2 simd_" #T "2x2; typedef ::" #T "2x3 simd_" #T "2x3; typedef ::" #T     \
+  "2x4 simd_" #T "2x4; typedef ::" #T "3x2 simd_" #T "3x2; typedef ::" #T "3x3 simd_" #T      \
+  "3x3; typedef ::" #T "3x4 simd_" #T "3x4; typedef ::" #T "4x2 simd_" #T "4x2; typedef ::"  \
+  #T "4x3 simd_" #T "4x3; typedef ::" #T "4x4 simd_" #T "4x4;\nnamespace simd { using ::" #T \
+  "2x2; using ::" #T "2x3; using ::" #T "2x4; using ::" #T "3x2; using ::" #T "3x3; using ::" \
+  #T "3x4; using ::" #T "4x2; using ::" #T "4x3; using ::" #T "4x4; }\n"
+static const char simd_text[] =
+    "#pragma once\n#include <metal_stdlib>\n" SM_SIMD_V(float) SM_SIMD_V(half) SM_SIMD_V(int)
+        SM_SIMD_V(uint) SM_SIMD_V(short) SM_SIMD_V(ushort) SM_SIMD_V(char) SM_SIMD_V(uchar)
+            SM_SIMD_V(long) SM_SIMD_V(ulong) SM_SIMD_M(float) SM_SIMD_M(half);
+#undef SM_SIMD_V
+#undef SM_SIMD_M
+#define SM_REFUSED(h, what)                                                                \
+  {h, "#error \"<" h "> is not supported by softmetal (compute kernels over buffers only: " \
+      "no " what ")\"\n"}
+static const struct {
+  const char *name, *text;
+} extra_headers[] = {
+    {"simd/simd.h", simd_text},
+    SM_REFUSED("metal_texture", "textures"),
+    SM_REFUSED("metal_graphics", "graphics functions"),
+    SM_REFUSED("metal_imageblocks", "imageblocks"),
+    SM_REFUSED("metal_raytracing", "ray tracing"),
+    SM_REFUSED("metal_tensor", "tensors"),
+};
+#undef SM_REFUSED
+enum { N_EXTRA = sizeof extra_headers / sizeof extra_headers[0] };
+
+/* Where cxx is: a path, or the first match on PATH. */
+static bool resolve_exe(const char *cxx, char *out, size_t cap) {
+  if (strchr(cxx, '/')) return realpath(cxx, out) != NULL;
+  const char *path = getenv("PATH");
+  if (!path) path = "/usr/bin:/bin";
+  while (*path) {
+    const char *colon = strchr(path, ':');
+    size_t n = colon ? (size_t)(colon - path) : strlen(path);
+    char cand[4096];
+    snprintf(cand, sizeof cand, "%.*s/%s", (int)n, n ? path : ".", cxx);
+    if (access(cand, X_OK) == 0 && realpath(cand, out)) return true;
+    path += n + (colon ? 1 : 0);
+  }
+  (void)cap;
+  return false;
+}
+
+static void remove_dir(const char *dir, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char p[4400];
+    snprintf(p, sizeof p, "%.4000s/%s", dir, names[i]);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
+
+/* ------------------------------------------------------------- settings */
+/* Identity of the compiler for the cache key: its `--version` output (once
+ * per process and compiler; kept in the cache by the binary's path, size,
+ * time and inode, so that a cache hit runs nothing) and the code
+ * generator's own sources. */
+static sm_digest g_id, g_id_file;
+static bool g_id_ok;
+static char g_id_cxx[256];
+
+static bool compiler_identity(const char *cxx, const char *dir, sm_digest *out,
+                              sm_digest *file_key, char **diag) {
+  pthread_mutex_lock(&g_cache_lock);
+  if (g_id_ok && strcmp(g_id_cxx, cxx) == 0) {
+    *out = g_id;
+    *file_key = g_id_file;
+    pthread_mutex_unlock(&g_cache_lock);
+    return true;
+  }
+  pthread_mutex_unlock(&g_cache_lock);
+  char exe[4096];
+  struct stat st;
+  if (!resolve_exe(cxx, exe, sizeof exe) || stat(exe, &st) != 0) {
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot find the C++ compiler '%s' on PATH; set SOFTMETAL_CXX", cxx);
+    *diag = b.p;
+    return false;
+  }
+  sm_sha256 s;
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal compiler binary");
+  key_str(&s, exe);
+  uint64_t stat_words[3] = {(uint64_t)st.st_size, (uint64_t)st.st_mtime, (uint64_t)st.st_ino};
+  sm__sha256_update(&s, stat_words, sizeof stat_words);
+  sm__sha256_final(&s, file_key);
+  char hex[17], vpath[4200], log[4300];
+  short_hex(file_key, hex);
+  snprintf(vpath, sizeof vpath, "%.3000s/cc-%s.txt", dir, hex);
+  if (!file_exists(vpath)) sm__archive_restore(SM_ARCHIVE_COMPILER, file_key->d, vpath);
+  char *version = read_text(vpath, NULL);
+  if (!version) {
+    snprintf(log, sizeof log, "%.3000s/cc-%s-%d-%u.log", dir, hex, (int)getpid(),
+             atomic_fetch_add(&g_tmp_counter, 1));
+    const char *argv[] = {exe, "--version", NULL};
+    if (!run_tool(argv, log, diag)) {
+      unlink(log);
+      return false;
+    }
+    version = read_text(log, NULL);
+    unlink(log);
+    if (!version || !*version) {
+      free(version);
+      *diag = strdup("the C++ compiler printed no --version");
+      return false;
+    }
+    write_file(vpath, version, strlen(version));
+  }
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal compiler");
+  key_str(&s, cxx);
+  key_str(&s, version);
+  /* the code generator's sources: an edited front end writes other code */
+  key_str(&s, SM_GENERATOR_HASH);
+  sm__sha256_final(&s, out);
+  free(version);
+  pthread_mutex_lock(&g_cache_lock);
+  g_id = *out;
+  g_id_file = *file_key;
+  g_id_ok = true;
+  snprintf(g_id_cxx, sizeof g_id_cxx, "%s", cxx);
+  pthread_mutex_unlock(&g_cache_lock);
+  return true;
+}
+
+/* What every compile of one setting shares. */
+typedef struct {
+  const char *cxx;
+  char dir[3072], inc[3200], pch[3400];
+  sm_digest headers, ident, ident_file, flags;
+  char version_flag[40];
+  int math_mode;
+} setting;
+
+static bool setting_init(setting *st, const char *cxx, int math_mode, unsigned metal_version,
+                         char **diag, bool *internal) {
+  memset(st, 0, sizeof *st);
+  *internal = true;
+  if (!cxx || !*cxx) cxx = getenv("SOFTMETAL_CXX");
+  if (!cxx || !*cxx) cxx = "clang++";
+  if (strlen(cxx) >= sizeof g_id_cxx) {
+    *diag = strdup("SOFTMETAL_CXX is too long");
+    return false;
+  }
+  if (math_mode < 0 || math_mode > 2) {
+    *diag = strdup("math mode out of range");
+    return false;
+  }
+  st->cxx = cxx;
+  st->math_mode = math_mode;
+  cache_dir(st->dir, sizeof st->dir);
+  if (!check_cache_dir(st->dir, diag) ||
+      !compiler_identity(cxx, st->dir, &st->ident, &st->ident_file, diag))
+    return false;
+  *internal = false;
+  if (metal_version)
+    snprintf(st->version_flag, sizeof st->version_flag, "-D__METAL_VERSION__=%u", metal_version);
+  sm_sha256 s;
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal headers");
+  key_str(&s, sm__metal_stdlib_text);
+  key_str(&s, sm__abi_text);
+  for (size_t i = 0; i < N_ALIASES; i++) key_str(&s, aliases[i]);
+  for (size_t i = 0; i < N_EXTRA; i++) {
+    key_str(&s, extra_headers[i].name);
+    key_str(&s, extra_headers[i].text);
+  }
+  sm__sha256_final(&s, &st->headers);
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal flags");
+  for (int i = 0; i < N_CXX_FLAGS; i++) key_str(&s, CXX_FLAGS[i]);
+  key_str(&s, MATH_MODE_NAMES[math_mode]);
+  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
+    key_str(&s, MATH_FLAGS[math_mode][i]);
+  key_str(&s, st->version_flag);
+  key_str(&s, FRONTEND_FLAG);
+  sm__sha256_final(&s, &st->flags);
+  char hex[65];
+  short_hex(&st->headers, hex);
+  snprintf(st->inc, sizeof st->inc, "%s/include-%s", st->dir, hex);
+  /* the precompiled header is named by its whole key */
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal pch");
+  key_digest(&s, &st->headers);
+  key_digest(&s, &st->ident);
+  key_digest(&s, &st->flags);
+  sm_digest p;
+  sm__sha256_final(&s, &p);
+  sm__digest_hex(&p, hex);
+  snprintf(st->pch, sizeof st->pch, "%s/p-%s.pch", st->dir, hex);
+  return true;
+}
+
+/* The include directory: metal_stdlib, sm_abi.h, the aliases, <simd/simd.h>
+ * and the refused headers. */
+static bool write_headers(const setting *st, char **diag) {
+  char hdr[3400], abi[3400];
+  snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
+  snprintf(abi, sizeof abi, "%s/sm_abi.h", st->inc);
+  pthread_mutex_lock(&g_cache_lock);
+  bool ok = mkdirs(st->inc);
+  if (ok && !file_exists(hdr)) {
+    for (size_t i = 0; ok && i < N_ALIASES; i++) {
+      char path[3400];
+      snprintf(path, sizeof path, "%.3000s/%s", st->inc, aliases[i]);
+      ok = write_file(path, alias_text, sizeof alias_text - 1);
+    }
+    for (size_t i = 0; ok && i < N_EXTRA; i++) {
+      char path[3400];
+      if (strchr(extra_headers[i].name, '/')) { /* simd/ */
+        snprintf(path, sizeof path, "%.3000s/simd", st->inc);
+        ok = mkdirs(path);
+      }
+      snprintf(path, sizeof path, "%.3000s/%s", st->inc, extra_headers[i].name);
+      ok = ok && write_file(path, extra_headers[i].text, strlen(extra_headers[i].text));
+    }
+    ok = ok && write_file(abi, sm__abi_text, strlen(sm__abi_text)) &&
+         write_file(hdr, sm__metal_stdlib_text, strlen(sm__metal_stdlib_text));
+  }
+  pthread_mutex_unlock(&g_cache_lock);
+  if (!ok) {
+    sm_text b = {0};
+    sm__text_printf(&b, "cannot write the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
+                    st->inc, strerror(errno));
+    *diag = b.p;
+  }
+  return ok;
+}
+
+/* A private work directory in the cache. */
+static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.so", "log",
+                                         "p.pch"};
+static bool make_work(const setting *st, const char *what, char *work, size_t cap, char **diag) {
+  snprintf(work, cap, "%s/w-%s-%d-%u", st->dir, what, (int)getpid(),
+           atomic_fetch_add(&g_tmp_counter, 1));
+  if (mkdir(work, 0700) == 0) return true;
+  sm_text b = {0};
+  sm__text_printf(&b, "cannot create %s (%s)", work, strerror(errno));
+  *diag = b.p;
+  return false;
+}
+static void drop_work(const char *work) {
+  if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, WORK_FILES, sizeof WORK_FILES / sizeof *WORK_FILES);
+}
+
+/* metal_stdlib precompiled with the setting's flags, built once per key. */
+static bool ensure_pch(const setting *st, char **diag) {
+  if (file_exists(st->pch)) return true;
+  if (!write_headers(st, diag)) return false;
+  char work[3500], out[3600], log[3600], hdr[3400], incflag[3300];
+  if (!make_work(st, "pch", work, sizeof work, diag)) return false;
+  snprintf(out, sizeof out, "%s/p.pch", work);
+  snprintf(log, sizeof log, "%s/log", work);
+  snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
+  snprintf(incflag, sizeof incflag, "-I%s", st->inc);
+  const char *argv[MAX_ARGS];
+  int a = 0;
+  argv[a++] = st->cxx;
+  put_flags(argv, &a, st->math_mode, st->version_flag);
+  argv[a++] = FRONTEND_FLAG;
+  argv[a++] = incflag;
+  argv[a++] = "-x";
+  argv[a++] = "c++-header";
+  argv[a++] = "-o";
+  argv[a++] = out;
+  argv[a++] = hdr;
+  argv[a] = NULL;
+  bool ok = run_tool(argv, log, diag);
+  if (ok && rename(out, st->pch) != 0) {
+    *diag = strdup("cannot move the precompiled metal_stdlib into the cache");
+    ok = false;
+  }
+  drop_work(work);
+  return ok;
+}
+
+/* The compile of a translation unit against the precompiled header. The
+ * header's files are named by its key, so the compiler need not check
+ * them (a concurrent rewrite of the same bytes would fail the check). */
+static void put_pch(const char **argv, int *a, const setting *st) {
+  argv[(*a)++] = "-Xclang";
+  argv[(*a)++] = "-fno-validate-pch";
+  argv[(*a)++] = "-include-pch";
+  argv[(*a)++] = st->pch;
+}
+
+/* ------------------------------------------------------------- manifest */
+static bool parse_manifest(sm_compiled_library *l, char **diag) {
+  const char *b = NULL;
+  for (const char *p = l->tu; (p = strstr(p, SM_MANIFEST_BEGIN)) != NULL; p++) b = p;
+  const char *e = b ? strstr(b, SM_MANIFEST_END) : NULL;
+  if (!b || !e) {
+    *diag = strdup("the translation unit has no kernel manifest");
+    return false;
+  }
+  b += strlen(SM_MANIFEST_BEGIN);
+  size_t n = (size_t)(e - b);
+  l->strings = malloc(n + 1);
+  if (!l->strings) return false;
+  memcpy(l->strings, b, n);
+  l->strings[n] = 0;
+  size_t nk = 0, nc = 0, nums = 1;
+  for (char *p = l->strings; *p; p++) {
+    if (p == l->strings || p[-1] == '\n') nk += *p == 'K', nc += *p == 'C';
+    if (*p == ' ') nums++;
+  }
+  l->kernels = calloc(nk + 1, sizeof *l->kernels);
+  l->constants = calloc(nc + 1, sizeof *l->constants);
+  l->arrays = calloc(nums, sizeof *l->arrays);
+  if (!l->kernels || !l->constants || !l->arrays) return false;
+  uint32_t *arr = l->arrays;
+  for (char *p = l->strings; *p;) {
+    char *eol = strchr(p, '\n');
+    if (!eol) break;
+    *eol = 0;
+    char kind = *p++;
+    unsigned long v[4];
+    char *q = p;
+    if (kind == 'K') {
+      struct sm_kernel_desc *k = &l->kernels[l->n_kernels++];
+      for (int i = 0; i < 4; i++) v[i] = strtoul(q, &q, 10);
+      k->needs_fibers = (uint32_t)v[0];
+      k->buffer_mask = (uint32_t)v[1];
+      k->threadgroup_mask = (uint32_t)v[2];
+      k->fc_used = arr;
+      k->fc_used_count = (uint32_t)v[3];
+      for (unsigned long i = 0; i < v[3]; i++) *arr++ = (uint32_t)strtoul(q, &q, 10);
+      k->fc_cond_count = (uint32_t)strtoul(q, &q, 10);
+      k->fc_conds = arr;
+      for (uint32_t i = 0; i < 3 * k->fc_cond_count; i++) *arr++ = (uint32_t)strtoul(q, &q, 10);
+      k->name = q + (*q == ' ');
+    } else if (kind == 'C') {
+      struct sm_constant_desc *c = &l->constants[l->n_constants++];
+      for (int i = 0; i < 4; i++) v[i] = strtoul(q, &q, 10);
+      c->index = (uint32_t)v[0];
+      c->type = (uint32_t)v[1];
+      c->size = (uint32_t)v[2];
+      c->optional = (uint32_t)v[3];
+      c->name = q + (*q == ' ');
+    }
+    p = eol + 1;
+  }
+  return true;
+}
+
+void sm__compiled_library_free(sm_compiled_library *l) {
+  free(l->tu);
+  free(l->kernels);
+  free(l->constants);
+  free(l->strings);
+  free(l->arrays);
+  free(l->path);
+  free(l->compiler_path);
+  memset(l, 0, sizeof *l);
+}
+
+/* ------------------------------------------------------------- libraries */
+static const char LIB_MAGIC[] = "softmetal-library ";
+
+/* The part of the preprocessed source after the forced metal_stdlib (which
+ * the precompiled header holds), from a line marker of its own. */
+static char *user_part(const char *pp, size_t len, const char *src, size_t *out_len) {
+  sm_text want = {0}, b = {0};
+  sm__text_printf(&want, "\n# 1 \"%s\" 2\n", src);
+  const char *at = want.p ? strstr(pp, want.p) : NULL;
+  if (at && (size_t)(at - pp) < len) {
+    sm__text_printf(&b, "# 1 \"%s\"\n", src);
+    const char *rest = at + want.n;
+    sm__text_put(&b, rest, len - (size_t)(rest - pp));
+  }
+  free(want.p);
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  *out_len = b.n;
+  return b.p;
+}
+
+/* clang -fsyntax-only of the unit at tu against the precompiled header. */
+static bool syntax_check(const setting *st, const char *tu, const char *log, char **diag,
+                         bool ranges) {
+  const char *argv[MAX_ARGS];
+  int a = 0;
+  argv[a++] = st->cxx;
+  put_flags(argv, &a, st->math_mode, st->version_flag);
+  put_pch(argv, &a, st);
+  argv[a++] = "-fsyntax-only";
+  if (ranges) {
+    argv[a++] = "-ferror-limit=0";
+    argv[a++] = "-fdiagnostics-print-source-range-info";
+  }
+  argv[a++] = "-x";
+  argv[a++] = "c++";
+  argv[a++] = tu;
+  argv[a] = NULL;
+  atomic_fetch_add(&sm__syntax_checks, 1);
+  return run_tool(argv, log, diag);
+}
+
+/* Removes the source ranges -fdiagnostics-print-source-range-info adds
+ * (`L:C:{L1:C1-L2:C2}{...}: error` becomes `L:C: error`). */
+static void strip_ranges(char *d) {
+  for (char *p = d ? strstr(d, ":{") : NULL; p; p = strstr(p + 1, ":{")) {
+    char *q = p + 1;
+    while (*q == '{') {
+      char *e = q + 1;
+      while (isdigit((unsigned char)*e) || *e == ':' || *e == '-') e++;
+      if (*e != '}') break;
+      q = e + 1;
+    }
+    if (q == p + 1 || *q != ':') continue;
+    memmove(p, q, strlen(q) + 1);
+  }
+}
+
+static bool check_source(const setting *st, const char *source, const sm_digest *key,
+                         const char *path, char **tu_out, char **diag, bool *internal) {
+  char hex[17];
+  short_hex(key, hex);
+  char work[3500];
+  if (!write_headers(st, diag) || !ensure_pch(st, diag) ||
+      !make_work(st, hex, work, sizeof work, diag)) {
+    *internal = true;
+    return false;
+  }
+  char src[3600], pp[3600], tu[3600], log[3600], incflag[3300];
+  snprintf(src, sizeof src, "%s/%s", work, SM_PROGRAM_SOURCE);
+  snprintf(pp, sizeof pp, "%s/pp.ii", work);
+  snprintf(tu, sizeof tu, "%s/k.ii", work);
+  snprintf(log, sizeof log, "%s/log", work);
+  snprintf(incflag, sizeof incflag, "-I%s", st->inc);
+  bool ok = false;
+  char *pp_text = NULL, *user = NULL, *tu_text = NULL;
+  if (!write_file(src, source, strlen(source))) {
+    *diag = strdup("cannot write the source into the kernel cache");
+    *internal = true;
+    goto out;
+  }
+  atomic_fetch_add(&sm__compiles, 1);
+  const char *argv[MAX_ARGS];
+  int a = 0;
+  argv[a++] = st->cxx;
+  argv[a++] = "-E";
+  argv[a++] = FRONTEND_FLAG;
+  put_flags(argv, &a, st->math_mode, st->version_flag);
+  argv[a++] = incflag;
+  argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
+  argv[a++] = "metal_stdlib";
+  argv[a++] = "-x";
+  argv[a++] = "c++";
+  argv[a++] = "-o";
+  argv[a++] = pp;
+  argv[a++] = src;
+  argv[a] = NULL;
+  if (!run_tool(argv, log, diag)) {
+    rename_source(diag, src);
+    goto out;
+  }
+  size_t pp_len = 0, user_len = 0;
+  pp_text = read_text(pp, &pp_len);
+  user = pp_text ? user_part(pp_text, pp_len, src, &user_len) : NULL;
+  if (!user) {
+    *diag = strdup("cannot read the preprocessed source");
+    *internal = true;
+    goto out;
+  }
+  tu_text = sm__front(user, user_len, src, diag);
+  if (!tu_text) goto out;
+  if (!write_file(tu, tu_text, strlen(tu_text))) {
+    *diag = strdup("cannot write the translation unit into the kernel cache");
+    *internal = true;
+    goto out;
+  }
+  /* with the operands' ranges: a source that needs the fix below costs one
+   * pass less */
+  if (!syntax_check(st, tu, log, diag, true)) {
+    /* half is a class here, so `c ? h : f` is ambiguous in C++: find every
+     * such conditional with their operands' ranges, cast as MSL converts,
+     * and check once more (sm__front_fix_conditionals) */
+    char *fixed = strstr(*diag, "conditional expression is ambiguous")
+                      ? sm__front_fix_conditionals(tu_text, *diag)
+                      : NULL;
+    if (!fixed) {
+      strip_ranges(*diag);
+      goto out;
+    }
+    free(tu_text);
+    tu_text = fixed;
+    if (!write_file(tu, tu_text, strlen(tu_text))) {
+      free(*diag);
+      *diag = strdup("cannot write the translation unit into the kernel cache");
+      *internal = true;
+      goto out;
+    }
+    free(*diag);
+    *diag = NULL;
+    if (!syntax_check(st, tu, log, diag, false)) goto out;
+  }
+  /* the checked unit, under its key */
+  char full[65];
+  sm__digest_hex(key, full);
+  sm_text entry = {0};
+  sm__text_printf(&entry, "%s%s\n", LIB_MAGIC, full);
+  sm__text_put(&entry, tu_text, strlen(tu_text));
+  bool stored = !entry.oom && write_file(path, entry.p, entry.n);
+  free(entry.p);
+  if (!stored) {
+    *diag = strdup("cannot write the checked library into the kernel cache");
+    *internal = true;
+    goto out;
+  }
+  *tu_out = tu_text;
+  tu_text = NULL;
+  ok = true;
+out:
+  free(pp_text);
+  free(user);
+  free(tu_text);
+  drop_work(work);
+  return ok;
+}
+
+bool sm__compile_library(const char *source, int math_mode, unsigned metal_version,
+                         sm_compiled_library *out, char **diag, bool *internal) {
+  memset(out, 0, sizeof *out);
+  setting st;
+  if (!setting_init(&st, NULL, math_mode, metal_version, diag, internal)) return false;
+  sm_sha256 s;
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal library");
+  key_digest(&s, &st.headers);
+  key_digest(&s, &st.ident);
+  key_digest(&s, &st.flags);
+  key_str(&s, source);
+  sm__sha256_final(&s, &out->key);
+  char hex[17], full[65];
+  short_hex(&out->key, hex);
+  sm__digest_hex(&out->key, full);
+  out->math_mode = math_mode;
+  out->metal_version = metal_version;
+  snprintf(out->cxx, sizeof out->cxx, "%s", st.cxx);
+  out->compiler_key = st.ident_file;
+  size_t plen = strlen(st.dir) + 64;
+  out->path = malloc(plen);
+  out->compiler_path = malloc(plen);
+  if (!out->path || !out->compiler_path) {
+    sm__compiled_library_free(out);
+    *diag = strdup("out of memory");
+    *internal = true;
+    return false;
+  }
+  snprintf(out->path, plen, "%s/l-%s.ii", st.dir, hex);
+  short_hex(&st.ident_file, hex);
+  snprintf(out->compiler_path, plen, "%s/cc-%s.txt", st.dir, hex);
+  if (!file_exists(out->path)) sm__archive_restore(SM_ARCHIVE_LIBRARY, out->key.d, out->path);
+  size_t len = 0;
+  char *text = read_text(out->path, &len);
+  size_t head = strlen(LIB_MAGIC) + 65;
+  if (text && len >= head && memcmp(text, LIB_MAGIC, strlen(LIB_MAGIC)) == 0 &&
+      memcmp(text + strlen(LIB_MAGIC), full, 64) == 0 && text[head - 1] == '\n') {
+    memmove(text, text + head, len - head + 1);
+    out->tu = text;
+    if (parse_manifest(out, diag)) {
+      atomic_fetch_add(&sm__cache_hits, 1);
+      return true;
+    }
+    free(*diag);
+    *diag = NULL;
+    free(out->kernels), free(out->constants), free(out->strings), free(out->arrays);
+    out->kernels = NULL, out->constants = NULL, out->strings = NULL, out->arrays = NULL;
+    out->n_kernels = out->n_constants = 0;
+    out->tu = NULL;
+  }
+  free(text);
+  /* not in the cache, or another key's entry under this name */
+  if (!check_source(&st, source, &out->key, out->path, &out->tu, diag, internal) ||
+      !parse_manifest(out, diag)) {
+    if (*diag && !*internal) { /* quote the user's lines, not the rewrite */
+      char *quoted = sm__front_quote(*diag, source);
+      if (quoted) {
+        free(*diag);
+        *diag = quoted;
+      }
+    }
+    sm__compiled_library_free(out);
+    return false;
+  }
+  return true;
+}
+
+/* ------------------------------------------------------------- functions */
+static const char KEY_TRAILER[] = "\nsoftmetal-key ";
+enum { TRAILER_LEN = sizeof KEY_TRAILER - 1 + 64 + 1 };
+
+void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *key,
+                      char **path) {
+  sm_sha256 s;
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal function");
+  key_digest(&s, &l->key);
+  uint32_t i = index;
+  sm__sha256_update(&s, &i, sizeof i);
+  key_str(&s, index < l->n_kernels ? l->kernels[index].name : "");
+  sm__sha256_final(&s, key);
+  if (!path) return;
+  char hex[17];
+  short_hex(key, hex);
+  size_t n = strlen(l->path) + 32;
+  *path = malloc(n);
+  if (!*path) return;
+  snprintf(*path, n, "%s", l->path);
+  char *slash = strrchr(*path, '/');
+  snprintf(slash ? slash + 1 : *path, 32, "f-%s.so", hex);
+}
+
+/* Whether the file at path ends with key's trailer. */
+static bool trailer_matches(const char *path, const sm_digest *key) {
+  char want[TRAILER_LEN + 1], got[TRAILER_LEN];
+  char full[65];
+  sm__digest_hex(key, full);
+  snprintf(want, sizeof want, "%s%s\n", KEY_TRAILER, full);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && st.st_size > TRAILER_LEN &&
+            pread(fd, got, TRAILER_LEN, st.st_size - TRAILER_LEN) == TRAILER_LEN &&
+            memcmp(got, want, TRAILER_LEN) == 0;
+  close(fd);
+  return ok;
+}
+
+/* The unit with every guarded span of another kernel than `keep` blanked
+ * (spaces, keeping newlines and directive lines). */
+static char *select_kernel(const char *tu, unsigned keep) {
+  char *s = strdup(tu);
+  if (!s) return NULL;
+  const size_t open_len = strlen(SM_GUARD_OPEN), close_len = strlen(SM_GUARD_CLOSE);
+  for (char *p = s; (p = strstr(p, SM_GUARD_OPEN)) != NULL;) {
+    char *num = p + open_len, *end;
+    unsigned long k = strtoul(num, &end, 10);
+    if (end == num || strncmp(end, "*/", 2) != 0) {
+      p = num;
+      continue;
+    }
+    char *body = end + 2, *stop = strstr(body, SM_GUARD_CLOSE);
+    if (!stop) break;
+    if (k != keep) {
+      bool line_start = false, directive = false;
+      for (char *c = body; c < stop; c++) {
+        if (*c == '\n') {
+          line_start = true;
+          directive = false;
+          continue;
+        }
+        if (line_start && *c == '#') directive = true;
+        if (*c != ' ' && *c != '\t') line_start = false;
+        if (!directive) *c = ' ';
+      }
+    }
+    p = stop + close_len;
+  }
+  return s;
+}
+
+void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag) {
+  sm_digest key;
+  char *path = NULL;
+  sm__function_key(l, index, &key, &path);
+  if (!path) {
+    *diag = strdup("out of memory");
+    return NULL;
+  }
+  if (!file_exists(path)) sm__archive_restore(SM_ARCHIVE_CODE, key.d, path);
+  if (trailer_matches(path, &key)) {
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (dl) {
+      atomic_fetch_add(&sm__function_cache_hits, 1);
+      free(path);
+      return dl;
+    }
+  }
+  void *dl = NULL;
+  char *unit = NULL;
+  setting st;
+  bool internal = false;
+  char work[3500] = "";
+  char hex[17];
+  short_hex(&key, hex);
+  if (!setting_init(&st, l->cxx, l->math_mode, l->metal_version, diag, &internal) ||
+      !write_headers(&st, diag) || !ensure_pch(&st, diag) ||
+      !make_work(&st, hex, work, sizeof work, diag))
+    goto out;
+  char tu[3600], so[3600], log[3600];
+  snprintf(tu, sizeof tu, "%s/k.ii", work);
+  snprintf(so, sizeof so, "%s/k.so", work);
+  snprintf(log, sizeof log, "%s/log", work);
+  unit = select_kernel(l->tu, index);
+  if (!unit || !write_file(tu, unit, strlen(unit))) {
+    *diag = strdup("cannot write the function's translation unit into the kernel cache");
+    goto out;
+  }
+  const char *argv[MAX_ARGS];
+  int a = 0;
+  argv[a++] = st.cxx;
+  put_flags(argv, &a, st.math_mode, st.version_flag);
+  put_pch(argv, &a, &st);
+  argv[a++] = "-x";
+  argv[a++] = "c++";
+  argv[a++] = "-o";
+  argv[a++] = so;
+  argv[a++] = tu;
+  argv[a] = NULL;
+  atomic_fetch_add(&sm__function_compiles, 1);
+  if (!run_tool(argv, log, diag)) goto out;
+  char full[65], trailer[TRAILER_LEN + 1];
+  sm__digest_hex(&key, full);
+  snprintf(trailer, sizeof trailer, "%s%s\n", KEY_TRAILER, full);
+  FILE *f = fopen(so, "ab");
+  bool ok = f && fwrite(trailer, 1, TRAILER_LEN, f) == TRAILER_LEN;
+  ok = f && fclose(f) == 0 && ok;
+  if (!ok || rename(so, path) != 0) {
+    *diag = strdup("cannot move the compiled function into the cache");
+    goto out;
+  }
+  dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    const char *e = dlerror();
+    *diag = strdup(e ? e : "dlopen failed");
+  }
+out:
+  free(unit);
+  free(path);
+  if (work[0]) drop_work(work);
+  return dl;
+}
