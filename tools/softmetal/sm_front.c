@@ -1465,8 +1465,16 @@ static void parse_decl(fe *f, size_t *pi) {
     for (size_t k = i; k < nm; k++)
       if (is(f, k, "void")) is_void = true, void_tok = k;
     /* inline: emitted only where its trampoline calls it (a function's
-     * compile keeps one trampoline, sm_compile.c) */
-    if (!tmpl && void_tok < f->nt)
+     * compile keeps one trampoline, sm_compile.c). It takes the place of the
+     * word `kernel`, of the same length, so that columns in diagnostics stay
+     * the user's; after `[[kernel]]` it is inserted. */
+    size_t kernel_tok = f->nt;
+    for (size_t k = i; k < nm && kernel_tok == f->nt; k++) {
+      if (attr_start(f, k)) k = match(f, k); /* [[kernel]] is not the word */
+      else if (is(f, k, "kernel") && !f->t[k].done) kernel_tok = k;
+    }
+    if (!tmpl && kernel_tok < f->nt) replace_tok(f, kernel_tok, "inline");
+    else if (!tmpl && void_tok < f->nt)
       add_edit(f, f->t[void_tok].off + f->t[void_tok].len,
                f->t[void_tok].off + f->t[void_tok].len, " inline");
     if (!is_void) {
