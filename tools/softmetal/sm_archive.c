@@ -141,12 +141,12 @@ static sm_class url_class = {"NSURL", sizeof(sm_url), url_destroy, Nil, 0};
 
 static id url_file_with_path(id self, SEL cmd, id path) {
   (void)self;
-  if (!sm__is(path, &sm__string_class))
+  if (!sm__is_string(path))
     sm__fatal("+[NSURL %s]: path is %s, not an NSString", sel_getName(cmd),
               path ? object_getClassName(path) : "nil");
   sm_url *u = sm__new(&url_class);
   if (!u) return nil;
-  u->path = sm__retain(path);
+  u->path = sm__string_copy(path);
   return sm__autorelease((id)u);
 }
 static id url_path(id self, SEL cmd) { (void)cmd; return ((sm_url *)self)->path; }
