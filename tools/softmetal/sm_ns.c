@@ -803,3 +803,33 @@ void sm__register_ns(void) {
   sm__class_method(str, "stringWithFormat:", SM_IMP(string_with_format), "@@:@");
   sm__method(str, "initWithFormat:", SM_IMP(string_init_format), "@@:@");
 }
+
+/* Objective-C built for GCC's runtime ABI (clang -fobjc-runtime=gcc) links
+ * against __objc_class_name_<Class> for each class it names: softmetal
+ * defines them for the classes programs create by name. */
+#define SM_CLASS_NAME_SYMBOL(c) SM_EXPORT const char __objc_class_name_##c; const char __objc_class_name_##c = 0;
+SM_CLASS_NAME_SYMBOL(NSObject)
+SM_CLASS_NAME_SYMBOL(NSString)
+SM_CLASS_NAME_SYMBOL(NSError)
+SM_CLASS_NAME_SYMBOL(NSArray)
+SM_CLASS_NAME_SYMBOL(NSMutableArray)
+SM_CLASS_NAME_SYMBOL(NSDictionary)
+SM_CLASS_NAME_SYMBOL(NSMutableDictionary)
+SM_CLASS_NAME_SYMBOL(NSNumber)
+SM_CLASS_NAME_SYMBOL(NSLock)
+SM_CLASS_NAME_SYMBOL(NSAutoreleasePool)
+SM_CLASS_NAME_SYMBOL(NSProcessInfo)
+SM_CLASS_NAME_SYMBOL(NSBundle)
+SM_CLASS_NAME_SYMBOL(NSURL)
+SM_CLASS_NAME_SYMBOL(MTLCompileOptions)
+SM_CLASS_NAME_SYMBOL(MTLFunctionConstantValues)
+SM_CLASS_NAME_SYMBOL(MTLFunctionDescriptor)
+SM_CLASS_NAME_SYMBOL(MTLLinkedFunctions)
+SM_CLASS_NAME_SYMBOL(MTLComputePipelineDescriptor)
+SM_CLASS_NAME_SYMBOL(MTLBinaryArchiveDescriptor)
+SM_CLASS_NAME_SYMBOL(MTLHeapDescriptor)
+SM_CLASS_NAME_SYMBOL(MTLResidencySetDescriptor)
+SM_CLASS_NAME_SYMBOL(MTLCommandBufferDescriptor)
+SM_CLASS_NAME_SYMBOL(MTLSharedEventListener)
+SM_CLASS_NAME_SYMBOL(MTLCaptureManager)
+SM_CLASS_NAME_SYMBOL(MTLCaptureDescriptor)
