@@ -535,3 +535,50 @@ Test(host, program_classes_subclass_nsobject) {
   cr_assert_eq(softmetal_live_count("NSObject"), 1);
   sm_release(o);
 }
+
+extern id NSFileType, NSFileTypeRegular, NSFileTypeSymbolicLink;
+
+/* How programs look for their library next to the executable. */
+Test(host, finding_files_next_to_the_program) {
+  id args = SEND0(id, SEND0(id, sm_class_named("NSProcessInfo"), "processInfo"), "arguments");
+  id exe = SEND(id, (id, SEL, NSUInteger), args, "objectAtIndexedSubscript:", 0);
+  id dir = SEND0(id, exe, "stringByDeletingLastPathComponent");
+  cr_assert(strstr(sm_utf8(exe), sm_utf8(dir)) == sm_utf8(exe) || sm_utf8(dir)[0] == 0);
+  char tmp[] = "/tmp/sm-files-XXXXXX";
+  cr_assert_not_null(mkdtemp(tmp));
+  id parts[2] = {sm_str(tmp), sm_str("kernels.metal")};
+  id list = SEND(id, (id, SEL, const id *, NSUInteger), sm_class_named("NSArray"),
+                 "arrayWithObjects:count:", parts, 2);
+  id path = SEND(id, (id, SEL, id), sm_class_named("NSString"), "pathWithComponents:", list);
+  char expect[128];
+  snprintf(expect, sizeof expect, "%s/kernels.metal", tmp);
+  cr_assert_str_eq(sm_utf8(path), expect);
+  cr_assert_str_eq(sm_utf8(SEND0(id, path, "lastPathComponent")), "kernels.metal");
+  cr_assert_str_eq(sm_utf8(SEND(id, (id, SEL, NSUInteger), path, "substringToIndex:", 1)), "/");
+  id fm = SEND0(id, sm_class_named("NSFileManager"), "defaultManager");
+  cr_assert(!SEND(BOOL, (id, SEL, id), fm, "isReadableFileAtPath:", path));
+  id error = 0;
+  cr_assert_null(SEND(id, (id, SEL, id, NSUInteger, id *), sm_class_named("NSString"),
+                      "stringWithContentsOfFile:encoding:error:", path, 4, &error));
+  cr_assert_eq(SEND0(NSInteger, error, "code"), 260);
+  FILE *f = fopen(expect, "w");
+  fputs("kernel void k() {}\n", f);
+  fclose(f);
+  char link[160];
+  snprintf(link, sizeof link, "%s/default.metal", tmp);
+  cr_assert_eq(symlink("kernels.metal", link), 0);
+  cr_assert(SEND(BOOL, (id, SEL, id), fm, "isReadableFileAtPath:", path));
+  id text = SEND(id, (id, SEL, id, NSUInteger, id *), sm_class_named("NSString"),
+                 "stringWithContentsOfFile:encoding:error:", path, 4, &error);
+  cr_assert_str_eq(sm_utf8(text), "kernel void k() {}\n");
+  id atts = SEND(id, (id, SEL, id, id *), fm, "attributesOfItemAtPath:error:", sm_str(link), &error);
+  cr_assert_eq(SEND(id, (id, SEL, id), atts, "objectForKey:", NSFileType), NSFileTypeSymbolicLink);
+  id dest = SEND(id, (id, SEL, id, id *), fm, "destinationOfSymbolicLinkAtPath:error:", sm_str(link),
+                 &error);
+  cr_assert_str_eq(sm_utf8(dest), "kernels.metal");
+  atts = SEND(id, (id, SEL, id, id *), fm, "attributesOfItemAtPath:error:", path, &error);
+  cr_assert_eq(SEND(id, (id, SEL, id), atts, "objectForKey:", NSFileType), NSFileTypeRegular);
+  unlink(link);
+  unlink(expect);
+  rmdir(tmp);
+}

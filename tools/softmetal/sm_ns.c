@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -703,6 +704,181 @@ static id bundle_url_resource(id self, SEL cmd, id name, id ext) {
       (id)url, sel_registerName("fileURLWithPath:"), path);
 }
 
+/* ------------------------------------------------------------- paths and files */
+/* What Metal programs use to find their library next to the executable:
+ * path strings, NSFileManager's checks, files read into strings. */
+SM_EXPORT id NSFileType, NSFileTypeRegular, NSFileTypeDirectory, NSFileTypeSymbolicLink,
+    NSFileTypeUnknown, NSFileSize;
+static id str_from(const char *bytes, size_t n) {
+  char *t = strndup(bytes, n);
+  if (!t) sm__fatal("NSString: out of memory");
+  id s = sm__string(t);
+  free(t);
+  return sm__autorelease(s);
+}
+static const char *arg_string(id s, const char *cls, SEL cmd) {
+  if (!sm__is_string(s))
+    sm__fatal("%s %s: argument is %s, not an NSString", cls, sel_getName(cmd),
+              s ? object_getClassName(s) : "nil");
+  return sm__string_utf8(s);
+}
+static id string_deleting_last(id self, SEL cmd) {
+  const char *p = arg_string(self, "-[NSString", cmd);
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/') n--;
+  const char *slash = NULL;
+  for (size_t i = n; i-- > 0;)
+    if (p[i] == '/') { slash = p + i; break; }
+  if (!slash) return str_from("", 0);
+  size_t k = (size_t)(slash - p);
+  while (k > 1 && p[k - 1] == '/') k--;
+  return str_from(p, k ? k : 1);
+}
+static id string_last_component(id self, SEL cmd) {
+  const char *p = arg_string(self, "-[NSString", cmd);
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/') n--;
+  size_t i = n;
+  while (i > 0 && p[i - 1] != '/') i--;
+  return str_from(p + i, n - i);
+}
+static id string_path_components(id cls, SEL cmd, id parts) {
+  (void)cls;
+  NSUInteger n = ((NSUInteger(*)(id, SEL))(void (*)(void))sm__lookup(parts, "count"))(
+      parts, sel_registerName("count"));
+  id acc = sm__autorelease(sm__string(""));
+  for (NSUInteger i = 0; i < n; i++) {
+    id part = ((id(*)(id, SEL, NSUInteger))(void (*)(void))sm__lookup(parts, "objectAtIndex:"))(
+        parts, sel_registerName("objectAtIndex:"), i);
+    arg_string(part, "+[NSString", cmd);
+    acc = i == 0 ? part
+                 : ((id(*)(id, SEL, id))(void (*)(void))sm__lookup(acc, "stringByAppendingPathComponent:"))(
+                       acc, sel_registerName("stringByAppendingPathComponent:"), part);
+  }
+  return acc;
+}
+/* The first index UTF-16 units, as a byte count of the UTF-8 text. */
+static size_t utf8_prefix(const char *p, NSUInteger units, bool *ok) {
+  size_t i = 0;
+  NSUInteger u = 0;
+  while (p[i] && u < units) {
+    unsigned char c = (unsigned char)p[i];
+    size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    u += len == 4 ? 2 : 1;
+    i += len;
+  }
+  *ok = u == units;
+  return i;
+}
+static id string_substring_to(id self, SEL cmd, NSUInteger index) {
+  const char *p = arg_string(self, "-[NSString", cmd);
+  bool ok;
+  size_t n = utf8_prefix(p, index, &ok);
+  if (!ok)
+    sm__fatal("-[NSString %s]: index %lu is beyond the string's length or inside a surrogate pair",
+              sel_getName(cmd), index);
+  return str_from(p, n);
+}
+static id string_substring_from(id self, SEL cmd, NSUInteger index) {
+  const char *p = arg_string(self, "-[NSString", cmd);
+  bool ok;
+  size_t n = utf8_prefix(p, index, &ok);
+  if (!ok)
+    sm__fatal("-[NSString %s]: index %lu is beyond the string's length or inside a surrogate pair",
+              sel_getName(cmd), index);
+  return str_from(p + n, strlen(p + n));
+}
+static void set_cocoa_error(id *error, NSInteger code, const char *what, const char *path) {
+  id e = sm__error("NSCocoaErrorDomain", code, "%s '%s': %s", what, path, strerror(errno));
+  if (error) *error = sm__autorelease(e);
+  else sm__release(e);
+}
+static id string_with_file(id cls, SEL cmd, id path, NSUInteger enc, id *error) {
+  (void)cls;
+  const char *p = arg_string(path, "+[NSString", cmd);
+  FILE *f = fopen(p, "rb");
+  if (!f) { /* NSFileReadNoSuchFileError 260, else NSFileReadUnknownError 256 */
+    set_cocoa_error(error, errno == ENOENT ? 260 : 256, "cannot open", p);
+    return nil;
+  }
+  size_t cap = 1 << 16, n = 0, got;
+  char *buf = malloc(cap);
+  while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) {
+      char *g = realloc(buf, cap *= 2);
+      if (!g) free(buf);
+      buf = g;
+    }
+  }
+  fclose(f);
+  if (!buf) sm__fatal("+[NSString %s]: out of memory", sel_getName(cmd));
+  id blank = ((id(*)(id, SEL))(void (*)(void))sm__lookup((id)sm__string_class.objc, "alloc"))(
+      (id)sm__string_class.objc, sel_registerName("alloc"));
+  id s = ((id(*)(id, SEL, const void *, NSUInteger, NSUInteger))(void (*)(void))sm__lookup(
+      blank, "initWithBytes:length:encoding:"))(blank, sel_registerName("initWithBytes:length:encoding:"),
+                                                 buf, n, enc);
+  free(buf);
+  if (!s) { /* NSFileReadInapplicableStringEncodingError */
+    errno = EILSEQ;
+    set_cocoa_error(error, 261, "not text in the encoding asked for:", p);
+    return nil;
+  }
+  return sm__autorelease(s);
+}
+
+static sm_class fm_class = {"NSFileManager", sizeof(sm_obj), NULL, Nil, 0};
+static id g_fm;
+static pthread_once_t g_fm_once = PTHREAD_ONCE_INIT;
+static void fm_make(void) { g_fm = sm__immortal(sm__new(&fm_class)); }
+static id fm_default(id cls, SEL cmd) {
+  (void)cls;
+  (void)cmd;
+  pthread_once(&g_fm_once, fm_make);
+  return g_fm;
+}
+static BOOL fm_exists(id self, SEL cmd, id path) {
+  (void)self;
+  struct stat st;
+  return stat(arg_string(path, "-[NSFileManager", cmd), &st) == 0;
+}
+static BOOL fm_readable(id self, SEL cmd, id path) {
+  (void)self;
+  return access(arg_string(path, "-[NSFileManager", cmd), R_OK) == 0;
+}
+static id fm_attributes(id self, SEL cmd, id path, id *error) {
+  (void)self;
+  const char *p = arg_string(path, "-[NSFileManager", cmd);
+  struct stat st;
+  if (lstat(p, &st) != 0) { /* NSFileReadNoSuchFileError */
+    set_cocoa_error(error, 260, "cannot read the attributes of", p);
+    return nil;
+  }
+  id type = S_ISLNK(st.st_mode) ? NSFileTypeSymbolicLink
+            : S_ISDIR(st.st_mode) ? NSFileTypeDirectory
+            : S_ISREG(st.st_mode) ? NSFileTypeRegular : NSFileTypeUnknown;
+  id size = sm__number_u64((uint64_t)st.st_size);
+  id keys[2] = {NSFileType, NSFileSize}, values[2] = {type, size};
+  id d = sm__dictionary_new(keys, values, 2);
+  sm__release(size);
+  return sm__autorelease(d);
+}
+static id fm_link_target(id self, SEL cmd, id path, id *error) {
+  (void)self;
+  const char *p = arg_string(path, "-[NSFileManager", cmd);
+  char target[4096];
+  ssize_t n = readlink(p, target, sizeof target - 1);
+  if (n < 0) {
+    set_cocoa_error(error, 256, "cannot read the symbolic link", p);
+    return nil;
+  }
+  return str_from(target, (size_t)n);
+}
+static id bundle_for_class(id cls, SEL cmd, Class c) {
+  (void)c;
+  return bundle_main(cls, cmd);
+}
+
 /* ------------------------------------------------------------- registration */
 void sm__register_ns(void) {
   Class c = sm__class_begin(&dict_class);
@@ -799,9 +975,40 @@ void sm__register_ns(void) {
   sm__method(c, "URLForResource:withExtension:", SM_IMP(bundle_url_resource), "@@:@@");
   sm__class_end(&bundle_class);
 
+  sm__class_method(c, "bundleForClass:", SM_IMP(bundle_for_class), "@@:#");
+
   Class str = sm__string_class.objc;
   sm__class_method(str, "stringWithFormat:", SM_IMP(string_with_format), "@@:@");
   sm__method(str, "initWithFormat:", SM_IMP(string_init_format), "@@:@");
+  sm__class_method(str, "pathWithComponents:", SM_IMP(string_path_components), "@@:@");
+  sm__class_method(str, "stringWithContentsOfFile:encoding:error:", SM_IMP(string_with_file),
+                   "@@:@Q^@");
+  sm__method(str, "stringByDeletingLastPathComponent", SM_IMP(string_deleting_last), "@@:");
+  sm__method(str, "lastPathComponent", SM_IMP(string_last_component), "@@:");
+  sm__method(str, "substringToIndex:", SM_IMP(string_substring_to), "@@:Q");
+  sm__method(str, "substringFromIndex:", SM_IMP(string_substring_from), "@@:Q");
+  Class lit = objc_getClass("NXConstantString");
+  if (lit) { /* none of these is GNU libobjc's own (see sm_foundation.c) */
+    class_addMethod(lit, sel_registerName("stringByDeletingLastPathComponent"),
+                    SM_IMP(string_deleting_last), "@@:");
+    class_addMethod(lit, sel_registerName("lastPathComponent"), SM_IMP(string_last_component), "@@:");
+    class_addMethod(lit, sel_registerName("substringToIndex:"), SM_IMP(string_substring_to), "@@:Q");
+    class_addMethod(lit, sel_registerName("substringFromIndex:"), SM_IMP(string_substring_from),
+                    "@@:Q");
+  }
+  static id *const keys[] = {&NSFileType, &NSFileTypeRegular, &NSFileTypeDirectory,
+                             &NSFileTypeSymbolicLink, &NSFileTypeUnknown, &NSFileSize};
+  static const char *const names[] = {"NSFileType", "NSFileTypeRegular", "NSFileTypeDirectory",
+                                      "NSFileTypeSymbolicLink", "NSFileTypeUnknown", "NSFileSize"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    *keys[i] = sm__immortal(sm__string(names[i]));
+  c = sm__class_begin(&fm_class);
+  sm__class_method(c, "defaultManager", SM_IMP(fm_default), "@@:");
+  sm__method(c, "fileExistsAtPath:", SM_IMP(fm_exists), "C@:@");
+  sm__method(c, "isReadableFileAtPath:", SM_IMP(fm_readable), "C@:@");
+  sm__method(c, "attributesOfItemAtPath:error:", SM_IMP(fm_attributes), "@@:@^@");
+  sm__method(c, "destinationOfSymbolicLinkAtPath:error:", SM_IMP(fm_link_target), "@@:@^@");
+  sm__class_end(&fm_class);
 }
 
 /* Objective-C built for GCC's runtime ABI (clang -fobjc-runtime=gcc) links
@@ -821,6 +1028,7 @@ SM_CLASS_NAME_SYMBOL(NSAutoreleasePool)
 SM_CLASS_NAME_SYMBOL(NSProcessInfo)
 SM_CLASS_NAME_SYMBOL(NSBundle)
 SM_CLASS_NAME_SYMBOL(NSURL)
+SM_CLASS_NAME_SYMBOL(NSFileManager)
 SM_CLASS_NAME_SYMBOL(MTLCompileOptions)
 SM_CLASS_NAME_SYMBOL(MTLFunctionConstantValues)
 SM_CLASS_NAME_SYMBOL(MTLFunctionDescriptor)
