@@ -560,19 +560,33 @@ typedef struct {
   uint64_t value;
 } listener_item;
 
+/* The listener's queue lives apart from the object: a block that drops the
+ * last reference to its own listener leaves the thread to free it. */
 typedef struct {
-  sm_obj hdr;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   listener_item *items;
   size_t head, n, cap;
-  bool stop, started, ready;
+  bool stop, detached;
+} listener_core;
+
+typedef struct {
+  sm_obj hdr;
+  listener_core *core;
+  bool started;
   pthread_t thread;
 } sm_listener;
 
+static void core_free(listener_core *c) {
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->items);
+  free(c);
+}
+
 static void *listener_main(void *arg) {
   objc_thread_add();
-  sm_listener *l = arg;
+  listener_core *l = arg;
   pthread_mutex_lock(&l->mu);
   for (;;) {
     while (l->head == l->n && !l->stop) pthread_cond_wait(&l->cv, &l->mu);
@@ -592,38 +606,45 @@ static void *listener_main(void *arg) {
     sm__release(it.event);
     pthread_mutex_lock(&l->mu);
   }
+  bool detached = l->detached;
   pthread_mutex_unlock(&l->mu);
+  if (detached) core_free(l);
   objc_thread_remove();
   return NULL;
 }
 
+/* Pending notifications run before the thread stops (they hold no
+ * reference to the listener, as Metal's). */
 static void listener_destroy(sm_obj *o) {
   sm_listener *l = (sm_listener *)o;
-  if (!l->ready) return;
-  if (l->started) {
-    pthread_mutex_lock(&l->mu);
-    l->stop = true;
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    if (pthread_equal(pthread_self(), l->thread)) pthread_detach(l->thread);
-    else pthread_join(l->thread, NULL);
+  listener_core *c = l->core;
+  if (!c) return;
+  if (!l->started) {
+    core_free(c);
+    return;
   }
-  /* Items are gone: the thread drains them before stopping; a listener is
-   * released on its own thread only from its last block. */
-  free(l->items);
-  if (!l->started || !pthread_equal(pthread_self(), l->thread)) {
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
+  bool self = pthread_equal(pthread_self(), l->thread);
+  pthread_mutex_lock(&c->mu);
+  c->stop = true;
+  c->detached = self;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (self) {
+    pthread_detach(l->thread);
+  } else {
+    pthread_join(l->thread, NULL);
+    core_free(c);
   }
 }
 static sm_class listener_class = {"MTLSharedEventListener", sizeof(sm_listener), listener_destroy,
                                   Nil, 0};
 static id listener_init(id self, SEL cmd) {
-  (void)cmd;
   sm_listener *l = (sm_listener *)self;
-  pthread_mutex_init(&l->mu, NULL);
-  pthread_cond_init(&l->cv, NULL);
-  l->ready = true;
+  if (l->core) sm__fatal("-[MTLSharedEventListener %s]: already initialised", sel_getName(cmd));
+  l->core = calloc(1, sizeof *l->core);
+  if (!l->core) sm__fatal("-[MTLSharedEventListener %s]: out of memory", sel_getName(cmd));
+  pthread_mutex_init(&l->core->mu, NULL);
+  pthread_cond_init(&l->core->cv, NULL);
   return self;
 }
 static id listener_init_queue(id self, SEL cmd, void *queue) {
@@ -634,22 +655,23 @@ static id listener_init_queue(id self, SEL cmd, void *queue) {
   return listener_init(self, cmd);
 }
 static void listener_post(sm_listener *l, const void *block, id event, uint64_t value) {
-  pthread_mutex_lock(&l->mu);
+  listener_core *c = l->core;
+  pthread_mutex_lock(&c->mu);
   if (!l->started) {
-    if (pthread_create(&l->thread, NULL, listener_main, l) != 0)
+    if (pthread_create(&l->thread, NULL, listener_main, c) != 0)
       sm__fatal("MTLSharedEventListener: cannot start its thread");
     l->started = true;
   }
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 8;
-    listener_item *g = realloc(l->items, cap * sizeof *g);
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 8;
+    listener_item *g = realloc(c->items, cap * sizeof *g);
     if (!g) sm__fatal("MTLSharedEventListener: out of memory");
-    l->items = g;
-    l->cap = cap;
+    c->items = g;
+    c->cap = cap;
   }
-  l->items[l->n++] = (listener_item){block, sm__retain(event), value};
-  pthread_cond_broadcast(&l->cv);
-  pthread_mutex_unlock(&l->mu);
+  c->items[c->n++] = (listener_item){block, sm__retain(event), value};
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* Hands the notifications the event's value reached to their listeners. */
@@ -681,7 +703,7 @@ static uint64_t event_value(id e) {
       e, sel_registerName("signaledValue"));
 }
 static void event_notify(id self, SEL cmd, id listener, uint64_t value, const void *block) {
-  if (!sm__is(listener, &listener_class) || !((sm_listener *)listener)->ready)
+  if (!sm__is(listener, &listener_class) || !((sm_listener *)listener)->core)
     sm__fatal("-[SMSharedEvent %s]: listener is %s, not an initialised MTLSharedEventListener",
               sel_getName(cmd), cls_name(listener));
   if (!block) sm__fatal("-[SMSharedEvent %s]: block = nil", sel_getName(cmd));
