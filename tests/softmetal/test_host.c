@@ -582,3 +582,41 @@ Test(host, finding_files_next_to_the_program) {
   unlink(expect);
   rmdir(tmp);
 }
+
+Test(host, placement_heaps_place_buffers_and_aliasable_slots_are_reused) {
+  id hd = cls_new("MTLHeapDescriptor");
+  SEND(void, (id, SEL, NSUInteger), hd, "setSize:", 2 * PAGE);
+  SEND(void, (id, SEL, NSInteger), hd, "setType:", 1); /* Placement */
+  id heap = SEND(id, (id, SEL, id), dev, "newHeapWithDescriptor:", hd);
+  cr_assert_not_null(heap);
+  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
+                      64, OPT_PRIVATE), "placement heaps place buffers at an offset");
+  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger, NSUInteger), heap,
+                      "newBufferWithLength:options:offset:", 64, OPT_PRIVATE, 100),
+                 "offsets are aligned");
+  id a = SEND(id, (id, SEL, NSUInteger, NSUInteger, NSUInteger), heap,
+              "newBufferWithLength:options:offset:", 64, OPT_PRIVATE, PAGE);
+  cr_assert_not_null(a);
+  cr_assert_eq(sm_u(a, "heapOffset"), PAGE);
+  sm_release(a);
+  sm_release(heap);
+
+  SEND(void, (id, SEL, NSInteger), hd, "setType:", 0); /* Automatic */
+  heap = SEND(id, (id, SEL, id), dev, "newHeapWithDescriptor:", hd);
+  sm_release(hd);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
+              2 * PAGE, OPT_PRIVATE);
+  cr_assert_not_null(b);
+  cr_assert_eq(SEND(NSUInteger, (id, SEL, NSUInteger), heap, "maxAvailableSizeWithAlignment:", 1), 0);
+  cr_assert(!SEND0(BOOL, b, "isAliasable"));
+  SEND0(void, b, "makeAliasable");
+  cr_assert(SEND0(BOOL, b, "isAliasable"));
+  cr_assert_eq(sm_u(heap, "usedSize"), 0);
+  id c = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:", PAGE,
+              OPT_PRIVATE);
+  cr_assert_not_null(c, "an aliasable buffer's memory is free for new ones");
+  sm_release(b);
+  cr_assert_eq(sm_u(heap, "usedSize"), PAGE);
+  sm_release(c);
+  sm_release(heap);
+}
