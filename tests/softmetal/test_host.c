@@ -620,3 +620,33 @@ Test(host, placement_heaps_place_buffers_and_aliasable_slots_are_reused) {
   sm_release(c);
   sm_release(heap);
 }
+
+/* How mlx looks for its metallib: bundles and their URLs. */
+Test(host, bundles_as_libraries_are_searched) {
+  id main = SEND0(id, sm_class_named("NSBundle"), "mainBundle");
+  const char *dir = SEND0(const char *, SEND0(id, main, "bundleURL"), "fileSystemRepresentation");
+  cr_assert_str_eq(dir, sm_utf8(SEND0(id, main, "bundlePath")));
+  id all = SEND0(id, sm_class_named("NSBundle"), "allBundles");
+  cr_assert_eq(sm_u(all, "count"), 1);
+  cr_assert_eq(SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", 0), main);
+  cr_assert_eq(sm_u(SEND0(id, sm_class_named("NSBundle"), "allFrameworks"), "count"), 0);
+  char tmp[] = "/tmp/sm-bundle-XXXXXX";
+  cr_assert_not_null(mkdtemp(tmp));
+  char file[96];
+  snprintf(file, sizeof file, "%s/mlx.metallib", tmp);
+  FILE *f = fopen(file, "w");
+  fclose(f);
+  id blank = SEND0(id, sm_class_named("NSBundle"), "alloc");
+  id bundle = SEND(id, (id, SEL, id), blank, "initWithPath:", sm_str(tmp));
+  cr_assert_not_null(bundle);
+  id found = SEND(id, (id, SEL, id, id), bundle, "pathForResource:ofType:", sm_str("mlx"),
+                  sm_str("metallib"));
+  cr_assert_str_eq(sm_utf8(found), file);
+  cr_assert_str_eq(SEND0(const char *, SEND0(id, bundle, "resourceURL"), "fileSystemRepresentation"),
+                   tmp);
+  sm_release(bundle);
+  unlink(file);
+  rmdir(tmp);
+  blank = SEND0(id, sm_class_named("NSBundle"), "alloc");
+  cr_assert_null(SEND(id, (id, SEL, id), blank, "initWithPath:", sm_str(tmp)), "no such directory");
+}

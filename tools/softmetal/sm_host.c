@@ -1060,6 +1060,12 @@ static id device_new_library_macros(id self, SEL cmd, id source, id options, id 
   return lib;
 }
 
+/* -[NSURL fileSystemRepresentation]: the path's bytes (file URLs only). */
+static const char *url_fs_path(id self, SEL cmd) {
+  (void)cmd;
+  return sm__string_utf8(send_id(self, "path"));
+}
+
 /* ------------------------------------------------------------- registration */
 static void add(const char *cls, const char *sel, IMP imp, const char *types) {
   Class c = objc_getClass(cls);
@@ -1205,6 +1211,7 @@ void sm__register_host(void) {
   sm__method(c, "groups", SM_IMP(linked_get), "@@:");
   sm__method(c, "setGroups:", SM_IMP(linked_set), "v@:@");
   sm__class_end(&linked_class);
+  add("NSURL", "fileSystemRepresentation", SM_IMP(url_fs_path), "r*@:");
   /* compile options */
   add("MTLCompileOptions", "preprocessorMacros", SM_IMP(opts_macros), "@@:");
   add("MTLCompileOptions", "setPreprocessorMacros:", SM_IMP(opts_set_macros), "v@:@");

@@ -531,7 +531,12 @@ static os_version os_claimed(void) {
   return v;
 }
 static sm_class process_class = {"NSProcessInfo", sizeof(sm_obj), NULL, Nil, 0};
-static sm_class bundle_class = {"NSBundle", sizeof(sm_obj), NULL, Nil, 0};
+typedef struct {
+  sm_obj hdr;
+  id path; /* NSString; nil for the main bundle (the executable's directory) */
+} sm_bundle;
+static void bundle_destroy(sm_obj *o) { sm__release(((sm_bundle *)o)->path); }
+static sm_class bundle_class = {"NSBundle", sizeof(sm_bundle), bundle_destroy, Nil, 0};
 static id g_process, g_bundle; /* immortal, made once */
 static pthread_once_t g_process_once = PTHREAD_ONCE_INIT, g_bundle_once = PTHREAD_ONCE_INIT;
 
@@ -662,8 +667,8 @@ static id bundle_main(id cls, SEL cmd) {
   return g_bundle;
 }
 static id bundle_path(id self, SEL cmd) {
-  (void)self;
   (void)cmd;
+  if (((sm_bundle *)self)->path) return ((sm_bundle *)self)->path;
   char *d = exe_dir();
   if (!d) sm__fatal("-[NSBundle bundlePath]: out of memory");
   id s = sm__string(d);
@@ -680,11 +685,11 @@ static id bundle_exe_path(id self, SEL cmd) {
   return sm__autorelease(sm__string(path));
 }
 static id bundle_resource(id self, SEL cmd, id name, id type) {
-  (void)self;
   if (!name) return nil;
   if (!sm__is_string(name) || (type && !sm__is_string(type)))
     sm__fatal("-[NSBundle %s]: name and type must be NSStrings", sel_getName(cmd));
-  char *d = exe_dir();
+  id own = ((sm_bundle *)self)->path;
+  char *d = own ? strdup(sm__string_utf8(own)) : exe_dir();
   if (!d) sm__fatal("-[NSBundle %s]: out of memory", sel_getName(cmd));
   const char *t = type ? sm__string_utf8(type) : "";
   size_t n = strlen(d) + strlen(sm__string_utf8(name)) + strlen(t) + 3;
@@ -696,6 +701,36 @@ static id bundle_resource(id self, SEL cmd, id name, id type) {
   free(path);
   return s;
 }
+/* initWithPath: a bundle at a directory (nil unless one is there). */
+static id bundle_init_path(id self, SEL cmd, id path) {
+  struct stat st;
+  if (!sm__is_string(path) || stat(sm__string_utf8(path), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (path && !sm__is_string(path))
+      sm__fatal("-[NSBundle %s]: path is %s, not an NSString", sel_getName(cmd),
+                object_getClassName(path));
+    sm__release(self);
+    return nil;
+  }
+  ((sm_bundle *)self)->path = sm__string_copy(path);
+  return self;
+}
+static id bundle_url(id self, SEL cmd) {
+  id path = bundle_path(self, cmd);
+  Class url = objc_getClass("NSURL");
+  return ((id(*)(id, SEL, id))(void (*)(void))sm__lookup((id)url, "fileURLWithPath:"))(
+      (id)url, sel_registerName("fileURLWithPath:"), path);
+}
+static id bundle_all(id cls, SEL cmd) {
+  id main = bundle_main(cls, cmd);
+  return sm__autorelease(sm__array(&main, 1));
+}
+static id bundle_frameworks(id cls, SEL cmd) {
+  (void)cls;
+  (void)cmd;
+  return sm__autorelease(sm__array(NULL, 0)); /* a program on Linux links no frameworks */
+}
+static id bundle_identifier(id self, SEL cmd) { (void)self; (void)cmd; return nil; }
+
 static id bundle_url_resource(id self, SEL cmd, id name, id ext) {
   id path = bundle_resource(self, cmd, name, ext);
   if (!path) return nil;
@@ -709,6 +744,13 @@ static id bundle_url_resource(id self, SEL cmd, id name, id ext) {
  * path strings, NSFileManager's checks, files read into strings. */
 SM_EXPORT id NSFileType, NSFileTypeRegular, NSFileTypeDirectory, NSFileTypeSymbolicLink,
     NSFileTypeUnknown, NSFileSize;
+static id string_with_string(id cls, SEL cmd, id other) {
+  (void)cls;
+  if (!sm__is_string(other))
+    sm__fatal("+[NSString %s]: argument is %s, not an NSString", sel_getName(cmd),
+              other ? object_getClassName(other) : "nil");
+  return sm__autorelease(sm__string_copy(other));
+}
 static id str_from(const char *bytes, size_t n) {
   char *t = strndup(bytes, n);
   if (!t) sm__fatal("NSString: out of memory");
@@ -972,6 +1014,12 @@ void sm__register_ns(void) {
   sm__method(c, "resourcePath", SM_IMP(bundle_path), "@@:");
   sm__method(c, "executablePath", SM_IMP(bundle_exe_path), "@@:");
   sm__method(c, "pathForResource:ofType:", SM_IMP(bundle_resource), "@@:@@");
+  sm__method(c, "initWithPath:", SM_IMP(bundle_init_path), "@@:@");
+  sm__method(c, "bundleURL", SM_IMP(bundle_url), "@@:");
+  sm__method(c, "resourceURL", SM_IMP(bundle_url), "@@:");
+  sm__method(c, "bundleIdentifier", SM_IMP(bundle_identifier), "@@:");
+  sm__class_method(c, "allBundles", SM_IMP(bundle_all), "@@:");
+  sm__class_method(c, "allFrameworks", SM_IMP(bundle_frameworks), "@@:");
   sm__method(c, "URLForResource:withExtension:", SM_IMP(bundle_url_resource), "@@:@@");
   sm__class_end(&bundle_class);
 
@@ -981,6 +1029,7 @@ void sm__register_ns(void) {
   sm__class_method(str, "stringWithFormat:", SM_IMP(string_with_format), "@@:@");
   sm__method(str, "initWithFormat:", SM_IMP(string_init_format), "@@:@");
   sm__class_method(str, "pathWithComponents:", SM_IMP(string_path_components), "@@:@");
+  sm__class_method(str, "stringWithString:", SM_IMP(string_with_string), "@@:@");
   sm__class_method(str, "stringWithContentsOfFile:encoding:error:", SM_IMP(string_with_file),
                    "@@:@Q^@");
   sm__method(str, "stringByDeletingLastPathComponent", SM_IMP(string_deleting_last), "@@:");
