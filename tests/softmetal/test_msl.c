@@ -839,10 +839,13 @@ Test(msl, pipeline_from_a_non_function_is_an_error) {
   sm_release(fn);
 }
 
-Test(msl, metallib_urls_are_refused_with_an_error) {
+Test(msl, library_urls_of_missing_files_are_refused_with_an_error) {
   id error = 0;
-  cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newLibraryWithURL:error:", (id)0, &error));
-  cr_assert(strstr(sm_error_text(error), "MSL source only"), "%s", sm_error_text(error));
+  id url = SEND(id, (id, SEL, id), sm_class_named("NSURL"), "fileURLWithPath:",
+                sm_str("/nonexistent/softmetal/default.metallib"));
+  cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newLibraryWithURL:error:", url, &error));
+  cr_assert(strstr(sm_error_text(error), "cannot open"), "%s", sm_error_text(error));
+  cr_assert_eq(SEND0(NSInteger, error, "code"), 6); /* MTLLibraryErrorFileNotFound */
 }
 
 Test(msl, second_compile_of_a_source_hits_the_cache) {

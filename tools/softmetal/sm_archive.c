@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,35 +32,68 @@ static const char magic[8] = {'S', 'M', 'M', 'T', 'L', 'L', 'I', 'B'};
 #define LIB_ERROR_DOMAIN "MTLLibraryErrorDomain"
 enum { LIB_ERROR_UNSUPPORTED = 1 };
 
-/* dispatch_data_t: an immutable copy of some bytes. */
+/* dispatch_data_t: immutable bytes, a copy (DISPATCH_DATA_DESTRUCTOR_DEFAULT,
+ * NULL) or the caller's, handed back when the object goes: with free()
+ * (DISPATCH_DATA_DESTRUCTOR_FREE), munmap() (..._MUNMAP) or a destructor
+ * block, which runs on the thread that releases the object (softmetal has no
+ * dispatch queues; the queue argument is not used). */
 typedef struct {
   sm_obj hdr;
   void *bytes;
   size_t size;
+  int owner; /* 0 copy, 1 free, 2 munmap, 3 block */
+  void *block; /* copied destructor block */
 } sm_dispatch_data;
 
-static void data_destroy(sm_obj *o) { free(((sm_dispatch_data *)o)->bytes); }
+static void data_destroy(sm_obj *o) {
+  sm_dispatch_data *d = (sm_dispatch_data *)o;
+  if (d->owner == 0 || d->owner == 1) free(d->bytes);
+  else if (d->owner == 2) munmap(d->bytes, d->size);
+  else if (d->owner == 3) {
+    typedef struct {
+      void *isa;
+      int flags, reserved;
+      void (*invoke)(void *);
+    } blk;
+    ((blk *)d->block)->invoke(d->block);
+    sm__block_release(d->block);
+  }
+}
 static sm_class data_class = {"OS_dispatch_data", sizeof(sm_dispatch_data), data_destroy, Nil, 0};
+
+/* libdispatch's destructor constants (dispatch/data.h): blocks compared by address. */
+static const struct { void *isa; int flags, reserved; } g_free_tag, g_munmap_tag;
+SM_EXPORT const void *const _dispatch_data_destructor_free;
+SM_EXPORT const void *const _dispatch_data_destructor_munmap;
+const void *const _dispatch_data_destructor_free = &g_free_tag;
+const void *const _dispatch_data_destructor_munmap = &g_munmap_tag;
 
 SM_EXPORT id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
 SM_EXPORT void dispatch_release(id object);
 
 id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor) {
   (void)queue;
-  if (destructor != NULL)
-    sm__fatal("dispatch_data_create: softmetal supports only DISPATCH_DATA_DESTRUCTOR_DEFAULT "
-              "(NULL: the bytes are copied)");
   if (size > 0 && buffer == NULL)
     sm__fatal("dispatch_data_create: buffer = NULL with size = %zu", size);
   sm_dispatch_data *d = sm__new(&data_class);
   if (d == NULL) return nil;
-  d->bytes = malloc(size > 0 ? size : 1);
-  if (d->bytes == NULL) {
-    sm__release((id)d);
-    return nil;
-  }
-  if (size > 0) memcpy(d->bytes, buffer, size);
   d->size = size;
+  if (destructor == NULL) {
+    d->bytes = malloc(size > 0 ? size : 1);
+    if (d->bytes == NULL) {
+      sm__release((id)d);
+      return nil;
+    }
+    if (size > 0) memcpy(d->bytes, buffer, size);
+    return (id)d;
+  }
+  d->bytes = (void *)buffer;
+  if (destructor == &g_free_tag) d->owner = 1;
+  else if (destructor == &g_munmap_tag) d->owner = 2;
+  else {
+    d->owner = 3;
+    d->block = sm__block_copy(destructor);
+  }
   return (id)d;
 }
 
@@ -141,12 +175,12 @@ static sm_class url_class = {"NSURL", sizeof(sm_url), url_destroy, Nil, 0};
 
 static id url_file_with_path(id self, SEL cmd, id path) {
   (void)self;
-  if (!sm__is(path, &sm__string_class))
+  if (!sm__is_string(path))
     sm__fatal("+[NSURL %s]: path is %s, not an NSString", sel_getName(cmd),
               path ? object_getClassName(path) : "nil");
   sm_url *u = sm__new(&url_class);
   if (!u) return nil;
-  u->path = sm__retain(path);
+  u->path = sm__string_copy(path);
   return sm__autorelease((id)u);
 }
 static id url_path(id self, SEL cmd) { (void)cmd; return ((sm_url *)self)->path; }

@@ -1,9 +1,12 @@
-/* softmetal object model and Foundation subset: root class, refcounting,
- * autorelease pools, NSString, NSError, NSArray, blocks, unknown selectors. */
+/* softmetal object model and Foundation subset: the root class NSObject,
+ * refcounting, autorelease pools, NSString (and clang's string literals,
+ * NXConstantString), NSError, NSArray, NSLock, NSAutoreleasePool,
+ * NSProcessInfo, NSBundle, NSLog, blocks, unknown selectors. */
 #include "sm_internal.h"
 #include "sm_compile.h"
 
 #include <Block.h>
+#include <limits.h>
 #include <objc/thr.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -16,10 +19,21 @@ atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits, sm__unsafe_math_libr
     sm__archive_restores;
 atomic_long sm__blocked_cmdbuf;
 
-enum { SM_MAX_CLASSES = 32 };
+enum { SM_MAX_CLASSES = 96 };
 static sm_class *g_classes[SM_MAX_CLASSES];
 static int g_nclasses;
 static Class g_root;
+static Class g_cstr; /* NXConstantString: string literals compiled for the GNU runtime */
+static sm_class object_class = {"NSObject", sizeof(sm_obj), NULL, Nil, 0};
+
+/* The layout clang gives string literals for the GNU runtime. */
+typedef struct {
+  Class isa;
+  const char *c_string;
+  unsigned int len;
+} sm_cstr;
+static bool is_literal(id o) { return o && g_cstr && object_getClass(o) == g_cstr; }
+Class sm__root_class(void) { return g_root; }
 
 _Noreturn void sm__fatal(const char *fmt, ...) {
   va_list ap;
@@ -69,14 +83,16 @@ void sm__class_method(Class c, const char *sel, IMP imp, const char *types) {
   sm__method(object_getClass((id)c), sel, imp, types);
 }
 
-Class sm__class_begin(sm_class *k) {
+Class sm__class_begin_super(sm_class *k, Class super) {
   if (g_nclasses == SM_MAX_CLASSES) sm__fatal("too many classes");
-  Class c = objc_allocateClassPair(g_root, k->name, 0);
+  Class c = objc_allocateClassPair(super, k->name, 0);
   if (!c) sm__fatal("class %s already exists in this process", k->name);
   k->objc = c;
   g_classes[g_nclasses++] = k;
   return c;
 }
+
+Class sm__class_begin(sm_class *k) { return sm__class_begin_super(k, g_root); }
 
 void sm__class_end(sm_class *k) { objc_registerClassPair(k->objc); }
 
@@ -97,20 +113,51 @@ void *sm__new(sm_class *k) {
   return o;
 }
 
-bool sm__is(id o, const sm_class *k) { return o && ((sm_obj *)o)->cls == k; }
+bool sm__is(id o, const sm_class *k) { return o && !is_literal(o) && ((sm_obj *)o)->cls == k; }
+bool sm__is_named(id o, const char *name) {
+  return o && !is_literal(o) && strcmp(((sm_obj *)o)->cls->name, name) == 0;
+}
 
 /* ------------------------------------------------------------- root methods */
 static id root_alloc(id cls, SEL cmd) {
   sm_class *k = class_info((Class)cls);
-  if (!k) sm__fatal("+[%s %s]: not a softmetal class", class_getName((Class)cls),
-                    sel_getName(cmd));
-  return sm__new(k);
+  if (k) return sm__new(k);
+  /* A class of the program's own: a subclass of NSObject (or of a class of
+   * ours without instance variables), laid out as the compiler saw it. */
+  Class c = class_getSuperclass((Class)cls);
+  while (c && !(k = class_info(c))) c = class_getSuperclass(c);
+  if (!k || k->size != sizeof(sm_obj))
+    sm__fatal("+[%s %s]: %s", class_getName((Class)cls), sel_getName(cmd),
+              k ? "softmetal supports subclasses of NSObject only, not of its Metal and "
+                  "Foundation classes"
+                : "not a subclass of NSObject");
+  size_t size = class_getInstanceSize((Class)cls);
+  if (size < sizeof(sm_obj))
+    sm__fatal("+[%s %s]: instance size %zu is smaller than NSObject's %zu: compiled against "
+              "another NSObject declaration", class_getName((Class)cls), sel_getName(cmd),
+              size, sizeof(sm_obj));
+  sm_obj *o = calloc(1, size);
+  if (!o) return nil;
+  o->isa = (Class)cls;
+  o->cls = k;
+  atomic_init(&o->rc, 1);
+  atomic_fetch_add(&k->live, 1);
+  atomic_fetch_add(&g_allocs, 1);
+  return (id)o;
+}
+
+/* +new: alloc, then init through the class's own init. */
+static id root_new(id cls, SEL cmd) {
+  (void)cmd;
+  id o = ((id(*)(id, SEL))(void (*)(void))sm__lookup(cls, "alloc"))(cls, sel_registerName("alloc"));
+  if (!o) return nil;
+  return ((id(*)(id, SEL))(void (*)(void))sm__lookup(o, "init"))(o, sel_registerName("init"));
 }
 
 static id root_init(id self, SEL cmd) { (void)cmd; return self; }
 
 id sm__retain(id o) {
-  if (!o) return o;
+  if (!o || is_literal(o)) return o;
   sm_obj *s = (sm_obj *)o;
   long old = atomic_fetch_add(&s->rc, 1);
   if (old <= 0) sm__fatal("-[%s retain]: object already deallocated", s->cls->name);
@@ -119,7 +166,7 @@ id sm__retain(id o) {
 }
 
 void sm__release(id o) {
-  if (!o) return;
+  if (!o || is_literal(o)) return;
   sm_obj *s = (sm_obj *)o;
   atomic_fetch_add(&g_releases, 1);
   long old = atomic_fetch_sub(&s->rc, 1);
@@ -144,6 +191,7 @@ static void root_dealloc(id self, SEL cmd) {
   sm_obj *s = (sm_obj *)self;
   sm_class *k = (sm_class *)s->cls;
   if (k->destroy) k->destroy(s);
+  if (atomic_load(&s->host)) sm__host_free(s);
   sm__release(s->label);
   atomic_fetch_sub(&k->live, 1);
   atomic_fetch_add(&g_deallocs, 1);
@@ -162,15 +210,39 @@ static BOOL root_is_kind(id self, SEL cmd, Class c) {
   return 0;
 }
 
+static BOOL root_is_member(id self, SEL cmd, Class c) {
+  (void)cmd;
+  return object_getClass(self) == c;
+}
+static BOOL root_conforms(id self, SEL cmd, Protocol *p) {
+  (void)cmd;
+  for (Class k = object_getClass(self); k; k = class_getSuperclass(k))
+    if (class_conformsToProtocol(k, p)) return 1;
+  return 0;
+}
+static id root_self(id self, SEL cmd) { (void)cmd; return self; }
+static Class root_superclass(id self, SEL cmd) {
+  (void)cmd;
+  return class_getSuperclass(object_getClass(self));
+}
+static BOOL root_is_equal(id self, SEL cmd, id other) { (void)cmd; return self == other; }
+static NSUInteger root_hash(id self, SEL cmd) { (void)cmd; return (NSUInteger)(uintptr_t)self; }
+static id root_description(id self, SEL cmd) {
+  (void)cmd;
+  char text[160];
+  snprintf(text, sizeof text, "<%s: %p>", object_getClassName(self), (void *)self);
+  return sm__autorelease(sm__string(text));
+}
+
 static id root_label(id self, SEL cmd) { (void)cmd; return ((sm_obj *)self)->label; }
 static void root_set_label(id self, SEL cmd, id label) {
   sm_obj *s = (sm_obj *)self;
-  if (label && !sm__is(label, &sm__string_class))
+  if (label && !sm__is_string(label))
     sm__fatal("-[%s %s]: label is a %s, not an NSString", s->cls->name, sel_getName(cmd),
               object_getClassName(label));
-  sm__retain(label);
+  id copy = sm__string_copy(label); /* label is a copy property */
   sm__release(s->label);
-  s->label = label;
+  s->label = copy;
 }
 
 /* Class objects are never counted or freed. */
@@ -244,7 +316,7 @@ void sm__pool_pop(void *token) {
 }
 
 id sm__autorelease(id o) {
-  if (!o) return o;
+  if (!o || is_literal(o)) return o;
   pool_stack *p = &t_pools;
   if (p->depth == 0)
     sm__fatal("-[%s autorelease]: no autorelease pool in place on this thread "
@@ -342,23 +414,138 @@ static id string_with_cstring(id cls, SEL cmd, const char *cstr, NSUInteger enc)
   return sm__autorelease(s);
 }
 
-static const char *string_utf8(id self, SEL cmd) { (void)cmd; return ((sm_string *)self)->bytes; }
-static NSUInteger string_length(id self, SEL cmd) { (void)cmd; return ((sm_string *)self)->utf16_len; }
-static BOOL string_is_equal(id self, SEL cmd, id other) {
+static id string_with_utf8(id cls, SEL cmd, const char *cstr) {
+  return string_with_cstring(cls, cmd, cstr, NS_UTF8);
+}
+static id string_init_utf8(id self, SEL cmd, const char *cstr) {
   (void)cmd;
-  if (!sm__is(other, &sm__string_class)) return 0;
-  return strcmp(((sm_string *)self)->bytes, ((sm_string *)other)->bytes) == 0;
+  if (!cstr) {
+    sm__release(self);
+    return nil;
+  }
+  return string_fill((sm_string *)self, cstr, strlen(cstr), NS_UTF8);
+}
+static id string_init_nocopy(id self, SEL cmd, void *bytes, NSUInteger len, NSUInteger enc,
+                             BOOL free_when_done) {
+  (void)cmd;
+  id s = string_fill((sm_string *)self, bytes, len, enc); /* keeps its own copy */
+  if (s && free_when_done) free(bytes); /* freeWhenDone: the bytes came from malloc */
+  return s;
 }
 
-id sm__string(const char *utf8) {
-  return string_fill(sm__new(&sm__string_class), utf8, strlen(utf8), NS_UTF8);
+bool sm__is_string(id s) { return sm__is(s, &sm__string_class) || is_literal(s); }
+
+bool sm__equal(id a, id b) {
+  if (a == b) return true;
+  if (!a || !b) return false;
+  if (sm__is_string(a) || sm__is_string(b))
+    return sm__is_string(a) && sm__is_string(b) &&
+           strcmp(sm__string_utf8(a), sm__string_utf8(b)) == 0;
+  BOOL (*eq)(id, SEL, id) = (BOOL(*)(id, SEL, id))(void (*)(void))sm__lookup(a, "isEqual:");
+  return eq(a, sel_registerName("isEqual:"), b);
 }
 
 const char *sm__string_utf8(id s) {
   if (!s) return NULL;
+  if (is_literal(s)) return ((sm_cstr *)s)->c_string;
   if (!sm__is(s, &sm__string_class))
     sm__fatal("expected an NSString, got a %s", object_getClassName(s));
   return ((sm_string *)s)->bytes;
+}
+
+id sm__string_copy(id s) {
+  if (!s) return nil;
+  if (!is_literal(s)) {
+    sm__string_utf8(s); /* checks it is a string */
+    return sm__retain(s); /* immutable */
+  }
+  return sm__string(((sm_cstr *)s)->c_string);
+}
+
+static const char *string_utf8(id self, SEL cmd) { (void)cmd; return sm__string_utf8(self); }
+static NSUInteger string_length(id self, SEL cmd) {
+  (void)cmd;
+  if (!is_literal(self)) return ((sm_string *)self)->utf16_len;
+  const char *c = ((sm_cstr *)self)->c_string;
+  long n = utf8_utf16_length((const unsigned char *)c, strlen(c));
+  return n < 0 ? 0 : (NSUInteger)n;
+}
+static BOOL string_is_equal(id self, SEL cmd, id other) {
+  (void)cmd;
+  if (!sm__is_string(other)) return 0;
+  return strcmp(sm__string_utf8(self), sm__string_utf8(other)) == 0;
+}
+static NSUInteger string_hash(id self, SEL cmd) {
+  (void)cmd;
+  uint64_t h = 1469598103934665603u; /* FNV-1a of the UTF-8 bytes */
+  for (const unsigned char *p = (const unsigned char *)sm__string_utf8(self); *p; p++)
+    h = (h ^ *p) * 1099511628211u;
+  return (NSUInteger)h;
+}
+static BOOL string_contains(id self, SEL cmd, id other) {
+  if (!sm__is_string(other))
+    sm__fatal("-[NSString %s]: argument is %s, not an NSString", sel_getName(cmd),
+              other ? object_getClassName(other) : "nil");
+  return strstr(sm__string_utf8(self), sm__string_utf8(other)) != NULL;
+}
+static BOOL string_has_prefix(id self, SEL cmd, id other) {
+  (void)cmd;
+  const char *p = sm__string_utf8(other);
+  return p && *p && strncmp(sm__string_utf8(self), p, strlen(p)) == 0;
+}
+static BOOL string_has_suffix(id self, SEL cmd, id other) {
+  (void)cmd;
+  const char *a = sm__string_utf8(self), *p = sm__string_utf8(other);
+  size_t na = strlen(a), np = p ? strlen(p) : 0;
+  return np && np <= na && strcmp(a + na - np, p) == 0;
+}
+static id string_join(const char *a, const char *sep, const char *b) {
+  size_t na = strlen(a), ns = strlen(sep), nb = strlen(b);
+  char *t = malloc(na + ns + nb + 1);
+  if (!t) sm__fatal("NSString: out of memory");
+  memcpy(t, a, na);
+  memcpy(t + na, sep, ns);
+  memcpy(t + na + ns, b, nb + 1);
+  id s = sm__string(t);
+  free(t);
+  return sm__autorelease(s);
+}
+static id string_append_path(id self, SEL cmd, id component) {
+  if (!sm__is_string(component))
+    sm__fatal("-[NSString %s]: argument is %s, not an NSString", sel_getName(cmd),
+              component ? object_getClassName(component) : "nil");
+  const char *a = sm__string_utf8(self), *b = sm__string_utf8(component);
+  size_t na = strlen(a);
+  while (na > 1 && a[na - 1] == '/') na--; /* "dir/" + "x" = "dir/x", as Foundation */
+  while (*b == '/') b++;
+  char *head = strndup(a, na);
+  if (!head) sm__fatal("NSString: out of memory");
+  const char *sep = na == 0 || head[na - 1] == '/' || !*b ? "" : "/";
+  id s = string_join(head, sep, b);
+  free(head);
+  return s;
+}
+static id string_append(id self, SEL cmd, id other) {
+  (void)cmd;
+  return string_join(sm__string_utf8(self), "", other ? sm__string_utf8(other) : "");
+}
+static id string_self_copy(id self, SEL cmd) { (void)cmd; return sm__string_copy(self); }
+static id string_description(id self, SEL cmd) { (void)cmd; return self; }
+static BOOL literal_is_kind(id self, SEL cmd, Class c) {
+  (void)self;
+  (void)cmd;
+  return c == sm__string_class.objc || c == g_cstr || c == g_root;
+}
+static id literal_retain(id self, SEL cmd) { (void)cmd; return self; }
+static void literal_release(id self, SEL cmd) { (void)self; (void)cmd; }
+static Class literal_class(id self, SEL cmd) { (void)cmd; return object_getClass(self); }
+static BOOL literal_responds(id self, SEL cmd, SEL sel) {
+  (void)cmd;
+  return class_respondsToSelector(object_getClass(self), sel) ? 1 : 0;
+}
+
+id sm__string(const char *utf8) {
+  return string_fill(sm__new(&sm__string_class), utf8, strlen(utf8), NS_UTF8);
 }
 
 /* ------------------------------------------------------------- NSError */
@@ -366,14 +553,44 @@ typedef struct {
   sm_obj hdr;
   id domain, description;
   NSInteger code;
+  _Atomic(id) user_info; /* made on first use */
 } sm_error;
 
 static void error_destroy(sm_obj *o) {
   sm_error *e = (sm_error *)o;
   sm__release(e->domain);
   sm__release(e->description);
+  sm__release(atomic_load(&e->user_info));
 }
 sm_class sm__error_class = {"NSError", sizeof(sm_error), error_destroy, Nil, 0};
+
+/* Error domains are exported NSString objects, compared by pointer as Apple's. */
+SM_EXPORT id MTLLibraryErrorDomain, MTLCommandBufferErrorDomain, MTLBinaryArchiveDomain,
+    MTLCaptureErrorDomain, MTLCounterErrorDomain, NSCocoaErrorDomain, NSPOSIXErrorDomain;
+static id *const g_domains[] = {&MTLLibraryErrorDomain, &MTLCommandBufferErrorDomain,
+                                &MTLBinaryArchiveDomain, &MTLCaptureErrorDomain,
+                                &MTLCounterErrorDomain, &NSCocoaErrorDomain,
+                                &NSPOSIXErrorDomain};
+static const char *const g_domain_names[] = {
+    "MTLLibraryErrorDomain", "MTLCommandBufferErrorDomain", "MTLBinaryArchiveDomain",
+    "MTLCaptureErrorDomain", "MTLCounterErrorDomain", "NSCocoaErrorDomain",
+    "NSPOSIXErrorDomain"};
+
+/* An object that lives as long as the process, not counted as live (nor
+ * as allocated): shared instances, error domains. */
+id sm__immortal(id o) {
+  if (!o) sm__fatal("out of memory making a shared instance");
+  atomic_store(&((sm_obj *)o)->rc, LONG_MAX / 2);
+  atomic_fetch_sub(&((sm_class *)((sm_obj *)o)->cls)->live, 1);
+  atomic_fetch_sub(&g_allocs, 1);
+  return o;
+}
+
+static id domain_string(const char *domain) {
+  for (size_t i = 0; i < sizeof g_domains / sizeof g_domains[0]; i++)
+    if (strcmp(domain, g_domain_names[i]) == 0) return sm__retain(*g_domains[i]);
+  return sm__string(domain);
+}
 
 id sm__error(const char *domain, NSInteger code, const char *fmt, ...) {
   char small[512];
@@ -391,7 +608,7 @@ id sm__error(const char *domain, NSInteger code, const char *fmt, ...) {
   }
   sm_error *e = sm__new(&sm__error_class);
   if (e) {
-    e->domain = sm__string(domain);
+    e->domain = domain_string(domain);
     e->description = sm__string(text);
     e->code = code;
     if (!e->description) e->description = sm__string("(message was not valid UTF-8)");
@@ -406,13 +623,44 @@ static id error_description(id self, SEL cmd) {
   (void)cmd;
   return ((sm_error *)self)->description;
 }
+/* userInfo: {NSLocalizedDescription: the message}, as Metal's errors carry. */
+static id error_user_info(id self, SEL cmd) {
+  (void)cmd;
+  sm_error *e = (sm_error *)self;
+  id info = atomic_load(&e->user_info);
+  if (info) return info;
+  id key = sm__string("NSLocalizedDescription");
+  id made = sm__dictionary_new(&key, &e->description, 1);
+  sm__release(key);
+  id expected = nil;
+  if (!atomic_compare_exchange_strong(&e->user_info, &expected, made)) {
+    sm__release(made);
+    return expected;
+  }
+  return made;
+}
+static id error_full_description(id self, SEL cmd) {
+  (void)cmd;
+  sm_error *e = (sm_error *)self;
+  const char *d = sm__string_utf8(e->description);
+  size_t n = strlen(d) * 2 + strlen(sm__string_utf8(e->domain)) + 128;
+  char *t = malloc(n);
+  if (!t) sm__fatal("-[NSError description]: out of memory");
+  snprintf(t, n, "Error Domain=%s Code=%ld \"%s\" UserInfo={NSLocalizedDescription=%s}",
+           sm__string_utf8(e->domain), (long)e->code, d, d);
+  id s = sm__string(t);
+  free(t);
+  return sm__autorelease(s);
+}
 
 /* ------------------------------------------------------------- NSArray */
 typedef struct {
   sm_obj hdr;
   id *items;
-  NSUInteger n;
+  NSUInteger n, cap;
+  unsigned long mutations; /* fast enumeration's mutation counter */
 } sm_array;
+static Class g_mutable_array;
 
 static void array_destroy(sm_obj *o) {
   sm_array *a = (sm_array *)o;
@@ -431,10 +679,127 @@ id sm__array(id *items, size_t n) {
   }
   for (size_t i = 0; i < n; i++) a->items[i] = sm__retain(items[i]);
   a->n = n;
+  a->cap = n ? n : 1;
   return (id)a;
 }
 
 static NSUInteger array_count(id self, SEL cmd) { (void)cmd; return ((sm_array *)self)->n; }
+static id array_first(id self, SEL cmd) {
+  (void)cmd;
+  sm_array *a = (sm_array *)self;
+  return a->n ? a->items[0] : nil;
+}
+static id array_last(id self, SEL cmd) {
+  (void)cmd;
+  sm_array *a = (sm_array *)self;
+  return a->n ? a->items[a->n - 1] : nil;
+}
+static BOOL array_contains(id self, SEL cmd, id o) {
+  (void)cmd;
+  sm_array *a = (sm_array *)self;
+  for (NSUInteger i = 0; o && i < a->n; i++)
+    if (sm__equal(o, a->items[i])) return 1;
+  return 0;
+}
+/* Immutable: a copy is the same array; a mutable one's copy is immutable. */
+static id array_copy(id self, SEL cmd) {
+  (void)cmd;
+  sm_array *a = (sm_array *)self;
+  if (object_getClass(self) != g_mutable_array) return sm__retain(self);
+  return sm__array(a->items, a->n);
+}
+static id array_mutable_copy(id self, SEL cmd) {
+  (void)cmd;
+  sm_array *a = (sm_array *)self;
+  id m = sm__array(a->items, a->n);
+  if (m) object_setClass(m, g_mutable_array);
+  return m;
+}
+static id array_empty(id cls, SEL cmd) {
+  (void)cmd;
+  id a = sm__array(NULL, 0);
+  if (a) object_setClass(a, (Class)cls);
+  return sm__autorelease(a);
+}
+static id array_with_object(id cls, SEL cmd, id o) {
+  if (!o) sm__fatal("+[%s %s]: object is nil", class_getName((Class)cls), sel_getName(cmd));
+  id a = sm__array(&o, 1);
+  if (a) object_setClass(a, (Class)cls);
+  return sm__autorelease(a);
+}
+typedef struct {
+  unsigned long state;
+  id *items;
+  unsigned long *mutations;
+  unsigned long extra[5];
+} fast_enum_state;
+static NSUInteger array_enumerate(id self, SEL cmd, fast_enum_state *st, id *buf, NSUInteger len) {
+  (void)cmd;
+  (void)buf;
+  (void)len;
+  sm_array *a = (sm_array *)self;
+  if (st->state) return 0;
+  st->state = 1;
+  st->items = a->items;
+  st->mutations = &a->mutations;
+  return a->n;
+}
+/* NSMutableArray: alloc makes an NSArray object of the mutable class. */
+static id marray_alloc(id cls, SEL cmd) {
+  (void)cmd;
+  id a = sm__array(NULL, 0);
+  if (a) object_setClass(a, (Class)cls);
+  return a;
+}
+static id marray_init_capacity(id self, SEL cmd, NSUInteger cap) {
+  (void)cmd;
+  (void)cap;
+  return self;
+}
+static id marray_with_capacity(id cls, SEL cmd, NSUInteger cap) {
+  (void)cap;
+  return sm__autorelease(marray_alloc(cls, cmd));
+}
+static void marray_add(id self, SEL cmd, id o) {
+  sm_array *a = (sm_array *)self;
+  if (!o) sm__fatal("-[NSMutableArray %s]: object is nil", sel_getName(cmd));
+  if (a->n == a->cap) {
+    NSUInteger cap = a->cap * 2;
+    id *items = realloc(a->items, cap * sizeof *items);
+    if (!items) sm__fatal("-[NSMutableArray %s]: out of memory", sel_getName(cmd));
+    a->items = items;
+    a->cap = cap;
+  }
+  a->items[a->n++] = sm__retain(o);
+  a->mutations++;
+}
+static void marray_remove_at(id self, SEL cmd, NSUInteger i) {
+  sm_array *a = (sm_array *)self;
+  if (i >= a->n)
+    sm__fatal("-[NSMutableArray %s]: index %lu beyond bounds (count %lu)", sel_getName(cmd),
+              i, a->n);
+  id o = a->items[i];
+  memmove(a->items + i, a->items + i + 1, (a->n - i - 1) * sizeof(id));
+  a->n--;
+  a->mutations++;
+  sm__release(o);
+}
+static void marray_remove_last(id self, SEL cmd) {
+  sm_array *a = (sm_array *)self;
+  if (!a->n) sm__fatal("-[NSMutableArray %s]: the array is empty", sel_getName(cmd));
+  marray_remove_at(self, cmd, a->n - 1);
+}
+static void marray_remove_all(id self, SEL cmd) {
+  (void)cmd;
+  sm_array *a = (sm_array *)self;
+  while (a->n) sm__release(a->items[--a->n]);
+  a->mutations++;
+}
+static void marray_remove_object(id self, SEL cmd, id o) {
+  sm_array *a = (sm_array *)self;
+  for (NSUInteger i = a->n; o && i-- > 0;)
+    if (sm__equal(o, a->items[i])) marray_remove_at(self, cmd, i);
+}
 static id array_object_at(id self, SEL cmd, NSUInteger i) {
   sm_array *a = (sm_array *)self;
   if (i >= a->n)
@@ -471,14 +836,89 @@ void sm__block_invoke_handler(const void *block, id arg) {
 }
 
 /* ------------------------------------------------------------- registration */
+static Class meta_class_self(id self, SEL cmd) { (void)cmd; return (Class)self; }
+static Class meta_superclass(id self, SEL cmd) {
+  (void)cmd;
+  return class_getSuperclass((Class)self);
+}
+static id meta_description(id self, SEL cmd) {
+  (void)cmd;
+  return sm__autorelease(sm__string(class_getName((Class)self)));
+}
+static BOOL meta_responds(id self, SEL cmd, SEL sel) {
+  (void)cmd;
+  return class_respondsToSelector(object_getClass(self), sel) ? 1 : 0;
+}
+static BOOL meta_instances_respond(id self, SEL cmd, SEL sel) {
+  (void)cmd;
+  return class_respondsToSelector((Class)self, sel) ? 1 : 0;
+}
+static BOOL meta_is_subclass(id self, SEL cmd, Class c) {
+  (void)cmd;
+  for (Class k = (Class)self; k; k = class_getSuperclass(k))
+    if (k == c) return 1;
+  return 0;
+}
+
+/* Methods of our strings on clang's string literals (NXConstantString of
+ * GNU libobjc), which are never counted or freed. */
+static void literal_method(const char *sel, IMP imp, const char *types) {
+  if (!class_getInstanceMethod(g_cstr, sel_registerName(sel)))
+    class_addMethod(g_cstr, sel_registerName(sel), imp, types);
+}
+
+/* Only methods NXConstantString lacks are added: GNU libobjc's
+ * class_replaceMethod of a method it has (length, isEqual:, class) also
+ * rewrites the dispatch tables of unrelated classes with a method of that
+ * name. So a literal's length is its byte count (GNU's; the same for ASCII)
+ * and its isEqual: compares pointers (softmetal's collections and
+ * isEqualToString: compare literals by content). */
+static void register_literals(void) {
+  g_cstr = objc_getClass("NXConstantString");
+  if (g_cstr) {
+    literal_method("UTF8String", SM_IMP(string_utf8), "r*@:");
+    literal_method("cStringUsingEncoding:", SM_IMP(string_utf8), "r*@:Q");
+    literal_method("fileSystemRepresentation", SM_IMP(string_utf8), "r*@:");
+    literal_method("length", SM_IMP(string_length), "Q@:");
+    literal_method("isEqualToString:", SM_IMP(string_is_equal), "C@:@");
+    literal_method("isEqual:", SM_IMP(string_is_equal), "C@:@");
+    literal_method("hash", SM_IMP(string_hash), "Q@:");
+    literal_method("containsString:", SM_IMP(string_contains), "C@:@");
+    literal_method("hasPrefix:", SM_IMP(string_has_prefix), "C@:@");
+    literal_method("hasSuffix:", SM_IMP(string_has_suffix), "C@:@");
+    literal_method("stringByAppendingPathComponent:", SM_IMP(string_append_path), "@@:@");
+    literal_method("stringByAppendingString:", SM_IMP(string_append), "@@:@");
+    literal_method("copy", SM_IMP(string_self_copy), "@@:");
+    literal_method("description", SM_IMP(string_description), "@@:");
+    literal_method("retain", SM_IMP(literal_retain), "@@:");
+    literal_method("autorelease", SM_IMP(literal_retain), "@@:");
+    literal_method("release", SM_IMP(literal_release), "v@:");
+    literal_method("class", SM_IMP(literal_class), "#@:");
+    literal_method("isKindOfClass:", SM_IMP(literal_is_kind), "C@:#");
+    literal_method("respondsToSelector:", SM_IMP(literal_responds), "C@::");
+  }
+}
+
 static void register_foundation(void) {
-  g_root = objc_allocateClassPair(Nil, "SMObject", 0);
-  if (!g_root) sm__fatal("class SMObject already exists in this process");
+  g_root = objc_allocateClassPair(Nil, "NSObject", 0);
+  if (!g_root) sm__fatal("class NSObject already exists in this process");
+  /* The instance variables of NSObject, which a subclass compiled against
+   * softmetal's NSObject declaration lays its own after. */
   class_addIvar(g_root, "isa", sizeof(Class), 3, "#");
   class_addIvar(g_root, "_sm_cls", sizeof(void *), 3, "^v");
   class_addIvar(g_root, "_sm_rc", sizeof(long), 3, "q");
   class_addIvar(g_root, "_sm_label", sizeof(id), 3, "@");
+  class_addIvar(g_root, "_sm_host", sizeof(void *), 3, "^v");
+  object_class.objc = g_root;
+  g_classes[g_nclasses++] = &object_class;
   sm__class_method(g_root, "alloc", SM_IMP(root_alloc), "@@:");
+  sm__class_method(g_root, "new", SM_IMP(root_new), "@@:");
+  sm__class_method(g_root, "class", SM_IMP(meta_class_self), "#@:");
+  sm__class_method(g_root, "superclass", SM_IMP(meta_superclass), "#@:");
+  sm__class_method(g_root, "description", SM_IMP(meta_description), "@@:");
+  sm__class_method(g_root, "respondsToSelector:", SM_IMP(meta_responds), "C@::");
+  sm__class_method(g_root, "instancesRespondToSelector:", SM_IMP(meta_instances_respond), "C@::");
+  sm__class_method(g_root, "isSubclassOfClass:", SM_IMP(meta_is_subclass), "C@:#");
   sm__class_method(g_root, "retain", SM_IMP(class_retain), "@@:");
   sm__class_method(g_root, "release", SM_IMP(class_release), "v@:");
   sm__class_method(g_root, "autorelease", SM_IMP(class_retain), "@@:");
@@ -491,6 +931,14 @@ static void register_foundation(void) {
   sm__method(g_root, "class", SM_IMP(root_class), "#@:");
   sm__method(g_root, "respondsToSelector:", SM_IMP(root_responds), "C@::");
   sm__method(g_root, "isKindOfClass:", SM_IMP(root_is_kind), "C@:#");
+  sm__method(g_root, "isMemberOfClass:", SM_IMP(root_is_member), "C@:#");
+  sm__method(g_root, "conformsToProtocol:", SM_IMP(root_conforms), "C@:@");
+  sm__method(g_root, "self", SM_IMP(root_self), "@@:");
+  sm__method(g_root, "superclass", SM_IMP(root_superclass), "#@:");
+  sm__method(g_root, "isEqual:", SM_IMP(root_is_equal), "C@:@");
+  sm__method(g_root, "hash", SM_IMP(root_hash), "Q@:");
+  sm__method(g_root, "description", SM_IMP(root_description), "@@:");
+  sm__method(g_root, "debugDescription", SM_IMP(root_description), "@@:");
   sm__method(g_root, "label", SM_IMP(root_label), "@@:");
   sm__method(g_root, "setLabel:", SM_IMP(root_set_label), "v@:@");
   objc_registerClassPair(g_root);
@@ -501,28 +949,73 @@ static void register_foundation(void) {
   sm__method(c, "UTF8String", SM_IMP(string_utf8), "r*@:");
   sm__method(c, "length", SM_IMP(string_length), "Q@:");
   sm__method(c, "isEqualToString:", SM_IMP(string_is_equal), "C@:@");
+  sm__class_method(c, "stringWithUTF8String:", SM_IMP(string_with_utf8), "@@:r*");
+  sm__method(c, "initWithUTF8String:", SM_IMP(string_init_utf8), "@@:r*");
+  sm__method(c, "initWithBytesNoCopy:length:encoding:freeWhenDone:", SM_IMP(string_init_nocopy),
+             "@@:^vQQC");
+  sm__method(c, "cStringUsingEncoding:", SM_IMP(string_utf8), "r*@:Q");
+  sm__method(c, "fileSystemRepresentation", SM_IMP(string_utf8), "r*@:");
+  sm__method(c, "isEqual:", SM_IMP(string_is_equal), "C@:@");
+  sm__method(c, "hash", SM_IMP(string_hash), "Q@:");
+  sm__method(c, "containsString:", SM_IMP(string_contains), "C@:@");
+  sm__method(c, "hasPrefix:", SM_IMP(string_has_prefix), "C@:@");
+  sm__method(c, "hasSuffix:", SM_IMP(string_has_suffix), "C@:@");
+  sm__method(c, "stringByAppendingPathComponent:", SM_IMP(string_append_path), "@@:@");
+  sm__method(c, "stringByAppendingString:", SM_IMP(string_append), "@@:@");
+  sm__method(c, "copy", SM_IMP(string_self_copy), "@@:");
+  sm__method(c, "description", SM_IMP(string_description), "@@:");
   sm__class_end(&sm__string_class);
+  for (size_t i = 0; i < sizeof g_domains / sizeof g_domains[0]; i++)
+    *g_domains[i] = sm__immortal(sm__string(g_domain_names[i]));
+
 
   c = sm__class_begin(&sm__error_class);
   sm__method(c, "domain", SM_IMP(error_domain), "@@:");
   sm__method(c, "code", SM_IMP(error_code), "q@:");
   sm__method(c, "localizedDescription", SM_IMP(error_description), "@@:");
+  sm__method(c, "userInfo", SM_IMP(error_user_info), "@@:");
+  sm__method(c, "description", SM_IMP(error_full_description), "@@:");
   sm__class_end(&sm__error_class);
 
   c = sm__class_begin(&sm__array_class);
   sm__method(c, "count", SM_IMP(array_count), "Q@:");
   sm__method(c, "objectAtIndex:", SM_IMP(array_object_at), "@@:Q");
+  sm__method(c, "objectAtIndexedSubscript:", SM_IMP(array_object_at), "@@:Q");
+  sm__method(c, "firstObject", SM_IMP(array_first), "@@:");
+  sm__method(c, "lastObject", SM_IMP(array_last), "@@:");
+  sm__method(c, "containsObject:", SM_IMP(array_contains), "C@:@");
+  sm__method(c, "copy", SM_IMP(array_copy), "@@:");
+  sm__method(c, "mutableCopy", SM_IMP(array_mutable_copy), "@@:");
+  sm__method(c, "countByEnumeratingWithState:objects:count:", SM_IMP(array_enumerate),
+             "Q@:^v^@Q");
+  sm__class_method(c, "array", SM_IMP(array_empty), "@@:");
+  sm__class_method(c, "arrayWithObject:", SM_IMP(array_with_object), "@@:@");
   sm__class_end(&sm__array_class);
+  g_mutable_array = objc_allocateClassPair(c, "NSMutableArray", 0);
+  if (!g_mutable_array) sm__fatal("class NSMutableArray already exists in this process");
+  sm__class_method(g_mutable_array, "alloc", SM_IMP(marray_alloc), "@@:");
+  sm__class_method(g_mutable_array, "arrayWithCapacity:", SM_IMP(marray_with_capacity), "@@:Q");
+  sm__method(g_mutable_array, "initWithCapacity:", SM_IMP(marray_init_capacity), "@@:Q");
+  sm__method(g_mutable_array, "addObject:", SM_IMP(marray_add), "v@:@");
+  sm__method(g_mutable_array, "removeObjectAtIndex:", SM_IMP(marray_remove_at), "v@:Q");
+  sm__method(g_mutable_array, "removeLastObject", SM_IMP(marray_remove_last), "v@:");
+  sm__method(g_mutable_array, "removeObject:", SM_IMP(marray_remove_object), "v@:@");
+  sm__method(g_mutable_array, "removeAllObjects", SM_IMP(marray_remove_all), "v@:");
+  objc_registerClassPair(g_mutable_array);
 }
 
 /* Every class and method exists before any thread of ours starts. */
 __attribute__((constructor)) static void softmetal_load(void) {
   pthread_key_create(&g_pool_key, pool_thread_exit);
   __objc_msg_forward2 = forward_hook;
+  register_literals();
   register_foundation();
+  sm__register_ns();
   sm__register_metal();
   sm__register_msl();
   sm__register_archive();
+  sm__register_heap();
+  sm__register_host();
 }
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -27,11 +27,13 @@ SM_EXPORT void objc_autoreleasePoolPop(void *token);
 
 /* Every softmetal object starts with this header. */
 typedef struct sm_class sm_class;
+struct sm_host;
 typedef struct sm_obj {
   Class isa;
   const sm_class *cls;
   atomic_long rc;
   id label; /* NSString or nil; every Metal object may carry one */
+  _Atomic(struct sm_host *) host; /* host-API state (sm_host.c), made on first use */
 } sm_obj;
 
 struct sm_class {
@@ -47,6 +49,7 @@ struct sm_class {
 
 /* Class definition: begin, add methods, end. */
 Class sm__class_begin(sm_class *k);
+Class sm__class_begin_super(sm_class *k, Class super); /* a subclass of super */
 void sm__class_end(sm_class *k);
 void sm__method(Class c, const char *sel, IMP imp, const char *types);
 void sm__class_method(Class c, const char *sel, IMP imp, const char *types);
@@ -56,7 +59,12 @@ void *sm__new(sm_class *k);
 id sm__retain(id o);
 void sm__release(id o);
 id sm__autorelease(id o);
+/* Makes o live as long as the process, counted neither as live nor as allocated. */
+id sm__immortal(id o);
 bool sm__is(id o, const sm_class *k);
+/* Whether o's softmetal class is the one named name (e.g. "SMBuffer"). */
+bool sm__is_named(id o, const char *name);
+Class sm__root_class(void); /* NSObject */
 
 /* API misuse that Metal's validation would stop: print and abort. */
 _Noreturn void sm__fatal(const char *fmt, ...)
@@ -65,10 +73,19 @@ _Noreturn void sm__fatal(const char *fmt, ...)
 /* Foundation. */
 extern sm_class sm__string_class, sm__error_class, sm__array_class;
 id sm__string(const char *utf8);                 /* +1 */
+/* Any string object: ours, or a literal clang compiled (NXConstantString). */
+bool sm__is_string(id s);
+bool sm__equal(id a, id b); /* isEqual:, with strings (literals too) by content */
 const char *sm__string_utf8(id s);               /* borrowed, NULL for nil */
+id sm__string_copy(id s);  /* +1: an NSString of ours equal to the string s, nil for nil */
 id sm__error(const char *domain, NSInteger code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));       /* +1 */
 id sm__array(id *items, size_t n);               /* +1, retains items */
+id sm__dictionary_new(id *keys, id *values, size_t n); /* +1 NSDictionary, copies keys */
+id sm__dictionary_get(id dict, const char *key); /* borrowed; nil when absent */
+id sm__number_u64(uint64_t v);                   /* +1 NSNumber */
+/* Calls fn(key, value, ctx) for each entry of an NSDictionary, in insertion order. */
+void sm__dictionary_each(id dict, void (*fn)(id key, id value, void *ctx), void *ctx);
 void *sm__pool_push(void);
 void sm__pool_pop(void *token);
 
@@ -86,6 +103,11 @@ extern atomic_long sm__blocked_cmdbuf; /* threads blocked in commandBuffer */
 void sm__register_metal(void);
 void sm__register_msl(void);
 void sm__register_archive(void); /* sm_archive.c: after the device class registers */
+void sm__register_host(void);    /* sm_host.c, sm_heap.c: after every other class */
+void sm__register_heap(void);
+void sm__register_ns(void);      /* sm_ns.c: after the Foundation core */
+/* Frees the host-API state of an object (root dealloc). */
+void sm__host_free(sm_obj *o);
 void sm__add_device_msl_methods(Class device); /* before the device class registers */
 
 /* The kernel cache's files of a function (sm_compile.c), each under the
@@ -113,6 +135,29 @@ bool sm__function_code_key(id function, unsigned char key[32]);
 enum { SM_ARCHIVE_CODE = 0, SM_ARCHIVE_COMPILER = 1, SM_ARCHIVE_LIBRARY = 2 };
 bool sm__archive_restore(uint32_t kind, const unsigned char key[32], const char *path);
 extern atomic_long sm__archive_restores;
+
+/* sm_metal.c's services to the host API (sm_host.c, sm_heap.c). */
+void sm__device_account(id device, long bytes); /* adds bytes to currentAllocatedSize */
+NSUInteger sm__buffer_reserved(id buffer);      /* bytes a device buffer counts (page-rounded) */
+/* A buffer over mem (a heap's, page-aligned; neither owned nor counted against
+ * the device), +1; nil with a message when options or length are invalid. */
+id sm__buffer_new_placed(id device, const char *sel, void *mem, NSUInteger length,
+                         NSUInteger options);
+/* The buffer bound at index of a compute encoder (and its offset), or nil. */
+id sm__encoder_buffer(id encoder, NSUInteger index, NSUInteger *offset);
+id sm__encoder_cmdbuf(id encoder);
+/* Fails a command buffer being encoded (the first message is the one reported). */
+void sm__cmdbuf_fail(id cmdbuf, const char *msg);
+/* Indirect dispatch: threadgroups per grid read from buffer at execution. */
+void sm__encoder_dispatch_indirect(id encoder, SEL cmd, id buffer, NSUInteger offset,
+                                   MTLSize threads_per_group);
+
+/* sm_host.c's hooks, called by sm_metal.c. */
+void sm__host_cb_scheduled(id cmdbuf); /* queue thread: before its first command runs */
+void sm__host_cb_finished(id cmdbuf);  /* queue thread: after its last, before its status */
+void sm__host_event_signaled(id event, uint64_t value); /* after the value is set */
+/* Appends " (debug groups: ...)" naming the open debug groups, if any. */
+void sm__host_debug_groups(id cmdbuf, id encoder, char *out, size_t len);
 
 /* Messages to our own objects, through the runtime (exact prototypes). */
 static inline IMP sm__lookup(id o, const char *sel) {

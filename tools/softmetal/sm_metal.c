@@ -274,6 +274,7 @@ typedef struct {
   NSUInteger length, reserved; /* reserved: bytes counted against the device */
   NSUInteger options, storage;
   bool nocopy;
+  bool placed;    /* in a heap's memory: neither freed nor counted here */
   bool untracked; /* MTLResourceHazardTrackingModeUntracked */
   void *deallocator; /* copied block, or NULL */
   /* Passes of queue hz_queue that use it and may not be ordered before
@@ -297,6 +298,10 @@ static void buffer_destroy(sm_obj *o) {
   buffer_forget_passes(b);
   pthread_mutex_unlock(&g_hz);
   free(b->hz);
+  if (b->placed) {
+    sm__release((id)b->device);
+    return;
+  }
   if (!b->reserved) { /* never finished: nothing counted, mem is the caller's or ours */
     if (!b->nocopy) free(b->mem);
     sm__block_release(b->deallocator);
@@ -376,6 +381,7 @@ static bool buffer_finish(sm_buffer *b) {
   }
   b->reserved = reserved;
   b->gpu_address = atomic_fetch_add(&g_next_gpu_address, b->reserved);
+  if (b->placed) return true;
   atomic_fetch_add(&b->device->allocated, b->reserved);
   atomic_fetch_add(&sm__buffer_bytes, (long)b->reserved);
   return true;
@@ -439,6 +445,23 @@ static id device_new_buffer_nocopy(id self, SEL cmd, void *ptr, NSUInteger lengt
   b->deallocator = sm__block_copy(deallocator);
   return buffer_ready(b, sel);
 }
+
+id sm__buffer_new_placed(id device, const char *sel, void *mem, NSUInteger length,
+                         NSUInteger options) {
+  if (((options >> 4) & 0xF) == ST_MANAGED) {
+    refuse(sel, "options = 0x%lx: heaps have no Managed storage", options);
+    return nil;
+  }
+  sm_buffer *b = buffer_make((sm_device *)device, sel, length, options);
+  if (!b) return nil;
+  b->mem = mem;
+  b->nocopy = b->placed = true;
+  return buffer_ready(b, sel);
+}
+void sm__device_account(id device, long bytes) {
+  atomic_fetch_add(&((sm_device *)device)->allocated, (unsigned long)bytes);
+}
+NSUInteger sm__buffer_reserved(id buffer) { return ((sm_buffer *)buffer)->reserved; }
 
 static void *buffer_contents(id self, SEL cmd) {
   (void)cmd;
@@ -518,6 +541,7 @@ static void event_set(sm_event *e, uint64_t v) {
   e->value = v;
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
+  sm__host_event_signaled((id)e, v);
 }
 
 static void event_set_value(id self, SEL cmd, uint64_t v) {
@@ -569,6 +593,8 @@ typedef struct {
   void *bytes[SM_MAX_BINDINGS];
   NSUInteger tg_len[SM_MAX_BINDINGS];
   MTLSize grid, tg, groups;
+  sm_buffer *indirect; /* threadgroups per grid, read at execution; or NULL */
+  NSUInteger indirect_off;
 } dispatch_rec;
 
 typedef struct {
@@ -658,6 +684,7 @@ static void command_free(sm_cmdbuf *cb, command *c) {
       release_ref(cb, d->buffers[i]);
       free(d->bytes[i]);
     }
+    release_ref(cb, d->indirect);
     free(d);
   }
 }
@@ -690,8 +717,10 @@ static void encode_fail(sm_cmdbuf *cb, const char *fmt, ...) {
   char tmp[1024];
   vsnprintf(tmp, sizeof tmp, fmt, ap);
   va_end(ap);
+  sm__host_debug_groups((id)cb, cb->active_encoder, tmp, sizeof tmp);
   cb->encode_error = strdup(tmp);
 }
+void sm__cmdbuf_fail(id cmdbuf, const char *msg) { encode_fail((sm_cmdbuf *)cmdbuf, "%s", msg); }
 
 static command *cmd_push(sm_cmdbuf *cb, int kind) {
   if (cb->ncmds == cb->cap) {
@@ -718,6 +747,7 @@ static bool range_ok(NSUInteger off, NSUInteger size, NSUInteger length) {
   return !__builtin_add_overflow(off, size, &end) && end <= length;
 }
 
+static bool size_mul(MTLSize a, MTLSize b, MTLSize *out);
 static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
   sm_dispatch d;
   memset(&d, 0, sizeof d);
@@ -730,6 +760,20 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
   d.grid = r->grid;
   d.tg = r->tg;
   d.groups = r->groups;
+  if (r->indirect) { /* MTLDispatchThreadgroupsIndirectArguments: uint32_t[3] */
+    uint32_t g[3];
+    memcpy(g, r->indirect->gpu + r->indirect_off, sizeof g);
+    d.groups = (MTLSize){g[0], g[1], g[2]};
+    if (!g[0] || !g[1] || !g[2]) return true; /* an empty grid runs nothing */
+    if (!size_mul(d.groups, r->tg, &d.grid) || d.grid.width > UINT32_MAX ||
+        d.grid.height > UINT32_MAX || d.grid.depth > UINT32_MAX) {
+      snprintf(err, errlen, "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:"
+               "threadsPerThreadgroup:: indirect buffer holds {%u, %u, %u} threadgroups of "
+               "{%lu, %lu, %lu}: the grid exceeds 2^32-1 threads per dimension", g[0], g[1],
+               g[2], r->tg.width, r->tg.height, r->tg.depth);
+      return false;
+    }
+  }
   return sm__run_dispatch(&d, err, errlen);
 }
 
@@ -761,6 +805,7 @@ static bool run_command(command *c, char *err, size_t errlen) {
 
 static void cmdbuf_execute(sm_cmdbuf *cb) {
   atomic_store(&cb->status, CB_SCHEDULED);
+  sm__host_cb_scheduled((id)cb);
   char err[2048] = "";
   bool ok = true;
   if (cb->encode_error) {
@@ -774,6 +819,7 @@ static void cmdbuf_execute(sm_cmdbuf *cb) {
       if (cb->cmds[i].kind == CMD_SIGNAL) event_set(cb->cmds[i].event, cb->cmds[i].value);
     cb->error = sm__error(CB_ERROR_DOMAIN, CB_ERROR_INTERNAL, "%s", err);
   }
+  sm__host_cb_finished((id)cb);
   atomic_store(&cb->status, ok ? CB_COMPLETED : CB_ERROR);
 }
 
@@ -1141,6 +1187,11 @@ static size_t command_uses(const command *c, hz_use *u) {
       while (j < n && u[j].buf != d->buffers[i]) j++;
       if (j == n) u[n++] = (hz_use){d->buffers[i], write, ""};
       else u[j].write |= write;
+    }
+    if (d->indirect) {
+      size_t j = 0;
+      while (j < n && u[j].buf != d->indirect) j++;
+      if (j == n) u[n++] = (hz_use){d->indirect, false, ""};
     }
     for (size_t j = 0; j < n; j++)
       snprintf(u[j].op, sizeof u[j].op, "%s, kernel %s", c->op_sel, k->name);
@@ -1589,6 +1640,14 @@ static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
   e->pipeline = (sm_pipeline *)pipeline;
 }
 
+id sm__encoder_buffer(id encoder, NSUInteger index, NSUInteger *offset) {
+  sm_encoder *e = (sm_encoder *)encoder;
+  if (index >= SM_MAX_BINDINGS || !e->buffers[index]) return nil;
+  *offset = e->offsets[index];
+  return (id)e->buffers[index];
+}
+id sm__encoder_cmdbuf(id encoder) { return (id)((sm_encoder *)encoder)->cb; }
+
 static bool index_ok(sm_cmdbuf *cb, const char *sel, NSUInteger index) {
   if (index < SM_MAX_BINDINGS) return true;
   encode_fail(cb, "%s: index = %lu must be < %u", sel, index, SM_MAX_BINDINGS);
@@ -1732,6 +1791,26 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   command *c = enc_cmd(self, cmd, CMD_DISPATCH);
   c->dispatch = r;
   if (e->concurrent) concurrent_check(e, sel, r);
+}
+
+void sm__encoder_dispatch_indirect(id self, SEL cmd, id buffer, NSUInteger offset,
+                                   MTLSize tg) {
+  sm_cmdbuf *cb = enc_open(self, cmd);
+  const char *sel = sel_getName(cmd);
+  sm_buffer *b = as_buffer(cb, sel, "indirectBuffer", buffer);
+  if (!b) return;
+  if (offset % 4 || !range_ok(offset, 12, b->length)) {
+    encode_fail(cb, "%s: indirectBufferOffset = %lu must be a multiple of 4 with 12 bytes "
+                "(MTLDispatchThreadgroupsIndirectArguments) within the buffer's length %lu",
+                sel, offset, b->length);
+    return;
+  }
+  size_t before = cb->ncmds;
+  comp_dispatch(self, cmd, (MTLSize){1, 1, 1}, tg, false);
+  if (cb->ncmds == before + 1 && cb->cmds[before].kind == CMD_DISPATCH) {
+    cb->cmds[before].dispatch->indirect = keep_ref(cb, b);
+    cb->cmds[before].dispatch->indirect_off = offset;
+  }
 }
 
 static void comp_dispatch_threads(id self, SEL cmd, MTLSize grid, MTLSize tg) {

@@ -548,16 +548,6 @@ SM_EXPORT int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, uns
   return 0;
 }
 
-static id device_new_library_url(id self, SEL cmd, id url, id *error) {
-  (void)self;
-  (void)url;
-  set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
-                             "%s: softmetal compiles MSL source only; metallib files cannot "
-                             "run on the CPU (use newLibraryWithSource:options:error:)",
-                             sel_getName(cmd)));
-  return nil;
-}
-
 static NSUInteger pipeline_max_threads(id self, SEL cmd) {
   (void)cmd;
   return ((sm_pipeline *)self)->max_threads;
@@ -616,7 +606,6 @@ void sm__register_msl(void) {
 void sm__add_device_msl_methods(Class device) {
   sm__method(device, "newLibraryWithSource:options:error:", SM_IMP(device_new_library),
              "@@:@@^@");
-  sm__method(device, "newLibraryWithURL:error:", SM_IMP(device_new_library_url), "@@:@^@");
   sm__method(device, "newComputePipelineStateWithFunction:error:", SM_IMP(device_new_pipeline),
              "@@:@^@");
 }

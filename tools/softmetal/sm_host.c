@@ -1,0 +1,1224 @@
+/* The host API around softmetal's command path that Metal programs send:
+ * debug groups, command buffer times and scheduled handlers, command buffer
+ * descriptors, residency sets on queues and command buffers, encoder
+ * conveniences (setBuffers:offsets:withRange:, setBufferOffset:atIndex:,
+ * indirect dispatch, useResource:usage:), device properties and
+ * architecture, MTLEvent, libraries from files, shared event listeners,
+ * capture (refused), function descriptors, linked functions (refused) and
+ * the compile options' remaining settings. State these need is kept in an
+ * object's host record (struct sm_host), made on first use. */
+#include "sm_internal.h"
+
+#include <errno.h>
+#include <objc/thr.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum { CB_COMMITTED = 2, CB_SCHEDULED = 3 };
+enum { MAX_TG_MEMORY = 32768 };
+
+/* ------------------------------------------------------------- host records */
+typedef struct {
+  const void *block; /* copied */
+  id listener;       /* retained */
+  uint64_t value;
+} notify_rec;
+
+struct sm_host {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* debug groups (command buffers and encoders) */
+  char **groups;
+  size_t ngroups, gcap;
+  /* command buffers */
+  double kernel_start, gpu_start, gpu_end, kernel_end;
+  bool scheduled, finished;
+  void **sched; /* copied blocks */
+  size_t nsched;
+  NSUInteger error_options;
+  /* residency sets (queues, command buffers), retained */
+  id *rsets;
+  size_t nrsets, rscap;
+  /* shared events */
+  notify_rec *notes;
+  size_t nnotes, ncap;
+  /* devices */
+  id architecture;
+  /* compile options */
+  id macros; /* NSDictionary */
+  NSInteger opt_level, math_fp;
+  bool logging;
+  /* heap buffers */
+  id heap; /* retained */
+  NSUInteger heap_off, heap_size;
+  bool aliasable;
+  NSUInteger purgeable;
+};
+
+static struct sm_host *host_of(id o) {
+  sm_obj *s = (sm_obj *)o;
+  struct sm_host *h = atomic_load(&s->host);
+  if (h) return h;
+  h = calloc(1, sizeof *h);
+  if (!h) sm__fatal("-[%s]: out of memory", s->cls->name);
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, NULL);
+  h->purgeable = 2; /* NonVolatile */
+  struct sm_host *expected = NULL;
+  if (!atomic_compare_exchange_strong(&s->host, &expected, h)) {
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+    return expected;
+  }
+  return h;
+}
+static struct sm_host *host_if(id o) { return o ? atomic_load(&((sm_obj *)o)->host) : NULL; }
+
+void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_aliasable);
+
+void sm__host_free(sm_obj *o) {
+  struct sm_host *h = atomic_exchange(&o->host, NULL);
+  if (!h) return;
+  for (size_t i = 0; i < h->ngroups; i++) free(h->groups[i]);
+  free(h->groups);
+  for (size_t i = 0; i < h->nsched; i++) sm__block_release(h->sched[i]);
+  free(h->sched);
+  for (size_t i = 0; i < h->nrsets; i++) sm__release(h->rsets[i]);
+  free(h->rsets);
+  for (size_t i = 0; i < h->nnotes; i++) { /* never reached: never run */
+    sm__block_release(h->notes[i].block);
+    sm__release(h->notes[i].listener);
+  }
+  free(h->notes);
+  sm__release(h->architecture);
+  sm__release(h->macros);
+  if (h->heap) {
+    sm__heap_give_back(h->heap, h->heap_off, h->heap_size, false);
+    sm__release(h->heap);
+  }
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+  free(h);
+}
+
+/* Heap buffers (sm_heap.c). */
+void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size);
+bool sm__host_heap_slot(id buffer, id *heap, NSUInteger *off, NSUInteger *size);
+void sm__host_set_aliasable(id buffer);
+bool sm__host_aliasable(id buffer);
+NSUInteger *sm__host_purgeable(id buffer);
+void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size) {
+  struct sm_host *h = host_of(buffer);
+  h->heap = heap;
+  h->heap_off = off;
+  h->heap_size = size;
+}
+bool sm__host_heap_slot(id buffer, id *heap, NSUInteger *off, NSUInteger *size) {
+  struct sm_host *h = host_if(buffer);
+  if (!h || !h->heap) return false;
+  *heap = h->heap;
+  *off = h->heap_off;
+  *size = h->heap_size;
+  return true;
+}
+void sm__host_set_aliasable(id buffer) { host_of(buffer)->aliasable = true; }
+bool sm__host_aliasable(id buffer) {
+  struct sm_host *h = host_if(buffer);
+  return h && h->aliasable;
+}
+NSUInteger *sm__host_purgeable(id buffer) { return &host_of(buffer)->purgeable; }
+
+/* ------------------------------------------------------------- messages */
+static id send_id(id o, const char *sel) {
+  return ((id(*)(id, SEL))(void (*)(void))sm__lookup(o, sel))(o, sel_registerName(sel));
+}
+static NSUInteger send_u(id o, const char *sel) {
+  return ((NSUInteger(*)(id, SEL))(void (*)(void))sm__lookup(o, sel))(o, sel_registerName(sel));
+}
+static const char *cls_name(id o) { return o ? object_getClassName(o) : "nil"; }
+
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------- debug groups */
+static void group_push(id self, SEL cmd, id name) {
+  if (!sm__is_string(name))
+    sm__fatal("-[%s %s]: string is %s, not an NSString", cls_name(self), sel_getName(cmd),
+              cls_name(name));
+  struct sm_host *h = host_of(self);
+  char *copy = strdup(sm__string_utf8(name));
+  pthread_mutex_lock(&h->mu);
+  if (h->ngroups == h->gcap) {
+    size_t cap = h->gcap ? h->gcap * 2 : 4;
+    char **g = realloc(h->groups, cap * sizeof *g);
+    if (!g || !copy) sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
+    h->groups = g;
+    h->gcap = cap;
+  }
+  h->groups[h->ngroups++] = copy;
+  pthread_mutex_unlock(&h->mu);
+}
+static void group_pop(id self, SEL cmd) {
+  struct sm_host *h = host_if(self);
+  if (!h || !h->ngroups)
+    sm__fatal("-[%s %s]: no debug group is open (pushDebugGroup:)", cls_name(self),
+              sel_getName(cmd));
+  pthread_mutex_lock(&h->mu);
+  free(h->groups[--h->ngroups]);
+  pthread_mutex_unlock(&h->mu);
+}
+static void signpost(id self, SEL cmd, id name) {
+  if (!sm__is_string(name))
+    sm__fatal("-[%s %s]: string is %s, not an NSString", cls_name(self), sel_getName(cmd),
+              cls_name(name));
+}
+static void append_groups(struct sm_host *h, char *out, size_t len, size_t *at, bool *any) {
+  if (!h) return;
+  pthread_mutex_lock(&h->mu);
+  for (size_t i = 0; i < h->ngroups && *at < len; i++) {
+    int n = snprintf(out + *at, len - *at, "%s'%s'", *any ? " > " : " (debug groups: ",
+                     h->groups[i]);
+    if (n > 0) *at += (size_t)n;
+    *any = true;
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+void sm__host_debug_groups(id cmdbuf, id encoder, char *out, size_t len) {
+  size_t at = strlen(out);
+  bool any = false;
+  append_groups(host_if(cmdbuf), out, len, &at, &any);
+  append_groups(host_if(encoder), out, len, &at, &any);
+  if (any && at + 1 < len) {
+    out[at] = ')';
+    out[at + 1] = 0;
+  }
+}
+
+static void cb_require_open(id cb, SEL cmd) {
+  NSUInteger st = send_u(cb, "status");
+  if (st >= CB_COMMITTED)
+    sm__fatal("-[SMCommandBuffer %s]: command buffer already committed (status %lu)",
+              sel_getName(cmd), st);
+}
+static void cb_push_group(id self, SEL cmd, id name) {
+  cb_require_open(self, cmd);
+  group_push(self, cmd, name);
+}
+static void cb_pop_group(id self, SEL cmd) {
+  cb_require_open(self, cmd);
+  group_pop(self, cmd);
+}
+
+/* ------------------------------------------------------------- command buffer times */
+/* Host times (seconds of CLOCK_MONOTONIC, as CFTimeInterval) of the command
+ * buffer's execution on its queue thread; 0 until it has completed. */
+void sm__host_cb_scheduled(id cb) {
+  struct sm_host *h = host_of(cb);
+  pthread_mutex_lock(&h->mu);
+  h->kernel_start = now_seconds();
+  size_t n = h->nsched;
+  void **sched = h->sched;
+  h->sched = NULL;
+  h->nsched = 0;
+  pthread_mutex_unlock(&h->mu);
+  if (n) {
+    void *pool = sm__pool_push();
+    for (size_t i = 0; i < n; i++) {
+      sm__block_invoke_handler(sched[i], cb);
+      sm__block_release(sched[i]);
+    }
+    sm__pool_pop(pool);
+  }
+  free(sched);
+  pthread_mutex_lock(&h->mu);
+  h->scheduled = true;
+  pthread_cond_broadcast(&h->cv);
+  h->gpu_start = now_seconds();
+  pthread_mutex_unlock(&h->mu);
+}
+void sm__host_cb_finished(id cb) {
+  struct sm_host *h = host_of(cb);
+  pthread_mutex_lock(&h->mu);
+  h->gpu_end = now_seconds();
+  h->kernel_end = now_seconds();
+  h->finished = true;
+  pthread_mutex_unlock(&h->mu);
+}
+static double cb_time(id self, int which) {
+  struct sm_host *h = host_if(self);
+  if (!h) return 0;
+  pthread_mutex_lock(&h->mu);
+  double t = !h->finished ? 0
+             : which == 0 ? h->gpu_start
+             : which == 1 ? h->gpu_end
+             : which == 2 ? h->kernel_start
+                          : h->kernel_end;
+  pthread_mutex_unlock(&h->mu);
+  return t;
+}
+static double cb_gpu_start(id self, SEL cmd) { (void)cmd; return cb_time(self, 0); }
+static double cb_gpu_end(id self, SEL cmd) { (void)cmd; return cb_time(self, 1); }
+static double cb_kernel_start(id self, SEL cmd) { (void)cmd; return cb_time(self, 2); }
+static double cb_kernel_end(id self, SEL cmd) { (void)cmd; return cb_time(self, 3); }
+
+static void cb_add_scheduled(id self, SEL cmd, const void *block) {
+  if (!block) sm__fatal("-[SMCommandBuffer %s]: block = nil", sel_getName(cmd));
+  cb_require_open(self, cmd);
+  struct sm_host *h = host_of(self);
+  pthread_mutex_lock(&h->mu);
+  void **g = realloc(h->sched, (h->nsched + 1) * sizeof *g);
+  if (!g) sm__fatal("-[SMCommandBuffer %s]: out of memory", sel_getName(cmd));
+  h->sched = g;
+  h->sched[h->nsched++] = sm__block_copy(block);
+  pthread_mutex_unlock(&h->mu);
+}
+static void cb_wait_scheduled(id self, SEL cmd) {
+  NSUInteger st = send_u(self, "status");
+  if (st < CB_COMMITTED)
+    sm__fatal("-[SMCommandBuffer %s]: command buffer not committed (status %lu): this would "
+              "wait forever", sel_getName(cmd), st);
+  struct sm_host *h = host_of(self);
+  pthread_mutex_lock(&h->mu);
+  while (!h->scheduled) pthread_cond_wait(&h->cv, &h->mu);
+  pthread_mutex_unlock(&h->mu);
+}
+static NSUInteger cb_error_options(id self, SEL cmd) {
+  (void)cmd;
+  struct sm_host *h = host_if(self);
+  return h ? h->error_options : 0;
+}
+
+/* ------------------------------------------------------------- residency on queues */
+bool sm__is_residency_set(id o);
+id sm__residency_set_device(id o);
+static void rsets_add(id self, SEL cmd, const id *sets, NSUInteger count) {
+  if (count && !sets) sm__fatal("-[%s %s]: residencySets = NULL", cls_name(self), sel_getName(cmd));
+  id dev = send_id(self, "device");
+  for (NSUInteger i = 0; i < count; i++) {
+    if (!sm__is_residency_set(sets[i]))
+      sm__fatal("-[%s %s]: residency set %lu is %s, not an MTLResidencySet", cls_name(self),
+                sel_getName(cmd), i, cls_name(sets[i]));
+    if (sm__residency_set_device(sets[i]) != dev)
+      sm__fatal("-[%s %s]: residency set %lu belongs to another device", cls_name(self),
+                sel_getName(cmd), i);
+  }
+  struct sm_host *h = host_of(self);
+  pthread_mutex_lock(&h->mu);
+  for (NSUInteger i = 0; i < count; i++) {
+    bool have = false;
+    for (size_t k = 0; k < h->nrsets; k++) have |= h->rsets[k] == sets[i];
+    if (have) continue;
+    if (h->nrsets == h->rscap) {
+      size_t cap = h->rscap ? h->rscap * 2 : 4;
+      id *g = realloc(h->rsets, cap * sizeof *g);
+      if (!g) sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
+      h->rsets = g;
+      h->rscap = cap;
+    }
+    h->rsets[h->nrsets++] = sm__retain(sets[i]);
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+static void rsets_remove(id self, SEL cmd, const id *sets, NSUInteger count) {
+  if (count && !sets) sm__fatal("-[%s %s]: residencySets = NULL", cls_name(self), sel_getName(cmd));
+  struct sm_host *h = host_if(self);
+  if (!h) return;
+  pthread_mutex_lock(&h->mu);
+  for (NSUInteger i = 0; i < count; i++)
+    for (size_t k = 0; k < h->nrsets; k++)
+      if (h->rsets[k] == sets[i]) {
+        sm__release(h->rsets[k]);
+        h->rsets[k] = h->rsets[--h->nrsets];
+        break;
+      }
+  pthread_mutex_unlock(&h->mu);
+}
+static void rset_add_one(id self, SEL cmd, id set) { rsets_add(self, cmd, &set, 1); }
+static void rset_remove_one(id self, SEL cmd, id set) { rsets_remove(self, cmd, &set, 1); }
+static void cb_use_rsets(id self, SEL cmd, const id *sets, NSUInteger count) {
+  cb_require_open(self, cmd);
+  rsets_add(self, cmd, sets, count);
+}
+static void cb_use_rset(id self, SEL cmd, id set) { cb_use_rsets(self, cmd, &set, 1); }
+
+/* ------------------------------------------------------------- command buffer descriptors */
+typedef struct {
+  sm_obj hdr;
+  bool retained;
+  NSUInteger error_options;
+} sm_cb_desc;
+static sm_class cb_desc_class = {"MTLCommandBufferDescriptor", sizeof(sm_cb_desc), NULL, Nil, 0};
+static id cbd_init(id self, SEL cmd) {
+  (void)cmd;
+  ((sm_cb_desc *)self)->retained = true;
+  return self;
+}
+static BOOL cbd_retained(id self, SEL cmd) { (void)cmd; return ((sm_cb_desc *)self)->retained; }
+static void cbd_set_retained(id self, SEL cmd, BOOL v) {
+  (void)cmd;
+  ((sm_cb_desc *)self)->retained = v;
+}
+static NSUInteger cbd_error_options(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_cb_desc *)self)->error_options;
+}
+static void cbd_set_error_options(id self, SEL cmd, NSUInteger v) {
+  if (v > 1)
+    sm__fatal("-[MTLCommandBufferDescriptor %s]: errorOptions = %lu is not an "
+              "MTLCommandBufferErrorOption (None 0, EncoderExecutionStatus 1)", sel_getName(cmd), v);
+  ((sm_cb_desc *)self)->error_options = v;
+}
+static id queue_cb_with_desc(id self, SEL cmd, id desc) {
+  if (!sm__is(desc, &cb_desc_class))
+    sm__fatal("-[SMCommandQueue %s]: descriptor is %s, not an MTLCommandBufferDescriptor",
+              sel_getName(cmd), cls_name(desc));
+  sm_cb_desc *d = (sm_cb_desc *)desc;
+  id cb = send_id(self, d->retained ? "commandBuffer" : "commandBufferWithUnretainedReferences");
+  if (cb) host_of(cb)->error_options = d->error_options;
+  return cb;
+}
+
+/* ------------------------------------------------------------- encoders */
+static void enc_set_buffers(id self, SEL cmd, const id *buffers, const NSUInteger *offsets,
+                            NSRange range) {
+  (void)cmd;
+  void (*set)(id, SEL, id, NSUInteger, NSUInteger) =
+      (void (*)(id, SEL, id, NSUInteger, NSUInteger))(void (*)(void))sm__lookup(
+          self, "setBuffer:offset:atIndex:");
+  SEL s = sel_registerName("setBuffer:offset:atIndex:");
+  if (range.length && (!buffers || !offsets))
+    sm__fatal("-[SMComputeCommandEncoder %s]: buffers or offsets = NULL", sel_getName(cmd));
+  for (NSUInteger i = 0; i < range.length; i++)
+    set(self, s, buffers[i], offsets[i], range.location + i);
+}
+static void enc_set_buffer_offset(id self, SEL cmd, NSUInteger offset, NSUInteger index) {
+  NSUInteger old;
+  id b = sm__encoder_buffer(self, index, &old);
+  if (!b) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: no buffer is bound at index %lu (setBuffer:offset:atIndex:)",
+             sel_getName(cmd), index);
+    sm__cmdbuf_fail(sm__encoder_cmdbuf(self), msg);
+    return;
+  }
+  ((void (*)(id, SEL, id, NSUInteger, NSUInteger))(void (*)(void))sm__lookup(
+      self, "setBuffer:offset:atIndex:"))(self, sel_registerName("setBuffer:offset:atIndex:"), b,
+                                          offset, index);
+}
+static void enc_dispatch_indirect(id self, SEL cmd, id buffer, NSUInteger offset, MTLSize tg) {
+  sm__encoder_dispatch_indirect(self, cmd, buffer, offset, tg);
+}
+static void check_resource(id self, SEL cmd, id r, NSUInteger usage, bool heap_only) {
+  bool buffer = sm__is_named(r, "SMBuffer"), heap = sm__is_named(r, "SMHeap");
+  if (heap_only ? !heap : !(buffer || heap))
+    sm__fatal("-[SMComputeCommandEncoder %s]: %s is %s, not an %s", sel_getName(cmd),
+              heap_only ? "heap" : "resource", cls_name(r), heap_only ? "MTLHeap" : "MTLResource");
+  if (usage == 0 || usage > 7)
+    sm__fatal("-[SMComputeCommandEncoder %s]: usage = %lu is not an MTLResourceUsage "
+              "(Read 1 | Write 2 | Sample 4)", sel_getName(cmd), usage);
+  id dev = send_id(r, "device");
+  id mine = send_id(sm__encoder_cmdbuf(self), "device");
+  if (dev != mine) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: the resource belongs to another device than the command "
+             "queue's", sel_getName(cmd));
+    sm__cmdbuf_fail(sm__encoder_cmdbuf(self), msg);
+  }
+}
+/* Every allocation is resident on the CPU: the calls are checked and kept no further. */
+static void enc_use_resource(id self, SEL cmd, id r, NSUInteger usage) {
+  check_resource(self, cmd, r, usage, false);
+}
+static void enc_use_resources(id self, SEL cmd, const id *rs, NSUInteger count, NSUInteger usage) {
+  if (count && !rs) sm__fatal("-[SMComputeCommandEncoder %s]: resources = NULL", sel_getName(cmd));
+  for (NSUInteger i = 0; i < count; i++) check_resource(self, cmd, rs[i], usage, false);
+}
+static void enc_use_heap(id self, SEL cmd, id heap) { check_resource(self, cmd, heap, 1, true); }
+static void enc_use_heaps(id self, SEL cmd, const id *hs, NSUInteger count) {
+  if (count && !hs) sm__fatal("-[SMComputeCommandEncoder %s]: heaps = NULL", sel_getName(cmd));
+  for (NSUInteger i = 0; i < count; i++) check_resource(self, cmd, hs[i], 1, true);
+}
+static id enc_device(id self, SEL cmd) {
+  (void)cmd;
+  return send_id(sm__encoder_cmdbuf(self), "device");
+}
+static id enc_cmdbuf(id self, SEL cmd) { (void)cmd; return sm__encoder_cmdbuf(self); }
+
+/* ------------------------------------------------------------- device */
+typedef struct {
+  sm_obj hdr;
+  id name;
+} sm_arch;
+static void arch_destroy(sm_obj *o) { sm__release(((sm_arch *)o)->name); }
+static sm_class arch_class = {"MTLArchitecture", sizeof(sm_arch), arch_destroy, Nil, 0};
+static id arch_name(id self, SEL cmd) { (void)cmd; return ((sm_arch *)self)->name; }
+
+/* The architecture softmetal stands for: an Apple GPU of family Apple9 (as
+ * supportsFamily: answers), generation 15, base ('g') configuration. */
+#define SM_ARCHITECTURE "applegpu_g15g"
+static id device_architecture(id self, SEL cmd) {
+  (void)cmd;
+  struct sm_host *h = host_of(self);
+  pthread_mutex_lock(&h->mu);
+  if (!h->architecture) {
+    sm_arch *a = sm__new(&arch_class);
+    if (!a) sm__fatal("-[SMDevice architecture]: out of memory");
+    a->name = sm__string(SM_ARCHITECTURE);
+    h->architecture = (id)a;
+  }
+  id a = h->architecture;
+  pthread_mutex_unlock(&h->mu);
+  return a;
+}
+static NSUInteger device_max_tg_memory(id s, SEL c) { (void)s; (void)c; return MAX_TG_MEMORY; }
+static BOOL device_no(id s, SEL c) { (void)s; (void)c; return 0; }
+static NSUInteger device_zero(id s, SEL c) { (void)s; (void)c; return 0; }
+static NSUInteger device_arg_tier(id s, SEL c) { (void)s; (void)c; return 1; } /* Tier2 */
+
+/* MTLEvent: an event only command buffers signal and wait for. softmetal's
+ * is a shared event whose host-side selectors are refused as unknown. */
+static Class g_event_class;
+static void not_an_mtlevent(id self, SEL cmd) {
+  sm__fatal("-[SMEvent %s]: unrecognized selector sent to %p (an MTLEvent from newEvent is "
+            "not an MTLSharedEvent: use newSharedEvent)", sel_getName(cmd), (void *)self);
+}
+static id device_new_mtl_event(id self, SEL cmd) {
+  (void)cmd;
+  id e = send_id(self, "newSharedEvent");
+  if (e) object_setClass(e, g_event_class);
+  return e;
+}
+
+/* Libraries from files: softmetal's container (softmetal-metallib), through
+ * newLibraryWithData:error:. */
+SM_EXPORT id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
+enum { LIB_ERROR_FILE_NOT_FOUND = 6 };
+static void set_error(id *error, id e) {
+  if (error) *error = sm__autorelease(e);
+  else sm__release(e);
+}
+static id library_from_path(id self, SEL cmd, const char *path, id *error) {
+  FILE *f = path ? fopen(path, "rb") : NULL;
+  if (!f) {
+    set_error(error, sm__error("MTLLibraryErrorDomain", LIB_ERROR_FILE_NOT_FOUND,
+                               "%s: cannot open '%s': %s", sel_getName(cmd),
+                               path ? path : "(nil)", path ? strerror(errno) : "no path"));
+    return nil;
+  }
+  size_t cap = 1 << 16, n = 0, got;
+  unsigned char *buf = malloc(cap);
+  while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) {
+      unsigned char *g = realloc(buf, cap * 2);
+      if (!g) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = g;
+      cap *= 2;
+    }
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (!buf || bad) {
+    free(buf);
+    set_error(error, sm__error("MTLLibraryErrorDomain", LIB_ERROR_FILE_NOT_FOUND,
+                               "%s: cannot read '%s'", sel_getName(cmd), path));
+    return nil;
+  }
+  id data = dispatch_data_create(buf, n, NULL, NULL);
+  free(buf);
+  id lib = ((id(*)(id, SEL, id, id *))(void (*)(void))sm__lookup(self, "newLibraryWithData:error:"))(
+      self, sel_registerName("newLibraryWithData:error:"), data, error);
+  sm__release(data);
+  return lib;
+}
+static id device_library_file(id self, SEL cmd, id path, id *error) {
+  if (path && !sm__is_string(path))
+    sm__fatal("-[SMDevice %s]: filepath is %s, not an NSString", sel_getName(cmd), cls_name(path));
+  return library_from_path(self, cmd, sm__string_utf8(path), error);
+}
+static id device_library_url(id self, SEL cmd, id url, id *error) {
+  if (!sm__is_named(url, "NSURL"))
+    sm__fatal("-[SMDevice %s]: url is %s, not a file NSURL", sel_getName(cmd), cls_name(url));
+  return library_from_path(self, cmd, sm__string_utf8(send_id(url, "path")), error);
+}
+
+/* ------------------------------------------------------------- shared event listeners */
+typedef struct {
+  const void *block;
+  id event;
+  uint64_t value;
+} listener_item;
+
+/* The listener's queue lives apart from the object: a block that drops the
+ * last reference to its own listener leaves the thread to free it. */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  listener_item *items;
+  size_t head, n, cap;
+  bool stop, detached;
+} listener_core;
+
+typedef struct {
+  sm_obj hdr;
+  listener_core *core;
+  bool started;
+  pthread_t thread;
+} sm_listener;
+
+static void core_free(listener_core *c) {
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->items);
+  free(c);
+}
+
+static void *listener_main(void *arg) {
+  objc_thread_add();
+  listener_core *l = arg;
+  pthread_mutex_lock(&l->mu);
+  for (;;) {
+    while (l->head == l->n && !l->stop) pthread_cond_wait(&l->cv, &l->mu);
+    if (l->head == l->n) break;
+    listener_item it = l->items[l->head++];
+    if (l->head == l->n) l->head = l->n = 0;
+    pthread_mutex_unlock(&l->mu);
+    void *pool = sm__pool_push();
+    typedef struct {
+      void *isa;
+      int flags, reserved;
+      void (*invoke)(const void *, id, uint64_t);
+    } blk;
+    ((const blk *)it.block)->invoke(it.block, it.event, it.value);
+    sm__pool_pop(pool);
+    sm__block_release(it.block);
+    sm__release(it.event);
+    pthread_mutex_lock(&l->mu);
+  }
+  bool detached = l->detached;
+  pthread_mutex_unlock(&l->mu);
+  if (detached) core_free(l);
+  objc_thread_remove();
+  return NULL;
+}
+
+/* Pending notifications run before the thread stops (they hold no
+ * reference to the listener, as Metal's). */
+static void listener_destroy(sm_obj *o) {
+  sm_listener *l = (sm_listener *)o;
+  listener_core *c = l->core;
+  if (!c) return;
+  if (!l->started) {
+    core_free(c);
+    return;
+  }
+  bool self = pthread_equal(pthread_self(), l->thread);
+  pthread_mutex_lock(&c->mu);
+  c->stop = true;
+  c->detached = self;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (self) {
+    pthread_detach(l->thread);
+  } else {
+    pthread_join(l->thread, NULL);
+    core_free(c);
+  }
+}
+static sm_class listener_class = {"MTLSharedEventListener", sizeof(sm_listener), listener_destroy,
+                                  Nil, 0};
+static id listener_init(id self, SEL cmd) {
+  sm_listener *l = (sm_listener *)self;
+  if (l->core) sm__fatal("-[MTLSharedEventListener %s]: already initialised", sel_getName(cmd));
+  l->core = calloc(1, sizeof *l->core);
+  if (!l->core) sm__fatal("-[MTLSharedEventListener %s]: out of memory", sel_getName(cmd));
+  pthread_mutex_init(&l->core->mu, NULL);
+  pthread_cond_init(&l->core->cv, NULL);
+  return self;
+}
+static id listener_init_queue(id self, SEL cmd, void *queue) {
+  if (queue)
+    sm__fatal("-[MTLSharedEventListener %s]: softmetal has no dispatch queues: pass nil (or use "
+              "init) and notification blocks run, in order, on the listener's own thread",
+              sel_getName(cmd));
+  return listener_init(self, cmd);
+}
+static void listener_post(sm_listener *l, const void *block, id event, uint64_t value) {
+  listener_core *c = l->core;
+  pthread_mutex_lock(&c->mu);
+  if (!l->started) {
+    if (pthread_create(&l->thread, NULL, listener_main, c) != 0)
+      sm__fatal("MTLSharedEventListener: cannot start its thread");
+    l->started = true;
+  }
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 8;
+    listener_item *g = realloc(c->items, cap * sizeof *g);
+    if (!g) sm__fatal("MTLSharedEventListener: out of memory");
+    c->items = g;
+    c->cap = cap;
+  }
+  c->items[c->n++] = (listener_item){block, sm__retain(event), value};
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Hands the notifications the event's value reached to their listeners. */
+static void event_fire(id event, uint64_t value) {
+  struct sm_host *h = host_if(event);
+  if (!h) return;
+  pthread_mutex_lock(&h->mu);
+  pthread_cond_broadcast(&h->cv);
+  size_t keep = 0, nfire = 0;
+  notify_rec fire[16];
+  for (size_t i = 0; i < h->nnotes; i++) {
+    if (h->notes[i].value <= value && nfire < 16) fire[nfire++] = h->notes[i];
+    else h->notes[keep++] = h->notes[i];
+  }
+  h->nnotes = keep;
+  bool more = false;
+  for (size_t i = 0; i < keep; i++) more |= h->notes[i].value <= value;
+  pthread_mutex_unlock(&h->mu);
+  for (size_t i = 0; i < nfire; i++) {
+    listener_post((sm_listener *)fire[i].listener, fire[i].block, event, fire[i].value);
+    sm__release(fire[i].listener);
+  }
+  if (more) event_fire(event, value);
+}
+void sm__host_event_signaled(id event, uint64_t value) { event_fire(event, value); }
+
+static uint64_t event_value(id e) {
+  return ((uint64_t(*)(id, SEL))(void (*)(void))sm__lookup(e, "signaledValue"))(
+      e, sel_registerName("signaledValue"));
+}
+static void event_notify(id self, SEL cmd, id listener, uint64_t value, const void *block) {
+  if (!sm__is(listener, &listener_class) || !((sm_listener *)listener)->core)
+    sm__fatal("-[SMSharedEvent %s]: listener is %s, not an initialised MTLSharedEventListener",
+              sel_getName(cmd), cls_name(listener));
+  if (!block) sm__fatal("-[SMSharedEvent %s]: block = nil", sel_getName(cmd));
+  struct sm_host *h = host_of(self);
+  pthread_mutex_lock(&h->mu);
+  if (h->nnotes == h->ncap) {
+    size_t cap = h->ncap ? h->ncap * 2 : 4;
+    notify_rec *g = realloc(h->notes, cap * sizeof *g);
+    if (!g) sm__fatal("-[SMSharedEvent %s]: out of memory", sel_getName(cmd));
+    h->notes = g;
+    h->ncap = cap;
+  }
+  h->notes[h->nnotes++] = (notify_rec){sm__block_copy(block), sm__retain(listener), value};
+  pthread_mutex_unlock(&h->mu);
+  event_fire(self, event_value(self)); /* at once when the value is already reached */
+}
+static BOOL event_wait_timeout(id self, SEL cmd, uint64_t value, uint64_t ms) {
+  (void)cmd;
+  struct sm_host *h = host_of(self);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += (time_t)(ms / 1000);
+  until.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&h->mu);
+  BOOL ok;
+  while (!(ok = event_value(self) >= value))
+    if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT) {
+      ok = event_value(self) >= value;
+      break;
+    }
+  pthread_mutex_unlock(&h->mu);
+  return ok;
+}
+
+/* ------------------------------------------------------------- capture */
+/* GPU capture has no meaning on the CPU: starting one fails with an NSError
+ * (MTLCaptureErrorDomain, NotSupported 1); scopes and descriptors keep
+ * their state. */
+typedef struct {
+  sm_obj hdr;
+  id object; /* retained: a device, queue or scope */
+  NSUInteger destination;
+  id url;
+} sm_capture_desc;
+static void cdesc_destroy(sm_obj *o) {
+  sm__release(((sm_capture_desc *)o)->object);
+  sm__release(((sm_capture_desc *)o)->url);
+}
+static sm_class cdesc_class = {"MTLCaptureDescriptor", sizeof(sm_capture_desc), cdesc_destroy,
+                               Nil, 0};
+static id cdesc_init(id self, SEL cmd) {
+  (void)cmd;
+  ((sm_capture_desc *)self)->destination = 1; /* DeveloperTools */
+  return self;
+}
+static id cdesc_object(id self, SEL cmd) { (void)cmd; return ((sm_capture_desc *)self)->object; }
+static void cdesc_set_object(id self, SEL cmd, id o) {
+  (void)cmd;
+  sm_capture_desc *d = (sm_capture_desc *)self;
+  sm__retain(o);
+  sm__release(d->object);
+  d->object = o;
+}
+static NSUInteger cdesc_destination(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_capture_desc *)self)->destination;
+}
+static void cdesc_set_destination(id self, SEL cmd, NSUInteger v) {
+  if (v != 1 && v != 2)
+    sm__fatal("-[MTLCaptureDescriptor %s]: destination = %lu is not an MTLCaptureDestination "
+              "(DeveloperTools 1, GPUTraceDocument 2)", sel_getName(cmd), v);
+  ((sm_capture_desc *)self)->destination = v;
+}
+static id cdesc_url(id self, SEL cmd) { (void)cmd; return ((sm_capture_desc *)self)->url; }
+static void cdesc_set_url(id self, SEL cmd, id u) {
+  (void)cmd;
+  sm_capture_desc *d = (sm_capture_desc *)self;
+  sm__retain(u);
+  sm__release(d->url);
+  d->url = u;
+}
+
+typedef struct {
+  sm_obj hdr;
+  id target; /* device or queue, retained */
+  int open;
+} sm_scope;
+static void scope_destroy(sm_obj *o) { sm__release(((sm_scope *)o)->target); }
+static sm_class scope_class = {"MTLCaptureScope", sizeof(sm_scope), scope_destroy, Nil, 0};
+static void scope_begin(id self, SEL cmd) { (void)cmd; ((sm_scope *)self)->open++; }
+static void scope_end(id self, SEL cmd) {
+  sm_scope *s = (sm_scope *)self;
+  if (!s->open) sm__fatal("-[MTLCaptureScope %s]: the scope was not begun", sel_getName(cmd));
+  s->open--;
+}
+static id scope_device(id self, SEL cmd) {
+  (void)cmd;
+  id t = ((sm_scope *)self)->target;
+  return sm__is_named(t, "SMDevice") ? t : send_id(t, "device");
+}
+static id scope_queue(id self, SEL cmd) {
+  (void)cmd;
+  id t = ((sm_scope *)self)->target;
+  return sm__is_named(t, "SMCommandQueue") ? t : nil;
+}
+
+typedef struct {
+  sm_obj hdr;
+  pthread_mutex_t mu;
+  id default_scope; /* retained */
+} sm_capture;
+static sm_class capture_class = {"MTLCaptureManager", sizeof(sm_capture), NULL, Nil, 0};
+static id g_capture;
+static pthread_once_t g_capture_once = PTHREAD_ONCE_INIT;
+static void capture_make(void) {
+  sm_capture *c = sm__new(&capture_class);
+  if (!c) sm__fatal("+[MTLCaptureManager sharedCaptureManager]: out of memory");
+  pthread_mutex_init(&c->mu, NULL);
+  g_capture = sm__immortal((id)c);
+}
+static id capture_shared(id cls, SEL cmd) {
+  (void)cls;
+  (void)cmd;
+  pthread_once(&g_capture_once, capture_make);
+  return g_capture;
+}
+static BOOL capture_supports(id self, SEL cmd, NSUInteger dest) {
+  (void)self;
+  (void)cmd;
+  (void)dest;
+  return 0;
+}
+static BOOL capture_start(id self, SEL cmd, id desc, id *error) {
+  (void)self;
+  if (!sm__is(desc, &cdesc_class))
+    sm__fatal("-[MTLCaptureManager %s]: descriptor is %s, not an MTLCaptureDescriptor",
+              sel_getName(cmd), cls_name(desc));
+  set_error(error, sm__error("MTLCaptureErrorDomain", 1,
+                             "%s: GPU capture is not supported by softmetal (software Metal on "
+                             "the CPU): there is no GPU trace to record", sel_getName(cmd)));
+  return 0;
+}
+static void capture_start_legacy(id self, SEL cmd, id target) {
+  (void)self;
+  (void)target;
+  fprintf(stderr, "softmetal: -[MTLCaptureManager %s]: GPU capture is not supported; "
+                  "nothing is captured\n", sel_getName(cmd));
+}
+static void capture_noop(id self, SEL cmd) { (void)self; (void)cmd; }
+static BOOL capture_is_capturing(id self, SEL cmd) { (void)self; (void)cmd; return 0; }
+static id capture_new_scope(id self, SEL cmd, id target) {
+  (void)self;
+  if (!sm__is_named(target, "SMDevice") && !sm__is_named(target, "SMCommandQueue"))
+    sm__fatal("-[MTLCaptureManager %s]: %s is not an MTLDevice or MTLCommandQueue",
+              sel_getName(cmd), cls_name(target));
+  sm_scope *s = sm__new(&scope_class);
+  if (!s) return nil;
+  s->target = sm__retain(target);
+  return (id)s;
+}
+static id capture_default_scope(id self, SEL cmd) {
+  (void)cmd;
+  sm_capture *c = (sm_capture *)self;
+  pthread_mutex_lock(&c->mu);
+  id s = c->default_scope;
+  pthread_mutex_unlock(&c->mu);
+  return s;
+}
+static void capture_set_default_scope(id self, SEL cmd, id scope) {
+  if (scope && !sm__is(scope, &scope_class))
+    sm__fatal("-[MTLCaptureManager %s]: %s is not an MTLCaptureScope", sel_getName(cmd),
+              cls_name(scope));
+  sm_capture *c = (sm_capture *)self;
+  sm__retain(scope);
+  pthread_mutex_lock(&c->mu);
+  id old = c->default_scope;
+  c->default_scope = scope;
+  pthread_mutex_unlock(&c->mu);
+  sm__release(old);
+}
+
+/* ------------------------------------------------------------- functions */
+typedef struct {
+  sm_obj hdr;
+  id name, specialized, values;
+  NSUInteger options;
+} sm_fdesc;
+static void fdesc_destroy(sm_obj *o) {
+  sm_fdesc *d = (sm_fdesc *)o;
+  sm__release(d->name);
+  sm__release(d->specialized);
+  sm__release(d->values);
+}
+static sm_class fdesc_class = {"MTLFunctionDescriptor", sizeof(sm_fdesc), fdesc_destroy, Nil, 0};
+static id fdesc_make(id cls, SEL cmd) {
+  (void)cls;
+  (void)cmd;
+  return sm__autorelease(sm__new(&fdesc_class));
+}
+static void swap_string(id *slot, id v, SEL cmd) {
+  if (v && !sm__is_string(v))
+    sm__fatal("-[MTLFunctionDescriptor %s]: %s is not an NSString", sel_getName(cmd), cls_name(v));
+  id c = sm__string_copy(v);
+  sm__release(*slot);
+  *slot = c;
+}
+static id fdesc_name(id self, SEL cmd) { (void)cmd; return ((sm_fdesc *)self)->name; }
+static void fdesc_set_name(id self, SEL cmd, id v) { swap_string(&((sm_fdesc *)self)->name, v, cmd); }
+static id fdesc_specialized(id self, SEL cmd) { (void)cmd; return ((sm_fdesc *)self)->specialized; }
+static void fdesc_set_specialized(id self, SEL cmd, id v) {
+  swap_string(&((sm_fdesc *)self)->specialized, v, cmd);
+}
+static id fdesc_values(id self, SEL cmd) { (void)cmd; return ((sm_fdesc *)self)->values; }
+static void fdesc_set_values(id self, SEL cmd, id v) {
+  if (v && !sm__is_named(v, "MTLFunctionConstantValues"))
+    sm__fatal("-[MTLFunctionDescriptor %s]: %s is not an MTLFunctionConstantValues",
+              sel_getName(cmd), cls_name(v));
+  sm_fdesc *d = (sm_fdesc *)self;
+  sm__retain(v);
+  sm__release(d->values);
+  d->values = v; /* Metal copies; softmetal's values are read when the function is made */
+}
+static NSUInteger fdesc_options(id self, SEL cmd) { (void)cmd; return ((sm_fdesc *)self)->options; }
+static void fdesc_set_options(id self, SEL cmd, NSUInteger v) {
+  if (v & ~(NSUInteger)1)
+    sm__fatal("-[MTLFunctionDescriptor %s]: options = 0x%lx: softmetal has MTLFunctionOptionNone "
+              "(0) and CompileToBinary (1) only", sel_getName(cmd), v);
+  ((sm_fdesc *)self)->options = v;
+}
+static id library_function_desc(id self, SEL cmd, id desc, id *error) {
+  if (!sm__is(desc, &fdesc_class))
+    sm__fatal("-[SMLibrary %s]: descriptor is %s, not an MTLFunctionDescriptor", sel_getName(cmd),
+              cls_name(desc));
+  sm_fdesc *d = (sm_fdesc *)desc;
+  if (d->values)
+    return ((id(*)(id, SEL, id, id, id *))(void (*)(void))sm__lookup(
+        self, "newFunctionWithName:constantValues:error:"))(
+        self, sel_registerName("newFunctionWithName:constantValues:error:"), d->name, d->values,
+        error);
+  id f = ((id(*)(id, SEL, id))(void (*)(void))sm__lookup(self, "newFunctionWithName:"))(
+      self, sel_registerName("newFunctionWithName:"), d->name);
+  if (!f)
+    set_error(error, sm__error("MTLLibraryErrorDomain", 5, "%s: function '%s' was not found in "
+                               "the library", sel_getName(cmd),
+                               d->name ? sm__string_utf8(d->name) : "(nil)"));
+  return f;
+}
+
+/* MTLLinkedFunctions: visible and intersection functions need function
+ * pointers, which softmetal's kernels lack (supportsFunctionPointers NO). */
+static sm_class linked_class = {"MTLLinkedFunctions", sizeof(sm_obj), NULL, Nil, 0};
+static id linked_make(id cls, SEL cmd) {
+  (void)cls;
+  (void)cmd;
+  return sm__autorelease(sm__new(&linked_class));
+}
+static void linked_set(id self, SEL cmd, id list) {
+  (void)self;
+  if (list && send_u(list, "count"))
+    sm__fatal("-[MTLLinkedFunctions %s]: softmetal does not support linked functions (function "
+              "pointers, visible or intersection functions): supportsFunctionPointers is NO",
+              sel_getName(cmd));
+}
+static id linked_get(id self, SEL cmd) { (void)self; (void)cmd; return nil; }
+
+/* ------------------------------------------------------------- compile options */
+static void opts_set_macros(id self, SEL cmd, id dict) {
+  if (dict && !sm__is_named(dict, "NSDictionary"))
+    sm__fatal("-[MTLCompileOptions %s]: %s is not an NSDictionary", sel_getName(cmd),
+              cls_name(dict));
+  id copy = dict ? send_id(dict, "copy") : nil;
+  struct sm_host *h = host_of(self);
+  sm__release(h->macros);
+  h->macros = copy;
+}
+static id opts_macros(id self, SEL cmd) {
+  (void)cmd;
+  struct sm_host *h = host_if(self);
+  return h ? h->macros : nil;
+}
+static NSInteger opts_opt_level(id self, SEL cmd) {
+  (void)cmd;
+  struct sm_host *h = host_if(self);
+  return h ? h->opt_level : 0;
+}
+static void opts_set_opt_level(id self, SEL cmd, NSInteger v) {
+  if (v != 0 && v != 1)
+    sm__fatal("-[MTLCompileOptions %s]: optimizationLevel = %ld is not an "
+              "MTLLibraryOptimizationLevel (Default 0, Size 1)", sel_getName(cmd), (long)v);
+  host_of(self)->opt_level = v;
+}
+static BOOL opts_logging(id self, SEL cmd) {
+  (void)cmd;
+  struct sm_host *h = host_if(self);
+  return h && h->logging;
+}
+static void opts_set_logging(id self, SEL cmd, BOOL v) { (void)cmd; host_of(self)->logging = v; }
+static NSInteger opts_math_fp(id self, SEL cmd) {
+  (void)cmd;
+  struct sm_host *h = host_if(self);
+  return h ? h->math_fp : 0;
+}
+static void opts_set_math_fp(id self, SEL cmd, NSInteger v) {
+  if (v != 0 && v != 1)
+    sm__fatal("-[MTLCompileOptions %s]: mathFloatingPointFunctions = %ld is not an "
+              "MTLMathFloatingPointFunctions (Fast 0, Precise 1)", sel_getName(cmd), (long)v);
+  host_of(self)->math_fp = v;
+}
+
+/* preprocessorMacros: defined before the source, #line 1 after them, as
+ * softmetal-metallib's -D. */
+static IMP g_new_library;
+struct macro_buf {
+  char *text;
+  size_t n, cap;
+  const char *sel;
+};
+static void macro_add(id key, id value, void *ctx) {
+  struct macro_buf *m = ctx;
+  if (!sm__is_string(key))
+    sm__fatal("-[SMDevice %s]: preprocessorMacros key is %s, not an NSString", m->sel,
+              cls_name(key));
+  if (!sm__is_string(value) && !sm__is_named(value, "NSNumber"))
+    sm__fatal("-[SMDevice %s]: preprocessorMacros['%s'] is %s, not an NSString or NSNumber",
+              m->sel, sm__string_utf8(key), cls_name(value));
+  const char *k = sm__string_utf8(key), *v = sm__string_utf8(send_id(value, "description"));
+  size_t need = strlen(k) + strlen(v) + 16;
+  if (m->n + need >= m->cap) {
+    m->cap = (m->n + need) * 2;
+    char *g = realloc(m->text, m->cap);
+    if (!g) sm__fatal("-[SMDevice %s]: out of memory", m->sel);
+    m->text = g;
+  }
+  m->n += (size_t)snprintf(m->text + m->n, m->cap - m->n, "#define %s %s\n", k, v);
+}
+static id device_new_library_macros(id self, SEL cmd, id source, id options, id *error) {
+  id (*orig)(id, SEL, id, id, id *) = (id(*)(id, SEL, id, id, id *))(void (*)(void))g_new_library;
+  struct sm_host *h = host_if(options);
+  if (!h || !h->macros || !send_u(h->macros, "count") || !sm__is_string(source))
+    return orig(self, cmd, source, options, error);
+  struct macro_buf m = {NULL, 0, 0, sel_getName(cmd)};
+  sm__dictionary_each(h->macros, macro_add, &m);
+  const char *src = sm__string_utf8(source);
+  size_t len = m.n + strlen(src) + 16;
+  char *text = malloc(len);
+  if (!text) sm__fatal("-[SMDevice %s]: out of memory", m.sel);
+  snprintf(text, len, "%s#line 1\n%s", m.text, src);
+  free(m.text);
+  id full = sm__string(text);
+  free(text);
+  id lib = orig(self, cmd, full, options, error);
+  sm__release(full);
+  return lib;
+}
+
+/* -[NSURL fileSystemRepresentation]: the path's bytes (file URLs only). */
+static const char *url_fs_path(id self, SEL cmd) {
+  (void)cmd;
+  return sm__string_utf8(send_id(self, "path"));
+}
+
+/* ------------------------------------------------------------- registration */
+static void add(const char *cls, const char *sel, IMP imp, const char *types) {
+  Class c = objc_getClass(cls);
+  if (!c) sm__fatal("class %s is not registered", cls);
+  sm__method(c, sel, imp, types);
+}
+
+void sm__register_host(void) {
+  /* command buffers */
+  add("SMCommandBuffer", "pushDebugGroup:", SM_IMP(cb_push_group), "v@:@");
+  add("SMCommandBuffer", "popDebugGroup", SM_IMP(cb_pop_group), "v@:");
+  add("SMCommandBuffer", "GPUStartTime", SM_IMP(cb_gpu_start), "d@:");
+  add("SMCommandBuffer", "GPUEndTime", SM_IMP(cb_gpu_end), "d@:");
+  add("SMCommandBuffer", "kernelStartTime", SM_IMP(cb_kernel_start), "d@:");
+  add("SMCommandBuffer", "kernelEndTime", SM_IMP(cb_kernel_end), "d@:");
+  add("SMCommandBuffer", "addScheduledHandler:", SM_IMP(cb_add_scheduled), "v@:@?");
+  add("SMCommandBuffer", "waitUntilScheduled", SM_IMP(cb_wait_scheduled), "v@:");
+  add("SMCommandBuffer", "errorOptions", SM_IMP(cb_error_options), "Q@:");
+  add("SMCommandBuffer", "useResidencySet:", SM_IMP(cb_use_rset), "v@:@");
+  add("SMCommandBuffer", "useResidencySets:count:", SM_IMP(cb_use_rsets), "v@:^@Q");
+  /* queues */
+  add("SMCommandQueue", "addResidencySet:", SM_IMP(rset_add_one), "v@:@");
+  add("SMCommandQueue", "addResidencySets:count:", SM_IMP(rsets_add), "v@:^@Q");
+  add("SMCommandQueue", "removeResidencySet:", SM_IMP(rset_remove_one), "v@:@");
+  add("SMCommandQueue", "removeResidencySets:count:", SM_IMP(rsets_remove), "v@:^@Q");
+  add("SMCommandQueue", "commandBufferWithDescriptor:", SM_IMP(queue_cb_with_desc), "@@:@");
+  Class c = sm__class_begin(&cb_desc_class);
+  sm__method(c, "init", SM_IMP(cbd_init), "@@:");
+  sm__method(c, "retainedReferences", SM_IMP(cbd_retained), "C@:");
+  sm__method(c, "setRetainedReferences:", SM_IMP(cbd_set_retained), "v@:C");
+  sm__method(c, "errorOptions", SM_IMP(cbd_error_options), "Q@:");
+  sm__method(c, "setErrorOptions:", SM_IMP(cbd_set_error_options), "v@:Q");
+  sm__class_end(&cb_desc_class);
+  /* encoders */
+  static const char *const encoders[] = {"SMComputeCommandEncoder", "SMBlitCommandEncoder"};
+  for (int i = 0; i < 2; i++) {
+    add(encoders[i], "pushDebugGroup:", SM_IMP(group_push), "v@:@");
+    add(encoders[i], "popDebugGroup", SM_IMP(group_pop), "v@:");
+    add(encoders[i], "insertDebugSignpost:", SM_IMP(signpost), "v@:@");
+    add(encoders[i], "device", SM_IMP(enc_device), "@@:");
+    add(encoders[i], "commandBuffer", SM_IMP(enc_cmdbuf), "@@:");
+  }
+  const char *ce = encoders[0];
+  add(ce, "setBuffers:offsets:withRange:", SM_IMP(enc_set_buffers), "v@:^@^Q{_NSRange=QQ}");
+  add(ce, "setBufferOffset:atIndex:", SM_IMP(enc_set_buffer_offset), "v@:QQ");
+  add(ce, "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:",
+      SM_IMP(enc_dispatch_indirect), "v@:@Q{MTLSize=QQQ}");
+  add(ce, "useResource:usage:", SM_IMP(enc_use_resource), "v@:@Q");
+  add(ce, "useResources:count:usage:", SM_IMP(enc_use_resources), "v@:^@QQ");
+  add(ce, "useHeap:", SM_IMP(enc_use_heap), "v@:@");
+  add(ce, "useHeaps:count:", SM_IMP(enc_use_heaps), "v@:^@Q");
+  /* devices */
+  c = sm__class_begin(&arch_class);
+  sm__method(c, "name", SM_IMP(arch_name), "@@:");
+  sm__class_end(&arch_class);
+  add("SMDevice", "architecture", SM_IMP(device_architecture), "@@:");
+  add("SMDevice", "maxThreadgroupMemoryLength", SM_IMP(device_max_tg_memory), "Q@:");
+  add("SMDevice", "isLowPower", SM_IMP(device_no), "C@:");
+  add("SMDevice", "isHeadless", SM_IMP(device_no), "C@:");
+  add("SMDevice", "isRemovable", SM_IMP(device_no), "C@:");
+  add("SMDevice", "location", SM_IMP(device_zero), "Q@:"); /* MTLDeviceLocationBuiltIn */
+  add("SMDevice", "locationNumber", SM_IMP(device_zero), "Q@:");
+  add("SMDevice", "supportsFunctionPointers", SM_IMP(device_no), "C@:");
+  add("SMDevice", "supportsDynamicLibraries", SM_IMP(device_no), "C@:");
+  add("SMDevice", "supportsRaytracing", SM_IMP(device_no), "C@:");
+  add("SMDevice", "argumentBuffersSupport", SM_IMP(device_arg_tier), "Q@:");
+  add("SMDevice", "newEvent", SM_IMP(device_new_mtl_event), "@@:");
+  add("SMDevice", "newLibraryWithFile:error:", SM_IMP(device_library_file), "@@:@^@");
+  add("SMDevice", "newLibraryWithURL:error:", SM_IMP(device_library_url), "@@:@^@");
+  /* Only SMDevice has this selector (see register_literals in sm_foundation.c). */
+  Class dev = objc_getClass("SMDevice");
+  g_new_library = class_replaceMethod(dev, sel_registerName("newLibraryWithSource:options:error:"),
+                                      SM_IMP(device_new_library_macros), "@@:@@^@");
+  /* events */
+  Class shared = objc_getClass("SMSharedEvent");
+  g_event_class = objc_allocateClassPair(shared, "SMEvent", 0);
+  if (!g_event_class) sm__fatal("class SMEvent already exists in this process");
+  static const char *const shared_only[] = {"signaledValue", "setSignaledValue:",
+                                            "notifyListener:atValue:block:",
+                                            "waitUntilSignaledValue:timeoutMS:"};
+  for (int i = 0; i < 4; i++)
+    sm__method(g_event_class, shared_only[i], SM_IMP(not_an_mtlevent), "v@:");
+  objc_registerClassPair(g_event_class);
+  sm__method(shared, "notifyListener:atValue:block:", SM_IMP(event_notify), "v@:@Q@?");
+  sm__method(shared, "waitUntilSignaledValue:timeoutMS:", SM_IMP(event_wait_timeout), "C@:QQ");
+  c = sm__class_begin(&listener_class);
+  sm__method(c, "init", SM_IMP(listener_init), "@@:");
+  sm__method(c, "initWithDispatchQueue:", SM_IMP(listener_init_queue), "@@:@");
+  sm__class_end(&listener_class);
+  /* capture */
+  c = sm__class_begin(&cdesc_class);
+  sm__method(c, "init", SM_IMP(cdesc_init), "@@:");
+  sm__method(c, "captureObject", SM_IMP(cdesc_object), "@@:");
+  sm__method(c, "setCaptureObject:", SM_IMP(cdesc_set_object), "v@:@");
+  sm__method(c, "destination", SM_IMP(cdesc_destination), "q@:");
+  sm__method(c, "setDestination:", SM_IMP(cdesc_set_destination), "v@:q");
+  sm__method(c, "outputURL", SM_IMP(cdesc_url), "@@:");
+  sm__method(c, "setOutputURL:", SM_IMP(cdesc_set_url), "v@:@");
+  sm__class_end(&cdesc_class);
+  c = sm__class_begin(&scope_class);
+  sm__method(c, "beginScope", SM_IMP(scope_begin), "v@:");
+  sm__method(c, "endScope", SM_IMP(scope_end), "v@:");
+  sm__method(c, "device", SM_IMP(scope_device), "@@:");
+  sm__method(c, "commandQueue", SM_IMP(scope_queue), "@@:");
+  sm__class_end(&scope_class);
+  c = sm__class_begin(&capture_class);
+  sm__class_method(c, "sharedCaptureManager", SM_IMP(capture_shared), "@@:");
+  sm__method(c, "supportsDestination:", SM_IMP(capture_supports), "C@:q");
+  sm__method(c, "startCaptureWithDescriptor:error:", SM_IMP(capture_start), "C@:@^@");
+  sm__method(c, "startCaptureWithDevice:", SM_IMP(capture_start_legacy), "v@:@");
+  sm__method(c, "startCaptureWithCommandQueue:", SM_IMP(capture_start_legacy), "v@:@");
+  sm__method(c, "startCaptureWithScope:", SM_IMP(capture_start_legacy), "v@:@");
+  sm__method(c, "stopCapture", SM_IMP(capture_noop), "v@:");
+  sm__method(c, "isCapturing", SM_IMP(capture_is_capturing), "C@:");
+  sm__method(c, "newCaptureScopeWithDevice:", SM_IMP(capture_new_scope), "@@:@");
+  sm__method(c, "newCaptureScopeWithCommandQueue:", SM_IMP(capture_new_scope), "@@:@");
+  sm__method(c, "defaultCaptureScope", SM_IMP(capture_default_scope), "@@:");
+  sm__method(c, "setDefaultCaptureScope:", SM_IMP(capture_set_default_scope), "v@:@");
+  sm__class_end(&capture_class);
+  /* functions */
+  c = sm__class_begin(&fdesc_class);
+  sm__class_method(c, "functionDescriptor", SM_IMP(fdesc_make), "@@:");
+  sm__method(c, "name", SM_IMP(fdesc_name), "@@:");
+  sm__method(c, "setName:", SM_IMP(fdesc_set_name), "v@:@");
+  sm__method(c, "specializedName", SM_IMP(fdesc_specialized), "@@:");
+  sm__method(c, "setSpecializedName:", SM_IMP(fdesc_set_specialized), "v@:@");
+  sm__method(c, "constantValues", SM_IMP(fdesc_values), "@@:");
+  sm__method(c, "setConstantValues:", SM_IMP(fdesc_set_values), "v@:@");
+  sm__method(c, "options", SM_IMP(fdesc_options), "Q@:");
+  sm__method(c, "setOptions:", SM_IMP(fdesc_set_options), "v@:Q");
+  sm__class_end(&fdesc_class);
+  add("SMLibrary", "newFunctionWithDescriptor:error:", SM_IMP(library_function_desc), "@@:@^@");
+  c = sm__class_begin(&linked_class);
+  sm__class_method(c, "linkedFunctions", SM_IMP(linked_make), "@@:");
+  static const char *const lists[] = {"Functions", "BinaryFunctions", "PrivateFunctions"};
+  for (int i = 0; i < 3; i++) {
+    char get[32], set[40];
+    snprintf(get, sizeof get, "%c%s", lists[i][0] + 32, lists[i] + 1);
+    snprintf(set, sizeof set, "set%s:", lists[i]);
+    sm__method(c, get, SM_IMP(linked_get), "@@:");
+    sm__method(c, set, SM_IMP(linked_set), "v@:@");
+  }
+  sm__method(c, "groups", SM_IMP(linked_get), "@@:");
+  sm__method(c, "setGroups:", SM_IMP(linked_set), "v@:@");
+  sm__class_end(&linked_class);
+  add("NSURL", "fileSystemRepresentation", SM_IMP(url_fs_path), "r*@:");
+  /* compile options */
+  add("MTLCompileOptions", "preprocessorMacros", SM_IMP(opts_macros), "@@:");
+  add("MTLCompileOptions", "setPreprocessorMacros:", SM_IMP(opts_set_macros), "v@:@");
+  add("MTLCompileOptions", "optimizationLevel", SM_IMP(opts_opt_level), "q@:");
+  add("MTLCompileOptions", "setOptimizationLevel:", SM_IMP(opts_set_opt_level), "v@:q");
+  add("MTLCompileOptions", "enableLogging", SM_IMP(opts_logging), "C@:");
+  add("MTLCompileOptions", "setEnableLogging:", SM_IMP(opts_set_logging), "v@:C");
+  add("MTLCompileOptions", "mathFloatingPointFunctions", SM_IMP(opts_math_fp), "q@:");
+  add("MTLCompileOptions", "setMathFloatingPointFunctions:", SM_IMP(opts_set_math_fp), "v@:q");
+}
