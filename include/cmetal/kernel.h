@@ -76,10 +76,18 @@ typedef struct cm_library_desc {
  * source's line numbers (the same on a Mac and on softmetal).
  * Ownership: returns +1 in *out; the library retains the device; desc and
  * its strings are borrowed for the call.
+ * Options: the language version is set first (when not 0), then the math:
+ * safe math is mathMode Safe with mathFloatingPointFunctions Precise where
+ * the framework has them (macOS 15 / iOS 18; Precise is not the default
+ * there), fastMathEnabled = NO before; relaxed and fast take the fast
+ * functions (relaxed is fast math before macOS 15).
  * Errors: CM_ERR_INVALID_ARGUMENT (NULL source, a bad macro name or a
  * value with a line break, an unknown math mode), CM_ERR_UNSUPPORTED (not
- * a Metal device; a language version the framework cannot set),
- * CM_ERR_COMPILE with the compiler's diagnostics.
+ * a Metal device; a language_version that is not one of Apple's
+ * MTLLanguageVersion values available on macOS: 1.1, 1.2, 2.0 to 2.4, 3.0
+ * to 3.2, 4.0 (1.0 is iOS only), named as major.minor; a framework without
+ * setLanguageVersion:), CM_ERR_COMPILE with the compiler's diagnostics (a
+ * version the OS's compiler does not know yet fails there).
  * Thread-safety: any thread; concurrent calls compile a source once. */
 CM_API cm_status cm_library_create(cm_device *device, const cm_library_desc *desc,
                                    cm_library **out);
@@ -91,8 +99,8 @@ CM_API cm_status cm_library_create(cm_device *device, const cm_library_desc *des
  * Nothing is compiled by cmetal; the bytes are copied, and the same bytes
  * loaded again give the device's cached library. CMake's
  * cmetal_embed_library(target file symbol) embeds such a file into a
- * binary. Kernels of a loaded library cannot tell which buffer indices
- * they use, so cm_kernel_dispatch cannot name a missing one.
+ * binary. Its kernels are checked at dispatch as compiled ones are (from
+ * the pipeline's reflection, see cm_kernel_dispatch).
  * Ownership: returns +1; data is borrowed for the call.
  * Errors: CM_ERR_INVALID_ARGUMENT (NULL data, size 0, or bytes the
  * framework does not take as a library, with its message),
@@ -168,10 +176,16 @@ typedef struct cm_kernel_desc {
 /* The compute pipeline of `desc->name` in `library`, specialised with the
  * constants (cached per device).
  * Ownership: returns +1; the kernel retains the library.
+ * The pipeline is made with its reflection (MTLPipelineOptionArgumentInfo):
+ * the buffer and threadgroup bindings it uses, and which buffers it may
+ * write, for cm_kernel_dispatch's checks.
  * Errors: CM_ERR_INVALID_ARGUMENT (no such function, naming it; a constant
  * of an unsupported dtype or a repeated index), CM_ERR_UNSUPPORTED
  * (function constants on a framework without them), CM_ERR_COMPILE
- * (specialisation or pipeline creation failed, with Metal's message).
+ * (specialisation or pipeline creation failed, with Metal's message: a
+ * kernel with function constants created without them says to set
+ * desc->constants, and softmetal names each missing constant with its
+ * index and type).
  * Thread-safety: any thread. */
 CM_API cm_status cm_kernel_create(cm_library *library, const cm_kernel_desc *desc,
                                   cm_kernel **out);
@@ -235,13 +249,26 @@ typedef struct cm_dispatch_desc {
 /* Encodes one dispatch of `kernel` on `stream` (NULL: the device's default
  * stream), batched like cmetal's ops: it runs after the stream's earlier
  * work and before host access to the tensors it writes returns.
- * Checks everything before encoding anything, naming the argument: a
- * buffer or threadgroup index the kernel's source uses but no argument
- * binds (known for libraries made from source), an index bound twice or
- * out of range, a tensor of another device, a read-only tensor bound as
- * an output, CM_ARG_BYTES over 4096 bytes, threadgroup memory not a
- * multiple of 16 or over the limit with the kernel's static memory, a
- * threadgroup over the kernel's max_threads_per_threadgroup.
+ * Checks everything before encoding anything, naming the argument, and,
+ * for every kernel (compiled or loaded) whose framework gave the
+ * pipeline's reflection, the bindings it uses, naming the kernel and the
+ * index (and the parameter where the framework names it):
+ *  - a [[buffer(i)]] or [[threadgroup(i)]] it uses that no argument binds
+ *    (CM_ERR_INVALID_ARGUMENT); a CM_ARG_THREADGROUP at an index where the
+ *    kernel has a buffer and no threadgroup parameter;
+ *  - a buffer the kernel may write (`device T *`, not const): a read-only
+ *    tensor there fails with CM_ERR_READ_ONLY whether bound as input or
+ *    output, CM_ARG_BYTES there fails, and a tensor bound there as
+ *    CM_ARG_INPUT is tracked as written (host access waits for the
+ *    kernel); a `const device` or `constant` buffer may take a tensor
+ *    bound as CM_ARG_OUTPUT (tracked as written, as asked);
+ *  - arguments at indices the kernel does not use are allowed (Metal
+ *    ignores them).
+ * And: an index bound twice or out of range, a tensor of another device,
+ * a read-only tensor bound as an output, CM_ARG_BYTES over 4096 bytes,
+ * threadgroup memory not a multiple of 16 or over the limit with the
+ * kernel's static memory, a threadgroup over the kernel's
+ * max_threads_per_threadgroup.
  * Ownership: borrows everything for the call; the device keeps the
  * buffers alive until the kernel has run.
  * Errors: CM_ERR_INVALID_ARGUMENT, CM_ERR_READ_ONLY (an output that is

@@ -117,7 +117,7 @@ static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k)
                                   &d->library_serial));
     cm_kernel_info info;
     cm_status status = cm__metal_pipeline(func, d, d->library, d->library_serial,
-                                          cm__kernel_names[k], NULL, 0, &d->pipelines[k], &info);
+                                          cm__kernel_names[k], NULL, 0, &d->pipelines[k], &info, NULL);
     if (status != CM_OK)
         return status;
     d->max_threads[k] = info.max_threads_per_threadgroup;

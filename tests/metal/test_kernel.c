@@ -295,11 +295,11 @@ Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) 
 
     desc.arg_count = 3; /* no threadgroup(0) */
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
-                "the kernel uses [[threadgroup(0)]] but no CM_ARG_THREADGROUP argument binds index 0");
+                "kernel \"k3\" uses [[threadgroup(0)]] but no CM_ARG_THREADGROUP argument binds index 0");
     desc.arg_count = 4;
     args[2].type = CM_ARG_NONE; /* no buffer(2) */
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
-                "the kernel uses [[buffer(2)]] but no argument binds index 2");
+                "kernel \"k3\" uses [[buffer(2)]] but no argument binds index 2");
     args[2].type = CM_ARG_BYTES;
     args[1].tensor = on_cpu;
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
@@ -372,7 +372,7 @@ Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) 
     EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "",
                                                         .language_version = CM_MSL_VERSION(0, 5)},
                                   &lib),
-                CM_ERR_INVALID_ARGUMENT, "language_version = 0x5 is not an MSL version");
+                CM_ERR_UNSUPPORTED, "language_version = 0.5 (0x5) is not an MTLLanguageVersion");
     cm_library *cpu_lib = NULL;
     EXPECT_FAIL(cm_library_create(cpu, &(cm_library_desc){.source = three_args_source}, &cpu_lib),
                 CM_ERR_UNSUPPORTED, "the cpu device runs no custom kernels: open a Metal device");
@@ -399,7 +399,8 @@ Test(kernel, the_language_version_reaches_the_compiler) {
                                  "  o[0] = __METAL_VERSION__;\n"
                                  "}\n";
     const struct { uint32_t version; int want; } cases[] = {
-        {CM_MSL_VERSION(2, 4), 240}, {CM_MSL_VERSION(3, 1), 310}, {CM_MSL_VERSION(3, 2), 320}};
+        {CM_MSL_VERSION(1, 1), 110}, {CM_MSL_VERSION(2, 4), 240}, {CM_MSL_VERSION(3, 1), 310},
+        {CM_MSL_VERSION(3, 2), 320}, {CM_MSL_VERSION(4, 0), 400}};
     cm_tensor *o = vec(d, CM_INT32, 1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         cm_library *lib = NULL;
@@ -418,12 +419,24 @@ Test(kernel, the_language_version_reaches_the_compiler) {
         cm_kernel_release(k);
         cm_library_release(lib);
     }
-    cm_library *lib = NULL;
-    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = source,
-                                                        .language_version = CM_MSL_VERSION(3, 9)},
-                                  &lib),
-                CM_ERR_COMPILE, "languageVersion = 0x30009 (3.9) is not an MTLLanguageVersion");
-    cr_assert_null(lib);
+    /* Exactly Apple's MTLLanguageVersion values: 1.0 is not on macOS; the
+     * others are refused before the compiler, named as major.minor. */
+    const struct { uint32_t version; const char *text; } refused[] = {
+        {CM_MSL_VERSION(3, 9), "language_version = 3.9 (0x30009) is not an MTLLanguageVersion"},
+        {CM_MSL_VERSION(1, 0), "language_version = 1.0 (0x10000) is not an MTLLanguageVersion"},
+        {CM_MSL_VERSION(2, 5), "language_version = 2.5 (0x20005)"},
+        {CM_MSL_VERSION(99, 0), "language_version = 99.0 (0x630000)"},
+        {CM_MSL_VERSION(4, 1), "language_version = 4.1"},
+        {0x00030002u, "language_version = 3.2 (0x30002)"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i) {
+        cm_library *lib = NULL;
+        const uint32_t v = i == 5 ? 0x00030002u + 0x1000000u : refused[i].version;
+        EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = source,
+                                                            .language_version = v},
+                                      &lib),
+                    CM_ERR_UNSUPPORTED, i == 5 ? "language_version = 259.2" : refused[i].text);
+        cr_assert_null(lib);
+    }
     cm_tensor_release(o);
     cm_device_release(d);
 }
@@ -731,6 +744,73 @@ static void run_axpb(cm_device *d, cm_library *lib) {
     cm_tensor_release(x);
     cm_tensor_release(y);
     cm_kernel_release(k);
+}
+
+/* Every kernel, loaded or compiled, is checked against its pipeline's
+ * reflection (MTLComputePipelineReflection, given by softmetal too): an
+ * unbound buffer fails at dispatch naming the index and the kernel; a
+ * buffer the kernel writes (device, not const) refuses a read-only tensor
+ * and bytes, and a writable tensor bound there as an input is tracked as
+ * written; a const buffer bound as an output is fine. */
+Test(kernel, loaded_and_compiled_kernels_are_checked_against_their_reflection) {
+    cm_device *d = metal();
+    cm_library *lib = NULL;
+    CHECK(cm_library_load(d, cm_test_axpb, cm_test_axpb_size, &lib));
+    cm_kernel *k = NULL;
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "axpb"}, &k));
+    cm_tensor *x = iota_f32(d, 32), *y = vec(d, CM_FLOAT32, 32), *ro = NULL;
+    CHECK(cm_tensor_read_only(y, &ro));
+    CHECK(cm_device_synchronize(d));
+    const uint64_t before = submissions(d);
+    const float a = 2;
+    cm_kernel_arg args[3] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                             {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y},
+                             {.type = CM_ARG_BYTES, .index = 2, .data = &a, .size = 4}};
+    cm_dispatch_desc desc = {.args = args, .arg_count = 2, .grid = {32}};
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "kernel \"axpb\" uses [[buffer(2)]] but no argument binds index 2");
+    desc.arg_count = 3;
+    args[1] = (cm_kernel_arg){.type = CM_ARG_INPUT, .index = 1, .tensor = ro};
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_READ_ONLY,
+                "args[1].tensor is read-only, but kernel \"axpb\" writes [[buffer(1)]]");
+    args[1] = (cm_kernel_arg){.type = CM_ARG_BYTES, .index = 1, .data = &a, .size = 4};
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "args[1] is CM_ARG_BYTES, but kernel \"axpb\" writes [[buffer(1)]]");
+    args[1] = (cm_kernel_arg){.type = CM_ARG_THREADGROUP, .index = 1, .size = 16};
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "a CM_ARG_THREADGROUP argument binds index 1, but kernel \"axpb\" has "
+                "[[buffer(1)]] there");
+    cr_assert_eq(submissions(d), before, "nothing was encoded or committed");
+    /* y as an input: the kernel writes it all the same, so host access
+     * waits for it. x (const device) as an output is allowed. */
+    args[0].type = CM_ARG_OUTPUT;
+    args[1] = (cm_kernel_arg){.type = CM_ARG_INPUT, .index = 1, .tensor = y};
+    CHECK(cm_kernel_dispatch(k, NULL, &desc));
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
+    for (int i = 0; i < 32; ++i)
+        cr_assert_eq(p[i], 2.0f * (float)i + 0.5f, "y[%d] = %g", i, p[i]);
+
+    /* Function constants left out: named, with the field that takes them. */
+    cm_kernel *fk = NULL;
+    cm_library *fl = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source =
+        "constant uint N [[function_constant(3)]];\n"
+        "constant bool B [[function_constant(5)]];\n"
+        "kernel void fc(device uint *o [[buffer(0)]]) { o[0] = B ? N : 1; }\n"}, &fl));
+    EXPECT_FAIL(cm_kernel_create(fl, &(cm_kernel_desc){.name = "fc"}, &fk), CM_ERR_COMPILE,
+                "desc->constants");
+    cr_assert(strstr(cm_last_error(), "'N' (index 3, uint)") != NULL, "%s", cm_last_error());
+    cr_assert(strstr(cm_last_error(), "'B' (index 5, bool)") != NULL, "%s", cm_last_error());
+    cr_assert(strstr(cm_last_error(), "newFunctionWithName") == NULL, "%s", cm_last_error());
+    cr_assert_null(fk);
+    cm_library_release(fl);
+    cm_tensor_release(ro);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_kernel_release(k);
+    cm_library_release(lib);
+    cm_device_release(d);
 }
 
 Test(kernel, precompiled_libraries_load_from_embedded_bytes_and_files) {

@@ -86,6 +86,12 @@ extern atomic_long sm__blocked_cmdbuf; /* threads blocked in commandBuffer */
 void sm__register_metal(void);
 void sm__register_msl(void);
 void sm__register_archive(void); /* sm_archive.c: after the device class registers */
+void sm__register_reflect(void); /* sm_reflect.c: from sm__register_archive */
+/* Pipeline reflection (sm_reflect.c): checks options (MTLPipelineOption) and,
+ * when reflection is not NULL, stores an autoreleased
+ * MTLComputePipelineReflection of pipeline (nil for a nil pipeline). False
+ * when out of memory. */
+bool sm__reflect_into(id pipeline, NSUInteger options, id *reflection, const char *sel);
 void sm__add_device_msl_methods(Class device); /* before the device class registers */
 
 /* The kernel cache's files of a library (sm_msl.c): its compiled code,

@@ -723,6 +723,25 @@ static size_t data_type_size(NSUInteger t) {
   return 0;
 }
 
+/* The MSL name of a scalar MTLDataType, or "MTLDataType <n>". */
+static const char *data_type_name(uint32_t t) {
+  switch (t) {
+  case 3: return "float";
+  case 16: return "half";
+  case 29: return "int";
+  case 33: return "uint";
+  case 37: return "short";
+  case 41: return "ushort";
+  case 45: return "char";
+  case 49: return "uchar";
+  case 53: return "bool";
+  case 81: return "long";
+  case 85: return "ulong";
+  case 121: return "bfloat";
+  default: return "another MTLDataType";
+  }
+}
+
 static const fc_entry *find_value(const sm_constant_values *v, const struct sm_constant_desc *c) {
   for (size_t i = v ? v->n : 0; i-- > 0;)
     if (!v->e[i].name && v->e[i].index == c->index) return &v->e[i];
@@ -873,10 +892,22 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   sm_function *fn = (sm_function *)function;
   const struct sm_kernel_desc *k = fn->desc;
   if (k->fc_used_count && !fn->specialized) {
+    /* As Metal: the function needs values for the constants it requires,
+     * named here (name, index, MTLDataType). */
+    char list[600] = "";
+    size_t len = 0;
+    for (uint32_t u = 0; u < k->fc_used_count && len < sizeof list - 1; u++) {
+      const struct sm_constant_desc *cd = &fn->library->constants[k->fc_used[u]];
+      if (cd->index == UINT32_MAX || cd->optional) continue;
+      int w = snprintf(list + len, sizeof list - len, "%s'%s' (index %u, %s)",
+                       len ? ", " : "", cd->name, cd->index, data_type_name(cd->type));
+      if (w < 0) break;
+      len += (size_t)w < sizeof list - len ? (size_t)w : sizeof list - len - 1;
+    }
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
-                               "%s: function '%s' uses function constants and was not "
-                               "specialized (make it with newFunctionWithName:constantValues:"
-                               "error:)", sel_getName(cmd), k->name));
+                               "%s: function '%s' was not specialized and uses function "
+                               "constants without values: %s", sel_getName(cmd), k->name,
+                               len ? list : "(only optional ones)"));
     return nil;
   }
   sm_pipeline *p = sm__new(&sm__pipeline_class);
