@@ -6,10 +6,25 @@
 
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "softmetal.h"
+
+/* Whether the Metal in use is softmetal (loaded from CMETAL_METAL_FRAMEWORK):
+ * the object counts, counters and softmetal's own numbers are asserted only
+ * there, so that the suites also run on a Mac. */
+static inline bool sm_present(void) {
+    const char *path = getenv("CMETAL_METAL_FRAMEWORK");
+    if (path == NULL || path[0] == '\0')
+        return false;
+    void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    const bool yes = lib != NULL && dlsym(lib, "softmetal_live_count") != NULL;
+    if (lib != NULL)
+        dlclose(lib);
+    return yes;
+}
 
 static inline void *softmetal_hook(const char *name) {
     void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);

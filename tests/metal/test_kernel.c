@@ -262,6 +262,53 @@ Test(kernel, libraries_use_safe_math_by_default_and_are_cached) {
     cm_device_release(d);
 }
 
+/* Safe math is precise math: on macOS 15 mathMode Safe alone leaves
+ * mathFloatingPointFunctions at Fast (softmetal does as Metal), so cmetal
+ * asks for Precise too; unqualified exp and log then give libm's results.
+ * Fast math keeps the fast functions. */
+Test(kernel, safe_math_gets_the_precise_math_functions) {
+    cm_device *d = metal();
+    static const char source[] =
+        "#include <metal_stdlib>\nusing namespace metal;\n"
+        "kernel void el(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
+        "               uint i [[thread_position_in_grid]]) {\n"
+        "  y[2 * i] = exp(x[i]);\n  y[2 * i + 1] = log(x[i]);\n}\n";
+    const float in[4] = {80.5f, 60.25f, 30.125f, 85.0f};
+    float got[2][8];
+    for (int mode = 0; mode < 2; ++mode) {
+        cm_library *lib = NULL;
+        CHECK(cm_library_create(d, &(cm_library_desc){.source = source,
+            .math_mode = mode == 0 ? CM_MATH_MODE_DEFAULT : CM_MATH_MODE_FAST}, &lib));
+        cm_kernel *k = NULL;
+        CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "el"}, &k));
+        cm_tensor *x = vec(d, CM_FLOAT32, 4), *y = vec(d, CM_FLOAT32, 8);
+        float *px = NULL;
+        CHECK(cm_tensor_host_write(x, CM_FLOAT32, (void **)&px));
+        memcpy(px, in, sizeof in);
+        CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+            .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                      {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
+            .arg_count = 2, .grid = {4}}));
+        const float *py = NULL;
+        CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&py));
+        memcpy(got[mode], py, sizeof got[mode]);
+        cm_tensor_release(x);
+        cm_tensor_release(y);
+        cm_kernel_release(k);
+        cm_library_release(lib);
+    }
+    bool differ = false;
+    for (int i = 0; i < 4; ++i) {
+        cr_assert_eq(got[0][2 * i], expf(in[i]), "safe exp(%g) = %a, precise %a", in[i],
+                     got[0][2 * i], expf(in[i]));
+        cr_assert_eq(got[0][2 * i + 1], logf(in[i]), "safe log(%g)", in[i]);
+        differ = differ || got[1][2 * i] != expf(in[i]);
+    }
+    if (sm_present()) /* softmetal: its fast exp differs visibly */
+        cr_assert(differ, "fast math keeps the fast functions");
+    cm_device_release(d);
+}
+
 /* ------------------------------------------------------------ errors */
 
 static const char three_args_source[] =

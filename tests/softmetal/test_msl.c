@@ -1104,6 +1104,65 @@ Test(compile_options, safe_math_keeps_ieee_nan_and_infinity_rules) {
   }
 }
 
+/* mathFloatingPointFunctions (macOS 15): Fast by default, whatever the math
+ * mode, so safe math alone gives the fast exp and log; Precise gives libm's.
+ * fast:: is fast and precise:: precise in every setting. */
+static const char FP_FUNCTIONS[] =
+    "#include <metal_stdlib>\nusing namespace metal;\n"
+    "kernel void fp_functions(device const float *in [[buffer(0)]],\n"
+    "                         device float *out [[buffer(1)]],\n"
+    "                         uint i [[thread_position_in_grid]]) {\n"
+    "  out[4 * i + 0] = exp(in[i]);\n"
+    "  out[4 * i + 1] = log(in[i]);\n"
+    "  out[4 * i + 2] = fast::exp(in[i]);\n"
+    "  out[4 * i + 3] = precise::exp(in[i]);\n"
+    "}\n";
+
+static void run_fp_functions(id l, const float in[4], float out[16]) {
+  id saved = lib;
+  lib = l;
+  id a = SEND(id, (id, SEL, const void *, NSUInteger, NSUInteger), dev,
+              "newBufferWithBytes:length:options:", in, (NSUInteger)16, 0ul);
+  id b = buffer(64);
+  id bufs[] = {a, b};
+  run_1d("fp_functions", bufs, 2, 4);
+  memcpy(out, contents(b), 64);
+  sm_release(a);
+  sm_release(b);
+  lib = saved;
+}
+
+Test(compile_options, math_functions_are_fast_by_default_and_precise_when_asked) {
+  id o = new_options();
+  cr_assert_eq(SEND0(NSInteger, o, "mathFloatingPointFunctions"), 0, "Fast is the default");
+  set_math_mode(o, MathSafe);
+  cr_assert_eq(SEND0(NSInteger, o, "mathFloatingPointFunctions"), 0,
+               "mathMode leaves the functions alone");
+  const float in[4] = {80.5f, 60.25f, 30.125f, 85.0f};
+  float fast[16], precise[16];
+  id l = compile_with(FP_FUNCTIONS, o);
+  run_fp_functions(l, in, fast);
+  sm_release(l);
+  SEND(void, (id, SEL, NSInteger), o, "setMathFloatingPointFunctions:", (NSInteger)1);
+  l = compile_with(FP_FUNCTIONS, o);
+  run_fp_functions(l, in, precise);
+  sm_release(l);
+  sm_release(o);
+  bool differ = false;
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(precise[4 * i], expf(in[i]), "precise exp(%g) = %a", in[i], precise[4 * i]);
+    cr_assert_eq(precise[4 * i + 1], logf(in[i]), "precise log(%g)", in[i]);
+    cr_assert_eq(precise[4 * i + 3], expf(in[i]), "precise::exp");
+    cr_assert_eq(fast[4 * i + 3], expf(in[i]), "precise::exp under fast functions");
+    cr_assert_eq(fast[4 * i + 2], fast[4 * i], "fast::exp is the fast exp");
+    cr_assert_eq(precise[4 * i + 2], fast[4 * i], "fast::exp under precise functions");
+    /* the fast exp is close, not exact: within 2^-12 relative here */
+    cr_assert(fabsf(fast[4 * i] - expf(in[i])) <= expf(in[i]) * 0x1p-12f, "fast exp(%g)", in[i]);
+    differ = differ || fast[4 * i] != expf(in[i]);
+  }
+  cr_assert(differ, "the fast exp differs from the precise one for large |x|");
+}
+
 /* Fast math may fold isnan() and NaN checks away; only finite inputs have
  * a result both modes guarantee. The cache keeps one library per mode. */
 Test(compile_options, math_modes_compile_to_separate_cached_libraries) {

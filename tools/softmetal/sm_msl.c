@@ -59,6 +59,12 @@ static const char *const MATH_FLAGS[][MAX_MATH_FLAGS] = {
 };
 #undef UNSAFE_MATH_FLAGS
 static const char *const MATH_MODE_NAMES[] = {"Safe", "Relaxed", "Fast"};
+/* MTLMathFloatingPointFunctions (NSInteger, macOS 15): which exp, log...
+ * unqualified calls get; Fast is the default of MTLCompileOptions. Without
+ * mathMode (SOFTMETAL_NO_MATH_MODE=1, as before macOS 15) they follow
+ * fastMathEnabled. */
+enum { FP_FUNCTIONS_FAST = 0, FP_FUNCTIONS_PRECISE = 1 };
+static bool g_no_math_mode; /* SOFTMETAL_NO_MATH_MODE=1 */
 
 /* ------------------------------------------------------------- cache and compile */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -295,8 +301,8 @@ static void remove_dir(const char *dir, const char *const *names, size_t n) {
 /* Compiles (or finds in the cache) the library for source under math_mode;
  * returns a dlopen handle. A cache hit stats the directory and the compiler
  * identity file, and runs no compiler. */
-static void *compile_source(const char *source, NSInteger math_mode, unsigned metal_version,
-                            char **diag, bool *internal, sm_code *code) {
+static void *compile_source(const char *source, NSInteger math_mode, bool fast_functions,
+                            unsigned metal_version, char **diag, bool *internal, sm_code *code) {
   const char *cxx = getenv("SOFTMETAL_CXX");
   if (!cxx || !*cxx) cxx = "clang++";
   if (strlen(cxx) >= sizeof g_id_cxx) {
@@ -320,6 +326,8 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
   h = fnv_str(h, MATH_MODE_NAMES[math_mode]);
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     h = fnv_str(h, MATH_FLAGS[math_mode][i]);
+  const char *functions_flag = fast_functions ? "-DSM_FAST_FUNCTIONS=1" : "-DSM_FAST_FUNCTIONS=0";
+  h = fnv_str(h, functions_flag);
   char version_flag[40] = "";
   if (metal_version)
     snprintf(version_flag, sizeof version_flag, "-D__METAL_VERSION__=%u", metal_version);
@@ -392,7 +400,7 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
     goto out;
   }
   atomic_fetch_add(&sm__compiles, 1);
-  const char *argv[N_CXX_FLAGS + MAX_MATH_FLAGS + 13];
+  const char *argv[N_CXX_FLAGS + MAX_MATH_FLAGS + 14];
   int a = 0;
   argv[a++] = cxx;
   argv[a++] = "-E";
@@ -400,6 +408,7 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
   for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     argv[a++] = MATH_FLAGS[math_mode][i];
+  argv[a++] = functions_flag;
   if (version_flag[0]) argv[a++] = version_flag;
   argv[a++] = incflag;
   argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
@@ -433,6 +442,7 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
   for (int i = 0; i < N_CXX_FLAGS; i++) argv[a++] = CXX_FLAGS[i];
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     argv[a++] = MATH_FLAGS[math_mode][i];
+  argv[a++] = functions_flag;
   if (version_flag[0]) argv[a++] = version_flag;
   int flags_end = a;
   argv[a++] = "-x";
@@ -532,6 +542,7 @@ typedef struct {
 typedef struct {
   sm_obj hdr;
   NSInteger math_mode;
+  NSInteger fp_functions; /* MTLMathFloatingPointFunctions: Fast 0 (default), Precise 1 */
   NSUInteger language_version; /* MTLLanguageVersion (major << 16 | minor); 0: newest */
   bool initialized; /* alloc without init is misuse */
 } sm_compile_options;
@@ -551,6 +562,7 @@ static sm_class options_class = {"MTLCompileOptions", sizeof(sm_compile_options)
 static id options_init(id self, SEL cmd) {
   (void)cmd;
   ((sm_compile_options *)self)->math_mode = MATH_MODE_FAST; /* Metal's default */
+  ((sm_compile_options *)self)->fp_functions = FP_FUNCTIONS_FAST; /* Metal's default */
   ((sm_compile_options *)self)->initialized = true;
   return self;
 }
@@ -558,9 +570,22 @@ static BOOL options_fast_math(id self, SEL cmd) {
   (void)cmd;
   return ((sm_compile_options *)self)->math_mode != MATH_MODE_SAFE;
 }
+/* fastMathEnabled sets both: before macOS 15 it was the only switch, and
+ * NO meant the precise functions too. */
 static void options_set_fast_math(id self, SEL cmd, BOOL enabled) {
   (void)cmd;
   ((sm_compile_options *)self)->math_mode = enabled ? MATH_MODE_FAST : MATH_MODE_SAFE;
+  ((sm_compile_options *)self)->fp_functions = enabled ? FP_FUNCTIONS_FAST : FP_FUNCTIONS_PRECISE;
+}
+static NSInteger options_fp_functions(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_compile_options *)self)->fp_functions;
+}
+static void options_set_fp_functions(id self, SEL cmd, NSInteger f) {
+  if (f != FP_FUNCTIONS_FAST && f != FP_FUNCTIONS_PRECISE)
+    sm__fatal("-[MTLCompileOptions %s]: mathFloatingPointFunctions = %ld is not an "
+              "MTLMathFloatingPointFunctions (Fast 0, Precise 1)", sel_getName(cmd), (long)f);
+  ((sm_compile_options *)self)->fp_functions = f;
 }
 static NSUInteger options_language_version(id self, SEL cmd) {
   (void)cmd;
@@ -620,6 +645,10 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   if (options && !((sm_compile_options *)options)->initialized)
     sm__fatal("-[SMDevice %s]: options was allocated but never sent init", sel_getName(cmd));
   NSInteger math_mode = options ? ((sm_compile_options *)options)->math_mode : MATH_MODE_FAST;
+  const bool fast_functions =
+      !options ? true
+      : g_no_math_mode ? math_mode != MATH_MODE_SAFE
+                       : ((sm_compile_options *)options)->fp_functions == FP_FUNCTIONS_FAST;
   const NSUInteger language = options ? ((sm_compile_options *)options)->language_version : 0;
   const unsigned metal_version = metal_version_of(language);
   const char *text = sm__string_utf8(source);
@@ -639,7 +668,8 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   char *diag = NULL;
   bool internal = false;
   sm_code code = {0};
-  void *dl = compile_source(text, math_mode, metal_version, &diag, &internal, &code);
+  void *dl = compile_source(text, math_mode, fast_functions, metal_version, &diag, &internal,
+                            &code);
   if (!dl) {
     sm__code_free(&code);
     set_error(error, sm__error(LIB_ERROR_DOMAIN,
@@ -997,9 +1027,12 @@ void sm__register_msl(void) {
   sm__method(c, "setLanguageVersion:", SM_IMP(options_set_language_version), "v@:Q");
   /* SOFTMETAL_NO_MATH_MODE=1: options as before macOS 15, fastMathEnabled only. */
   const char *old_os = getenv("SOFTMETAL_NO_MATH_MODE");
-  if (!old_os || strcmp(old_os, "1") != 0) {
+  g_no_math_mode = old_os && strcmp(old_os, "1") == 0;
+  if (!g_no_math_mode) {
     sm__method(c, "mathMode", SM_IMP(options_math_mode), "q@:");
     sm__method(c, "setMathMode:", SM_IMP(options_set_math_mode), "v@:q");
+    sm__method(c, "mathFloatingPointFunctions", SM_IMP(options_fp_functions), "q@:");
+    sm__method(c, "setMathFloatingPointFunctions:", SM_IMP(options_set_fp_functions), "v@:q");
   }
   sm__class_end(&options_class);
 
