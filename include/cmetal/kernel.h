@@ -18,8 +18,10 @@
  * streams is ordered only by fences. cmetal's own ops are compiled and
  * dispatched through the same path.
  *
- * Compilation: safe math unless asked otherwise (cmetal's own kernels use
- * it too; Metal's default is fast math). Libraries and pipelines are cached
+ * Compilation: safe math with the precise math functions unless asked
+ * otherwise (cmetal's own kernels use it too; Metal's default math mode is
+ * relaxed on Apple silicon and fast on Intel and AMD GPUs, and its default
+ * functions are the fast ones). Libraries and pipelines are cached
  * per device by source, options, function name and constant values, so
  * creating the same library or kernel again costs a lookup. Compile errors
  * fail with CM_ERR_COMPILE and the compiler's diagnostics in
@@ -45,7 +47,9 @@ typedef struct cm_kernel cm_kernel;
 typedef struct cm_body_kernel cm_body_kernel;
 
 /* MTLCompileOptions.mathMode. 0 means safe: IEEE results, NaN and infinity
- * kept (Metal's own default is fast). */
+ * kept, and the precise exp, log, sin, pow... (mathFloatingPointFunctions
+ * Precise on macOS 15). Metal's own default is relaxed (Apple silicon) or
+ * fast (Intel, AMD). */
 typedef enum cm_math_mode {
     CM_MATH_MODE_DEFAULT = 0, /* safe */
     CM_MATH_MODE_SAFE = 1,
@@ -241,9 +245,12 @@ typedef struct cm_dispatch_desc {
     cm_grid_unit grid_unit;     /* default threads */
     uint64_t grid[3];           /* 0 in y or z means 1; grid[0] = 0: nothing runs */
     uint32_t threadgroup[3];    /* threads per threadgroup; 0 in y or z means 1;
-                                   threadgroup[0] = 0: as many as the kernel
-                                   allows (a multiple of its execution width),
-                                   at most the grid's width in threads */
+                                   threadgroup[0] = 0: max_threads_per_threadgroup
+                                   / (y * z) rounded down to a multiple of the
+                                   execution width (when over it); then, with
+                                   CM_GRID_THREADS, grid[0] if that is fewer:
+                                   a 1000-wide grid gets one threadgroup of
+                                   1000, not a multiple of the width */
 } cm_dispatch_desc;
 
 /* Encodes one dispatch of `kernel` on `stream` (NULL: the device's default

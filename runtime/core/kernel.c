@@ -464,6 +464,12 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
                                    "kernel's (%s) device",
                                    i, cm_device_type_name(t->buffer->device->backend->type),
                                    cm_device_type_name(device->backend->type));
+            if (t->dtype == CM_FLOAT64)
+                return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                                   "args[%" PRIu32 "].tensor has dtype float64, which Metal "
+                                   "kernels do not have (a float64 tensor on a Metal device is "
+                                   "storage only: cast it on the CPU device)",
+                                   i);
             if (a->type == CM_ARG_OUTPUT && (t->flags & CM_TENSOR_READ_ONLY))
                 return cm__fail_as(func, CM_ERR_READ_ONLY,
                                    "args[%" PRIu32 "].tensor is read-only and cannot be "

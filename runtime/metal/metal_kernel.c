@@ -699,11 +699,14 @@ static cm_status cm__kb_pipeline_cache_set(const char *func, cm_device *device, 
         const int rc = stat(dir, &st);
         const int err = errno;
         const bool is_dir = rc == 0 && S_ISDIR(st.st_mode);
-        cm__free(dir);
+        cm_status status = CM_OK;
         if (!is_dir)
-            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                               "path = \"%s\": its directory %s (create it first)", path,
-                               rc != 0 ? strerror(err) : "is not a directory");
+            status = cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                                 "path = \"%s\": its directory \"%s\" %s (create it first)",
+                                 path, dir, rc != 0 ? strerror(err) : "is not a directory");
+        cm__free(dir);
+        if (status != CM_OK)
+            return status;
     }
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))

@@ -160,6 +160,73 @@ Test(kernel, dispatch_threads_covers_a_partial_last_group_and_binds_the_view_off
     cm_device_release(d);
 }
 
+/* float64 on Metal is storage only (cmetal/dtype.h): created, written and
+ * read by the host; no kernel takes it. */
+Test(kernel, float64_tensors_are_storage_only_and_no_kernel_takes_them) {
+    cm_device *d = metal();
+    cm_tensor *f64 = vec(d, CM_FLOAT64, 4), *y = vec(d, CM_FLOAT32, 4);
+    double *p = NULL;
+    CHECK(cm_tensor_host_write(f64, CM_FLOAT64, (void **)&p));
+    for (int i = 0; i < 4; ++i)
+        p[i] = 0.1 * i;
+    double back = 0;
+    CHECK(cm_tensor_get_element(f64, (int64_t[]){3}, CM_FLOAT64, &back));
+    cr_assert_eq(back, 0.1 * 3, "the host reads float64 storage back unchanged");
+    cm_kernel *k = kernel_of(d,
+                             "kernel void cp(device const float *x [[buffer(0)]],\n"
+                             "               device float *y [[buffer(1)]],\n"
+                             "               uint i [[thread_position_in_grid]]) { y[i] = x[i]; }\n",
+                             "cp");
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+                    .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = f64},
+                                              {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
+                    .arg_count = 2, .grid = {4}}),
+                CM_ERR_UNSUPPORTED, "args[0].tensor has dtype float64, which Metal kernels do not have");
+    cm_kernel_release(k);
+    cm_tensor_release(f64);
+    cm_tensor_release(y);
+    cm_device_release(d);
+}
+
+/* threadgroup[0] = 0: the most threads the kernel allows, rounded down to
+ * a multiple of its execution width, then no more than a threads grid's
+ * width: a 1000-wide grid runs as one threadgroup of 1000. */
+Test(kernel, the_default_threadgroup_is_the_widest_allowed_and_at_most_the_grid) {
+    cm_device *d = metal();
+    cm_kernel *k = kernel_of(d,
+                             "kernel void tg(device uint *o [[buffer(0)]],\n"
+                             "               uint3 n [[threads_per_threadgroup]]) {\n"
+                             "    o[0] = n.x;\n"
+                             "}\n",
+                             "tg");
+    cm_kernel_info info;
+    CHECK(cm_kernel_get_info(k, &info));
+    const uint32_t w = info.thread_execution_width, max = info.max_threads_per_threadgroup;
+    const uint32_t widest = max > w ? max - max % w : max;
+    cm_tensor *o = vec(d, CM_UINT32, 1);
+    const struct { uint64_t grid; uint32_t y; cm_grid_unit unit; uint32_t want; } cases[] = {
+        {1000, 1, CM_GRID_THREADS, 1000 < widest ? 1000 : widest},
+        {5 * (uint64_t)max, 1, CM_GRID_THREADS, widest},
+        {7, 1, CM_GRID_THREADS, 7},
+        {3, 1, CM_GRID_THREADGROUPS, widest},
+        /* a multiple of the expected width: partial groups report their own size */
+        {10 * (uint64_t)((max / 3) > w ? (max / 3) - (max / 3) % w : max / 3), 3,
+         CM_GRID_THREADS, (max / 3) > w ? (max / 3) - (max / 3) % w : max / 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+            .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .index = 0, .tensor = o},
+            .arg_count = 1, .grid_unit = cases[i].unit, .grid = {cases[i].grid, cases[i].y},
+            .threadgroup = {0, cases[i].y}}));
+        uint32_t got = 0;
+        CHECK(cm_tensor_get_element(o, (int64_t[]){0}, CM_UINT32, &got));
+        cr_assert_eq(got, cases[i].want, "case %zu: threadgroup width %u, want %u", i, got,
+                     cases[i].want);
+    }
+    cm_tensor_release(o);
+    cm_kernel_release(k);
+    cm_device_release(d);
+}
+
 Test(kernel, macros_are_defined_and_errors_name_lines_of_the_users_source) {
     cm_device *d = metal();
     const cm_macro macros[] = {{"SCALE", "3.0f"}, {"USE_OFFSET", NULL}};
@@ -1181,8 +1248,10 @@ Test(kernel, pipeline_cache_errors_name_the_path_and_save_reports_io_errors) {
     char path[256];
     snprintf(path, sizeof path, "%s/no-such-dir/pipelines.bin", s.root);
     EXPECT_FAIL(cm_device_set_pipeline_cache(d, path), CM_ERR_INVALID_ARGUMENT, "no-such-dir");
-    EXPECT_FAIL(cm_device_set_pipeline_cache(d, path), CM_ERR_INVALID_ARGUMENT,
-                "No such file or directory (create it first)");
+    char missing[224];
+    snprintf(missing, sizeof missing, "its directory \"%s/no-such-dir\" No such file or directory "
+             "(create it first)", s.root);
+    EXPECT_FAIL(cm_device_set_pipeline_cache(d, path), CM_ERR_INVALID_ARGUMENT, missing);
     EXPECT_FAIL(cm_device_set_pipeline_cache(d, s.root), CM_ERR_INVALID_ARGUMENT, "is a directory");
     EXPECT_FAIL(cm_device_set_pipeline_cache(d, NULL), CM_ERR_INVALID_ARGUMENT, "path = NULL");
     EXPECT_FAIL(cm_device_set_pipeline_cache(d, ""), CM_ERR_INVALID_ARGUMENT, "path = \"\"");
