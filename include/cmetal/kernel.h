@@ -233,6 +233,26 @@ typedef struct cm_kernel_arg {
     size_t size;             /* BYTES: 1..4096; THREADGROUP: a multiple of 16 */
 } cm_kernel_arg;
 
+/* Arguments in one line each (C99 compound literals; C only):
+ *   cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+ *       CM_ARGS(CM_ARG_IN(0, x), CM_ARG_OUT(1, y), CM_ARG_BYTES_OF(2, scale),
+ *               CM_ARG_TG(0, 256 * sizeof(float))),
+ *       .grid = {n}});
+ * CM_ARG_BYTES_OF takes an lvalue (its address and sizeof are used);
+ * CM_ARGS sets .args and .arg_count; CM_ARG_COUNT counts its arguments. */
+#define CM_ARG_IN(i, t) \
+    ((cm_kernel_arg){.type = CM_ARG_INPUT, .index = (uint32_t)(i), .tensor = (t)})
+#define CM_ARG_OUT(i, t) \
+    ((cm_kernel_arg){.type = CM_ARG_OUTPUT, .index = (uint32_t)(i), .tensor = (t)})
+#define CM_ARG_BYTES_OF(i, v) \
+    ((cm_kernel_arg){.type = CM_ARG_BYTES, .index = (uint32_t)(i), .data = &(v), .size = sizeof(v)})
+#define CM_ARG_TG(i, n) \
+    ((cm_kernel_arg){.type = CM_ARG_THREADGROUP, .index = (uint32_t)(i), .size = (size_t)(n)})
+#define CM_ARG_COUNT(...) \
+    ((uint32_t)(sizeof((const cm_kernel_arg[]){__VA_ARGS__}) / sizeof(cm_kernel_arg)))
+#define CM_ARGS(...) \
+    .args = (const cm_kernel_arg[]){__VA_ARGS__}, .arg_count = CM_ARG_COUNT(__VA_ARGS__)
+
 typedef enum cm_grid_unit {
     CM_GRID_THREADS = 0,     /* grid counts threads (dispatchThreads; the last
                                 threadgroups may be partial) */

@@ -160,6 +160,24 @@ Test(kernel, dispatch_threads_covers_a_partial_last_group_and_binds_the_view_off
     cm_device_release(d);
 }
 
+/* The argument helpers fill the fields a hand-written cm_kernel_arg would. */
+Test(kernel, argument_helpers_fill_the_fields_and_count) {
+    cm_tensor *t = (cm_tensor *)(uintptr_t)0x1000; /* never dereferenced */
+    const double v = 2;
+    const cm_kernel_arg args[] = {CM_ARG_IN(0, t), CM_ARG_OUT(3, t), CM_ARG_BYTES_OF(2, v),
+                                  CM_ARG_TG(1, 64)};
+    cr_assert_eq(CM_ARG_COUNT(CM_ARG_IN(0, t), CM_ARG_OUT(3, t), CM_ARG_BYTES_OF(2, v)), 3u);
+    cr_assert(args[0].type == CM_ARG_INPUT && args[0].index == 0 && args[0].tensor == t);
+    cr_assert(args[1].type == CM_ARG_OUTPUT && args[1].index == 3 && args[1].tensor == t);
+    cr_assert(args[2].type == CM_ARG_BYTES && args[2].index == 2 && args[2].data == &v &&
+              args[2].size == sizeof v);
+    cr_assert(args[3].type == CM_ARG_THREADGROUP && args[3].index == 1 && args[3].size == 64 &&
+              args[3].tensor == NULL);
+    const cm_dispatch_desc d = {CM_ARGS(CM_ARG_IN(0, t), CM_ARG_TG(0, 16)), .grid = {1}};
+    cr_assert_eq(d.arg_count, 2u);
+    cr_assert(d.args[1].type == CM_ARG_THREADGROUP && d.grid[0] == 1);
+}
+
 /* float64 on Metal is storage only (cmetal/dtype.h): created, written and
  * read by the host; no kernel takes it. */
 Test(kernel, float64_tensors_are_storage_only_and_no_kernel_takes_them) {
