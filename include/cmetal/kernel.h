@@ -325,13 +325,19 @@ typedef struct cm_body_kernel_desc {
     const char *body;                /* the statements of the kernel; required */
     const char *header;              /* code put before the kernel; may be NULL */
     cm_math_mode math_mode;          /* default safe */
+    bool atomic_outputs;             /* outputs as `device atomic_T *` (MLX's
+                                        atomic_outputs): T int, uint or float
+                                        for int32, uint32, float32 outputs */
 } cm_body_kernel_desc;
 
 /* A body-only kernel for `device`: nothing is compiled until a dispatch.
  * The generated kernel has the parameters, in this order of buffer index:
  *   const device T_in *<input> for each input, device T_out *<output> for
  *   each output (T from each tensor's dtype: float, half, bfloat, int,
- *   uint, short, ushort, char, uchar, long, ulong, bool), then for each
+ *   uint, short, ushort, char, uchar, long, ulong, bool; with
+ *   atomic_outputs, device atomic_int / atomic_uint / atomic_float *<output>,
+ *   for atomic_fetch_add_explicit(&hist[i], 1, memory_order_relaxed) and
+ *   the other atomic functions), then for each
  *   tensor whose name the body uses with the suffix:
  *   constant long *<name>_shape, constant long *<name>_strides (elements),
  *   constant int &<name>_ndim;
@@ -374,7 +380,8 @@ typedef struct cm_body_dispatch_desc {
  * generated source is what cm_body_kernel_get_source returns),
  * CM_ERR_INVALID_ARGUMENT naming inputs[i] or outputs[i] (NULL, another
  * device), CM_ERR_READ_ONLY for a read-only output, CM_ERR_UNSUPPORTED for
- * a dtype Metal kernels do not have (float64). Everything is checked
+ * a dtype Metal kernels do not have (float64) or, with atomic_outputs, an
+ * output that is not int32, uint32 or float32. Everything is checked
  * before anything (the initial fill included) is encoded.
  * Thread-safety: any thread. */
 CM_API cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,

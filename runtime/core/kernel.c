@@ -589,6 +589,7 @@ struct cm_body_kernel {
     char **inputs, **outputs;
     uint32_t ninputs, noutputs;
     cm__compile_options options;
+    bool atomic_outputs;
     pthread_mutex_t lock; /* guards variants */
     cm__body_variant *variants;
 };
@@ -684,6 +685,7 @@ cm_status cm_body_kernel_create(cm_device *device, const cm_body_kernel_desc *de
     }
     cm__ref_init(&k->ref);
     pthread_mutex_init(&k->lock, NULL);
+    k->atomic_outputs = desc->atomic_outputs;
     k->device = device;
     cm_device_retain(device);
     *out = k;
@@ -732,6 +734,16 @@ static const char *cm__msl_type(cm_dtype dt) {
     case CM_FLOAT16: return "half";
     case CM_BFLOAT16: return "bfloat";
     case CM_FLOAT32: return "float";
+    default: return NULL;
+    }
+}
+
+/* The MSL atomic type of an atomic output's dtype, or NULL. */
+static const char *cm__msl_atomic_type(cm_dtype dt) {
+    switch (dt) {
+    case CM_INT32: return "atomic_int";
+    case CM_UINT32: return "atomic_uint";
+    case CM_FLOAT32: return "atomic_float";
     default: return NULL;
     }
 }
@@ -825,6 +837,11 @@ static cm_status cm__body_source(const char *func, const cm_body_kernel *k,
                                "have",
                                what, j, in ? k->inputs[j] : k->outputs[j],
                                cm__dtype(t->dtype)->name);
+        if (!in && k->atomic_outputs && cm__msl_atomic_type(t->dtype) == NULL)
+            return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                               "desc->outputs[%u] (%s) has dtype %s: atomic outputs are int32, "
+                               "uint32 or float32 (atomic_int, atomic_uint, atomic_float)",
+                               j, k->outputs[j], cm__dtype(t->dtype)->name);
     }
     cm__text_str(src, "#include <metal_stdlib>\nusing namespace metal;\n");
     for (uint32_t i = 0; i < desc->template_arg_count; ++i) {
@@ -854,7 +871,9 @@ static cm_status cm__body_source(const char *func, const cm_body_kernel *k,
         const uint32_t j = in ? i : i - k->ninputs;
         const cm_tensor *t = in ? desc->inputs[j] : desc->outputs[j];
         cm__text_fmt(src, "    %sdevice %s *%s [[buffer(%u)]],\n", in ? "const " : "",
-                     cm__msl_type(t->dtype), in ? k->inputs[j] : k->outputs[j], index++);
+                     !in && k->atomic_outputs ? cm__msl_atomic_type(t->dtype)
+                                              : cm__msl_type(t->dtype),
+                     in ? k->inputs[j] : k->outputs[j], index++);
     }
     char name[300];
     for (uint32_t i = 0; i < total; ++i) {

@@ -692,6 +692,48 @@ Test(kernel, body_kernels_over_strided_and_offset_views) {
 
 /* ------------------------------------------------------------ DLPack, streams */
 
+/* atomic_outputs: a histogram without casts, as MLX's atomic_outputs. */
+Test(kernel, body_kernels_with_atomic_outputs_build_a_histogram) {
+    cm_device *d = metal();
+    cm_body_kernel *k = NULL;
+    CHECK(cm_body_kernel_create(d, &(cm_body_kernel_desc){
+        .name = "hist", .input_names = (const char *[]){"x"}, .input_count = 1,
+        .output_names = (const char *[]){"h"}, .output_count = 1, .atomic_outputs = true,
+        .body = "atomic_fetch_add_explicit(&h[x[thread_position_in_grid.x] % 8], 1u,\n"
+                "                          memory_order_relaxed);\n"}, &k));
+    enum { N = 1000 };
+    cm_tensor *x = vec(d, CM_UINT32, N), *h = vec(d, CM_UINT32, 8), *f16 = vec(d, CM_FLOAT16, 8);
+    uint32_t *px = NULL;
+    CHECK(cm_tensor_host_write(x, CM_UINT32, (void **)&px));
+    uint32_t want[8] = {0};
+    for (uint32_t i = 0; i < N; ++i) {
+        px[i] = i * 7u + i / 3u;
+        want[px[i] % 8]++;
+    }
+    const double zero = 0;
+    cm_body_dispatch_desc desc = {.inputs = (const cm_tensor *[]){x},
+                                  .outputs = (cm_tensor *[]){h}, .init_value = &zero,
+                                  .grid = {N}};
+    char source[2048];
+    size_t len = 0;
+    CHECK(cm_body_kernel_get_source(k, &desc, source, sizeof source, &len));
+    cr_assert(strstr(source, "device atomic_uint *h [[buffer(1)]]") != NULL, "%s", source);
+    CHECK(cm_body_kernel_dispatch(k, NULL, &desc));
+    const uint32_t *ph = NULL;
+    CHECK(cm_tensor_host_read(h, CM_UINT32, (const void **)&ph));
+    for (int b = 0; b < 8; ++b)
+        cr_assert_eq(ph[b], want[b], "h[%d] = %u, want %u", b, ph[b], want[b]);
+    desc.outputs = (cm_tensor *[]){f16};
+    EXPECT_FAIL(cm_body_kernel_dispatch(k, NULL, &desc), CM_ERR_UNSUPPORTED,
+                "desc->outputs[0] (h) has dtype float16: atomic outputs are int32, uint32 or "
+                "float32");
+    cm_tensor_release(x);
+    cm_tensor_release(h);
+    cm_tensor_release(f16);
+    cm_body_kernel_release(k);
+    cm_device_release(d);
+}
+
 Test(kernel, dlpack_imported_tensors_are_arguments_and_keep_read_only) {
     cm_device *d = metal();
     cm_kernel *k = kernel_of(d,
