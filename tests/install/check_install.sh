@@ -10,8 +10,7 @@
 # Usage: check_install.sh <build-dir> <source-dir> [--no-run]
 #   --no-run: for a cross-build (the macOS one of tools/ci/stage-40-macos.sh):
 #   everything is installed, built and inspected, nothing is run. CC names
-#   the compiler, CHECK_INSTALL_CMAKE_ARGS extra arguments for the
-#   find_package consumer's configure (its toolchain).
+#   the compiler; the find_package consumer is left out there.
 set -eu
 build=$1
 src=$2
@@ -28,9 +27,10 @@ cc=${CC:-cc}
 # What kind of shared library was installed decides how to look at binaries.
 if ls "$libdir"/libcmetal*.dylib >/dev/null 2>&1; then
   shared_re='libcmetal(\.[0-9]+)*\.dylib'
-  if command -v otool >/dev/null 2>&1; then deps() { otool -L "$1"; }
-  elif command -v llvm-otool >/dev/null 2>&1; then deps() { llvm-otool -L "$1"; }
-  else deps() { llvm-objdump --macho --dylibs-used "$1"; }
+  # (their first line names the file itself: left out)
+  if command -v otool >/dev/null 2>&1; then deps() { otool -L "$1" | tail -n +2; }
+  elif command -v llvm-otool >/dev/null 2>&1; then deps() { llvm-otool -L "$1" | tail -n +2; }
+  else deps() { llvm-objdump --macho --dylibs-used "$1" | tail -n +2; }
   fi
   # The dylib names itself through the rpath, so that consumers find it
   # wherever the prefix is.
@@ -60,10 +60,14 @@ if deps "$tmp/static" | grep -Eq "$shared_re"; then
   echo "static consumer still needs the shared libcmetal" >&2; exit 1; fi
 echo "static: no shared libcmetal needed"
 
-# find_package(cmetal).
-# shellcheck disable=SC2086 # CHECK_INSTALL_CMAKE_ARGS is a list of arguments
-cmake -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" ${CHECK_INSTALL_CMAKE_ARGS:-} \
-  >/dev/null
+# find_package(cmetal). Not in a cross-build (--no-run): CMake's Darwin
+# platform, cross-configured from Linux, refuses an imported @rpath library
+# ("Attempting to use @rpath without CMAKE_SHARED_LIBRARY_RUNTIME_C_FLAG").
+if [ "$run" = no ]; then
+  echo "install check passed (--no-run): the dylib's @rpath name, pkg-config shared + static built and inspected; find_package left to a native run"
+  exit 0
+fi
+cmake -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
 if ! deps "$tmp/cm/consumer_shared" | grep -Eq "$shared_re"; then
   echo "find_package's shared consumer does not link $shared_re" >&2; exit 1; fi

@@ -13,6 +13,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <float.h>
 #include <ftw.h>
 #include <math.h>
 #include <pthread.h>
@@ -383,10 +384,14 @@ Test(kernel, safe_math_gets_the_precise_math_functions) {
         cm_library_release(lib);
     }
     bool differ = false;
+    /* softmetal's precise functions are the host's libm; a GPU's are within
+     * a few ulp of it (MSL's precise accuracy). */
+    const float ulps = sm_present() ? 0.0f : 4.0f;
     for (int i = 0; i < 4; ++i) {
-        cr_assert_eq(got[0][2 * i], expf(in[i]), "safe exp(%g) = %a, precise %a", in[i],
-                     got[0][2 * i], expf(in[i]));
-        cr_assert_eq(got[0][2 * i + 1], logf(in[i]), "safe log(%g)", in[i]);
+        cr_assert_leq(fabsf(got[0][2 * i] - expf(in[i])), ulps * FLT_EPSILON * expf(in[i]),
+                      "safe exp(%g) = %a, precise %a", in[i], got[0][2 * i], expf(in[i]));
+        cr_assert_leq(fabsf(got[0][2 * i + 1] - logf(in[i])), ulps * FLT_EPSILON * logf(in[i]),
+                      "safe log(%g)", in[i]);
         differ = differ || got[1][2 * i] != expf(in[i]);
     }
     if (sm_present()) /* softmetal: its fast exp differs visibly */
@@ -427,11 +432,15 @@ Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) 
 
     desc.arg_count = 3; /* no threadgroup(0) */
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
-                "kernel \"k3\" uses [[threadgroup(0)]] but no CM_ARG_THREADGROUP argument binds index 0");
+                "kernel \"k3\" uses [[threadgroup(0)]]");
+    cr_assert(strstr(cm_last_error(), "but no CM_ARG_THREADGROUP argument binds index 0") != NULL,
+              "%s", cm_last_error());
     desc.arg_count = 4;
     args[2].type = CM_ARG_NONE; /* no buffer(2) */
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
-                "kernel \"k3\" uses [[buffer(2)]] but no argument binds index 2");
+                "kernel \"k3\" uses [[buffer(2)]]");
+    cr_assert(strstr(cm_last_error(), "but no argument binds index 2") != NULL, "%s",
+              cm_last_error());
     args[2].type = CM_ARG_BYTES;
     args[1].tensor = on_cpu;
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
@@ -533,8 +542,10 @@ Test(kernel, the_language_version_reaches_the_compiler) {
     const struct { uint32_t version; int want; } cases[] = {
         {CM_MSL_VERSION(1, 1), 110}, {CM_MSL_VERSION(2, 4), 240}, {CM_MSL_VERSION(3, 1), 310},
         {CM_MSL_VERSION(3, 2), 320}, {CM_MSL_VERSION(4, 0), 400}};
+    /* 4.0 needs macOS 26: on Apple's Metal only softmetal's cases up to 3.1 run */
+    const size_t ncases = sm_present() ? sizeof cases / sizeof cases[0] : 3;
     cm_tensor *o = vec(d, CM_INT32, 1);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    for (size_t i = 0; i < ncases; ++i) {
         cm_library *lib = NULL;
         CHECK(cm_library_create(d, &(cm_library_desc){.source = source,
                                                       .language_version = cases[i].version},
@@ -898,8 +909,16 @@ Test(kernel, concurrent_creation_and_dispatch_share_one_pipeline) {
 /* ------------------------------------------------------------ precompiled */
 
 /* axpb.metal through softmetal-metallib, embedded by cmetal_embed_library. */
+#ifdef CM_TEST_NO_AXPB /* a Mac without the Metal toolchain: no metallib to load */
+static const unsigned char cm_test_axpb[1];
+static const size_t cm_test_axpb_size = 0;
+#define CM_TEST_AXPB_PATH ""
+#define REQUIRE_AXPB() cr_skip_test("no precompiled library: xcrun metal is not installed")
+#else
 extern const unsigned char cm_test_axpb[];
 extern const size_t cm_test_axpb_size;
+#define REQUIRE_AXPB() ((void)0)
+#endif
 
 static void run_axpb(cm_device *d, cm_library *lib) {
     cm_kernel *k = NULL;
@@ -927,6 +946,7 @@ static void run_axpb(cm_device *d, cm_library *lib) {
  * and bytes, and a writable tensor bound there as an input is tracked as
  * written; a const buffer bound as an output is fine. */
 Test(kernel, loaded_and_compiled_kernels_are_checked_against_their_reflection) {
+    REQUIRE_AXPB();
     cm_device *d = metal();
     cm_library *lib = NULL;
     CHECK(cm_library_load(d, cm_test_axpb, cm_test_axpb_size, &lib));
@@ -942,7 +962,9 @@ Test(kernel, loaded_and_compiled_kernels_are_checked_against_their_reflection) {
                              {.type = CM_ARG_BYTES, .index = 2, .data = &a, .size = 4}};
     cm_dispatch_desc desc = {.args = args, .arg_count = 2, .grid = {32}};
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
-                "kernel \"axpb\" uses [[buffer(2)]] but no argument binds index 2");
+                "kernel \"axpb\" uses [[buffer(2)]]");
+    cr_assert(strstr(cm_last_error(), "but no argument binds index 2") != NULL, "%s",
+              cm_last_error());
     desc.arg_count = 3;
     args[1] = (cm_kernel_arg){.type = CM_ARG_INPUT, .index = 1, .tensor = ro};
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_READ_ONLY,
@@ -974,8 +996,10 @@ Test(kernel, loaded_and_compiled_kernels_are_checked_against_their_reflection) {
         "kernel void fc(device uint *o [[buffer(0)]]) { o[0] = B ? N : 1; }\n"}, &fl));
     EXPECT_FAIL(cm_kernel_create(fl, &(cm_kernel_desc){.name = "fc"}, &fk), CM_ERR_COMPILE,
                 "desc->constants");
-    cr_assert(strstr(cm_last_error(), "'N' (index 3, uint)") != NULL, "%s", cm_last_error());
-    cr_assert(strstr(cm_last_error(), "'B' (index 5, bool)") != NULL, "%s", cm_last_error());
+    if (sm_present()) { /* softmetal's Metal message names each missing constant */
+        cr_assert(strstr(cm_last_error(), "'N' (index 3, uint)") != NULL, "%s", cm_last_error());
+        cr_assert(strstr(cm_last_error(), "'B' (index 5, bool)") != NULL, "%s", cm_last_error());
+    }
     cr_assert(strstr(cm_last_error(), "newFunctionWithName") == NULL, "%s", cm_last_error());
     cr_assert_null(fk);
     cm_library_release(fl);
@@ -988,6 +1012,7 @@ Test(kernel, loaded_and_compiled_kernels_are_checked_against_their_reflection) {
 }
 
 Test(kernel, precompiled_libraries_load_from_embedded_bytes_and_files) {
+    REQUIRE_AXPB();
     cm_device *d = metal();
     cr_assert_gt(cm_test_axpb_size, 32);
     cm_library *lib = NULL, *again = NULL, *file = NULL;
