@@ -224,11 +224,28 @@ typedef enum cm_arg_type {
 /* Threadgroup memory of one dispatch, static and dynamic together. */
 #define CM_KERNEL_MAX_THREADGROUP_MEMORY 32768
 
+/* Alignment of tensors bound to a kernel. A tensor is bound as its
+ * MTLBuffer at its byte offset, which cmetal keeps a multiple of its
+ * element size (cm_tensor_desc.byte_offset; a whole tensor made by
+ * cm_tensor_create has offset 0). What the kernel may assume:
+ *  - a `device` pointer is aligned to the tensor's element size. Metal
+ *    requires a device buffer's offset to be aligned to the type the kernel
+ *    reads through it (at most 16 bytes; setBuffer:offset:atIndex:), so a
+ *    kernel that reads a wider type than the element (float4 over a float32
+ *    tensor, a struct) needs views whose byte offset is a multiple of that
+ *    type's size: cmetal cannot see the kernel's types and does not check;
+ *  - a `constant` pointer needs the GPU's minimum constant-buffer offset
+ *    alignment (Apple's Metal feature set tables, per GPU family; Apple's
+ *    documentation gave 256 bytes on macOS for Intel and AMD GPUs): bind
+ *    views at offsets that are multiples of 256, whole tensors, or pass
+ *    small constant data as CM_ARG_BYTES, which has no offset.
+ * softmetal does not model misaligned offsets (a CPU reads them). */
 typedef struct cm_kernel_arg {
     cm_arg_type type;
     uint32_t index;          /* [[buffer(index)]], or [[threadgroup(index)]] */
     const cm_tensor *tensor; /* INPUT, OUTPUT: bound as its buffer at its byte
-                                offset, so the kernel's pointer is element 0 */
+                                offset, so the kernel's pointer is element 0
+                                (alignment: above) */
     const void *data;        /* BYTES: copied when the call returns */
     size_t size;             /* BYTES: 1..4096; THREADGROUP: a multiple of 16 */
 } cm_kernel_arg;
