@@ -23,6 +23,12 @@ static int usage(void) {
     return 2;
 }
 
+/* The usage after a bad argument; frees what main had. */
+static int bad_usage(char *prefix) {
+    free(prefix);
+    return usage();
+}
+
 static void put_u32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; ++i)
         p[i] = (unsigned char)(v >> (8 * i));
@@ -38,7 +44,7 @@ int main(int argc, char **argv) {
                                  strcmp(argv[i], "--std") == 0 || strcmp(argv[i], "-D") == 0;
         if (takes_value && i + 1 >= argc) {
             fprintf(stderr, "softmetal-metallib: %s needs a value\n", argv[i]);
-            return usage();
+            return bad_usage(prefix);
         }
         if (strcmp(argv[i], "-o") == 0) {
             out = argv[++i];
@@ -49,7 +55,7 @@ int main(int argc, char **argv) {
             else if (strcmp(m, "fast") == 0) math = 2;
             else {
                 fprintf(stderr, "softmetal-metallib: --math '%s': expected safe, relaxed or fast\n", m);
-                return usage();
+                return bad_usage(prefix);
             }
         } else if (strcmp(argv[i], "--std") == 0) {
             unsigned major = 0, minor = 0;
@@ -58,7 +64,7 @@ int main(int argc, char **argv) {
                 minor > 0xffff) {
                 fprintf(stderr, "softmetal-metallib: --std '%s': expected MAJOR.MINOR (3.1)\n",
                         argv[i + 1]);
-                return usage();
+                return bad_usage(prefix);
             }
             ++i;
             version = (uint32_t)(major << 16) + minor;
@@ -66,7 +72,7 @@ int main(int argc, char **argv) {
             const char *def = argv[i][2] != '\0' ? argv[i] + 2 : argv[++i];
             if (strpbrk(def, "\r\n") != NULL) {
                 fprintf(stderr, "softmetal-metallib: -D '%s': a macro is one line\n", def);
-                return usage();
+                return bad_usage(prefix);
             }
             const char *eq = strchr(def, '=');
             const size_t add = strlen(def) + 16;
@@ -81,12 +87,12 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "softmetal-metallib: %s argument '%s'\n",
                     argv[i][0] == '-' ? "unknown" : "a second input", argv[i]);
-            return usage();
+            return bad_usage(prefix);
         }
     }
     if (out == NULL || in == NULL) {
         fprintf(stderr, "softmetal-metallib: %s\n", out == NULL ? "no -o OUT given" : "no input given");
-        return usage();
+        return bad_usage(prefix);
     }
     FILE *f = fopen(in, "rb");
     if (f == NULL) {
