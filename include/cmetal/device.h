@@ -39,7 +39,9 @@ typedef struct cm_device_info {
     bool unified_memory;              /* host and device share memory */
     bool software;                    /* a software implementation (softmetal, cpu) */
     uint64_t registry_id;             /* MTLDevice registryID; 0 on the CPU */
-    uint64_t max_buffer_length;       /* bytes */
+    uint64_t max_buffer_length;       /* bytes: MTLDevice maxBufferLength; on the
+                                         CPU PTRDIFF_MAX, no limit of its own (the
+                                         host's memory decides) */
     uint64_t recommended_working_set; /* bytes; 0 when unknown */
     uint64_t max_threads_per_threadgroup[3];
     uint32_t gpu_families;            /* CM_GPU_FAMILY_* the device supports (Metal) */

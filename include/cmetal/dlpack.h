@@ -123,12 +123,23 @@ typedef struct cm_dlpack_managed {
  * ndim 0 they point to empty arrays. Size-1, zero and negative strides go
  * out as they are.
  * Metal tensors go out, by default, as kDLMetal (device_id = the device's
- * index, as cm_device_open numbers Metal devices) with `data` =
+ * index, as cm_device_open numbers Metal devices: 0 is the system default
+ * device, MTLCreateSystemDefaultDevice) with `data` =
  * the id<MTLBuffer> (never a host address: do no arithmetic on it) and
  * byte_offset = the view's offset of element 0, as PyTorch MPS and MLX do.
  * Asked for kDLCPU, host-visible Metal storage (shared, managed) goes out
  * as above, zero-copy on unified memory; private storage is copied to the
  * host when desc->copy allows (CM_ERR_COPY_REQUIRED otherwise).
+ * kDLMetal device_id is a number, not a device: DLPack leaves its meaning
+ * to each framework. cmetal's 0 is the system default device; PyTorch's MPS
+ * device is the first non-low-power device supporting the Mac2 family, and
+ * MLX uses the default device. They agree on Apple silicon (one GPU) and may
+ * differ on Intel Macs with several GPUs (an integrated and a discrete one,
+ * or eGPUs), where a consumer could read device_id 0 as another GPU. cmetal
+ * cannot see the consumer's numbering, so it refuses nothing on this
+ * ground: with several Metal devices, match the MTLDevice itself (the
+ * MTLBuffer in `data` knows its `device`; cm_device_get_metal_device gives
+ * cmetal's) rather than the number.
  * Synchronisation: the export first waits for pending device writes to the
  * tensor's buffer (and, for a writable export, pending reads), so the
  * consumer sees finished data; see desc->no_wait.

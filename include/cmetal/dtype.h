@@ -26,9 +26,18 @@ typedef enum cm_dtype {
     CM_FLOAT16 = 10, /* IEEE 754 binary16 */
     CM_BFLOAT16 = 11,/* upper half of a binary32 */
     CM_FLOAT32 = 12,
-    CM_FLOAT64 = 13, /* not available on Metal devices */
+    CM_FLOAT64 = 13, /* on Metal devices storage only: see below */
     CM_DTYPE_COUNT = 14
 } cm_dtype;
+
+/* float64 on a Metal device (Metal has no double): a float64 tensor is
+ * storage only there. It may be created, wrapped, imported and exported
+ * through DLPack, and read and written by the host (cm_tensor_host_read,
+ * cm_tensor_host_write, cm_tensor_get_element...), so that data passes
+ * through unchanged; nothing computes on it on the device: every op of
+ * cmetal/ops.h (cm_copy and cm_cast included), cm_kernel_dispatch and
+ * cm_body_kernel_dispatch fail with CM_ERR_UNSUPPORTED naming the
+ * argument. Cast it on the CPU device (to float32) to compute on Metal. */
 
 typedef enum cm_dtype_kind {
     CM_KIND_BOOL = 1,

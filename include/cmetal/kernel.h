@@ -18,8 +18,10 @@
  * streams is ordered only by fences. cmetal's own ops are compiled and
  * dispatched through the same path.
  *
- * Compilation: safe math unless asked otherwise (cmetal's own kernels use
- * it too; Metal's default is fast math). Libraries and pipelines are cached
+ * Compilation: safe math with the precise math functions unless asked
+ * otherwise (cmetal's own kernels use it too; Metal's default math mode is
+ * relaxed on Apple silicon and fast on Intel and AMD GPUs, and its default
+ * functions are the fast ones). Libraries and pipelines are cached
  * per device by source, options, function name and constant values, so
  * creating the same library or kernel again costs a lookup. Compile errors
  * fail with CM_ERR_COMPILE and the compiler's diagnostics in
@@ -45,7 +47,9 @@ typedef struct cm_kernel cm_kernel;
 typedef struct cm_body_kernel cm_body_kernel;
 
 /* MTLCompileOptions.mathMode. 0 means safe: IEEE results, NaN and infinity
- * kept (Metal's own default is fast). */
+ * kept, and the precise exp, log, sin, pow... (mathFloatingPointFunctions
+ * Precise on macOS 15). Metal's own default is relaxed (Apple silicon) or
+ * fast (Intel, AMD). */
 typedef enum cm_math_mode {
     CM_MATH_MODE_DEFAULT = 0, /* safe */
     CM_MATH_MODE_SAFE = 1,
@@ -76,10 +80,18 @@ typedef struct cm_library_desc {
  * source's line numbers (the same on a Mac and on softmetal).
  * Ownership: returns +1 in *out; the library retains the device; desc and
  * its strings are borrowed for the call.
+ * Options: the language version is set first (when not 0), then the math:
+ * safe math is mathMode Safe with mathFloatingPointFunctions Precise where
+ * the framework has them (macOS 15 / iOS 18; Precise is not the default
+ * there), fastMathEnabled = NO before; relaxed and fast take the fast
+ * functions (relaxed is fast math before macOS 15).
  * Errors: CM_ERR_INVALID_ARGUMENT (NULL source, a bad macro name or a
  * value with a line break, an unknown math mode), CM_ERR_UNSUPPORTED (not
- * a Metal device; a language version the framework cannot set),
- * CM_ERR_COMPILE with the compiler's diagnostics.
+ * a Metal device; a language_version that is not one of Apple's
+ * MTLLanguageVersion values available on macOS: 1.1, 1.2, 2.0 to 2.4, 3.0
+ * to 3.2, 4.0 (1.0 is iOS only), named as major.minor; a framework without
+ * setLanguageVersion:), CM_ERR_COMPILE with the compiler's diagnostics (a
+ * version the OS's compiler does not know yet fails there).
  * Thread-safety: any thread; concurrent calls compile a source once. */
 CM_API cm_status cm_library_create(cm_device *device, const cm_library_desc *desc,
                                    cm_library **out);
@@ -91,8 +103,8 @@ CM_API cm_status cm_library_create(cm_device *device, const cm_library_desc *des
  * Nothing is compiled by cmetal; the bytes are copied, and the same bytes
  * loaded again give the device's cached library. CMake's
  * cmetal_embed_library(target file symbol) embeds such a file into a
- * binary. Kernels of a loaded library cannot tell which buffer indices
- * they use, so cm_kernel_dispatch cannot name a missing one.
+ * binary. Its kernels are checked at dispatch as compiled ones are (from
+ * the pipeline's reflection, see cm_kernel_dispatch).
  * Ownership: returns +1; data is borrowed for the call.
  * Errors: CM_ERR_INVALID_ARGUMENT (NULL data, size 0, or bytes the
  * framework does not take as a library, with its message),
@@ -168,10 +180,16 @@ typedef struct cm_kernel_desc {
 /* The compute pipeline of `desc->name` in `library`, specialised with the
  * constants (cached per device).
  * Ownership: returns +1; the kernel retains the library.
+ * The pipeline is made with its reflection (MTLPipelineOptionArgumentInfo):
+ * the buffer and threadgroup bindings it uses, and which buffers it may
+ * write, for cm_kernel_dispatch's checks.
  * Errors: CM_ERR_INVALID_ARGUMENT (no such function, naming it; a constant
  * of an unsupported dtype or a repeated index), CM_ERR_UNSUPPORTED
  * (function constants on a framework without them), CM_ERR_COMPILE
- * (specialisation or pipeline creation failed, with Metal's message).
+ * (specialisation or pipeline creation failed, with Metal's message: a
+ * kernel with function constants created without them says to set
+ * desc->constants, and softmetal names each missing constant with its
+ * index and type).
  * Thread-safety: any thread. */
 CM_API cm_status cm_kernel_create(cm_library *library, const cm_kernel_desc *desc,
                                   cm_kernel **out);
@@ -206,14 +224,51 @@ typedef enum cm_arg_type {
 /* Threadgroup memory of one dispatch, static and dynamic together. */
 #define CM_KERNEL_MAX_THREADGROUP_MEMORY 32768
 
+/* Alignment of tensors bound to a kernel. A tensor is bound as its
+ * MTLBuffer at its byte offset, which cmetal keeps a multiple of its
+ * element size (cm_tensor_desc.byte_offset; a whole tensor made by
+ * cm_tensor_create has offset 0). What the kernel may assume:
+ *  - a `device` pointer is aligned to the tensor's element size. Metal
+ *    requires a device buffer's offset to be aligned to the type the kernel
+ *    reads through it (at most 16 bytes; setBuffer:offset:atIndex:), so a
+ *    kernel that reads a wider type than the element (float4 over a float32
+ *    tensor, a struct) needs views whose byte offset is a multiple of that
+ *    type's size: cmetal cannot see the kernel's types and does not check;
+ *  - a `constant` pointer needs the GPU's minimum constant-buffer offset
+ *    alignment (Apple's Metal feature set tables, per GPU family; Apple's
+ *    documentation gave 256 bytes on macOS for Intel and AMD GPUs): bind
+ *    views at offsets that are multiples of 256, whole tensors, or pass
+ *    small constant data as CM_ARG_BYTES, which has no offset.
+ * softmetal does not model misaligned offsets (a CPU reads them). */
 typedef struct cm_kernel_arg {
     cm_arg_type type;
     uint32_t index;          /* [[buffer(index)]], or [[threadgroup(index)]] */
     const cm_tensor *tensor; /* INPUT, OUTPUT: bound as its buffer at its byte
-                                offset, so the kernel's pointer is element 0 */
+                                offset, so the kernel's pointer is element 0
+                                (alignment: above) */
     const void *data;        /* BYTES: copied when the call returns */
     size_t size;             /* BYTES: 1..4096; THREADGROUP: a multiple of 16 */
 } cm_kernel_arg;
+
+/* Arguments in one line each (C99 compound literals; C only):
+ *   cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
+ *       CM_ARGS(CM_ARG_IN(0, x), CM_ARG_OUT(1, y), CM_ARG_BYTES_OF(2, scale),
+ *               CM_ARG_TG(0, 256 * sizeof(float))),
+ *       .grid = {n}});
+ * CM_ARG_BYTES_OF takes an lvalue (its address and sizeof are used);
+ * CM_ARGS sets .args and .arg_count; CM_ARG_COUNT counts its arguments. */
+#define CM_ARG_IN(i, t) \
+    ((cm_kernel_arg){.type = CM_ARG_INPUT, .index = (uint32_t)(i), .tensor = (t)})
+#define CM_ARG_OUT(i, t) \
+    ((cm_kernel_arg){.type = CM_ARG_OUTPUT, .index = (uint32_t)(i), .tensor = (t)})
+#define CM_ARG_BYTES_OF(i, v) \
+    ((cm_kernel_arg){.type = CM_ARG_BYTES, .index = (uint32_t)(i), .data = &(v), .size = sizeof(v)})
+#define CM_ARG_TG(i, n) \
+    ((cm_kernel_arg){.type = CM_ARG_THREADGROUP, .index = (uint32_t)(i), .size = (size_t)(n)})
+#define CM_ARG_COUNT(...) \
+    ((uint32_t)(sizeof((const cm_kernel_arg[]){__VA_ARGS__}) / sizeof(cm_kernel_arg)))
+#define CM_ARGS(...) \
+    .args = (const cm_kernel_arg[]){__VA_ARGS__}, .arg_count = CM_ARG_COUNT(__VA_ARGS__)
 
 typedef enum cm_grid_unit {
     CM_GRID_THREADS = 0,     /* grid counts threads (dispatchThreads; the last
@@ -227,21 +282,37 @@ typedef struct cm_dispatch_desc {
     cm_grid_unit grid_unit;     /* default threads */
     uint64_t grid[3];           /* 0 in y or z means 1; grid[0] = 0: nothing runs */
     uint32_t threadgroup[3];    /* threads per threadgroup; 0 in y or z means 1;
-                                   threadgroup[0] = 0: as many as the kernel
-                                   allows (a multiple of its execution width),
-                                   at most the grid's width in threads */
+                                   threadgroup[0] = 0: max_threads_per_threadgroup
+                                   / (y * z) rounded down to a multiple of the
+                                   execution width (when over it); then, with
+                                   CM_GRID_THREADS, grid[0] if that is fewer:
+                                   a 1000-wide grid gets one threadgroup of
+                                   1000, not a multiple of the width */
 } cm_dispatch_desc;
 
 /* Encodes one dispatch of `kernel` on `stream` (NULL: the device's default
  * stream), batched like cmetal's ops: it runs after the stream's earlier
  * work and before host access to the tensors it writes returns.
- * Checks everything before encoding anything, naming the argument: a
- * buffer or threadgroup index the kernel's source uses but no argument
- * binds (known for libraries made from source), an index bound twice or
- * out of range, a tensor of another device, a read-only tensor bound as
- * an output, CM_ARG_BYTES over 4096 bytes, threadgroup memory not a
- * multiple of 16 or over the limit with the kernel's static memory, a
- * threadgroup over the kernel's max_threads_per_threadgroup.
+ * Checks everything before encoding anything, naming the argument, and,
+ * for every kernel (compiled or loaded) whose framework gave the
+ * pipeline's reflection, the bindings it uses, naming the kernel and the
+ * index (and the parameter where the framework names it):
+ *  - a [[buffer(i)]] or [[threadgroup(i)]] it uses that no argument binds
+ *    (CM_ERR_INVALID_ARGUMENT); a CM_ARG_THREADGROUP at an index where the
+ *    kernel has a buffer and no threadgroup parameter;
+ *  - a buffer the kernel may write (`device T *`, not const): a read-only
+ *    tensor there fails with CM_ERR_READ_ONLY whether bound as input or
+ *    output, CM_ARG_BYTES there fails, and a tensor bound there as
+ *    CM_ARG_INPUT is tracked as written (host access waits for the
+ *    kernel); a `const device` or `constant` buffer may take a tensor
+ *    bound as CM_ARG_OUTPUT (tracked as written, as asked);
+ *  - arguments at indices the kernel does not use are allowed (Metal
+ *    ignores them).
+ * And: an index bound twice or out of range, a tensor of another device,
+ * a read-only tensor bound as an output, CM_ARG_BYTES over 4096 bytes,
+ * threadgroup memory not a multiple of 16 or over the limit with the
+ * kernel's static memory, a threadgroup over the kernel's
+ * max_threads_per_threadgroup.
  * Ownership: borrows everything for the call; the device keeps the
  * buffers alive until the kernel has run.
  * Errors: CM_ERR_INVALID_ARGUMENT, CM_ERR_READ_ONLY (an output that is
@@ -271,13 +342,19 @@ typedef struct cm_body_kernel_desc {
     const char *body;                /* the statements of the kernel; required */
     const char *header;              /* code put before the kernel; may be NULL */
     cm_math_mode math_mode;          /* default safe */
+    bool atomic_outputs;             /* outputs as `device atomic_T *` (MLX's
+                                        atomic_outputs): T int, uint or float
+                                        for int32, uint32, float32 outputs */
 } cm_body_kernel_desc;
 
 /* A body-only kernel for `device`: nothing is compiled until a dispatch.
  * The generated kernel has the parameters, in this order of buffer index:
  *   const device T_in *<input> for each input, device T_out *<output> for
  *   each output (T from each tensor's dtype: float, half, bfloat, int,
- *   uint, short, ushort, char, uchar, long, ulong, bool), then for each
+ *   uint, short, ushort, char, uchar, long, ulong, bool; with
+ *   atomic_outputs, device atomic_int / atomic_uint / atomic_float *<output>,
+ *   for atomic_fetch_add_explicit(&hist[i], 1, memory_order_relaxed) and
+ *   the other atomic functions), then for each
  *   tensor whose name the body uses with the suffix:
  *   constant long *<name>_shape, constant long *<name>_strides (elements),
  *   constant int &<name>_ndim;
@@ -320,7 +397,8 @@ typedef struct cm_body_dispatch_desc {
  * generated source is what cm_body_kernel_get_source returns),
  * CM_ERR_INVALID_ARGUMENT naming inputs[i] or outputs[i] (NULL, another
  * device), CM_ERR_READ_ONLY for a read-only output, CM_ERR_UNSUPPORTED for
- * a dtype Metal kernels do not have (float64). Everything is checked
+ * a dtype Metal kernels do not have (float64) or, with atomic_outputs, an
+ * output that is not int32, uint32 or float32. Everything is checked
  * before anything (the initial fill included) is encoded.
  * Thread-safety: any thread. */
 CM_API cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,

@@ -62,7 +62,8 @@ typedef struct cm_tensor_info {
  * unspecified (cm_fill sets them).
  * Ownership: returns +1 in *out. Errors: CM_ERR_INVALID_ARGUMENT naming the
  * field, CM_ERR_OVERFLOW when the size does not fit, CM_ERR_OUT_OF_MEMORY,
- * CM_ERR_UNSUPPORTED (dtype or storage the device lacks). */
+ * CM_ERR_UNSUPPORTED (storage the device lacks). float64 is created on a
+ * Metal device as storage only (cmetal/dtype.h). */
 CM_API cm_status cm_tensor_create(cm_device *device, const cm_tensor_desc *desc,
                                   cm_tensor **out);
 

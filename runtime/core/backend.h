@@ -205,6 +205,19 @@ typedef struct cm__kernel_launch {
     uint32_t group[3];
 } cm__kernel_launch;
 
+/* The argument bindings of a kernel's pipeline, from the framework's
+ * reflection (MTLComputePipelineReflection: bindings, or arguments before
+ * macOS 13); known is false where the framework gave none. Bit i: index i. */
+#define CM__BINDING_NAME_MAX 48
+typedef struct cm__kernel_signature {
+    bool known;
+    uint32_t buffers;      /* [[buffer(i)]] parameters the kernel uses */
+    uint32_t written;      /* of those, the ones it may write (device, not const) */
+    uint32_t threadgroups; /* [[threadgroup(i)]] parameters it uses */
+    char buffer_names[CM_KERNEL_MAX_BUFFERS][CM__BINDING_NAME_MAX];      /* "" if unknown */
+    char threadgroup_names[CM_KERNEL_MAX_BUFFERS][CM__BINDING_NAME_MAX];
+} cm__kernel_signature;
+
 struct cm__kernel_backend {
     /* A library of `source` (+1 in *out), compiled or from the device's
      * cache. Errors as `func`: CM_ERR_COMPILE with the diagnostics. */
@@ -217,10 +230,10 @@ struct cm__kernel_backend {
                               void **out);
     void (*library_release)(void *library);
     /* The pipeline of a function of the library (+1 in *out) with the
-     * constants (checked: supported dtypes, distinct indices), and its
-     * limits. */
+     * constants (checked: supported dtypes, distinct indices), its limits
+     * and its bindings. */
     cm_status (*kernel_create)(const char *func, cm_library *library, const cm_kernel_desc *desc,
-                               void **out, cm_kernel_info *info);
+                               void **out, cm_kernel_info *info, cm__kernel_signature *sig);
     void (*kernel_release)(void *kernel);
     /* Encodes the dispatch on d->stream without committing; tracks the
      * tensors' buffers as read or written. */
@@ -234,16 +247,7 @@ struct cm_library {
     cm__refcount ref;
     cm_device *device;  /* retained */
     void *impl;         /* backend library, +1 */
-    char *source;       /* the user's source (for its kernels' signatures), or NULL */
 };
-
-/* Buffer and threadgroup indices a kernel's signature uses (bit i: index
- * i), when its source could be read. */
-typedef struct cm__kernel_signature {
-    bool known;
-    uint32_t buffers;
-    uint32_t threadgroups;
-} cm__kernel_signature;
 
 struct cm_kernel {
     cm__refcount ref;
@@ -251,12 +255,8 @@ struct cm_kernel {
     void *impl;          /* backend pipeline, +1 */
     cm_kernel_info info;
     cm__kernel_signature signature;
+    char name[256]; /* the kernel function, for messages */
 };
-
-/* Reads the parameters of `kernel void <name>(...)` in MSL source: which
- * [[buffer(n)]] and [[threadgroup(n)]] indices it declares. known is false
- * when the declaration is not found plainly (macros, templates). */
-cm__kernel_signature cm__kernel_scan_signature(const char *source, const char *name);
 
 /* Converts one element between any two dtypes by the ops.h rules. */
 void cm__convert_element(cm_dtype to, void *dst, cm_dtype from, const void *src);

@@ -713,6 +713,20 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
         if (status == CM_ERR_OUT_OF_MEMORY)
             status = cm__fail_as(func, status,
                                  "no memory for the buffer over the producer's memory");
+        if (status == CM_ERR_COPY_REQUIRED && d->copy == CM_COPY_NEVER) {
+            /* The device's reason, said of the import's own arguments. */
+            char why[512];
+            snprintf(why, sizeof why, "%s", cm_last_error());
+            static const char wrap[] = "wrapping without a copy ";
+            const char *rule = strstr(why, wrap);
+            rule = rule != NULL ? rule + sizeof wrap - 1 : why;
+            status = cm__fail_as(func, status,
+                                 "dl_tensor.data = %p (%zu bytes spanned by the view) on the %s "
+                                 "device: importing without a copy (desc->copy = "
+                                 "CM_COPY_NEVER) %s",
+                                 t->data, v.size, cm_device_type_name(device->backend->type),
+                                 rule);
+        }
         if (status != CM_ERR_COPY_REQUIRED || d->copy == CM_COPY_NEVER) {
             cm_device_release(device); /* the buffer holds its own reference */
             return status;

@@ -1,5 +1,5 @@
 /* Custom kernels (cmetal/kernel.h): argument checks, the source of macros
- * and body-only kernels, and the kernel signature scan. Platform-free: the
+ * and body-only kernels, checks against the reflected bindings. Platform-free: the
  * backend's cm__kernel_backend compiles and dispatches. */
 #include "backend.h"
 
@@ -100,6 +100,19 @@ CM__PRINTF(2, 3) static void cm__text_fmt(cm__text *t, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ options */
 
+/* Exactly the MTLLanguageVersion values of Apple's headers (MTLLibrary.h)
+ * that macOS takes: 1.0 is iOS only. */
+static bool cm__is_msl_version(uint32_t v) {
+    static const uint32_t known[] = {
+        CM_MSL_VERSION(1, 1), CM_MSL_VERSION(1, 2), CM_MSL_VERSION(2, 0), CM_MSL_VERSION(2, 1),
+        CM_MSL_VERSION(2, 2), CM_MSL_VERSION(2, 3), CM_MSL_VERSION(2, 4), CM_MSL_VERSION(3, 0),
+        CM_MSL_VERSION(3, 1), CM_MSL_VERSION(3, 2), CM_MSL_VERSION(4, 0)};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; ++i)
+        if (v == known[i])
+            return true;
+    return false;
+}
+
 static cm_status cm__resolve_options(const char *func, cm_math_mode mode, uint32_t version,
                                      cm__compile_options *out) {
     switch (mode) {
@@ -111,42 +124,38 @@ static cm_status cm__resolve_options(const char *func, cm_math_mode mode, uint32
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "math_mode = %d is not a cm_math_mode", (int)mode);
     }
-    if (version != 0 && ((version >> 16) < 1 || (version >> 16) > 9 || (version & 0xffff) > 9))
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "language_version = 0x%" PRIx32
-                           " is not an MSL version (use CM_MSL_VERSION(3, 1))",
-                           version);
+    if (version != 0 && !cm__is_msl_version(version))
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "language_version = %" PRIu32 ".%" PRIu32 " (0x%" PRIx32 ") is not "
+                           "an MTLLanguageVersion: use CM_MSL_VERSION(major, minor) with 1.1, "
+                           "1.2, 2.0 to 2.4, 3.0 to 3.2 or 4.0 (1.0 is not available on macOS), "
+                           "or 0 for the newest",
+                           version >> 16, version & 0xffff, version);
     out->language_version = version;
     return CM_OK;
 }
 
 /* ------------------------------------------------------------ libraries */
 
-/* A library from source (user_source for the signature scan, full_source
- * compiled) or, when full_source is NULL, from `size` bytes at `data`. */
-static cm_status cm__library_new(const char *func, cm_device *device, const char *user_source,
-                                 const char *full_source, const cm__compile_options *options,
-                                 const void *data, size_t size, cm_library **out) {
+/* A library compiled from `source` or, when source is NULL, from `size`
+ * bytes at `data`. */
+static cm_status cm__library_new(const char *func, cm_device *device, const char *source,
+                                 const cm__compile_options *options, const void *data,
+                                 size_t size, cm_library **out) {
     const cm__kernel_backend *k = cm__kernels_of(func, device);
     if (k == NULL)
         return CM_ERR_UNSUPPORTED;
     cm_library *lib = CM__NEW(cm_library);
-    char *copy = lib != NULL && user_source != NULL ? cm__strdup(user_source) : NULL;
-    if (lib == NULL || (user_source != NULL && copy == NULL)) {
-        cm__free(lib);
+    if (lib == NULL)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a library");
-    }
-    cm_status status = full_source != NULL
-                           ? k->library_create(func, device, full_source, options, &lib->impl)
-                           : k->library_load(func, device, data, size, &lib->impl);
+    cm_status status = source != NULL ? k->library_create(func, device, source, options, &lib->impl)
+                                      : k->library_load(func, device, data, size, &lib->impl);
     if (status != CM_OK) {
-        cm__free(copy);
         cm__free(lib);
         return status;
     }
     cm__ref_init(&lib->ref);
     lib->device = device;
-    lib->source = copy;
     cm_device_retain(device);
     *out = lib;
     return CM_OK;
@@ -190,7 +199,7 @@ cm_status cm_library_create(cm_device *device, const cm_library_desc *desc, cm_l
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the source");
     }
     cm_status status =
-        cm__library_new(__func__, device, desc->source, src.data, &options, NULL, 0, out);
+        cm__library_new(__func__, device, src.data, &options, NULL, 0, out);
     cm__free(src.data);
     return status;
 }
@@ -201,7 +210,7 @@ cm_status cm_library_load(cm_device *device, const void *data, size_t size, cm_l
     CM__REQUIRE_NONNULL(device);
     CM__REQUIRE_NONNULL(data);
     CM__REQUIRE_ARG(size > 0, "size = 0: a library has bytes");
-    return cm__library_new(__func__, device, NULL, NULL, NULL, data, size, out);
+    return cm__library_new(__func__, device, NULL, NULL, data, size, out);
 }
 
 cm_status cm_library_load_file(cm_device *device, const char *path, cm_library **out) {
@@ -228,7 +237,7 @@ cm_status cm_library_load_file(cm_device *device, const char *path, cm_library *
     else if (bytes.len == 0)
         status = cm__fail(CM_ERR_INVALID_ARGUMENT, "path = \"%s\" is empty", path);
     else
-        status = cm__library_new(__func__, device, NULL, NULL, NULL, bytes.data, bytes.len, out);
+        status = cm__library_new(__func__, device, NULL, NULL, bytes.data, bytes.len, out);
     cm__free(bytes.data);
     return status;
 }
@@ -261,7 +270,6 @@ cm_status cm_library_release(cm_library *library) {
     if (library == NULL || !cm__ref_release(&library->ref))
         return CM_OK;
     library->device->backend->kernels->library_release(library->impl);
-    cm__free(library->source);
     cm_device *device = library->device;
     cm__free(library);
     return cm_device_release(device);
@@ -300,16 +308,15 @@ cm_status cm_kernel_create(cm_library *library, const cm_kernel_desc *desc, cm_k
     cm_kernel *kernel = CM__NEW(cm_kernel);
     if (kernel == NULL)
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for a kernel");
-    cm_status status = k->kernel_create(__func__, library, desc, &kernel->impl, &kernel->info);
+    cm_status status = k->kernel_create(__func__, library, desc, &kernel->impl, &kernel->info,
+                                        &kernel->signature);
     if (status != CM_OK) {
         cm__free(kernel);
         return status;
     }
     cm__ref_init(&kernel->ref);
     kernel->library = library;
-    kernel->signature = library->source != NULL
-                            ? cm__kernel_scan_signature(library->source, desc->name)
-                            : (cm__kernel_signature){0};
+    snprintf(kernel->name, sizeof kernel->name, "%s", desc->name);
     cm_library_retain(library);
     *out = kernel;
     return CM_OK;
@@ -383,7 +390,12 @@ static cm_status cm__resolve_grid(const char *func, const cm_kernel *kernel, cm_
     return CM_OK;
 }
 
-/* Checks the arguments into binds (nargs entries). */
+/* " (name)" for messages: three %s arguments, empty when the name is not
+ * known. */
+#define cm__binding_name(name) (name)[0] != '\0' ? " (" : "", (name), (name)[0] != '\0' ? ")" : ""
+
+/* Checks the arguments into binds (nargs entries) against the kernel's
+ * bindings where the framework reflected them. */
 static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_device *device,
                                 const cm_kernel_arg *args, uint32_t nargs, cm__kernel_bind *binds,
                                 uint32_t *nbinds) {
@@ -431,6 +443,12 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
                                    "args[%" PRIu32 "].size = %zu bytes is over setBytes' "
                                    "limit of %d: put larger data in a tensor",
                                    i, a->size, CM_KERNEL_MAX_BYTES);
+            if (kernel->signature.known && (kernel->signature.written >> a->index & 1u))
+                return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                                   "args[%" PRIu32 "] is CM_ARG_BYTES, but kernel \"%s\" writes "
+                                   "[[buffer(%" PRIu32 ")]]%s%s%s: bind a tensor as CM_ARG_OUTPUT",
+                                   i, kernel->name, a->index,
+                                   cm__binding_name(kernel->signature.buffer_names[a->index]));
             b->data = a->data;
             b->size = a->size;
             break;
@@ -446,11 +464,30 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
                                    "kernel's (%s) device",
                                    i, cm_device_type_name(t->buffer->device->backend->type),
                                    cm_device_type_name(device->backend->type));
+            if (t->dtype == CM_FLOAT64)
+                return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                                   "args[%" PRIu32 "].tensor has dtype float64, which Metal "
+                                   "kernels do not have (a float64 tensor on a Metal device is "
+                                   "storage only: cast it on the CPU device)",
+                                   i);
             if (a->type == CM_ARG_OUTPUT && (t->flags & CM_TENSOR_READ_ONLY))
                 return cm__fail_as(func, CM_ERR_READ_ONLY,
                                    "args[%" PRIu32 "].tensor is read-only and cannot be "
                                    "bound as CM_ARG_OUTPUT",
                                    i);
+            if (kernel->signature.known && (kernel->signature.written >> a->index & 1u)) {
+                /* The kernel may write it whatever the argument says: a
+                 * read-only tensor is refused, another is tracked as
+                 * written. */
+                if (t->flags & CM_TENSOR_READ_ONLY)
+                    return cm__fail_as(func, CM_ERR_READ_ONLY,
+                                       "args[%" PRIu32 "].tensor is read-only, but kernel \"%s\" "
+                                       "writes [[buffer(%" PRIu32 ")]]%s%s%s (a device pointer, "
+                                       "not const)",
+                                       i, kernel->name, a->index,
+                                       cm__binding_name(kernel->signature.buffer_names[a->index]));
+                b->type = CM_ARG_OUTPUT;
+            }
             b->buffer = t->buffer;
             b->offset = t->byte_offset;
             break;
@@ -470,16 +507,24 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
     const cm__kernel_signature *sig = &kernel->signature;
     if (sig->known) {
         for (uint32_t k = 0; k < CM_KERNEL_MAX_BUFFERS; ++k) {
+            if ((groups >> k & 1u) && !(sig->threadgroups >> k & 1u) && (sig->buffers >> k & 1u))
+                return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                                   "a CM_ARG_THREADGROUP argument binds index %" PRIu32
+                                   ", but kernel \"%s\" has [[buffer(%" PRIu32 ")]]%s%s%s there "
+                                   "and no [[threadgroup(%" PRIu32 ")]]",
+                                   k, kernel->name, k, cm__binding_name(sig->buffer_names[k]), k);
             if ((sig->buffers >> k & 1u) && !(buffers >> k & 1u))
                 return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                                   "the kernel uses [[buffer(%" PRIu32 ")]] but no argument "
-                                   "binds index %" PRIu32,
-                                   k, k);
+                                   "kernel \"%s\" uses [[buffer(%" PRIu32 ")]]%s%s%s but no "
+                                   "argument binds index %" PRIu32 " (CM_ARG_INPUT, "
+                                   "CM_ARG_OUTPUT or CM_ARG_BYTES)",
+                                   kernel->name, k, cm__binding_name(sig->buffer_names[k]), k);
             if ((sig->threadgroups >> k & 1u) && !(groups >> k & 1u))
                 return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                                   "the kernel uses [[threadgroup(%" PRIu32 ")]] but no "
+                                   "kernel \"%s\" uses [[threadgroup(%" PRIu32 ")]]%s%s%s but no "
                                    "CM_ARG_THREADGROUP argument binds index %" PRIu32,
-                                   k, k);
+                                   kernel->name, k, cm__binding_name(sig->threadgroup_names[k]),
+                                   k);
         }
     }
     *nbinds = n;
@@ -544,6 +589,7 @@ struct cm_body_kernel {
     char **inputs, **outputs;
     uint32_t ninputs, noutputs;
     cm__compile_options options;
+    bool atomic_outputs;
     pthread_mutex_t lock; /* guards variants */
     cm__body_variant *variants;
 };
@@ -639,6 +685,7 @@ cm_status cm_body_kernel_create(cm_device *device, const cm_body_kernel_desc *de
     }
     cm__ref_init(&k->ref);
     pthread_mutex_init(&k->lock, NULL);
+    k->atomic_outputs = desc->atomic_outputs;
     k->device = device;
     cm_device_retain(device);
     *out = k;
@@ -687,6 +734,16 @@ static const char *cm__msl_type(cm_dtype dt) {
     case CM_FLOAT16: return "half";
     case CM_BFLOAT16: return "bfloat";
     case CM_FLOAT32: return "float";
+    default: return NULL;
+    }
+}
+
+/* The MSL atomic type of an atomic output's dtype, or NULL. */
+static const char *cm__msl_atomic_type(cm_dtype dt) {
+    switch (dt) {
+    case CM_INT32: return "atomic_int";
+    case CM_UINT32: return "atomic_uint";
+    case CM_FLOAT32: return "atomic_float";
     default: return NULL;
     }
 }
@@ -780,6 +837,11 @@ static cm_status cm__body_source(const char *func, const cm_body_kernel *k,
                                "have",
                                what, j, in ? k->inputs[j] : k->outputs[j],
                                cm__dtype(t->dtype)->name);
+        if (!in && k->atomic_outputs && cm__msl_atomic_type(t->dtype) == NULL)
+            return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                               "desc->outputs[%u] (%s) has dtype %s: atomic outputs are int32, "
+                               "uint32 or float32 (atomic_int, atomic_uint, atomic_float)",
+                               j, k->outputs[j], cm__dtype(t->dtype)->name);
     }
     cm__text_str(src, "#include <metal_stdlib>\nusing namespace metal;\n");
     for (uint32_t i = 0; i < desc->template_arg_count; ++i) {
@@ -809,7 +871,9 @@ static cm_status cm__body_source(const char *func, const cm_body_kernel *k,
         const uint32_t j = in ? i : i - k->ninputs;
         const cm_tensor *t = in ? desc->inputs[j] : desc->outputs[j];
         cm__text_fmt(src, "    %sdevice %s *%s [[buffer(%u)]],\n", in ? "const " : "",
-                     cm__msl_type(t->dtype), in ? k->inputs[j] : k->outputs[j], index++);
+                     !in && k->atomic_outputs ? cm__msl_atomic_type(t->dtype)
+                                              : cm__msl_type(t->dtype),
+                     in ? k->inputs[j] : k->outputs[j], index++);
     }
     char name[300];
     for (uint32_t i = 0; i < total; ++i) {
@@ -863,7 +927,7 @@ static cm_status cm__body_variant_get(const char *func, cm_body_kernel *k, const
     cm_library *lib = NULL;
     cm_kernel *kernel = NULL;
     cm_status status =
-        cm__library_new(func, k->device, source, source, &k->options, NULL, 0, &lib);
+        cm__library_new(func, k->device, source, &k->options, NULL, 0, &lib);
     if (status == CM_OK) {
         status = cm_kernel_create(lib, &(cm_kernel_desc){.name = k->name}, &kernel);
         if (status != CM_OK) {
@@ -980,129 +1044,4 @@ cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,
             }
         }
     return cm__launch(k, &d);
-}
-
-/* ------------------------------------------------------------ signature scan */
-
-/* A copy of MSL source with comments and string/char literals blanked. */
-static char *cm__strip_comments(const char *s) {
-    char *out = cm__strdup(s);
-    if (out == NULL)
-        return NULL;
-    for (char *p = out; *p != '\0';) {
-        if (p[0] == '/' && p[1] == '/') {
-            while (*p != '\0' && *p != '\n')
-                *p++ = ' ';
-        } else if (p[0] == '/' && p[1] == '*') {
-            *p++ = ' ';
-            *p++ = ' ';
-            for (; *p != '\0' && !(p[0] == '*' && p[1] == '/'); ++p)
-                if (*p != '\n')
-                    *p = ' ';
-            if (*p != '\0') {
-                *p++ = ' ';
-                *p++ = ' ';
-            }
-        } else if (*p == '"' || *p == '\'') {
-            const char q = *p++;
-            while (*p != '\0' && *p != q && *p != '\n') {
-                if (*p == '\\' && p[1] != '\0')
-                    *p++ = ' ';
-                *p++ = ' ';
-            }
-            if (*p == q)
-                ++p;
-        } else {
-            ++p;
-        }
-    }
-    return out;
-}
-
-static const char *cm__skip_space(const char *p) {
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        ++p;
-    return p;
-}
-
-/* Reads "[[ word ( n ) ]]" at p; returns the end or NULL. */
-static const char *cm__read_attr(const char *p, const char *word, uint32_t *n) {
-    if (p[0] != '[' || p[1] != '[')
-        return NULL;
-    p = cm__skip_space(p + 2);
-    const size_t len = strlen(word);
-    if (strncmp(p, word, len) != 0 || cm__is_ident_char(p[len]))
-        return NULL;
-    p = cm__skip_space(p + len);
-    if (*p != '(')
-        return NULL;
-    p = cm__skip_space(p + 1);
-    if (*p < '0' || *p > '9')
-        return NULL;
-    uint32_t v = 0;
-    while (*p >= '0' && *p <= '9' && v < 1000)
-        v = v * 10 + (uint32_t)(*p++ - '0');
-    p = cm__skip_space(p);
-    if (*p != ')')
-        return NULL;
-    p = cm__skip_space(p + 1);
-    if (p[0] != ']' || p[1] != ']')
-        return NULL;
-    *n = v;
-    return p + 2;
-}
-
-cm__kernel_signature cm__kernel_scan_signature(const char *source, const char *name) {
-    cm__kernel_signature sig = {0};
-    char *text = cm__strip_comments(source);
-    if (text == NULL)
-        return sig;
-    const size_t n = strlen(name);
-    for (const char *p = strstr(text, name); p != NULL; p = strstr(p + 1, name)) {
-        if ((p > text && cm__is_ident_char(p[-1])) || cm__is_ident_char(p[n]))
-            continue;
-        const char *open = cm__skip_space(p + n);
-        if (*open != '(')
-            continue;
-        /* "kernel void name(" or "[[kernel]] void name(": look back. */
-        const char *q = p;
-        while (q > text && (q[-1] == ' ' || q[-1] == '\t' || q[-1] == '\n' || q[-1] == '\r'))
-            --q;
-        if (q - text < 4 || strncmp(q - 4, "void", 4) != 0)
-            continue;
-        q -= 4;
-        while (q > text && (q[-1] == ' ' || q[-1] == '\t' || q[-1] == '\n' || q[-1] == '\r'))
-            --q;
-        const bool plain = q - text >= 6 && strncmp(q - 6, "kernel", 6) == 0 &&
-                           (q - 6 == text || !cm__is_ident_char(q[-7]));
-        const bool attr = q - text >= 10 && strncmp(q - 10, "[[kernel]]", 10) == 0;
-        if (!plain && !attr)
-            continue;
-        int depth = 0;
-        const char *c = open;
-        for (; *c != '\0'; ++c) {
-            if (*c == '(') {
-                ++depth;
-            } else if (*c == ')') {
-                if (--depth == 0)
-                    break;
-            } else if (c[0] == '[' && c[1] == '[') {
-                uint32_t idx;
-                const char *end;
-                if ((end = cm__read_attr(c, "buffer", &idx)) != NULL) {
-                    if (idx < CM_KERNEL_MAX_BUFFERS)
-                        sig.buffers |= 1u << idx;
-                    c = end - 1;
-                } else if ((end = cm__read_attr(c, "threadgroup", &idx)) != NULL) {
-                    if (idx < CM_KERNEL_MAX_BUFFERS)
-                        sig.threadgroups |= 1u << idx;
-                    c = end - 1;
-                }
-            }
-        }
-        sig.known = *c == ')';
-        break;
-    }
-    cm__free(text);
-    return sig;
 }

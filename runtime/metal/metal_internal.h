@@ -38,6 +38,25 @@ enum {
     CM__MTL_MATH_MODE_FAST = 2,
 };
 
+/* MTLMathFloatingPointFunctions (NSInteger; macOS 15 / iOS 18): which exp,
+ * log, sin, pow... unqualified calls get. Fast is the default. */
+enum {
+    CM__MTL_MATH_FUNCTIONS_FAST = 0,
+    CM__MTL_MATH_FUNCTIONS_PRECISE = 1,
+};
+
+/* MTLPipelineOptionArgumentInfo = MTLPipelineOptionBindingInfo
+ * (MTLDevice.h); MTLBindingType / MTLArgumentType, MTLBindingAccess
+ * (MTLArgument.h). */
+enum {
+    CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO = 1,
+    CM__MTL_BINDING_BUFFER = 0,
+    CM__MTL_BINDING_THREADGROUP = 1,
+    CM__MTL_ACCESS_READ_ONLY = 0,
+    CM__MTL_ACCESS_READ_WRITE = 1,
+    CM__MTL_ACCESS_WRITE_ONLY = 2,
+};
+
 /* The kernels of msl/, by name (metal_ops.c). */
 enum {
     CM__KERNEL_FILL,
@@ -221,11 +240,12 @@ cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *s
                             const cm__compile_options *options, cm__id *out, uint64_t *serial);
 
 /* The pipeline of function `name` of a cached library with the constants
- * (+1 in *out), made on first use, and its limits. */
+ * (+1 in *out), made on first use, its limits and (sig not NULL) its
+ * bindings from Metal's reflection. */
 cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
                              uint64_t library_serial, const char *name,
                              const cm_function_constant *constants, uint32_t nconst,
-                             cm__id *out, cm_kernel_info *info);
+                             cm__id *out, cm_kernel_info *info, cm__kernel_signature *sig);
 
 /* One argument of cm__metal_dispatch: a tracked cm_buffer or a bare
  * MTLBuffer (scratch, native), bytes, or threadgroup memory. */

@@ -37,6 +37,7 @@ struct cm__metal_cached {
     cm__id object;     /* +1: id<MTLLibrary> or id<MTLComputePipelineState> */
     uint64_t serial;   /* libraries: names this library in pipeline keys */
     cm_kernel_info info;
+    cm__kernel_signature sig; /* pipelines: bindings */
     struct cm__metal_cached *next;
 };
 
@@ -105,9 +106,13 @@ static cm__metal_cached *cm__cache_add(cm__metal_device *d, uint64_t hash, const
 
 /* ------------------------------------------------------------ compile */
 
-/* New MTLCompileOptions (+1) for `o`. Safe math is asked for with
- * mathMode where the options have it (macOS 15 / iOS 18), else with
- * fastMathEnabled = NO; relaxed falls back to fast math there. */
+/* New MTLCompileOptions (+1) for `o`. The language version is set first,
+ * then the math: where the options have mathMode (macOS 15 / iOS 18) it is
+ * set, with mathFloatingPointFunctions Precise for safe math (its default
+ * is Fast, which would give safe kernels the fast exp, log, sin, pow...)
+ * and Fast otherwise; before macOS 15, fastMathEnabled = NO selects safe
+ * math and the precise functions together, and relaxed falls back to fast
+ * math. */
 static cm_status cm__compile_options_new(const char *func, const cm__compile_options *o,
                                          cm__id *out) {
     *out = NULL;
@@ -119,12 +124,6 @@ static cm_status cm__compile_options_new(const char *func, const cm__compile_opt
         options = cm__msg_init(options);
     if (options == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE, "MTLCompileOptions alloc/init returned nil");
-    if (cm__msg_respondsToSelector(options, CM__SEL(setMathMode)))
-        cm__msg_setMathMode(options, o->math_mode == CM_MATH_MODE_SAFE      ? CM__MTL_MATH_MODE_SAFE
-                                     : o->math_mode == CM_MATH_MODE_RELAXED ? CM__MTL_MATH_MODE_RELAXED
-                                                                            : CM__MTL_MATH_MODE_FAST);
-    else
-        cm__msg_setFastMathEnabled(options, o->math_mode != CM_MATH_MODE_SAFE);
     if (o->language_version != 0) {
         if (!cm__msg_respondsToSelector(options, CM__SEL(setLanguageVersion))) {
             cm__objc_release(options);
@@ -135,6 +134,17 @@ static cm_status cm__compile_options_new(const char *func, const cm__compile_opt
                                o->language_version >> 16, o->language_version & 0xffff);
         }
         cm__msg_setLanguageVersion(options, o->language_version);
+    }
+    if (cm__msg_respondsToSelector(options, CM__SEL(setMathMode))) {
+        cm__msg_setMathMode(options, o->math_mode == CM_MATH_MODE_SAFE      ? CM__MTL_MATH_MODE_SAFE
+                                     : o->math_mode == CM_MATH_MODE_RELAXED ? CM__MTL_MATH_MODE_RELAXED
+                                                                            : CM__MTL_MATH_MODE_FAST);
+        if (cm__msg_respondsToSelector(options, CM__SEL(setMathFloatingPointFunctions)))
+            cm__msg_setMathFloatingPointFunctions(
+                options, o->math_mode == CM_MATH_MODE_SAFE ? CM__MTL_MATH_FUNCTIONS_PRECISE
+                                                           : CM__MTL_MATH_FUNCTIONS_FAST);
+    } else {
+        cm__msg_setFastMathEnabled(options, o->math_mode != CM_MATH_MODE_SAFE);
     }
     *out = options;
     return CM_OK;
@@ -327,7 +337,8 @@ static cm_status cm__function(const char *func, cm__id library, const char *name
     cm_status status = CM_OK;
     if (fn == NULL)
         status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
-                                   "newFunctionWithName:constantValues:error: failed");
+                                   "desc->constants do not specialise the function (each "
+                                   "constant it requires needs a value of its type)");
     cm__objc_pool_pop(pool);
     cm__objc_release(values);
     cm__objc_release(ns_name);
@@ -335,11 +346,70 @@ static cm_status cm__function(const char *func, cm__id library, const char *name
     return status;
 }
 
+/* Reads the bindings of a pipeline's reflection (autoreleased, may be nil)
+ * into *sig: MTLBinding where the reflection has `bindings` (macOS 13 /
+ * iOS 16), else MTLArgument. Bindings the function does not use are left
+ * out. */
+static void cm__read_reflection(cm__id reflection, cm__kernel_signature *sig) {
+    memset(sig, 0, sizeof *sig);
+    if (reflection == NULL)
+        return;
+    const bool bindings = cm__msg_respondsToSelector(reflection, CM__SEL(bindings));
+    if (!bindings && !cm__msg_respondsToSelector(reflection, CM__SEL(arguments)))
+        return;
+    cm__id list = bindings ? cm__msg_bindings(reflection) : cm__msg_arguments(reflection);
+    if (list == NULL)
+        return;
+    const cm__uint n = cm__msg_count(list);
+    for (cm__uint i = 0; i < n; ++i) {
+        cm__id b = cm__msg_objectAtIndex(list, i);
+        if (b == NULL || !(bindings ? cm__msg_isUsed(b) : cm__msg_isActive(b)))
+            continue;
+        /* MTLBindingType is an NSInteger, MTLArgumentType an NSUInteger
+         * of the same values. */
+        const cm__int type = cm__msg_type(b);
+        const cm__uint index = cm__msg_index(b);
+        if (index >= CM_KERNEL_MAX_BUFFERS ||
+            (type != CM__MTL_BINDING_BUFFER && type != CM__MTL_BINDING_THREADGROUP))
+            continue;
+        const uint32_t bit = 1u << index;
+        char *name;
+        if (type == CM__MTL_BINDING_BUFFER) {
+            sig->buffers |= bit;
+            if (cm__msg_access(b) != CM__MTL_ACCESS_READ_ONLY)
+                sig->written |= bit;
+            name = sig->buffer_names[index];
+        } else {
+            sig->threadgroups |= bit;
+            name = sig->threadgroup_names[index];
+        }
+        cm__id ns = cm__msg_name(b);
+        const char *utf8 = ns != NULL ? cm__msg_UTF8String(ns) : NULL;
+        snprintf(name, CM__BINDING_NAME_MAX, "%s", utf8 != NULL ? utf8 : "");
+    }
+    sig->known = true;
+}
+
+/* CM_ERR_COMPILE for a pipeline Metal did not make, with its message; a
+ * kernel made without constants is told where they go (a kernel with
+ * function constants needs their values to become a pipeline). */
+static cm_status cm__pipeline_error(const char *func, cm__id error, const char *name,
+                                    uint32_t nconst) {
+    char what[512];
+    snprintf(what, sizeof what,
+             "desc->name = \"%s\": no pipeline was made%s", name,
+             nconst == 0 ? " (a kernel with function constants needs their values in "
+                           "desc->constants: cm_function_constant index, dtype, value)"
+                         : "");
+    return cm__fail_ns_error(func, CM_ERR_COMPILE, error, what);
+}
+
 /* The pipeline of fn made with the device's binary archive (taken from it
  * when it holds fn's code), which then records it for the next save; NULL
  * when that fails, and the caller compiles without the archive: a stale or
  * refused archive never fails the user's work. cache_lock held. */
-static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn) {
+static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
+                                        cm__kernel_signature *sig) {
     cm__class cls = CM__CLASS(MTLComputePipelineDescriptor);
     cm__class array_cls = CM__CLASS(NSArray);
     if (cls == NULL || array_cls == NULL)
@@ -355,9 +425,11 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn) {
     if (archives != NULL) {
         cm__msg_setComputeFunction(desc, fn);
         cm__msg_setBinaryArchives(desc, archives);
-        cm__id error = NULL;
+        cm__id error = NULL, reflection = NULL; /* autoreleased */
         pipeline = cm__msg_newComputePipelineStateWithDescriptor_options_reflection_error(
-            d->device, desc, 0 /* MTLPipelineOptionNone */, NULL, &error);
+            d->device, desc, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
+        if (pipeline != NULL)
+            cm__read_reflection(reflection, sig);
         /* Recording may fail (Metal archives take no specialised
          * functions): the pipeline is made all the same. */
         if (pipeline != NULL)
@@ -372,7 +444,7 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn) {
 cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
                              uint64_t library_serial, const char *name,
                              const cm_function_constant *constants, uint32_t nconst,
-                             cm__id *out, cm_kernel_info *info) {
+                             cm__id *out, cm_kernel_info *info, cm__kernel_signature *sig) {
     *out = NULL;
     /* Key: library serial, name, then (index, dtype, value bytes) per constant. */
     char key[2048];
@@ -398,15 +470,18 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
         cm__id fn = NULL;
         status = cm__function(func, library, name, constants, nconst, &fn);
         cm__id pipeline = NULL;
+        cm__kernel_signature bindings;
         if (status == CM_OK && d->archive != NULL)
-            pipeline = cm__pipeline_from_archive(d, fn);
+            pipeline = cm__pipeline_from_archive(d, fn, &bindings);
         if (status == CM_OK && pipeline == NULL) {
             void *pool = cm__objc_pool_push();
-            cm__id error = NULL;
-            pipeline = cm__msg_newComputePipelineStateWithFunction_error(d->device, fn, &error);
+            cm__id error = NULL, reflection = NULL; /* autoreleased */
+            pipeline = cm__msg_newComputePipelineStateWithFunction_options_reflection_error(
+                d->device, fn, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
             if (pipeline == NULL)
-                status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
-                                           "newComputePipelineStateWithFunction failed");
+                status = cm__pipeline_error(func, error, name, nconst);
+            else
+                cm__read_reflection(reflection, &bindings);
             cm__objc_pool_pop(pool);
         }
         cm__objc_release(fn);
@@ -423,10 +498,12 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
         }
         if (status == CM_OK) {
             c = cm__cache_add(d, hash, key, len, pipeline);
-            if (c == NULL)
+            if (c == NULL) {
                 status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
-            else
+            } else {
                 c->info = ki;
+                c->sig = bindings;
+            }
         }
         if (status != CM_OK)
             cm__objc_release(pipeline);
@@ -434,6 +511,8 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
     if (status == CM_OK) {
         *out = cm__objc_retain(c->object);
         *info = c->info;
+        if (sig != NULL)
+            *sig = c->sig;
     }
     pthread_mutex_unlock(&d->cache_lock);
     return status;
@@ -549,11 +628,11 @@ static void cm__kb_library_release(void *library) {
 
 static cm_status cm__kb_kernel_create(const char *func, cm_library *library,
                                       const cm_kernel_desc *desc, void **out,
-                                      cm_kernel_info *info) {
+                                      cm_kernel_info *info, cm__kernel_signature *sig) {
     cm__metal_lib *lib = library->impl;
     return cm__metal_pipeline(func, cm__mtl_dev(library->device), lib->library, lib->serial,
                               desc->name, desc->constants, desc->constant_count,
-                              (cm__id *)out, info);
+                              (cm__id *)out, info, sig);
 }
 
 static void cm__kb_kernel_release(void *kernel) {
@@ -620,11 +699,14 @@ static cm_status cm__kb_pipeline_cache_set(const char *func, cm_device *device, 
         const int rc = stat(dir, &st);
         const int err = errno;
         const bool is_dir = rc == 0 && S_ISDIR(st.st_mode);
-        cm__free(dir);
+        cm_status status = CM_OK;
         if (!is_dir)
-            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                               "path = \"%s\": its directory %s (create it first)", path,
-                               rc != 0 ? strerror(err) : "is not a directory");
+            status = cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                                 "path = \"%s\": its directory \"%s\" %s (create it first)",
+                                 path, dir, rc != 0 ? strerror(err) : "is not a directory");
+        cm__free(dir);
+        if (status != CM_OK)
+            return status;
     }
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))

@@ -93,9 +93,12 @@ void cm__metal_kernels_destroy(cm__metal_device *d) {
     cm__metal_cache_destroy(d);
 }
 
-/* Safe math: Metal's default (options nil) is fast math, under which NaN
- * and infinity handling is not guaranteed; our ops promise NaN rules
- * (include/cmetal/ops.h). The language version is the OS's newest. */
+/* Safe math with the precise functions: Metal's default mathMode is not
+ * safe (Apple documents relaxed on Apple silicon, fast on Intel and AMD
+ * GPUs), and its mathFloatingPointFunctions default is Fast; under either
+ * NaN and infinity handling or the accuracy of exp, log... is not
+ * guaranteed, and our ops promise NaN rules (include/cmetal/ops.h). The
+ * language version is the OS's newest. */
 static const cm__compile_options cm__ops_options = {.math_mode = CM_MATH_MODE_SAFE};
 
 cm_status cm__metal_compile_source(cm_device *device, const char *source) {
@@ -117,7 +120,7 @@ static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k)
                                   &d->library_serial));
     cm_kernel_info info;
     cm_status status = cm__metal_pipeline(func, d, d->library, d->library_serial,
-                                          cm__kernel_names[k], NULL, 0, &d->pipelines[k], &info);
+                                          cm__kernel_names[k], NULL, 0, &d->pipelines[k], &info, NULL);
     if (status != CM_OK)
         return status;
     d->max_threads[k] = info.max_threads_per_threadgroup;

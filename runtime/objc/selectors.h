@@ -44,6 +44,9 @@
     X(newLibraryWithData_error, "newLibraryWithData:error:", id_id_idp)         \
     X(newComputePipelineStateWithFunction_error,                                \
       "newComputePipelineStateWithFunction:error:", id_id_idp)                  \
+    X(newComputePipelineStateWithFunction_options_reflection_error,             \
+      "newComputePipelineStateWithFunction:options:reflection:error:",          \
+      id_id_uint_idp_idp)                                                       \
     X(newComputePipelineStateWithDescriptor_options_reflection_error,           \
       "newComputePipelineStateWithDescriptor:options:reflection:error:",        \
       id_id_uint_idp_idp)                                                       \
@@ -61,6 +64,7 @@
     /* MTLCompileOptions (alloc, init below) */                                 \
     X(setFastMathEnabled, "setFastMathEnabled:", void_boolean)                  \
     X(setMathMode, "setMathMode:", void_int)                                    \
+    X(setMathFloatingPointFunctions, "setMathFloatingPointFunctions:", void_int) \
     X(setLanguageVersion, "setLanguageVersion:", void_uint)                     \
     /* MTLFunctionConstantValues (alloc, init below) */                         \
     X(setConstantValue_type_atIndex, "setConstantValue:type:atIndex:",          \
@@ -114,6 +118,15 @@
     X(maxTotalThreadsPerThreadgroup, "maxTotalThreadsPerThreadgroup", uint)     \
     X(threadExecutionWidth, "threadExecutionWidth", uint)                       \
     X(staticThreadgroupMemoryLength, "staticThreadgroupMemoryLength", uint)     \
+    /* MTLComputePipelineReflection; MTLBinding (macOS 13 / iOS 16) and    \
+     * MTLArgument before it (type, access, index, name as MTLBinding) */       \
+    X(bindings, "bindings", id)                                                 \
+    X(arguments, "arguments", id)                                               \
+    X(type, "type", int)                                                        \
+    X(access, "access", uint)                                                   \
+    X(index, "index", uint)                                                     \
+    X(isUsed, "isUsed", boolean)                                                \
+    X(isActive, "isActive", boolean)                                            \
     /* MTLSharedEvent */                                                        \
     X(signaledValue, "signaledValue", u64)                                      \
     X(setSignaledValue, "setSignaledValue:", void_u64)                          \

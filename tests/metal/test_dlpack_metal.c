@@ -239,6 +239,12 @@ Test(dlpack_metal, host_memory_maps_onto_metal_when_aligned_else_copies_as_allow
                                                               .copy = CM_COPY_NEVER},
                                   &t),
                  CM_ERR_COPY_REQUIRED, "aligned to the host's page size");
+    /* named as the import's arguments, not the wrap's */
+    cr_assert(strncmp(cm_last_error(), "cm_dlpack_import: dl_tensor.data = ", 35) == 0, "%s",
+              cm_last_error());
+    cr_assert(strstr(cm_last_error(), "desc->copy = CM_COPY_NEVER") != NULL, "%s",
+              cm_last_error());
+    cr_assert(strstr(cm_last_error(), "cm_buffer_wrap_host") == NULL, "%s", cm_last_error());
     cr_assert_eq(atomic_load(&host_deleted), 1);
     /* ...and copied under CM_COPY_IF_NEEDED, the producer released at once. */
     cr_assert_eq(cm_dlpack_import(m, &(cm_dlpack_import_desc){.device = d}, &t), CM_OK, "%s",

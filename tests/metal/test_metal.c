@@ -14,6 +14,10 @@
 #include "check.h"
 #include "softmetal_hooks.h"
 
+#include <cmetal/metal.h>
+
+#include "objc/bridge.h" /* the device's own answer, through the runtime's bridge */
+
 static bool on_softmetal(void) {
     return getenv("CMETAL_METAL_FRAMEWORK") != NULL;
 }
@@ -31,7 +35,14 @@ Test(metal, device_opens_and_reports_softmetal) {
     cr_assert_eq(info.type, CM_DEVICE_METAL);
     cr_assert(strlen(info.name) > 0);
     cr_assert_eq(info.software, on_softmetal(), "software only when loaded from CMETAL_METAL_FRAMEWORK");
-    cr_assert(info.unified_memory);
+    /* What the MTLDevice itself reports (Intel Macs with a discrete GPU
+     * have no unified memory; softmetal and Apple silicon have). */
+    void *mtl = NULL;
+    cr_assert_eq(cm_device_get_metal_device(d, &mtl), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(info.unified_memory, cm__msg_hasUnifiedMemory((cm__id)mtl),
+                 "unified_memory is the device's hasUnifiedMemory");
+    if (on_softmetal())
+        cr_assert(info.unified_memory, "softmetal's memory is the host's");
     cr_assert_eq(info.max_threads_per_threadgroup[0], 1024, "a 24-byte struct return");
     if (on_softmetal())
         cr_assert_eq(info.gpu_families & (CM_GPU_FAMILY_APPLE7 | CM_GPU_FAMILY_METAL3),

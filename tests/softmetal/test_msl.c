@@ -1107,6 +1107,116 @@ Test(compile_options, safe_math_keeps_ieee_nan_and_infinity_rules) {
   }
 }
 
+/* Pipeline reflection (sm_reflect.c): bindings and arguments from the
+ * kernel's parameters, as newComputePipelineStateWithFunction:options:
+ * reflection:error: gives them on Metal. */
+static const char REFLECTED[] =
+    "#include <metal_stdlib>\nusing namespace metal;\n"
+    "kernel void reflected(device const float *x [[buffer(0)]],\n"
+    "                      device float *y [[buffer(2)]],\n"
+    "                      constant uint &n [[buffer(5)]],\n"
+    "                      threadgroup float *t [[threadgroup(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) {\n"
+    "  t[0] = 0; if (i < n) y[i] = x[i];\n"
+    "}\n";
+
+Test(compile_options, pipelines_reflect_their_bindings_and_arguments) {
+  id l = compile_with(REFLECTED, (id)0);
+  id fn = SEND(id, (id, SEL, id), l, "newFunctionWithName:", sm_str("reflected"));
+  id error = 0, reflection = 0;
+  id p = SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev,
+              "newComputePipelineStateWithFunction:options:reflection:error:", fn,
+              (NSUInteger)1 /* MTLPipelineOptionArgumentInfo */, &reflection, &error);
+  cr_assert_not_null(p, "%s", sm_error_text(error));
+  cr_assert_not_null(reflection);
+  id bindings = SEND0(id, reflection, "bindings");
+  cr_assert_eq(SEND0(NSUInteger, bindings, "count"), 4);
+  /* {type, index, access}: Buffer 0, ThreadgroupMemory 1; ReadOnly 0, ReadWrite 1 */
+  const long want[4][3] = {{0, 0, 0}, {1, 1, 1}, {0, 2, 1}, {0, 5, 0}};
+  for (NSUInteger i = 0; i < 4; i++) {
+    id b = SEND(id, (id, SEL, NSUInteger), bindings, "objectAtIndex:", i);
+    cr_assert_eq(SEND0(NSInteger, b, "type"), want[i][0], "bindings[%lu].type", i);
+    cr_assert_eq(SEND0(NSUInteger, b, "index"), (NSUInteger)want[i][1], "bindings[%lu].index", i);
+    cr_assert_eq(SEND0(NSUInteger, b, "access"), (NSUInteger)want[i][2], "bindings[%lu].access", i);
+    cr_assert(SEND0(BOOL, b, "isUsed"));
+    cr_assert_not_null(SEND0(id, b, "name"));
+  }
+  id arguments = SEND0(id, reflection, "arguments");
+  cr_assert_eq(SEND0(NSUInteger, arguments, "count"), 4);
+  id a = SEND(id, (id, SEL, NSUInteger), arguments, "objectAtIndex:", (NSUInteger)2);
+  cr_assert_eq(SEND0(NSUInteger, a, "type"), 0);
+  cr_assert_eq(SEND0(NSUInteger, a, "index"), 2);
+  cr_assert(SEND0(BOOL, a, "isActive"));
+  /* Without MTLPipelineOptionArgumentInfo the reflection is empty. */
+  id p2 = SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev,
+               "newComputePipelineStateWithFunction:options:reflection:error:", fn,
+               (NSUInteger)0, &reflection, &error);
+  cr_assert_eq(SEND0(NSUInteger, SEND0(id, reflection, "bindings"), "count"), 0);
+  sm_release(p2);
+  sm_release(p);
+  sm_release(fn);
+  sm_release(l);
+}
+
+/* mathFloatingPointFunctions (macOS 15): Fast by default, whatever the math
+ * mode, so safe math alone gives the fast exp and log; Precise gives libm's.
+ * fast:: is fast and precise:: precise in every setting. */
+static const char FP_FUNCTIONS[] =
+    "#include <metal_stdlib>\nusing namespace metal;\n"
+    "kernel void fp_functions(device const float *in [[buffer(0)]],\n"
+    "                         device float *out [[buffer(1)]],\n"
+    "                         uint i [[thread_position_in_grid]]) {\n"
+    "  out[4 * i + 0] = exp(in[i]);\n"
+    "  out[4 * i + 1] = log(in[i]);\n"
+    "  out[4 * i + 2] = fast::exp(in[i]);\n"
+    "  out[4 * i + 3] = precise::exp(in[i]);\n"
+    "}\n";
+
+static void run_fp_functions(id l, const float in[4], float out[16]) {
+  id saved = lib;
+  lib = l;
+  id a = SEND(id, (id, SEL, const void *, NSUInteger, NSUInteger), dev,
+              "newBufferWithBytes:length:options:", in, (NSUInteger)16, 0ul);
+  id b = buffer(64);
+  id bufs[] = {a, b};
+  run_1d("fp_functions", bufs, 2, 4);
+  memcpy(out, contents(b), 64);
+  sm_release(a);
+  sm_release(b);
+  lib = saved;
+}
+
+Test(compile_options, math_functions_are_fast_by_default_and_precise_when_asked) {
+  id o = new_options();
+  cr_assert_eq(SEND0(NSInteger, o, "mathFloatingPointFunctions"), 0, "Fast is the default");
+  set_math_mode(o, MathSafe);
+  cr_assert_eq(SEND0(NSInteger, o, "mathFloatingPointFunctions"), 0,
+               "mathMode leaves the functions alone");
+  const float in[4] = {80.5f, 60.25f, 30.125f, 85.0f};
+  float fast[16], precise[16];
+  id l = compile_with(FP_FUNCTIONS, o);
+  run_fp_functions(l, in, fast);
+  sm_release(l);
+  SEND(void, (id, SEL, NSInteger), o, "setMathFloatingPointFunctions:", (NSInteger)1);
+  l = compile_with(FP_FUNCTIONS, o);
+  run_fp_functions(l, in, precise);
+  sm_release(l);
+  sm_release(o);
+  bool differ = false;
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(precise[4 * i], expf(in[i]), "precise exp(%g) = %a", in[i], precise[4 * i]);
+    cr_assert_eq(precise[4 * i + 1], logf(in[i]), "precise log(%g)", in[i]);
+    cr_assert_eq(precise[4 * i + 3], expf(in[i]), "precise::exp");
+    cr_assert_eq(fast[4 * i + 3], expf(in[i]), "precise::exp under fast functions");
+    cr_assert_eq(fast[4 * i + 2], fast[4 * i], "fast::exp is the fast exp");
+    cr_assert_eq(precise[4 * i + 2], fast[4 * i], "fast::exp under precise functions");
+    /* the fast exp is close, not exact: within 2^-12 relative here */
+    cr_assert(fabsf(fast[4 * i] - expf(in[i])) <= expf(in[i]) * 0x1p-12f, "fast exp(%g)", in[i]);
+    differ = differ || fast[4 * i] != expf(in[i]);
+  }
+  cr_assert(differ, "the fast exp differs from the precise one for large |x|");
+}
+
 /* Fast math may fold isnan() and NaN checks away; only finite inputs have
  * a result both modes guarantee. The cache keeps one library per mode. */
 Test(compile_options, math_modes_compile_to_separate_cached_libraries) {

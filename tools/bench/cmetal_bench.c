@@ -19,6 +19,7 @@
 
 #include "bench_metal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,29 +302,57 @@ static void cpu_model(char *buf, size_t cap) {
     fclose(f);
 }
 
+static int bench_usage(void) {
+    fprintf(stderr, "usage: cmetal-bench [--json] [--mib N] [--reps N] [--device cpu|metal]\n");
+    return 2;
+}
+
+/* A whole number >= 1 for `option`, or -1 after saying what is wrong. */
+static long positive(const char *option, const char *value) {
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(value, &end, 10);
+    if (end == value || *end != '\0' || errno != 0 || v < 1 || v > INT32_MAX) {
+        fprintf(stderr, "cmetal-bench: %s '%s': expected a whole number from 1 to %d\n", option,
+                value, INT32_MAX);
+        return -1;
+    }
+    return v;
+}
+
 int main(int argc, char **argv) {
     bool json = false, metal = false;
     long mib = 64;
     int reps = 5;
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = true;
-        } else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
-            mib = strtol(argv[++i], NULL, 10);
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = (int)strtol(argv[++i], NULL, 10);
-        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
-                   (strcmp(argv[i + 1], "metal") == 0 || strcmp(argv[i + 1], "cpu") == 0)) {
-            metal = strcmp(argv[++i], "metal") == 0;
-        } else {
-            fprintf(stderr,
-                    "usage: cmetal-bench [--json] [--mib N] [--reps N] [--device cpu|metal]\n");
-            return 2;
+        const char *a = argv[i];
+        const bool takes_value =
+            strcmp(a, "--mib") == 0 || strcmp(a, "--reps") == 0 || strcmp(a, "--device") == 0;
+        if (takes_value && i + 1 >= argc) {
+            fprintf(stderr, "cmetal-bench: %s needs a value\n", a);
+            return bench_usage();
         }
-    }
-    if (mib < 1 || reps < 1) {
-        fprintf(stderr, "cmetal-bench: --mib and --reps must be >= 1\n");
-        return 2;
+        if (strcmp(a, "--json") == 0) {
+            json = true;
+        } else if (strcmp(a, "--mib") == 0) {
+            if ((mib = positive(a, argv[++i])) < 0)
+                return bench_usage();
+        } else if (strcmp(a, "--reps") == 0) {
+            const long r = positive(a, argv[++i]);
+            if (r < 0)
+                return bench_usage();
+            reps = (int)r;
+        } else if (strcmp(a, "--device") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "metal") != 0 && strcmp(v, "cpu") != 0) {
+                fprintf(stderr, "cmetal-bench: --device '%s': expected cpu or metal\n", v);
+                return bench_usage();
+            }
+            metal = strcmp(v, "metal") == 0;
+        } else {
+            fprintf(stderr, "cmetal-bench: unknown argument '%s'\n", a);
+            return bench_usage();
+        }
     }
     if (metal)
         return bench_metal(json, mib, reps);

@@ -45,5 +45,11 @@ for target in aarch64-macos x86_64-macos; do
     file "$dir/bin/$tool" | tee -a "$dir/file.txt" | grep -q "Mach-O 64-bit.*$arch" || {
       echo "stage-40-macos: $tool is not an $arch Mach-O executable" >&2; exit 1; }
   done
+
+  # The install check (tests/install/check_install.sh, install_consumer on a
+  # Mac) on the Mac layout: the dylib's @rpath install name, consumers built
+  # through pkg-config and linked by rpath, inspected; nothing runs.
+  CC="$PWD/$dir/zig-$target/cc -isystem $PWD/$dir/zig-$target/host-include" \
+    sh tests/install/check_install.sh "$dir" tests/install --no-run
 done
 echo "stage-40-macos: aarch64-macos and x86_64-macos built (library and tools)"

@@ -15,7 +15,9 @@ workflows=(.github/workflows/*.yml .github/workflows/*.yaml)
 [ "${#workflows[@]}" -gt 0 ] || { echo "stage-45-workflow: no workflow files" >&2; exit 1; }
 "$lint" "${workflows[@]}"
 mac=.github/workflows/macos.yml
-grep -q 'runs-on: macos-14' "$mac" || { echo "stage-45-workflow: $mac needs a macOS arm64 runner" >&2; exit 1; }
+grep -q 'os: \[macos-14, macos-15\]' "$mac" || { echo "stage-45-workflow: $mac needs the macos-14 and macos-15 arm64 runners" >&2; exit 1; }
+grep -q 'runs-on: ${{ matrix.os }}' "$mac" || { echo "stage-45-workflow: $mac does not run on its matrix" >&2; exit 1; }
+grep -q 'brew install criterion dlpack$' "$mac" || { echo "stage-45-workflow: $mac should brew install criterion and dlpack only" >&2; exit 1; }
 grep -q 'tools/mac/check-on-mac.sh' "$mac" || { echo "stage-45-workflow: $mac does not run check-on-mac.sh" >&2; exit 1; }
 grep -q 'path: cmetal-mac-report.txt' "$mac" || { echo "stage-45-workflow: $mac does not keep the report" >&2; exit 1; }
 echo "stage-45-workflow: ${#workflows[@]} workflow(s) pass actionlint"

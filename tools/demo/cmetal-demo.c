@@ -55,7 +55,12 @@ static DLManagedTensorVersioned *producer_export(producer *p) {
     return &p->managed;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        fprintf(stderr, "cmetal-demo: unexpected argument '%s': it takes none (CMETAL_DEVICE=cpu "
+                        "or metal picks the device)\n", argv[1]);
+        return 2;
+    }
     producer p = {.data = aligned_alloc(CM_METAL_PAGE_SIZE, sizeof(float) * ROWS * COLS)};
     for (int i = 0; i < ROWS * COLS; ++i)
         p.data[i] = (float)(i % 100) / 4.0f;

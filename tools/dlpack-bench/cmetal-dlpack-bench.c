@@ -11,6 +11,7 @@
  * instruction counts under `valgrind --tool=callgrind` (divide by 2N). */
 #include <cmetal/cmetal.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +71,39 @@ static double measure(const cm_tensor *t, const cm_dlpack_export_desc *desc) {
 int main(int argc, char **argv) {
     cm_device *cpu = NULL;
     check(cm_device_open(CM_DEVICE_CPU, 0, &cpu), "cm_device_open");
-    if (argc > 2 && strcmp(argv[1], "--calls") == 0) {
-        const long calls = strtol(argv[2], NULL, 10);
+    /* usage: cmetal-dlpack-bench [MAX_BYTES] | --calls N */
+    unsigned long long value = 0;
+    if (argc > 1) {
+        const bool calls_form = strcmp(argv[1], "--calls") == 0;
+        const char *what = calls_form ? "--calls" : "MAX_BYTES";
+        const char *number = calls_form ? (argc > 2 ? argv[2] : NULL) : argv[1];
+        char *end = NULL;
+        errno = 0;
+        if (number != NULL)
+            value = strtoull(number, &end, 0);
+        const char *problem =
+            argc > (calls_form ? 3 : 2)        ? "unexpected argument"
+            : number == NULL                   ? "needs a value"
+            : !calls_form && argv[1][0] == '-' ? "unknown argument"
+            : end == number || *end != '\0' || errno != 0 || value < 1 || number[0] == '-'
+                ? "expected a whole number >= 1"
+                : NULL;
+        if (problem != NULL) {
+            if (argc > (calls_form ? 3 : 2))
+                fprintf(stderr, "cmetal-dlpack-bench: %s '%s'\n", problem, argv[calls_form ? 3 : 2]);
+            else if (number == NULL)
+                fprintf(stderr, "cmetal-dlpack-bench: %s %s\n", what, problem);
+            else if (!calls_form && argv[1][0] == '-')
+                fprintf(stderr, "cmetal-dlpack-bench: %s '%s'\n", problem, argv[1]);
+            else
+                fprintf(stderr, "cmetal-dlpack-bench: %s '%s': %s\n", what, number, problem);
+            fprintf(stderr, "usage: cmetal-dlpack-bench [MAX_BYTES] | --calls N\n");
+            cm_device_release(cpu);
+            return 2;
+        }
+    }
+    if (argc > 2) {
+        const long calls = (long)value;
         const int64_t shape[1] = {256};
         cm_tensor_desc td = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
         cm_tensor *t = NULL;
@@ -86,7 +118,7 @@ int main(int argc, char **argv) {
         cm_device_release(cpu);
         return 0;
     }
-    unsigned long long max_bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (1ull << 30);
+    unsigned long long max_bytes = argc > 1 ? value : (1ull << 30);
     printf("# bytes ns_legacy ns_versioned\n");
     for (unsigned long long bytes = 1024; bytes <= max_bytes; bytes *= 4) {
         const int64_t shape[1] = {(int64_t)(bytes / sizeof(float))};

@@ -4,8 +4,11 @@
 #include <cmetal/cmetal.h>
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct device_report {
     cm_device_type type;
@@ -48,6 +51,18 @@ static void json_string(const char *s) {
     putchar('"');
 }
 
+/* The CPU device's max_buffer_length is PTRDIFF_MAX: no limit of its own
+ * (cmetal/device.h); what bounds a buffer there is the host's memory. */
+static bool unlimited(const cm_device_info *d) {
+    return d->type == CM_DEVICE_CPU && d->max_buffer_length >= (uint64_t)PTRDIFF_MAX;
+}
+
+/* The host's physical memory in bytes, 0 when unknown. */
+static unsigned long long host_memory(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (unsigned long long)pages * (unsigned long long)page : 0;
+}
+
 static void print_json(const cm_build_info *b, const device_report *r, int n) {
     printf("{\"version\": ");
     json_string(b->version);
@@ -71,12 +86,15 @@ static void print_json(const cm_build_info *b, const device_report *r, int n) {
         const cm_device_info *d = &r[i].info;
         printf(", \"name\": ");
         json_string(d->name);
+        /* max_buffer_length: null where the device has no limit of its own */
+        char max_buffer[32];
+        snprintf(max_buffer, sizeof max_buffer, "%llu", (unsigned long long)d->max_buffer_length);
         printf(", \"software\": %s, \"unified_memory\": %s, \"registry_id\": %llu"
-               ", \"max_buffer_length\": %llu, \"recommended_working_set\": %llu"
+               ", \"max_buffer_length\": %s, \"recommended_working_set\": %llu"
                ", \"max_threads_per_threadgroup\": [%llu, %llu, %llu], \"gpu_families\": %u"
                ", \"storage_modes\": [",
                d->software ? "true" : "false", d->unified_memory ? "true" : "false",
-               (unsigned long long)d->registry_id, (unsigned long long)d->max_buffer_length,
+               (unsigned long long)d->registry_id, unlimited(d) ? "null" : max_buffer,
                (unsigned long long)d->recommended_working_set,
                (unsigned long long)d->max_threads_per_threadgroup[0],
                (unsigned long long)d->max_threads_per_threadgroup[1],
@@ -123,7 +141,12 @@ static void print_text(const cm_build_info *b, const device_report *r, int n) {
                     printf(" %s", names[f]);
             printf("\n");
         }
-        printf("  max buffer length:           %llu bytes\n", (unsigned long long)d->max_buffer_length);
+        if (unlimited(d))
+            printf("  max buffer length:           no limit of its own (host memory: %llu bytes)\n",
+                   host_memory());
+        else
+            printf("  max buffer length:           %llu bytes\n",
+                   (unsigned long long)d->max_buffer_length);
         printf("  storage modes:              ");
         for (int m = 1; m < 4; ++m)
             if (r[i].storage[m])
@@ -138,7 +161,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else {
-            fprintf(stderr, "usage: cmetal-info [--json]\n");
+            fprintf(stderr, "cmetal-info: unknown argument '%s'\nusage: cmetal-info [--json]\n",
+                    argv[i]);
             return 2;
         }
     }

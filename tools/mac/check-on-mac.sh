@@ -8,7 +8,7 @@
 # run saying whether it passed; the exit status is non-zero when the build
 # or either run failed.
 #
-#   brew install cmake criterion pkg-config     # once
+#   brew install cmake criterion pkg-config dlpack     # once
 #   tools/mac/check-on-mac.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,11 +30,16 @@ mkdir -p build
   system_profiler SPDisplaysDataType 2>/dev/null | grep -E 'Chipset Model|Metal' || true
   for tool in cmake pkg-config; do command -v "$tool" >/dev/null || echo "missing: $tool (brew install $tool)"; done
   pkg-config --exists criterion || echo "missing: criterion (brew install criterion)"
+  [ -e "$(brew --prefix 2>/dev/null)/include/dlpack/dlpack.h" ] || [ -e /usr/local/include/dlpack/dlpack.h ] ||
+    echo "missing: dlpack/dlpack.h (brew install dlpack)"
   echo; echo "## build"
   cmake -S . -B build/mac -DCMETAL_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
     cmake --build build/mac -j"$jobs"
   build_status=$?
   echo "build exit: $build_status"
+  echo; echo "## device"
+  # A hosted runner's paravirtual GPU reports few families: say which.
+  build/mac/bin/cmetal-info | awk '/^metal device/ {on = 1} on && /name:|GPU families:|unified memory:|not available/'
   echo; echo "## cmetal-info"; build/mac/bin/cmetal-info
   echo; echo "## demo on Metal"; CMETAL_DEVICE=metal build/mac/bin/cmetal-demo
   echo; echo "## run 1: tests"

@@ -613,19 +613,14 @@ static id pipeline_desc_archives(id self, SEL cmd) {
 }
 
 /* The descriptor's pipeline, as newComputePipelineStateWithFunction:error:
- * makes it. softmetal has no reflection; the only option it takes is
+ * makes it, with its reflection (sm_reflect.c) when asked for.
  * FailOnBinaryArchiveMiss: nil unless one of the binaryArchives holds the
  * function's code. */
 static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger options,
                                    id *reflection, id *error) {
   const char *sel = sel_getName(cmd);
   sm_pipeline_desc *d = pipeline_desc(descriptor, "SMDevice", sel);
-  if (reflection)
-    sm__fatal("-[SMDevice %s]: softmetal has no pipeline reflection (pass reflection = NULL)",
-              sel);
-  if (options & ~(NSUInteger)PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS)
-    sm__fatal("-[SMDevice %s]: options = %lu: softmetal takes only MTLPipelineOptionNone and "
-              "MTLPipelineOptionFailOnBinaryArchiveMiss", sel, (unsigned long)options);
+  (void)sm__reflect_into(nil, options, reflection, sel); /* checks options; nil until made */
   if (options & PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS) {
     unsigned char key[32];
     bool hit = false;
@@ -645,9 +640,14 @@ static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger o
       return nil;
     }
   }
-  return ((id (*)(id, SEL, id, id *))(void (*)(void))sm__lookup(
+  id p = ((id (*)(id, SEL, id, id *))(void (*)(void))sm__lookup(
       self, "newComputePipelineStateWithFunction:error:"))(
       self, sel_registerName("newComputePipelineStateWithFunction:error:"), d->function, error);
+  if (!sm__reflect_into(p, options, reflection, sel)) {
+    sm__release(p);
+    return nil;
+  }
+  return p;
 }
 
 void sm__register_archive(void) {
@@ -682,4 +682,5 @@ void sm__register_archive(void) {
              "@@:@^@");
   sm__method(device, "newComputePipelineStateWithDescriptor:options:reflection:error:",
              SM_IMP(device_new_pipeline_desc), "@@:@Q^@^@");
+  sm__register_reflect();
 }

@@ -70,10 +70,17 @@ static const char FRONTEND_FLAG[] = "-DSM_FRONTEND=1";
 
 /* Appends the compile flags of l's settings to argv at *a. */
 enum { MAX_ARGS = N_CXX_FLAGS + MAX_MATH_FLAGS + 24 };
-static void put_flags(const char **argv, int *a, int math_mode, const char *version_flag) {
+/* MTLMathFloatingPointFunctions: whether unqualified exp, log... are the fast
+ * ones (metal_stdlib reads SM_FAST_FUNCTIONS). */
+static const char *functions_flag(bool fast_functions) {
+  return fast_functions ? "-DSM_FAST_FUNCTIONS=1" : "-DSM_FAST_FUNCTIONS=0";
+}
+static void put_flags(const char **argv, int *a, int math_mode, bool fast_functions,
+                      const char *version_flag) {
   for (int i = 0; i < N_CXX_FLAGS; i++) argv[(*a)++] = CXX_FLAGS[i];
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     argv[(*a)++] = MATH_FLAGS[math_mode][i];
+  argv[(*a)++] = functions_flag(fast_functions);
   if (version_flag[0]) argv[(*a)++] = version_flag;
 }
 
@@ -365,10 +372,11 @@ typedef struct {
   sm_digest headers, ident, ident_file, flags;
   char version_flag[40];
   int math_mode;
+  bool fast_functions;
 } setting;
 
-static bool setting_init(setting *st, const char *cxx, int math_mode, unsigned metal_version,
-                         char **diag, bool *internal) {
+static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_functions,
+                         unsigned metal_version, char **diag, bool *internal) {
   memset(st, 0, sizeof *st);
   *internal = true;
   if (!cxx || !*cxx) cxx = getenv("SOFTMETAL_CXX");
@@ -383,6 +391,7 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, unsigned m
   }
   st->cxx = cxx;
   st->math_mode = math_mode;
+  st->fast_functions = fast_functions;
   cache_dir(st->dir, sizeof st->dir);
   if (!check_cache_dir(st->dir, diag) ||
       !compiler_identity(cxx, st->dir, &st->ident, &st->ident_file, diag))
@@ -407,6 +416,7 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, unsigned m
   key_str(&s, MATH_MODE_NAMES[math_mode]);
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
     key_str(&s, MATH_FLAGS[math_mode][i]);
+  key_str(&s, functions_flag(st->fast_functions));
   key_str(&s, st->version_flag);
   key_str(&s, FRONTEND_FLAG);
   sm__sha256_final(&s, &st->flags);
@@ -491,7 +501,7 @@ static bool ensure_pch(const setting *st, char **diag) {
   const char *argv[MAX_ARGS];
   int a = 0;
   argv[a++] = st->cxx;
-  put_flags(argv, &a, st->math_mode, st->version_flag);
+  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
   argv[a++] = FRONTEND_FLAG;
   argv[a++] = incflag;
   argv[a++] = "-x";
@@ -618,7 +628,7 @@ static bool syntax_check(const setting *st, const char *tu, const char *log, cha
   const char *argv[MAX_ARGS];
   int a = 0;
   argv[a++] = st->cxx;
-  put_flags(argv, &a, st->math_mode, st->version_flag);
+  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
   put_pch(argv, &a, st);
   argv[a++] = "-fsyntax-only";
   if (ranges) {
@@ -678,7 +688,7 @@ static bool check_source(const setting *st, const char *source, const sm_digest 
   argv[a++] = st->cxx;
   argv[a++] = "-E";
   argv[a++] = FRONTEND_FLAG;
-  put_flags(argv, &a, st->math_mode, st->version_flag);
+  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
   argv[a++] = incflag;
   argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
   argv[a++] = "metal_stdlib";
@@ -756,11 +766,13 @@ out:
   return ok;
 }
 
-bool sm__compile_library(const char *source, int math_mode, unsigned metal_version,
-                         sm_compiled_library *out, char **diag, bool *internal) {
+bool sm__compile_library(const char *source, int math_mode, bool fast_functions,
+                         unsigned metal_version, sm_compiled_library *out, char **diag,
+                         bool *internal) {
   memset(out, 0, sizeof *out);
   setting st;
-  if (!setting_init(&st, NULL, math_mode, metal_version, diag, internal)) return false;
+  if (!setting_init(&st, NULL, math_mode, fast_functions, metal_version, diag, internal))
+    return false;
   sm_sha256 s;
   sm__sha256_init(&s);
   key_str(&s, "softmetal library");
@@ -773,6 +785,7 @@ bool sm__compile_library(const char *source, int math_mode, unsigned metal_versi
   short_hex(&out->key, hex);
   sm__digest_hex(&out->key, full);
   out->math_mode = math_mode;
+  out->fast_functions = fast_functions;
   out->metal_version = metal_version;
   snprintf(out->cxx, sizeof out->cxx, "%s", st.cxx);
   out->compiler_key = st.ident_file;
@@ -922,7 +935,8 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   char work[3500] = "";
   char hex[17];
   short_hex(&key, hex);
-  if (!setting_init(&st, l->cxx, l->math_mode, l->metal_version, diag, &internal) ||
+  if (!setting_init(&st, l->cxx, l->math_mode, l->fast_functions, l->metal_version, diag,
+                    &internal) ||
       !write_headers(&st, diag) || !ensure_pch(&st, diag) ||
       !make_work(&st, hex, work, sizeof work, diag))
     goto out;
@@ -938,7 +952,7 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   const char *argv[MAX_ARGS];
   int a = 0;
   argv[a++] = st.cxx;
-  put_flags(argv, &a, st.math_mode, st.version_flag);
+  put_flags(argv, &a, st.math_mode, st.fast_functions, st.version_flag);
   put_pch(argv, &a, &st);
   argv[a++] = "-x";
   argv[a++] = "c++";

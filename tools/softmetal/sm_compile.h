@@ -44,6 +44,7 @@ typedef struct {
   sm_digest compiler_key;       /* cc-<...>.txt */
   char *compiler_path;
   int math_mode;                /* MTLMathMode 0..2 */
+  bool fast_functions;          /* MTLMathFloatingPointFunctions Fast */
   unsigned metal_version;       /* 0: metal_stdlib's default */
   char cxx[256];
 } sm_compiled_library;
@@ -52,8 +53,9 @@ typedef struct {
  * or a binary archive. On failure returns false with *diag (malloc'd; the
  * compiler's diagnostics naming program_source:LINE:COL) and *internal set
  * when softmetal itself failed (no compiler, cache not writable). */
-bool sm__compile_library(const char *source, int math_mode, unsigned metal_version,
-                         sm_compiled_library *out, char **diag, bool *internal);
+bool sm__compile_library(const char *source, int math_mode, bool fast_functions,
+                         unsigned metal_version, sm_compiled_library *out, char **diag,
+                         bool *internal);
 void sm__compiled_library_free(sm_compiled_library *l);
 
 /* The key and cache path of kernel `index`'s code (nothing is compiled). */

@@ -49,7 +49,7 @@ struct sm_host {
   id architecture;
   /* compile options */
   id macros; /* NSDictionary */
-  NSInteger opt_level, math_fp;
+  NSInteger opt_level;
   bool logging;
   /* heap buffers */
   id heap; /* retained */
@@ -1002,18 +1002,6 @@ static BOOL opts_logging(id self, SEL cmd) {
   return h && h->logging;
 }
 static void opts_set_logging(id self, SEL cmd, BOOL v) { (void)cmd; host_of(self)->logging = v; }
-static NSInteger opts_math_fp(id self, SEL cmd) {
-  (void)cmd;
-  struct sm_host *h = host_if(self);
-  return h ? h->math_fp : 0;
-}
-static void opts_set_math_fp(id self, SEL cmd, NSInteger v) {
-  if (v != 0 && v != 1)
-    sm__fatal("-[MTLCompileOptions %s]: mathFloatingPointFunctions = %ld is not an "
-              "MTLMathFloatingPointFunctions (Fast 0, Precise 1)", sel_getName(cmd), (long)v);
-  host_of(self)->math_fp = v;
-}
-
 /* preprocessorMacros: defined before the source, #line 1 after them, as
  * softmetal-metallib's -D. */
 static IMP g_new_library;
@@ -1219,6 +1207,5 @@ void sm__register_host(void) {
   add("MTLCompileOptions", "setOptimizationLevel:", SM_IMP(opts_set_opt_level), "v@:q");
   add("MTLCompileOptions", "enableLogging", SM_IMP(opts_logging), "C@:");
   add("MTLCompileOptions", "setEnableLogging:", SM_IMP(opts_set_logging), "v@:C");
-  add("MTLCompileOptions", "mathFloatingPointFunctions", SM_IMP(opts_math_fp), "q@:");
-  add("MTLCompileOptions", "setMathFloatingPointFunctions:", SM_IMP(opts_set_math_fp), "v@:q");
+  /* mathFloatingPointFunctions: sm_msl.c (it changes the compile) */
 }

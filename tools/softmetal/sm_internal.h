@@ -108,6 +108,12 @@ void sm__register_heap(void);
 void sm__register_ns(void);      /* sm_ns.c: after the Foundation core */
 /* Frees the host-API state of an object (root dealloc). */
 void sm__host_free(sm_obj *o);
+void sm__register_reflect(void); /* sm_reflect.c: from sm__register_archive */
+/* Pipeline reflection (sm_reflect.c): checks options (MTLPipelineOption) and,
+ * when reflection is not NULL, stores an autoreleased
+ * MTLComputePipelineReflection of pipeline (nil for a nil pipeline). False
+ * when out of memory. */
+bool sm__reflect_into(id pipeline, NSUInteger options, id *reflection, const char *sel);
 void sm__add_device_msl_methods(Class device); /* before the device class registers */
 
 /* The kernel cache's files of a function (sm_compile.c), each under the

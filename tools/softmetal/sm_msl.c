@@ -23,6 +23,12 @@ enum { LIB_ERROR_COMPILE_FAILURE = 3, LIB_ERROR_INTERNAL = 2 };
 enum { MAX_THREADS = 1024, MAX_TG_MEMORY = 32768 };
 /* MTLMathMode (NSInteger): the compile flags of each are in sm_compile.c. */
 enum { MATH_MODE_SAFE = 0, MATH_MODE_RELAXED = 1, MATH_MODE_FAST = 2 };
+/* MTLMathFloatingPointFunctions (NSInteger, macOS 15): which exp, log...
+ * unqualified calls get; Fast is the default of MTLCompileOptions. Without
+ * mathMode (SOFTMETAL_NO_MATH_MODE=1, as before macOS 15) they follow
+ * fastMathEnabled. */
+enum { FP_FUNCTIONS_FAST = 0, FP_FUNCTIONS_PRECISE = 1 };
+static bool g_no_math_mode; /* SOFTMETAL_NO_MATH_MODE=1 */
 
 /* ------------------------------------------------------------- objects */
 /* A kernel's generated code: its own shared object, made when the first
@@ -75,6 +81,7 @@ typedef struct {
 typedef struct {
   sm_obj hdr;
   NSInteger math_mode;
+  NSInteger fp_functions; /* MTLMathFloatingPointFunctions: Fast 0 (default), Precise 1 */
   NSUInteger language_version; /* MTLLanguageVersion (major << 16 | minor); 0: newest */
   bool initialized; /* alloc without init is misuse */
 } sm_compile_options;
@@ -94,6 +101,7 @@ static sm_class options_class = {"MTLCompileOptions", sizeof(sm_compile_options)
 static id options_init(id self, SEL cmd) {
   (void)cmd;
   ((sm_compile_options *)self)->math_mode = MATH_MODE_FAST; /* Metal's default */
+  ((sm_compile_options *)self)->fp_functions = FP_FUNCTIONS_FAST; /* Metal's default */
   ((sm_compile_options *)self)->initialized = true;
   return self;
 }
@@ -101,9 +109,22 @@ static BOOL options_fast_math(id self, SEL cmd) {
   (void)cmd;
   return ((sm_compile_options *)self)->math_mode != MATH_MODE_SAFE;
 }
+/* fastMathEnabled sets both: before macOS 15 it was the only switch, and
+ * NO meant the precise functions too. */
 static void options_set_fast_math(id self, SEL cmd, BOOL enabled) {
   (void)cmd;
   ((sm_compile_options *)self)->math_mode = enabled ? MATH_MODE_FAST : MATH_MODE_SAFE;
+  ((sm_compile_options *)self)->fp_functions = enabled ? FP_FUNCTIONS_FAST : FP_FUNCTIONS_PRECISE;
+}
+static NSInteger options_fp_functions(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_compile_options *)self)->fp_functions;
+}
+static void options_set_fp_functions(id self, SEL cmd, NSInteger f) {
+  if (f != FP_FUNCTIONS_FAST && f != FP_FUNCTIONS_PRECISE)
+    sm__fatal("-[MTLCompileOptions %s]: mathFloatingPointFunctions = %ld is not an "
+              "MTLMathFloatingPointFunctions (Fast 0, Precise 1)", sel_getName(cmd), (long)f);
+  ((sm_compile_options *)self)->fp_functions = f;
 }
 static NSUInteger options_language_version(id self, SEL cmd) {
   (void)cmd;
@@ -168,6 +189,10 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   if (options && !((sm_compile_options *)options)->initialized)
     sm__fatal("-[SMDevice %s]: options was allocated but never sent init", sel_getName(cmd));
   NSInteger math_mode = options ? ((sm_compile_options *)options)->math_mode : MATH_MODE_FAST;
+  const bool fast_functions =
+      !options ? true
+      : g_no_math_mode ? math_mode != MATH_MODE_SAFE
+                       : ((sm_compile_options *)options)->fp_functions == FP_FUNCTIONS_FAST;
   const NSUInteger language = options ? ((sm_compile_options *)options)->language_version : 0;
   const unsigned metal_version = metal_version_of(language);
   const char *text = sm__string_utf8(source);
@@ -187,7 +212,8 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   char *diag = NULL;
   bool internal = false;
   sm_compiled_library cl;
-  if (!sm__compile_library(text, (int)math_mode, metal_version, &cl, &diag, &internal)) {
+  if (!sm__compile_library(text, (int)math_mode, fast_functions, metal_version, &cl, &diag,
+                           &internal)) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN,
                                internal ? LIB_ERROR_INTERNAL : LIB_ERROR_COMPILE_FAILURE,
                                "%s: %s:\n%s", sel_getName(cmd),
@@ -296,6 +322,25 @@ static size_t data_type_size(NSUInteger t) {
       return V[i].esize * (w == 3 ? 4 : w);
     }
   return 0;
+}
+
+/* The MSL name of a scalar MTLDataType, or "MTLDataType <n>". */
+static const char *data_type_name(uint32_t t) {
+  switch (t) {
+  case 3: return "float";
+  case 16: return "half";
+  case 29: return "int";
+  case 33: return "uint";
+  case 37: return "short";
+  case 41: return "ushort";
+  case 45: return "char";
+  case 49: return "uchar";
+  case 53: return "bool";
+  case 81: return "long";
+  case 85: return "ulong";
+  case 121: return "bfloat";
+  default: return "another MTLDataType";
+  }
 }
 
 static const fc_entry *find_value(const sm_constant_values *v, const struct sm_constant_desc *c) {
@@ -448,10 +493,22 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   sm_function *fn = (sm_function *)function;
   const struct sm_kernel_desc *k = fn->desc;
   if (k->fc_used_count && !fn->specialized) {
+    /* As Metal: the function needs values for the constants it requires,
+     * named here (name, index, MTLDataType). */
+    char list[600] = "";
+    size_t len = 0;
+    for (uint32_t u = 0; u < k->fc_used_count && len < sizeof list - 1; u++) {
+      const struct sm_constant_desc *cd = &fn->library->constants[k->fc_used[u]];
+      if (cd->index == UINT32_MAX || cd->optional) continue;
+      int w = snprintf(list + len, sizeof list - len, "%s'%s' (index %u, %s)",
+                       len ? ", " : "", cd->name, cd->index, data_type_name(cd->type));
+      if (w < 0) break;
+      len += (size_t)w < sizeof list - len ? (size_t)w : sizeof list - len - 1;
+    }
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
-                               "%s: function '%s' uses function constants and was not "
-                               "specialized (make it with newFunctionWithName:constantValues:"
-                               "error:)", sel_getName(cmd), k->name));
+                               "%s: function '%s' was not specialized and uses function "
+                               "constants without values: %s", sel_getName(cmd), k->name,
+                               len ? list : "(only optional ones)"));
     return nil;
   }
   /* Metal generates the function's code here */
@@ -531,7 +588,9 @@ SM_EXPORT int softmetal_check_source(const char *source, long math_mode,
   }
   sm_compiled_library cl;
   bool internal = false;
-  if (!sm__compile_library(source, (int)math_mode, metal_version, &cl, diagnostics, &internal))
+  /* a syntax check: the functions' flavour changes no diagnostic */
+  if (!sm__compile_library(source, (int)math_mode, math_mode != MATH_MODE_SAFE, metal_version, &cl,
+                           diagnostics, &internal))
     return internal ? -1 : 1;
   sm__compiled_library_free(&cl);
   return 0;
@@ -567,9 +626,12 @@ void sm__register_msl(void) {
   sm__method(c, "setLanguageVersion:", SM_IMP(options_set_language_version), "v@:Q");
   /* SOFTMETAL_NO_MATH_MODE=1: options as before macOS 15, fastMathEnabled only. */
   const char *old_os = getenv("SOFTMETAL_NO_MATH_MODE");
-  if (!old_os || strcmp(old_os, "1") != 0) {
+  g_no_math_mode = old_os && strcmp(old_os, "1") == 0;
+  if (!g_no_math_mode) {
     sm__method(c, "mathMode", SM_IMP(options_math_mode), "q@:");
     sm__method(c, "setMathMode:", SM_IMP(options_set_math_mode), "v@:q");
+    sm__method(c, "mathFloatingPointFunctions", SM_IMP(options_fp_functions), "q@:");
+    sm__method(c, "setMathFloatingPointFunctions:", SM_IMP(options_set_fp_functions), "v@:q");
   }
   sm__class_end(&options_class);
 

@@ -16,6 +16,7 @@
  * to stderr, naming IN.metal:LINE:COL, no file is written and the exit
  * status is 1, as `xcrun metal` fails a build. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,12 @@ static int usage(void) {
     return 2;
 }
 
+/* The usage after a bad argument; frees what main had. */
+static int bad_usage(char *prefix) {
+    free(prefix);
+    return usage();
+}
+
 static void put_u32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; ++i)
         p[i] = (unsigned char)(v >> (8 * i));
@@ -40,21 +47,40 @@ int main(int argc, char **argv) {
     size_t prefix_len = 0;
     char *prefix = calloc(1, 1);
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+        const bool takes_value = strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--math") == 0 ||
+                                 strcmp(argv[i], "--std") == 0 || strcmp(argv[i], "-D") == 0;
+        if (takes_value && i + 1 >= argc) {
+            fprintf(stderr, "softmetal-metallib: %s needs a value\n", argv[i]);
+            return bad_usage(prefix);
+        }
+        if (strcmp(argv[i], "-o") == 0) {
             out = argv[++i];
-        } else if (strcmp(argv[i], "--math") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--math") == 0) {
             const char *m = argv[++i];
             if (strcmp(m, "safe") == 0) math = 0;
             else if (strcmp(m, "relaxed") == 0) math = 1;
             else if (strcmp(m, "fast") == 0) math = 2;
-            else return usage();
-        } else if (strcmp(argv[i], "--std") == 0 && i + 1 < argc) {
+            else {
+                fprintf(stderr, "softmetal-metallib: --math '%s': expected safe, relaxed or fast\n", m);
+                return bad_usage(prefix);
+            }
+        } else if (strcmp(argv[i], "--std") == 0) {
             unsigned major = 0, minor = 0;
-            if (sscanf(argv[++i], "%u.%u", &major, &minor) != 2) return usage();
+            char tail = 0;
+            if (sscanf(argv[i + 1], "%u.%u%c", &major, &minor, &tail) != 2 || major > 0xffff ||
+                minor > 0xffff) {
+                fprintf(stderr, "softmetal-metallib: --std '%s': expected MAJOR.MINOR (3.1)\n",
+                        argv[i + 1]);
+                return bad_usage(prefix);
+            }
+            ++i;
             version = (uint32_t)(major << 16) + minor;
         } else if (strncmp(argv[i], "-D", 2) == 0) {
-            const char *def = argv[i][2] != '\0' ? argv[i] + 2 : (i + 1 < argc ? argv[++i] : NULL);
-            if (def == NULL || strpbrk(def, "\r\n") != NULL) return usage();
+            const char *def = argv[i][2] != '\0' ? argv[i] + 2 : argv[++i];
+            if (strpbrk(def, "\r\n") != NULL) {
+                fprintf(stderr, "softmetal-metallib: -D '%s': a macro is one line\n", def);
+                return bad_usage(prefix);
+            }
             const char *eq = strchr(def, '=');
             const size_t add = strlen(def) + 16;
             char *grown = realloc(prefix, prefix_len + add);
@@ -66,10 +92,15 @@ int main(int argc, char **argv) {
         } else if (argv[i][0] != '-' && in == NULL) {
             in = argv[i];
         } else {
-            return usage();
+            fprintf(stderr, "softmetal-metallib: %s argument '%s'\n",
+                    argv[i][0] == '-' ? "unknown" : "a second input", argv[i]);
+            return bad_usage(prefix);
         }
     }
-    if (out == NULL || in == NULL) return usage();
+    if (out == NULL || in == NULL) {
+        fprintf(stderr, "softmetal-metallib: %s\n", out == NULL ? "no -o OUT given" : "no input given");
+        return bad_usage(prefix);
+    }
     FILE *f = fopen(in, "rb");
     if (f == NULL) {
         fprintf(stderr, "softmetal-metallib: %s: %s\n", in, strerror(errno));
