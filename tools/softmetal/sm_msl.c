@@ -31,12 +31,15 @@ enum { MAX_THREADS = 1024, MAX_TG_MEMORY = 32768 };
  * calls keep the chain; no merging of calls from different branches (hoist,
  * sink, tail merge) and every call convergent (no unswitching or jump
  * threading that duplicates a call for lanes that belong together).
- * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux. */
+ * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux.
+ * -ffloat16-excess-precision=none: half (_Float16) arithmetic rounds to half
+ * at each operation, as MSL's, instead of keeping float between them. */
 static const char *const CXX_FLAGS[] = {
     "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
     "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
     "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
-    "-mllvm", "-enable-tail-merge=false", "-fsigned-char"};
+    "-mllvm", "-enable-tail-merge=false", "-fsigned-char",
+    "-Xclang", "-ffloat16-excess-precision=none"};
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
 /* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
@@ -218,6 +221,26 @@ static bool resolve_exe(const char *cxx, char *out, size_t cap) {
   return false;
 }
 
+/* metal_stdlib needs clang's _Float16 arithmetic rounded per operation
+ * (-ffloat16-excess-precision=none, clang 16) and is tested with clang 19,
+ * the oldest release it is known to compile with: an older clang, or
+ * another compiler, is refused by name. */
+enum { MIN_CLANG_MAJOR = 19 };
+static bool clang_recent(const char *cxx, const char *version, char **diag) {
+  const char *v = strstr(version, "clang version ");
+  int major = v ? atoi(v + strlen("clang version ")) : 0;
+  if (major >= MIN_CLANG_MAJOR) return true;
+  size_t line = strcspn(version, "\n");
+  sm_text b = {0};
+  sm__text_printf(&b,
+                  "the C++ compiler '%s' is %s%.*s; softmetal needs clang %d or newer "
+                  "(install clang-19, or set SOFTMETAL_CXX to clang++-19 or newer)",
+                  cxx, v ? "" : "not clang: ", (int)(line > 200 ? 200 : line), version,
+                  MIN_CLANG_MAJOR);
+  *diag = b.p;
+  return false;
+}
+
 /* Identity of the compiler for the cache key: its `--version` output (once
  * per process and compiler; kept in the cache by the binary's path, size and
  * time, so that a cache hit runs nothing) and the library's own build. */
@@ -270,6 +293,10 @@ static bool compiler_identity(const char *cxx, const char *dir, uint64_t *out, u
     }
     write_file(vpath, version, strlen(version));
   }
+  if (!clang_recent(cxx, version, diag)) {
+    free(version);
+    return false;
+  }
   h = fnv_str(h, version);
   free(version);
   /* the code generator's sources: an edited front end writes other code */
@@ -298,7 +325,7 @@ static void remove_dir(const char *dir, const char *const *names, size_t n) {
 static void *compile_source(const char *source, NSInteger math_mode, unsigned metal_version,
                             char **diag, bool *internal, sm_code *code) {
   const char *cxx = getenv("SOFTMETAL_CXX");
-  if (!cxx || !*cxx) cxx = "clang++";
+  if (!cxx || !*cxx) cxx = "clang++-19";
   if (strlen(cxx) >= sizeof g_id_cxx) {
     *diag = strdup("SOFTMETAL_CXX is too long");
     return NULL;
@@ -442,9 +469,10 @@ static void *compile_source(const char *source, NSInteger math_mode, unsigned me
   argv[a++] = tu;
   argv[a] = NULL;
   if (!run_tool(argv, log, diag)) {
-    /* half is a class here, so `c ? h : f` is ambiguous in C++: find every
-     * such conditional with their operands' ranges, cast as MSL converts,
-     * and compile once more (sm__front_fix_conditionals) */
+    /* bfloat is a class here (half is _Float16), so `c ? b : f` is
+     * ambiguous in C++: find every such conditional with their operands'
+     * ranges, cast as MSL converts, and compile once more
+     * (sm__front_fix_conditionals) */
     if (!strstr(*diag, "conditional expression is ambiguous")) goto out;
     const char *check[N_CXX_FLAGS + MAX_MATH_FLAGS + 12];
     memcpy(check, argv, (size_t)flags_end * sizeof *argv);
