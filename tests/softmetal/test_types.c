@@ -18,21 +18,25 @@ static void setup(void) { sm_run_open(); }
 static void teardown(void) { sm_run_close(); }
 TestSuite(types, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Compiles src, runs kernel `k` on one thread with buffer 0 = in (n floats,
- * may be NULL) and buffer 1 = out (n floats), copies out into got. */
-static void run_mode(const char *src, long math_mode, const float *in, float *got, size_t n) {
+/* Compiles src, runs kernel `k` on one thread with buffer 0 = in (n_in
+ * floats) and buffer 1 = out (n floats), copies out into got. */
+static void run_mode(const char *src, long math_mode, const float *in, size_t n_in, float *got,
+                     size_t n) {
   id error = 0;
   id lib = sm_compile_mode(src, math_mode, &error);
   cr_assert_not_null(lib, "%s", sm_error_text(error));
-  id bufs[2] = {sm_buffer(in, n * sizeof(float)), sm_buffer(NULL, n * sizeof(float))};
+  id bufs[2] = {sm_buffer(NULL, (n_in ? n_in : 1) * sizeof(float)),
+                sm_buffer(NULL, n * sizeof(float))};
+  if (n_in) memcpy(sm_contents(bufs[0]), in, n_in * sizeof(float));
   sm_dispatch(lib, "k", bufs, 2, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
   memcpy(got, sm_contents(bufs[1]), n * sizeof(float));
   for (int i = 0; i < 2; i++) sm_release(bufs[i]);
   sm_release(lib);
 }
-static void run_k(const char *src, const float *in, float *got, size_t n) {
-  run_mode(src, -1, in, got, n); /* Metal's default, fast math */
-}
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+/* Metal's default, fast math */
+#define run_k(src, in, o, n) run_mode(src, -1, in, N_OF(in), o, n)
+static const float none[1] = {0}; /* for kernels that read no input */
 #define HEAD                                                                               \
   "#include <metal_stdlib>\n"                                                              \
   "using namespace metal;\n"
@@ -66,7 +70,7 @@ Test(types, braced_constexpr_int3) {
         "  o[2] = m.y;\n"
         "  o[3] = (k + OFFS).y;\n"
         "}\n",
-        NULL, o, 4);
+        none, o, 4);
   const float want[4] = {31, 64, 8, 7};
   for (int i = 0; i < 4; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
 }
@@ -109,10 +113,8 @@ Test(types, a_swizzle_is_deduced_as_a_template_argument) {
 }
 
 Test(types, assigning_a_swizzle_to_the_same_swizzle_writes_only_its_components) {
-  const float in[4] = {1, 2, 3, 4};
   float o[8];
-  float in8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  (void)in;
+  const float in8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   run_k(HEAD KERNEL
         "  float4 a(in[0], in[1], in[2], in[3]), b(in[4], in[5], in[6], in[7]);\n"
         "  a.xy = b.xy;\n"
@@ -154,7 +156,7 @@ Test(types, vector_sizes_and_alignments_as_msl) {
         "  o[8] = sizeof(half); o[9] = alignof(half);\n"
         "  o[10] = sizeof(bfloat4); o[11] = sizeof(float2);\n"
         "}\n",
-        NULL, o, 12);
+        none, o, 12);
   const float want[12] = {16, 16, 12, 4, 8, 8, 6, 4, 2, 2, 8, 8};
   for (int i = 0; i < 12; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
 }
@@ -173,7 +175,7 @@ Test(types, half_arithmetic_rounds_at_each_operation) {
         "  o[1] = d;\n"
         "  o[2] = a + (b + c);\n"
         "}\n",
-        0, in, o, 3);
+        0, in, N_OF(in), o, 3);
   cr_expect_eq(o[0], 1.0f, "(a + b) + c = %.9g: each + rounds to half", o[0]);
   cr_expect_eq(o[1], 1.0f, "%.9g", o[1]);
   cr_expect_eq(o[2], 1.0009765625f, "a + (b + c) = %.9g", o[2]);
@@ -261,4 +263,23 @@ Test(types, a_clang_that_is_too_old_is_refused_by_name) {
             "%s", msg);
   unlink(cxx);
   rmdir(dir);
+}
+
+/* With half built in, float and half overloads tie for an int or a double
+ * (a literal such as 2.0): the float one is taken, as before. */
+Test(types, math_of_int_and_double_arguments_is_float_math) {
+  const float in[2] = {3.0f, 0.5f};
+  float o[4];
+  run_k(HEAD KERNEL
+        "  int i = int(in[0]);\n"
+        "  o[0] = sqrt(4.0);\n"
+        "  o[1] = fabs(-i);\n"
+        "  o[2] = pow(2.0, in[0]);\n"
+        "  o[3] = precise::sqrt(i + 1);\n"
+        "  static_assert(is_same<decltype(exp(1.0)), float>::value, \"\");\n"
+        "  static_assert(is_same<decltype(exp(half(1))), half>::value, \"\");\n"
+        "}\n",
+        in, o, 4);
+  const float want[4] = {2, 3, 8, 2};
+  for (int i = 0; i < 4; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
 }
