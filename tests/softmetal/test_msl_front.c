@@ -240,8 +240,9 @@ Test(front, threadgroup_variables_are_per_threadgroup_and_poisoned) {
   sm_release(lib);
 }
 
-/* half is a class in softmetal, so C++ finds these conditionals ambiguous;
- * MSL converts: half and float give float, half and an integer give half. */
+/* MSL converts: half and float give float, half and an integer give half
+ * (half is _Float16: C++ agrees); bfloat is a class in softmetal, so C++
+ * finds its conditionals ambiguous and the conditional retry casts them. */
 static const char CONDITIONALS[] =
     "#include <metal_stdlib>\n"
     "using namespace metal;\n"
