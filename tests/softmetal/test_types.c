@@ -283,3 +283,19 @@ Test(types, math_of_int_and_double_arguments_is_float_math) {
   const float want[4] = {2, 3, 8, 2};
   for (int i = 0; i < 4; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
 }
+
+Test(types, rgba_swizzles_read_and_assign) {
+  const float in[4] = {1, 2, 3, 4};
+  float o[8];
+  run_k(HEAD KERNEL
+        "  float4 a(in[0], in[1], in[2], in[3]);\n"
+        "  float4 b = a.bgra;\n"
+        "  a.rg = float2(9, 8);\n"
+        "  half2 h = half4(a).ar;\n"
+        "  o[0] = b.x; o[1] = b.y; o[2] = b.z; o[3] = b.w;\n"
+        "  o[4] = a.x; o[5] = a.y; o[6] = a.b; o[7] = h.x + h.y;\n"
+        "}\n",
+        in, o, 8);
+  const float want[8] = {3, 2, 1, 4, 9, 8, 3, 13};
+  for (int i = 0; i < 8; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
+}
