@@ -23,8 +23,9 @@ done
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 
-# softmetal (tools/softmetal) needs libobjc, the Blocks runtime and clang++.
-pkgs=(build-essential cmake pkg-config libobjc-12-dev libblocksruntime-dev libdlpack-dev clang)
+# softmetal (tools/softmetal) needs libobjc, the Blocks runtime and clang++-19 (its
+# kernel compiler; bookworm's default clang 14 builds the library and the tests).
+pkgs=(build-essential cmake pkg-config libobjc-12-dev libblocksruntime-dev libdlpack-dev clang clang-19)
 if [ "$want_test" = 1 ]; then
   pkgs+=(libcriterion-dev valgrind libclang-rt-14-dev
          python3 python3-numpy python3-torch

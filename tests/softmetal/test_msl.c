@@ -604,8 +604,10 @@ Test(msl, half_all_65536_bit_patterns_round_trip_bit_exactly) {
     float want = ref_half_to_float(i);
     if (isnan(want)) {
       cr_assert(isnan(pf[i]), "half 0x%04x -> %g", i, pf[i]);
-      cr_assert_eq(pb[i] & 0xFE00u, (i & 0x8000u) | 0x7E00u, "NaN 0x%04x quieted to 0x%04x", i,
-                   pb[i]);
+      /* a NaN of the same sign: quieted, or the same bits where the
+       * compiler folds half(float(h)) to h (as LLVM does for _Float16) */
+      cr_assert((pb[i] & 0xFE00u) == ((i & 0x8000u) | 0x7E00u) || pb[i] == i,
+                "NaN 0x%04x came back as 0x%04x", i, pb[i]);
     } else {
       uint32_t a, b;
       memcpy(&a, &want, 4);

@@ -427,6 +427,10 @@ Test(front, out_of_scope_metal_headers_are_refused_at_their_include) {
 
 /* half is a class in softmetal, so C++ finds these conditionals ambiguous;
  * MSL converts: half and float give float, half and an integer give half. */
+
+/* MSL converts: half and float give float, half and an integer give half
+ * (half is _Float16: C++ agrees); bfloat is a class in softmetal, so C++
+ * finds its conditionals ambiguous and the conditional retry casts them. */
 static const char CONDITIONALS[] =
     "#include <metal_stdlib>\n"
     "using namespace metal;\n"

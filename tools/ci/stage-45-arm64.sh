@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
-for tool in qemu-aarch64 aarch64-linux-gnu-gcc clang++; do
+for tool in qemu-aarch64 aarch64-linux-gnu-gcc clang++-19; do
   command -v "$tool" >/dev/null || {
     echo "stage-45-arm64: $tool is missing (tools/install-deps.sh --test)" >&2; exit 1; }
 done

@@ -36,12 +36,15 @@ atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
  * calls keep the chain; no merging of calls from different branches (hoist,
  * sink, tail merge) and every call convergent (no unswitching or jump
  * threading that duplicates a call for lanes that belong together).
- * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux. */
+ * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux.
+ * -ffloat16-excess-precision=none: half (_Float16) arithmetic rounds to half
+ * at each operation, as MSL's, instead of keeping float between them. */
 static const char *const CXX_FLAGS[] = {
     "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
     "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
     "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
-    "-mllvm", "-enable-tail-merge=false", "-fsigned-char"};
+    "-mllvm", "-enable-tail-merge=false", "-fsigned-char",
+    "-Xclang", "-ffloat16-excess-precision=none"};
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
 /* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
@@ -293,6 +296,26 @@ static void remove_dir(const char *dir, const char *const *names, size_t n) {
 
 
 /* ------------------------------------------------------------- settings */
+/* metal_stdlib needs clang's _Float16 arithmetic rounded per operation
+ * (-ffloat16-excess-precision=none, clang 16) and is tested with clang 19,
+ * the oldest release it is known to compile with: an older clang, or
+ * another compiler, is refused by name. */
+enum { MIN_CLANG_MAJOR = 19 };
+static bool clang_recent(const char *cxx, const char *version, char **diag) {
+  const char *v = strstr(version, "clang version ");
+  int major = v ? atoi(v + strlen("clang version ")) : 0;
+  if (major >= MIN_CLANG_MAJOR) return true;
+  size_t line = strcspn(version, "\n");
+  sm_text b = {0};
+  sm__text_printf(&b,
+                  "the C++ compiler '%s' is %s%.*s; softmetal needs clang %d or newer "
+                  "(install clang-19, or set SOFTMETAL_CXX to clang++-19 or newer)",
+                  cxx, v ? "" : "not clang: ", (int)(line > 200 ? 200 : line), version,
+                  MIN_CLANG_MAJOR);
+  *diag = b.p;
+  return false;
+}
+
 /* Identity of the compiler for the cache key: its `--version` output (once
  * per process and compiler; kept in the cache by the binary's path, size,
  * time and inode, so that a cache hit runs nothing) and the code
@@ -348,6 +371,10 @@ static bool compiler_identity(const char *cxx, const char *dir, sm_digest *out,
     }
     write_file(vpath, version, strlen(version));
   }
+  if (!clang_recent(cxx, version, diag)) {
+    free(version);
+    return false;
+  }
   sm__sha256_init(&s);
   key_str(&s, "softmetal compiler");
   key_str(&s, cxx);
@@ -380,7 +407,7 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
   memset(st, 0, sizeof *st);
   *internal = true;
   if (!cxx || !*cxx) cxx = getenv("SOFTMETAL_CXX");
-  if (!cxx || !*cxx) cxx = "clang++";
+  if (!cxx || !*cxx) cxx = "clang++-19";
   if (strlen(cxx) >= sizeof g_id_cxx) {
     *diag = strdup("SOFTMETAL_CXX is too long");
     return false;
@@ -720,9 +747,10 @@ static bool check_source(const setting *st, const char *source, const sm_digest 
   /* with the operands' ranges: a source that needs the fix below costs one
    * pass less */
   if (!syntax_check(st, tu, log, diag, true)) {
-    /* half is a class here, so `c ? h : f` is ambiguous in C++: find every
-     * such conditional with their operands' ranges, cast as MSL converts,
-     * and check once more (sm__front_fix_conditionals) */
+    /* bfloat is a class here (half is _Float16), so `c ? b : f` is
+     * ambiguous in C++: find every such conditional with their operands'
+     * ranges, cast as MSL converts, and check once more
+     * (sm__front_fix_conditionals) */
     char *fixed = strstr(*diag, "conditional expression is ambiguous")
                       ? sm__front_fix_conditionals(tu_text, *diag)
                       : NULL;
