@@ -2154,7 +2154,12 @@ static const char *nth_line(const char *text, long n, size_t *len) {
 }
 static bool caret_line(const char *s, size_t n) {
   bool caret = false;
-  for (size_t i = 0; i < n; i++) {
+  size_t i = 0;
+  /* clang 16 and later put a gutter before it: spaces, then "| " */
+  while (i < n && s[i] == ' ') i++;
+  if (i < n && s[i] == '|') i++;
+  else i = 0;
+  for (; i < n; i++) {
     if (s[i] == '^') caret = true;
     else if (s[i] != ' ' && s[i] != '~') return false;
   }
