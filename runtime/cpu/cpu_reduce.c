@@ -20,6 +20,7 @@
 #include "core/convert.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 typedef union cm__acc {
@@ -160,10 +161,6 @@ typedef int64_t cm__v4i64 __attribute__((vector_size(32)));
 typedef uint64_t cm__v4u64 __attribute__((vector_size(32)));
 typedef int32_t cm__v4i32 __attribute__((vector_size(16)));
 typedef uint32_t cm__v4u32 __attribute__((vector_size(16)));
-typedef int8_t cm__v8i8 __attribute__((vector_size(8)));
-typedef uint8_t cm__v8u8 __attribute__((vector_size(8)));
-typedef int16_t cm__v8i16 __attribute__((vector_size(16)));
-typedef uint16_t cm__v8u16 __attribute__((vector_size(16)));
 typedef int8_t cm__v32i8 __attribute__((vector_size(32)));
 typedef uint8_t cm__v32u8 __attribute__((vector_size(32)));
 typedef int16_t cm__v16i16 __attribute__((vector_size(32)));
@@ -240,6 +237,148 @@ CM__CLONES static double cm__leaf_f64(int64_t m, const double *q) {
     return cm__lane_tree(l);
 }
 
+/* Leaves of contiguous float16 and bfloat16: 16 elements at a time are
+ * converted to float32 (exactly, branch-free so that it vectorises), then
+ * added as float32 leaves are. */
+#ifdef CM__VEC
+#define CM__LEAF_H(name, LD)                                                            \
+    CM__CLONES static double name(int64_t m, const uint16_t *q) {                       \
+        double l[CM__LANES];                                                            \
+        int64_t i = 0;                                                                  \
+        cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
+        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+            float f[CM__LANES];                                                         \
+            for (int j = 0; j < CM__LANES; ++j)                                         \
+                f[j] = LD(q[i + j]);                                                    \
+            cm__v4f x0, x1, x2, x3;                                                     \
+            memcpy(&x0, f, sizeof x0);                                                  \
+            memcpy(&x1, f + 4, sizeof x1);                                              \
+            memcpy(&x2, f + 8, sizeof x2);                                              \
+            memcpy(&x3, f + 12, sizeof x3);                                             \
+            a0 += __builtin_convertvector(x0, cm__v4d);                                 \
+            a1 += __builtin_convertvector(x1, cm__v4d);                                 \
+            a2 += __builtin_convertvector(x2, cm__v4d);                                 \
+            a3 += __builtin_convertvector(x3, cm__v4d);                                 \
+        }                                                                               \
+        memcpy(l, &a0, sizeof a0);                                                      \
+        memcpy(l + 4, &a1, sizeof a1);                                                  \
+        memcpy(l + 8, &a2, sizeof a2);                                                  \
+        memcpy(l + 12, &a3, sizeof a3);                                                 \
+        for (int j = 0; i < m; ++i, ++j)                                                \
+            l[j] += (double)LD(q[i]);                                                   \
+        return cm__lane_tree(l);                                                        \
+    }
+#else
+#define CM__LEAF_H(name, LD)                                                            \
+    static double name(int64_t m, const uint16_t *q) {                                  \
+        double l[CM__LANES];                                                            \
+        for (int j = 0; j < CM__LANES; ++j)                                             \
+            l[j] = 0.0;                                                                 \
+        for (int64_t i = 0; i < m; ++i)                                                 \
+            l[i % CM__LANES] += (double)LD(q[i]);                                       \
+        return cm__lane_tree(l);                                                        \
+    }
+#endif
+CM__LEAF_H(cm__leaf_f16, cm__f16_to_f32)
+CM__LEAF_H(cm__leaf_bf16, cm__bf16_to_f32)
+
+/* x86-64 with AVX2 and F16C: the same lanes with the widening conversions
+ * GCC's vector types lower poorly (chosen at run time). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CM__X86 1
+
+static bool cm__avx2_usable(void) {
+    static atomic_int state; /* 1 usable, -1 not, 0 not asked yet */
+    int v = atomic_load_explicit(&state, memory_order_relaxed);
+    if (v == 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : -1;
+        atomic_store_explicit(&state, v, memory_order_relaxed);
+    }
+    return v > 0;
+}
+
+/* x0..x3: the 16 elements from i as four __m256d; then the tail. */
+#define CM__AVX_LEAF(name, T, LOAD16, LD)                                               \
+    __attribute__((target("avx2,f16c"))) static double name(int64_t m, const T *q) {    \
+        __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                    \
+        int64_t i = 0;                                                                  \
+        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+            __m256 lo, hi;                                                              \
+            LOAD16(q + i, lo, hi);                                                      \
+            a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));        \
+            a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));      \
+            a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));        \
+            a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));      \
+        }                                                                               \
+        double l[CM__LANES];                                                            \
+        _mm256_storeu_pd(l, a0);                                                        \
+        _mm256_storeu_pd(l + 4, a1);                                                    \
+        _mm256_storeu_pd(l + 8, a2);                                                    \
+        _mm256_storeu_pd(l + 12, a3);                                                   \
+        for (int j = 0; i < m; ++i, ++j)                                                \
+            l[j] += (double)LD(q[i]);                                                   \
+        return cm__lane_tree(l);                                                        \
+    }
+#define CM__AVX_LOAD_F32(p, lo, hi)                                                     \
+    ((lo) = _mm256_loadu_ps(p), (hi) = _mm256_loadu_ps((p) + 8))
+#define CM__AVX_LOAD_F16(p, lo, hi)                                                     \
+    ((lo) = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p))),      \
+     (hi) = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((p) + 8))))
+#define CM__AVX_BF16(p)                                                                 \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                              \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+#define CM__AVX_LOAD_BF16(p, lo, hi) ((lo) = CM__AVX_BF16(p), (hi) = CM__AVX_BF16((p) + 8))
+CM__AVX_LEAF(cm__leaf_f32_avx, float, CM__AVX_LOAD_F32, CM__LD_SAME)
+CM__AVX_LEAF(cm__leaf_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32)
+CM__AVX_LEAF(cm__leaf_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32)
+
+__attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const float *q,
+                                                             double *a) {
+    int64_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        const __m256 x = _mm256_loadu_ps(q + j);
+        _mm256_storeu_pd(a + j, _mm256_add_pd(_mm256_loadu_pd(a + j),
+                                              _mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+        _mm256_storeu_pd(a + j + 4, _mm256_add_pd(_mm256_loadu_pd(a + j + 4),
+                                                  _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+    }
+    for (; j < m; ++j)
+        a[j] += (double)q[j];
+}
+
+/* cur[j] = the sum of `rows` rows (stride rs) of float32 column j, rows in
+ * order from 0.0, as cm__vadd_f32 row by row gives it; 16 columns at a
+ * time in registers, so that the rows stream side by side. */
+__attribute__((target("avx2"))) static void cm__vblock_f32_avx(int64_t m, int64_t rows,
+                                                               const char *p, int64_t rs,
+                                                               double *cur) {
+    int64_t j = 0;
+    for (; j + 16 <= m; j += 16) {
+        __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = 0; i < rows; ++i) {
+            const float *q = (const float *)(const void *)(p + i * rs) + j;
+            const __m256 lo = _mm256_loadu_ps(q), hi = _mm256_loadu_ps(q + 8);
+            a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));
+            a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));
+            a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));
+            a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));
+        }
+        _mm256_storeu_pd(cur + j, a0);
+        _mm256_storeu_pd(cur + j + 4, a1);
+        _mm256_storeu_pd(cur + j + 8, a2);
+        _mm256_storeu_pd(cur + j + 12, a3);
+    }
+    for (; j < m; ++j) {
+        double a = 0.0;
+        for (int64_t i = 0; i < rows; ++i)
+            a += (double)((const float *)(const void *)(p + i * rs))[j];
+        cur[j] = a;
+    }
+}
+#endif
+
 /* One leaf of any float dtype at any stride: float32 and float64 rows are
  * read in place, the rest converted to float32 first (exactly). */
 static double cm__leaf(cm_dtype d, int64_t m, const char *p, int64_t s) {
@@ -251,8 +390,22 @@ static double cm__leaf(cm_dtype d, int64_t m, const char *p, int64_t s) {
             memcpy(&t[i], p + i * s, sizeof t[i]);
         return cm__leaf_f64(m, t);
     }
+#ifdef CM__X86
+    if (s == (int64_t)cm__dtype(d)->size && cm__avx2_usable()) {
+        if (d == CM_FLOAT32)
+            return cm__leaf_f32_avx(m, (const float *)(const void *)p);
+        if (d == CM_FLOAT16)
+            return cm__leaf_f16_avx(m, (const uint16_t *)(const void *)p);
+        if (d == CM_BFLOAT16)
+            return cm__leaf_bf16_avx(m, (const uint16_t *)(const void *)p);
+    }
+#endif
     if (d == CM_FLOAT32 && s == (int64_t)sizeof(float))
         return cm__leaf_f32(m, (const float *)(const void *)p);
+    if (d == CM_FLOAT16 && s == 2)
+        return cm__leaf_f16(m, (const uint16_t *)(const void *)p);
+    if (d == CM_BFLOAT16 && s == 2)
+        return cm__leaf_bf16(m, (const uint16_t *)(const void *)p);
     float t[CM__LEAF];
     cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p, s);
     return cm__leaf_f32(m, t);
@@ -345,35 +498,9 @@ static double cm__pairs_fold(const cm__pairs *c) {
 CM__FMM_F32(cm__max_f32, >)
 CM__FMM_F32(cm__min_f32, <)
 
-/* Integer sums of contiguous elements, modulo 2^64. 8- and 16-bit ones
- * add chunks of 2^15 in 32-bit lanes first (exact), the rest widen to 64. */
+/* Integer sums of contiguous elements, modulo 2^64: 32- and 64-bit ones
+ * widen to 64-bit lanes. */
 #ifdef CM__VEC
-#define CM__ISUM_SMALL(name, T, VIN, VACC, ELEM, EXT)                                     \
-    CM__CLONES static uint64_t name(int64_t n, const T *q) {                              \
-        uint64_t s = 0;                                                                   \
-        while (n > 0) {                                                                   \
-            const int64_t m = n < 32768 ? n : 32768;                                      \
-            int64_t i = 0;                                                                \
-            VACC a0 = {0}, a1 = {0};                                                      \
-            for (; i + 16 <= m; i += 16) {                                                \
-                VIN x0, x1;                                                               \
-                memcpy(&x0, q + i, sizeof x0);                                            \
-                memcpy(&x1, q + i + 8, sizeof x1);                                        \
-                a0 += __builtin_convertvector(x0, VACC);                                  \
-                a1 += __builtin_convertvector(x1, VACC);                                  \
-            }                                                                             \
-            ELEM l[16];                                                                   \
-            memcpy(l, &a0, sizeof a0);                                                    \
-            memcpy(l + 8, &a1, sizeof a1);                                                \
-            for (int j = 0; j < 16; ++j)                                                  \
-                s += (uint64_t)(EXT)l[j];                                                 \
-            for (; i < m; ++i)                                                            \
-                s += (uint64_t)(EXT)q[i];                                                 \
-            q += m;                                                                       \
-            n -= m;                                                                       \
-        }                                                                                 \
-        return s;                                                                         \
-    }
 #define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT)                                           \
     CM__CLONES static uint64_t name(int64_t n, const T *q) {                              \
         uint64_t s = 0;                                                                   \
@@ -424,14 +551,13 @@ CM__FMM_F32(cm__min_f32, <)
         return m;                                                                         \
     }
 #else
-#define CM__ISUM_SMALL(name, T, VIN, VACC, ELEM, EXT)                                     \
+#define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT)                                           \
     static uint64_t name(int64_t n, const T *q) {                                         \
         uint64_t s = 0;                                                                   \
         for (int64_t i = 0; i < n; ++i)                                                   \
             s += (uint64_t)(EXT)q[i];                                                     \
         return s;                                                                         \
     }
-#define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT) CM__ISUM_SMALL(name, T, VIN, VWIDE, T, EXT)
 #define CM__IMM(name, T, VT, MT, OP)                                                      \
     static T name(int64_t n, const T *q, T init) {                                        \
         T m = init;                                                                       \
@@ -441,10 +567,32 @@ CM__FMM_F32(cm__min_f32, <)
     }
 #endif
 
-CM__ISUM_SMALL(cm__isum_i8, int8_t, cm__v8i8, cm__v8i32, int32_t, int64_t)
-CM__ISUM_SMALL(cm__isum_u8, uint8_t, cm__v8u8, cm__v8u32, uint32_t, uint64_t)
-CM__ISUM_SMALL(cm__isum_i16, int16_t, cm__v8i16, cm__v8i32, int32_t, int64_t)
-CM__ISUM_SMALL(cm__isum_u16, uint16_t, cm__v8u16, cm__v8u32, uint32_t, uint64_t)
+/* 8- and 16-bit sums: 32 lanes of 32 bits over chunks of 2^15 (exact),
+ * plain arrays (GCC widens these well, and not 8-byte vector types). */
+#define CM__ISUM_SMALL(name, T, ELEM, EXT)                                                \
+    CM__CLONES static uint64_t name(int64_t n, const T *q) {                              \
+        uint64_t s = 0;                                                                   \
+        while (n > 0) {                                                                   \
+            const int64_t m = n < 32768 ? n : 32768;                                      \
+            int64_t i = 0;                                                                \
+            ELEM l[32] = {0};                                                             \
+            for (; i + 32 <= m; i += 32)                                                  \
+                for (int j = 0; j < 32; ++j)                                              \
+                    l[j] += (ELEM)q[i + j];                                               \
+            for (int j = 0; j < 32; ++j)                                                  \
+                s += (uint64_t)(EXT)l[j];                                                 \
+            for (; i < m; ++i)                                                            \
+                s += (uint64_t)(EXT)q[i];                                                 \
+            q += m;                                                                       \
+            n -= m;                                                                       \
+        }                                                                                 \
+        return s;                                                                         \
+    }
+
+CM__ISUM_SMALL(cm__isum_i8, int8_t, int32_t, int64_t)
+CM__ISUM_SMALL(cm__isum_u8, uint8_t, uint32_t, uint64_t)
+CM__ISUM_SMALL(cm__isum_i16, int16_t, int32_t, int64_t)
+CM__ISUM_SMALL(cm__isum_u16, uint16_t, uint32_t, uint64_t)
 CM__ISUM_WIDE(cm__isum_i32, int32_t, cm__v4i32, cm__v4i64, int64_t)
 CM__ISUM_WIDE(cm__isum_u32, uint32_t, cm__v4u32, cm__v4u64, uint64_t)
 CM__ISUM_WIDE(cm__isum_i64, int64_t, cm__v4i64, cm__v4i64, int64_t)
@@ -688,25 +836,37 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
     const cm__red *r = c->r;
     const int64_t w = c->w;
     float *t = c->t;
+    void (*vadd)(int64_t, const float *, double *) = cm__vadd_f32;
+#ifdef CM__X86
+    if (cm__avx2_usable())
+        vadd = cm__vadd_f32_avx;
+#endif
     for (int64_t j0 = 0; j0 < n; j0 += w) {
         const int64_t m = n - j0 < w ? n - j0 : w;
         const char *col = p[1] + j0 * s[1];
         int depth = 0;
         for (int64_t b = 0, i = 0; i < c->rn; ++b) {
             double *cur = c->st + depth * w;
-            for (int64_t j = 0; j < m; ++j)
-                cur[j] = 0.0;
             const int64_t end = c->rn - i < CM__VROWS ? c->rn : i + CM__VROWS;
+#ifdef CM__X86
+            if (r->in == CM_FLOAT32 && vadd == cm__vadd_f32_avx) {
+                cm__vblock_f32_avx(m, end - i, col + i * c->rs, c->rs, cur);
+                i = end;
+            }
+#endif
+            if (i < end)
+                for (int64_t j = 0; j < m; ++j)
+                    cur[j] = 0.0;
             for (; i < end; ++i) {
                 const char *row = col + i * c->rs;
                 if (r->in == CM_FLOAT32) {
-                    cm__vadd_f32(m, (const float *)(const void *)row, cur);
+                    vadd(m, (const float *)(const void *)row, cur);
                 } else if (r->in == CM_FLOAT64) {
                     cm__vadd_f64(m, (const double *)(const void *)row, cur);
                 } else {
                     cm__cpu_cast_kernel(r->in, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float),
                                                            row, s[1]);
-                    cm__vadd_f32(m, t, cur);
+                    vadd(m, t, cur);
                 }
             }
             int top = depth;
