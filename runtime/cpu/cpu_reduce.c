@@ -891,6 +891,106 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
     }
 }
 
+/* Max and min down columns: m contiguous columns of rn rows (stride rs),
+ * in blocks of CM__VROWS rows (whose pages stay in the TLB), two vectors
+ * of columns at a time in registers, kept in acc (element type) between
+ * blocks (exact in any order; a float column that meets a NaN keeps it);
+ * the results into out[0, m). */
+#ifdef CM__VEC
+#define CM__COLS_MM(name, T, VT, MT, OP, AT, FLOAT)                                      \
+    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, T init, \
+                                T *acc, AT *out) {                                      \
+        enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                    \
+        for (int64_t j = 0; j < m; ++j)                                                 \
+            acc[j] = init;                                                              \
+        for (int64_t i0 = 0; i0 < rn; i0 += CM__VROWS) {                                \
+            const int64_t i1 = rn - i0 < CM__VROWS ? rn : i0 + CM__VROWS;               \
+            int64_t j = 0;                                                              \
+            for (; j + 2 * NL <= m; j += 2 * NL) {                                      \
+                VT a0, a1;                                                              \
+                memcpy(&a0, acc + j, sizeof a0);                                        \
+                memcpy(&a1, acc + j + NL, sizeof a1);                                   \
+                for (int64_t i = i0; i < i1; ++i) {                                     \
+                    const T *q = (const T *)(const void *)(p + i * rs) + j;             \
+                    VT x0, x1;                                                          \
+                    memcpy(&x0, q, sizeof x0);                                          \
+                    memcpy(&x1, q + NL, sizeof x1);                                     \
+                    MT k0 = x0 OP a0, k1 = x1 OP a1;                                    \
+                    if (FLOAT) {                                                        \
+                        k0 = (k0 | (x0 != x0)) & (a0 == a0);                            \
+                        k1 = (k1 | (x1 != x1)) & (a1 == a1);                            \
+                    }                                                                   \
+                    a0 = (VT)(((MT)x0 & k0) | ((MT)a0 & ~k0));                          \
+                    a1 = (VT)(((MT)x1 & k1) | ((MT)a1 & ~k1));                          \
+                }                                                                       \
+                memcpy(acc + j, &a0, sizeof a0);                                        \
+                memcpy(acc + j + NL, &a1, sizeof a1);                                   \
+            }                                                                           \
+            for (; j < m; ++j) {                                                        \
+                T a = acc[j];                                                           \
+                for (int64_t i = i0; i < i1; ++i) {                                     \
+                    const T x = ((const T *)(const void *)(p + i * rs))[j];             \
+                    if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))          \
+                        a = x;                                                          \
+                }                                                                       \
+                acc[j] = a;                                                             \
+            }                                                                           \
+        }                                                                               \
+        for (int64_t j = 0; j < m; ++j)                                                 \
+            out[j] = (AT)acc[j];                                                        \
+    }
+typedef int32_t cm__v8m32 __attribute__((vector_size(32)));
+#define CM__COLS_PAIR(E, T, VT, MT, AT, FLOAT)                                         \
+    CM__COLS_MM(cm__cmax_##E, T, VT, MT, >, AT, FLOAT)                                  \
+    CM__COLS_MM(cm__cmin_##E, T, VT, MT, <, AT, FLOAT)
+CM__COLS_PAIR(f32, float, cm__v8f, cm__v8m32, double, 1)
+CM__COLS_PAIR(i8, int8_t, cm__v32i8, cm__v32i8, int64_t, 0)
+CM__COLS_PAIR(u8, uint8_t, cm__v32u8, cm__v32i8, uint64_t, 0)
+CM__COLS_PAIR(b8, uint8_t, cm__v32u8, cm__v32i8, int64_t, 0)
+CM__COLS_PAIR(i16, int16_t, cm__v16i16, cm__v16i16, int64_t, 0)
+CM__COLS_PAIR(u16, uint16_t, cm__v16u16, cm__v16i16, uint64_t, 0)
+CM__COLS_PAIR(i32, int32_t, cm__v8i32, cm__v8i32, int64_t, 0)
+CM__COLS_PAIR(u32, uint32_t, cm__v8u32, cm__v8i32, uint64_t, 0)
+CM__COLS_PAIR(i64, int64_t, cm__v4i64, cm__v4i64, int64_t, 0)
+CM__COLS_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64, uint64_t, 0)
+
+/* The column max/min of the vector form where there is one: true when
+ * done (results in v). */
+static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char *p, int64_t rs,
+                            cm__vacc *v) {
+    const bool mx = r->kind == CM__RMAX;
+    /* Scratch in the element type: a vacc array the result does not use. */
+    void *scratch = r->field == 'd' ? (void *)v->u : (void *)v->d;
+#define CM__COLS_CASE(E, SUF, T, FIELD, TMIN, TMAX)                                     \
+    case E:                                                                             \
+        if (mx)                                                                         \
+            cm__cmax_##SUF(m, rn, p, rs, (T)(TMIN), (T *)scratch, v->FIELD);            \
+        else                                                                            \
+            cm__cmin_##SUF(m, rn, p, rs, (T)(TMAX), (T *)scratch, v->FIELD);            \
+        return true;
+    switch (r->in) {
+        CM__COLS_CASE(CM_FLOAT32, f32, float, d, -INFINITY, INFINITY)
+        CM__COLS_CASE(CM_BOOL, b8, uint8_t, i, 0, UINT8_MAX)
+        CM__COLS_CASE(CM_INT8, i8, int8_t, i, INT8_MIN, INT8_MAX)
+        CM__COLS_CASE(CM_UINT8, u8, uint8_t, u, 0, UINT8_MAX)
+        CM__COLS_CASE(CM_INT16, i16, int16_t, i, INT16_MIN, INT16_MAX)
+        CM__COLS_CASE(CM_UINT16, u16, uint16_t, u, 0, UINT16_MAX)
+        CM__COLS_CASE(CM_INT32, i32, int32_t, i, INT32_MIN, INT32_MAX)
+        CM__COLS_CASE(CM_UINT32, u32, uint32_t, u, 0, UINT32_MAX)
+        CM__COLS_CASE(CM_INT64, i64, int64_t, i, INT64_MIN, INT64_MAX)
+        CM__COLS_CASE(CM_UINT64, u64, uint64_t, u, 0, UINT64_MAX)
+    default: return false;
+    }
+#undef CM__COLS_CASE
+}
+#else
+static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char *p, int64_t rs,
+                            cm__vacc *v) {
+    (void)r, (void)m, (void)rn, (void)p, (void)rs, (void)v;
+    return false;
+}
+#endif
+
 static void cm__red_vec_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__vec_ctx *c = ctx;
     cm__vacc *v = c->acc;
@@ -903,8 +1003,9 @@ static void cm__red_vec_run(int64_t n, char *const *p, const int64_t *s, void *c
             v->u[j] = r->init.u;
         }
         const char *row = p[1] + j0 * s[1];
-        for (int64_t i = 0; i < c->rn; ++i)
-            r->vector(m, row + i * c->rs, s[1], v);
+        if (r->kind == CM__RSUM || !cm__cols_minmax(r, m, c->rn, row, c->rs, v))
+            for (int64_t i = 0; i < c->rn; ++i)
+                r->vector(m, row + i * c->rs, s[1], v);
         for (int64_t j = 0; j < m; ++j) {
             cm__acc a;
             if (r->field == 'd')
