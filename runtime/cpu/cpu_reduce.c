@@ -166,6 +166,16 @@ typedef uint8_t cm__v32u8 __attribute__((vector_size(32)));
 typedef int16_t cm__v16i16 __attribute__((vector_size(32)));
 typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
 #endif
+/* With CM__PF_DIST > 0, contiguous kernels ask for the line CM__PF_DIST
+ * bytes ahead (a build option, off by default). */
+#ifndef CM__PF_DIST
+#define CM__PF_DIST 0
+#endif
+#if (defined(__GNUC__) || defined(__clang__)) && CM__PF_DIST > 0
+#define CM__PREFETCH(p) __builtin_prefetch((const void *)((uintptr_t)(p) + CM__PF_DIST), 0, 3)
+#else
+#define CM__PREFETCH(p) ((void)0)
+#endif
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
 #define CM__CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -179,6 +189,7 @@ CM__CLONES static double cm__leaf_f32(int64_t m, const float *q) {
 #ifdef CM__VEC
     cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     for (; i + CM__LANES <= m; i += CM__LANES) {
+        CM__PREFETCH(q + i);
         cm__v4f x0, x1, x2, x3;
         memcpy(&x0, q + i, sizeof x0);
         memcpy(&x1, q + i + 4, sizeof x1);
@@ -211,6 +222,7 @@ CM__CLONES static double cm__leaf_f64(int64_t m, const double *q) {
 #ifdef CM__VEC
     cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     for (; i + CM__LANES <= m; i += CM__LANES) {
+        CM__PREFETCH(q + i);
         cm__v4d x0, x1, x2, x3;
         memcpy(&x0, q + i, sizeof x0);
         memcpy(&x1, q + i + 4, sizeof x1);
@@ -247,6 +259,7 @@ CM__CLONES static double cm__leaf_f64(int64_t m, const double *q) {
         int64_t i = 0;                                                                  \
         cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
         for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+            CM__PREFETCH(q + i);                                                        \
             float f[CM__LANES];                                                         \
             for (int j = 0; j < CM__LANES; ++j)                                         \
                 f[j] = LD(q[i + j]);                                                    \
@@ -305,6 +318,7 @@ static bool cm__avx2_usable(void) {
         __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                    \
         int64_t i = 0;                                                                  \
         for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+            CM__PREFETCH(q + i);                                                        \
             __m256 lo, hi;                                                              \
             LOAD16(q + i, lo, hi);                                                      \
             a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));        \
@@ -453,6 +467,7 @@ static double cm__pairs_fold(const cm__pairs *c) {
         int64_t i = 0;                                                                  \
         cm__v8f a0 = {init, init, init, init, init, init, init, init}, a1 = a0;        \
         for (; i + CM__LANES <= n; i += CM__LANES) {                                    \
+            CM__PREFETCH(q + i);                                                        \
             cm__v8f x0, x1;                                                             \
             memcpy(&x0, q + i, sizeof x0);                                              \
             memcpy(&x1, q + i + 8, sizeof x1);                                          \
@@ -507,6 +522,7 @@ CM__FMM_F32(cm__min_f32, <)
         int64_t i = 0;                                                                    \
         cm__v4u64 a0 = {0}, a1 = {0};                                                     \
         for (; i + 8 <= n; i += 8) {                                                      \
+            CM__PREFETCH(q + i);                                                        \
             VIN x0, x1;                                                                   \
             memcpy(&x0, q + i, sizeof x0);                                                \
             memcpy(&x1, q + i + 4, sizeof x1);                                            \
@@ -534,6 +550,7 @@ CM__FMM_F32(cm__min_f32, <)
         memcpy(&a0, l, sizeof a0);                                                        \
         memcpy(&a1, l + NL, sizeof a1);                                                   \
         for (; i + 2 * NL <= n; i += 2 * NL) {                                            \
+            CM__PREFETCH(q + i);                                                        \
             VT x0, x1;                                                                    \
             memcpy(&x0, q + i, sizeof x0);                                                \
             memcpy(&x1, q + i + NL, sizeof x1);                                           \
@@ -576,9 +593,11 @@ CM__FMM_F32(cm__min_f32, <)
             const int64_t m = n < 32768 ? n : 32768;                                      \
             int64_t i = 0;                                                                \
             ELEM l[32] = {0};                                                             \
-            for (; i + 32 <= m; i += 32)                                                  \
+            for (; i + 32 <= m; i += 32) {                                                  \
+                CM__PREFETCH(q + i);                                                    \
                 for (int j = 0; j < 32; ++j)                                              \
                     l[j] += (ELEM)q[i + j];                                               \
+            }                                                                           \
             for (int j = 0; j < 32; ++j)                                                  \
                 s += (uint64_t)(EXT)l[j];                                                 \
             for (; i < m; ++i)                                                            \
