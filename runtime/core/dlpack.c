@@ -733,12 +733,13 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
 }
 
 /* A managed tensor that cmetal exported, imported back onto the CPU device
- * as it went out: the tensor the export holds, retained (no allocation),
+ * as it went out: the tensor the export holds, with the export's reference
+ * (no allocation; the export's block is freed, as its deleter would),
  * once the DLTensor is checked to be still the one exported. NULL when
  * the import asks for anything else (a copy, another device, read-only
  * access to a writable tensor), which then takes the general path. */
-static cm_tensor *cm__dl_own_export(const cm__dlpack_export *e, const DLTensor *t,
-                                    bool read_only, const cm_dlpack_import_desc *d) {
+static cm_tensor *cm__dl_own_export(cm__dlpack_export *e, const DLTensor *t, bool read_only,
+                                    const cm_dlpack_import_desc *d) {
     cm_tensor *src = e->tensor;
     const cm_buffer *b = src->buffer;
     if (d->copy == CM_COPY_ALWAYS || b->device->backend->type != CM_DEVICE_CPU ||
@@ -754,7 +755,7 @@ static cm_tensor *cm__dl_own_export(const cm__dlpack_export *e, const DLTensor *
     for (int32_t k = 0; k < ndim; ++k)
         if (e->shape[k] != src->shape[k] || e->strides[k] != src->strides[k])
             return NULL;
-    cm__ref_retain(&src->ref);
+    cm__free(e); /* the deleter, keeping its reference for the caller */
     return src;
 }
 
@@ -776,7 +777,6 @@ cm_status cm_dlpack_import(DLManagedTensor *managed, const cm_dlpack_import_desc
         cm_tensor *own = cm__dl_own_export(managed->manager_ctx, &managed->dl_tensor,
                                            d.read_only, &d);
         if (own != NULL) {
-            managed->deleter(managed);
             *out = own;
             return CM_OK;
         }
@@ -813,7 +813,6 @@ cm_status cm_dlpack_import_versioned(DLManagedTensorVersioned *managed,
         cm_tensor *own = cm__dl_own_export(managed->manager_ctx, &managed->dl_tensor, read_only,
                                            &d);
         if (own != NULL) {
-            managed->deleter(managed);
             *out = own;
             return CM_OK;
         }
