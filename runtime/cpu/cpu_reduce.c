@@ -1139,8 +1139,9 @@ cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd) {
             c.st = cm__alloc_raw((size_t)levels * CM__VCOLS * sizeof(double) +
                                      CM__VCOLS * sizeof(float),
                                  64);
-            c.t = (float *)(void *)(c.st + (size_t)levels * CM__VCOLS);
-            if (c.st == NULL) {
+            if (c.st != NULL) {
+                c.t = (float *)(void *)(c.st + (size_t)levels * CM__VCOLS);
+            } else {
                 c.w = 8;
                 c.st = small;
                 c.t = small_t;

@@ -18,6 +18,7 @@
  * where long double is double. There the few checks whose reference needs
  * more than 53 bits skip themselves, and the tests that make them say how
  * many (test_ops_matrix_cpu_double_ref runs this suite so). */
+#include "core/alloc_hook.h"
 #include "ops/ops_util.h"
 
 static bool on_cpu(void) {
@@ -1205,6 +1206,39 @@ Test(ops_matrix, float_sums_stay_within_the_pairwise_error_bound) {
         cm_tensor_release(out);
         cm_tensor_release(x);
     }
+    cm_device_release(dev);
+}
+
+/* Column sums (a strided reduced axis, a contiguous kept one) use a work
+ * buffer; without memory they run in narrow chunks on the stack, with the
+ * same bits. */
+Test(ops_matrix, column_sums_give_the_same_bits_without_memory) {
+    if (!on_cpu())
+        cr_skip_test("the CPU's work buffer");
+    cm_device *dev = dev_open();
+    const int64_t shape[2] = {300, 40};
+    cm_tensor *x = new_tensor(dev, CM_FLOAT32, 2, shape);
+    float *p = NULL;
+    CHECK(cm_tensor_host_write(x, CM_FLOAT32, (void **)&p));
+    for (int64_t i = 0; i < 300 * 40; ++i)
+        p[i] = (float)((i * 7919) % 1000) * 0.001f + (i % 3 == 0 ? 1e6f : 0.0f);
+    const int64_t oshape[1] = {40};
+    cm_tensor *a = new_tensor(dev, CM_FLOAT64, 1, oshape);
+    cm_tensor *b = new_tensor(dev, CM_FLOAT64, 1, oshape);
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, 0, a, NULL));
+    alloc_hook_install(1); /* the work buffer is refused */
+    const cm_status st = cm_reduce(CM_REDUCE_SUM, x, 0, b, NULL);
+    const long calls = alloc_hook_calls();
+    alloc_hook_remove();
+    cr_assert_eq(st, CM_OK, "%s", cm_last_error());
+    cr_assert_geq(calls, 1, "the work buffer was asked for");
+    for (int64_t j = 0; j < 40; ++j) {
+        const int64_t at[1] = {j};
+        cr_assert(get_at(a, at).f64 == get_at(b, at).f64, "column %lld", (long long)j);
+    }
+    cm_tensor_release(x);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
     cm_device_release(dev);
 }
 

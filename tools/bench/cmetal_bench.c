@@ -457,7 +457,7 @@ int main(int argc, char **argv) {
                    cases[w].memcpy_bw * 1e-9, cases[w].ratio, goal, cases[w].note);
         }
         printf("\nDLPack round trip in C (export + import + release, CPU tensor; median of 5 "
-               "batches; goal <= 100 ns)\n");
+               "batches; goal <= 50 ns)\n");
         for (int k = 0; k < 2; ++k)
             printf("  %10.0f bytes: legacy %6.1f ns, versioned %6.1f ns\n", dl[k].bytes,
                    dl[k].ns_legacy, dl[k].ns_versioned);
