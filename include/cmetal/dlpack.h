@@ -211,6 +211,11 @@ typedef struct cm_dlpack_import_desc {
  * memory is released, on whichever thread releases it last (right away,
  * before returning, after a CM_COPY_ALWAYS copy). On any failure the caller
  * keeps ownership and no function of `managed` is called.
+ * A managed tensor that cm_dlpack_export made from a CPU-device tensor,
+ * imported onto the CPU device unchanged, without CM_COPY_ALWAYS and with
+ * the read-only state it went out with, gives back the exported tensor
+ * itself (the same cm_tensor *, +1) and frees the export's block before
+ * returning: no allocation.
  * Errors: CM_ERR_INVALID_ARGUMENT naming the field and value
  * ("cm_dlpack_import: dl_tensor.strides[1] = ..."); CM_ERR_UNSUPPORTED for
  * valid DLPack that cmetal cannot hold (ndim > CM_MAX_NDIM, complex, float8,

@@ -178,6 +178,17 @@ typedef enum cm_reduce_op {
  * the wrapped sum by the count, truncated toward zero, on every device.
  * max and min compare
  * in the input's dtype and propagate NaN.
+ * Float sums on the CPU are pairwise, in float64: elements are added in 16
+ * interleaved lanes over blocks of 512 (or, summing along a strided axis
+ * with a contiguous kept axis, in order over blocks of 32 rows), and the
+ * partial sums by a balanced tree. For n terms x_i (every float16,
+ * bfloat16 and float32 is exact in float64) the float64 result s satisfies
+ *   |s - sum x_i| <= gamma_k * sum |x_i|,  gamma_k = k u / (1 - k u),
+ *   k = 40 + 2 ceil(log2 n),  u = 2^-53,
+ * before the one rounding to the output dtype (and mean's division); a
+ * running sum's bound has k = n - 1. The order depends only on the shape
+ * and strides, never on the CPU's vector instructions or threads: the
+ * same input gives the same bits on every run.
  * Zero-size: sum gives 0, mean NaN (0 for integer outputs), and max or min
  * of an empty reduction fails with CM_ERR_INVALID_ARGUMENT.
  * Errors: CM_ERR_INVALID_ARGUMENT (op, axis, out shape, any overlap of out

@@ -746,6 +746,33 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
     return CM_OK;
 }
 
+/* A managed tensor that cmetal exported, imported back onto the CPU device
+ * as it went out: the tensor the export holds, with the export's reference
+ * (no allocation; the export's block is freed, as its deleter would),
+ * once the DLTensor is checked to be still the one exported. NULL when
+ * the import asks for anything else (a copy, another device, read-only
+ * access to a writable tensor), which then takes the general path. */
+static cm_tensor *cm__dl_own_export(cm__dlpack_export *e, const DLTensor *t, bool read_only,
+                                    const cm_dlpack_import_desc *d) {
+    cm_tensor *src = e->tensor;
+    const cm_buffer *b = src->buffer;
+    if (d->copy == CM_COPY_ALWAYS || b->device->backend->type != CM_DEVICE_CPU ||
+        (d->device != NULL && d->device != b->device) ||
+        ((src->flags & CM_TENSOR_READ_ONLY) != 0) != read_only)
+        return NULL;
+    const int32_t ndim = src->ndim;
+    if (t->data != (uint8_t *)b->host + src->byte_offset || t->byte_offset != 0 ||
+        t->device.device_type != kDLCPU || t->device.device_id != 0 || t->ndim != ndim ||
+        t->shape != e->shape || t->strides != e->strides || t->dtype.lanes != 1 ||
+        cm__dl_dtype(t->dtype.code, t->dtype.bits) != src->dtype)
+        return NULL;
+    for (int32_t k = 0; k < ndim; ++k)
+        if (e->shape[k] != src->shape[k] || e->strides[k] != src->strides[k])
+            return NULL;
+    cm__free(e); /* the deleter, keeping its reference for the caller */
+    return src;
+}
+
 static cm_status cm__dl_check_desc(const char *func, const cm_dlpack_import_desc *d) {
     if (d->copy < CM_COPY_IF_NEEDED || d->copy > CM_COPY_ALWAYS)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
@@ -760,6 +787,14 @@ cm_status cm_dlpack_import(DLManagedTensor *managed, const cm_dlpack_import_desc
     CM__REQUIRE_NONNULL(managed);
     const cm_dlpack_import_desc d = desc != NULL ? *desc : (cm_dlpack_import_desc){0};
     CM__TRY(cm__dl_check_desc(__func__, &d));
+    if (managed->deleter == cm__dlpack_delete_legacy) {
+        cm_tensor *own = cm__dl_own_export(managed->manager_ctx, &managed->dl_tensor,
+                                           d.read_only, &d);
+        if (own != NULL) {
+            *out = own;
+            return CM_OK;
+        }
+    }
     return cm__dl_import(__func__, managed, &managed->dl_tensor,
                          managed->deleter != NULL ? cm__dl_release_legacy : NULL, d.read_only,
                          &d, out);
@@ -788,6 +823,14 @@ cm_status cm_dlpack_import_versioned(DLManagedTensorVersioned *managed,
         return cm__fail(CM_ERR_UNSUPPORTED, "flags = 0x%" PRIx64 " has bits cmetal does not know",
                         managed->flags);
     const bool read_only = d.read_only || (managed->flags & DLPACK_FLAG_BITMASK_READ_ONLY);
+    if (managed->deleter == cm__dlpack_delete_versioned) {
+        cm_tensor *own = cm__dl_own_export(managed->manager_ctx, &managed->dl_tensor, read_only,
+                                           &d);
+        if (own != NULL) {
+            *out = own;
+            return CM_OK;
+        }
+    }
     return cm__dl_import(__func__, managed, &managed->dl_tensor,
                          managed->deleter != NULL ? cm__dl_release_versioned : NULL, read_only,
                          &d, out);

@@ -1,15 +1,26 @@
 /* CPU reductions: sum and mean accumulate floats in double and integers in
- * 64 bits (wrapping); max and min compare exactly and propagate NaN. A
- * contiguous run is split over eight interleaved partial results, combined
- * at the end (a fixed order: results are deterministic). The
- * kept axes are walked outside, the reduced ones inside; when the reduced
- * axis is strided but a kept axis is contiguous (reducing the rows of a
- * row-major matrix), whole rows are accumulated into a vector instead. */
+ * 64 bits (wrapping); max and min compare exactly and propagate NaN.
+ *
+ * Float sums are pairwise (include/cmetal/ops.h states the error bound): a
+ * run of elements is cut in halves at multiples of CM__LEAF elements down
+ * to leaves of at most CM__LEAF; a leaf is summed in CM__LANES interleaved
+ * float64 lanes (element i into lane i % CM__LANES, in order), and the
+ * lanes are added by a fixed tree. Runs of one reduction (reduced axes
+ * that do not merge into one run) and, in the vector form, blocks of
+ * CM__VROWS rows are combined by a binary counter (a pairwise tree over
+ * equal blocks). Every step depends only on the shape and the data, never
+ * on the vector instructions in use or on threads: the same input gives
+ * the same bits. Integer sums are exact modulo 2^64 in any order; max and
+ * min are exact in any order (NaN wins). The kept axes are walked outside,
+ * the reduced ones inside; when the reduced axis is strided but a kept axis
+ * is contiguous (reducing the rows of a row-major matrix), whole rows are
+ * accumulated into a vector instead. */
 #include "cpu_ops.h"
 
 #include "core/convert.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 typedef union cm__acc {
@@ -20,7 +31,7 @@ typedef union cm__acc {
 
 enum { CM__RSUM, CM__RMAX, CM__RMIN, CM__RKINDS };
 
-#define CM__VBLOCK 1024
+#define CM__VBLOCK 8192 /* columns per chunk: whole rows stream from memory */
 
 /* The vector form's accumulators, one typed array per domain (typed
  * arrays, not unions, so that the loops vectorise). */
@@ -121,6 +132,613 @@ CM__FLOAT_ACCS(CM_FLOAT64, double, CM__LD_SAME)
 static const cm__acc_fn cm__acc_table[CM_DTYPE_COUNT][2][CM__RKINDS] = {
     CM__DTYPE_LIST(CM__ACC_ROW)};
 
+/* ------------------------------------------------------------ fast kernels */
+
+#define CM__LANES 16
+#define CM__LEAF 512 /* elements per leaf: 32 per lane */
+#define CM__VROWS 32 /* rows per block of the vector form's float sums */
+#define CM__VCOLS 8192 /* columns per chunk of the vector form's float sums */
+
+/* The tree over the lanes: lane j += lane j + w for w = 8, 4, 2, 1. */
+static double cm__lane_tree(double *l) {
+    for (int w = CM__LANES / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j)
+            l[j] = l[j] + l[j + w];
+    return l[0];
+}
+
+/* GCC and Clang vector types keep the lanes in registers; elsewhere plain
+ * arrays do the same arithmetic. The x86-64 ELF build of GCC also makes
+ * AVX2 clones, chosen at load time. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CM__VEC 1
+typedef double cm__v4d __attribute__((vector_size(32)));
+typedef float cm__v4f __attribute__((vector_size(16)));
+typedef float cm__v8f __attribute__((vector_size(32)));
+typedef int32_t cm__v8i32 __attribute__((vector_size(32)));
+typedef uint32_t cm__v8u32 __attribute__((vector_size(32)));
+typedef int64_t cm__v4i64 __attribute__((vector_size(32)));
+typedef uint64_t cm__v4u64 __attribute__((vector_size(32)));
+typedef int32_t cm__v4i32 __attribute__((vector_size(16)));
+typedef uint32_t cm__v4u32 __attribute__((vector_size(16)));
+typedef int8_t cm__v32i8 __attribute__((vector_size(32)));
+typedef uint8_t cm__v32u8 __attribute__((vector_size(32)));
+typedef int16_t cm__v16i16 __attribute__((vector_size(32)));
+typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
+#endif
+/* Contiguous kernels ask for the line cm__pf_distance() bytes ahead: on
+ * Intel server cores one stream of loads is otherwise bound by memory
+ * latency (a Xeon host read float32 sums at 0.36 of memcpy without, 0.66
+ * with 4 KiB), while AMD's own prefetchers did better alone. 0: none. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+static uintptr_t cm__pf_distance(void) {
+    static atomic_int state; /* distance + 1; 0 not asked yet */
+    int v = atomic_load_explicit(&state, memory_order_relaxed);
+    if (v == 0) {
+        __builtin_cpu_init();
+        v = (__builtin_cpu_is("intel") ? 4096 : 0) + 1;
+        atomic_store_explicit(&state, v, memory_order_relaxed);
+    }
+    return (uintptr_t)(v - 1);
+}
+#define CM__PF_DECL const uintptr_t cm__pf = cm__pf_distance()
+#define CM__PREFETCH(p)                                                                 \
+    do {                                                                                \
+        if (cm__pf != 0)                                                                \
+            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);          \
+    } while (0)
+#else
+#define CM__PF_DECL const int cm__pf = 0
+#define CM__PREFETCH(p) ((void)cm__pf)
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
+#define CM__CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CM__CLONES
+#endif
+
+/* A leaf of m <= CM__LEAF contiguous floats or doubles. */
+CM__CLONES static double cm__leaf_f32(int64_t m, const float *q) {
+    double l[CM__LANES];
+    int64_t i = 0;
+    CM__PF_DECL;
+#ifdef CM__VEC
+    cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (; i + CM__LANES <= m; i += CM__LANES) {
+        CM__PREFETCH(q + i);
+        cm__v4f x0, x1, x2, x3;
+        memcpy(&x0, q + i, sizeof x0);
+        memcpy(&x1, q + i + 4, sizeof x1);
+        memcpy(&x2, q + i + 8, sizeof x2);
+        memcpy(&x3, q + i + 12, sizeof x3);
+        a0 += __builtin_convertvector(x0, cm__v4d);
+        a1 += __builtin_convertvector(x1, cm__v4d);
+        a2 += __builtin_convertvector(x2, cm__v4d);
+        a3 += __builtin_convertvector(x3, cm__v4d);
+    }
+    memcpy(l, &a0, sizeof a0);
+    memcpy(l + 4, &a1, sizeof a1);
+    memcpy(l + 8, &a2, sizeof a2);
+    memcpy(l + 12, &a3, sizeof a3);
+#else
+    for (int j = 0; j < CM__LANES; ++j)
+        l[j] = 0.0;
+    for (; i + CM__LANES <= m; i += CM__LANES)
+        for (int j = 0; j < CM__LANES; ++j)
+            l[j] += (double)q[i + j];
+#endif
+    for (int j = 0; i < m; ++i, ++j)
+        l[j] += (double)q[i];
+    return cm__lane_tree(l);
+}
+
+CM__CLONES static double cm__leaf_f64(int64_t m, const double *q) {
+    double l[CM__LANES];
+    int64_t i = 0;
+    CM__PF_DECL;
+#ifdef CM__VEC
+    cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (; i + CM__LANES <= m; i += CM__LANES) {
+        CM__PREFETCH(q + i);
+        cm__v4d x0, x1, x2, x3;
+        memcpy(&x0, q + i, sizeof x0);
+        memcpy(&x1, q + i + 4, sizeof x1);
+        memcpy(&x2, q + i + 8, sizeof x2);
+        memcpy(&x3, q + i + 12, sizeof x3);
+        a0 += x0;
+        a1 += x1;
+        a2 += x2;
+        a3 += x3;
+    }
+    memcpy(l, &a0, sizeof a0);
+    memcpy(l + 4, &a1, sizeof a1);
+    memcpy(l + 8, &a2, sizeof a2);
+    memcpy(l + 12, &a3, sizeof a3);
+#else
+    for (int j = 0; j < CM__LANES; ++j)
+        l[j] = 0.0;
+    for (; i + CM__LANES <= m; i += CM__LANES)
+        for (int j = 0; j < CM__LANES; ++j)
+            l[j] += q[i + j];
+#endif
+    for (int j = 0; i < m; ++i, ++j)
+        l[j] += q[i];
+    return cm__lane_tree(l);
+}
+
+/* Leaves of contiguous float16 and bfloat16: 16 elements at a time are
+ * converted to float32 (exactly, branch-free so that it vectorises), then
+ * added as float32 leaves are. */
+#ifdef CM__VEC
+#define CM__LEAF_H(name, LD)                                                            \
+    CM__CLONES static double name(int64_t m, const uint16_t *q) {                       \
+        double l[CM__LANES];                                                            \
+        int64_t i = 0;                                                                  \
+        CM__PF_DECL;                                                                    \
+        cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
+        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+            CM__PREFETCH(q + i);                                                        \
+            float f[CM__LANES];                                                         \
+            for (int j = 0; j < CM__LANES; ++j)                                         \
+                f[j] = LD(q[i + j]);                                                    \
+            cm__v4f x0, x1, x2, x3;                                                     \
+            memcpy(&x0, f, sizeof x0);                                                  \
+            memcpy(&x1, f + 4, sizeof x1);                                              \
+            memcpy(&x2, f + 8, sizeof x2);                                              \
+            memcpy(&x3, f + 12, sizeof x3);                                             \
+            a0 += __builtin_convertvector(x0, cm__v4d);                                 \
+            a1 += __builtin_convertvector(x1, cm__v4d);                                 \
+            a2 += __builtin_convertvector(x2, cm__v4d);                                 \
+            a3 += __builtin_convertvector(x3, cm__v4d);                                 \
+        }                                                                               \
+        memcpy(l, &a0, sizeof a0);                                                      \
+        memcpy(l + 4, &a1, sizeof a1);                                                  \
+        memcpy(l + 8, &a2, sizeof a2);                                                  \
+        memcpy(l + 12, &a3, sizeof a3);                                                 \
+        for (int j = 0; i < m; ++i, ++j)                                                \
+            l[j] += (double)LD(q[i]);                                                   \
+        return cm__lane_tree(l);                                                        \
+    }
+#else
+#define CM__LEAF_H(name, LD)                                                            \
+    static double name(int64_t m, const uint16_t *q) {                                  \
+        double l[CM__LANES];                                                            \
+        for (int j = 0; j < CM__LANES; ++j)                                             \
+            l[j] = 0.0;                                                                 \
+        for (int64_t i = 0; i < m; ++i)                                                 \
+            l[i % CM__LANES] += (double)LD(q[i]);                                       \
+        return cm__lane_tree(l);                                                        \
+    }
+#endif
+CM__LEAF_H(cm__leaf_f16, cm__f16_to_f32)
+CM__LEAF_H(cm__leaf_bf16, cm__bf16_to_f32)
+
+/* x86-64 with AVX2 and F16C: the same lanes with the widening conversions
+ * GCC's vector types lower poorly (chosen at run time). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CM__X86 1
+
+static bool cm__avx2_usable(void) {
+    static atomic_int state; /* 1 usable, -1 not, 0 not asked yet */
+    int v = atomic_load_explicit(&state, memory_order_relaxed);
+    if (v == 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : -1;
+        atomic_store_explicit(&state, v, memory_order_relaxed);
+    }
+    return v > 0;
+}
+
+/* x0..x3: the 16 elements from i as four __m256d; then the tail. */
+#define CM__AVX_LEAF(name, T, LOAD16, LD)                                               \
+    __attribute__((target("avx2,f16c"))) static double name(int64_t m, const T *q) {    \
+        __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                    \
+        int64_t i = 0;                                                                  \
+        CM__PF_DECL;                                                                    \
+        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+            CM__PREFETCH(q + i);                                                        \
+            __m256 lo, hi;                                                              \
+            LOAD16(q + i, lo, hi);                                                      \
+            a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));        \
+            a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));      \
+            a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));        \
+            a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));      \
+        }                                                                               \
+        double l[CM__LANES];                                                            \
+        _mm256_storeu_pd(l, a0);                                                        \
+        _mm256_storeu_pd(l + 4, a1);                                                    \
+        _mm256_storeu_pd(l + 8, a2);                                                    \
+        _mm256_storeu_pd(l + 12, a3);                                                   \
+        for (int j = 0; i < m; ++i, ++j)                                                \
+            l[j] += (double)LD(q[i]);                                                   \
+        return cm__lane_tree(l);                                                        \
+    }
+#define CM__AVX_LOAD_F16(p, lo, hi)                                                     \
+    ((lo) = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p))),      \
+     (hi) = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((p) + 8))))
+#define CM__AVX_BF16(p)                                                                 \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                              \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+#define CM__AVX_LOAD_BF16(p, lo, hi) ((lo) = CM__AVX_BF16(p), (hi) = CM__AVX_BF16((p) + 8))
+/* float32: each conversion reads its four floats itself (fewer
+ * instructions per line than loading eight and splitting them). */
+__attribute__((target("avx2"))) static double cm__leaf_f32_avx(int64_t m, const float *q) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    CM__PF_DECL;
+    for (; i + CM__LANES <= m; i += CM__LANES) {
+        CM__PREFETCH(q + i);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(q + i)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm_loadu_ps(q + i + 4)));
+        a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm_loadu_ps(q + i + 8)));
+        a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm_loadu_ps(q + i + 12)));
+    }
+    double l[CM__LANES];
+    _mm256_storeu_pd(l, a0);
+    _mm256_storeu_pd(l + 4, a1);
+    _mm256_storeu_pd(l + 8, a2);
+    _mm256_storeu_pd(l + 12, a3);
+    for (int j = 0; i < m; ++i, ++j)
+        l[j] += (double)q[i];
+    return cm__lane_tree(l);
+}
+CM__AVX_LEAF(cm__leaf_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32)
+CM__AVX_LEAF(cm__leaf_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32)
+
+__attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const float *q,
+                                                             double *a) {
+    int64_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        const __m256 x = _mm256_loadu_ps(q + j);
+        _mm256_storeu_pd(a + j, _mm256_add_pd(_mm256_loadu_pd(a + j),
+                                              _mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+        _mm256_storeu_pd(a + j + 4, _mm256_add_pd(_mm256_loadu_pd(a + j + 4),
+                                                  _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+    }
+    for (; j < m; ++j)
+        a[j] += (double)q[j];
+}
+
+/* cur[j] = the sum of `rows` rows (stride rs) of column j (float32, or
+ * float16/bfloat16 converted exactly), rows in order from 0.0, as the
+ * vector adds row by row give it; 16 columns at a time in registers, so
+ * that the rows stream side by side. */
+#define CM__VBLOCK_AVX(name, T, LOAD16, LD)                                             \
+    __attribute__((target("avx2,f16c"))) static void name(                              \
+        int64_t m, int64_t rows, const char *p, int64_t rs, double *cur) {              \
+        int64_t j = 0;                                                                  \
+        for (; j + 16 <= m; j += 16) {                                                  \
+            __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                \
+            for (int64_t i = 0; i < rows; ++i) {                                        \
+                const T *q = (const T *)(const void *)(p + i * rs) + j;                 \
+                __m256 lo, hi;                                                          \
+                LOAD16(q, lo, hi);                                                      \
+                a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));    \
+                a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));  \
+                a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));    \
+                a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));  \
+            }                                                                           \
+            _mm256_storeu_pd(cur + j, a0);                                              \
+            _mm256_storeu_pd(cur + j + 4, a1);                                          \
+            _mm256_storeu_pd(cur + j + 8, a2);                                          \
+            _mm256_storeu_pd(cur + j + 12, a3);                                         \
+        }                                                                               \
+        for (; j < m; ++j) {                                                            \
+            double a = 0.0;                                                             \
+            for (int64_t i = 0; i < rows; ++i)                                          \
+                a += (double)LD(((const T *)(const void *)(p + i * rs))[j]);            \
+            cur[j] = a;                                                                 \
+        }                                                                               \
+    }
+#define CM__AVX_LOAD_F32(p, lo, hi)                                                     \
+    ((lo) = _mm256_loadu_ps(p), (hi) = _mm256_loadu_ps((p) + 8))
+CM__VBLOCK_AVX(cm__vblock_f32_avx, float, CM__AVX_LOAD_F32, CM__LD_SAME)
+CM__VBLOCK_AVX(cm__vblock_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32)
+CM__VBLOCK_AVX(cm__vblock_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32)
+#endif
+
+/* One leaf of any float dtype at any stride: float32 and float64 rows are
+ * read in place, the rest converted to float32 first (exactly). */
+static double cm__leaf(cm_dtype d, int64_t m, const char *p, int64_t s) {
+    if (d == CM_FLOAT64) {
+        if (s == (int64_t)sizeof(double))
+            return cm__leaf_f64(m, (const double *)(const void *)p);
+        double t[CM__LEAF];
+        for (int64_t i = 0; i < m; ++i)
+            memcpy(&t[i], p + i * s, sizeof t[i]);
+        return cm__leaf_f64(m, t);
+    }
+#ifdef CM__X86
+    if (s == (int64_t)cm__dtype(d)->size && cm__avx2_usable()) {
+        if (d == CM_FLOAT32)
+            return cm__leaf_f32_avx(m, (const float *)(const void *)p);
+        if (d == CM_FLOAT16)
+            return cm__leaf_f16_avx(m, (const uint16_t *)(const void *)p);
+        if (d == CM_BFLOAT16)
+            return cm__leaf_bf16_avx(m, (const uint16_t *)(const void *)p);
+    }
+#endif
+    if (d == CM_FLOAT32 && s == (int64_t)sizeof(float))
+        return cm__leaf_f32(m, (const float *)(const void *)p);
+    if (d == CM_FLOAT16 && s == 2)
+        return cm__leaf_f16(m, (const uint16_t *)(const void *)p);
+    if (d == CM_BFLOAT16 && s == 2)
+        return cm__leaf_bf16(m, (const uint16_t *)(const void *)p);
+    float t[CM__LEAF];
+    cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p, s);
+    return cm__leaf_f32(m, t);
+}
+
+/* The pairwise sum of n elements: halves cut at a multiple of CM__LEAF. */
+static double cm__fsum(cm_dtype d, int64_t n, const char *p, int64_t s) {
+    if (n <= CM__LEAF)
+        return cm__leaf(d, n, p, s);
+    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
+    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
+    const double a = cm__fsum(d, h, p, s);
+    return a + cm__fsum(d, n - h, p + h * s, s);
+}
+
+/* A binary counter of partial sums: push k-th block's sum, merging equal
+ * subtrees (earlier + later); fold ends it. */
+typedef struct cm__pairs {
+    double st[72];
+    int depth;
+    int64_t count;
+} cm__pairs;
+
+static void cm__pairs_push(cm__pairs *c, double v) {
+    for (int64_t k = c->count++; k & 1; k >>= 1)
+        v = c->st[--c->depth] + v;
+    c->st[c->depth++] = v;
+}
+
+static double cm__pairs_fold(const cm__pairs *c) {
+    if (c->depth == 0)
+        return 0.0;
+    double v = c->st[c->depth - 1];
+    for (int i = c->depth - 2; i >= 0; --i)
+        v = c->st[i] + v;
+    return v;
+}
+
+/* Max and min over contiguous floats: lanes start at `init` (-inf or
+ * +inf); once a lane meets a NaN it keeps it. */
+#ifdef CM__VEC
+#define CM__FMM_F32(name, OP)                                                           \
+    CM__CLONES static float name(int64_t n, const float *q, float init) {               \
+        float l[CM__LANES];                                                             \
+        int64_t i = 0;                                                                  \
+        CM__PF_DECL;                                                                    \
+        cm__v8f a0 = {init, init, init, init, init, init, init, init}, a1 = a0;        \
+        for (; i + CM__LANES <= n; i += CM__LANES) {                                    \
+            CM__PREFETCH(q + i);                                                        \
+            cm__v8f x0, x1;                                                             \
+            memcpy(&x0, q + i, sizeof x0);                                              \
+            memcpy(&x1, q + i + 8, sizeof x1);                                          \
+            const cm__v8i32 k0 = (x0 OP a0) | (x0 != x0);                                               \
+            const cm__v8i32 k1 = (x1 OP a1) | (x1 != x1);                               \
+            const cm__v8i32 h0 = a0 == a0, h1 = a1 == a1; /* a lane not yet NaN */      \
+            const cm__v8i32 t0 = k0 & h0, t1 = k1 & h1;                                 \
+            a0 = (cm__v8f)(((cm__v8i32)x0 & t0) | ((cm__v8i32)a0 & ~t0));               \
+            a1 = (cm__v8f)(((cm__v8i32)x1 & t1) | ((cm__v8i32)a1 & ~t1));               \
+        }                                                                               \
+        memcpy(l, &a0, sizeof a0);                                                      \
+        memcpy(l + 8, &a1, sizeof a1);                                                  \
+        for (int j = 0; i < n; ++i, ++j) {                                              \
+            const float x = q[i];                                                       \
+            if (l[j] == l[j] && (x != x || x OP l[j]))                                  \
+                l[j] = x;                                                               \
+        }                                                                               \
+        float m = l[0];                                                                 \
+        for (int j = 1; j < CM__LANES; ++j)                                             \
+            if (m == m && (l[j] != l[j] || l[j] OP m))                                  \
+                m = l[j];                                                               \
+        return m;                                                                       \
+    }
+#else
+#define CM__FMM_F32(name, OP)                                                           \
+    static float name(int64_t n, const float *q, float init) {                          \
+        float l[CM__LANES];                                                             \
+        for (int j = 0; j < CM__LANES; ++j)                                             \
+            l[j] = init;                                                                \
+        for (int64_t i = 0; i < n; ++i) {                                               \
+            const float x = q[i];                                                       \
+            const int j = (int)(i % CM__LANES);                                         \
+            if (l[j] == l[j] && (x != x || x OP l[j]))                                  \
+                l[j] = x;                                                               \
+        }                                                                               \
+        float m = l[0];                                                                 \
+        for (int j = 1; j < CM__LANES; ++j)                                             \
+            if (m == m && (l[j] != l[j] || l[j] OP m))                                  \
+                m = l[j];                                                               \
+        return m;                                                                       \
+    }
+#endif
+CM__FMM_F32(cm__max_f32, >)
+CM__FMM_F32(cm__min_f32, <)
+
+/* Integer sums of contiguous elements, modulo 2^64: 32- and 64-bit ones
+ * widen to 64-bit lanes. */
+#ifdef CM__VEC
+#define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT)                                           \
+    CM__CLONES static uint64_t name(int64_t n, const T *q) {                              \
+        uint64_t s = 0;                                                                   \
+        int64_t i = 0;                                                                    \
+        CM__PF_DECL;                                                                      \
+        cm__v4u64 a0 = {0}, a1 = {0};                                                     \
+        for (; i + 8 <= n; i += 8) {                                                      \
+            CM__PREFETCH(q + i);                                                        \
+            VIN x0, x1;                                                                   \
+            memcpy(&x0, q + i, sizeof x0);                                                \
+            memcpy(&x1, q + i + 4, sizeof x1);                                            \
+            a0 += (cm__v4u64)__builtin_convertvector(x0, VWIDE);                          \
+            a1 += (cm__v4u64)__builtin_convertvector(x1, VWIDE);                          \
+        }                                                                                 \
+        uint64_t l[8];                                                                    \
+        memcpy(l, &a0, sizeof a0);                                                        \
+        memcpy(l + 4, &a1, sizeof a1);                                                    \
+        for (int j = 0; j < 8; ++j)                                                       \
+            s += l[j];                                                                    \
+        for (; i < n; ++i)                                                                \
+            s += (uint64_t)(EXT)q[i];                                                     \
+        return s;                                                                         \
+    }
+/* Max (OP >) or min (OP <) of n >= 1 contiguous integers. */
+#define CM__IMM(name, T, VT, MT, OP)                                                      \
+    CM__CLONES static T name(int64_t n, const T *q, T init) {                             \
+        enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                      \
+        T l[2 * NL];                                                                      \
+        int64_t i = 0;                                                                    \
+        CM__PF_DECL;                                                                      \
+        for (int j = 0; j < 2 * NL; ++j)                                                  \
+            l[j] = init;                                                                  \
+        VT a0, a1;                                                                        \
+        memcpy(&a0, l, sizeof a0);                                                        \
+        memcpy(&a1, l + NL, sizeof a1);                                                   \
+        for (; i + 2 * NL <= n; i += 2 * NL) {                                            \
+            CM__PREFETCH(q + i);                                                        \
+            VT x0, x1;                                                                    \
+            memcpy(&x0, q + i, sizeof x0);                                                \
+            memcpy(&x1, q + i + NL, sizeof x1);                                           \
+            const MT k0 = x0 OP a0, k1 = x1 OP a1;                                        \
+            a0 = (VT)(((MT)x0 & k0) | ((MT)a0 & ~k0));                                    \
+            a1 = (VT)(((MT)x1 & k1) | ((MT)a1 & ~k1));                                    \
+        }                                                                                 \
+        memcpy(l, &a0, sizeof a0);                                                        \
+        memcpy(l + NL, &a1, sizeof a1);                                                   \
+        T m = init;                                                                       \
+        for (int j = 0; j < 2 * NL; ++j)                                                  \
+            m = l[j] OP m ? l[j] : m;                                                     \
+        for (; i < n; ++i)                                                                \
+            m = q[i] OP m ? q[i] : m;                                                     \
+        return m;                                                                         \
+    }
+#else
+#define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT)                                           \
+    static uint64_t name(int64_t n, const T *q) {                                         \
+        uint64_t s = 0;                                                                   \
+        for (int64_t i = 0; i < n; ++i)                                                   \
+            s += (uint64_t)(EXT)q[i];                                                     \
+        return s;                                                                         \
+    }
+#define CM__IMM(name, T, VT, MT, OP)                                                      \
+    static T name(int64_t n, const T *q, T init) {                                        \
+        T m = init;                                                                       \
+        for (int64_t i = 0; i < n; ++i)                                                   \
+            m = q[i] OP m ? q[i] : m;                                                     \
+        return m;                                                                         \
+    }
+#endif
+
+/* 8- and 16-bit sums: 32 lanes of 32 bits over chunks of 2^15 (exact),
+ * plain arrays (GCC widens these well, and not 8-byte vector types). */
+#define CM__ISUM_SMALL(name, T, ELEM, EXT)                                                \
+    CM__CLONES static uint64_t name(int64_t n, const T *q) {                              \
+        uint64_t s = 0;                                                                   \
+        while (n > 0) {                                                                   \
+            const int64_t m = n < 32768 ? n : 32768;                                      \
+            int64_t i = 0;                                                                \
+            CM__PF_DECL;                                                                  \
+            ELEM l[32] = {0};                                                             \
+            for (; i + 32 <= m; i += 32) {                                                  \
+                CM__PREFETCH(q + i);                                                    \
+                for (int j = 0; j < 32; ++j)                                              \
+                    l[j] += (ELEM)q[i + j];                                               \
+            }                                                                           \
+            for (int j = 0; j < 32; ++j)                                                  \
+                s += (uint64_t)(EXT)l[j];                                                 \
+            for (; i < m; ++i)                                                            \
+                s += (uint64_t)(EXT)q[i];                                                 \
+            q += m;                                                                       \
+            n -= m;                                                                       \
+        }                                                                                 \
+        return s;                                                                         \
+    }
+
+CM__ISUM_SMALL(cm__isum_i8, int8_t, int32_t, int64_t)
+CM__ISUM_SMALL(cm__isum_u8, uint8_t, uint32_t, uint64_t)
+CM__ISUM_SMALL(cm__isum_i16, int16_t, int32_t, int64_t)
+CM__ISUM_SMALL(cm__isum_u16, uint16_t, uint32_t, uint64_t)
+CM__ISUM_WIDE(cm__isum_i32, int32_t, cm__v4i32, cm__v4i64, int64_t)
+CM__ISUM_WIDE(cm__isum_u32, uint32_t, cm__v4u32, cm__v4u64, uint64_t)
+CM__ISUM_WIDE(cm__isum_i64, int64_t, cm__v4i64, cm__v4i64, int64_t)
+CM__ISUM_WIDE(cm__isum_u64, uint64_t, cm__v4u64, cm__v4u64, uint64_t)
+
+#define CM__IMM_PAIR(E, T, VT, MT)                 \
+    CM__IMM(cm__imax_##E, T, VT, MT, >)            \
+    CM__IMM(cm__imin_##E, T, VT, MT, <)
+CM__IMM_PAIR(i8, int8_t, cm__v32i8, cm__v32i8)
+CM__IMM_PAIR(u8, uint8_t, cm__v32u8, cm__v32i8)
+CM__IMM_PAIR(i16, int16_t, cm__v16i16, cm__v16i16)
+CM__IMM_PAIR(u16, uint16_t, cm__v16u16, cm__v16i16)
+CM__IMM_PAIR(i32, int32_t, cm__v8i32, cm__v8i32)
+CM__IMM_PAIR(u32, uint32_t, cm__v8u32, cm__v8i32)
+CM__IMM_PAIR(i64, int64_t, cm__v4i64, cm__v4i64)
+CM__IMM_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64)
+
+/* The contiguous integer kernels as cm__acc_fn (s is the element size). */
+#define CM__IFAST(E, SUF, T, FIELD, AT, TMIN, TMAX)                                      \
+    static void cm__fsum_##E(int64_t n, const char *p, int64_t s, void *acc) {           \
+        (void)s;                                                                         \
+        ((cm__acc *)acc)->u += cm__isum_##SUF(n, (const T *)(const void *)p);            \
+    }                                                                                    \
+    static void cm__fmax_##E(int64_t n, const char *p, int64_t s, void *acc_) {          \
+        (void)s;                                                                         \
+        cm__acc *acc = acc_;                                                             \
+        if (n > 0) {                                                                     \
+            const AT v = (AT)cm__imax_##SUF(n, (const T *)(const void *)p, TMIN);        \
+            acc->FIELD = CM__IMAX(acc->FIELD, v);                                        \
+        }                                                                                \
+    }                                                                                    \
+    static void cm__fmin_##E(int64_t n, const char *p, int64_t s, void *acc_) {          \
+        (void)s;                                                                         \
+        cm__acc *acc = acc_;                                                             \
+        if (n > 0) {                                                                     \
+            const AT v = (AT)cm__imin_##SUF(n, (const T *)(const void *)p, TMAX);        \
+            acc->FIELD = CM__IMIN(acc->FIELD, v);                                        \
+        }                                                                                \
+    }
+CM__IFAST(CM_BOOL, u8, uint8_t, i, int64_t, 0, UINT8_MAX)
+CM__IFAST(CM_INT8, i8, int8_t, i, int64_t, INT8_MIN, INT8_MAX)
+CM__IFAST(CM_INT16, i16, int16_t, i, int64_t, INT16_MIN, INT16_MAX)
+CM__IFAST(CM_INT32, i32, int32_t, i, int64_t, INT32_MIN, INT32_MAX)
+CM__IFAST(CM_INT64, i64, int64_t, i, int64_t, INT64_MIN, INT64_MAX)
+CM__IFAST(CM_UINT8, u8, uint8_t, u, uint64_t, 0, UINT8_MAX)
+CM__IFAST(CM_UINT16, u16, uint16_t, u, uint64_t, 0, UINT16_MAX)
+CM__IFAST(CM_UINT32, u32, uint32_t, u, uint64_t, 0, UINT32_MAX)
+CM__IFAST(CM_UINT64, u64, uint64_t, u, uint64_t, 0, UINT64_MAX)
+
+/* Float max and min over contiguous float32, or float16/bfloat16 converted
+ * to float32 a leaf at a time (exact), at any stride. */
+static void cm__fminmax_run(cm_dtype d, bool max, int64_t n, const char *p, int64_t s,
+                            cm__acc *acc) {
+    const float init = max ? -INFINITY : INFINITY;
+    for (int64_t i = 0; i < n;) {
+        float t[CM__LEAF];
+        const float *q = t;
+        int64_t m = n - i < CM__LEAF ? n - i : CM__LEAF;
+        if (d == CM_FLOAT32 && s == (int64_t)sizeof(float)) {
+            q = (const float *)(const void *)(p + i * s);
+            m = n - i; /* all of it at once */
+        } else {
+            cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p + i * s,
+                                               s);
+        }
+        const double v = max ? cm__max_f32(m, q, init) : cm__min_f32(m, q, init);
+        acc->d = max ? CM__FMAX(acc->d, v) : CM__FMIN(acc->d, v);
+        i += m;
+    }
+}
+
+/* The contiguous integer kernels, [dtype][kind]; NULL for floats. */
+#define CM__IFAST_ROW(E) [E] = {cm__fsum_##E, cm__fmax_##E, cm__fmin_##E},
+static const cm__acc_fn cm__ifast_table[CM_DTYPE_COUNT][CM__RKINDS] = {
+    CM__IFAST_ROW(CM_BOOL) CM__IFAST_ROW(CM_INT8) CM__IFAST_ROW(CM_INT16)
+    CM__IFAST_ROW(CM_INT32) CM__IFAST_ROW(CM_INT64) CM__IFAST_ROW(CM_UINT8)
+    CM__IFAST_ROW(CM_UINT16) CM__IFAST_ROW(CM_UINT32) CM__IFAST_ROW(CM_UINT64)};
+
 /* How one reduction starts and ends for the input dtype. */
 typedef struct cm__red {
     int kind;        /* CM__RSUM, CM__RMAX, CM__RMIN */
@@ -131,6 +749,9 @@ typedef struct cm__red {
     cm__acc init;
     cm_dtype out_dtype;
     cm__acc_fn scalar, vector;
+    cm__acc_fn fast;    /* contiguous integers, or NULL */
+    cm_dtype in;
+    int64_t isz;        /* the input's element size */
 } cm__red;
 
 static void cm__red_setup(cm__red *r, const cm__op *op, int64_t count) {
@@ -161,6 +782,9 @@ static void cm__red_setup(cm__red *r, const cm__op *op, int64_t count) {
     }
     r->scalar = cm__acc_table[in][0][r->kind];
     r->vector = cm__acc_table[in][1][r->kind];
+    r->fast = cm__ifast_table[in][r->kind];
+    r->in = in;
+    r->isz = (int64_t)cm__dtype(in)->size;
 }
 
 static void cm__red_store(const cm__red *r, char *dst, cm__acc acc) {
@@ -191,11 +815,21 @@ typedef struct cm__red_ctx {
     const cm__red *r;
     cm__cpu_nd inner;   /* reduced axes, operand 0 = input */
     cm__acc acc;
+    cm__pairs pairs;    /* float sums: one partial sum per run */
 } cm__red_ctx;
 
 static void cm__red_inner_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     cm__red_ctx *c = ctx;
-    c->r->scalar(n, p[0], s[0], &c->acc);
+    const cm__red *r = c->r;
+    if (r->field == 'd' && r->kind == CM__RSUM) {
+        cm__pairs_push(&c->pairs, cm__fsum(r->in, n, p[0], s[0]));
+    } else if (r->field == 'd' && r->in != CM_FLOAT64) {
+        cm__fminmax_run(r->in, r->kind == CM__RMAX, n, p[0], s[0], &c->acc);
+    } else if (r->fast != NULL && s[0] == r->isz) {
+        r->fast(n, p[0], s[0], &c->acc);
+    } else {
+        r->scalar(n, p[0], s[0], &c->acc);
+    }
 }
 
 /* One run of kept axes: each output reduces the inner axes at its input. */
@@ -203,8 +837,11 @@ static void cm__red_outer_run(int64_t n, char *const *p, const int64_t *s, void 
     cm__red_ctx *c = ctx;
     for (int64_t i = 0; i < n; ++i) {
         c->acc = c->r->init;
+        memset(&c->pairs, 0, sizeof c->pairs);
         c->inner.base[0] = p[1] + i * s[1];
         cm__cpu_nd_foreach(&c->inner, cm__red_inner_run, c);
+        if (c->r->field == 'd' && c->r->kind == CM__RSUM)
+            c->acc.d = cm__pairs_fold(&c->pairs);
         cm__red_store(c->r, p[0] + i * s[0], c->acc);
     }
 }
@@ -215,7 +852,218 @@ typedef struct cm__vec_ctx {
     const cm__red *r;
     int64_t rn, rs;
     cm__vacc *acc;
+    double *st;         /* float sums: levels x w partial rows */
+    float *t;           /* float sums: w float32 (float16, bfloat16 rows) */
+    int64_t w;          /* float sums: columns per chunk */
 } cm__vec_ctx;
+
+/* a[j] += q[j] for j < m, in float64. */
+CM__CLONES static void cm__vadd_f32(int64_t m, const float *q, double *a) {
+    int64_t j = 0;
+#ifdef CM__VEC
+    for (; j + 8 <= m; j += 8) {
+        cm__v4f x0, x1;
+        cm__v4d a0, a1;
+        memcpy(&x0, q + j, sizeof x0);
+        memcpy(&x1, q + j + 4, sizeof x1);
+        memcpy(&a0, a + j, sizeof a0);
+        memcpy(&a1, a + j + 4, sizeof a1);
+        a0 += __builtin_convertvector(x0, cm__v4d);
+        a1 += __builtin_convertvector(x1, cm__v4d);
+        memcpy(a + j, &a0, sizeof a0);
+        memcpy(a + j + 4, &a1, sizeof a1);
+    }
+#endif
+    for (; j < m; ++j)
+        a[j] += (double)q[j];
+}
+
+CM__CLONES static void cm__vadd_f64(int64_t m, const double *q, double *a) {
+    int64_t j = 0;
+#ifdef CM__VEC
+    for (; j + 8 <= m; j += 8) {
+        cm__v4d x0, x1, a0, a1;
+        memcpy(&x0, q + j, sizeof x0);
+        memcpy(&x1, q + j + 4, sizeof x1);
+        memcpy(&a0, a + j, sizeof a0);
+        memcpy(&a1, a + j + 4, sizeof a1);
+        a0 += x0;
+        a1 += x1;
+        memcpy(a + j, &a0, sizeof a0);
+        memcpy(a + j + 4, &a1, sizeof a1);
+    }
+#endif
+    for (; j < m; ++j)
+        a[j] += q[j];
+}
+
+/* Float sums in the vector form: for each column, blocks of CM__VROWS rows
+ * summed in order, the blocks' sums combined by a binary counter. */
+static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
+    const cm__vec_ctx *c = ctx;
+    const cm__red *r = c->r;
+    const int64_t w = c->w;
+    float *t = c->t;
+    void (*vadd)(int64_t, const float *, double *) = cm__vadd_f32;
+#ifdef CM__X86
+    if (cm__avx2_usable())
+        vadd = cm__vadd_f32_avx;
+#endif
+    for (int64_t j0 = 0; j0 < n; j0 += w) {
+        const int64_t m = n - j0 < w ? n - j0 : w;
+        const char *col = p[1] + j0 * s[1];
+        int depth = 0;
+        for (int64_t b = 0, i = 0; i < c->rn; ++b) {
+            double *cur = c->st + depth * w;
+            const int64_t end = c->rn - i < CM__VROWS ? c->rn : i + CM__VROWS;
+#ifdef CM__X86
+            if (vadd == cm__vadd_f32_avx && r->in != CM_FLOAT64) {
+                const char *at = col + i * c->rs;
+                if (r->in == CM_FLOAT32)
+                    cm__vblock_f32_avx(m, end - i, at, c->rs, cur);
+                else if (r->in == CM_FLOAT16)
+                    cm__vblock_f16_avx(m, end - i, at, c->rs, cur);
+                else
+                    cm__vblock_bf16_avx(m, end - i, at, c->rs, cur);
+                i = end;
+            }
+#endif
+            if (i < end)
+                for (int64_t j = 0; j < m; ++j)
+                    cur[j] = 0.0;
+            for (; i < end; ++i) {
+                const char *row = col + i * c->rs;
+                if (r->in == CM_FLOAT32) {
+                    vadd(m, (const float *)(const void *)row, cur);
+                } else if (r->in == CM_FLOAT64) {
+                    cm__vadd_f64(m, (const double *)(const void *)row, cur);
+                } else {
+                    cm__cpu_cast_kernel(r->in, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float),
+                                                           row, s[1]);
+                    vadd(m, t, cur);
+                }
+            }
+            int top = depth;
+            for (int64_t k = b; k & 1; k >>= 1) {
+                --top;
+                double *lo = c->st + top * w;
+                for (int64_t j = 0; j < m; ++j)
+                    lo[j] = lo[j] + lo[w + j];
+            }
+            depth = top + 1;
+        }
+        for (int l = depth - 2; l >= 0; --l) {
+            double *lo = c->st + l * w;
+            for (int64_t j = 0; j < m; ++j)
+                lo[j] = lo[j] + lo[w + j];
+        }
+        for (int64_t j = 0; j < m; ++j) {
+            cm__acc a;
+            a.d = depth > 0 ? c->st[j] : 0.0;
+            cm__red_store(r, p[0] + (j0 + j) * s[0], a);
+        }
+    }
+}
+
+/* Max and min down columns: m contiguous columns of rn rows (stride rs),
+ * in blocks of CM__VROWS rows (whose pages stay in the TLB), two vectors
+ * of columns at a time in registers, kept in acc (element type) between
+ * blocks (exact in any order; a float column that meets a NaN keeps it);
+ * the results into out[0, m). */
+#ifdef CM__VEC
+#define CM__COLS_MM(name, T, VT, MT, OP, AT, FLOAT)                                      \
+    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, T init, \
+                                T *acc, AT *out) {                                      \
+        enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                    \
+        for (int64_t j = 0; j < m; ++j)                                                 \
+            acc[j] = init;                                                              \
+        for (int64_t i0 = 0; i0 < rn; i0 += CM__VROWS) {                                \
+            const int64_t i1 = rn - i0 < CM__VROWS ? rn : i0 + CM__VROWS;               \
+            int64_t j = 0;                                                              \
+            for (; j + 2 * NL <= m; j += 2 * NL) {                                      \
+                VT a0, a1;                                                              \
+                memcpy(&a0, acc + j, sizeof a0);                                        \
+                memcpy(&a1, acc + j + NL, sizeof a1);                                   \
+                for (int64_t i = i0; i < i1; ++i) {                                     \
+                    const T *q = (const T *)(const void *)(p + i * rs) + j;             \
+                    VT x0, x1;                                                          \
+                    memcpy(&x0, q, sizeof x0);                                          \
+                    memcpy(&x1, q + NL, sizeof x1);                                     \
+                    MT k0 = x0 OP a0, k1 = x1 OP a1;                                    \
+                    if (FLOAT) {                                                        \
+                        k0 = (k0 | (x0 != x0)) & (a0 == a0);                            \
+                        k1 = (k1 | (x1 != x1)) & (a1 == a1);                            \
+                    }                                                                   \
+                    a0 = (VT)(((MT)x0 & k0) | ((MT)a0 & ~k0));                          \
+                    a1 = (VT)(((MT)x1 & k1) | ((MT)a1 & ~k1));                          \
+                }                                                                       \
+                memcpy(acc + j, &a0, sizeof a0);                                        \
+                memcpy(acc + j + NL, &a1, sizeof a1);                                   \
+            }                                                                           \
+            for (; j < m; ++j) {                                                        \
+                T a = acc[j];                                                           \
+                for (int64_t i = i0; i < i1; ++i) {                                     \
+                    const T x = ((const T *)(const void *)(p + i * rs))[j];             \
+                    if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))          \
+                        a = x;                                                          \
+                }                                                                       \
+                acc[j] = a;                                                             \
+            }                                                                           \
+        }                                                                               \
+        for (int64_t j = 0; j < m; ++j)                                                 \
+            out[j] = (AT)acc[j];                                                        \
+    }
+typedef int32_t cm__v8m32 __attribute__((vector_size(32)));
+#define CM__COLS_PAIR(E, T, VT, MT, AT, FLOAT)                                         \
+    CM__COLS_MM(cm__cmax_##E, T, VT, MT, >, AT, FLOAT)                                  \
+    CM__COLS_MM(cm__cmin_##E, T, VT, MT, <, AT, FLOAT)
+CM__COLS_PAIR(f32, float, cm__v8f, cm__v8m32, double, 1)
+CM__COLS_PAIR(i8, int8_t, cm__v32i8, cm__v32i8, int64_t, 0)
+CM__COLS_PAIR(u8, uint8_t, cm__v32u8, cm__v32i8, uint64_t, 0)
+CM__COLS_PAIR(b8, uint8_t, cm__v32u8, cm__v32i8, int64_t, 0)
+CM__COLS_PAIR(i16, int16_t, cm__v16i16, cm__v16i16, int64_t, 0)
+CM__COLS_PAIR(u16, uint16_t, cm__v16u16, cm__v16i16, uint64_t, 0)
+CM__COLS_PAIR(i32, int32_t, cm__v8i32, cm__v8i32, int64_t, 0)
+CM__COLS_PAIR(u32, uint32_t, cm__v8u32, cm__v8i32, uint64_t, 0)
+CM__COLS_PAIR(i64, int64_t, cm__v4i64, cm__v4i64, int64_t, 0)
+CM__COLS_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64, uint64_t, 0)
+
+/* The column max/min of the vector form where there is one: true when
+ * done (results in v). */
+static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char *p, int64_t rs,
+                            cm__vacc *v) {
+    const bool mx = r->kind == CM__RMAX;
+    /* Scratch in the element type: a vacc array the result does not use. */
+    void *scratch = r->field == 'd' ? (void *)v->u : (void *)v->d;
+#define CM__COLS_CASE(E, SUF, T, FIELD, TMIN, TMAX)                                     \
+    case E:                                                                             \
+        if (mx)                                                                         \
+            cm__cmax_##SUF(m, rn, p, rs, (T)(TMIN), (T *)scratch, v->FIELD);            \
+        else                                                                            \
+            cm__cmin_##SUF(m, rn, p, rs, (T)(TMAX), (T *)scratch, v->FIELD);            \
+        return true;
+    switch (r->in) {
+        CM__COLS_CASE(CM_FLOAT32, f32, float, d, -INFINITY, INFINITY)
+        CM__COLS_CASE(CM_BOOL, b8, uint8_t, i, 0, UINT8_MAX)
+        CM__COLS_CASE(CM_INT8, i8, int8_t, i, INT8_MIN, INT8_MAX)
+        CM__COLS_CASE(CM_UINT8, u8, uint8_t, u, 0, UINT8_MAX)
+        CM__COLS_CASE(CM_INT16, i16, int16_t, i, INT16_MIN, INT16_MAX)
+        CM__COLS_CASE(CM_UINT16, u16, uint16_t, u, 0, UINT16_MAX)
+        CM__COLS_CASE(CM_INT32, i32, int32_t, i, INT32_MIN, INT32_MAX)
+        CM__COLS_CASE(CM_UINT32, u32, uint32_t, u, 0, UINT32_MAX)
+        CM__COLS_CASE(CM_INT64, i64, int64_t, i, INT64_MIN, INT64_MAX)
+        CM__COLS_CASE(CM_UINT64, u64, uint64_t, u, 0, UINT64_MAX)
+    default: return false;
+    }
+#undef CM__COLS_CASE
+}
+#else
+static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char *p, int64_t rs,
+                            cm__vacc *v) {
+    (void)r, (void)m, (void)rn, (void)p, (void)rs, (void)v;
+    return false;
+}
+#endif
 
 static void cm__red_vec_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__vec_ctx *c = ctx;
@@ -229,8 +1077,9 @@ static void cm__red_vec_run(int64_t n, char *const *p, const int64_t *s, void *c
             v->u[j] = r->init.u;
         }
         const char *row = p[1] + j0 * s[1];
-        for (int64_t i = 0; i < c->rn; ++i)
-            r->vector(m, row + i * c->rs, s[1], v);
+        if (r->kind == CM__RSUM || !cm__cols_minmax(r, m, c->rn, row, c->rs, v))
+            for (int64_t i = 0; i < c->rn; ++i)
+                r->vector(m, row + i * c->rs, s[1], v);
         for (int64_t j = 0; j < m; ++j) {
             cm__acc a;
             if (r->field == 'd')
@@ -273,14 +1122,39 @@ cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd) {
      * the same amount; kept axes address the reductions from there. */
     kept.base[1] += red.base[0] - nd->base[1];
     cm__cpu_nd_simplify(&kept, 1);
-    const int64_t isz = (int64_t)cm__dtype(op->in[0].dtype)->size;
+    const int64_t isz = r.isz;
     if (red.ndim == 1 && kept.ndim >= 1 && red.strides[0][0] != isz &&
         kept.strides[1][kept.ndim - 1] == isz) {
-        cm__vacc *buf = cm__alloc_raw(sizeof *buf, 64);
-        if (buf != NULL) {
-            cm__vec_ctx c = {.r = &r, .rn = red.shape[0], .rs = red.strides[0][0], .acc = buf};
+        cm__vec_ctx c = {.r = &r, .rn = red.shape[0], .rs = red.strides[0][0]};
+        if (r.field == 'd' && r.kind == CM__RSUM) {
+            /* Levels of the binary counter: one more than the bits of the
+             * block count. Without memory, narrow chunks on the stack give
+             * the same bits (columns are independent). */
+            int levels = 1;
+            for (int64_t nb = (c.rn + CM__VROWS - 1) / CM__VROWS; nb > 0; nb >>= 1)
+                ++levels;
+            double small[72 * 8];
+            float small_t[8];
+            c.w = CM__VCOLS;
+            c.st = cm__alloc_raw((size_t)levels * CM__VCOLS * sizeof(double) +
+                                     CM__VCOLS * sizeof(float),
+                                 64);
+            if (c.st != NULL) {
+                c.t = (float *)(void *)(c.st + (size_t)levels * CM__VCOLS);
+            } else {
+                c.w = 8;
+                c.st = small;
+                c.t = small_t;
+            }
+            cm__cpu_nd_foreach(&kept, cm__red_vsum_run, &c);
+            if (c.st != small)
+                cm__free(c.st);
+            return CM_OK;
+        }
+        c.acc = cm__alloc_raw(sizeof *c.acc, 64);
+        if (c.acc != NULL) {
             cm__cpu_nd_foreach(&kept, cm__red_vec_run, &c);
-            cm__free(buf);
+            cm__free(c.acc);
             return CM_OK;
         } /* else the per-output walk below needs no memory */
     }

@@ -721,6 +721,58 @@ static void cm__metal_buffer_host_modified(cm_buffer *buffer, size_t offset, siz
     pthread_mutex_unlock(&b->lock);
 }
 
+/* Staging buffers up to this size go back to the device's pool of two
+ * after a transfer; larger ones are released. */
+#define CM__STAGING_POOL_MAX ((size_t)64 << 20)
+
+/* A shared staging buffer of at least `length` bytes: a pooled one, or a
+ * new one (*length_out: its length). +1, or NULL when out of memory. */
+static cm__id cm__staging_take(cm_device *device, size_t length, size_t *length_out) {
+    cm__metal_device *d = cm__mtl_dev(device);
+    cm__id got = NULL;
+    pthread_mutex_lock(&d->staging_lock);
+    int best = -1;
+    for (int k = 0; k < 2; ++k)
+        if (d->staging[k] != NULL && d->staging_length[k] >= length &&
+            (best < 0 || d->staging_length[k] < d->staging_length[best]))
+            best = k;
+    if (best >= 0) {
+        got = d->staging[best];
+        *length_out = d->staging_length[best];
+        d->staging[best] = NULL;
+    }
+    pthread_mutex_unlock(&d->staging_lock);
+    if (got != NULL)
+        return got;
+    /* Pooled sizes round up to 1 MiB, so that nearby sizes share them. */
+    size_t want = length > 0 ? length : 1;
+    if (want <= CM__STAGING_POOL_MAX)
+        want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+    *length_out = want;
+    return cm__msg_newBufferWithLength_options(d->device, want, CM__MTL_RESOURCE_STORAGE_SHARED);
+}
+
+/* Gives a staging buffer back after its transfer finished: into a free
+ * slot, or in place of a smaller pooled one, else released. */
+static void cm__staging_give(cm_device *device, cm__id staging, size_t length) {
+    cm__metal_device *d = cm__mtl_dev(device);
+    cm__id drop = staging;
+    if (length <= CM__STAGING_POOL_MAX) {
+        pthread_mutex_lock(&d->staging_lock);
+        int slot = d->staging[0] == NULL ? 0 : d->staging[1] == NULL ? 1 : -1;
+        if (slot < 0)
+            slot = d->staging_length[0] <= d->staging_length[1] ? 0 : 1;
+        if (d->staging[slot] == NULL || d->staging_length[slot] < length) {
+            drop = d->staging[slot];
+            d->staging[slot] = staging;
+            d->staging_length[slot] = length;
+        }
+        pthread_mutex_unlock(&d->staging_lock);
+    }
+    if (drop != NULL)
+        cm__objc_release(drop);
+}
+
 /* Private storage: through a shared staging buffer. Blits need offsets and
  * sizes in multiples of 4 (macOS), so the staging copy sits at the same
  * offset modulo 4: the aligned middle is blitted, and the edges (under 4
@@ -730,9 +782,8 @@ static cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t of
     const char *func = to_device ? "cm_buffer_write" : "cm_buffer_read";
     const size_t pad = offset % 4;
     const size_t length = pad + size; /* size <= buffer->size - offset */
-    cm__id staging = cm__msg_newBufferWithLength_options(
-        cm__mtl_dev(buffer->device)->device, length > 0 ? length : 1,
-        CM__MTL_RESOURCE_STORAGE_SHARED);
+    size_t staging_length = 0;
+    cm__id staging = cm__staging_take(buffer->device, length, &staging_length);
     if (staging == NULL)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no staging buffer of %zu bytes", length);
     uint8_t *staged = (uint8_t *)cm__msg_contents(staging) + pad;
@@ -764,7 +815,10 @@ static cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t of
         status = cm__metal_flush(func, stream, true);
     if (status == CM_OK && !to_device && size > 0)
         memcpy(host, staged, size);
-    cm__objc_release(staging);
+    if (status == CM_OK) /* finished: the blit is done with it */
+        cm__staging_give(buffer->device, staging, staging_length);
+    else
+        cm__objc_release(staging);
     return status;
 }
 
@@ -778,6 +832,9 @@ static cm_status cm__metal_get_info(const cm_device *device, cm_device_info *out
 static void cm__metal_destroy_unpooled(cm_device *device) {
     cm__metal_device *d = cm__mtl_dev(device);
     cm__metal_kernels_destroy(d);
+    for (int k = 0; k < 2; ++k)
+        cm__objc_release(d->staging[k]);
+    pthread_mutex_destroy(&d->staging_lock);
     cm__objc_release(d->device);
     cm__free(d);
 }
@@ -991,6 +1048,7 @@ static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a Metal device");
     }
     d->device = dev;
+    pthread_mutex_init(&d->staging_lock, NULL);
     cm__metal_kernels_init(d);
     cm__read_info(dev, &d->info);
     cm_status status = cm__device_new(&cm__metal_backend, d, out);

@@ -90,6 +90,11 @@ typedef struct cm__metal_device {
      * id<MTLBinaryArchive> +1 and its path, or NULL; under cache_lock. */
     cm__id archive;
     char *archive_path;
+    /* Shared staging buffers of private-storage transfers, kept for reuse
+     * (metal_device.c): id<MTLBuffer> +1 or NULL, under staging_lock. */
+    pthread_mutex_t staging_lock;
+    cm__id staging[2];
+    size_t staging_length[2];
 } cm__metal_device;
 
 /* A stream's progress, shared with the buffers that track its work, so that

@@ -2,6 +2,8 @@
  * trips in both struct versions. */
 #include <cmetal/cmetal.h>
 
+#include "alloc_hook.h"
+
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -328,6 +330,61 @@ Test(dlpack_export, read_only_survives_a_versioned_round_trip) {
     float v = 1.0f;
     ASSERT_ERR(cm_tensor_set_element(back, i0, CM_FLOAT32, &v), CM_ERR_READ_ONLY, "read-only");
     cr_assert_eq(cm_tensor_set_element(t, i0, CM_FLOAT32, &v), CM_OK, "the original stays writable");
+    cm_tensor_release(back);
+    cm_tensor_release(t);
+}
+
+/* An export of cmetal's own comes back as the tensor it holds: the import
+ * allocates nothing (the export's one allocation is freed), for both
+ * structs; a read-only request on a writable tensor still gets a
+ * read-only view of its own. */
+
+static void own_round_trip(bool versioned) {
+    const int64_t shape[2] = {3, 5};
+    cm_tensor *t = iota_f32(2, shape);
+    cm_tensor *view = NULL;
+    cr_assert_eq(cm_tensor_slice(t, 1, 4, 0, -2, &view), CM_OK);
+    cm_dlpack_export_desc desc = {.max_version = {versioned ? 1u : 0u, 0}};
+    alloc_hook_install(0);
+    cm_dlpack_managed m;
+    cr_assert_eq(cm_dlpack_export(view, &desc, &m), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(alloc_hook_calls(), 1, "an export allocates once");
+    cm_tensor *back = NULL;
+    cm_status s = versioned ? cm_dlpack_import_versioned(m.versioned, NULL, &back)
+                            : cm_dlpack_import(m.legacy, NULL, &back);
+    cr_assert_eq(s, CM_OK, "%s", cm_last_error());
+    cr_assert_eq(alloc_hook_calls(), 1, "the import allocates nothing");
+    cr_assert_eq(alloc_hook_live(), 0, "the export's block is freed at import");
+    alloc_hook_remove();
+    cr_assert_eq(back, view, "the exported tensor itself, retained");
+    cm_tensor_release(back);
+    const int64_t at[2] = {1, 1};
+    cr_assert_eq(elem_f32(view, at), 7.0f, "the original lives on");
+    cm_tensor_release(view);
+    cm_tensor_release(t);
+}
+
+Test(dlpack_export, own_legacy_export_imports_without_allocating) {
+    own_round_trip(false);
+}
+
+Test(dlpack_export, own_versioned_export_imports_without_allocating) {
+    own_round_trip(true);
+}
+
+Test(dlpack_export, own_export_imported_read_only_gets_its_own_view) {
+    const int64_t shape[1] = {3};
+    cm_tensor *t = iota_f32(1, shape);
+    cm_dlpack_export_desc desc = {.max_version = {1, 0}};
+    cm_dlpack_managed m;
+    cr_assert_eq(cm_dlpack_export(t, &desc, &m), CM_OK);
+    cm_dlpack_import_desc id = {.read_only = true};
+    cm_tensor *back = NULL;
+    cr_assert_eq(cm_dlpack_import_versioned(m.versioned, &id, &back), CM_OK);
+    cr_assert_neq(back, t);
+    const int64_t i0[1] = {0};
+    float v = 1.0f;
+    ASSERT_ERR(cm_tensor_set_element(back, i0, CM_FLOAT32, &v), CM_ERR_READ_ONLY, "read-only");
     cm_tensor_release(back);
     cm_tensor_release(t);
 }

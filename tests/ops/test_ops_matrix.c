@@ -18,6 +18,7 @@
  * where long double is double. There the few checks whose reference needs
  * more than 53 bits skip themselves, and the tests that make them say how
  * many (test_ops_matrix_cpu_double_ref runs this suite so). */
+#include "core/alloc_hook.h"
 #include "ops/ops_util.h"
 
 static bool on_cpu(void) {
@@ -924,6 +925,21 @@ static ref_t accumulator_ulp(void) {
     return on_cpu() ? 0x1p-52 : 0x1p-23;
 }
 
+/* The bound on a float sum's error relative to the sum of magnitudes.
+ * The CPU's pairwise sum: gamma_k with k = 40 + 2 ceil(log2 n), u = 2^-53
+ * (include/cmetal/ops.h), plus the reference's own rounding where ref_t is
+ * double. Metal: count units of float32. */
+static ref_t sum_error_bound(int64_t count) {
+    if (!on_cpu())
+        return (ref_t)count * accumulator_ulp();
+    int k = 40;
+    for (int64_t m = 1; m < count; m *= 2)
+        k += 2;
+    const ref_t u = 0x1p-53;
+    const ref_t gamma = (ref_t)k * u / (1 - (ref_t)k * u);
+    return gamma + (REF_LONG_DOUBLE ? (ref_t)count * 0x1p-63 : (ref_t)count * 0x1p-53);
+}
+
 /* Reduces x (ndim, shape; layout lx) over `axis` (-1: all) into a fresh
  * output of dtype od (kept axes when keep), checking every element. */
 static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype od, int32_t ndim,
@@ -1059,8 +1075,7 @@ static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype o
                       "%s: got %" REF_G " want %" REF_G, what, g, w);
             continue;
         }
-        const ref_t tol =
-            round_tol(od) * REF_FN(fabs)(w) + (ref_t)count * accumulator_ulp() * fabs_sum;
+        const ref_t tol = round_tol(od) * REF_FN(fabs)(w) + sum_error_bound(count) * fabs_sum;
         cr_assert(REF_FN(fabs)(g - w) <= tol, "%s: got %.20" REF_G " want %.20" REF_G, what, g, w);
     } while (next_index(ond, oshape, oi));
 done:
@@ -1149,6 +1164,81 @@ Test(ops_matrix, reduce_results_convert_to_other_output_dtypes) {
                 check_reduce(dev, (cm_reduce_op)op, pairs[k].in, pairs[k].out, 2, shape, axis,
                              false, axis == 0 ? L_TRANSPOSED : L_CONTIG);
     report_tally("reduce conversions");
+    cm_device_release(dev);
+}
+
+/* One large term per lane and many below its half ulp: a running sum
+ * (in any few chains) drops every small term, the pairwise sum keeps them
+ * but the first few. Checked against the exact sum with the bound that
+ * include/cmetal/ops.h states. */
+Test(ops_matrix, float_sums_stay_within_the_pairwise_error_bound) {
+    REQUIRE_TRUSTWORTHY_REFERENCE();
+    if (!on_cpu())
+        cr_skip_test("the bound is the CPU's");
+    cm_device *dev = dev_open();
+    const int64_t n = 1 << 16;
+    const cm_dtype ds[2] = {CM_FLOAT64, CM_FLOAT32};
+    for (int k = 0; k < 2; ++k) {
+        const int64_t shape[1] = {n};
+        cm_tensor *x = new_tensor(dev, ds[k], 1, shape);
+        void *p = NULL;
+        CHECK(cm_tensor_host_write(x, ds[k], &p));
+        const double tiny = 0x1p-53;
+        ref_t exact = 0, mag = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const double v = i < 16 ? 1.0 : tiny;
+            if (ds[k] == CM_FLOAT64)
+                ((double *)p)[i] = v;
+            else
+                ((float *)p)[i] = (float)v;
+            exact += (ref_t)v;
+            mag += (ref_t)v;
+        }
+        cm_tensor *out = new_tensor(dev, CM_FLOAT64, 0, NULL);
+        CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, out, NULL));
+        const double got = get_at(out, NULL).f64;
+        const ref_t err = REF_FN(fabs)((ref_t)got - exact);
+        cr_assert(err <= sum_error_bound(n) * mag, "%s: error %" REF_G " above the bound %" REF_G,
+                  dname(ds[k]), err, sum_error_bound(n) * mag);
+        /* The same bits again. */
+        CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, out, NULL));
+        cr_assert(get_at(out, NULL).f64 == got);
+        cm_tensor_release(out);
+        cm_tensor_release(x);
+    }
+    cm_device_release(dev);
+}
+
+/* Column sums (a strided reduced axis, a contiguous kept one) use a work
+ * buffer; without memory they run in narrow chunks on the stack, with the
+ * same bits. */
+Test(ops_matrix, column_sums_give_the_same_bits_without_memory) {
+    if (!on_cpu())
+        cr_skip_test("the CPU's work buffer");
+    cm_device *dev = dev_open();
+    const int64_t shape[2] = {300, 40};
+    cm_tensor *x = new_tensor(dev, CM_FLOAT32, 2, shape);
+    float *p = NULL;
+    CHECK(cm_tensor_host_write(x, CM_FLOAT32, (void **)&p));
+    for (int64_t i = 0; i < 300 * 40; ++i)
+        p[i] = (float)((i * 7919) % 1000) * 0.001f + (i % 3 == 0 ? 1e6f : 0.0f);
+    const int64_t oshape[1] = {40};
+    cm_tensor *a = new_tensor(dev, CM_FLOAT64, 1, oshape);
+    cm_tensor *b = new_tensor(dev, CM_FLOAT64, 1, oshape);
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, 0, a, NULL));
+    alloc_hook_install(1); /* the work buffer is refused */
+    const cm_status st = cm_reduce(CM_REDUCE_SUM, x, 0, b, NULL);
+    const long calls = alloc_hook_calls();
+    alloc_hook_remove();
+    cr_assert_eq(st, CM_OK, "%s", cm_last_error());
+    cr_assert_geq(calls, 1, "the work buffer was asked for");
+    for (int64_t j = 0; j < 40; ++j) {
+        const int64_t at[1] = {j};
+        cr_assert(get_at(a, at).f64 == get_at(b, at).f64, "column %lld", (long long)j);
+    }
+    cm_tensor_release(x);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
     cm_device_release(dev);
 }
 
