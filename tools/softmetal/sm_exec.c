@@ -4,6 +4,8 @@
 #define _GNU_SOURCE /* MAP_ANONYMOUS, ucontext */
 #include "sm_internal.h"
 
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -48,7 +50,9 @@ enum { STACK_SIZE = 128 * 1024 };
 #define SM_VALGRIND 0
 #endif
 
-enum { F_READY, F_BARRIER, F_SIMD, F_DONE };
+enum { F_READY, F_BARRIER, F_SIMD, F_DONE, F_FAULT };
+/* The lowest page of each fiber stack is inaccessible: an overflow faults. */
+enum { STACK_GUARD = 4096 };
 enum { MAX_FRAMES = 16 };
 
 /* Where a lane waits at a SIMD-group function: the return addresses of the
@@ -89,6 +93,8 @@ typedef struct {
   char *fail;        /* first strict-mode failure, "" if none */
   size_t fail_len;
   const uint32_t *group; /* threadgroup position, for messages */
+  sm_fault fault;        /* kernel faults of its fibers */
+  const struct run_state *r;
 } sched;
 
 static _Thread_local sched *t_sched;
@@ -96,6 +102,8 @@ static _Thread_local sched *t_sched;
 /* ------------------------------------------------------------- switching */
 static void to_fiber(sched *s, fiber *f) {
   s->cur = f;
+  s->fault.safe_sp = (uintptr_t)(f->stack + STACK_SIZE - 4096);
+  sm__t_fault = &s->fault;
 #if SM_ASAN
   __sanitizer_start_switch_fiber(&s->main_fake_stack, f->stack, STACK_SIZE);
 #endif
@@ -103,6 +111,7 @@ static void to_fiber(sched *s, fiber *f) {
   __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
   swapcontext(&s->main, &f->ctx);
+  sm__t_fault = NULL;
 #if SM_ASAN
   __sanitizer_finish_switch_fiber(s->main_fake_stack, NULL, NULL);
 #endif
@@ -213,7 +222,7 @@ static void fiber_simd_fail(struct sm_thread *t, const char *function, int32_t o
 static void loop_barrier(struct sm_thread *t) { *(bool *)t->sched = true; }
 
 /* ------------------------------------------------------------- dispatch */
-typedef struct {
+typedef struct run_state {
   const sm_dispatch *d;
   const struct sm_kernel_desc *k;
   void *tgmem[SM_MAX_BINDINGS];
@@ -228,6 +237,39 @@ typedef struct {
   bool seeded;     /* SOFTMETAL_SCHEDULE=random:SEED */
   uint64_t seed;
 } run_state;
+
+/* The message of a kernel fault: the kernel, the thread, the rule, and for
+ * an address at most a guard away from a bound buffer, which buffer. */
+static void fault_message(const run_state *r, const struct sm_thread *t, const sm_fault *f,
+                          char *err, size_t errlen) {
+  char scratch[256];
+  const char *rule = sm__fault_rule(f, scratch, sizeof scratch);
+  int len = snprintf(err, errlen,
+                     "dispatch of kernel %s: thread_position_in_grid (%u, %u, %u), "
+                     "threadgroup_position_in_grid (%u, %u, %u), "
+                     "thread_position_in_threadgroup (%u, %u, %u): kernel fault: %s",
+                     r->k->name, t->tpig[0], t->tpig[1], t->tpig[2], t->tgpig[0], t->tgpig[1],
+                     t->tgpig[2], t->tpitg[0], t->tpitg[1], t->tpitg[2], rule);
+  if (len < 0 || (size_t)len >= errlen || (f->sig != SIGSEGV && f->sig != SIGBUS)) return;
+  uintptr_t a = (uintptr_t)f->addr, guard = sm__guard_bytes();
+  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
+    uintptr_t base = (uintptr_t)r->d->buffers[i], n = r->d->buffer_len[i];
+    if (!base || !n) continue;
+    if (a >= base + n && a - (base + n) < guard) {
+      snprintf(err + len, errlen - (size_t)len,
+               "; out of bounds: byte %lu of the buffer at [[buffer(%u)]], which has %lu bytes "
+               "from its binding offset",
+               (unsigned long)(a - base), i, (unsigned long)n);
+      return;
+    }
+    if (a < base && base - a <= guard) {
+      snprintf(err + len, errlen - (size_t)len,
+               "; out of bounds: %lu bytes before the buffer at [[buffer(%u)]]",
+               (unsigned long)(base - a), i);
+      return;
+    }
+  }
+}
 
 /* The fields that differ between the threads of a threadgroup. */
 static inline void thread_place(struct sm_thread *t, const run_state *r, uint32_t lx, uint32_t ly,
@@ -330,6 +372,15 @@ static bool release_simd_group(run_state *r, uint32_t base, uint32_t end) {
   return true;
 }
 
+/* A fiber faulted: it ends here, and so does its threadgroup. */
+static void fiber_land(sm_fault *fault) {
+  sched *s = fault->arg;
+  fiber *f = s->cur;
+  fault_message(s->r, &f->t, fault, s->fail, s->fail_len);
+  f->state = F_FAULT;
+  to_main(s, f, true);
+}
+
 static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
                              size_t errlen) {
   uint32_t n = sz[0] * sz[1] * sz[2];
@@ -343,6 +394,9 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   s.fail = err;
   s.fail_len = errlen;
   s.group = g;
+  s.r = r;
+  s.fault.land = fiber_land;
+  s.fault.arg = &s;
   err[0] = 0;
 #if SM_TSAN
   s.main_tsan_fiber = __tsan_get_current_fiber();
@@ -368,6 +422,11 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
     for (i = 0; i < n; i++) {
       fiber *f = &r->fibers[s.order[i]];
       if (f->state == F_READY) to_fiber(&s, f);
+      if (f->state == F_FAULT) break;
+    }
+    if (i < n) { /* a kernel fault: the other fibers are abandoned */
+      ok = false;
+      break;
     }
     uint32_t done = 0, at_barrier = 0;
     for (i = 0; i < n; i++) {
@@ -399,13 +458,31 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   return ok;
 }
 
+/* Kernel faults of the plain loop: land() jumps back to run_group_guarded. */
+typedef struct {
+  sm_fault fault;
+  sigjmp_buf jb;
+  const run_state *r;
+  const struct sm_thread *t;
+  char *err;
+  size_t errlen;
+} loop_fault;
+
+static void loop_land(sm_fault *fault) {
+  loop_fault *lf = (loop_fault *)fault;
+  fault_message(lf->r, lf->t, fault, lf->err, lf->errlen);
+  siglongjmp(lf->jb, 1);
+}
+
 /* One sm_thread for the whole threadgroup: the kernel only reads it. */
-static bool run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
-                           size_t errlen) {
+__attribute__((noinline)) static bool run_group_loop(run_state *r, const uint32_t g[3],
+                                                     const uint32_t sz[3], char *err,
+                                                     size_t errlen, loop_fault *lf) {
   struct sm_thread t;
   bool synced = false;
   uint32_t n = sz[0] * sz[1] * sz[2];
   thread_init(&t, r, g, sz, 0, 0, 0);
+  lf->t = &t;
   t.sched = &synced;
   if (r->seeded) {
     uint64_t rng = rng_seed(r->seed, g);
@@ -428,6 +505,22 @@ static bool run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[
              "function that softmetal's analysis of the kernel did not find (a softmetal bug: "
              "please report the kernel)", r->k->name);
   return !synced;
+}
+
+static bool run_group_guarded(run_state *r, const uint32_t g[3], const uint32_t sz[3],
+                              char *err, size_t errlen) {
+  loop_fault lf;
+  memset(&lf.fault, 0, sizeof lf.fault);
+  lf.fault.land = loop_land;
+  lf.r = r;
+  lf.t = NULL;
+  lf.err = err;
+  lf.errlen = errlen;
+  if (sigsetjmp(lf.jb, 0)) return false; /* a kernel fault; the message is written */
+  sm__t_fault = &lf.fault;
+  bool ok = run_group_loop(r, g, sz, err, errlen, &lf);
+  sm__t_fault = NULL;
+  return ok;
 }
 
 /* SOFTMETAL_SCHEDULE: unset or "in-order" (the default), or "random:SEED"
@@ -462,6 +555,7 @@ static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t e
   r->stacks = m;
   for (uint32_t i = 0; i < max_threads; i++) {
     r->fibers[i].stack = r->stacks + (size_t)i * STACK_SIZE;
+    mprotect(r->fibers[i].stack, STACK_GUARD, PROT_NONE);
 #if SM_VALGRIND
     r->fibers[i].valgrind_id =
         VALGRIND_STACK_REGISTER(r->fibers[i].stack, r->fibers[i].stack + STACK_SIZE);
@@ -505,6 +599,9 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
   r.simd_slots = calloc(2 * (size_t)max_threads, SM_SIMD_SLOT);
   r.tg_arena = sm__tg_arena_new();
   read_schedule(&r);
+  sm__fault_init();
+  sm_altstack alt;
+  sm__altstack_push(&alt);
   bool fibers = r.k->needs_fibers != 0;
   if (fibers || r.seeded) r.order = malloc(max_threads * sizeof *r.order);
   bool ok = r.tg_block && r.simd_slots && r.tg_arena && (r.order || !(fibers || r.seeded));
@@ -529,8 +626,9 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
         if (r.tg_bytes) memset(r.tg_block, 0xFF, r.tg_bytes);
         sm__tg_arena_begin(r.tg_arena);
         if (fibers) ok = run_group_fibers(&r, g, sz, err, errlen);
-        else ok = run_group_loop(&r, g, sz, err, errlen);
+        else ok = run_group_guarded(&r, g, sz, err, errlen);
       }
   teardown(&r, max_threads);
+  sm__altstack_pop(&alt);
   return ok;
 }

@@ -274,6 +274,7 @@ typedef struct {
   NSUInteger length, reserved; /* reserved: bytes counted against the device */
   NSUInteger options, storage;
   bool nocopy;
+  bool guarded;   /* MTL_SHADER_VALIDATION=1: mem and gpu from sm__guarded_alloc */
   bool untracked; /* MTLResourceHazardTrackingModeUntracked */
   void *deallocator; /* copied block, or NULL */
   /* Passes of queue hz_queue that use it and may not be ordered before
@@ -297,6 +298,11 @@ static void buffer_destroy(sm_obj *o) {
   buffer_forget_passes(b);
   pthread_mutex_unlock(&g_hz);
   free(b->hz);
+  if (b->guarded) { /* our memory, never nocopy */
+    if (b->gpu != b->mem) sm__guarded_free(b->gpu, b->length);
+    sm__guarded_free(b->mem, b->length);
+    b->gpu = b->mem = NULL;
+  }
   if (!b->reserved) { /* never finished: nothing counted, mem is the caller's or ours */
     if (!b->nocopy) free(b->mem);
     sm__block_release(b->deallocator);
@@ -369,10 +375,10 @@ static bool buffer_finish(sm_buffer *b) {
   NSUInteger reserved = (b->length + PAGE - 1) / PAGE * PAGE;
   b->gpu = b->mem;
   if (b->storage == ST_MANAGED) {
-    b->gpu = aligned_alloc(PAGE, reserved);
+    b->gpu = b->guarded ? sm__guarded_alloc(b->length) : aligned_alloc(PAGE, reserved);
     if (!b->gpu) return false;
     memcpy(b->gpu, b->mem, b->length);
-    memset(b->gpu + b->length, 0, reserved - b->length);
+    if (!b->guarded) memset(b->gpu + b->length, 0, reserved - b->length);
   }
   b->reserved = reserved;
   b->gpu_address = atomic_fetch_add(&g_next_gpu_address, b->reserved);
@@ -393,13 +399,14 @@ static id device_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger opti
   sm_buffer *b = buffer_make((sm_device *)self, sel_getName(cmd), length, options);
   if (!b) return nil;
   NSUInteger size = (length + PAGE - 1) / PAGE * PAGE;
-  b->mem = aligned_alloc(PAGE, size);
+  b->guarded = sm__shader_validation(); /* accesses past the end fault */
+  b->mem = b->guarded ? sm__guarded_alloc(length) : aligned_alloc(PAGE, size);
   if (!b->mem) {
     sm__release((id)b);
     refuse(sel_getName(cmd), "length = %lu: out of memory", length);
     return nil;
   }
-  memset(b->mem, 0, size);
+  if (!b->guarded) memset(b->mem, 0, size);
   return buffer_ready(b, sel_getName(cmd));
 }
 
@@ -723,7 +730,10 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
   memset(&d, 0, sizeof d);
   d.pipeline = r->pipeline;
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
-    if (r->buffers[i]) d.buffers[i] = r->buffers[i]->gpu + r->offsets[i];
+    if (r->buffers[i]) {
+      d.buffers[i] = r->buffers[i]->gpu + r->offsets[i];
+      d.buffer_len[i] = r->buffers[i]->length - r->offsets[i];
+    }
     else if (r->bytes[i]) d.buffers[i] = r->bytes[i];
     d.tg_len[i] = r->tg_len[i];
   }

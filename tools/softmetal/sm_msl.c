@@ -31,12 +31,18 @@ enum { MAX_THREADS = 1024, MAX_TG_MEMORY = 32768 };
  * calls keep the chain; no merging of calls from different branches (hoist,
  * sink, tail merge) and every call convergent (no unswitching or jump
  * threading that duplicates a call for lanes that belong together).
- * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux. */
+ * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux.
+ * Integer division by zero faults on x86-64 (SIGFPE, sm_fault.c); elsewhere
+ * (aarch64 gives 0) a check traps instead, which sm_fault.c recognises. */
 static const char *const CXX_FLAGS[] = {
     "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
     "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
     "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
-    "-mllvm", "-enable-tail-merge=false", "-fsigned-char"};
+    "-mllvm", "-enable-tail-merge=false", "-fsigned-char",
+#if !defined(__x86_64__)
+    "-fsanitize=integer-divide-by-zero", "-fsanitize-trap=integer-divide-by-zero",
+#endif
+};
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
 /* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
