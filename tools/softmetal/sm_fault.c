@@ -23,6 +23,14 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#else
+#define VALGRIND_MAKE_MEM_UNDEFINED(a, n) ((void)(a), (void)(n))
+#define VALGRIND_DISABLE_ADDR_ERROR_REPORTING_IN_RANGE(a, n) ((void)(a), (void)(n))
+#define VALGRIND_ENABLE_ADDR_ERROR_REPORTING_IN_RANGE(a, n) ((void)(a), (void)(n))
+#endif
+
 __thread sm_fault *sm__t_fault __attribute__((tls_model("initial-exec")));
 
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -111,6 +119,10 @@ static void on_signal(int sig, siginfo_t *si, void *uc_) {
   }
   f->stack_overflow = overflow;
   land_sp &= ~(uintptr_t)15;
+  /* memcheck marks the stack below sp inaccessible and does not see this
+   * jump as stack growth: the landing's frames are new stack. */
+  uintptr_t vg_lo = land_sp - 16384, vg_hi = overflow ? land_sp : sp;
+  VALGRIND_MAKE_MEM_UNDEFINED(vg_lo, vg_hi - vg_lo);
 #if defined(__x86_64__)
   uc->uc_mcontext.gregs[REG_RSP] = (greg_t)(land_sp - 8); /* as after a call */
   uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)landing;
@@ -218,6 +230,10 @@ void *sm__guarded_alloc(size_t length) {
     munmap(m, total);
     return NULL;
   }
+  /* Under memcheck the guards fault as they do natively, and softmetal
+   * reports the access: memcheck need not. */
+  VALGRIND_DISABLE_ADDR_ERROR_REPORTING_IN_RANGE(m, GUARD);
+  VALGRIND_DISABLE_ADDR_ERROR_REPORTING_IN_RANGE(m + GUARD + pages, GUARD);
   return m + GUARD + pages - data; /* the end meets the guard after it */
 }
 
@@ -225,7 +241,10 @@ void sm__guarded_free(void *p, size_t length) {
   if (!p) return;
   size_t data, pages;
   size_t total = guarded_geometry(length, &data, &pages);
-  munmap((unsigned char *)p + data - pages - GUARD, total);
+  unsigned char *m = (unsigned char *)p + data - pages - GUARD;
+  VALGRIND_ENABLE_ADDR_ERROR_REPORTING_IN_RANGE(m, GUARD);
+  VALGRIND_ENABLE_ADDR_ERROR_REPORTING_IN_RANGE(m + GUARD + pages, GUARD);
+  munmap(m, total);
 }
 
 size_t sm__guard_bytes(void) { return GUARD; }
