@@ -149,8 +149,11 @@ void sm__tg_arena_begin(sm_tg_arena *a);
 void sm__tg_arena_free(sm_tg_arena *a);
 void *sm__tg_var(struct sm_thread *t, uint32_t decl, uint32_t size, uint32_t align);
 
-/* Runs d on the calling thread. On failure writes a message and returns false. */
+/* Runs d, its threadgroups on the calling thread and the workers of the
+ * pool (sm_exec.c). On failure writes a message and returns false. */
 bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen);
+/* Joins the pool's workers (when the last device is released). */
+void sm__exec_shutdown(void);
 
 /* Kernel faults (sm_fault.c). While a thread runs kernel code, sm__t_fault
  * points at its record; a fault then fills it and, after the signal handler

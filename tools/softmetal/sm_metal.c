@@ -59,7 +59,10 @@ static void device_destroy(sm_obj *o) {
   sm_device *d = (sm_device *)o;
   pthread_mutex_lock(&g_device_lock);
   if (g_devices[d->index] == d) g_devices[d->index] = NULL;
+  bool last = true;
+  for (unsigned i = 0; i < MAX_DEVICES; i++) last &= g_devices[i] == NULL;
   pthread_mutex_unlock(&g_device_lock);
+  if (last) sm__exec_shutdown(); /* nothing runs kernels once no device is alive */
   sm__release(d->name);
 }
 
