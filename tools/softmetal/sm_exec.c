@@ -539,26 +539,11 @@ static int run_group_once(run_state *r, const uint32_t g[3], const uint32_t sz[3
   return ok;
 }
 
-/* The kernel's own loop when it has one and the threads run in index order.
- * A fault there does not tell which thread faulted: the threadgroup runs
- * again thread by thread (its command buffer fails anyway) to name it. */
+/* One threadgroup thread by thread (fibers aside). */
 static bool run_group_guarded(run_state *r, const uint32_t g[3], const uint32_t sz[3],
                               char *err, size_t errlen) {
-  bool whole = r->k->group_fn && !r->seeded;
-  sm_fault first;
-  int ok = run_group_once(r, g, sz, err, errlen, whole, &first);
-  if (ok >= 0) return ok;
-  if (r->tg_bytes) memset(r->tg_block, 0xFF, r->tg_bytes);
-  sm__tg_arena_begin(r->tg_arena);
-  if (run_group_once(r, g, sz, err, errlen, false, &first) == 0) return false;
-  struct sm_thread t;
-  thread_init(&t, r, g, sz, 0, 0, 0);
-  t.tg_var = NULL; /* fault_message: the thread is not known */
-  fault_message(r, &t, &first, err, errlen);
-  size_t len = strlen(err);
-  snprintf(err + len, errlen - len, " (in this threadgroup; run again thread by thread, "
-           "it did not fault, so the thread is not known)");
-  return false;
+  sm_fault unused;
+  return run_group_once(r, g, sz, err, errlen, false, &unused) > 0;
 }
 
 /* SOFTMETAL_SCHEDULE: unset or "in-order" (the default), or "random:SEED"
@@ -644,8 +629,9 @@ static void group_at(const sm_dispatch *d, uint64_t i, uint32_t g[3]) {
 
 /* Threadgroups [first, end) in grid order through the kernel's own loop,
  * with one fault record for them all: per threadgroup only the fields of
- * the thread that change. On a fault, the faulting threadgroup runs again
- * through run_group_guarded, which names the thread. */
+ * the thread that change. A fault there does not tell which thread
+ * faulted: the threadgroup runs again thread by thread (its command buffer
+ * fails anyway) to name it. */
 typedef struct {
   loop_fault lf;
   uint64_t at; /* the threadgroup running */
@@ -667,7 +653,17 @@ static bool run_chunk(run_state *r, uint64_t first, uint64_t end, char *err, siz
     group_size(r->d, g, sz);
     if (r->tg_bytes) memset(r->tg_block, 0xFF, r->tg_bytes);
     sm__tg_arena_begin(r->tg_arena);
-    (void)run_group_guarded(r, g, sz, err, errlen); /* fails: it faults, or says why not */
+    sm_fault fault = cf.lf.fault;
+    int again = run_group_once(r, g, sz, err, errlen, false, &fault);
+    if (again != 0) { /* it ran: the message is the first fault's, without the thread */
+      struct sm_thread t;
+      thread_init(&t, r, g, sz, 0, 0, 0);
+      t.tg_var = NULL;
+      fault_message(r, &t, &fault, err, errlen);
+      size_t len = strlen(err);
+      snprintf(err + len, errlen - len, " (run again thread by thread, the threadgroup did "
+               "not fault, so the thread is not known)");
+    }
     return false;
   }
   struct sm_thread t;
