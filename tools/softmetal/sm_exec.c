@@ -240,13 +240,14 @@ typedef struct run_state {
   uint64_t seed;
 } run_state;
 
-/* The message of a kernel fault: the kernel, the thread, the rule, and for
+/* The message of a kernel fault: the kernel, the thread (or only its
+ * threadgroup when !thread_known), the rule, and for
  * an address at most a guard away from a bound buffer, which buffer. */
-static void fault_message(const run_state *r, const struct sm_thread *t, const sm_fault *f,
-                          char *err, size_t errlen) {
+static void fault_message(const run_state *r, const struct sm_thread *t, bool thread_known,
+                          const sm_fault *f, char *err, size_t errlen) {
   char scratch[256];
   const char *rule = sm__fault_rule(f, scratch, sizeof scratch);
-  int len = t->tg_var ? snprintf(err, errlen,
+  int len = thread_known ? snprintf(err, errlen,
                      "dispatch of kernel %s: thread_position_in_grid (%u, %u, %u), "
                      "threadgroup_position_in_grid (%u, %u, %u), "
                      "thread_position_in_threadgroup (%u, %u, %u): kernel fault: %s",
@@ -382,7 +383,7 @@ static bool release_simd_group(run_state *r, uint32_t base, uint32_t end) {
 static void fiber_land(sm_fault *fault) {
   sched *s = fault->arg;
   fiber *f = s->cur;
-  fault_message(s->r, &f->t, fault, s->fail, s->fail_len);
+  fault_message(s->r, &f->t, true, fault, s->fail, s->fail_len);
   f->state = F_FAULT;
   to_main(s, f, true);
 }
@@ -464,7 +465,8 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   return ok;
 }
 
-/* Kernel faults of the plain loop: land() jumps back to run_group_guarded. */
+/* Kernel faults of the plain loop: land() jumps back to run_group_guarded
+ * or run_chunk. */
 typedef struct {
   sm_fault fault;
   sigjmp_buf jb;
@@ -472,12 +474,12 @@ typedef struct {
   const struct sm_thread *t;
   char *err;
   size_t errlen;
-  bool whole_group; /* in the kernel's own loop: t names the first thread only */
+  bool whole_group; /* in the kernel's own loop (run_chunk): no thread is known */
 } loop_fault;
 
 static void loop_land(sm_fault *fault) {
   loop_fault *lf = (loop_fault *)fault;
-  if (!lf->whole_group) fault_message(lf->r, lf->t, fault, lf->err, lf->errlen);
+  if (!lf->whole_group) fault_message(lf->r, lf->t, true, fault, lf->err, lf->errlen);
   siglongjmp(lf->jb, 1);
 }
 
@@ -491,9 +493,7 @@ __attribute__((noinline)) static bool run_group_loop(run_state *r, const uint32_
   thread_init(&t, r, g, sz, 0, 0, 0);
   lf->t = &t;
   t.sched = &synced;
-  if (lf->whole_group) {
-    r->k->group_fn(&t); /* every thread, in index order, in the kernel's code */
-  } else if (r->seeded) {
+  if (r->seeded) {
     uint64_t rng = rng_seed(r->seed, g);
     make_order(r->order, n, &rng);
     for (uint32_t i = 0; i < n; i++) {
@@ -502,7 +502,7 @@ __attribute__((noinline)) static bool run_group_loop(run_state *r, const uint32_
       r->k->fn(&t);
     }
   }
-  for (uint32_t z = 0; !r->seeded && !lf->whole_group && z < sz[2]; z++)
+  for (uint32_t z = 0; !r->seeded && z < sz[2]; z++)
     for (uint32_t y = 0; y < sz[1]; y++)
       for (uint32_t x = 0; x < sz[0]; x++) {
         thread_place(&t, r, x, y, z);
@@ -516,10 +516,10 @@ __attribute__((noinline)) static bool run_group_loop(run_state *r, const uint32_
   return !synced;
 }
 
-/* 1: ran; 0: failed (message written); -1: faulted in the kernel's own loop
- * (the fault in *first, no message). */
-static int run_group_once(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
-                          size_t errlen, bool whole_group, sm_fault *first) {
+/* One threadgroup of a kernel without barriers, thread by thread. False
+ * with a message when it failed (a fault included). */
+static bool run_group_guarded(run_state *r, const uint32_t g[3], const uint32_t sz[3],
+                              char *err, size_t errlen) {
   loop_fault lf;
   memset(&lf.fault, 0, sizeof lf.fault);
   lf.fault.land = loop_land;
@@ -527,23 +527,12 @@ static int run_group_once(run_state *r, const uint32_t g[3], const uint32_t sz[3
   lf.t = NULL;
   lf.err = err;
   lf.errlen = errlen;
-  lf.whole_group = whole_group;
-  if (sigsetjmp(lf.jb, 0)) { /* a kernel fault */
-    if (!lf.whole_group) return 0;
-    *first = lf.fault;
-    return -1;
-  }
+  lf.whole_group = false;
+  if (sigsetjmp(lf.jb, 0)) return false; /* a kernel fault; the message is written */
   sm__t_fault = &lf.fault;
   bool ok = run_group_loop(r, g, sz, err, errlen, &lf);
   sm__t_fault = NULL;
   return ok;
-}
-
-/* One threadgroup thread by thread (fibers aside). */
-static bool run_group_guarded(run_state *r, const uint32_t g[3], const uint32_t sz[3],
-                              char *err, size_t errlen) {
-  sm_fault unused;
-  return run_group_once(r, g, sz, err, errlen, false, &unused) > 0;
 }
 
 /* SOFTMETAL_SCHEDULE: unset or "in-order" (the default), or "random:SEED"
@@ -654,12 +643,10 @@ static bool run_chunk(run_state *r, uint64_t first, uint64_t end, char *err, siz
     if (r->tg_bytes) memset(r->tg_block, 0xFF, r->tg_bytes);
     sm__tg_arena_begin(r->tg_arena);
     sm_fault fault = cf.lf.fault;
-    int again = run_group_once(r, g, sz, err, errlen, false, &fault);
-    if (again != 0) { /* it ran: the message is the first fault's, without the thread */
+    if (run_group_guarded(r, g, sz, err, errlen)) { /* it ran: the first fault, no thread */
       struct sm_thread t;
       thread_init(&t, r, g, sz, 0, 0, 0);
-      t.tg_var = NULL;
-      fault_message(r, &t, &fault, err, errlen);
+      fault_message(r, &t, false, &fault, err, errlen);
       size_t len = strlen(err);
       snprintf(err + len, errlen - len, " (run again thread by thread, the threadgroup did "
                "not fault, so the thread is not known)");
