@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "softmetal.h"
+
 typedef unsigned long NSUInteger;
 typedef struct { NSUInteger width, height, depth; } MTLSize;
 id MTLCreateSystemDefaultDevice(void);
@@ -103,7 +105,12 @@ static void close_ctx(ctx *c) {
   SEND0(void, c->spin, "release");
   SEND0(void, c->lib, "release");
   SEND0(void, c->queue, "release");
-  SEND0(void, c->dev, "release"); /* the last device: the pool's workers are joined */
+  SEND0(void, c->dev, "release");
+  /* Queues let go of their command buffers (and so of the queue and the
+   * device) on their own threads: once they have, the device is gone and
+   * the pool's workers are joined; the next device starts a new pool that
+   * reads SOFTMETAL_THREADS again. */
+  softmetal_quiesce();
 }
 
 static id buffer(ctx *c, size_t len) {
