@@ -4,7 +4,7 @@
 #define SM_ABI_H
 #include <stdint.h>
 
-#define SM_ABI_VERSION 2u
+#define SM_ABI_VERSION 3u
 #define SM_MAX_BINDINGS 31u
 #define SM_SIMD_WIDTH 32u
 #define SM_SIMD_SLOT 32u /* bytes per lane and bank: 16 of value, then the tag */
@@ -27,6 +27,9 @@ struct sm_kernel_desc {
    * a parameter): triples {0 buffer / 1 threadgroup, index, constant position}. */
   uint32_t fc_cond_count;
   const uint32_t *fc_conds;
+  /* Since ABI 3: runs every thread of the threadgroup t describes (t's
+   * per-thread fields give its first thread), or NULL when needs_fibers. */
+  sm_kernel_fn group_fn;
 };
 
 /* One per function constant of a library, in declaration order

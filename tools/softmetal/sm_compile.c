@@ -38,13 +38,19 @@ atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
  * threading that duplicates a call for lanes that belong together).
  * -fsigned-char: MSL's char is signed, C++'s is unsigned on aarch64 Linux.
  * -ffloat16-excess-precision=none: half (_Float16) arithmetic rounds to half
- * at each operation, as MSL's, instead of keeping float between them. */
+ * at each operation, as MSL's, instead of keeping float between them.
+ * Integer division by zero faults on x86-64 (SIGFPE, sm_fault.c); elsewhere
+ * (aarch64 gives 0) a check traps instead, which sm_fault.c recognises. */
 static const char *const CXX_FLAGS[] = {
     "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
     "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
     "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
     "-mllvm", "-enable-tail-merge=false", "-fsigned-char",
-    "-Xclang", "-ffloat16-excess-precision=none"};
+    "-Xclang", "-ffloat16-excess-precision=none",
+#if !defined(__x86_64__)
+    "-fsanitize=integer-divide-by-zero", "-fsanitize-trap=integer-divide-by-zero",
+#endif
+};
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
 /* MTLMathMode (NSInteger) and the flags that give the CPU compile the same

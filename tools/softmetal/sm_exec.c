@@ -4,10 +4,14 @@
 #define _GNU_SOURCE /* MAP_ANONYMOUS, ucontext */
 #include "sm_internal.h"
 
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SM_ASAN 1
@@ -48,7 +52,9 @@ enum { STACK_SIZE = 128 * 1024 };
 #define SM_VALGRIND 0
 #endif
 
-enum { F_READY, F_BARRIER, F_SIMD, F_DONE };
+enum { F_READY, F_BARRIER, F_SIMD, F_DONE, F_FAULT };
+/* The lowest page of each fiber stack is inaccessible: an overflow faults. */
+enum { STACK_GUARD = 4096 };
 enum { MAX_FRAMES = 16 };
 
 /* Where a lane waits at a SIMD-group function: the return addresses of the
@@ -89,6 +95,8 @@ typedef struct {
   char *fail;        /* first strict-mode failure, "" if none */
   size_t fail_len;
   const uint32_t *group; /* threadgroup position, for messages */
+  sm_fault fault;        /* kernel faults of its fibers */
+  const struct run_state *r;
 } sched;
 
 static _Thread_local sched *t_sched;
@@ -96,6 +104,8 @@ static _Thread_local sched *t_sched;
 /* ------------------------------------------------------------- switching */
 static void to_fiber(sched *s, fiber *f) {
   s->cur = f;
+  s->fault.safe_sp = (uintptr_t)(f->stack + STACK_SIZE - 4096);
+  sm__t_fault = &s->fault;
 #if SM_ASAN
   __sanitizer_start_switch_fiber(&s->main_fake_stack, f->stack, STACK_SIZE);
 #endif
@@ -103,6 +113,7 @@ static void to_fiber(sched *s, fiber *f) {
   __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
   swapcontext(&s->main, &f->ctx);
+  sm__t_fault = NULL;
 #if SM_ASAN
   __sanitizer_finish_switch_fiber(s->main_fake_stack, NULL, NULL);
 #endif
@@ -213,7 +224,7 @@ static void fiber_simd_fail(struct sm_thread *t, const char *function, int32_t o
 static void loop_barrier(struct sm_thread *t) { *(bool *)t->sched = true; }
 
 /* ------------------------------------------------------------- dispatch */
-typedef struct {
+typedef struct run_state {
   const sm_dispatch *d;
   const struct sm_kernel_desc *k;
   void *tgmem[SM_MAX_BINDINGS];
@@ -228,6 +239,44 @@ typedef struct {
   bool seeded;     /* SOFTMETAL_SCHEDULE=random:SEED */
   uint64_t seed;
 } run_state;
+
+/* The message of a kernel fault: the kernel, the thread (or only its
+ * threadgroup when !thread_known), the rule, and for
+ * an address at most a guard away from a bound buffer, which buffer. */
+static void fault_message(const run_state *r, const struct sm_thread *t, bool thread_known,
+                          const sm_fault *f, char *err, size_t errlen) {
+  char scratch[256];
+  const char *rule = sm__fault_rule(f, scratch, sizeof scratch);
+  int len = thread_known ? snprintf(err, errlen,
+                     "dispatch of kernel %s: thread_position_in_grid (%u, %u, %u), "
+                     "threadgroup_position_in_grid (%u, %u, %u), "
+                     "thread_position_in_threadgroup (%u, %u, %u): kernel fault: %s",
+                     r->k->name, t->tpig[0], t->tpig[1], t->tpig[2], t->tgpig[0], t->tgpig[1],
+                     t->tgpig[2], t->tpitg[0], t->tpitg[1], t->tpitg[2], rule)
+                          : snprintf(err, errlen,
+                     "dispatch of kernel %s: a thread of threadgroup_position_in_grid "
+                     "(%u, %u, %u): kernel fault: %s",
+                     r->k->name, t->tgpig[0], t->tgpig[1], t->tgpig[2], rule);
+  if (len < 0 || (size_t)len >= errlen || (f->sig != SIGSEGV && f->sig != SIGBUS)) return;
+  uintptr_t a = (uintptr_t)f->addr, guard = sm__guard_bytes();
+  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
+    uintptr_t base = (uintptr_t)r->d->buffers[i], n = r->d->buffer_len[i];
+    if (!base || !n) continue;
+    if (a >= base + n && a - (base + n) < guard) {
+      snprintf(err + len, errlen - (size_t)len,
+               "; out of bounds: byte %lu of the buffer at [[buffer(%u)]], which has %lu bytes "
+               "from its binding offset",
+               (unsigned long)(a - base), i, (unsigned long)n);
+      return;
+    }
+    if (a < base && base - a <= guard) {
+      snprintf(err + len, errlen - (size_t)len,
+               "; out of bounds: %lu bytes before the buffer at [[buffer(%u)]]",
+               (unsigned long)(base - a), i);
+      return;
+    }
+  }
+}
 
 /* The fields that differ between the threads of a threadgroup. */
 static inline void thread_place(struct sm_thread *t, const run_state *r, uint32_t lx, uint32_t ly,
@@ -330,6 +379,15 @@ static bool release_simd_group(run_state *r, uint32_t base, uint32_t end) {
   return true;
 }
 
+/* A fiber faulted: it ends here, and so does its threadgroup. */
+static void fiber_land(sm_fault *fault) {
+  sched *s = fault->arg;
+  fiber *f = s->cur;
+  fault_message(s->r, &f->t, true, fault, s->fail, s->fail_len);
+  f->state = F_FAULT;
+  to_main(s, f, true);
+}
+
 static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
                              size_t errlen) {
   uint32_t n = sz[0] * sz[1] * sz[2];
@@ -343,6 +401,9 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   s.fail = err;
   s.fail_len = errlen;
   s.group = g;
+  s.r = r;
+  s.fault.land = fiber_land;
+  s.fault.arg = &s;
   err[0] = 0;
 #if SM_TSAN
   s.main_tsan_fiber = __tsan_get_current_fiber();
@@ -368,6 +429,11 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
     for (i = 0; i < n; i++) {
       fiber *f = &r->fibers[s.order[i]];
       if (f->state == F_READY) to_fiber(&s, f);
+      if (f->state == F_FAULT) break;
+    }
+    if (i < n) { /* a kernel fault: the other fibers are abandoned */
+      ok = false;
+      break;
     }
     uint32_t done = 0, at_barrier = 0;
     for (i = 0; i < n; i++) {
@@ -399,13 +465,33 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   return ok;
 }
 
+/* Kernel faults of the plain loop: land() jumps back to run_group_guarded
+ * or run_chunk. */
+typedef struct {
+  sm_fault fault;
+  sigjmp_buf jb;
+  const run_state *r;
+  const struct sm_thread *t;
+  char *err;
+  size_t errlen;
+  bool whole_group; /* in the kernel's own loop (run_chunk): no thread is known */
+} loop_fault;
+
+static void loop_land(sm_fault *fault) {
+  loop_fault *lf = (loop_fault *)fault;
+  if (!lf->whole_group) fault_message(lf->r, lf->t, true, fault, lf->err, lf->errlen);
+  siglongjmp(lf->jb, 1);
+}
+
 /* One sm_thread for the whole threadgroup: the kernel only reads it. */
-static bool run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
-                           size_t errlen) {
+__attribute__((noinline)) static bool run_group_loop(run_state *r, const uint32_t g[3],
+                                                     const uint32_t sz[3], char *err,
+                                                     size_t errlen, loop_fault *lf) {
   struct sm_thread t;
   bool synced = false;
   uint32_t n = sz[0] * sz[1] * sz[2];
   thread_init(&t, r, g, sz, 0, 0, 0);
+  lf->t = &t;
   t.sched = &synced;
   if (r->seeded) {
     uint64_t rng = rng_seed(r->seed, g);
@@ -430,17 +516,36 @@ static bool run_group_loop(run_state *r, const uint32_t g[3], const uint32_t sz[
   return !synced;
 }
 
+/* One threadgroup of a kernel without barriers, thread by thread. False
+ * with a message when it failed (a fault included). */
+static bool run_group_guarded(run_state *r, const uint32_t g[3], const uint32_t sz[3],
+                              char *err, size_t errlen) {
+  loop_fault lf;
+  memset(&lf.fault, 0, sizeof lf.fault);
+  lf.fault.land = loop_land;
+  lf.r = r;
+  lf.t = NULL;
+  lf.err = err;
+  lf.errlen = errlen;
+  lf.whole_group = false;
+  if (sigsetjmp(lf.jb, 0)) return false; /* a kernel fault; the message is written */
+  sm__t_fault = &lf.fault;
+  bool ok = run_group_loop(r, g, sz, err, errlen, &lf);
+  sm__t_fault = NULL;
+  return ok;
+}
+
 /* SOFTMETAL_SCHEDULE: unset or "in-order" (the default), or "random:SEED"
  * with SEED a decimal number. Anything else is a usage error. */
-static void read_schedule(run_state *r) {
+static void read_schedule(bool *seeded, uint64_t *seed_out) {
   const char *v = getenv("SOFTMETAL_SCHEDULE");
   if (!v || !*v || strcmp(v, "in-order") == 0) return;
   if (strncmp(v, "random:", 7) == 0 && v[7] >= '0' && v[7] <= '9') {
     char *end;
     unsigned long long seed = strtoull(v + 7, &end, 10);
     if (!*end) {
-      r->seeded = true;
-      r->seed = seed;
+      *seeded = true;
+      *seed_out = seed;
       return;
     }
   }
@@ -462,6 +567,7 @@ static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t e
   r->stacks = m;
   for (uint32_t i = 0; i < max_threads; i++) {
     r->fibers[i].stack = r->stacks + (size_t)i * STACK_SIZE;
+    mprotect(r->fibers[i].stack, STACK_GUARD, PROT_NONE);
 #if SM_VALGRIND
     r->fibers[i].valgrind_id =
         VALGRIND_STACK_REGISTER(r->fibers[i].stack, r->fibers[i].stack + STACK_SIZE);
@@ -493,44 +599,343 @@ static void teardown(run_state *r, uint32_t max_threads) {
   free(r->order);
 }
 
-bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
+/* The size of threadgroup g (partial at the grid's far edges). */
+static void group_size(const sm_dispatch *d, const uint32_t g[3], uint32_t sz[3]) {
+  const NSUInteger grid[3] = {d->grid.width, d->grid.height, d->grid.depth};
+  const NSUInteger tg[3] = {d->tg.width, d->tg.height, d->tg.depth};
+  for (int k = 0; k < 3; k++) {
+    NSUInteger start = g[k] * tg[k], left = grid[k] - start;
+    sz[k] = (uint32_t)(left < tg[k] ? left : tg[k]);
+  }
+}
+
+static void group_at(const sm_dispatch *d, uint64_t i, uint32_t g[3]) {
+  const uint64_t gw = d->groups.width, gh = d->groups.height;
+  g[0] = (uint32_t)(i % gw);
+  g[1] = (uint32_t)(i / gw % gh);
+  g[2] = (uint32_t)(i / gw / gh);
+}
+
+/* Threadgroups [first, end) in grid order through the kernel's own loop,
+ * with one fault record for them all: per threadgroup only the fields of
+ * the thread that change. A fault there does not tell which thread
+ * faulted: the threadgroup runs again thread by thread (its command buffer
+ * fails anyway) to name it. */
+typedef struct {
+  loop_fault lf;
+  uint64_t at; /* the threadgroup running */
+} chunk_fault;
+
+static bool run_chunk(run_state *r, uint64_t first, uint64_t end, char *err, size_t errlen) {
+  chunk_fault cf;
+  memset(&cf.lf.fault, 0, sizeof cf.lf.fault);
+  cf.lf.fault.land = loop_land;
+  cf.lf.r = r;
+  cf.lf.t = NULL;
+  cf.lf.err = err;
+  cf.lf.errlen = errlen;
+  cf.lf.whole_group = true;
+  cf.at = first;
+  if (sigsetjmp(cf.lf.jb, 0)) { /* a kernel fault in threadgroup cf.at */
+    uint32_t g[3], sz[3];
+    group_at(r->d, cf.at, g);
+    group_size(r->d, g, sz);
+    if (r->tg_bytes) memset(r->tg_block, 0xFF, r->tg_bytes);
+    sm__tg_arena_begin(r->tg_arena);
+    sm_fault fault = cf.lf.fault;
+    if (run_group_guarded(r, g, sz, err, errlen)) { /* it ran: the first fault, no thread */
+      struct sm_thread t;
+      thread_init(&t, r, g, sz, 0, 0, 0);
+      fault_message(r, &t, false, &fault, err, errlen);
+      size_t len = strlen(err);
+      snprintf(err + len, errlen - len, " (run again thread by thread, the threadgroup did "
+               "not fault, so the thread is not known)");
+    }
+    return false;
+  }
+  struct sm_thread t;
+  bool synced = false;
+  uint32_t g[3], sz[3];
+  group_at(r->d, first, g);
+  group_size(r->d, g, sz);
+  thread_init(&t, r, g, sz, 0, 0, 0);
+  t.sched = &synced;
+  const uint32_t tgw = (uint32_t)r->d->tg.width, tgh = (uint32_t)r->d->tg.height,
+                 tgd = (uint32_t)r->d->tg.depth;
+  sm__t_fault = &cf.lf.fault;
+  for (uint64_t i = first; i < end && !synced; i++) {
+    cf.at = i;
+    group_at(r->d, i, g);
+    group_size(r->d, g, sz);
+    memcpy(t.tgpig, g, sizeof t.tgpig);
+    memcpy(t.tptg, sz, sizeof t.tptg);
+    t.tg_threads = sz[0] * sz[1] * sz[2];
+    t.tpig[0] = g[0] * tgw, t.tpig[1] = g[1] * tgh, t.tpig[2] = g[2] * tgd;
+    if (r->tg_bytes) memset(r->tg_block, 0xFF, r->tg_bytes);
+    sm__tg_arena_begin(r->tg_arena);
+    r->k->group_fn(&t);
+  }
+  sm__t_fault = NULL;
+  if (synced)
+    snprintf(err, errlen,
+             "dispatch of kernel %s: a thread reached threadgroup_barrier or a SIMD-group "
+             "function that softmetal's analysis of the kernel did not find (a softmetal bug: "
+             "please report the kernel)", r->k->name);
+  return !synced;
+}
+
+/* ------------------------------------------------------------- workers */
+/* The threadgroups of a dispatch, numbered in grid order, are taken in
+ * chunks by the participants: the queue's thread and the pool's workers.
+ * Under SOFTMETAL_SCHEDULE=random:SEED the numbers go through a seeded
+ * permutation, so the order in which threadgroups are handed out depends
+ * only on the seed. */
+typedef struct {
+  uint64_t n, mask, k[4];
+  unsigned shift;
+} group_perm;
+
+static void perm_init(group_perm *p, uint64_t n, uint64_t seed) {
+  unsigned bits = 0;
+  while (bits < 64 && ((uint64_t)1 << bits) < n) bits++;
+  p->n = n;
+  p->mask = bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << bits) - 1;
+  p->shift = bits / 2 + 1;
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  for (int i = 0; i < 4; i++) p->k[i] = rng_next(&x) | 1;
+}
+
+/* A bijection of [0, n): rounds of odd multiply, xor-shift and add modulo
+ * the next power of two, walking the cycle until the value is below n. */
+static uint64_t perm_at(const group_perm *p, uint64_t i) {
+  do {
+    for (int r = 0; r < 4; r++) {
+      i = (i * p->k[r]) & p->mask;
+      i ^= i >> p->shift;
+      i = (i + (p->k[r] >> 17)) & p->mask;
+    }
+  } while (i >= p->n);
+  return i;
+}
+
+typedef struct {
+  const sm_dispatch *d;
+  uint64_t ngroups, chunk;
+  bool seeded;
+  uint64_t seed;
+  group_perm perm;
+  atomic_uint_fast64_t next; /* first number not yet handed out */
+  atomic_bool stop;          /* a threadgroup failed */
+  pthread_mutex_t mu;        /* guards err and failed */
+  bool failed;
+  char *err;
+  size_t errlen;
+} job;
+
+static void job_fail(job *j, const char *msg) {
+  pthread_mutex_lock(&j->mu);
+  if (!j->failed) {
+    j->failed = true;
+    snprintf(j->err, j->errlen, "%s", msg);
+  }
+  pthread_mutex_unlock(&j->mu);
+  atomic_store(&j->stop, true);
+}
+
+/* One participant's share: its own threadgroup memory, SIMD slots, fibers
+ * and fault record; threadgroups until none is left or one failed. */
+static void job_work(job *j) {
+  const sm_dispatch *d = j->d;
+  char err[2048] = "";
   run_state r;
   memset(&r, 0, sizeof r);
   r.d = d;
   r.k = d->pipeline->desc;
-  if (d->grid.width == 0 || d->grid.height == 0 || d->grid.depth == 0) return true;
+  r.seeded = j->seeded;
+  r.seed = j->seed;
   uint32_t max_threads = (uint32_t)(d->tg.width * d->tg.height * d->tg.depth);
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) r.tg_bytes += d->tg_len[i];
   r.tg_block = malloc(r.tg_bytes ? r.tg_bytes : 1);
   r.simd_slots = calloc(2 * (size_t)max_threads, SM_SIMD_SLOT);
   r.tg_arena = sm__tg_arena_new();
-  read_schedule(&r);
   bool fibers = r.k->needs_fibers != 0;
   if (fibers || r.seeded) r.order = malloc(max_threads * sizeof *r.order);
   bool ok = r.tg_block && r.simd_slots && r.tg_arena && (r.order || !(fibers || r.seeded));
-  if (!ok) snprintf(err, errlen, "dispatch of kernel %s: out of memory", r.k->name);
+  if (!ok) snprintf(err, sizeof err, "dispatch of kernel %s: out of memory", r.k->name);
   size_t at = 0;
   for (unsigned i = 0; ok && i < SM_MAX_BINDINGS; i++) {
     r.tgmem[i] = d->tg_len[i] ? r.tg_block + at : NULL;
     at += d->tg_len[i];
   }
-  if (ok && fibers) ok = setup_fibers(&r, max_threads, err, errlen);
-  for (uint32_t gz = 0; ok && gz < d->groups.depth; gz++)
-    for (uint32_t gy = 0; ok && gy < d->groups.height; gy++)
-      for (uint32_t gx = 0; ok && gx < d->groups.width; gx++) {
-        uint32_t g[3] = {gx, gy, gz}, sz[3];
-        const NSUInteger grid[3] = {d->grid.width, d->grid.height, d->grid.depth};
-        const NSUInteger tg[3] = {d->tg.width, d->tg.height, d->tg.depth};
-        for (int k = 0; k < 3; k++) {
-          NSUInteger start = g[k] * tg[k], left = grid[k] - start;
-          sz[k] = (uint32_t)(left < tg[k] ? left : tg[k]);
-        }
-        /* Threadgroup memory starts as garbage on a GPU: make reliance on zero visible. */
-        if (r.tg_bytes) memset(r.tg_block, 0xFF, r.tg_bytes);
-        sm__tg_arena_begin(r.tg_arena);
-        if (fibers) ok = run_group_fibers(&r, g, sz, err, errlen);
-        else ok = run_group_loop(&r, g, sz, err, errlen);
-      }
+  if (ok && fibers) ok = setup_fibers(&r, max_threads, err, sizeof err);
+  bool whole = !fibers && !r.seeded && r.k->group_fn;
+  while (ok && !atomic_load_explicit(&j->stop, memory_order_relaxed)) {
+    uint64_t first = atomic_fetch_add(&j->next, j->chunk);
+    if (first >= j->ngroups) break;
+    uint64_t end = j->ngroups - first < j->chunk ? j->ngroups : first + j->chunk;
+    if (whole) {
+      ok = run_chunk(&r, first, end, err, sizeof err);
+      continue;
+    }
+    for (uint64_t i = first; ok && i < end; i++) {
+      uint32_t g[3], sz[3];
+      group_at(d, j->seeded ? perm_at(&j->perm, i) : i, g);
+      group_size(d, g, sz);
+      /* Threadgroup memory starts as garbage on a GPU: make reliance on zero visible. */
+      if (r.tg_bytes) memset(r.tg_block, 0xFF, r.tg_bytes);
+      sm__tg_arena_begin(r.tg_arena);
+      if (fibers) ok = run_group_fibers(&r, g, sz, err, sizeof err);
+      else ok = run_group_guarded(&r, g, sz, err, sizeof err);
+    }
+  }
+  if (!ok) job_fail(j, err);
   teardown(&r, max_threads);
-  return ok;
+}
+
+/* The pool: SOFTMETAL_THREADS participants (default: the online cores),
+ * that is the queue's thread and that many workers less one, started at the
+ * first dispatch and joined when the last device is released. A pool runs
+ * one dispatch at a time; a queue that finds it busy runs its dispatch on
+ * its own thread. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv, done_cv;
+  pthread_t *threads;
+  unsigned nthreads; /* workers */
+  bool started, stop;
+  job *cur;
+  uint64_t gen;      /* bumped for each job handed to the workers */
+  unsigned running;  /* workers inside the current job */
+} g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+            NULL, 0, false, false, NULL, 0, 0};
+
+static void *worker_main(void *arg) {
+  (void)arg;
+  sm_altstack alt;
+  sm__altstack_push(&alt);
+  uint64_t seen = 0;
+  pthread_mutex_lock(&g_pool.mu);
+  for (;;) {
+    while (!g_pool.stop && (!g_pool.cur || g_pool.gen == seen))
+      pthread_cond_wait(&g_pool.work_cv, &g_pool.mu);
+    if (g_pool.stop) break;
+    seen = g_pool.gen;
+    job *j = g_pool.cur;
+    g_pool.running++;
+    pthread_mutex_unlock(&g_pool.mu);
+    job_work(j);
+    pthread_mutex_lock(&g_pool.mu);
+    if (--g_pool.running == 0) pthread_cond_broadcast(&g_pool.done_cv);
+  }
+  pthread_mutex_unlock(&g_pool.mu);
+  sm__altstack_pop(&alt);
+  return NULL;
+}
+
+static unsigned read_threads(void) {
+  const char *v = getenv("SOFTMETAL_THREADS");
+  if (v && *v) {
+    char *end;
+    unsigned long n = strtoul(v, &end, 10);
+    if (*end || n < 1 || n > 1024)
+      sm__fatal("SOFTMETAL_THREADS=%s: expected a number of threads in 1..1024", v);
+    return (unsigned)n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 1024 ? 1024 : (unsigned)n;
+}
+
+/* A child of fork() has none of the parent's workers: it starts its own. */
+static pthread_t *g_parent_threads;
+static void pool_forget(void) {
+  pthread_mutex_init(&g_pool.mu, NULL);
+  pthread_cond_init(&g_pool.work_cv, NULL);
+  pthread_cond_init(&g_pool.done_cv, NULL);
+  if (g_pool.threads) g_parent_threads = g_pool.threads; /* reachable, never freed here */
+  g_pool.threads = NULL;
+  g_pool.nthreads = 0;
+  g_pool.started = g_pool.stop = false;
+  g_pool.cur = NULL;
+  g_pool.running = 0;
+}
+static void pool_atfork(void) { pthread_atfork(NULL, NULL, pool_forget); }
+
+/* Under g_pool.mu. */
+static void pool_start(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, pool_atfork);
+  if (g_pool.started) return;
+  g_pool.started = true;
+  g_pool.stop = false;
+  unsigned want = read_threads() - 1;
+  g_pool.threads = want ? calloc(want, sizeof *g_pool.threads) : NULL;
+  g_pool.nthreads = 0;
+  for (unsigned i = 0; g_pool.threads && i < want; i++) {
+    if (pthread_create(&g_pool.threads[i], NULL, worker_main, NULL) != 0) break;
+    g_pool.nthreads++;
+  }
+}
+
+void sm__exec_shutdown(void) {
+  pthread_mutex_lock(&g_pool.mu);
+  if (!g_pool.started) {
+    pthread_mutex_unlock(&g_pool.mu);
+    return;
+  }
+  g_pool.stop = true;
+  pthread_cond_broadcast(&g_pool.work_cv);
+  pthread_t *threads = g_pool.threads;
+  unsigned n = g_pool.nthreads;
+  pthread_mutex_unlock(&g_pool.mu);
+  for (unsigned i = 0; i < n; i++) pthread_join(threads[i], NULL);
+  free(threads);
+  pthread_mutex_lock(&g_pool.mu);
+  g_pool.threads = NULL;
+  g_pool.nthreads = 0;
+  g_pool.started = false;
+  pthread_mutex_unlock(&g_pool.mu);
+}
+
+bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
+  if (d->grid.width == 0 || d->grid.height == 0 || d->grid.depth == 0) return true;
+  job j;
+  memset(&j, 0, sizeof j);
+  j.d = d;
+  j.err = err;
+  j.errlen = errlen;
+  err[0] = 0;
+  read_schedule(&j.seeded, &j.seed);
+  j.ngroups = (uint64_t)d->groups.width * d->groups.height * d->groups.depth;
+  if (j.seeded) perm_init(&j.perm, j.ngroups, j.seed);
+  atomic_init(&j.next, 0);
+  atomic_init(&j.stop, false);
+  pthread_mutex_init(&j.mu, NULL);
+  sm__fault_init();
+  sm_altstack alt;
+  sm__altstack_push(&alt);
+  bool pooled = false;
+  pthread_mutex_lock(&g_pool.mu);
+  pool_start();
+  uint64_t parts = g_pool.nthreads + 1;
+  if (g_pool.nthreads && !g_pool.cur && j.ngroups > 1) {
+    g_pool.cur = &j;
+    g_pool.gen++;
+    pooled = true;
+  }
+  /* Chunks small enough to share the work, large enough to keep the
+   * counter cold. */
+  j.chunk = pooled ? j.ngroups / (parts * 16) : j.ngroups;
+  if (j.chunk < 1) j.chunk = 1;
+  if (pooled) pthread_cond_broadcast(&g_pool.work_cv);
+  pthread_mutex_unlock(&g_pool.mu);
+  job_work(&j);
+  if (pooled) {
+    pthread_mutex_lock(&g_pool.mu);
+    g_pool.cur = NULL; /* workers that have not joined it yet never will */
+    while (g_pool.running) pthread_cond_wait(&g_pool.done_cv, &g_pool.mu);
+    pthread_mutex_unlock(&g_pool.mu);
+  }
+  sm__altstack_pop(&alt);
+  pthread_mutex_destroy(&j.mu);
+  return !j.failed;
 }

@@ -1716,7 +1716,54 @@ static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync)
   }
 }
 
-static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
+/* The builtin's value: in a trampoline from t; in a threadgroup loop
+ * (in_group) the per-thread ones from the loop's position p. */
+static void put_builtin(buf *b, const char *text, bool in_group) {
+  static const char *const PER_THREAD[] = {"tpig", "tpitg", "tiitg", "lane", "simdgroup"};
+  for (const char *s = text; *s;) {
+    bool done = false;
+    for (size_t i = 0; in_group && !done && i < sizeof PER_THREAD / sizeof *PER_THREAD; i++) {
+      size_t n = strlen(PER_THREAD[i]);
+      if (strncmp(s, "t->", 3) == 0 && strncmp(s + 3, PER_THREAD[i], n) == 0 &&
+          !isalnum((unsigned char)s[3 + n]) && s[3 + n] != '_') {
+        sm__text_printf(b, "p.%s", PER_THREAD[i]);
+        s += 3 + n;
+        done = true;
+      }
+    }
+    if (!done) sm__text_put(b, s++, 1);
+  }
+}
+
+/* The call of kernel n with its arguments (from t, or in_group from p). */
+static void emit_call(fe *f, size_t n, buf *b, bool in_group) {
+  const kout *k = &f->k[n];
+  sm__text_printf(b, "%s(", k->callee);
+  for (int i = 0; i < k->np; i++) {
+    const param *p = &k->p[i];
+    char P[700];
+    snprintf(P, sizeof P, "::sm::param_t<decltype(&%s), %d>", k->callee, i);
+    if (i) put_s(b, ", ");
+    if (p->fc >= 0) sm__text_printf(b, "!(%s) ? ::sm::absent_arg<%s>() : ", f->c[p->fc].name, P);
+    if (p->kind == P_BUFFER) sm__text_printf(b, "::sm::buffer_arg<%s>(t, %d)", P, p->index);
+    else if (p->kind == P_TG) sm__text_printf(b, "(%s)(t->tgmem[%d])", P, p->index);
+    else if (BUILTINS[p->builtin].vector) {
+      sm__text_printf(b, "::sm::pick<%s>(", P);
+      put_builtin(b, BUILTINS[p->builtin].expr, in_group);
+      put_s(b, ")");
+    } else {
+      sm__text_printf(b, "(%s)(", P);
+      put_builtin(b, BUILTINS[p->builtin].expr, in_group);
+      put_s(b, ")");
+    }
+  }
+  put_s(b, ")");
+}
+
+/* sm_tramp_N runs one thread; sm_group_N (kernels without barriers or
+ * SIMD-group functions) all threads of a threadgroup, a loop that clang
+ * inlines the kernel into (sm::run_group). */
+static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen, bool sync) {
   const kout *k = &f->k[n];
   /* k->pre instantiates the kernel (a deduced explicit instantiation): it is
    * guarded with the instantiation, so only this kernel's compile makes it. */
@@ -1728,22 +1775,18 @@ static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen) {
     put_s(b, k->pre);
     put_s(b, SM_GUARD_CLOSE);
   }
+  /* the bodies are guarded: another kernel's compile keeps empty entries */
   sm__text_printf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { " SM_GUARD_OPEN "%zu*/ ::sm::cur = t; ", n, n);
   if (f->nc) put_s(b, "::sm::fc_load(t); ");
-  sm__text_printf(b, "%s(", k->callee);
-  for (int i = 0; i < k->np; i++) {
-    const param *p = &k->p[i];
-    char P[700];
-    snprintf(P, sizeof P, "::sm::param_t<decltype(&%s), %d>", k->callee, i);
-    if (i) put_s(b, ", ");
-    if (p->fc >= 0) sm__text_printf(b, "!(%s) ? ::sm::absent_arg<%s>() : ", f->c[p->fc].name, P);
-    if (p->kind == P_BUFFER) sm__text_printf(b, "::sm::buffer_arg<%s>(t, %d)", P, p->index);
-    else if (p->kind == P_TG) sm__text_printf(b, "(%s)(t->tgmem[%d])", P, p->index);
-    else if (BUILTINS[p->builtin].vector)
-      sm__text_printf(b, "::sm::pick<%s>(%s)", P, BUILTINS[p->builtin].expr);
-    else sm__text_printf(b, "(%s)(%s)", P, BUILTINS[p->builtin].expr);
+  emit_call(f, n, b, false);
+  put_s(b, "; " SM_GUARD_CLOSE " }");
+  if (!sync) {
+    sm__text_printf(b, " extern \"C\" void sm_group_%zu(sm_thread *t) { " SM_GUARD_OPEN "%zu*/ ::sm::cur = t; ", n, n);
+    if (f->nc) put_s(b, "::sm::fc_load(t); ");
+    put_s(b, "::sm::run_group(t, [&](const ::sm::pos &p) { ");
+    emit_call(f, n, b, true);
+    put_s(b, "; }); " SM_GUARD_CLOSE " }");
   }
-  put_s(b, "); " SM_GUARD_CLOSE " }");
   (void)c_seen;
   sm__text_printf(b, " extern \"C\" const uint32_t sm_written_%zu = 0u " SM_GUARD_OPEN "%zu*/", n, n);
   for (int i = 0; i < k->np; i++)
@@ -1810,7 +1853,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   put_s(&table, "\n# 1 \"softmetal_kernel_table\"\n");
   for (size_t n = 0; n < f.nk && !f.oom; n++)
     sm__text_printf(&table, "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
-                 "sm_written_%zu;\n", n, n);
+                 "sm_written_%zu; extern \"C\" void sm_group_%zu(sm_thread *);\n", n, n, n);
   /* What every kernel may reach: code outside the functions found (lambdas
    * and initialisers at namespace scope, class heads), the functions it calls
    * by name, operators, constructors and destructors (called without their
@@ -1864,7 +1907,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
       if (k->p[i].kind == P_TG) tmask |= 1u << k->p[i].index;
     }
     buf tr = {0};
-    emit_trampoline(&f, n, &tr, c_seen);
+    emit_trampoline(&f, n, &tr, c_seen, sync);
     if (tr.oom) f.oom = true;
     add_edit(&f, k->insert_at, k->insert_at, tr.p ? tr.p : "");
     free(tr.p);
@@ -1899,8 +1942,10 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
         sm__text_printf(&manifest, " %d %d %d", k->p[i].kind == P_TG, k->p[i].index, k->p[i].fc);
     sm__text_printf(&manifest, " %s\n", k->host);
     sm__text_printf(&entries, "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
-                   "%du, %du, sm_fc_conds_%zu + 1},\n",
+                   "%du, %du, sm_fc_conds_%zu + 1, ",
          k->host, n, sync ? 1 : 0, bmask, tmask, n, n, used, conds, n);
+    if (sync) put_s(&entries, "nullptr},\n");
+    else sm__text_printf(&entries, "sm_group_%zu},\n", n);
   }
   for (size_t a = 0; a < f.nk; a++)
     for (size_t b2 = a + 1; b2 < f.nk; b2++)

@@ -191,6 +191,7 @@ typedef struct {
   sm_pipeline *pipeline;       /* retained */
   void *buffers[SM_MAX_BINDINGS];   /* resolved pointers (contents + offset) */
   void *bytes[SM_MAX_BINDINGS];     /* owned copies from setBytes */
+  NSUInteger buffer_len[SM_MAX_BINDINGS]; /* bytes of buffers[i] from its offset; 0 unknown */
   NSUInteger tg_len[SM_MAX_BINDINGS];
   MTLSize grid;   /* threads per grid */
   MTLSize tg;     /* threads per threadgroup */
@@ -205,5 +206,36 @@ void sm__tg_arena_begin(sm_tg_arena *a);
 void sm__tg_arena_free(sm_tg_arena *a);
 void *sm__tg_var(struct sm_thread *t, uint32_t decl, uint32_t size, uint32_t align);
 
-/* Runs d on the calling thread. On failure writes a message and returns false. */
+/* Runs d, its threadgroups on the calling thread and the workers of the
+ * pool (sm_exec.c). On failure writes a message and returns false. */
 bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen);
+/* Joins the pool's workers (when the last device is released). */
+void sm__exec_shutdown(void);
+
+/* Kernel faults (sm_fault.c). While a thread runs kernel code, sm__t_fault
+ * points at its record; a fault then fills it and, after the signal handler
+ * returns, land(f) runs on the faulting stack (it must not return). */
+typedef struct sm_fault {
+  void (*land)(struct sm_fault *f);
+  void *arg;      /* for land() */
+  uintptr_t safe_sp; /* where land() runs after a stack overflow; 0: not caught */
+  int fired;
+  int sig, code;
+  int write;      /* SIGSEGV: 1 write, 0 read, -1 unknown */
+  int trap_kind;  /* clang's -fsanitize-trap check kind, or -1 */
+  bool stack_overflow;
+  void *addr, *pc;
+} sm_fault;
+extern __thread sm_fault *sm__t_fault __attribute__((tls_model("initial-exec")));
+void sm__fault_init(void); /* installs the handlers once */
+typedef struct { void *mem; } sm_altstack;
+void sm__altstack_push(sm_altstack *a); /* this thread's signal stack while it runs kernels */
+void sm__altstack_pop(sm_altstack *a);
+/* The rule a fault broke, in words (buf: scratch). */
+const char *sm__fault_rule(const sm_fault *f, char *buf, size_t len);
+/* MTL_SHADER_VALIDATION=1: buffers softmetal allocates end at an inaccessible
+ * guard (sm__guard_bytes() of it, and as much before the start). */
+bool sm__shader_validation(void);
+void *sm__guarded_alloc(size_t length); /* zeroed, 16-byte aligned, or NULL */
+void sm__guarded_free(void *p, size_t length);
+size_t sm__guard_bytes(void);

@@ -59,7 +59,10 @@ static void device_destroy(sm_obj *o) {
   sm_device *d = (sm_device *)o;
   pthread_mutex_lock(&g_device_lock);
   if (g_devices[d->index] == d) g_devices[d->index] = NULL;
+  bool last = true;
+  for (unsigned i = 0; i < MAX_DEVICES; i++) last &= g_devices[i] == NULL;
   pthread_mutex_unlock(&g_device_lock);
+  if (last) sm__exec_shutdown(); /* nothing runs kernels once no device is alive */
   sm__release(d->name);
 }
 
@@ -275,6 +278,7 @@ typedef struct {
   NSUInteger options, storage;
   bool nocopy;
   bool placed;    /* in a heap's memory: neither freed nor counted here */
+  bool guarded;   /* MTL_SHADER_VALIDATION=1: mem and gpu from sm__guarded_alloc */
   bool untracked; /* MTLResourceHazardTrackingModeUntracked */
   void *deallocator; /* copied block, or NULL */
   /* Passes of queue hz_queue that use it and may not be ordered before
@@ -301,6 +305,11 @@ static void buffer_destroy(sm_obj *o) {
   if (b->placed) {
     sm__release((id)b->device);
     return;
+  }
+  if (b->guarded) { /* our memory, never nocopy */
+    if (b->gpu != b->mem) sm__guarded_free(b->gpu, b->length);
+    sm__guarded_free(b->mem, b->length);
+    b->gpu = b->mem = NULL;
   }
   if (!b->reserved) { /* never finished: nothing counted, mem is the caller's or ours */
     if (!b->nocopy) free(b->mem);
@@ -374,10 +383,10 @@ static bool buffer_finish(sm_buffer *b) {
   NSUInteger reserved = (b->length + PAGE - 1) / PAGE * PAGE;
   b->gpu = b->mem;
   if (b->storage == ST_MANAGED) {
-    b->gpu = aligned_alloc(PAGE, reserved);
+    b->gpu = b->guarded ? sm__guarded_alloc(b->length) : aligned_alloc(PAGE, reserved);
     if (!b->gpu) return false;
     memcpy(b->gpu, b->mem, b->length);
-    memset(b->gpu + b->length, 0, reserved - b->length);
+    if (!b->guarded) memset(b->gpu + b->length, 0, reserved - b->length);
   }
   b->reserved = reserved;
   b->gpu_address = atomic_fetch_add(&g_next_gpu_address, b->reserved);
@@ -399,13 +408,14 @@ static id device_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger opti
   sm_buffer *b = buffer_make((sm_device *)self, sel_getName(cmd), length, options);
   if (!b) return nil;
   NSUInteger size = (length + PAGE - 1) / PAGE * PAGE;
-  b->mem = aligned_alloc(PAGE, size);
+  b->guarded = sm__shader_validation(); /* accesses past the end fault */
+  b->mem = b->guarded ? sm__guarded_alloc(length) : aligned_alloc(PAGE, size);
   if (!b->mem) {
     sm__release((id)b);
     refuse(sel_getName(cmd), "length = %lu: out of memory", length);
     return nil;
   }
-  memset(b->mem, 0, size);
+  if (!b->guarded) memset(b->mem, 0, size);
   return buffer_ready(b, sel_getName(cmd));
 }
 
@@ -753,7 +763,10 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
   memset(&d, 0, sizeof d);
   d.pipeline = r->pipeline;
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
-    if (r->buffers[i]) d.buffers[i] = r->buffers[i]->gpu + r->offsets[i];
+    if (r->buffers[i]) {
+      d.buffers[i] = r->buffers[i]->gpu + r->offsets[i];
+      d.buffer_len[i] = r->buffers[i]->length - r->offsets[i];
+    }
     else if (r->bytes[i]) d.buffers[i] = r->bytes[i];
     d.tg_len[i] = r->tg_len[i];
   }

@@ -1,0 +1,172 @@
+/* Kernel faults: an integer division by zero, a wild pointer and (under
+ * MTL_SHADER_VALIDATION=1) a read past the end of a buffer fail their command
+ * buffer with a message naming the kernel, the thread and the rule; the
+ * process, the queue and later command buffers go on. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "softmetal/sm_run.h"
+
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#define VALGRIND_DISABLE_ADDR_ERROR_REPORTING_IN_RANGE(a, n) ((void)(a), (void)(n))
+#define VALGRIND_ENABLE_ADDR_ERROR_REPORTING_IN_RANGE(a, n) ((void)(a), (void)(n))
+#endif
+
+static const char SRC[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void int_mod(device const int *a [[buffer(0)]], device const int *b [[buffer(1)]],\n"
+    "                    device int *out [[buffer(2)]], uint id [[thread_position_in_grid]]) {\n"
+    "  out[id] = a[id] % b[id];\n"
+    "}\n"
+    "kernel void int_div_barrier(device const int *a [[buffer(0)]],\n"
+    "                            device const int *b [[buffer(1)]],\n"
+    "                            device int *out [[buffer(2)]],\n"
+    "                            uint id [[thread_position_in_grid]],\n"
+    "                            uint lid [[thread_position_in_threadgroup]]) {\n"
+    "  threadgroup int t[32];\n"
+    "  t[lid] = b[id];\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  out[id] = a[id] / t[31 - lid];\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "}\n"
+    "kernel void wild_write(device const ulong *where [[buffer(0)]],\n"
+    "                       device int *out [[buffer(1)]], uint id [[thread_position_in_grid]]) {\n"
+    "  out[id] = 1;\n"
+    "  if (id == 5) *(device int *)where[0] = 7;\n"
+    "}\n"
+    "kernel void sum_next(device const float *in [[buffer(0)]], device float *out [[buffer(1)]],\n"
+    "                     uint id [[thread_position_in_grid]]) {\n"
+    "  out[id] = in[id] + in[id + 1];\n"
+    "}\n";
+
+static id lib;
+static void setup(void) {
+  sm_run_open();
+  id error = 0;
+  lib = sm_compile(SRC, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+}
+static void teardown(void) {
+  sm_release(lib);
+  sm_run_close();
+}
+TestSuite(faults, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Runs kernel over `threads` threads in threadgroups of `tg` on queue q with
+ * bufs at 0..n-1; returns the finished command buffer (autoreleased). */
+static id run_on(id q, const char *kernel, id *bufs, int n, NSUInteger threads, NSUInteger tg) {
+  id p = sm_pipeline(lib, kernel);
+  id cb = SEND0(id, q, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  for (int i = 0; i < n; i++)
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
+         0ul, (NSUInteger)i);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
+       SM_SIZE(threads, 1, 1), SM_SIZE(tg, 1, 1));
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  sm_release(p);
+  return cb;
+}
+
+/* The command buffer failed (status Error, MTLCommandBufferErrorDomain) with
+ * a message holding every one of the strings in want (NULL-terminated). */
+static void expect_fault(id cb, const char *const *want) {
+  id error = SEND0(id, cb, "error");
+  cr_assert_eq(sm_u(cb, "status"), 5 /* Error */, "%s", sm_error_text(error));
+  cr_assert_not_null(error);
+  cr_assert_str_eq(sm_utf8(SEND0(id, error, "domain")), "MTLCommandBufferErrorDomain");
+  const char *msg = sm_error_text(error);
+  for (int i = 0; want[i]; i++) cr_assert(strstr(msg, want[i]), "no '%s' in: %s", want[i], msg);
+}
+
+static void mod_inputs(id a, id b, int zero_at) {
+  int *pa = sm_contents(a), *pb = sm_contents(b);
+  for (int i = 0; i < 64; i++) {
+    pa[i] = 1000 + i;
+    pb[i] = i == zero_at ? 0 : 7 + i % 5;
+  }
+}
+
+Test(faults, integer_remainder_by_zero_fails_the_command_buffer_and_the_queue_goes_on) {
+  id bufs[3] = {sm_buffer(NULL, 256), sm_buffer(NULL, 256), sm_buffer(NULL, 256)};
+  mod_inputs(bufs[0], bufs[1], 37);
+  static const char *const want[] = {"kernel int_mod", "thread_position_in_grid (37, 0, 0)",
+                                     "threadgroup_position_in_grid (1, 0, 0)",
+                                     "thread_position_in_threadgroup (5, 0, 0)",
+                                     "integer division or remainder by zero", NULL};
+  expect_fault(run_on(sm_queue, "int_mod", bufs, 3, 64, 32), want);
+  /* The next command buffer on the same queue runs. */
+  mod_inputs(bufs[0], bufs[1], -1);
+  id cb = run_on(sm_queue, "int_mod", bufs, 3, 64, 32);
+  cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+  const int *out = sm_contents(bufs[2]);
+  for (int i = 0; i < 64; i++) cr_assert_eq(out[i], (1000 + i) % (7 + i % 5), "out[%d]", i);
+  /* And so does another queue. */
+  id q2 = SEND0(id, sm_dev, "newCommandQueue");
+  cb = run_on(q2, "int_mod", bufs, 3, 64, 32);
+  cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+  sm_release(q2);
+  for (int i = 0; i < 3; i++) sm_release(bufs[i]);
+}
+
+Test(faults, division_by_zero_in_a_kernel_with_barriers_fails_and_the_queue_goes_on) {
+  id bufs[3] = {sm_buffer(NULL, 256), sm_buffer(NULL, 256), sm_buffer(NULL, 256)};
+  mod_inputs(bufs[0], bufs[1], 40); /* read by thread 32 + (31 - 8) = 55 */
+  static const char *const want[] = {"kernel int_div_barrier",
+                                     "thread_position_in_grid (55, 0, 0)",
+                                     "threadgroup_position_in_grid (1, 0, 0)",
+                                     "thread_position_in_threadgroup (23, 0, 0)",
+                                     "integer division or remainder by zero", NULL};
+  expect_fault(run_on(sm_queue, "int_div_barrier", bufs, 3, 64, 32), want);
+  mod_inputs(bufs[0], bufs[1], -1);
+  id cb = run_on(sm_queue, "int_div_barrier", bufs, 3, 64, 32);
+  cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+  const int *out = sm_contents(bufs[2]);
+  for (int i = 0; i < 64; i++) {
+    int j = i / 32 * 32 + 31 - i % 32;
+    cr_assert_eq(out[i], (1000 + i) / (7 + j % 5), "out[%d]", i);
+  }
+  for (int i = 0; i < 3; i++) sm_release(bufs[i]);
+}
+
+Test(faults, a_wild_pointer_write_fails_the_command_buffer) {
+  id bufs[2] = {sm_buffer(NULL, 8), sm_buffer(NULL, 64 * 4)};
+  *(uint64_t *)sm_contents(bufs[0]) = 0x10; /* in the page at 0, never mapped */
+  /* memcheck would report the write this test makes on purpose. */
+  if (RUNNING_ON_VALGRIND) VALGRIND_DISABLE_ADDR_ERROR_REPORTING_IN_RANGE(0, 4096);
+  static const char *const want[] = {"kernel wild_write", "thread_position_in_grid (5, 0, 0)",
+                                     "invalid memory", "at address 0x10", NULL};
+  expect_fault(run_on(sm_queue, "wild_write", bufs, 2, 64, 16), want);
+  if (RUNNING_ON_VALGRIND) VALGRIND_ENABLE_ADDR_ERROR_REPORTING_IN_RANGE(0, 4096);
+  *(uint64_t *)sm_contents(bufs[0]) = (uint64_t)(uintptr_t)sm_contents(bufs[1]);
+  id cb = run_on(sm_queue, "wild_write", bufs, 2, 64, 16);
+  cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+  cr_assert_eq(((int *)sm_contents(bufs[1]))[0], 7);
+  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
+}
+
+Test(faults, shader_validation_reports_a_read_past_the_end_of_a_buffer) {
+  setenv("MTL_SHADER_VALIDATION", "1", 1); /* read when buffers are made */
+  id bufs[2] = {sm_buffer(NULL, 64 * 4), sm_buffer(NULL, 64 * 4)};
+  float *in = sm_contents(bufs[0]);
+  for (int i = 0; i < 64; i++) in[i] = (float)i;
+  static const char *const want[] = {
+      "kernel sum_next", "thread_position_in_grid (63, 0, 0)",
+      "threadgroup_position_in_grid (3, 0, 0)", "thread_position_in_threadgroup (15, 0, 0)",
+      "out of bounds: byte 256 of the buffer at [[buffer(0)]], which has 256 bytes", NULL};
+  expect_fault(run_on(sm_queue, "sum_next", bufs, 2, 64, 16), want);
+  /* Within bounds, the same kernel runs. */
+  id cb = run_on(sm_queue, "sum_next", bufs, 2, 63, 16);
+  cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+  cr_assert_eq(((float *)sm_contents(bufs[1]))[62], 62.0f + 63.0f);
+  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
+  unsetenv("MTL_SHADER_VALIDATION");
+}
