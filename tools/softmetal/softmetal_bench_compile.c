@@ -187,6 +187,7 @@ static int hit_child(const char *file) {
   return 0;
 }
 
+int sm_bench_compile_main(int argc, char **argv); /* softmetal_bench.c */
 int sm_bench_compile_main(int argc, char **argv) {
   const char *corpus = getenv("CMETAL_MSL_CORPUS");
   bool ggml = true, mlx = true;

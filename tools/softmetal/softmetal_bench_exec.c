@@ -148,6 +148,7 @@ static double run(ctx *c, id p, id *bufs, int nbufs, size_t n, double *cpu) {
   return t;
 }
 
+int sm_bench_exec_main(int argc, char **argv); /* softmetal_bench.c */
 int sm_bench_exec_main(int argc, char **argv) {
   size_t n = 16u << 20;
   int reps = 5;
