@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmetal_embed_library(<target> <file> <symbol>)
 # Embeds a Metal library file (a .metallib on a Mac, softmetal's container
 # from softmetal-metallib on Linux) into <target>, so that a static binary

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DOUT=file.c -DSYMBOL=name -DINPUT=file -P embed_binary.cmake
 # Writes INPUT's bytes as `const unsigned char SYMBOL[]` and its length as
 # `const size_t SYMBOL_size` (the array gets one extra 0 byte, not counted).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DOUT=file.c -DSYMBOL=name -DINPUTS="a;b;c" -P embed_text.cmake
 # Writes the input files, joined in order (each followed by a newline), as
 # one NUL-terminated char array `SYMBOL` with hidden visibility. A byte

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Cross-compiles cmetal, its tests and softmetal for aarch64 Linux with
 # Debian's cross GCC; tests run under qemu-aarch64 (user mode) through
 # tools/ci/qemu/run.sh, which ctest puts before every test command.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Cross-compiles cmetal for macOS with `zig cc`. No macOS SDK is needed: the
 # library reaches libobjc, the blocks runtime and Metal through dlopen and
 # declares what it uses itself.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Cast between any two dtypes (float64 excepted) by the rules of ops.h.
 
 kernel void cm_cast(device uchar *out [[buffer(0)]],

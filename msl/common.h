@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // Shared by every msl/*.metal file: the build joins this header and the
 // .metal files into one source (msl/CMakeLists.txt), compiled once per
 // device. These kernels have run only on softmetal (tools/softmetal), never

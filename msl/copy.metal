@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fill and strided copy, by element size: bits move unchanged.
 
 kernel void cm_fill(device uchar *out [[buffer(0)]],

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unary and binary elementwise ops over up to 16 strided axes (inputs
 // broadcast with stride 0). Integers compute in 64 bits and wrap when
 // stored; float16 and bfloat16 compute in float32 and round once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions (sum, mean, max, min) of the `count` inner elements of each
 // output. Accumulators are 64-bit words: float sums in float32 (low 32
 // bits), signed integer and bool sums in int64, unsigned in uint64, both

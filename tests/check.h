@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Assertions shared by the Criterion suites: a call that must succeed, and
  * one that must fail with a given status and a message naming the cause. */
 #ifndef CMETAL_TESTS_CHECK_H

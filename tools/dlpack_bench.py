@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """DLPack round trips, cmetal beside NumPy and PyTorch, in one run.
 
 Usage: /usr/bin/python3 tools/dlpack_bench.py BUILD_DIR [max_bytes]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what cmetal needs on a Debian (bookworm) machine.
 #   tools/install-deps.sh          build and run: compiler, CMake, libobjc, the Blocks
 #                                  runtime and clang (softmetal), dlpack

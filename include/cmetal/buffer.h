@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/buffer.h: reference-counted device memory.
  *
  * A buffer is a span of memory owned by a device: host memory on the CPU, an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal.h: the whole public API of cmetal. Each header also compiles alone,
  * as C11 and as C++. */
 #ifndef CMETAL_CMETAL_H

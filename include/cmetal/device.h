@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/device.h: devices.
  *
  * A device is where buffers live and ops run: the CPU, or a Metal GPU

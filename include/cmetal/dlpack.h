@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/dlpack.h: zero-copy exchange of tensors through DLPack.
  *
  * The DLPack ABI comes from <dlpack/dlpack.h>. When the installed header

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/dtype.h: element types and their DLPack encoding. */
 #ifndef CMETAL_DTYPE_H
 #define CMETAL_DTYPE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/kernel.h: your own Metal kernels on cmetal tensors.
  *
  * Two ways in:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/metal.h: Metal-specific access.
  *
  * Objective-C objects cross this API as void pointers; the real type is in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/ops.h: fill, copy, cast, elementwise math and reductions.
  *
  * Every op writes into a caller-made output tensor (the last tensor

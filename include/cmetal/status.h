@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/status.h: status codes, the last-error message, the version and the
  * allocator hook.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/stream.h: streams (ordered device work) and fences.
  *
  * A stream is an ordered queue of work on one device. On Metal it owns an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/tensor.h: tensors as views over buffers.
  *
  * A tensor is a buffer reference plus a layout: dtype, ndim, shape, strides

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The device backend interface, and the internal layout of devices and
  * buffers. A backend (runtime/cpu, runtime/metal) fills a cm__backend table;
  * the core never asks which backend it holds. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Buffers: creation, wrapping of foreign host memory, reference counting. */
 #include "backend.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Element conversions shared by the core (fill values, reduction results)
  * and the CPU kernels (cast, float16/bfloat16 arithmetic). Platform-free
  * C11, branch-light so that loops over them vectorise. The rules are those

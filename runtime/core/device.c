@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Devices: opening by type, reference counting, info. */
 #include "backend.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* DLPack export and import (legacy and versioned managed tensors). */
 #include "backend.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Element type table and its DLPack encoding. */
 #include "backend.h"
 

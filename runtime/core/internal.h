@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal helpers shared by every layer of cmetal: error reporting, checked
  * arithmetic, allocation and reference counts. Not installed. */
 #ifndef CMETAL_CORE_INTERNAL_H

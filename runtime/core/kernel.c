@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Custom kernels (cmetal/kernel.h): argument checks, the source of macros
  * and body-only kernels, checks against the reflected bindings. Platform-free: the
  * backend's cm__kernel_backend compiles and dispatches. */

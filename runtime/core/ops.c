@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Ops: the one place that validates them (shapes, dtypes, broadcasting,
  * aliasing, read-only outputs, devices) before handing a cm__op to the
  * device's backend. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Status names, the thread-local last-error message, the version and the
  * process allocator. */
 #include "backend.h"

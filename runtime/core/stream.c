@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Streams and fences: lifetimes and validation; the work is the backend's. */
 #include "backend.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tensors: layout validation, views and host access. */
 #include "backend.h"
 

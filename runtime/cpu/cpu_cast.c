@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CPU cast kernels: one per (source, destination) dtype pair, generated
  * from the conversions of core/convert.h, with a contiguous loop the
  * compiler can vectorise and a strided one. */

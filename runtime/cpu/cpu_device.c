@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CPU device: one device, host memory aligned to 256 bytes. */
 #include "cpu_ops.h"
 

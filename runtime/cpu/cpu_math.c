@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CPU elementwise kernels: unary and binary ops per dtype, each with a
  * contiguous loop (also with one broadcast operand) the compiler can
  * vectorise and a strided loop. float16 and bfloat16 run the float32

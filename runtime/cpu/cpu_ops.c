@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CPU ops: iteration with dimension coalescing, fill, copy (memcpy runs and
  * tiled transposes), and dispatch of cast, elementwise and reduce kernels. */
 #include "cpu_ops.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CPU backend's ops: N-d iteration with dimension coalescing, and the
  * kernel tables of each op family. Internal to runtime/cpu. */
 #ifndef CMETAL_CPU_OPS_H

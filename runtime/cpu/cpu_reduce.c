@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* CPU reductions: sum and mean accumulate floats in double and integers in
  * 64 bits (wrapping); max and min compare exactly and propagate NaN.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The Metal device: devices, buffers, streams and fences over the
  * Objective-C bridge. The only sends are through objc/bridge.h. */
 #include "metal_internal.h"

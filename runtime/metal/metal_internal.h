@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal state of the Metal backend, shared by its files. */
 #ifndef CMETAL_METAL_INTERNAL_H
 #define CMETAL_METAL_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Kernels on Metal, for cmetal/kernel.h and for cmetal's own ops: one way
  * to compile a library, make a pipeline and encode a dispatch. Libraries
  * and pipelines are cached per device under cache_lock, by key (source and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Ops on Metal: the msl/ kernels, compiled from the embedded source at
  * first use per device, one pipeline per kernel cached with the device,
  * all through the path of custom kernels (metal_kernel.c): its library and

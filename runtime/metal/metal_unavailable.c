@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The Metal backend of a build configured with -DCMETAL_METAL=OFF: no
  * Metal devices, and a clear error from every Metal entry point. */
 #include "core/backend.h"

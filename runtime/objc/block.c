@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Blocks built in C, by the clang Block ABI:
  *   literal     { isa, flags, reserved, invoke, descriptor, captures... }
  *   descriptor  { reserved, size, [copy, dispose if HAS_COPY_DISPOSE],

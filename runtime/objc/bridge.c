@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Loading the Objective-C runtime and the Metal framework, selector and
  * class caches, pools, NSString and NSError. */
 #if defined(__APPLE__)

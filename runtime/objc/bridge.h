@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The Objective-C bridge: the only code of cmetal that touches the
  * Objective-C runtime. Internal; the Metal backend builds on it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The selectors and classes the runtime sends to, each with its C signature.
  * Internal, included by bridge.h only.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A counting allocator for tests: makes the Nth allocation fail and tracks
  * live blocks, through cm_set_allocator. Header-only: each test binary gets
  * its own. */

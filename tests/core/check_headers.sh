@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Each public header compiles alone, as C11 and as C++11, without warnings.
 # Usage: check_headers.sh <include-dir>
 set -eu

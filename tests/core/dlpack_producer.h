@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A hand-built DLPack producer for the tests: a legacy and a versioned
  * managed tensor over caller memory, whose deleters count their calls. */
 #ifndef CMETAL_TESTS_DLPACK_PRODUCER_H

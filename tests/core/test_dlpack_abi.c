@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The DLPack ABI as include/cmetal/dlpack.h declares it (over Debian's 0.6
  * header or a 1.x one), checked against the spec's LP64 layout, and the
  * documentation contract of the header. */

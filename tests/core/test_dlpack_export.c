@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Exporting tensors as DLPack managed tensors, and export-import round
  * trips in both struct versions. */
 #include <cmetal/cmetal.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Importing hand-built DLPack producers: validation of every field,
  * ownership on failure, version handling and the layouts peers get wrong. */
 #include <cmetal/cmetal.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* DLPack lifetimes under concurrent releases, and allocation failures at
  * every allocation of import and export. */
 #include <cmetal/cmetal.h>

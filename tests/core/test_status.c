@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include <cmetal/cmetal.h>
 
 #include <criterion/criterion.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CPU device's float16 and bfloat16 casts against references written
  * here from the ops.h rules (integer arithmetic only): every float16 and
  * bfloat16 value to float32, and to float16/bfloat16 a directed set (every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Dimension coalescing of the CPU backend (an internal test): the layouts
  * that must collapse to a single run, and those that must not. */
 #include "cpu/cpu_ops.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CPU device's tiled transpose (cm_copy of a view whose last two axes
  * are swapped) against an element-by-element reference computed from the
  * views' strides over raw memory: ragged tile edges, every element size,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal/kernel.h on the CPU device (every build, the minimal one too):
  * each entry point fails with CM_ERR_UNSUPPORTED and says to open a Metal
  * device; argument errors come first. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Dispatch of ops through cm__backend.run_op, with a stand-in backend (an
  * internal test: it builds a device from the backend table). Checks that
  * the core refuses mixed devices, that a backend sees validated,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Error paths of the ops: each asserts the status and a piece of the
  * message, and that the output was left unchanged. */
 #include "ops/ops_util.h"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The README's examples are real programs: extract its Nth ```c block (the
 # first by default: the tour), build it against the library and run it.
 # Usage: check_readme.sh <README.md> <include-dir> <libcmetal.a> [N]

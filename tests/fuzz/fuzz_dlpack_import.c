@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target: DLPack imports of arbitrary managed tensors, legacy and
  * versioned. Oracle:
  *   - a failure leaves *out NULL, says why, and calls the deleter only for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Reads typed values from fuzz input; past the end everything reads 0. */
 #ifndef CMETAL_TESTS_FUZZ_INPUT_H
 #define CMETAL_TESTS_FUZZ_INPUT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target: cm_copy between two views built from arbitrary bytes, on the
  * CPU device (every copy path: coalesced memcpy, tiled transposes of every
  * element size, the strided loop). Oracle: the destination buffer equals a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzz target: tensor layouts and view chains built from arbitrary bytes.
  * Oracle: every view the library accepts lies inside its buffer, which is
  * allocated to the exact size, so reading every element through the public

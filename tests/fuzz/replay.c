@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Replays fuzz inputs (files given as arguments, or every file in the
  * directories given) through a fuzz target, for regression tests in builds
  * without libFuzzer. */

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Installs the build into a temporary prefix, then builds a consumer against
 # it with pkg-config (shared and static) and with find_package, and runs each.
 # Portable: on Linux the shared library is libcmetal.so and `ldd` lists what

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A program that knows cmetal only through its installed headers and
  * pkg-config: it must build, link and run. */
 #include <cmetal/cmetal.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal_embed_library() from the installed package: this directory's
  * CMakeLists.txt, embedded as bytes, must come back whole. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """DLPack interop between cmetal and real peers (NumPy, PyTorch, JAX, CuPy),
 through ctypes only: no compiled extension.
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tools/mac/check-on-mac.sh runs the suite twice, the second time with
 # Metal's validation on, and its report says which run failed. Checked here
 # with stand-ins for cmake, ctest and the tools, in a scratch copy of the

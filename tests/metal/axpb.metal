@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A precompiled library for test_kernel: built into softmetal's container
 // by softmetal-metallib (-D BIAS=...) and embedded with cmetal_embed_library.
 #include <metal_stdlib>

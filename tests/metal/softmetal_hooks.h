@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's test hooks (tools/softmetal/softmetal.h), looked up in the
  * framework the runtime loaded (CMETAL_METAL_FRAMEWORK), for the Metal
  * suites' leak and object-count checks. Only meaningful on softmetal. */

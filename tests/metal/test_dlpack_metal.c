@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* DLPack on the Metal device (softmetal on Linux): kDLMetal export and
  * import with the PyTorch MPS / MLX conventions (data = id<MTLBuffer>,
  * byte_offset = the view's offset), kDLCPU exports of Metal storage, and

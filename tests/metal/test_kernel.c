@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Custom kernels (cmetal/kernel.h) on the Metal device (softmetal): full
  * MSL sources with threadgroup memory, barriers and SIMD-group functions,
  * macros, body-only kernels over strided and offset views, DLPack imports,

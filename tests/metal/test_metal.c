@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The Metal backend: devices, buffers of every storage mode, wrapping,
  * streams and fences. On Linux it runs on softmetal (CMETAL_METAL_FRAMEWORK
  * points at libsoftmetal.so), whose counters also check that no Metal

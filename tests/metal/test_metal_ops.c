@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Ops on the Metal device (softmetal running the msl/ kernels), beyond the
  * op matrix of tests/ops/test_ops_matrix.c: float64 refusal, batching into one
  * command buffer, host access waiting for ops, private storage, failed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* objc_msgSend for GNU libobjc on aarch64 Linux, so that the bridge's Apple
  * dispatch path runs in tests with arm64's calling convention: look the IMP
  * up with objc_msg_lookup(x0, x1), restore every argument register, then

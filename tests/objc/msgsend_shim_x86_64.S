@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* objc_msgSend and objc_msgSend_stret for GNU libobjc on x86-64 Linux, so
  * that the bridge's Apple dispatch path runs in tests: look the IMP up with
  * objc_msg_lookup, restore every argument register, then tail-jump to it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A tiny Foundation and Metal made from C on GNU libobjc, for the bridge's
  * tests. See objc_support.h. */
 #include "objc_support.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test support for the bridge: a tiny Foundation and Metal made from C on
  * GNU libobjc, built as a shared library that is also the "Metal framework"
  * (CMETAL_METAL_FRAMEWORK) and, for the Apple-dispatch tests, the runtime

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The Objective-C bridge against GNU libobjc, with classes made from C
  * (objc_support.c). Built twice: GNU dispatch (objc_msg_lookup) and Apple
  * dispatch (objc_msgSend, and objc_msgSend_stret on x86-64, through the

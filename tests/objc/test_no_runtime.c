@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The bridge built against a runtime library that does not exist, as on a
  * machine without libobjc: every entry point reports it, nothing crashes. */
 #include "objc/bridge.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers for the op suites: views of every layout filled with
  * deterministic values, element access as raw bytes, and reference
  * conversions written independently of the library. Public API only. */

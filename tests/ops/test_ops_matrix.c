@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Every op x dtype x layout against references computed in the test, on
  * the device CMETAL_TEST_DEVICE names (metal: softmetal running the msl/
  * kernels; cpu: the C kernels), so both implementations pass the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Compile-and-run helpers for softmetal kernel tests: one device and queue,
  * buffers bound at indices 0..n-1, one dispatch per call. Tests that include
  * it call sm_run_open() in their suite init and sm_run_close() in fini. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test helpers for softmetal: messages through objc_msg_lookup with exact
  * prototypes, and clang-ABI block literals built by hand. */
 #ifndef SM_TEST_H

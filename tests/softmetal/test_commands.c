@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal command queues, command buffers, blit encoders and events. */
 #include <criterion/criterion.h>
 #include <pthread.h>

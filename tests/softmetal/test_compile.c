@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's compile model, as Metal's: newLibraryWithSource: checks the
  * whole source and generates no code; a pipeline generates its function's
  * code alone; a cache entry is used only for its own key; softmetal-metallib

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Third-party MSL, laid out outside the repository by tools/softmetal/corpus.sh
  * from the files tests/softmetal/corpus/MANIFEST.tsv names; the suite reads them
  * from $CMETAL_MSL_CORPUS and skips without it. Each file compiles once per test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal device, buffers and shared events. */
 #define _DEFAULT_SOURCE /* mincore */
 #include <criterion/criterion.h>

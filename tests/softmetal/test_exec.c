@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Threadgroups on a pool of workers: in a seeded random order under
  * SOFTMETAL_SCHEDULE=random:SEED, concurrently with SOFTMETAL_THREADS > 1,
  * with device atomics exact across workers. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Kernel faults: an integer division by zero, a wild pointer and (under
  * MTL_SHADER_VALIDATION=1) a read past the end of a buffer fail their command
  * buffer with a message naming the kernel, the thread and the rule; the

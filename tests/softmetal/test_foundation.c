@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal Foundation subset: object model, pools, NSString, NSError, NSArray. */
 #include <criterion/criterion.h>
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal hazard tracking: untracked buffers between passes (fences, events,
  * completion), concurrent compute passes (memory barriers), fences. */
 #include <criterion/criterion.h>

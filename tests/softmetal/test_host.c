@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's host API as Metal programs send it: start-up with pools, +new,
  * heaps and residency sets, a library from a file, debug groups, command
  * buffer times and handlers, events with listeners, capture, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal MSL execution: kernels compiled with clang++ against the compat
  * metal_stdlib, run through compute encoders. */
 #include <criterion/criterion.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's MSL front end: the MSL people write (templates, host_name,
  * [[kernel]], macros, implicit indices), threadgroup variables, function
  * constants, diagnostics, and the safety of the kernel cache. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Kernels of our own, written in the styles of the MSL that ML frameworks ship
  * (the constructs tests/softmetal/corpus exercised, which stays outside the
  * repository): kernel families instantiated by macros under [[host_name]],

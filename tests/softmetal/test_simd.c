@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal threads and simdgroups: SIMD-group functions over the lanes
  * active at each call, quad functions, simdgroup matrices, and the seeded
  * random schedule. */

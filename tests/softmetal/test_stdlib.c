@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's metal_stdlib surface that third-party kernels use: integer
  * functions, numeric_limits and type traits, metal::/fast::/precise:: math,
  * constant-space tables, atomics, matrices, bfloat, metal::array. Each kernel

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* MSL's types as Apple's compiler has them: half is a built-in floating type
  * rounded at each operation, bfloat converts from half, a user type reaches
  * half through one user conversion, `c ? half : float` is float, vectors

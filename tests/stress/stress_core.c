@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Concurrency: threads share tensors and buffers, take views and release
  * them in random order. Each wrapped buffer's release callback must run
  * exactly once, after the last reference anywhere is gone. A plain program

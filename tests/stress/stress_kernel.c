@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Concurrency of custom kernels on the Metal device (softmetal on Linux):
  * threads compile the same and different sources at once, make kernels,
  * share one body kernel whose variants they create concurrently, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Concurrency on the Metal device (softmetal on Linux): threads share one
  * device, make their own streams, run ops on them over a tensor they all
  * read and one they all write (each its own slice), move bytes through

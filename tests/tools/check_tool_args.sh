@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Every tool names a bad argument and its value, exits 2 and prints its usage;
 # and cmetal-info's CPU buffer limit reads as one.
 # Usage: check_tool_args.sh <bin-dir>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Metal figures of cmetal-bench: what our runtime costs around the GPU.
  * On softmetal (Linux) they characterise cmetal's overhead on a software
  * Metal, not Apple hardware; the output says so. No timing is asserted. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal-bench --device metal: Metal figures (bench_metal.c). */
 #ifndef CMETAL_BENCH_METAL_H
 #define CMETAL_BENCH_METAL_H

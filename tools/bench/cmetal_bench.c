@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal-bench: op throughput on the CPU device, each figure as a ratio to
  * memcpy measured in the same run.
  *

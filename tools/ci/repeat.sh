@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Hunts flakes before they land: runs a command N times, two copies at once
 # (-j COPIES for more), and reports how many runs failed, keeping the output
 # of each failing run. Exits 1 if any run failed, 2 on bad usage.

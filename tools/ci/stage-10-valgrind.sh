@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Every Criterion suite of the release build under valgrind memcheck: any
 # invalid access, uninitialised read or definite leak fails the run.
 # Criterion runs each test in a child process, so children are traced and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The minimal build: -DCMETAL_METAL=OFF (no Objective-C bridge, no Metal
 # backend; the library needs libc, libdl and pthread only). Builds with
 # -Werror and runs every suite that applies, which also checks that each

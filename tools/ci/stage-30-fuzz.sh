@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # libFuzzer with ASan + UBSan over each fuzz target, from the seed corpus in
 # tests/fuzz/corpus/.
 #

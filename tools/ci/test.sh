@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The whole test suite, as README.md's test command runs it:
 #   1. release build with -Werror, every Criterion suite through ctest
 #   2. the same suites built with ASan + UBSan

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal-demo: the main job, and an example to read.
  *
  * A "producer" (standing in for NumPy or PyTorch) owns an array and hands

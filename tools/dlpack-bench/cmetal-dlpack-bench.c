@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal-dlpack-bench: nanoseconds per DLPack export + import + release of
  * a CPU tensor, legacy and versioned, for sizes from 1 KiB to 1 GiB. The
  * round trip shares memory, so its time must not grow with the size.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cmetal-info: what this build of cmetal is and which devices it sees.
  *   cmetal-info          a report for people
  *   cmetal-info --json   the same as one JSON object */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # For whoever has a Mac with Apple silicon (or any Mac with Metal), and for
 # the macOS workflow (.github/workflows/macos.yml): builds cmetal natively,
 # runs the whole test suite against Apple's own Metal framework (no

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Lays out the third-party MSL corpus that tests/softmetal/test_corpus.c runs,
 # from local copies of the projects named in tests/softmetal/corpus/MANIFEST.tsv.
 #

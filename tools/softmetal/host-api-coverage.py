@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Share of the Objective-C selectors a Metal host codebase sends that softmetal answers.
 
 Reads a codebase's sources (never part of this repository), extracts the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Interface between softmetal and the kernels it compiles (C and C++).
  * Embedded into libsoftmetal.so and written next to the compat metal_stdlib. */
 #ifndef SM_ABI_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's library container: what newLibraryWithData:error: loads in
  * place of Apple's .metallib (which holds GPU code that cannot run on the
  * CPU), plus the libdispatch data objects that carry it; and binary

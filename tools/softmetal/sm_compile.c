@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's compile driver: Metal's compile model on clang++ (see
  * sm_compile.h): newLibraryWithSource: checks, a pipeline generates code
  * for its function; the kernel cache and metal_stdlib's precompiled

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's compile driver (sm_compile.c): Metal's compile model on clang++.
  *
  * A library is checked, not compiled: the source is preprocessed, rewritten

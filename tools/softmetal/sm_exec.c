@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal kernel execution: a plain loop for kernels without barriers or
  * simdgroup functions, fibers (one per thread of a threadgroup) otherwise.
  * Fiber switches are announced to ASan, TSan and valgrind. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal kernel faults: a fault raised while a thread runs kernel code
  * (integer division by zero, a wild or out-of-bounds access, a trap) fails
  * the dispatch instead of killing the process.

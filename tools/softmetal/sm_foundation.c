@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal object model and Foundation subset: the root class NSObject,
  * refcounting, autorelease pools, NSString (and clang's string literals,
  * NXConstantString), NSError, NSArray, NSLock, NSAutoreleasePool,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's MSL front end (see sm_front.h). Works on tokens of the
  * preprocessed source: only lines that line markers attribute to
  * program_source are parsed and rewritten; everything else (metal_stdlib,

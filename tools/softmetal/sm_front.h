@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's MSL front end: reads clang++ -E output of a Metal source,
  * finds the kernels and function constants of "program_source", rewrites
  * what C++ does not understand, and appends the kernel table. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal heaps (MTLHeap, MTLHeapDescriptor) and residency sets
  * (MTLResidencySet, MTLResidencySetDescriptor). On the CPU every allocation
  * is always resident, so residency sets keep their state (membership,

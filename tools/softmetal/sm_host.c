@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The host API around softmetal's command path that Metal programs send:
  * debug groups, command buffer times and scheduled handlers, command buffer
  * descriptors, residency sets on queues and command buffers, encoder

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal internals shared between its source files (hidden symbols). */
 #ifndef SM_INTERNAL_H
 #define SM_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal Metal objects: device, buffers, shared events, command queues,
  * command buffers, blit and compute encoders. */
 #include "sm_internal.h"

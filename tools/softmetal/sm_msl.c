@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's library constructor: MTLCompileOptions, libraries (checked by
  * sm_compile.c when made), functions, function constants, and compute
  * pipeline states, whose function's code is generated when the first one is

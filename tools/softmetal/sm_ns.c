@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Foundation classes Metal host programs send beyond the object model:
  * NSDictionary, NSMutableDictionary, NSNumber, NSLock, NSAutoreleasePool,
  * NSProcessInfo, NSBundle, NSLog and -[NSString stringWithFormat:]. */

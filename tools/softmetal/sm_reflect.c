@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Pipeline reflection: MTLComputePipelineReflection with `bindings` (objects
  * answering MTLBinding, MTLBufferBinding or MTLThreadgroupBinding, macOS 13 /
  * iOS 16) and the older `arguments` (MTLArgument), made from the front end's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* SHA-256 (FIPS 180-4) for softmetal's cache keys (sm_sha256.h). */
 #include "sm_sha256.h"
 

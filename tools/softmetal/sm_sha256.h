@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* SHA-256 (FIPS 180-4), incremental: the kernel cache's keys (sm_compile.c).
  * Plain C, no state beyond the context. Thread-safety: a context is used by
  * one thread at a time. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal: threadgroup variables declared in function bodies. The front
  * end turns `threadgroup T v[N];` into a reference to sm_thread.tg_var(id):
  * one instance per threadgroup, poisoned (0xFF bytes, as threadgroup memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal: test hooks of the software Metal framework (libsoftmetal.so).
  * The runtime itself only uses the Apple-named exports; these are for tests. */
 #ifndef SOFTMETAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal-bench: what softmetal's compile model costs and how fast it runs
  * kernels, each figure against a reference measured in the same run.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal-bench: what softmetal's compile model costs (issue 28's table).
  *
  *   softmetal-bench compile [--corpus DIR] [--no-ggml] [--no-mlx]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal-bench: softmetal's execution speed, as ratios measured in one run.
  *
  *   softmetal-bench exec [--n ELEMENTS] [--reps R] [--threads N]

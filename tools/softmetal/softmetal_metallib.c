@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal-metallib: writes softmetal's library container (see
  * sm_archive.c), the file that newLibraryWithData:error: and
  * cm_library_load load on softmetal, from MSL source. It stands where

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Inline a Metal source's quoted #includes, read from a git repository at a
 commit, so that newLibraryWithSource (which has no include path) can compile it.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The Foundation and Metal declarations the Objective-C host test uses, for
  * clang's GNU runtime (-fobjc-runtime=gcc) against libsoftmetal. softmetal
  * ships no <Foundation/Foundation.h> or <Metal/Metal.h>: these are written

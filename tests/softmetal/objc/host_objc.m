@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmetal's host API from Objective-C, built by clang for GNU libobjc
  * (-fobjc-runtime=gcc, manual reference counting): the start-up and frame
  * of test_host.c as Objective-C programs write them. Exits 0 when every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Preloaded (LD_PRELOAD) into aarch64 programs that qemu-aarch64 runs in
  * user mode, where the host kernel cannot execve an aarch64 file (no
  * binfmt_misc here): an execve of an aarch64 ELF becomes an execve of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs an aarch64 Linux program under qemu-aarch64 (user mode):
 #   tools/ci/qemu/run.sh PROGRAM ARGS...
 # The cross build (cmake/toolchain-aarch64-linux-gnu.cmake) makes ctest

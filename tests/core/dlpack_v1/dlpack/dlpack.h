@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A stand-in for a DLPack 1.0 <dlpack/dlpack.h>, written for cmetal's tests
  * from the spec's facts (../shared/dlpack-facts.md): the ABI a 1.x header
  * declares, with no DLPACK_VERSION and no IS_SUBBYTE_TYPE_PADDED flag (1.1).
