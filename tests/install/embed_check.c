@@ -8,9 +8,10 @@ extern const unsigned char cm_embedded[];
 extern const size_t cm_embedded_size;
 
 int main(void) {
-    static const char head[] = "cmake_minimum_required";
-    if (cm_embedded_size < sizeof head - 1 || memcmp(cm_embedded, head, sizeof head - 1) != 0 ||
-        cm_embedded[cm_embedded_size] != 0) {
+    /* its first command, after the licence line; the bytes end in a 0 */
+    static const char head[] = "\ncmake_minimum_required";
+    if (cm_embedded[cm_embedded_size] != 0 || strlen((const char *)cm_embedded) != cm_embedded_size ||
+        strstr((const char *)cm_embedded, head) == NULL) {
         fprintf(stderr, "embedded bytes are not CMakeLists.txt (%zu bytes)\n", cm_embedded_size);
         return 1;
     }
