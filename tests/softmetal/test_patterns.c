@@ -212,7 +212,8 @@ static float rowdot_ref(const float *a, const float *x, int cols, int unroll, co
 }
 
 static id rowdot_pipeline(id lib, bool has_bias, bool relu, int unroll) {
-  id cv = SEND0(id, SEND0(id, sm_class_named("MTLFunctionConstantValues"), "alloc"), "init");
+  id fresh = SEND0(id, sm_class_named("MTLFunctionConstantValues"), "alloc"); /* SEND0 */
+  id cv = SEND0(id, fresh, "init"); /* evaluates its receiver twice */
   SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv, "setConstantValue:type:atIndex:",
        &has_bias, (NSUInteger)MTL_DATA_TYPE_BOOL, 10ul);
   SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv, "setConstantValue:type:atIndex:",
