@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Ops on Metal: the msl/ kernels, compiled from the embedded source at
  * first use per device, one pipeline per kernel cached with the device,
- * all through the path of custom kernels (metal_kernel.c): its library and
+ * all through the path of custom kernels (metal_dispatch.c): its library and
  * pipeline cache, and its dispatch encoder.
  * run_op encodes a dispatch into the default stream's open command buffer
  * and never commits: ops between two syncs share one command buffer.
