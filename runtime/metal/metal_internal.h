@@ -292,7 +292,9 @@ typedef struct cm__metal_bind {
 } cm__metal_bind;
 
 /* Encodes one dispatch into the stream's open command buffer (checked
- * arguments only) and tracks its cm_buffers. Takes the stream's lock. */
+ * arguments only, nbinds <= 2 * CM_KERNEL_MAX_BUFFERS) and tracks its
+ * cm_buffers. Takes the stream's lock. Compute and blit passes go through
+ * one encode path (cm__pass_begin, cm__pass_end). */
 cm_status cm__metal_dispatch(const char *func, cm_stream *stream, cm__id pipeline,
                              const cm__metal_bind *binds, uint32_t nbinds, cm_grid_unit unit,
                              const uint64_t grid[3], const uint32_t group[3]);
