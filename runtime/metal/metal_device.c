@@ -30,85 +30,44 @@ static void cm__metal_destroy_unpooled(cm_device *device) {
 /* Every entry point that sends messages runs inside its own autorelease
  * pool, so loops on threads without one never grow memory. */
 
-static cm_status cm__metal_stream_init(cm_stream *stream) {
-    void *pool = cm__objc_pool_push();
-    const cm_status result = cm__metal_stream_init_unpooled(stream);
-    cm__objc_pool_pop(pool);
-    return result;
-}
+static CM__OBJC_POOLED(cm_status, cm__metal_stream_init, (cm_stream *stream),
+                       cm__metal_stream_init_unpooled(stream))
 
-static void cm__metal_stream_destroy(cm_stream *stream) {
-    void *pool = cm__objc_pool_push();
-    cm__metal_stream_destroy_unpooled(stream);
-    cm__objc_pool_pop(pool);
-}
+static CM__OBJC_POOLED_VOID(cm__metal_stream_destroy, (cm_stream *stream),
+                            cm__metal_stream_destroy_unpooled(stream))
 
-static cm_status cm__metal_stream_signal(cm_stream *stream, cm_fence *fence) {
-    void *pool = cm__objc_pool_push();
-    const cm_status result = cm__metal_stream_signal_unpooled(stream, fence);
-    cm__objc_pool_pop(pool);
-    return result;
-}
+static CM__OBJC_POOLED(cm_status, cm__metal_stream_signal, (cm_stream *stream, cm_fence *fence),
+                       cm__metal_stream_signal_unpooled(stream, fence))
 
-static bool cm__metal_fence_signaled(const cm_fence *fence) {
-    void *pool = cm__objc_pool_push();
-    const bool result = cm__metal_fence_signaled_unpooled(fence);
-    cm__objc_pool_pop(pool);
-    return result;
-}
+static CM__OBJC_POOLED(bool, cm__metal_fence_signaled, (const cm_fence *fence),
+                       cm__metal_fence_signaled_unpooled(fence))
 
-static cm_status cm__metal_fence_wait(const cm_fence *fence, uint64_t timeout_ns) {
-    void *pool = cm__objc_pool_push();
-    const cm_status result = cm__metal_fence_wait_unpooled(fence, timeout_ns);
-    cm__objc_pool_pop(pool);
-    return result;
-}
+static CM__OBJC_POOLED(cm_status, cm__metal_fence_wait,
+                       (const cm_fence *fence, uint64_t timeout_ns),
+                       cm__metal_fence_wait_unpooled(fence, timeout_ns))
 
-static void cm__metal_fence_destroy(cm_fence *fence) {
-    void *pool = cm__objc_pool_push();
-    cm__metal_fence_destroy_unpooled(fence);
-    cm__objc_pool_pop(pool);
-}
+static CM__OBJC_POOLED_VOID(cm__metal_fence_destroy, (cm_fence *fence),
+                            cm__metal_fence_destroy_unpooled(fence))
 
-static cm_status cm__metal_buffer_alloc(cm_device *device, cm_buffer *buffer) {
-    void *pool = cm__objc_pool_push();
-    const cm_status result = cm__metal_buffer_alloc_unpooled(device, buffer);
-    cm__objc_pool_pop(pool);
-    return result;
-}
+static CM__OBJC_POOLED(cm_status, cm__metal_buffer_alloc, (cm_device *device, cm_buffer *buffer),
+                       cm__metal_buffer_alloc_unpooled(device, buffer))
 
-static cm_status cm__metal_buffer_wrap_host(cm_device *device, cm_buffer *buffer, const cm_host_memory_desc *desc) {
-    void *pool = cm__objc_pool_push();
-    const cm_status result = cm__metal_buffer_wrap_host_unpooled(device, buffer, desc);
-    cm__objc_pool_pop(pool);
-    return result;
-}
+static CM__OBJC_POOLED(cm_status, cm__metal_buffer_wrap_host,
+                       (cm_device *device, cm_buffer *buffer, const cm_host_memory_desc *desc),
+                       cm__metal_buffer_wrap_host_unpooled(device, buffer, desc))
 
-static void cm__metal_buffer_free(cm_buffer *buffer) {
-    void *pool = cm__objc_pool_push();
-    cm__metal_buffer_free_unpooled(buffer);
-    cm__objc_pool_pop(pool);
-}
+static CM__OBJC_POOLED_VOID(cm__metal_buffer_free, (cm_buffer *buffer),
+                            cm__metal_buffer_free_unpooled(buffer))
 
-static cm_status cm__metal_buffer_prepare_host(cm_buffer *buffer, bool write) {
-    void *pool = cm__objc_pool_push();
-    const cm_status result = cm__metal_buffer_prepare_host_unpooled(buffer, write);
-    cm__objc_pool_pop(pool);
-    return result;
-}
+static CM__OBJC_POOLED(cm_status, cm__metal_buffer_prepare_host, (cm_buffer *buffer, bool write),
+                       cm__metal_buffer_prepare_host_unpooled(buffer, write))
 
-static cm_status cm__metal_buffer_transfer(cm_buffer *buffer, size_t offset, void *host, size_t size, bool to_device) {
-    void *pool = cm__objc_pool_push();
-    const cm_status result = cm__metal_buffer_transfer_unpooled(buffer, offset, host, size, to_device);
-    cm__objc_pool_pop(pool);
-    return result;
-}
+static CM__OBJC_POOLED(cm_status, cm__metal_buffer_transfer,
+                       (cm_buffer *buffer, size_t offset, void *host, size_t size, bool to_device),
+                       cm__metal_buffer_transfer_unpooled(buffer, offset, host, size, to_device))
 
-static void cm__metal_destroy(cm_device *device) {
-    void *pool = cm__objc_pool_push();
-    cm__metal_destroy_unpooled(device);
-    cm__objc_pool_pop(pool);
-}
+static CM__OBJC_POOLED_VOID(cm__metal_destroy, (cm_device *device),
+                            cm__metal_destroy_unpooled(device))
 
 static const cm__backend cm__metal_backend = {
     .type = CM_DEVICE_METAL,
@@ -210,12 +169,8 @@ static cm_status cm__metal_device_count_unpooled(uint32_t *count) {
     return CM_OK;
 }
 
-cm_status cm__metal_device_count(uint32_t *count) {
-    void *pool = cm__objc_pool_push();
-    const cm_status status = cm__metal_device_count_unpooled(count);
-    cm__objc_pool_pop(pool);
-    return status;
-}
+CM__OBJC_POOLED(cm_status, cm__metal_device_count, (uint32_t *count),
+                cm__metal_device_count_unpooled(count))
 
 static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out) {
     static const char func[] = "cm_device_open";
@@ -247,12 +202,8 @@ static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out)
     return status;
 }
 
-cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
-    void *pool = cm__objc_pool_push();
-    const cm_status status = cm__metal_device_open_unpooled(index, out);
-    cm__objc_pool_pop(pool);
-    return status;
-}
+CM__OBJC_POOLED(cm_status, cm__metal_device_open, (uint32_t index, cm_device **out),
+                cm__metal_device_open_unpooled(index, out))
 
 /* ------------------------------------------------------------ public */
 

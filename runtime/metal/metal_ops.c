@@ -410,9 +410,5 @@ static cm_status cm__run_op_unpooled(cm_device *device, const cm__op *op) {
     }
 }
 
-cm_status cm__metal_run_op(cm_device *device, const cm__op *op) {
-    void *pool = cm__objc_pool_push(); /* pipelines, scratch buffers */
-    const cm_status status = cm__run_op_unpooled(device, op);
-    cm__objc_pool_pop(pool);
-    return status;
-}
+CM__OBJC_POOLED(cm_status, cm__metal_run_op, (cm_device *device, const cm__op *op),
+                cm__run_op_unpooled(device, op))
