@@ -580,17 +580,19 @@ static void cm__pass_touch(cm__metal_pass *p, cm_buffer *buffer, bool write) {
     }
 }
 
-cm_status cm__metal_dispatch(const char *func, cm_stream *stream, cm__id pipeline,
-                             const cm__metal_bind *binds, uint32_t nbinds, cm_grid_unit unit,
-                             const uint64_t grid[3], const uint32_t group[3]) {
+cm_status cm__metal_dispatch(cm__id pipeline, const cm__kernel_launch *launch) {
+    const cm__kernel_bind *binds = launch->args;
+    const uint32_t nbinds = launch->nargs;
+    const uint64_t *grid = launch->grid;
+    const uint32_t *group = launch->group;
     cm__metal_pass p = {.ntouched = 0};
     for (uint32_t i = 0; i < nbinds; ++i)
         cm__pass_touch(&p, binds[i].buffer, binds[i].type == CM_ARG_OUTPUT);
-    cm_status status = cm__pass_begin(func, stream, false, &p);
+    cm_status status = cm__pass_begin(launch->func, launch->stream, false, &p);
     if (status == CM_OK) {
         cm__msg_setComputePipelineState(p.enc, pipeline);
         for (uint32_t i = 0; i < nbinds; ++i) {
-            const cm__metal_bind *b = &binds[i];
+            const cm__kernel_bind *b = &binds[i];
             switch (b->type) {
             case CM_ARG_INPUT:
             case CM_ARG_OUTPUT:
@@ -609,7 +611,7 @@ cm_status cm__metal_dispatch(const char *func, cm_stream *stream, cm__id pipelin
         }
         const cm__mtl_size g = {grid[0], grid[1], grid[2]};
         const cm__mtl_size tg = {group[0], group[1], group[2]};
-        if (unit == CM_GRID_THREADGROUPS)
+        if (launch->unit == CM_GRID_THREADGROUPS)
             cm__msg_dispatchThreadgroups_threadsPerThreadgroup(p.enc, g, tg);
         else
             cm__msg_dispatchThreads_threadsPerThreadgroup(p.enc, g, tg);

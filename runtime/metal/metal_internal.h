@@ -279,25 +279,12 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
                              const cm_function_constant *constants, uint32_t nconst,
                              cm__id *out, cm_kernel_info *info, cm__kernel_signature *sig);
 
-/* One argument of cm__metal_dispatch: a tracked cm_buffer or a bare
- * MTLBuffer (scratch, native), bytes, or threadgroup memory. */
-typedef struct cm__metal_bind {
-    cm_arg_type type;
-    uint32_t index;
-    cm_buffer *buffer;  /* INPUT/OUTPUT: tracked (written for OUTPUT), or NULL */
-    cm__id native;      /* INPUT/OUTPUT when buffer is NULL */
-    uint64_t offset;
-    const void *data;   /* BYTES */
-    size_t size;        /* BYTES, THREADGROUP */
-} cm__metal_bind;
-
-/* Encodes one dispatch into the stream's open command buffer (checked
- * arguments only, nbinds <= 2 * CM_KERNEL_MAX_BUFFERS) and tracks its
+/* Encodes the launch (checked arguments only, nargs <= 2 *
+ * CM_KERNEL_MAX_BUFFERS; a binding's native is an id<MTLBuffer>) of the
+ * pipeline into the stream's open command buffer and tracks its
  * cm_buffers. Takes the stream's lock. Compute and blit passes go through
  * one encode path (cm__pass_begin, cm__pass_end). */
-cm_status cm__metal_dispatch(const char *func, cm_stream *stream, cm__id pipeline,
-                             const cm__metal_bind *binds, uint32_t nbinds, cm_grid_unit unit,
-                             const uint64_t grid[3], const uint32_t group[3]);
+cm_status cm__metal_dispatch(cm__id pipeline, const cm__kernel_launch *launch);
 
 /* One side of a byte copy: an MTLBuffer and the cm_buffer that holds it
  * (tracked) or NULL (then native is a scratch or staging MTLBuffer). */

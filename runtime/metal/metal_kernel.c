@@ -71,16 +71,7 @@ static void cm__kb_kernel_release(void *kernel) {
 }
 
 static cm_status cm__kb_dispatch(cm_kernel *kernel, const cm__kernel_launch *d) {
-    cm__metal_bind binds[2 * CM_KERNEL_MAX_BUFFERS];
-    for (uint32_t i = 0; i < d->nargs; ++i)
-        binds[i] = (cm__metal_bind){.type = d->args[i].type,
-                                    .index = d->args[i].index,
-                                    .buffer = d->args[i].buffer,
-                                    .offset = d->args[i].offset,
-                                    .data = d->args[i].data,
-                                    .size = d->args[i].size};
-    return cm__metal_dispatch(d->func, d->stream, kernel->impl, binds, d->nargs, d->unit,
-                              d->grid, d->group);
+    return cm__metal_dispatch(kernel->impl, d);
 }
 
 /* A new binary archive (+1) of the device, loaded from path when path is
