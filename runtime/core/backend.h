@@ -303,6 +303,12 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
  * waiting for its work), then the backend state. */
 void cm__device_destroy(cm_device *device);
 
+/* A new stream of the device (the default one when is_default), its
+ * backend state made and linked into the device's list (stream.c); and
+ * its end: flushed and waited for, unlinked, backend state destroyed. */
+cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out);
+void cm__stream_destroy(cm_stream *stream);
+
 /* Submits and waits for the work of every live stream of the device;
  * reports the first failure as `func`. */
 cm_status cm__device_sync_streams(const char *func, cm_device *device);
