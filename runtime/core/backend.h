@@ -185,11 +185,16 @@ typedef struct cm__compile_options {
     uint32_t language_version; /* 0: the framework's default */
 } cm__compile_options;
 
-/* One checked dispatch argument. */
+/* One checked dispatch argument, as the core's kernel launch gives it and
+ * as a backend's encoder reads it (the backend's own ops fill it too). */
 typedef struct cm__kernel_bind {
     cm_arg_type type;   /* INPUT, OUTPUT, BYTES or THREADGROUP */
     uint32_t index;
-    cm_buffer *buffer;  /* INPUT, OUTPUT: borrowed, of the kernel's device */
+    cm_buffer *buffer;  /* INPUT, OUTPUT: borrowed, of the kernel's device;
+                         * tracked (written for OUTPUT) */
+    void *native;       /* INPUT, OUTPUT when buffer is NULL: a backend's own
+                         * untracked buffer object (Metal: a scratch
+                         * id<MTLBuffer>); never set by the core */
     uint64_t offset;    /* INPUT, OUTPUT: bytes */
     const void *data;   /* BYTES */
     size_t size;        /* BYTES, THREADGROUP */
@@ -297,6 +302,12 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
 /* Destroys a device whose last reference went: its default stream (after
  * waiting for its work), then the backend state. */
 void cm__device_destroy(cm_device *device);
+
+/* A new stream of the device (the default one when is_default), its
+ * backend state made and linked into the device's list (stream.c); and
+ * its end: flushed and waited for, unlinked, backend state destroyed. */
+cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out);
+void cm__stream_destroy(cm_stream *stream);
 
 /* Submits and waits for the work of every live stream of the device;
  * reports the first failure as `func`. */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Devices: opening by type, reference counting, info. */
+/* Devices: the constructor and destructor every backend's device goes
+ * through, reference counting, info. Opening by type is device_open.c. */
 #include "backend.h"
 
 #include <cmetal/device.h>
 
-#include <stdlib.h>
 #include <string.h>
 
 const char *cm_device_type_name(cm_device_type type) {
@@ -16,54 +16,35 @@ const char *cm_device_type_name(cm_device_type type) {
     return "unknown";
 }
 
-/* CM_DEVICE_DEFAULT: CMETAL_DEVICE if set, else Metal when present. */
-static cm_status cm__resolve_default(cm_device_type *type) {
-    const char *env = getenv("CMETAL_DEVICE");
-    if (env != NULL && env[0] != '\0') {
-        if (strcmp(env, "cpu") == 0) {
-            *type = CM_DEVICE_CPU;
-        } else if (strcmp(env, "metal") == 0) {
-            *type = CM_DEVICE_METAL;
-        } else {
-            return cm__fail_as("cm_device_open", CM_ERR_INVALID_ARGUMENT,
-                               "CMETAL_DEVICE = \"%.32s\" must be \"cpu\" or \"metal\"", env);
-        }
-        return CM_OK;
+/* ------------------------------------------------------------ construction */
+
+cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out) {
+    cm_device *device = CM__NEW(cm_device);
+    if (device == NULL)
+        return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "no memory for a %s device",
+                           cm_device_type_name(backend->type));
+    cm__ref_init(&device->ref);
+    device->backend = backend;
+    device->impl = impl;
+    if (pthread_mutex_init(&device->streams_lock, NULL) != 0) {
+        cm__free(device);
+        return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
     }
-    uint32_t n = 0;
-    *type = (cm__metal_device_count(&n) == CM_OK && n > 0) ? CM_DEVICE_METAL : CM_DEVICE_CPU;
+    cm_status status = cm__stream_new(device, true, &device->default_stream);
+    if (status != CM_OK) {
+        pthread_mutex_destroy(&device->streams_lock);
+        cm__free(device);
+        return status;
+    }
+    *out = device;
     return CM_OK;
 }
 
-cm_status cm_device_count(cm_device_type type, uint32_t *count) {
-    CM__REQUIRE_NONNULL(count);
-    *count = 0;
-    switch (type) {
-    case CM_DEVICE_CPU: return cm__cpu_device_count(count);
-    case CM_DEVICE_METAL:
-        /* Absence of Metal is a count of zero, not an error. */
-        if (cm__metal_device_count(count) != CM_OK)
-            *count = 0;
-        return CM_OK;
-    case CM_DEVICE_DEFAULT: break;
-    }
-    return cm__fail(CM_ERR_INVALID_ARGUMENT, "type = %d must be CM_DEVICE_CPU or CM_DEVICE_METAL",
-                    (int)type);
-}
-
-cm_status cm_device_open(cm_device_type type, uint32_t index, cm_device **out) {
-    CM__REQUIRE_NONNULL(out);
-    *out = NULL;
-    if (type == CM_DEVICE_DEFAULT)
-        CM__TRY(cm__resolve_default(&type));
-    switch (type) {
-    case CM_DEVICE_CPU: return cm__cpu_device_open(index, out);
-    case CM_DEVICE_METAL: return cm__metal_device_open(index, out);
-    case CM_DEVICE_DEFAULT: break;
-    }
-    return cm__fail(CM_ERR_INVALID_ARGUMENT,
-                    "type = %d must be CM_DEVICE_DEFAULT, CM_DEVICE_CPU or CM_DEVICE_METAL",
-                    (int)type);
+void cm__device_destroy(cm_device *device) {
+    cm__stream_destroy(device->default_stream);
+    device->backend->destroy(device);
+    pthread_mutex_destroy(&device->streams_lock);
+    cm__free(device);
 }
 
 cm_status cm_device_retain(cm_device *device) {

@@ -64,7 +64,7 @@ cm_status cm__device_visit_stream(cm_device *device, const cm_stream *stream,
     return status;
 }
 
-static cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out) {
+cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out) {
     cm_stream *stream = CM__NEW(cm_stream);
     if (stream == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
@@ -83,7 +83,7 @@ static cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **
     return CM_OK;
 }
 
-static void cm__stream_destroy(cm_stream *stream) {
+void cm__stream_destroy(cm_stream *stream) {
     const cm__backend *backend = stream->device->backend;
     if (backend->stream_flush != NULL)
         (void)backend->stream_flush("cm_stream_release", stream, true);
@@ -91,35 +91,6 @@ static void cm__stream_destroy(cm_stream *stream) {
     if (backend->stream_destroy != NULL)
         backend->stream_destroy(stream);
     cm__free(stream);
-}
-
-cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out) {
-    cm_device *device = CM__NEW(cm_device);
-    if (device == NULL)
-        return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "no memory for a %s device",
-                           cm_device_type_name(backend->type));
-    cm__ref_init(&device->ref);
-    device->backend = backend;
-    device->impl = impl;
-    if (pthread_mutex_init(&device->streams_lock, NULL) != 0) {
-        cm__free(device);
-        return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
-    }
-    cm_status status = cm__stream_new(device, true, &device->default_stream);
-    if (status != CM_OK) {
-        pthread_mutex_destroy(&device->streams_lock);
-        cm__free(device);
-        return status;
-    }
-    *out = device;
-    return CM_OK;
-}
-
-void cm__device_destroy(cm_device *device) {
-    cm__stream_destroy(device->default_stream);
-    device->backend->destroy(device);
-    pthread_mutex_destroy(&device->streams_lock);
-    cm__free(device);
 }
 
 cm_status cm_stream_create(cm_device *device, cm_stream **out) {

@@ -83,7 +83,7 @@ typedef struct cm__metal_device {
     cm__id pipelines[CM__KERNEL_COUNT];    /* id<MTLComputePipelineState>, +1 */
     cm__uint max_threads[CM__KERNEL_COUNT];
     cm__uint simd_width[CM__KERNEL_COUNT];
-    /* Every library and pipeline made on the device (metal_kernel.c). */
+    /* Every library and pipeline made on the device (metal_dispatch.c). */
     pthread_mutex_t cache_lock;
     cm__metal_cached *cache;
     uint64_t cache_serial;
@@ -92,7 +92,7 @@ typedef struct cm__metal_device {
     cm__id archive;
     char *archive_path;
     /* Shared staging buffers of private-storage transfers, kept for reuse
-     * (metal_device.c): id<MTLBuffer> +1 or NULL, under staging_lock. */
+     * (metal_transfer.c): id<MTLBuffer> +1 or NULL, under staging_lock. */
     pthread_mutex_t staging_lock;
     cm__id staging[2];
     size_t staging_length[2];
@@ -179,6 +179,20 @@ static inline cm__metal_buffer *cm__mtl_buf(const cm_buffer *b) {
     return (cm__metal_buffer *)b->impl;
 }
 
+
+/* The layers of the Metal device, bottom to top; each file sees only the
+ * layers below it (ARCHITECTURE.md):
+ *   1. metal_stream.c   streams, numbered command buffers, fences, buffers
+ *                       and their tracking
+ *   2. metal_dispatch.c libraries, pipelines and their cache; the encode
+ *                       path of compute dispatches and blits
+ *   3. metal_ops.c      cmetal's ops over the kernels of msl/
+ *      metal_transfer.c host access and private-storage transfers
+ *   4. metal_kernel.c   the kernel backend table (cmetal/kernel.h)
+ *      metal_device.c   the backend table, devices, cmetal/metal.h */
+
+/* ==== 1. streams, command buffers, fences, buffers (metal_stream.c) ==== */
+
 /* Starts encoding on the stream: pushes a pool, takes the stream's lock
  * and gives its open command buffer. Always pair with
  * cm__metal_encode_end, whatever the status. */
@@ -210,28 +224,36 @@ void cm__metal_drop_completed(cm_stream *stream);
  * never holds it while waiting. */
 cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait);
 
-/* One side of a byte copy: an MTLBuffer and the cm_buffer that holds it
- * (tracked) or NULL (then native is a scratch or staging MTLBuffer). */
-typedef struct cm__metal_span {
-    cm_buffer *buffer;
-    cm__id native;
-    size_t offset;
-} cm__metal_span;
+/* Waits for the work of every stream on the buffer (its writes only when
+ * `writes_only`), committing what is still open. */
+cm_status cm__wait_buffer(const char *func, cm_buffer *buffer, bool writes_only);
 
-/* Encodes a compute copy of `size` bytes on the stream, at any offsets (a
- * blit needs multiples of 4 on macOS). Not committed. metal_ops.c. */
-cm_status cm__metal_copy_bytes(const char *func, cm_stream *stream, cm__metal_span dst,
-                               cm__metal_span src, size_t size);
+/* A buffer's tracking state (+ its MTLBuffer, consumed, by adopt). */
+cm_status cm__buffer_impl(const char *func, cm_buffer *buffer);
+void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl);
 
-/* Kernel state of a device (metal_ops.c): init right after the device is
- * allocated, destroy when it goes (releases the library and pipelines). */
-void cm__metal_kernels_init(cm__metal_device *d);
-void cm__metal_kernels_destroy(cm__metal_device *d);
+/* The backend entries of this layer, without their autorelease pool
+ * (metal_device.c gives each one). */
+cm_status cm__metal_stream_init_unpooled(cm_stream *stream);
+void cm__metal_stream_destroy_unpooled(cm_stream *stream);
+uint64_t cm__metal_stream_submissions(const cm_stream *stream);
+cm_status cm__metal_stream_signal_unpooled(cm_stream *stream, cm_fence *fence);
+cm_status cm__metal_stream_wait(cm_stream *stream, const cm_fence *fence);
+bool cm__metal_fence_signaled_unpooled(const cm_fence *fence);
+cm_status cm__metal_fence_wait_unpooled(const cm_fence *fence, uint64_t timeout_ns);
+void cm__metal_fence_destroy_unpooled(cm_fence *fence);
+cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer);
+cm_status cm__metal_buffer_wrap_host_unpooled(cm_device *device, cm_buffer *buffer,
+                                              const cm_host_memory_desc *desc);
+void cm__metal_buffer_free_unpooled(cm_buffer *buffer);
+void cm__metal_buffer_publish(cm_buffer *buffer);
+void cm__metal_buffer_host_modified(cm_buffer *buffer, size_t offset, size_t size);
 
-/* ---- kernels (metal_kernel.c): the one path that compiles and dispatches */
+/* ==== 2. pipelines and the encode path (metal_dispatch.c) ==== */
 
 /* The device's cache of libraries and pipelines: init with the device,
- * destroy when it goes (releases them). */
+ * destroy when it goes (releases them). Libraries and pipelines are cached
+ * under cache_lock and live as long as the device. */
 void cm__metal_cache_init(cm__metal_device *d);
 void cm__metal_cache_destroy(cm__metal_device *d);
 
@@ -245,6 +267,10 @@ cm_status cm__metal_compile(const char *func, cm__id device, const char *source,
 cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *source,
                             const cm__compile_options *options, cm__id *out, uint64_t *serial);
 
+/* The same for a metallib's bytes. */
+cm_status cm__metal_library_data(const char *func, cm__metal_device *d, const void *data,
+                                 size_t size, cm__id *out, uint64_t *serial);
+
 /* The pipeline of function `name` of a cached library with the constants
  * (+1 in *out), made on first use, its limits and (sig not NULL) its
  * bindings from Metal's reflection. */
@@ -253,26 +279,38 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
                              const cm_function_constant *constants, uint32_t nconst,
                              cm__id *out, cm_kernel_info *info, cm__kernel_signature *sig);
 
-/* One argument of cm__metal_dispatch: a tracked cm_buffer or a bare
- * MTLBuffer (scratch, native), bytes, or threadgroup memory. */
-typedef struct cm__metal_bind {
-    cm_arg_type type;
-    uint32_t index;
-    cm_buffer *buffer;  /* INPUT/OUTPUT: tracked (written for OUTPUT), or NULL */
-    cm__id native;      /* INPUT/OUTPUT when buffer is NULL */
-    uint64_t offset;
-    const void *data;   /* BYTES */
-    size_t size;        /* BYTES, THREADGROUP */
-} cm__metal_bind;
+/* Encodes the launch (checked arguments only, nargs <= 2 *
+ * CM_KERNEL_MAX_BUFFERS; a binding's native is an id<MTLBuffer>) of the
+ * pipeline into the stream's open command buffer and tracks its
+ * cm_buffers. Takes the stream's lock. Compute and blit passes go through
+ * one encode path (cm__pass_begin, cm__pass_end). */
+cm_status cm__metal_dispatch(cm__id pipeline, const cm__kernel_launch *launch);
 
-/* Encodes one dispatch into the stream's open command buffer (checked
- * arguments only) and tracks its cm_buffers. Takes the stream's lock. */
-cm_status cm__metal_dispatch(const char *func, cm_stream *stream, cm__id pipeline,
-                             const cm__metal_bind *binds, uint32_t nbinds, cm_grid_unit unit,
-                             const uint64_t grid[3], const uint32_t group[3]);
+/* One side of a byte copy: an MTLBuffer and the cm_buffer that holds it
+ * (tracked) or NULL (then native is a scratch or staging MTLBuffer). */
+typedef struct cm__metal_span {
+    cm_buffer *buffer;
+    cm__id native;
+    size_t offset;
+} cm__metal_span;
 
-/* The backend's table for cmetal/kernel.h. */
-extern const cm__kernel_backend cm__metal_kernel_backend;
+/* Encodes a blit on the device's default stream: a copy of `size` bytes
+ * from src to dst, or (src.native == NULL) synchronizeResource of dst;
+ * tracked on the spans' cm_buffers. Not committed. */
+cm_status cm__metal_blit(const char *func, cm_device *device, cm__metal_span dst,
+                         cm__metal_span src, size_t size);
+
+/* ==== 3. ops (metal_ops.c) and transfers (metal_transfer.c) ==== */
+
+/* Kernel state of a device (metal_ops.c): init right after the device is
+ * allocated, destroy when it goes (releases the library and pipelines). */
+void cm__metal_kernels_init(cm__metal_device *d);
+void cm__metal_kernels_destroy(cm__metal_device *d);
+
+/* Encodes a compute copy of `size` bytes on the stream, at any offsets (a
+ * blit needs multiples of 4 on macOS). Not committed. metal_ops.c. */
+cm_status cm__metal_copy_bytes(const char *func, cm_stream *stream, cm__metal_span dst,
+                               cm__metal_span src, size_t size);
 
 /* The backend's run_op: encodes one op on the device's default stream
  * without committing it. */
@@ -283,5 +321,17 @@ cm_status cm__metal_run_op(cm_device *device, const cm__op *op);
 cm_status cm__metal_compile_source(cm_device *device, const char *source);
 /* Forces the threads per threadgroup of every dispatch (0: automatic). */
 void cm__metal_set_threadgroup_override(unsigned long threads);
+
+/* Host access (a managed buffer's device writes brought back) and copies
+ * to and from private storage through the staging pool (metal_transfer.c),
+ * without their autorelease pool. */
+cm_status cm__metal_buffer_prepare_host_unpooled(cm_buffer *buffer, bool write);
+cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset, void *host,
+                                             size_t size, bool to_device);
+
+/* ==== 4. the backend tables (metal_kernel.c, metal_device.c) ==== */
+
+/* The backend's table for cmetal/kernel.h (metal_kernel.c). */
+extern const cm__kernel_backend cm__metal_kernel_backend;
 
 #endif /* CMETAL_METAL_INTERNAL_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Ops on Metal: the msl/ kernels, compiled from the embedded source at
  * first use per device, one pipeline per kernel cached with the device,
- * all through the path of custom kernels (metal_kernel.c): its library and
+ * all through the path of custom kernels (metal_dispatch.c): its library and
  * pipeline cache, and its dispatch encoder.
  * run_op encodes a dispatch into the default stream's open command buffer
  * and never commits: ops between two syncs share one command buffer.
@@ -149,34 +149,38 @@ static cm_status cm__get_kernel(const char *func, cm_device *device, int k, cm__
 
 /* ------------------------------------------------------------ encoding */
 
-typedef struct cm__binding {
-    cm_buffer *buffer; /* tracked; NULL for a scratch buffer */
-    bool write;
-    cm__id native;     /* the scratch id<MTLBuffer> when buffer is NULL */
-} cm__binding;
+/* A buffer argument of an op's kernel: a tracked cm_buffer, or (buffer
+ * NULL) a scratch id<MTLBuffer>. */
+static cm__kernel_bind cm__bind(cm_buffer *buffer, cm__id native, bool write) {
+    return (cm__kernel_bind){.type = write ? CM_ARG_OUTPUT : CM_ARG_INPUT, .buffer = buffer,
+                             .native = native};
+}
 
-/* Encodes one dispatch of op->stream: buffers at indices 0.., then the
+/* Encodes one dispatch on the stream: binds[0..nbind) are the buffers, at
+ * indices 0.. in that order, and binds[nbind] is filled in with the
  * argument bytes. Threadgroups of `group` threads; `groups` threadgroups
  * when nonzero, else `threads` threads in all. */
-static cm_status cm__encode(const cm__op *op, const cm__kernel *kernel,
-                            const cm__binding *bindings, int nbind, const void *args,
+static cm_status cm__encode(const char *func, cm_stream *stream, const cm__kernel *kernel,
+                            cm__kernel_bind *binds, int nbind, const void *args,
                             size_t args_size, cm__uint threads, cm__uint groups,
                             cm__uint group) {
     const unsigned long forced = atomic_load(&cm__tg_override);
     if (forced != 0)
         group = forced;
-    cm__metal_bind binds[4];
     for (int i = 0; i < nbind; ++i)
-        binds[i] = (cm__metal_bind){.type = bindings[i].write ? CM_ARG_OUTPUT : CM_ARG_INPUT,
-                                    .index = (uint32_t)i,
-                                    .buffer = bindings[i].buffer,
-                                    .native = bindings[i].native};
-    binds[nbind] = (cm__metal_bind){.type = CM_ARG_BYTES, .index = (uint32_t)nbind,
-                                    .data = args, .size = args_size};
-    const uint64_t grid[3] = {groups != 0 ? groups : threads, 1, 1};
-    const uint32_t tg[3] = {(uint32_t)group, 1, 1};
-    return cm__metal_dispatch(op->func, op->stream, kernel->pipeline, binds, (uint32_t)nbind + 1,
-                              groups != 0 ? CM_GRID_THREADGROUPS : CM_GRID_THREADS, grid, tg);
+        binds[i].index = (uint32_t)i;
+    binds[nbind] = (cm__kernel_bind){.type = CM_ARG_BYTES, .index = (uint32_t)nbind,
+                                     .data = args, .size = args_size};
+    const cm__kernel_launch launch = {
+        .func = func,
+        .stream = stream,
+        .args = binds,
+        .nargs = (uint32_t)nbind + 1,
+        .unit = groups != 0 ? CM_GRID_THREADGROUPS : CM_GRID_THREADS,
+        .grid = {groups != 0 ? groups : threads, 1, 1},
+        .group = {(uint32_t)group, 1, 1},
+    };
+    return cm__metal_dispatch(kernel->pipeline, &launch);
 }
 
 /* ------------------------------------------------------------ layout */
@@ -237,10 +241,10 @@ cm_status cm__metal_copy_bytes(const char *func, cm_stream *stream, cm__metal_sp
     a.in0_offset = (int64_t)src.offset;
     cm__kernel kernel;
     CM__TRY(cm__get_kernel(func, stream->device, CM__KERNEL_COPY, &kernel));
-    const cm__binding bind[2] = {{dst.buffer, true, dst.native}, {src.buffer, false, src.native}};
-    const cm__op op = {.func = func, .stream = stream};
+    cm__kernel_bind bind[3] = {cm__bind(dst.buffer, dst.native, true),
+                               cm__bind(src.buffer, src.native, false)};
     const cm__uint threads = (cm__uint)(size < CM__MAX_GRID_THREADS ? size : CM__MAX_GRID_THREADS);
-    return cm__encode(&op, &kernel, bind, 2, &a, sizeof a, threads, 0,
+    return cm__encode(func, stream, &kernel, bind, 2, &a, sizeof a, threads, 0,
                       cm__min_u(cm__group_size(&kernel), threads));
 }
 
@@ -302,14 +306,14 @@ static cm_status cm__run_elementwise(cm_device *device, const cm__op *op) {
 
     cm__kernel kernel;
     CM__TRY(cm__get_kernel(op->func, device, kernel_index, &kernel));
-    cm__binding bind[3] = {{op->out.buffer, true, NULL}};
+    cm__kernel_bind bind[4] = {cm__bind(op->out.buffer, NULL, true)};
     for (int j = 0; j < op->nin; ++j)
-        bind[1 + j] = (cm__binding){op->in[j].buffer, false, NULL};
+        bind[1 + j] = cm__bind(op->in[j].buffer, NULL, false);
     const cm__uint group = cm__group_size(&kernel);
     const cm__uint threads = (cm__uint)(op->numel < CM__MAX_GRID_THREADS ? op->numel
                                                                         : CM__MAX_GRID_THREADS);
-    return cm__encode(op, &kernel, bind, 1 + op->nin, &a, sizeof a, threads, 0,
-                      cm__min_u(group, threads));
+    return cm__encode(op->func, op->stream, &kernel, bind, 1 + op->nin, &a, sizeof a, threads,
+                      0, cm__min_u(group, threads));
 }
 
 static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
@@ -354,11 +358,12 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
         use_group = kernel.simd_width == 32;
     }
     CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_SERIAL, &serial));
-    const cm__binding bind[2] = {{op->out.buffer, true, NULL}, {op->in[0].buffer, false, NULL}};
+    cm__kernel_bind bind[3] = {cm__bind(op->out.buffer, NULL, true),
+                               cm__bind(op->in[0].buffer, NULL, false)};
     if (!use_group) {
         const cm__uint threads = (cm__uint)(a.nout < CM__MAX_GRID_THREADS ? a.nout
                                                                          : CM__MAX_GRID_THREADS);
-        return cm__encode(op, &serial, bind, 2, &a, sizeof a, threads, 0,
+        return cm__encode(op->func, op->stream, &serial, bind, 2, &a, sizeof a, threads, 0,
                           cm__min_u(cm__group_size(&serial), threads));
     }
     /* Up to 256 threads (several simdgroups), on softmetal as on a GPU
@@ -366,7 +371,8 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     const cm__uint group = cm__group_size(&kernel);
     if (count < CM__REDUCE_SPLIT_MIN || a.nout > CM__REDUCE_SPLIT_MAX_OUT) {
         const cm__uint groups = (cm__uint)(a.nout < CM__MAX_GROUPS ? a.nout : CM__MAX_GROUPS);
-        return cm__encode(op, &kernel, bind, 2, &a, sizeof a, 0, groups, group);
+        return cm__encode(op->func, op->stream, &kernel, bind, 2, &a, sizeof a, 0, groups,
+                          group);
     }
     /* Split: partial accumulators in a scratch buffer that the command
      * buffer keeps alive, then one thread per output combines them. */
@@ -380,16 +386,18 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     if (scratch == NULL)
         return cm__fail_as(op->func, CM_ERR_OUT_OF_MEMORY,
                            "no scratch buffer of %zu bytes for a split reduction", scratch_size);
-    const cm__binding pass1[2] = {{NULL, true, scratch}, {op->in[0].buffer, false, NULL}};
-    const cm__binding pass2[2] = {{op->out.buffer, true, NULL}, {NULL, false, scratch}};
+    cm__kernel_bind pass1[3] = {cm__bind(NULL, scratch, true),
+                                cm__bind(op->in[0].buffer, NULL, false)};
+    cm__kernel_bind pass2[3] = {cm__bind(op->out.buffer, NULL, true),
+                                cm__bind(NULL, scratch, false)};
     a.stage = CM__STAGE_PARTIAL;
     const cm__uint tasks = (cm__uint)(a.nout * a.split);
-    cm_status status = cm__encode(op, &kernel, pass1, 2, &a, sizeof a, 0, tasks,
-                                  group);
+    cm_status status =
+        cm__encode(op->func, op->stream, &kernel, pass1, 2, &a, sizeof a, 0, tasks, group);
     if (status == CM_OK) {
         a.stage = CM__STAGE_FINISH;
         const cm__uint threads = (cm__uint)a.nout;
-        status = cm__encode(op, &serial, pass2, 2, &a, sizeof a, threads, 0,
+        status = cm__encode(op->func, op->stream, &serial, pass2, 2, &a, sizeof a, threads, 0,
                             cm__min_u(cm__group_size(&serial), threads));
     }
     cm__objc_release(scratch);
@@ -410,9 +418,5 @@ static cm_status cm__run_op_unpooled(cm_device *device, const cm__op *op) {
     }
 }
 
-cm_status cm__metal_run_op(cm_device *device, const cm__op *op) {
-    void *pool = cm__objc_pool_push(); /* pipelines, scratch buffers */
-    const cm_status status = cm__run_op_unpooled(device, op);
-    cm__objc_pool_pop(pool);
-    return status;
-}
+CM__OBJC_POOLED(cm_status, cm__metal_run_op, (cm_device *device, const cm__op *op),
+                cm__run_op_unpooled(device, op))

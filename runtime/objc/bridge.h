@@ -428,6 +428,27 @@ static inline cm__id cm__objc_autorelease(cm__id obj) {
 void *cm__objc_pool_push(void);
 void cm__objc_pool_pop(void *pool);
 
+/* Defines `type name params`, which runs `call` (usually the same function
+ * named name_unpooled) inside its own autorelease pool and returns what it
+ * returns; the entry points that send messages are written this way, so
+ * loops on threads without a pool never grow memory. Put `static` before
+ * it for a file-local one:
+ *     static CM__OBJC_POOLED(cm_status, cm__x, (cm_device *d), cm__x_unpooled(d))
+ * CM__OBJC_POOLED_VOID is the same for a function that returns nothing. */
+#define CM__OBJC_POOLED(type, name, params, call)                                                 \
+    type name params {                                                                            \
+        void *cm__pool_ = cm__objc_pool_push();                                                   \
+        const type cm__result_ = call;                                                            \
+        cm__objc_pool_pop(cm__pool_);                                                             \
+        return cm__result_;                                                                       \
+    }
+#define CM__OBJC_POOLED_VOID(name, params, call)                                                  \
+    void name params {                                                                            \
+        void *cm__pool_ = cm__objc_pool_push();                                                   \
+        call;                                                                                     \
+        cm__objc_pool_pop(cm__pool_);                                                             \
+    }
+
 /* --------------------------------------------------------------- strings */
 /* A new NSString holding the UTF-8 bytes of `utf8` ([[NSString alloc]
  * initWithBytes:length:encoding:NSUTF8StringEncoding]).

@@ -1,0 +1,636 @@
+/* SPDX-License-Identifier: MIT */
+/* The middle of the Metal device: one way to compile a library, make a
+ * pipeline, and encode a pass (a compute dispatch or a blit), for
+ * cmetal/kernel.h and for cmetal's own ops. Libraries and pipelines are
+ * cached per device under cache_lock, by key (source and options; library,
+ * function name and constant values) and live as long as the device. Sees
+ * the stream layer (metal_stream.c) only. */
+#include "metal_internal.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+/* MTLDataType values (Metal/MTLDataType.h). */
+enum {
+    CM__MTL_DATA_FLOAT = 3,
+    CM__MTL_DATA_HALF = 16,
+    CM__MTL_DATA_INT = 29,
+    CM__MTL_DATA_UINT = 33,
+    CM__MTL_DATA_SHORT = 37,
+    CM__MTL_DATA_USHORT = 41,
+    CM__MTL_DATA_CHAR = 45,
+    CM__MTL_DATA_UCHAR = 49,
+    CM__MTL_DATA_BOOL = 53,
+    CM__MTL_DATA_LONG = 81,
+    CM__MTL_DATA_ULONG = 85,
+    CM__MTL_DATA_BFLOAT = 121,
+};
+
+/* One cached library or pipeline. */
+struct cm__metal_cached {
+    uint64_t hash;
+    char *key;
+    size_t key_len;
+    cm__id object;     /* +1: id<MTLLibrary> or id<MTLComputePipelineState> */
+    uint64_t serial;   /* libraries: names this library in pipeline keys */
+    cm_kernel_info info;
+    cm__kernel_signature sig; /* pipelines: bindings */
+    struct cm__metal_cached *next;
+};
+
+void cm__metal_cache_init(cm__metal_device *d) {
+    pthread_mutex_init(&d->cache_lock, NULL);
+    d->cache = NULL;
+    d->cache_serial = 0;
+    d->archive = NULL;
+    d->archive_path = NULL;
+}
+
+void cm__metal_cache_destroy(cm__metal_device *d) {
+    for (cm__metal_cached *c = d->cache, *next; c != NULL; c = next) {
+        next = c->next;
+        cm__objc_release(c->object);
+        cm__free(c->key);
+        cm__free(c);
+    }
+    d->cache = NULL;
+    cm__objc_release(d->archive);
+    d->archive = NULL;
+    cm__free(d->archive_path);
+    d->archive_path = NULL;
+    pthread_mutex_destroy(&d->cache_lock);
+}
+
+static uint64_t cm__fnv1a(const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; ++i) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* The entry of `key`, or NULL. cache_lock held. */
+static cm__metal_cached *cm__cache_find(cm__metal_device *d, uint64_t hash, const char *key,
+                                        size_t n) {
+    for (cm__metal_cached *c = d->cache; c != NULL; c = c->next)
+        if (c->hash == hash && c->key_len == n && memcmp(c->key, key, n) == 0)
+            return c;
+    return NULL;
+}
+
+/* Adds `object` (+1, taken) under key. cache_lock held. On failure the
+ * object is left to the caller. */
+static cm__metal_cached *cm__cache_add(cm__metal_device *d, uint64_t hash, const char *key,
+                                       size_t n, cm__id object) {
+    cm__metal_cached *c = CM__NEW(cm__metal_cached);
+    char *copy = c != NULL ? cm__alloc(n, 1) : NULL;
+    if (copy == NULL) {
+        cm__free(c);
+        return NULL;
+    }
+    memcpy(copy, key, n);
+    c->hash = hash;
+    c->key = copy;
+    c->key_len = n;
+    c->object = object;
+    c->serial = ++d->cache_serial;
+    c->next = d->cache;
+    d->cache = c;
+    return c;
+}
+
+/* ------------------------------------------------------------ compile */
+
+/* New MTLCompileOptions (+1) for `o`. The language version is set first,
+ * then the math: where the options have mathMode (macOS 15 / iOS 18) it is
+ * set, with mathFloatingPointFunctions Precise for safe math (its default
+ * is Fast, which would give safe kernels the fast exp, log, sin, pow...)
+ * and Fast otherwise; before macOS 15, fastMathEnabled = NO selects safe
+ * math and the precise functions together, and relaxed falls back to fast
+ * math. */
+static cm_status cm__compile_options_new(const char *func, const cm__compile_options *o,
+                                         cm__id *out) {
+    *out = NULL;
+    cm__class cls = CM__CLASS(MTLCompileOptions);
+    if (cls == NULL)
+        return cm__fail_as(func, CM_ERR_DEVICE, "the Metal framework has no MTLCompileOptions");
+    cm__id options = cm__msg_alloc((cm__id)cls);
+    if (options != NULL)
+        options = cm__msg_init(options);
+    if (options == NULL)
+        return cm__fail_as(func, CM_ERR_DEVICE, "MTLCompileOptions alloc/init returned nil");
+    if (o->language_version != 0) {
+        if (!cm__msg_respondsToSelector(options, CM__SEL(setLanguageVersion))) {
+            cm__objc_release(options);
+            return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                               "language_version = %" PRIu32 ".%" PRIu32
+                               ": this Metal framework's MTLCompileOptions has no "
+                               "setLanguageVersion: (leave it 0 for the default)",
+                               o->language_version >> 16, o->language_version & 0xffff);
+        }
+        cm__msg_setLanguageVersion(options, o->language_version);
+    }
+    if (cm__msg_respondsToSelector(options, CM__SEL(setMathMode))) {
+        cm__msg_setMathMode(options, o->math_mode == CM_MATH_MODE_SAFE      ? CM__MTL_MATH_MODE_SAFE
+                                     : o->math_mode == CM_MATH_MODE_RELAXED ? CM__MTL_MATH_MODE_RELAXED
+                                                                            : CM__MTL_MATH_MODE_FAST);
+        if (cm__msg_respondsToSelector(options, CM__SEL(setMathFloatingPointFunctions)))
+            cm__msg_setMathFloatingPointFunctions(
+                options, o->math_mode == CM_MATH_MODE_SAFE ? CM__MTL_MATH_FUNCTIONS_PRECISE
+                                                           : CM__MTL_MATH_FUNCTIONS_FAST);
+    } else {
+        cm__msg_setFastMathEnabled(options, o->math_mode != CM_MATH_MODE_SAFE);
+    }
+    *out = options;
+    return CM_OK;
+}
+
+cm_status cm__metal_compile(const char *func, cm__id device, const char *source,
+                            const cm__compile_options *o, cm__id *out) {
+    *out = NULL;
+    cm__id options = NULL;
+    CM__TRY(cm__compile_options_new(func, o, &options));
+    cm__id text = NULL;
+    cm_status status = cm__ns_string_from_utf8(func, source, &text);
+    if (status != CM_OK) {
+        cm__objc_release(options);
+        return status;
+    }
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL; /* autoreleased */
+    cm__id library = cm__msg_newLibraryWithSource_options_error(device, text, options, &error);
+    if (library == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error, "the Metal library did not compile");
+    cm__objc_pool_pop(pool);
+    cm__objc_release(text);
+    cm__objc_release(options);
+    *out = library;
+    return status;
+}
+
+/* What a library of the cache is made from, on a miss: MSL source with
+ * options, or precompiled bytes. */
+typedef struct cm__library_origin {
+    const char *source;            /* or NULL: bytes */
+    const cm__compile_options *options;
+    const void *data;
+    size_t size;
+} cm__library_origin;
+
+static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data,
+                                      size_t size, cm__id *out);
+
+/* The device's library for `key` (+1 in *out), made from `from` on first
+ * use; concurrent callers make it once. Takes the cache lock. */
+static cm_status cm__cached_library(const char *func, cm__metal_device *d, const char *key,
+                                    size_t n, const cm__library_origin *from, cm__id *out,
+                                    uint64_t *serial) {
+    const uint64_t hash = cm__fnv1a(key, n);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
+    if (c == NULL) {
+        cm__id lib = NULL;
+        status = from->source != NULL
+                     ? cm__metal_compile(func, d->device, from->source, from->options, &lib)
+                     : cm__metal_load_bytes(func, d->device, from->data, from->size, &lib);
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, n, lib);
+            if (c == NULL) {
+                cm__objc_release(lib);
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            }
+        }
+    }
+    if (status == CM_OK) {
+        *out = cm__objc_retain(c->object);
+        *serial = c->serial;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    return status;
+}
+
+cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *source,
+                            const cm__compile_options *o, cm__id *out, uint64_t *serial) {
+    *out = NULL;
+    char head[32];
+    const int hn = snprintf(head, sizeof head, "L%d:%" PRIu32 ":", (int)o->math_mode,
+                            o->language_version);
+    const size_t sn = strlen(source);
+    size_t n;
+    if (cm__add_overflow_size((size_t)hn, sn, &n))
+        return cm__fail_as(func, CM_ERR_OVERFLOW, "the source is too long");
+    char *key = cm__alloc(n, 1);
+    if (key == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a cache key");
+    memcpy(key, head, (size_t)hn);
+    memcpy(key + hn, source, sn);
+    const cm_status status = cm__cached_library(
+        func, d, key, n, &(cm__library_origin){.source = source, .options = o}, out, serial);
+    cm__free(key);
+    return status;
+}
+
+/* A library from precompiled bytes (newLibraryWithData:error:), +1 in *out. */
+static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data,
+                                      size_t size, cm__id *out) {
+    *out = NULL;
+    if (!cm__dispatch_data_available())
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "libdispatch's dispatch_data_create was not found (the Metal "
+                           "framework in use provides none), so libraries cannot be loaded "
+                           "from bytes");
+    cm__id dd = cm__dispatch_data_create(data, size);
+    if (dd == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "dispatch_data_create of %zu bytes failed",
+                           size);
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL;
+    cm__id library = cm__msg_newLibraryWithData_error(device, dd, &error);
+    cm_status status = CM_OK;
+    if (library == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_INVALID_ARGUMENT, error,
+                                   "the data is not a Metal library");
+    cm__objc_pool_pop(pool);
+    cm__dispatch_release(dd);
+    *out = library;
+    return status;
+}
+
+/* The device's library of the bytes (+1 in *out), loaded on first use. */
+cm_status cm__metal_library_data(const char *func, cm__metal_device *d, const void *data,
+                                        size_t size, cm__id *out, uint64_t *serial) {
+    *out = NULL;
+    size_t n;
+    if (cm__add_overflow_size(size, 1, &n))
+        return cm__fail_as(func, CM_ERR_OVERFLOW, "size = %zu is too large", size);
+    char *key = cm__alloc(n, 1);
+    if (key == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a cache key");
+    key[0] = 'D';
+    memcpy(key + 1, data, size);
+    const cm_status status = cm__cached_library(
+        func, d, key, n, &(cm__library_origin){.data = data, .size = size}, out, serial);
+    cm__free(key);
+    return status;
+}
+
+/* ------------------------------------------------------------ pipelines */
+
+static cm__uint cm__mtl_data_type(cm_dtype dt) {
+    switch (dt) {
+    case CM_BOOL: return CM__MTL_DATA_BOOL;
+    case CM_INT8: return CM__MTL_DATA_CHAR;
+    case CM_INT16: return CM__MTL_DATA_SHORT;
+    case CM_INT32: return CM__MTL_DATA_INT;
+    case CM_INT64: return CM__MTL_DATA_LONG;
+    case CM_UINT8: return CM__MTL_DATA_UCHAR;
+    case CM_UINT16: return CM__MTL_DATA_USHORT;
+    case CM_UINT32: return CM__MTL_DATA_UINT;
+    case CM_UINT64: return CM__MTL_DATA_ULONG;
+    case CM_FLOAT16: return CM__MTL_DATA_HALF;
+    case CM_BFLOAT16: return CM__MTL_DATA_BFLOAT;
+    case CM_FLOAT32: return CM__MTL_DATA_FLOAT;
+    default: return 0;
+    }
+}
+
+/* The function `name` of the library (+1), specialised with the constants. */
+static cm_status cm__function(const char *func, cm__id library, const char *name,
+                              const cm_function_constant *constants, uint32_t nconst,
+                              cm__id *out) {
+    *out = NULL;
+    cm__id ns_name = NULL;
+    CM__TRY(cm__ns_string_from_utf8(func, name, &ns_name));
+    if (nconst == 0) {
+        cm__id fn = cm__msg_newFunctionWithName(library, ns_name);
+        cm__objc_release(ns_name);
+        if (fn == NULL)
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                               "desc->name = \"%s\": the library has no function of that name",
+                               name);
+        *out = fn;
+        return CM_OK;
+    }
+    cm__class cls = CM__CLASS(MTLFunctionConstantValues);
+    cm__id values = cls != NULL ? cm__msg_alloc((cm__id)cls) : NULL;
+    if (values != NULL)
+        values = cm__msg_init(values);
+    if (values == NULL) {
+        cm__objc_release(ns_name);
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "desc->constants: this Metal framework has no "
+                           "MTLFunctionConstantValues, so function constants cannot be set");
+    }
+    for (uint32_t i = 0; i < nconst; ++i)
+        cm__msg_setConstantValue_type_atIndex(values, constants[i].value,
+                                              cm__mtl_data_type(constants[i].dtype),
+                                              constants[i].index);
+    void *pool = cm__objc_pool_push();
+    cm__id error = NULL;
+    cm__id fn = cm__msg_newFunctionWithName_constantValues_error(library, ns_name, values, &error);
+    cm_status status = CM_OK;
+    if (fn == NULL)
+        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
+                                   "desc->constants do not specialise the function (each "
+                                   "constant it requires needs a value of its type)");
+    cm__objc_pool_pop(pool);
+    cm__objc_release(values);
+    cm__objc_release(ns_name);
+    *out = fn;
+    return status;
+}
+
+/* Reads the bindings of a pipeline's reflection (autoreleased, may be nil)
+ * into *sig: MTLBinding where the reflection has `bindings` (macOS 13 /
+ * iOS 16), else MTLArgument. Bindings the function does not use are left
+ * out. */
+static void cm__read_reflection(cm__id reflection, cm__kernel_signature *sig) {
+    memset(sig, 0, sizeof *sig);
+    if (reflection == NULL)
+        return;
+    const bool bindings = cm__msg_respondsToSelector(reflection, CM__SEL(bindings));
+    if (!bindings && !cm__msg_respondsToSelector(reflection, CM__SEL(arguments)))
+        return;
+    cm__id list = bindings ? cm__msg_bindings(reflection) : cm__msg_arguments(reflection);
+    if (list == NULL)
+        return;
+    const cm__uint n = cm__msg_count(list);
+    for (cm__uint i = 0; i < n; ++i) {
+        cm__id b = cm__msg_objectAtIndex(list, i);
+        if (b == NULL || !(bindings ? cm__msg_isUsed(b) : cm__msg_isActive(b)))
+            continue;
+        /* MTLBindingType is an NSInteger, MTLArgumentType an NSUInteger
+         * of the same values. */
+        const cm__int type = cm__msg_type(b);
+        const cm__uint index = cm__msg_index(b);
+        if (index >= CM_KERNEL_MAX_BUFFERS ||
+            (type != CM__MTL_BINDING_BUFFER && type != CM__MTL_BINDING_THREADGROUP))
+            continue;
+        const uint32_t bit = 1u << index;
+        char *name;
+        if (type == CM__MTL_BINDING_BUFFER) {
+            sig->buffers |= bit;
+            if (cm__msg_access(b) != CM__MTL_ACCESS_READ_ONLY)
+                sig->written |= bit;
+            name = sig->buffer_names[index];
+        } else {
+            sig->threadgroups |= bit;
+            name = sig->threadgroup_names[index];
+        }
+        cm__id ns = cm__msg_name(b);
+        const char *utf8 = ns != NULL ? cm__msg_UTF8String(ns) : NULL;
+        snprintf(name, CM__BINDING_NAME_MAX, "%s", utf8 != NULL ? utf8 : "");
+    }
+    sig->known = true;
+}
+
+/* CM_ERR_COMPILE for a pipeline Metal did not make, with its message; a
+ * kernel made without constants is told where they go (a kernel with
+ * function constants needs their values to become a pipeline). */
+static cm_status cm__pipeline_error(const char *func, cm__id error, const char *name,
+                                    uint32_t nconst) {
+    char what[512];
+    snprintf(what, sizeof what,
+             "desc->name = \"%s\": no pipeline was made%s", name,
+             nconst == 0 ? " (a kernel with function constants needs their values in "
+                           "desc->constants: cm_function_constant index, dtype, value)"
+                         : "");
+    return cm__fail_ns_error(func, CM_ERR_COMPILE, error, what);
+}
+
+/* The pipeline of fn made with the device's binary archive (taken from it
+ * when it holds fn's code), which then records it for the next save; NULL
+ * when that fails, and the caller compiles without the archive: a stale or
+ * refused archive never fails the user's work. cache_lock held. */
+static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
+                                        cm__kernel_signature *sig) {
+    cm__class cls = CM__CLASS(MTLComputePipelineDescriptor);
+    cm__class array_cls = CM__CLASS(NSArray);
+    if (cls == NULL || array_cls == NULL)
+        return NULL;
+    cm__id desc = cm__msg_alloc((cm__id)cls);
+    if (desc != NULL)
+        desc = cm__msg_init(desc);
+    if (desc == NULL)
+        return NULL;
+    void *pool = cm__objc_pool_push();
+    cm__id pipeline = NULL;
+    cm__id archives = cm__msg_arrayWithObjects_count((cm__id)array_cls, &d->archive, 1);
+    if (archives != NULL) {
+        cm__msg_setComputeFunction(desc, fn);
+        cm__msg_setBinaryArchives(desc, archives);
+        cm__id error = NULL, reflection = NULL; /* autoreleased */
+        pipeline = cm__msg_newComputePipelineStateWithDescriptor_options_reflection_error(
+            d->device, desc, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
+        if (pipeline != NULL)
+            cm__read_reflection(reflection, sig);
+        /* Recording may fail (Metal archives take no specialised
+         * functions): the pipeline is made all the same. */
+        if (pipeline != NULL)
+            (void)cm__msg_addComputePipelineFunctionsWithDescriptor_error(d->archive, desc,
+                                                                          &error);
+    }
+    cm__objc_pool_pop(pool);
+    cm__objc_release(desc);
+    return pipeline;
+}
+
+cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
+                             uint64_t library_serial, const char *name,
+                             const cm_function_constant *constants, uint32_t nconst,
+                             cm__id *out, cm_kernel_info *info, cm__kernel_signature *sig) {
+    *out = NULL;
+    /* Key: library serial, name, then (index, dtype, value bytes) per constant. */
+    char key[2048];
+    int n = snprintf(key, sizeof key, "P%" PRIu64 ":%s", library_serial, name);
+    if (n < 0 || (size_t)n >= sizeof key)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->name is too long");
+    size_t len = (size_t)n + 1;
+    for (uint32_t i = 0; i < nconst; ++i) {
+        const size_t size = cm__dtype(constants[i].dtype)->size;
+        if (len + 8 + size > sizeof key)
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->constant_count = %" PRIu32
+                               " is too many", nconst);
+        const uint32_t head[2] = {constants[i].index, (uint32_t)constants[i].dtype};
+        memcpy(key + len, head, 8);
+        memcpy(key + len + 8, constants[i].value, size);
+        len += 8 + size;
+    }
+    const uint64_t hash = cm__fnv1a(key, len);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, len);
+    if (c == NULL) {
+        cm__id fn = NULL;
+        status = cm__function(func, library, name, constants, nconst, &fn);
+        cm__id pipeline = NULL;
+        cm__kernel_signature bindings;
+        if (status == CM_OK && d->archive != NULL)
+            pipeline = cm__pipeline_from_archive(d, fn, &bindings);
+        if (status == CM_OK && pipeline == NULL) {
+            void *pool = cm__objc_pool_push();
+            cm__id error = NULL, reflection = NULL; /* autoreleased */
+            pipeline = cm__msg_newComputePipelineStateWithFunction_options_reflection_error(
+                d->device, fn, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
+            if (pipeline == NULL)
+                status = cm__pipeline_error(func, error, name, nconst);
+            else
+                cm__read_reflection(reflection, &bindings);
+            cm__objc_pool_pop(pool);
+        }
+        cm__objc_release(fn);
+        cm_kernel_info ki = {0};
+        if (status == CM_OK) {
+            ki.max_threads_per_threadgroup = (uint32_t)cm__msg_maxTotalThreadsPerThreadgroup(pipeline);
+            ki.thread_execution_width = (uint32_t)cm__msg_threadExecutionWidth(pipeline);
+            if (cm__msg_respondsToSelector(pipeline, CM__SEL(staticThreadgroupMemoryLength)))
+                ki.static_threadgroup_memory =
+                    (uint32_t)cm__msg_staticThreadgroupMemoryLength(pipeline);
+            if (ki.max_threads_per_threadgroup == 0 || ki.thread_execution_width == 0)
+                status = cm__fail_as(func, CM_ERR_DEVICE, "pipeline %s reports no threads",
+                                     name);
+        }
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, len, pipeline);
+            if (c == NULL) {
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            } else {
+                c->info = ki;
+                c->sig = bindings;
+            }
+        }
+        if (status != CM_OK)
+            cm__objc_release(pipeline);
+    }
+    if (status == CM_OK) {
+        *out = cm__objc_retain(c->object);
+        *info = c->info;
+        if (sig != NULL)
+            *sig = c->sig;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    return status;
+}
+
+/* ------------------------------------------------------------ passes */
+
+/* The cm_buffers a pass touches (a buffer may stand more than once), and
+ * whether it writes each. */
+#define CM__PASS_MAX_BUFFERS (2 * CM_KERNEL_MAX_BUFFERS)
+
+/* One pass being encoded into a stream's open command buffer. */
+typedef struct cm__metal_pass {
+    cm_stream *stream;
+    void *pool;
+    cm__id cb;    /* the open command buffer, +0 */
+    cm__id enc;   /* the pass's encoder, +0, or NULL */
+    cm__id fence; /* the stream's fence for untracked buffers, +0, or NULL */
+    cm_buffer *touched[CM__PASS_MAX_BUFFERS];
+    bool writes[CM__PASS_MAX_BUFFERS];
+    int ntouched;
+} cm__metal_pass;
+
+/* Starts a compute pass (or a blit pass) on the stream over p->touched:
+ * takes the stream's lock, makes the encoder and, when a touched buffer
+ * is untracked, waits for the stream's fence (Metal orders nothing for
+ * untracked buffers: MLX's, wrapped ones). Always pair with
+ * cm__pass_end, whatever the status. */
+static cm_status cm__pass_begin(const char *func, cm_stream *stream, bool blit,
+                                cm__metal_pass *p) {
+    p->stream = stream;
+    p->enc = NULL;
+    p->fence = NULL;
+    cm_status status = cm__metal_encode_begin(func, stream, &p->cb, &p->pool);
+    if (status == CM_OK)
+        status = cm__metal_pass_fence(func, stream, p->touched, p->ntouched, &p->fence);
+    if (status == CM_OK) {
+        p->enc = blit ? cm__msg_blitCommandEncoder(p->cb) : cm__msg_computeCommandEncoder(p->cb);
+        if (p->enc == NULL)
+            status = cm__fail_as(func, CM_ERR_DEVICE, "%s returned nil",
+                                 blit ? "blitCommandEncoder" : "computeCommandEncoder");
+    }
+    if (p->enc != NULL && p->fence != NULL)
+        cm__msg_waitForFence(p->enc, p->fence);
+    return status;
+}
+
+/* Ends the pass: updates the fence, ends the encoder and tracks the
+ * touched buffers on the stream (when the encoder was made), then gives
+ * back the stream's lock. */
+static void cm__pass_end(cm__metal_pass *p) {
+    if (p->enc != NULL) {
+        if (p->fence != NULL)
+            cm__msg_updateFence(p->enc, p->fence);
+        cm__msg_endEncoding(p->enc);
+        for (int i = 0; i < p->ntouched; ++i)
+            cm__metal_track(p->stream, p->touched[i], p->writes[i]);
+    }
+    cm__metal_encode_end(p->stream, p->pool);
+}
+
+static void cm__pass_touch(cm__metal_pass *p, cm_buffer *buffer, bool write) {
+    if (buffer != NULL && p->ntouched < CM__PASS_MAX_BUFFERS) {
+        p->touched[p->ntouched] = buffer;
+        p->writes[p->ntouched++] = write;
+    }
+}
+
+cm_status cm__metal_dispatch(cm__id pipeline, const cm__kernel_launch *launch) {
+    const cm__kernel_bind *binds = launch->args;
+    const uint32_t nbinds = launch->nargs;
+    const uint64_t *grid = launch->grid;
+    const uint32_t *group = launch->group;
+    cm__metal_pass p = {.ntouched = 0};
+    for (uint32_t i = 0; i < nbinds; ++i)
+        cm__pass_touch(&p, binds[i].buffer, binds[i].type == CM_ARG_OUTPUT);
+    cm_status status = cm__pass_begin(launch->func, launch->stream, false, &p);
+    if (status == CM_OK) {
+        cm__msg_setComputePipelineState(p.enc, pipeline);
+        for (uint32_t i = 0; i < nbinds; ++i) {
+            const cm__kernel_bind *b = &binds[i];
+            switch (b->type) {
+            case CM_ARG_INPUT:
+            case CM_ARG_OUTPUT:
+                cm__msg_setBuffer_offset_atIndex(
+                    p.enc, b->buffer != NULL ? b->buffer->native : b->native, b->offset,
+                    b->index);
+                break;
+            case CM_ARG_BYTES:
+                cm__msg_setBytes_length_atIndex(p.enc, b->data, b->size, b->index);
+                break;
+            case CM_ARG_THREADGROUP:
+                cm__msg_setThreadgroupMemoryLength_atIndex(p.enc, b->size, b->index);
+                break;
+            default: break;
+            }
+        }
+        const cm__mtl_size g = {grid[0], grid[1], grid[2]};
+        const cm__mtl_size tg = {group[0], group[1], group[2]};
+        if (launch->unit == CM_GRID_THREADGROUPS)
+            cm__msg_dispatchThreadgroups_threadsPerThreadgroup(p.enc, g, tg);
+        else
+            cm__msg_dispatchThreads_threadsPerThreadgroup(p.enc, g, tg);
+    }
+    cm__pass_end(&p);
+    return status;
+}
+
+cm_status cm__metal_blit(const char *func, cm_device *device, cm__metal_span dst,
+                         cm__metal_span src, size_t size) {
+    cm__metal_pass p = {.ntouched = 0};
+    cm__pass_touch(&p, src.buffer, false);
+    cm__pass_touch(&p, dst.buffer, src.native != NULL);
+    cm_status status = cm__pass_begin(func, device->default_stream, true, &p);
+    if (status == CM_OK && src.native != NULL)
+        cm__msg_copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size(
+            p.enc, src.native, src.offset, dst.native, dst.offset, size);
+    else if (status == CM_OK)
+        cm__msg_synchronizeResource(p.enc, dst.native);
+    cm__pass_end(&p);
+    return status;
+}
