@@ -651,3 +651,219 @@ Test(host, bundles_as_libraries_are_searched) {
   blank = SEND0(id, sm_class_named("NSBundle"), "alloc");
   cr_assert_null(SEND(id, (id, SEL, id), blank, "initWithPath:", sm_str(tmp)), "no such directory");
 }
+
+/* ------------------------------------------------------------- argument buffers */
+/* Tier 2 argument buffers: a struct of two device pointers and a scalar,
+ * with explicit [[id]]s, and one with implicit ids and an array. */
+static const char ARGBUF_KERNEL[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "struct Args {\n"
+    "  device const float *in [[id(0)]];\n"
+    "  device float *out [[id(1)]];\n"
+    "  float scale [[id(2)]];\n"
+    "};\n"
+    "struct Many { device float *p[2]; uint n; device const float *q; };\n"
+    "kernel void axpb(constant Args &args [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  args.out[i] = args.in[i] * args.scale + 1.0f;\n"
+    "}\n"
+    "kernel void many(device const Many *m [[buffer(1)]], device float *plain [[buffer(0)]],\n"
+    "                 uint i [[thread_position_in_grid]]) {\n"
+    "  m->p[i % 2][i / 2] = m->q[i] + float(m->n);\n"
+    "}\n";
+
+static id argbuf_function(const char *name) {
+  id error = 0;
+  id lib = SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
+                sm_str(ARGBUF_KERNEL), (id)0, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str(name));
+  cr_assert_not_null(fn);
+  sm_release(lib);
+  return fn;
+}
+
+static void run_argbuf(id fn, NSUInteger index, id argbuf, id *uses, size_t nuses, NSUInteger n) {
+  id error = 0;
+  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
+              &error);
+  cr_assert_not_null(p, "%s", sm_error_text(error));
+  id cb = SEND0(id, queue, "commandBuffer");
+  cr_assert_eq(SEND0(unsigned char, cb, "retainedReferences"), 1);
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", argbuf, 0,
+       index);
+  if (index != 0)
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", argbuf, 0,
+         0);
+  for (size_t u = 0; u < nuses; u++)
+    SEND(void, (id, SEL, id, NSUInteger), enc, "useResource:usage:", uses[u], 3);
+  MTLSize grid = {n, 1, 1}, tg = {4, 1, 1};
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:", grid, tg);
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+  sm_release(p);
+}
+
+Test(host, argument_encoder_encodes_pointers_and_data) {
+  enum { N = 16 };
+  id fn = argbuf_function("axpb");
+  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
+  cr_assert_not_null(ae);
+  cr_assert_eq(sm_u(ae, "encodedLength"), 24, "two pointers and a float, clang's layout");
+  cr_assert_eq(sm_u(ae, "alignment"), 8);
+  cr_assert_eq(SEND0(id, ae, "device"), dev);
+  SEND(void, (id, SEL, id), ae, "setLabel:", sm_str("args"));
+  cr_assert_str_eq(sm_utf8(SEND0(id, ae, "label")), "args");
+  id in = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
+               (N + 4) * sizeof(float), OPT_SHARED);
+  id out = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
+                N * sizeof(float), OPT_SHARED);
+  /* the argument buffer's second element: encoded at 24 */
+  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
+                   2 * 24, OPT_SHARED);
+  float *src = SEND0(float *, in, "contents");
+  for (int i = 0; i < N + 4; i++) src[i] = (float)i * 0.5f - 3.0f;
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae,
+       "setArgumentBuffer:startOffset:arrayElement:", argbuf, 0, 1);
+  id bufs[2] = {in, out};
+  NSUInteger offs[2] = {4 * sizeof(float), 0};
+  NSRange r = {0, 2};
+  SEND(void, (id, SEL, const id *, const NSUInteger *, NSRange), ae,
+       "setBuffers:offsets:withRange:", bufs, offs, r);
+  float *scale = SEND(float *, (id, SEL, NSUInteger), ae, "constantDataAtIndex:", 2);
+  unsigned char *ab = SEND0(unsigned char *, argbuf, "contents");
+  cr_assert_eq((unsigned char *)scale, ab + 24 + 16, "the float follows the two pointers");
+  *scale = 2.5f;
+  /* the kernel reads the element at offset 24: point the binding there */
+  id error = 0;
+  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
+              &error);
+  cr_assert_not_null(p, "%s", sm_error_text(error));
+  id cb = SEND0(id, queue, "commandBuffer");
+  cr_assert_eq(SEND0(unsigned char, cb, "retainedReferences"), 1);
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", argbuf, 24,
+       0);
+  SEND(void, (id, SEL, id, NSUInteger), enc, "useResource:usage:", in, 1);
+  SEND(void, (id, SEL, id, NSUInteger), enc, "useResource:usage:", out, 2);
+  MTLSize grid = {N, 1, 1}, tg = {4, 1, 1};
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:", grid, tg);
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+  const float *dst = SEND0(float *, out, "contents");
+  for (int i = 0; i < N; i++) cr_assert_eq(dst[i], src[i + 4] * 2.5f + 1.0f, "out[%d]", i);
+  sm_release(p);
+  sm_release(ae);
+  sm_release(argbuf);
+  sm_release(in);
+  sm_release(out);
+  sm_release(fn);
+}
+
+Test(host, argument_encoder_implicit_ids_and_arrays) {
+  enum { N = 8 };
+  id fn = argbuf_function("many");
+  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 1);
+  cr_assert_not_null(ae);
+  cr_assert_eq(sm_u(ae, "encodedLength"), 32, "p[2], n and q");
+  id a = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
+              N / 2 * sizeof(float), OPT_SHARED);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
+              N / 2 * sizeof(float), OPT_SHARED);
+  id q = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
+              N * sizeof(float), OPT_SHARED);
+  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 32,
+                   OPT_SHARED);
+  float *qs = SEND0(float *, q, "contents");
+  for (int i = 0; i < N; i++) qs[i] = (float)(i * i);
+  SEND(void, (id, SEL, id, NSUInteger), ae, "setArgumentBuffer:offset:", argbuf, 0);
+  /* ids: p[0] 0, p[1] 1, n 2, q 3 */
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", a, 0, 0);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", b, 0, 1);
+  *SEND(uint32_t *, (id, SEL, NSUInteger), ae, "constantDataAtIndex:", 2) = 7;
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", q, 0, 3);
+  id uses[3] = {a, b, q};
+  run_argbuf(fn, 1, argbuf, uses, 3, N);
+  const float *pa = SEND0(float *, a, "contents"), *pb = SEND0(float *, b, "contents");
+  for (int i = 0; i < N; i++)
+    cr_assert_eq((i % 2 ? pb : pa)[i / 2], (float)(i * i) + 7.0f, "element %d", i);
+  sm_release(ae);
+  sm_release(argbuf);
+  sm_release(a);
+  sm_release(b);
+  sm_release(q);
+  sm_release(fn);
+}
+
+Test(host, argument_encoder_index_out_of_range_aborts, .signal = SIGABRT) {
+  id fn = argbuf_function("axpb");
+  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
+  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 24,
+                   OPT_SHARED);
+  keep[0] = fn, keep[1] = ae, keep[2] = argbuf;
+  SEND(void, (id, SEL, id, NSUInteger), ae, "setArgumentBuffer:offset:", argbuf, 0);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", argbuf, 0, 3);
+}
+
+Test(host, argument_encoder_data_index_is_no_pointer, .signal = SIGABRT) {
+  id fn = argbuf_function("axpb");
+  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
+  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 24,
+                   OPT_SHARED);
+  keep[0] = fn, keep[1] = ae, keep[2] = argbuf;
+  SEND(void, (id, SEL, id, NSUInteger), ae, "setArgumentBuffer:offset:", argbuf, 0);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", argbuf, 0, 2);
+}
+
+Test(host, argument_encoder_of_a_plain_pointer_aborts, .signal = SIGABRT) {
+  id fn = argbuf_function("many");
+  keep[0] = fn;
+  SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
+}
+
+Test(host, argument_buffer_too_short_aborts, .signal = SIGABRT) {
+  id fn = argbuf_function("axpb");
+  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
+  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
+                   OPT_SHARED);
+  keep[0] = fn, keep[1] = ae, keep[2] = argbuf;
+  SEND(void, (id, SEL, id, NSUInteger), ae, "setArgumentBuffer:offset:", argbuf, 0);
+}
+
+Test(host, argument_buffer_holding_gpu_address_faults) {
+  /* gpuAddress is no host pointer in softmetal: a kernel dereferencing one
+   * fails the command buffer */
+  id fn = argbuf_function("axpb");
+  id out = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 64,
+                OPT_SHARED);
+  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 24,
+                   OPT_SHARED);
+  uint64_t *slots = SEND0(uint64_t *, argbuf, "contents");
+  slots[0] = SEND0(uint64_t, out, "gpuAddress");
+  slots[1] = SEND0(uint64_t, out, "gpuAddress");
+  id error = 0;
+  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
+              &error);
+  cr_assert_not_null(p, "%s", sm_error_text(error));
+  id cb = SEND0(id, queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", argbuf, 0, 0);
+  MTLSize grid = {4, 1, 1}, tg = {4, 1, 1};
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:", grid, tg);
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  cr_assert_eq(sm_u(cb, "status"), 5, "a fault fails the command buffer");
+  sm_release(p);
+  sm_release(argbuf);
+  sm_release(out);
+  sm_release(fn);
+}

@@ -473,6 +473,11 @@ void sm__device_account(id device, long bytes) {
   atomic_fetch_add(&((sm_device *)device)->allocated, (unsigned long)bytes);
 }
 NSUInteger sm__buffer_reserved(id buffer) { return ((sm_buffer *)buffer)->reserved; }
+void *sm__buffer_gpu(id buffer, NSUInteger *length) {
+  if (!buffer || !sm__is(buffer, &buffer_class)) return NULL;
+  *length = ((sm_buffer *)buffer)->length;
+  return ((sm_buffer *)buffer)->gpu;
+}
 
 static void *buffer_contents(id self, SEL cmd) {
   (void)cmd;
@@ -1144,6 +1149,10 @@ static id queue_cmdbuf_unretained(id self, SEL cmd) {
 /* ------------------------------------------------------------- command buffers */
 static void hazard_observed(sm_cmdbuf *cb);
 
+static unsigned char cb_retained_refs(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_cmdbuf *)self)->retains_refs;
+}
 static NSUInteger cb_status(id self, SEL cmd) {
   (void)cmd;
   NSUInteger st = atomic_load(&((sm_cmdbuf *)self)->status);
@@ -1965,6 +1974,7 @@ void sm__register_metal(void) {
 
   c = sm__class_begin(&cmdbuf_class);
   sm__method(c, "status", SM_IMP(cb_status), "Q@:");
+  sm__method(c, "retainedReferences", SM_IMP(cb_retained_refs), "C@:");
   sm__method(c, "commandQueue", SM_IMP(cb_queue), "@@:");
   sm__method(c, "device", SM_IMP(cb_device), "@@:");
   sm__method(c, "enqueue", SM_IMP(cb_enqueue), "v@:");
