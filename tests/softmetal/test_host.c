@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -811,39 +812,98 @@ Test(host, argument_encoder_implicit_ids_and_arrays) {
   sm_release(fn);
 }
 
-Test(host, argument_encoder_index_out_of_range_aborts, .signal = SIGABRT) {
-  id fn = argbuf_function("axpb");
-  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
-  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 24,
-                   OPT_SHARED);
-  keep[0] = fn, keep[1] = ae, keep[2] = argbuf;
-  SEND(void, (id, SEL, id, NSUInteger), ae, "setArgumentBuffer:offset:", argbuf, 0);
-  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", argbuf, 0, 3);
+/* Runs fn(objs) in a child process (stderr to a pipe) and checks that it
+ * aborts with a message containing want. */
+static void expect_abort(void (*fn)(id *), id *objs, const char *want) {
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    fn(objs);
+    _exit(0);
+  }
+  close(fds[1]);
+  char text[4096];
+  size_t n = 0;
+  ssize_t r;
+  while (n < sizeof text - 1 && (r = read(fds[0], text + n, sizeof text - 1 - n)) > 0)
+    n += (size_t)r;
+  text[n] = 0;
+  close(fds[0]);
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "no abort: %s", text);
+  cr_assert(strstr(text, want), "'%s' not in: %s", want, text);
 }
 
-Test(host, argument_encoder_data_index_is_no_pointer, .signal = SIGABRT) {
-  id fn = argbuf_function("axpb");
-  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
-  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 24,
-                   OPT_SHARED);
-  keep[0] = fn, keep[1] = ae, keep[2] = argbuf;
-  SEND(void, (id, SEL, id, NSUInteger), ae, "setArgumentBuffer:offset:", argbuf, 0);
-  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", argbuf, 0, 2);
+static void set_buffer_3(id *o) {
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), o[0], "setBuffer:offset:atIndex:", o[1], 0, 3);
+}
+static void set_buffer_0(id *o) {
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), o[0], "setBuffer:offset:atIndex:", o[1], 0, 0);
+}
+static void set_buffer_2(id *o) {
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), o[0], "setBuffer:offset:atIndex:", o[1], 0, 2);
+}
+static void constant_data_0(id *o) {
+  SEND(void *, (id, SEL, NSUInteger), o[0], "constantDataAtIndex:", 0);
+}
+static void set_arg_buffer(id *o) {
+  SEND(void, (id, SEL, id, NSUInteger), o[0], "setArgumentBuffer:offset:", o[1], 0);
+}
+static void set_arg_buffer_at_4(id *o) {
+  SEND(void, (id, SEL, id, NSUInteger), o[0], "setArgumentBuffer:offset:", o[1], 4);
+}
+static void encoder_of_0(id *o) {
+  SEND(id, (id, SEL, NSUInteger), o[0], "newArgumentEncoderWithBufferIndex:", 0);
+}
+static void encoder_of_31(id *o) {
+  SEND(id, (id, SEL, NSUInteger), o[0], "newArgumentEncoderWithBufferIndex:", 31);
+}
+static void device_encoder(id *o) {
+  SEND(id, (id, SEL, id), o[0], "newArgumentEncoderWithArguments:", (id)0);
 }
 
-Test(host, argument_encoder_of_a_plain_pointer_aborts, .signal = SIGABRT) {
+Test(host, argument_encoder_misuse_aborts_with_a_message) {
+  id fn = argbuf_function("axpb");
+  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
+  cr_assert_not_null(ae);
+  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 48,
+                   OPT_SHARED);
+  id small = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
+                  OPT_SHARED);
+  id o[2] = {ae, argbuf};
+  expect_abort(set_buffer_0, o, "setBuffer:offset:atIndex:]: no argument buffer");
+  SEND(void, (id, SEL, id, NSUInteger), ae, "setArgumentBuffer:offset:", argbuf, 0);
+  expect_abort(set_buffer_3, o, "index = 3 is no member of the argument buffer");
+  expect_abort(set_buffer_2, o, "index 2 is a data member, not a buffer pointer");
+  expect_abort(constant_data_0, o, "index 0 is a buffer pointer, not data");
+  expect_abort(set_arg_buffer_at_4, o, "offset 4 is not a multiple of alignment 8");
+  id s[2] = {ae, small};
+  expect_abort(set_arg_buffer, s, "offset 0 + encodedLength 24 exceeds the buffer's length 16");
+  id f[1] = {fn};
+  expect_abort(encoder_of_31, f, "bufferIndex = 31 must be < 31");
+  id d[1] = {dev};
+  expect_abort(device_encoder, d, "newArgumentEncoderWithArguments:]: not supported");
+  sm_release(small);
+  sm_release(argbuf);
+  sm_release(ae);
+  sm_release(fn);
+}
+
+Test(host, argument_encoder_of_a_plain_pointer_aborts_with_a_message) {
   id fn = argbuf_function("many");
-  keep[0] = fn;
-  SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
-}
-
-Test(host, argument_buffer_too_short_aborts, .signal = SIGABRT) {
-  id fn = argbuf_function("axpb");
-  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
-  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
-                   OPT_SHARED);
-  keep[0] = fn, keep[1] = ae, keep[2] = argbuf;
-  SEND(void, (id, SEL, id, NSUInteger), ae, "setArgumentBuffer:offset:", argbuf, 0);
+  id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 1);
+  cr_assert_not_null(ae); /* the function's code is made here, not in the child */
+  id f[1] = {fn};
+  expect_abort(encoder_of_0, f, "buffer 0 of the function is not an argument buffer");
+  sm_release(ae);
+  sm_release(fn);
 }
 
 Test(host, argument_buffer_holding_gpu_address_faults) {
