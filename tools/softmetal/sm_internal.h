@@ -162,6 +162,9 @@ id sm__buffer_new_placed(id device, const char *sel, void *mem, NSUInteger lengt
 /* The buffer bound at index of a compute encoder (and its offset), or nil. */
 id sm__encoder_buffer(id encoder, NSUInteger index, NSUInteger *offset);
 id sm__encoder_cmdbuf(id encoder);
+/* useResource:usage: of an untracked buffer: later dispatches of the encoder
+ * use it (write: MTLResourceUsageWrite) in the hazard checks. */
+void sm__encoder_use(id encoder, id buffer, bool write);
 /* Fails a command buffer being encoded (the first message is the one reported). */
 void sm__cmdbuf_fail(id cmdbuf, const char *msg);
 /* Indirect dispatch: threadgroups per grid read from buffer at execution. */
