@@ -801,6 +801,8 @@ Test(host, argument_encoder_implicit_ids_and_arrays) {
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", q, 0, 3);
   id uses[3] = {a, b, q};
   run_argbuf(fn, 1, argbuf, uses, 3, N);
+  id unretained = SEND0(id, queue, "commandBufferWithUnretainedReferences");
+  cr_assert_eq(SEND0(unsigned char, unretained, "retainedReferences"), 0);
   const float *pa = SEND0(float *, a, "contents"), *pb = SEND0(float *, b, "contents");
   for (int i = 0; i < N; i++)
     cr_assert_eq((i % 2 ? pb : pa)[i / 2], (float)(i * i) + 7.0f, "element %d", i);
