@@ -50,6 +50,25 @@ struct sm_constant_desc {
  * the bytes of the threadgroup variables declared in function bodies that
  * softmetal_kernels[kernel] can reach (staticThreadgroupMemoryLength). */
 
+/* Argument buffers: the layout of a struct that a [[buffer(n)]] parameter
+ * points or refers to, when program_source defines it with [[id(k)]]
+ * members or device/constant pointer members (clang's own layout). A
+ * compiled library exports
+ *   const struct sm_argbuf_layout *softmetal_argbuf(unsigned kernel, unsigned index);
+ * NULL when buffer `index` of the kernel is no such struct. */
+#define SM_ARGBUF_IMPLICIT 0xffffffffu /* no [[id(k)]]: the next index */
+struct sm_argbuf_member {
+  uint32_t id;     /* [[id(k)]], or SM_ARGBUF_IMPLICIT */
+  uint32_t offset; /* offsetof the member */
+  uint32_t size;   /* bytes of one element */
+  uint32_t count;  /* elements (1, or an array's extent); each takes one index */
+  uint32_t pointer; /* 1: a pointer (8 bytes, a host address on the CPU) */
+};
+struct sm_argbuf_layout {
+  uint32_t size, align, n;
+  const struct sm_argbuf_member *members; /* declaration order */
+};
+
 /* One per thread of a dispatch; the kernel reads it through sm_cur. */
 struct sm_thread {
   void *const *buffers;   /* [SM_MAX_BINDINGS] */

@@ -1017,6 +1017,7 @@ __attribute__((constructor)) static void softmetal_load(void) {
   sm__register_archive();
   sm__register_heap();
   sm__register_host();
+  sm__register_argenc();
 }
 
 #if defined(__SANITIZE_ADDRESS__)

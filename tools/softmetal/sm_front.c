@@ -1833,6 +1833,129 @@ static int cmp_edit(const void *a, const void *b) {
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* ------------------------------------------------------------- argument buffers */
+/* After each struct of program_source (at namespace scope) that has
+ * [[id(k)]] members or device/constant pointer members, defines
+ * sm_argbuf_layout_of(const S *): its members' ids and clang's offsets and
+ * sizes (metal_stdlib's sm::argbuf_of finds it by ADL). A struct with a
+ * member softmetal cannot describe (a bit-field, a reference, a nested
+ * definition) gets none, and argument encoders refuse it. */
+static bool in_body(const fe *f, size_t i) {
+  for (size_t g = 0; g < f->nf; g++)
+    if (i > f->f[g].body0 && i < f->f[g].body1) return true;
+  return false;
+}
+
+static void argbuf_struct(fe *f, size_t name, size_t open, size_t close, size_t semi) {
+  buf m = {0};
+  char sname[128];
+  text_of(f, name, sname, sizeof sname);
+  bool wanted = false, bad = false;
+  int count = 0;
+  size_t i = open + 1;
+  while (i < close && !bad) {
+    size_t a = i, b = i;
+    while (b < close && !is(f, b, ";")) {
+      if (is(f, b, "{")) bad = true;
+      b = (is(f, b, "(") || is(f, b, "[")) ? match(f, b) + 1 : b + 1;
+    }
+    i = b + 1;
+    while (a + 1 < b && (is(f, a, "public") || is(f, a, "private") || is(f, a, "protected")) &&
+           is(f, a + 1, ":"))
+      a += 2;
+    if (a >= b) continue;
+    if (is(f, a, "static") || is(f, a, "using") || is(f, a, "typedef") || is(f, a, "friend") ||
+        is(f, a, "template") || is(f, a, "enum") || is(f, a, "constexpr") ||
+        is(f, a, "static_assert"))
+      continue;
+    bool addr = false, star = false, fn = false;
+    for (size_t k = a; k < b; k++) {
+      if (attr_start(f, k)) {
+        k = match(f, k);
+        continue;
+      }
+      if (is(f, k, "device") || is(f, k, "constant")) addr = true;
+      if (is(f, k, "*")) star = true;
+      if (is(f, k, "&") || is(f, k, "&&") || is(f, k, ":")) bad = true;
+      if (is(f, k, "(") || is(f, k, "operator")) fn = true;
+    }
+    if (fn) continue; /* a member function or constructor */
+    if (addr && star) wanted = true;
+    /* declarators, split at top-level commas */
+    size_t d = a;
+    while (d < b && !bad) {
+      size_t e = d;
+      while (e < b && !is(f, e, ",")) {
+        size_t next = e + 1, to;
+        if (is(f, e, "<") && (to = match_angle(f, e)) <= b) next = to;
+        else if (is(f, e, "[") && (to = match(f, e)) < b) next = to + 1;
+        e = next;
+      }
+      size_t nm = f->nt;
+      int id = -1;
+      for (size_t k = d; k < e; k++) {
+        if (attr_start(f, k)) {
+          attr_item it[8];
+          int n = 0;
+          size_t after = read_attr(f, k, it, &n, 8);
+          for (int q = 0; q < n; q++)
+            if (is(f, it[q].name, "id")) {
+              if (!parse_uint(f, it[q].arg0, it[q].arg1, &id)) bad = true;
+              wanted = true;
+            }
+          k = after - 1;
+          continue;
+        }
+        if (is(f, k, "[") || is(f, k, "=")) break;
+        if (is_id(f, k)) nm = k;
+      }
+      if (nm >= f->nt) {
+        bad = true;
+        break;
+      }
+      char mname[128];
+      text_of(f, nm, mname, sizeof mname);
+      sm__text_printf(&m, "%s::sm::argbuf_member<decltype(%s::%s)>(%uu, __builtin_offsetof(%s, %s))",
+                      count ? ", " : "", sname, mname, id < 0 ? SM_ARGBUF_IMPLICIT : (unsigned)id,
+                      sname, mname);
+      count++;
+      d = e + 1;
+    }
+  }
+  if (wanted && !bad && count > 0 && !m.oom) {
+    buf t = {0};
+    sm__text_printf(&t, " inline const ::sm_argbuf_layout *sm_argbuf_layout_of(const %s *) { "
+                    "static const ::sm_argbuf_member sm_m[] = {%s}; static const "
+                    "::sm_argbuf_layout sm_l = {sizeof(%s), alignof(%s), %du, sm_m}; "
+                    "return &sm_l; }",
+                    sname, m.p, sname, sname, count);
+    if (t.oom) f->oom = true;
+    else add_edit(f, f->t[semi].off + 1, f->t[semi].off + 1, t.p);
+    free(t.p);
+  }
+  if (m.oom) f->oom = true;
+  free(m.p);
+}
+
+static void argbuf_structs(fe *f) {
+  size_t done_to = 0; /* the last struct described ends here: nested ones are skipped */
+  for (size_t i = 0; i + 2 < f->nt && !f->oom; i++) {
+    if (!is(f, i, "struct") && !is(f, i, "class")) continue;
+    if (i < done_to || (i > 0 && (is(f, i - 1, ">") || is(f, i - 1, "enum")))) continue;
+    size_t k = i + 1;
+    while (k < f->nt && (attr_start(f, k) || is(f, k, "alignas")))
+      k = is(f, k, "alignas") ? match(f, k + 1) + 1 : match(f, k) + 1;
+    if (!is_id(f, k)) continue;
+    size_t open = k + 1;
+    if (is(f, open, "final")) open++;
+    if (!is(f, open, "{")) continue;
+    size_t close = match(f, open);
+    if (close >= f->nt || !is(f, close + 1, ";") || in_body(f, i)) continue;
+    argbuf_struct(f, k, open, close, close + 1);
+    done_to = close;
+  }
+}
+
 char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   fe f;
   memset(&f, 0, sizeof f);
@@ -1845,6 +1968,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     size_t end = parse_scope(&f, 0);
     if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
     rewrite_tokens(&f);
+    argbuf_structs(&f);
   }
   buf out = {0}, table = {0}, entries = {0}, manifest = {0};
   bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
@@ -1854,7 +1978,8 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   put_s(&table, "\n# 1 \"softmetal_kernel_table\"\n");
   for (size_t n = 0; n < f.nk && !f.oom; n++)
     sm__text_printf(&table, "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
-                 "sm_written_%zu; extern \"C\" void sm_group_%zu(sm_thread *);\n", n, n, n);
+                 "sm_written_%zu; extern \"C\" void sm_group_%zu(sm_thread *); extern \"C\" const "
+                 "sm_argbuf_layout *sm_argbuf_%zu(unsigned);\n", n, n, n, n);
   /* What every kernel may reach: code outside the functions found (lambdas
    * and initialisers at namespace scope, class heads), the functions it calls
    * by name, operators, constructors and destructors (called without their
@@ -1894,7 +2019,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
           (tg_owner[v] < 0 || f.f[g].body0 > f.f[tg_owner[v]].body0))
         tg_owner[v] = (long)g;
   }
-  buf tg_table = {0};
+  buf tg_table = {0}, argbufs = {0};
   for (size_t n = 0; n < f.nk && !f.oom; n++) {
     kout *k = &f.k[n];
     memset(fn_seen, 0, (f.nf + 1) * sizeof *fn_seen);
@@ -1907,8 +2032,17 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
       if (k->p[i].kind == P_BUFFER) bmask |= 1u << k->p[i].index;
       if (k->p[i].kind == P_TG) tmask |= 1u << k->p[i].index;
     }
+    sm__text_printf(&argbufs, "  case %zu: return sm_argbuf_%zu(sm_index_);\n", n, n);
     buf tr = {0};
     emit_trampoline(&f, n, &tr, c_seen, sync);
+    /* argument buffers: the layout of each buffer's struct (where the kernel's name is valid) */
+    sm__text_printf(&tr, " extern \"C\" const sm_argbuf_layout *sm_argbuf_%zu(unsigned sm_index_) { "
+                    SM_GUARD_OPEN "%zu*/", n, n);
+    for (int i = 0; i < k->np; i++)
+      if (k->p[i].kind == P_BUFFER)
+        sm__text_printf(&tr, " if (sm_index_ == %du) return ::sm::argbuf_of<::sm::param_t<decltype(&%s), %d>>();",
+                        k->p[i].index, k->callee, i);
+    put_s(&tr, " " SM_GUARD_CLOSE " (void)sm_index_; return nullptr; }");
     if (tr.oom) f.oom = true;
     add_edit(&f, k->insert_at, k->insert_at, tr.p ? tr.p : "");
     free(tr.p);
@@ -1964,6 +2098,12 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
                "  return k < %zuu ? ::sm::tg_bytes(sm_tg_of[k].ids, sm_tg_of[k].n) : 0;\n}\n", f.nk);
   if (tg_table.oom) f.oom = true;
   free(tg_table.p);
+  put_s(&table, "extern \"C\" const sm_argbuf_layout *softmetal_argbuf(unsigned sm_kernel_, unsigned sm_index_) {\n"
+                "  switch (sm_kernel_) {\n");
+  sm__text_put(&table, argbufs.p ? argbufs.p : "", argbufs.n);
+  put_s(&table, "  default: break;\n  }\n  (void)sm_index_;\n  return nullptr;\n}\n");
+  if (argbufs.oom) f.oom = true;
+  free(argbufs.p);
   sm__text_printf(&table, "extern \"C\" const unsigned softmetal_constant_count = %zu;\n"
                "extern \"C\" const sm_constant_desc softmetal_constants[] = {\n", f.nc);
   for (size_t c = 0; c < f.nc; c++)

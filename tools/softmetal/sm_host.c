@@ -433,13 +433,19 @@ static void check_resource(id self, SEL cmd, id r, NSUInteger usage, bool heap_o
     sm__cmdbuf_fail(sm__encoder_cmdbuf(self), msg);
   }
 }
-/* Every allocation is resident on the CPU: the calls are checked and kept no further. */
+/* Every allocation is resident on the CPU: the calls are checked, and an
+ * untracked buffer becomes a use of later dispatches for the hazard checks
+ * (what an argument buffer reaches). */
 static void enc_use_resource(id self, SEL cmd, id r, NSUInteger usage) {
   check_resource(self, cmd, r, usage, false);
+  sm__encoder_use(self, r, usage & 2);
 }
 static void enc_use_resources(id self, SEL cmd, const id *rs, NSUInteger count, NSUInteger usage) {
   if (count && !rs) sm__fatal("-[SMComputeCommandEncoder %s]: resources = NULL", sel_getName(cmd));
-  for (NSUInteger i = 0; i < count; i++) check_resource(self, cmd, rs[i], usage, false);
+  for (NSUInteger i = 0; i < count; i++) {
+    check_resource(self, cmd, rs[i], usage, false);
+    sm__encoder_use(self, rs[i], usage & 2);
+  }
 }
 static void enc_use_heap(id self, SEL cmd, id heap) { check_resource(self, cmd, heap, 1, true); }
 static void enc_use_heaps(id self, SEL cmd, const id *hs, NSUInteger count) {

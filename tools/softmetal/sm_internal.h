@@ -146,6 +146,15 @@ extern atomic_long sm__archive_restores;
 /* sm_metal.c's services to the host API (sm_host.c, sm_heap.c). */
 void sm__device_account(id device, long bytes); /* adds bytes to currentAllocatedSize */
 NSUInteger sm__buffer_reserved(id buffer);      /* bytes a device buffer counts (page-rounded) */
+/* What kernels dereference for buffer (its GPU-side copy; never gpuAddress)
+ * and its length; NULL when buffer is not a softmetal buffer. */
+void *sm__buffer_gpu(id buffer, NSUInteger *length);
+/* Argument buffers (sm_argenc.c, sm_msl.c). The layout of the struct that
+ * buffer index of function points to, its code generated first; NULL with
+ * *diag (malloc'd) on failure, NULL with *diag NULL when it is no such struct. */
+const struct sm_argbuf_layout *sm__function_argbuf(id function, unsigned index, id *device,
+                                                   char **diag);
+void sm__register_argenc(void); /* after sm__register_host */
 /* A buffer over mem (a heap's, page-aligned; neither owned nor counted against
  * the device), +1; nil with a message when options or length are invalid. */
 id sm__buffer_new_placed(id device, const char *sel, void *mem, NSUInteger length,
@@ -153,6 +162,9 @@ id sm__buffer_new_placed(id device, const char *sel, void *mem, NSUInteger lengt
 /* The buffer bound at index of a compute encoder (and its offset), or nil. */
 id sm__encoder_buffer(id encoder, NSUInteger index, NSUInteger *offset);
 id sm__encoder_cmdbuf(id encoder);
+/* useResource:usage: of an untracked buffer: later dispatches of the encoder
+ * use it (write: MTLResourceUsageWrite) in the hazard checks. */
+void sm__encoder_use(id encoder, id buffer, bool write);
 /* Fails a command buffer being encoded (the first message is the one reported). */
 void sm__cmdbuf_fail(id cmdbuf, const char *msg);
 /* Indirect dispatch: threadgroups per grid read from buffer at execution. */

@@ -473,6 +473,11 @@ void sm__device_account(id device, long bytes) {
   atomic_fetch_add(&((sm_device *)device)->allocated, (unsigned long)bytes);
 }
 NSUInteger sm__buffer_reserved(id buffer) { return ((sm_buffer *)buffer)->reserved; }
+void *sm__buffer_gpu(id buffer, NSUInteger *length) {
+  if (!buffer || !sm__is(buffer, &buffer_class)) return NULL;
+  *length = ((sm_buffer *)buffer)->length;
+  return ((sm_buffer *)buffer)->gpu;
+}
 
 static void *buffer_contents(id self, SEL cmd) {
   (void)cmd;
@@ -594,6 +599,7 @@ static id device_new_fence(id self, SEL cmd) {
 static id fence_device(id self, SEL cmd) { (void)cmd; return (id)((sm_fence *)self)->device; }
 
 /* ------------------------------------------------------------- commands */
+#define SM_MAX_USED 64u /* untracked buffers a compute encoder's useResource: calls name */
 enum { CMD_COPY, CMD_FILL, CMD_SYNC, CMD_DISPATCH, CMD_SIGNAL, CMD_WAIT, CMD_UPDATE_FENCE,
        CMD_WAIT_FENCE };
 
@@ -606,6 +612,11 @@ typedef struct {
   MTLSize grid, tg, groups;
   sm_buffer *indirect; /* threadgroups per grid, read at execution; or NULL */
   NSUInteger indirect_off;
+  /* Untracked buffers made resident with useResource:usage: (argument
+   * buffers): uses for the hazard checks. */
+  sm_buffer *used[SM_MAX_USED];
+  bool used_write[SM_MAX_USED];
+  unsigned nused;
 } dispatch_rec;
 
 typedef struct {
@@ -696,6 +707,7 @@ static void command_free(sm_cmdbuf *cb, command *c) {
       free(d->bytes[i]);
     }
     release_ref(cb, d->indirect);
+    for (unsigned i = 0; i < d->nused; i++) release_ref(cb, d->used[i]);
     free(d);
   }
 }
@@ -1144,6 +1156,10 @@ static id queue_cmdbuf_unretained(id self, SEL cmd) {
 /* ------------------------------------------------------------- command buffers */
 static void hazard_observed(sm_cmdbuf *cb);
 
+static unsigned char cb_retained_refs(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_cmdbuf *)self)->retains_refs;
+}
 static NSUInteger cb_status(id self, SEL cmd) {
   (void)cmd;
   NSUInteger st = atomic_load(&((sm_cmdbuf *)self)->status);
@@ -1207,6 +1223,12 @@ static size_t command_uses(const command *c, hz_use *u) {
       while (j < n && u[j].buf != d->indirect) j++;
       if (j == n) u[n++] = (hz_use){d->indirect, false, ""};
     }
+    for (unsigned i = 0; i < d->nused; i++) {
+      size_t j = 0;
+      while (j < n && u[j].buf != d->used[i]) j++;
+      if (j == n) u[n++] = (hz_use){d->used[i], d->used_write[i], ""};
+      else u[j].write |= d->used_write[i];
+    }
     for (size_t j = 0; j < n; j++)
       snprintf(u[j].op, sizeof u[j].op, "%s, kernel %s", c->op_sel, k->name);
     return n;
@@ -1229,7 +1251,7 @@ static void buffer_name(const sm_buffer *b, char *out, size_t len) {
 static bool pass_check(sm_cmdbuf *cb, sm_pass *p, size_t a, size_t z, char *err, size_t len) {
   uint64_t qid = cb->queue->id;
   for (size_t i = a; i < z; i++) {
-    hz_use uses[SM_MAX_BINDINGS + 1];
+    hz_use uses[SM_MAX_BINDINGS + 1 + SM_MAX_USED];
     size_t n = command_uses(&cb->cmds[i], uses);
     for (size_t u = 0; u < n; u++) {
       sm_buffer *b = uses[u].buf;
@@ -1468,6 +1490,10 @@ typedef struct {
     const char *kernel;
   } *since;
   size_t nsince, since_cap;
+  /* Untracked buffers named by useResource:usage: (retained as bindings). */
+  sm_buffer *used[SM_MAX_USED];
+  bool used_write[SM_MAX_USED];
+  unsigned nused;
 } sm_encoder;
 
 static bool concurrent_check(sm_encoder *e, const char *sel, const dispatch_rec *r);
@@ -1481,6 +1507,7 @@ static void encoder_destroy(sm_obj *o) {
     free(e->bytes[i]);
     release_ref(e->cb, e->buffers[i]);
   }
+  for (unsigned i = 0; i < e->nused; i++) release_ref(e->cb, e->used[i]);
   sm__release((id)e->pipeline);
   sm__release((id)e->cb);
 }
@@ -1661,6 +1688,21 @@ id sm__encoder_buffer(id encoder, NSUInteger index, NSUInteger *offset) {
   return (id)e->buffers[index];
 }
 id sm__encoder_cmdbuf(id encoder) { return (id)((sm_encoder *)encoder)->cb; }
+void sm__encoder_use(id encoder, id buffer, bool write) {
+  sm_encoder *e = (sm_encoder *)encoder;
+  if (!sm__is(buffer, &buffer_class) || !((sm_buffer *)buffer)->untracked) return;
+  for (unsigned i = 0; i < e->nused; i++)
+    if (e->used[i] == (sm_buffer *)buffer) {
+      e->used_write[i] |= write;
+      return;
+    }
+  if (e->nused == SM_MAX_USED)
+    sm__fatal("-[SMComputeCommandEncoder useResource:usage:]: more than %u untracked buffers "
+              "in one encoder: softmetal's hazard checks keep at most that many",
+              SM_MAX_USED);
+  e->used[e->nused] = keep_ref(e->cb, (sm_buffer *)buffer);
+  e->used_write[e->nused++] = write;
+}
 
 static bool index_ok(sm_cmdbuf *cb, const char *sel, NSUInteger index) {
   if (index < SM_MAX_BINDINGS) return true;
@@ -1799,6 +1841,11 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
     }
     r->tg_len[i] = e->tg_len[i];
   }
+  for (unsigned i = 0; i < e->nused; i++) {
+    r->used[i] = keep_ref(cb, e->used[i]);
+    r->used_write[i] = e->used_write[i];
+  }
+  r->nused = e->nused;
   r->grid = grid;
   r->tg = tg;
   r->groups = groups;
@@ -1965,6 +2012,7 @@ void sm__register_metal(void) {
 
   c = sm__class_begin(&cmdbuf_class);
   sm__method(c, "status", SM_IMP(cb_status), "Q@:");
+  sm__method(c, "retainedReferences", SM_IMP(cb_retained_refs), "C@:");
   sm__method(c, "commandQueue", SM_IMP(cb_queue), "@@:");
   sm__method(c, "device", SM_IMP(cb_device), "@@:");
   sm__method(c, "enqueue", SM_IMP(cb_enqueue), "v@:");

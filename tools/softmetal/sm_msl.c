@@ -568,6 +568,28 @@ const sm_code *sm__function_code(id function, char **diag) {
   return c ? &c->code : NULL;
 }
 
+const struct sm_argbuf_layout *sm__function_argbuf(id function, unsigned index, id *device,
+                                                   char **diag) {
+  *diag = NULL;
+  if (!function || !sm__is(function, &function_class)) {
+    *diag = strdup("not a softmetal function");
+    return NULL;
+  }
+  sm_function *f = (sm_function *)function;
+  unsigned k = (unsigned)(f->desc - f->library->kernels);
+  *device = f->library->device;
+  const sm_fn_code *c = function_code(f->library, k, diag);
+  if (!c) return NULL;
+  const struct sm_argbuf_layout *(*fn)(unsigned, unsigned);
+  void *sym = dlsym(c->dl, "softmetal_argbuf");
+  if (!sym) {
+    *diag = strdup("the function's code has no softmetal_argbuf table");
+    return NULL;
+  }
+  memcpy(&fn, &sym, sizeof sym);
+  return fn(k, index);
+}
+
 bool sm__function_code_key(id function, unsigned char key[32]) {
   if (!function || !sm__is(function, &function_class)) return false;
   sm_function *f = (sm_function *)function;
