@@ -42,8 +42,8 @@ static void cm__pool_work(cm__cpu_pool *pool, cm__cpu_task_fn fn, void *ctx, int
 
 static void *cm__pool_main(void *arg) {
     cm__cpu_pool *pool = arg;
+    uint64_t seen = 0; /* workers start before the first job */
     pthread_mutex_lock(&pool->lock);
-    uint64_t seen = pool->generation;
     for (;;) {
         while (!pool->quit && pool->generation == seen)
             pthread_cond_wait(&pool->wake, &pool->lock);
