@@ -317,6 +317,7 @@ CM__LEAF_H(cm__leaf_bf16, cm__bf16_to_f32)
 /* x86-64 with AVX2 and F16C: the same lanes with the widening conversions
  * GCC's vector types lower poorly (chosen at run time). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define CM__X86 1
 
@@ -324,8 +325,13 @@ static bool cm__avx2_usable(void) {
     static atomic_int state; /* 1 usable, -1 not, 0 not asked yet */
     int v = atomic_load_explicit(&state, memory_order_relaxed);
     if (v == 0) {
+        /* F16C asked through cpuid (leaf 1, ECX bit 29): clang's
+         * __builtin_cpu_supports does not know "f16c". AVX2 implies the OS
+         * saves the YMM registers where __builtin_cpu_supports says so. */
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
         __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : -1;
+        v = __builtin_cpu_supports("avx2") && f16c ? 1 : -1;
         atomic_store_explicit(&state, v, memory_order_relaxed);
     }
     return v > 0;
