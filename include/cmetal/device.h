@@ -86,8 +86,9 @@ CM_API cm_status cm_device_open(cm_device_type type, uint32_t index, cm_device *
 /* cm_device_open with options. A CPU device with cpu_threads >= 2 is a
  * device of its own (each call makes a new one, reference counted like a
  * Metal device) over the same host memory as the shared CPU device, so
- * tensors of either may be mixed in ops; with 0 or 1 the shared CPU device
- * is returned.
+ * tensors of any CPU devices may be mixed in one op (it runs with the
+ * threads of the output's device); with 0 or 1 the shared CPU device is
+ * returned.
  * Ownership: returns +1 in *out; release with cm_device_release. The
  * workers are joined by the last release, after every buffer made on the
  * device is gone; none is left running.

@@ -215,3 +215,22 @@ Test(cpu_threads, bad_counts_are_refused) {
     desc.index = 0;
     EXPECT_FAIL(cm_device_open_desc(&desc, NULL), CM_ERR_INVALID_ARGUMENT, "out = NULL");
 }
+
+Test(cpu_threads, tensors_of_cpu_devices_mix) {
+    cm_device *shared = open_threads(1), *four = open_threads(4);
+    const int64_t n[1] = {N1};
+    cm_tensor *x = floats(shared, 1, n, 9), *y = floats(four, 1, n, 10);
+    cm_tensor *a = new_tensor(four, CM_FLOAT32, 1, n), *b = new_tensor(shared, CM_FLOAT32, 1, n);
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, a, NULL)); /* runs on four */
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, b, NULL)); /* runs on the shared device */
+    const void *p = NULL, *q = NULL;
+    CHECK(cm_tensor_host_read(a, CM_FLOAT32, &p));
+    CHECK(cm_tensor_host_read(b, CM_FLOAT32, &q));
+    cr_assert_eq(memcmp(p, q, (size_t)N1 * sizeof(float)), 0);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_device_release(four);
+    cm_device_release(shared);
+}
