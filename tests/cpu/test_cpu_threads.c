@@ -65,12 +65,9 @@ static void run_all(cm_device *dev, sink *s) {
     cm_tensor *oh = new_tensor(dev, CM_FLOAT32, 2, half);
 
     /* Strided views: every other column, and the same walked backwards. */
-    cm_tensor *ms = NULL, *mr = NULL, *mt = NULL, *mx = NULL;
+    cm_tensor *ms = NULL, *mr = NULL, *mt = NULL;
     CHECK(cm_tensor_slice(m, 1, 0, CM_SLICE_DEFAULT, 2, &ms));
     CHECK(cm_tensor_slice(m2, 1, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -2, &mr));
-    cm_tensor *sq = new_tensor(dev, CM_FLOAT32, 2, (const int64_t[]){COLS, COLS});
-    CHECK(cm_tensor_slice(m, 0, 0, COLS, 1, &mx));
-    (void)sq;
     cm_tensor *big = floats(dev, 2, (const int64_t[]){COLS, COLS}, 5);
     CHECK(cm_tensor_transpose(big, 0, 1, &mt));
     cm_tensor *ot = new_tensor(dev, CM_FLOAT32, 2, (const int64_t[]){COLS, COLS});
@@ -126,8 +123,6 @@ static void run_all(cm_device *dev, sink *s) {
     CHECK(cm_tensor_slice(y, 0, 0, 3 * (N1 / 3), 1, &y3));
     CHECK(cm_tensor_reshape(y3, 2, few, &x3));
     CHECK(cm_tensor_slice(y, 0, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1, &xr));
-    cm_tensor *x0 = NULL, *ms0 = NULL, *fsc = NULL;
-    CHECK(cm_tensor_reshape(x, 1, n1, &x0));
     for (cm_reduce_op op = CM_REDUCE_SUM; op < CM_REDUCE_COUNT; op = (cm_reduce_op)(op + 1)) {
         cm_tensor *all[] = {x, xr, h1, b1, i1, s1};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; ++k) {
@@ -150,9 +145,8 @@ static void run_all(cm_device *dev, sink *s) {
         CHECK(cm_reduce(op, x3, 1, f3, NULL));
         append(s, dev, f3);
     }
-    (void)ms0, (void)fsc, (void)x0;
-    cm_tensor *rel[] = {x, y, m, m2, o1, oh, ms, mr, mt, mx, sq, big, ot, h1, b1, i1, s1, hh,
-                        row, f0, d0, fr, fc, f3, l0, x3, xr, x0, y3};
+    cm_tensor *rel[] = {x, y, m, m2, o1, oh, ms, mr, mt, big, ot, h1, b1, i1, s1, hh,
+                        row, f0, d0, fr, fc, f3, l0, x3, xr, y3};
     for (size_t k = 0; k < sizeof rel / sizeof rel[0]; ++k)
         cm_tensor_release(rel[k]);
 }
