@@ -10,6 +10,7 @@
 #include "core/internal.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -131,9 +132,16 @@ void cm__cpu_pool_run(cm__cpu_pool *pool, int64_t ntasks, cm__cpu_task_fn fn, vo
     pthread_mutex_lock(&pool->lock);
     if (!pool->tried) { /* the first job starts the workers; fewer is fine */
         pool->tried = true;
+        /* Workers block every signal (they inherit the mask): the program's
+         * signals go to its own threads. */
+        sigset_t all, old;
+        sigfillset(&all);
+        const bool masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
         while (pool->started + 1 < pool->nthreads &&
                pthread_create(&pool->threads[pool->started], NULL, cm__pool_main, pool) == 0)
             pool->started++;
+        if (masked)
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     if (pool->started == 0) {
         pthread_mutex_unlock(&pool->lock);
