@@ -325,6 +325,10 @@ cm_status cm__device_visit_stream(cm_device *device, const cm_stream *stream,
  * stub when the Metal backend is not built). */
 cm_status cm__cpu_device_count(uint32_t *count);
 cm_status cm__cpu_device_open(uint32_t index, cm_device **out);
+/* A CPU device whose large ops use `threads` threads (checked: 1 to
+ * CM_CPU_MAX_THREADS); 1 gives the shared device. Errors as
+ * cm_device_open_desc. */
+cm_status cm__cpu_device_open_threads(uint32_t index, uint32_t threads, cm_device **out);
 cm_status cm__metal_device_count(uint32_t *count);
 cm_status cm__metal_device_open(uint32_t index, cm_device **out);
 

@@ -111,8 +111,11 @@ static cm_status cm__check_out(const char *func, const char *name, const cm_tens
     return CM_OK;
 }
 
+/* One device, or two handles of it: every CPU device (the shared one and
+ * those opened with threads) runs on the same host memory. */
 static bool cm__same_device(const cm_device *x, const cm_device *y) {
-    return x == y || (x->backend == y->backend && x->impl == y->impl);
+    return x == y || (x->backend == y->backend &&
+                      (x->impl == y->impl || x->backend->type == CM_DEVICE_CPU));
 }
 
 static cm_status cm__check_device(const char *func, const char *out_name, const cm_tensor *out,

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The CPU device: one device, host memory aligned to 256 bytes. */
+/* The CPU device: one device, host memory aligned to 256 bytes. Opened
+ * with one thread it is one static object; opened with more, each open
+ * makes a new device over the same memory whose state is its pool of
+ * worker threads (cpu_pool.c). */
 #include "cpu_ops.h"
 
 #include <cmetal/device.h>
@@ -11,11 +14,11 @@
 #define CM__CPU_ALIGN 256
 
 static void cm__cpu_destroy(cm_device *device) {
-    (void)device;
+    cm__cpu_pool_destroy(device->impl);
 }
 
 static cm_status cm__cpu_get_info(const cm_device *device, cm_device_info *out) {
-    (void)device;
+    out->cpu_threads = cm__cpu_pool_threads(device->impl);
     out->type = CM_DEVICE_CPU;
     snprintf(out->name, sizeof out->name, "cpu");
     out->unified_memory = true;
@@ -102,4 +105,18 @@ cm_status cm__cpu_device_open(uint32_t index, cm_device **out) {
                            "index = %u: there is one CPU device, index 0", index);
     *out = &cm__cpu_device;
     return CM_OK;
+}
+
+cm_status cm__cpu_device_open_threads(uint32_t index, uint32_t threads, cm_device **out) {
+    if (threads <= 1)
+        return cm__cpu_device_open(index, out);
+    if (index != 0)
+        return cm__fail_as("cm_device_open_desc", CM_ERR_NO_DEVICE,
+                           "desc->index = %u: there is one CPU device, index 0", index);
+    cm__cpu_pool *pool = NULL;
+    CM__TRY(cm__cpu_pool_create(threads, &pool));
+    const cm_status status = cm__device_new(&cm__cpu_backend, pool, out);
+    if (status != CM_OK)
+        cm__cpu_pool_destroy(pool);
+    return status;
 }

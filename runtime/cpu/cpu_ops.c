@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* CPU ops: iteration with dimension coalescing, fill, copy (memcpy runs and
- * tiled transposes), and dispatch of cast, elementwise and reduce kernels. */
+/* CPU ops: fill, copy (memcpy runs and tiled transposes), and dispatch of
+ * cast, elementwise and reduce kernels, split across the device's threads
+ * when large (cpu_pool.c). The N-d iteration is in cpu_nd.c. */
 #include "cpu_ops.h"
 
 #include <inttypes.h>
@@ -8,105 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------ iteration */
-
-static void cm__nd_remove_axis(cm__cpu_nd *nd, int32_t k) {
-    for (int32_t j = k; j + 1 < nd->ndim; ++j) {
-        nd->shape[j] = nd->shape[j + 1];
-        for (int32_t o = 0; o < nd->nops; ++o)
-            nd->strides[o][j] = nd->strides[o][j + 1];
-    }
-    nd->ndim--;
-}
-
 static int64_t cm__abs64(int64_t v) {
     return v < 0 ? -v : v;
-}
-
-void cm__cpu_nd_simplify(cm__cpu_nd *nd, int32_t key) {
-    for (int32_t k = nd->ndim - 1; k >= 0; --k)
-        if (nd->shape[k] == 1)
-            cm__nd_remove_axis(nd, k);
-    if (key >= 0) {
-        /* Walk key's negative axes forwards (every operand flips with it,
-         * which only reorders the element visits). */
-        for (int32_t k = 0; k < nd->ndim; ++k) {
-            const int64_t ks = nd->strides[key][k];
-            const int64_t other = nd->nops > 1 ? nd->strides[key == 0 ? 1 : 0][k] : 0;
-            if (ks < 0 || (ks == 0 && other < 0)) {
-                for (int32_t o = 0; o < nd->nops; ++o) {
-                    nd->base[o] += (nd->shape[k] - 1) * nd->strides[o][k];
-                    nd->strides[o][k] = -nd->strides[o][k];
-                }
-            }
-        }
-        /* Stable insertion sort: largest |stride| of key outermost; ties
-         * ordered by the other operands. */
-        for (int32_t i = 1; i < nd->ndim; ++i) {
-            for (int32_t j = i; j > 0; --j) {
-                bool swap = false;
-                for (int32_t o = 0; o < nd->nops; ++o) {
-                    const int32_t op = (o + key) % nd->nops;
-                    const int64_t a = cm__abs64(nd->strides[op][j - 1]);
-                    const int64_t b = cm__abs64(nd->strides[op][j]);
-                    if (a != b) {
-                        swap = a < b;
-                        break;
-                    }
-                }
-                if (!swap)
-                    break;
-                int64_t t = nd->shape[j];
-                nd->shape[j] = nd->shape[j - 1];
-                nd->shape[j - 1] = t;
-                for (int32_t o = 0; o < nd->nops; ++o) {
-                    t = nd->strides[o][j];
-                    nd->strides[o][j] = nd->strides[o][j - 1];
-                    nd->strides[o][j - 1] = t;
-                }
-            }
-        }
-    }
-    /* Merge axis k into k + 1 when k steps exactly over all of k + 1. */
-    for (int32_t k = nd->ndim - 2; k >= 0; --k) {
-        bool merge = true;
-        for (int32_t o = 0; merge && o < nd->nops; ++o)
-            merge = nd->strides[o][k] == nd->strides[o][k + 1] * nd->shape[k + 1];
-        if (merge) {
-            nd->shape[k + 1] *= nd->shape[k];
-            cm__nd_remove_axis(nd, k);
-        }
-    }
-}
-
-void cm__cpu_nd_foreach(const cm__cpu_nd *nd, cm__cpu_run_fn fn, void *ctx) {
-    char *p[CM__CPU_MAXOPS] = {NULL};
-    int64_t s[CM__CPU_MAXOPS] = {0};
-    for (int32_t o = 0; o < nd->nops; ++o)
-        p[o] = nd->base[o];
-    if (nd->ndim == 0) {
-        fn(1, p, s, ctx);
-        return;
-    }
-    const int32_t last = nd->ndim - 1;
-    for (int32_t o = 0; o < nd->nops; ++o)
-        s[o] = nd->strides[o][last];
-    int64_t idx[CM_MAX_NDIM] = {0};
-    for (;;) {
-        fn(nd->shape[last], p, s, ctx);
-        int32_t k = last - 1;
-        for (; k >= 0; --k) {
-            for (int32_t o = 0; o < nd->nops; ++o)
-                p[o] += nd->strides[o][k];
-            if (++idx[k] < nd->shape[k])
-                break;
-            for (int32_t o = 0; o < nd->nops; ++o)
-                p[o] -= nd->strides[o][k] * nd->shape[k];
-            idx[k] = 0;
-        }
-        if (k < 0)
-            return;
-    }
 }
 
 /* ------------------------------------------------------------ fill */
@@ -210,8 +114,9 @@ static void cm__copy_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
  * row strides of large matrices map whole tiles onto a few cache sets.
  * For a 64 MiB float32 matrix about half the time is step 1 (as fast as
  * memcpy reads) and half the stores of step 2, whose lines are read for
- * ownership first (memcpy's non-temporal stores are not). Single-threaded,
- * like the rest of the CPU device. */
+ * ownership first (memcpy's non-temporal stores are not). On a device with
+ * threads each thread transposes a slab of the outer or row axis with its
+ * own tile buffer. */
 typedef struct cm__tile_ctx {
     size_t size;
     int64_t rows, cols; /* i: dst rows (src's contiguous axis); j: dst's contiguous axis */
@@ -565,8 +470,37 @@ static cm_status cm__cpu_operand(const cm__op *op, const char *name, const cm__o
     return CM_OK;
 }
 
+/* Part bodies (cm__cpu_nd_split). */
+static void cm__fill_part(cm__cpu_nd *part, void *ctx) {
+    cm__cpu_nd_foreach(part, cm__fill_run, ctx);
+}
+
+static void cm__copy_part(cm__cpu_nd *part, void *ctx) {
+    if (!cm__copy_tiled(part, *(const size_t *)ctx))
+        cm__cpu_nd_foreach(part, cm__copy_run, ctx);
+}
+
+static void cm__map1_part(cm__cpu_nd *part, void *ctx) {
+    cm__cpu_nd_foreach(part, cm__map1_run, ctx);
+}
+
+static void cm__map2_part(cm__cpu_nd *part, void *ctx) {
+    cm__cpu_nd_foreach(part, cm__map2_run, ctx);
+}
+
+/* Bytes an elementwise op touches: every element of the output and of
+ * each input (broadcast inputs are counted as if whole, which only decides
+ * whether to use threads). */
+static int64_t cm__op_bytes(const cm__op *op) {
+    int64_t per = (int64_t)cm__dtype(op->out.dtype)->size;
+    for (int32_t i = 0; i < op->nin; ++i)
+        per += (int64_t)cm__dtype(op->in[i].dtype)->size;
+    int64_t bytes = 0;
+    return cm__mul_overflow_i64(op->numel, per, &bytes) ? INT64_MAX : bytes;
+}
+
 cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
-    (void)device;
+    cm__cpu_pool *pool = device->impl;
     cm__cpu_nd nd;
     memset(&nd, 0, sizeof nd);
     nd.ndim = op->ndim;
@@ -577,13 +511,14 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         CM__TRY(cm__cpu_operand(op, i == 0 ? "the first input" : "the second input", &op->in[i],
                                 &nd, i + 1));
     const size_t size = cm__dtype(op->out.dtype)->size;
+    const int64_t bytes = cm__op_bytes(op);
     switch (op->kind) {
     case CM__OP_FILL: {
         cm__fill_ctx c = {.size = size, .value = op->value.bytes, .bytes_equal = true};
         for (size_t i = 1; i < size; ++i)
             c.bytes_equal = c.bytes_equal && c.value[i] == c.value[0];
         cm__cpu_nd_simplify(&nd, 0);
-        cm__cpu_nd_foreach(&nd, cm__fill_run, &c);
+        cm__cpu_nd_split(pool, &nd, bytes, cm__fill_part, &c);
         return CM_OK;
     }
     case CM__OP_COPY: {
@@ -593,14 +528,13 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
             same = nd.strides[0][k] == nd.strides[1][k];
         if (same) /* the identical view: nothing to do */
             return CM_OK;
-        if (!cm__copy_tiled(&nd, size))
-            cm__cpu_nd_foreach(&nd, cm__copy_run, (void *)&size);
+        cm__cpu_nd_split(pool, &nd, bytes, cm__copy_part, (void *)&size);
         return CM_OK;
     }
     case CM__OP_CAST: {
         cm__map_ctx c = {.f1 = cm__cpu_cast_kernel(op->in[0].dtype, op->out.dtype)};
         cm__cpu_nd_simplify(&nd, 0);
-        cm__cpu_nd_foreach(&nd, cm__map1_run, &c);
+        cm__cpu_nd_split(pool, &nd, bytes, cm__map1_part, &c);
         return CM_OK;
     }
     case CM__OP_UNARY: {
@@ -608,7 +542,7 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         if (c.f1 == NULL)
             break;
         cm__cpu_nd_simplify(&nd, 0);
-        cm__cpu_nd_foreach(&nd, cm__map1_run, &c);
+        cm__cpu_nd_split(pool, &nd, bytes, cm__map1_part, &c);
         return CM_OK;
     }
     case CM__OP_BINARY: {
@@ -616,11 +550,11 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         if (c.f2 == NULL)
             break;
         cm__cpu_nd_simplify(&nd, 0);
-        cm__cpu_nd_foreach(&nd, cm__map2_run, &c);
+        cm__cpu_nd_split(pool, &nd, bytes, cm__map2_part, &c);
         return CM_OK;
     }
     case CM__OP_REDUCE:
-        return cm__cpu_reduce(op, &nd);
+        return cm__cpu_reduce(op, &nd, pool);
     }
     return cm__fail_as(op->func, CM_ERR_INTERNAL, "the CPU device has no kernel for op %d/%d",
                        (int)op->kind, (int)op->code);

@@ -10,8 +10,8 @@
  * that do not merge into one run) and, in the vector form, blocks of
  * CM__VROWS rows are combined by a binary counter (a pairwise tree over
  * equal blocks). Every step depends only on the shape and the data, never
- * on the vector instructions in use or on threads: the same input gives
- * the same bits. Integer sums are exact modulo 2^64 in any order; max and
+ * on the vector instructions in use or on threads (see "threads" below):
+ * the same input gives the same bits. Integer sums are exact modulo 2^64 in any order; max and
  * min are exact in any order (NaN wins). The kept axes are walked outside,
  * the reduced ones inside; when the reduced axis is strided but a kept axis
  * is contiguous (reducing the rows of a row-major matrix), whole rows are
@@ -1100,7 +1100,221 @@ static void cm__red_vec_run(int64_t n, char *const *p, const int64_t *s, void *c
     }
 }
 
-cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd) {
+/* The reduction over kept axes `kept` (out, in) of the inner axes `red`:
+ * the vector form or one output at a time. Outputs are independent, so
+ * any part of kept gives its outputs the bits the whole would. */
+typedef struct cm__kept_ctx {
+    const cm__red *r;
+    const cm__cpu_nd *red;
+} cm__kept_ctx;
+
+static void cm__red_kept(cm__cpu_nd *kept, void *ctx) {
+    const cm__kept_ctx *k = ctx;
+    const cm__red *r = k->r;
+    const cm__cpu_nd *red = k->red;
+    const int64_t isz = r->isz;
+    if (red->ndim == 1 && kept->ndim >= 1 && red->strides[0][0] != isz &&
+        kept->strides[1][kept->ndim - 1] == isz) {
+        cm__vec_ctx c = {.r = r, .rn = red->shape[0], .rs = red->strides[0][0]};
+        if (r->field == 'd' && r->kind == CM__RSUM) {
+            /* Levels of the binary counter: one more than the bits of the
+             * block count. Without memory, narrow chunks on the stack give
+             * the same bits (columns are independent). */
+            int levels = 1;
+            for (int64_t nb = (c.rn + CM__VROWS - 1) / CM__VROWS; nb > 0; nb >>= 1)
+                ++levels;
+            double small[72 * 8];
+            float small_t[8];
+            c.w = CM__VCOLS;
+            c.st = cm__alloc_raw((size_t)levels * CM__VCOLS * sizeof(double) +
+                                     CM__VCOLS * sizeof(float),
+                                 64);
+            if (c.st != NULL) {
+                c.t = (float *)(void *)(c.st + (size_t)levels * CM__VCOLS);
+            } else {
+                c.w = 8;
+                c.st = small;
+                c.t = small_t;
+            }
+            cm__cpu_nd_foreach(kept, cm__red_vsum_run, &c);
+            if (c.st != small)
+                cm__free(c.st);
+            return;
+        }
+        c.acc = cm__alloc_raw(sizeof *c.acc, 64);
+        if (c.acc != NULL) {
+            cm__cpu_nd_foreach(kept, cm__red_vec_run, &c);
+            cm__free(c.acc);
+            return;
+        } /* else the per-output walk below needs no memory */
+    }
+    cm__red_ctx c = {.r = r, .inner = *red};
+    cm__cpu_nd_foreach(kept, cm__red_outer_run, &c);
+}
+
+/* ------------------------------------------------------------ threads
+ * Few outputs of many elements each: each output's reduction is split.
+ * Float sums: the pairwise tree of one run (cm__fsum) is cut at a depth
+ * into subtrees, which the threads sum, and the subtrees' sums are added
+ * up the same tree; runs of a reduction of several runs are summed by the
+ * threads a batch at a time and pushed into the binary counter in order.
+ * Either way every addition is the one a single thread does. Integer sums
+ * (modulo 2^64), integer max and min are exact in any order: each thread
+ * reduces a slab of the outermost reduced axis and the slabs are combined.
+ * Float max and min stay on one thread (their lanes make which of +0 and
+ * -0, or which NaN, wins depend on the split). */
+
+#define CM__SUBTREE_DEPTH_MAX 10 /* at most 1024 subtrees */
+#define CM__RUN_BATCH 4096       /* runs summed per batch */
+
+typedef struct cm__par {
+    const cm__red *r;
+    cm__cpu_nd red;     /* one reduction's input (operand 0) */
+    const char *base;   /* float sums of one run: its start */
+    int64_t stride;
+    int64_t nodes;      /* subtrees or runs of this round */
+    int64_t first;      /* runs: the index of the first of this batch */
+    int64_t chunk;      /* runs or slabs per task */
+    int64_t off[1 << CM__SUBTREE_DEPTH_MAX], len[1 << CM__SUBTREE_DEPTH_MAX];
+    double sum[CM__RUN_BATCH > (1 << CM__SUBTREE_DEPTH_MAX) ? CM__RUN_BATCH
+                                                             : (1 << CM__SUBTREE_DEPTH_MAX)];
+    cm__acc part[CM_CPU_MAX_THREADS];
+} cm__par;
+
+/* The subtrees of cm__fsum's tree over [off, off + n) at `depth` below it. */
+static void cm__subtrees(cm__par *c, int64_t off, int64_t n, int depth) {
+    if (depth == 0 || n <= CM__LEAF) {
+        c->off[c->nodes] = off;
+        c->len[c->nodes++] = n;
+        return;
+    }
+    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
+    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
+    cm__subtrees(c, off, h, depth - 1);
+    cm__subtrees(c, off + h, n - h, depth - 1);
+}
+
+/* cm__fsum over the same tree, taking the subtrees' sums in order. */
+static double cm__subtrees_sum(const cm__par *c, int64_t n, int depth, int64_t *next) {
+    if (depth == 0 || n <= CM__LEAF)
+        return c->sum[(*next)++];
+    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
+    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
+    const double a = cm__subtrees_sum(c, h, depth - 1, next);
+    return a + cm__subtrees_sum(c, n - h, depth - 1, next);
+}
+
+static void cm__subtree_task(void *ctx, int64_t t) {
+    cm__par *c = ctx;
+    c->sum[t] = cm__fsum(c->r->in, c->len[t], c->base + c->off[t] * c->stride, c->stride);
+}
+
+/* The start of run `i` of red (every axis but the innermost, row-major). */
+static const char *cm__run_at(const cm__cpu_nd *red, int64_t i) {
+    const char *p = red->base[0];
+    for (int32_t k = red->ndim - 2; k >= 0; --k) {
+        p += (i % red->shape[k]) * red->strides[0][k];
+        i /= red->shape[k];
+    }
+    return p;
+}
+
+static void cm__runs_task(void *ctx, int64_t t) {
+    cm__par *c = ctx;
+    const int32_t last = c->red.ndim - 1;
+    for (int64_t j = t * c->chunk; j < (t + 1) * c->chunk && j < c->nodes; ++j)
+        c->sum[j] = cm__fsum(c->r->in, c->red.shape[last], cm__run_at(&c->red, c->first + j),
+                             c->red.strides[0][last]);
+}
+
+static void cm__slab_task(void *ctx, int64_t t) {
+    cm__par *c = ctx;
+    cm__red_ctx rc = {.r = c->r, .inner = c->red, .acc = c->r->init};
+    const int64_t n = c->red.shape[0];
+    const int64_t begin = t * c->chunk, end = n - begin < c->chunk ? n : begin + c->chunk;
+    cm__cpu_nd_slice(&rc.inner, 0, begin, end);
+    cm__cpu_nd_foreach(&rc.inner, cm__red_inner_run, &rc);
+    c->part[t] = rc.acc;
+}
+
+/* One output's reduction of c->red split across the pool; false when this
+ * kind stays on one thread. */
+static bool cm__red_one_parallel(cm__par *c, cm__cpu_pool *pool, cm__acc *out) {
+    const cm__red *r = c->r;
+    const cm__cpu_nd *red = &c->red;
+    const int64_t threads = (int64_t)cm__cpu_pool_threads(pool);
+    if (r->field == 'd' && r->kind == CM__RSUM) {
+        const int32_t last = red->ndim - 1;
+        if (red->ndim == 1) {
+            int depth = 2; /* four subtrees per thread, for balance */
+            while ((1 << depth) < 4 * threads && depth < CM__SUBTREE_DEPTH_MAX)
+                ++depth;
+            c->nodes = 0;
+            c->base = red->base[0];
+            c->stride = red->strides[0][0];
+            cm__subtrees(c, 0, red->shape[0], depth);
+            cm__cpu_pool_run(pool, c->nodes, cm__subtree_task, c);
+            int64_t next = 0;
+            out->d = cm__subtrees_sum(c, red->shape[0], depth, &next);
+            return true;
+        }
+        int64_t runs = 1;
+        for (int32_t k = 0; k < last; ++k)
+            runs *= red->shape[k];
+        cm__pairs pairs;
+        memset(&pairs, 0, sizeof pairs);
+        for (c->first = 0; c->first < runs; c->first += CM__RUN_BATCH) {
+            c->nodes = runs - c->first < CM__RUN_BATCH ? runs - c->first : CM__RUN_BATCH;
+            c->chunk = (c->nodes + threads - 1) / threads;
+            cm__cpu_pool_run(pool, (c->nodes + c->chunk - 1) / c->chunk, cm__runs_task, c);
+            for (int64_t j = 0; j < c->nodes; ++j)
+                cm__pairs_push(&pairs, c->sum[j]);
+        }
+        out->d = cm__pairs_fold(&pairs);
+        return true;
+    }
+    if (r->field == 'd')
+        return false;
+    const int64_t n = red->shape[0];
+    const int64_t parts = n < threads ? n : threads;
+    c->chunk = (n + parts - 1) / parts;
+    const int64_t ntasks = (n + c->chunk - 1) / c->chunk;
+    cm__cpu_pool_run(pool, ntasks, cm__slab_task, c);
+    cm__acc a = r->init;
+    for (int64_t t = 0; t < ntasks; ++t) {
+        const cm__acc x = c->part[t];
+        if (r->kind == CM__RSUM)
+            a.u += x.u;
+        else if (r->field == 'i')
+            a.i = r->kind == CM__RMAX ? CM__IMAX(a.i, x.i) : CM__IMIN(a.i, x.i);
+        else
+            a.u = r->kind == CM__RMAX ? CM__IMAX(a.u, x.u) : CM__IMIN(a.u, x.u);
+    }
+    *out = a;
+    return true;
+}
+
+typedef struct cm__few_ctx {
+    cm__par *par;
+    cm__cpu_pool *pool;
+    cm__red_ctx one; /* the single-threaded walk, for float max and min */
+} cm__few_ctx;
+
+static void cm__red_few_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
+    cm__few_ctx *c = ctx;
+    for (int64_t i = 0; i < n; ++i) {
+        c->par->red.base[0] = p[1] + i * s[1];
+        cm__acc acc;
+        if (cm__red_one_parallel(c->par, c->pool, &acc)) {
+            cm__red_store(c->par->r, p[0] + i * s[0], acc);
+        } else {
+            char *q[2] = {p[0] + i * s[0], p[1] + i * s[1]};
+            cm__red_outer_run(1, q, s, &c->one);
+        }
+    }
+}
+
+cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd, cm__cpu_pool *pool) {
     /* Split the axes into kept (out, in) and reduced (in). */
     cm__cpu_nd kept, red;
     memset(&kept, 0, sizeof kept);
@@ -1129,43 +1343,24 @@ cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd) {
      * the same amount; kept axes address the reductions from there. */
     kept.base[1] += red.base[0] - nd->base[1];
     cm__cpu_nd_simplify(&kept, 1);
-    const int64_t isz = r.isz;
-    if (red.ndim == 1 && kept.ndim >= 1 && red.strides[0][0] != isz &&
-        kept.strides[1][kept.ndim - 1] == isz) {
-        cm__vec_ctx c = {.r = &r, .rn = red.shape[0], .rs = red.strides[0][0]};
-        if (r.field == 'd' && r.kind == CM__RSUM) {
-            /* Levels of the binary counter: one more than the bits of the
-             * block count. Without memory, narrow chunks on the stack give
-             * the same bits (columns are independent). */
-            int levels = 1;
-            for (int64_t nb = (c.rn + CM__VROWS - 1) / CM__VROWS; nb > 0; nb >>= 1)
-                ++levels;
-            double small[72 * 8];
-            float small_t[8];
-            c.w = CM__VCOLS;
-            c.st = cm__alloc_raw((size_t)levels * CM__VCOLS * sizeof(double) +
-                                     CM__VCOLS * sizeof(float),
-                                 64);
-            if (c.st != NULL) {
-                c.t = (float *)(void *)(c.st + (size_t)levels * CM__VCOLS);
-            } else {
-                c.w = 8;
-                c.st = small;
-                c.t = small_t;
-            }
-            cm__cpu_nd_foreach(&kept, cm__red_vsum_run, &c);
-            if (c.st != small)
-                cm__free(c.st);
+    const int64_t threads = (int64_t)cm__cpu_pool_threads(pool);
+    const int64_t outputs = op->numel / count;
+    int64_t bytes = 0;
+    if (cm__mul_overflow_i64(op->numel, r.isz, &bytes))
+        bytes = INT64_MAX;
+    cm__kept_ctx k = {.r = &r, .red = &red};
+    if (threads > 1 && bytes >= CM__CPU_PARALLEL_MIN_BYTES && outputs < threads &&
+        red.ndim >= 1) {
+        cm__par *par = cm__alloc(sizeof *par, 64);
+        if (par != NULL) {
+            par->r = &r;
+            par->red = red;
+            cm__few_ctx c = {.par = par, .pool = pool, .one = {.r = &r, .inner = red}};
+            cm__cpu_nd_foreach(&kept, cm__red_few_run, &c);
+            cm__free(par);
             return CM_OK;
-        }
-        c.acc = cm__alloc_raw(sizeof *c.acc, 64);
-        if (c.acc != NULL) {
-            cm__cpu_nd_foreach(&kept, cm__red_vec_run, &c);
-            cm__free(c.acc);
-            return CM_OK;
-        } /* else the per-output walk below needs no memory */
+        } /* else one thread needs no memory */
     }
-    cm__red_ctx c = {.r = &r, .inner = red};
-    cm__cpu_nd_foreach(&kept, cm__red_outer_run, &c);
+    cm__cpu_nd_split(pool, &kept, bytes, cm__red_kept, &k);
     return CM_OK;
 }

@@ -2,7 +2,12 @@
 /* cmetal-bench: op throughput on the CPU device, each figure as a ratio to
  * memcpy measured in the same run.
  *
- *   cmetal-bench [--json] [--mib N] [--reps N] [--device cpu|metal]
+ *   cmetal-bench [--json] [--mib N] [--reps N] [--threads N] [--device cpu|metal]
+ *
+ * --threads N (N >= 2) measures every op on a CPU device opened with N
+ * threads (cm_device_desc.cpu_threads) and on the shared 1-thread device,
+ * alternately in the same run: the ratios are those at N threads (memcpy
+ * stays one thread), and a column gives the speed-up against 1 thread.
  *
  * --device metal measures the Metal device instead (bench_metal.c):
  * dispatch overhead, allocation and private-storage transfers.
@@ -375,7 +380,8 @@ static void cpu_model(char *buf, size_t cap) {
 }
 
 static int bench_usage(void) {
-    fprintf(stderr, "usage: cmetal-bench [--json] [--mib N] [--reps N] [--device cpu|metal]\n");
+    fprintf(stderr, "usage: cmetal-bench [--json] [--mib N] [--reps N] [--threads N] "
+                    "[--device cpu|metal]\n");
     return 2;
 }
 
@@ -396,10 +402,12 @@ int main(int argc, char **argv) {
     bool json = false, metal = false;
     long mib = 64;
     int reps = 5;
+    long threads = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         const bool takes_value =
-            strcmp(a, "--mib") == 0 || strcmp(a, "--reps") == 0 || strcmp(a, "--device") == 0;
+            strcmp(a, "--mib") == 0 || strcmp(a, "--reps") == 0 || strcmp(a, "--device") == 0 ||
+            strcmp(a, "--threads") == 0;
         if (takes_value && i + 1 >= argc) {
             fprintf(stderr, "cmetal-bench: %s needs a value\n", a);
             return bench_usage();
@@ -414,6 +422,9 @@ int main(int argc, char **argv) {
             if (r < 0)
                 return bench_usage();
             reps = (int)r;
+        } else if (strcmp(a, "--threads") == 0) {
+            if ((threads = positive(a, argv[++i])) < 0)
+                return bench_usage();
         } else if (strcmp(a, "--device") == 0) {
             const char *v = argv[++i];
             if (strcmp(v, "metal") != 0 && strcmp(v, "cpu") != 0) {
@@ -440,9 +451,19 @@ int main(int argc, char **argv) {
 
     const char *f16_hw = cm__cpu_cast_f16_hardware();
     env.f16_note = f16_hw != NULL ? f16_hw : "scalar, round to nearest even";
-    bench_case cases[B_COUNT];
-    for (int w = 0; w < B_COUNT; ++w)
-        measure(&env, (which)w, &cases[w]);
+    bench_case cases[B_COUNT], one[B_COUNT];
+    bench_env env_n = env;
+    if (threads > 1) {
+        cm_device_desc desc = {.type = CM_DEVICE_CPU, .cpu_threads = (uint32_t)threads};
+        TRY(cm_device_open_desc(&desc, &env_n.dev));
+    }
+    for (int w = 0; w < B_COUNT; ++w) {
+        measure(&env_n, (which)w, &cases[w]);
+        if (threads > 1)
+            measure(&env, (which)w, &one[w]);
+        else
+            one[w] = cases[w];
+    }
     dlpack_case dl[2];
     measure_dlpack(&env, dl);
     double memcpy_bw = 0; /* the median-free summary: the best seen */
@@ -455,15 +476,16 @@ int main(int argc, char **argv) {
     if (json) {
         printf("{\"device\": {\"type\": \"%s\", \"name\": \"%s\", \"cpu\": \"%s\"},\n",
                cm_device_type_name(info.type), info.name, model);
-        printf(" \"mib\": %ld, \"reps\": %d,\n", mib, reps);
+        printf(" \"mib\": %ld, \"reps\": %d, \"threads\": %ld,\n", mib, reps, threads);
         printf(" \"memcpy_best_gb_per_s\": %.4g,\n", memcpy_bw * 1e-9);
         printf(" \"cases\": [\n");
         for (int w = 0; w < B_COUNT; ++w)
             printf("  {\"name\": \"%s\", \"bytes\": %.0f, \"seconds\": %.6g, \"gb_per_s\": %.4g, "
-                   "\"memcpy_gb_per_s\": %.4g, \"ratio_to_memcpy\": %.4g, \"goal\": %.3g}%s\n",
+                   "\"memcpy_gb_per_s\": %.4g, \"ratio_to_memcpy\": %.4g, \"goal\": %.3g, "
+                   "\"speedup_vs_1_thread\": %.4g}%s\n",
                    cases[w].name, cases[w].bytes, cases[w].seconds,
                    cases[w].bytes / cases[w].seconds * 1e-9, cases[w].memcpy_bw * 1e-9,
-                   cases[w].ratio, cases[w].goal,
+                   cases[w].ratio, cases[w].goal, one[w].seconds / cases[w].seconds,
                    w + 1 < B_COUNT ? "," : "");
         printf(" ],\n \"dlpack_round_trip\": [\n");
         for (int k = 0; k < 2; ++k)
@@ -471,20 +493,21 @@ int main(int argc, char **argv) {
                    dl[k].bytes, dl[k].ns_legacy, dl[k].ns_versioned, k == 0 ? "," : "");
         printf(" ]}\n");
     } else {
-        printf("cmetal-bench on the %s device (%s), %ld MiB, best of %d\n", info.name, model,
-               mib, reps);
+        printf("cmetal-bench on the %s device (%s), %ld MiB, best of %d, %ld thread%s\n",
+               info.name, model, mib, reps, threads, threads > 1 ? "s" : "");
         printf("GB/s counts bytes read + written; memcpy is re-measured beside each op "
                "(best %.2f GB/s)\n\n",
                memcpy_bw * 1e-9);
-        printf("%-36s %9s %8s %11s %7s %6s  %s\n", "op", "ms", "GB/s", "memcpy GB/s", "ratio",
-               "goal", "note");
+        printf("%-36s %9s %8s %11s %7s %6s %7s  %s\n", "op", "ms", "GB/s", "memcpy GB/s",
+               "ratio", "goal", "vs 1thr", "note");
         for (int w = 0; w < B_COUNT; ++w) {
             char goal[16] = "-";
             if (cases[w].goal > 0)
                 snprintf(goal, sizeof goal, ">=%.1f", cases[w].goal);
-            printf("%-36s %9.2f %8.2f %11.2f %7.2f %6s  %s\n", cases[w].name,
+            printf("%-36s %9.2f %8.2f %11.2f %7.2f %6s %7.2f  %s\n", cases[w].name,
                    cases[w].seconds * 1e3, cases[w].bytes / cases[w].seconds * 1e-9,
-                   cases[w].memcpy_bw * 1e-9, cases[w].ratio, goal, cases[w].note);
+                   cases[w].memcpy_bw * 1e-9, cases[w].ratio, goal,
+                   one[w].seconds / cases[w].seconds, cases[w].note);
         }
         printf("\nDLPack round trip in C (export + import + release, CPU tensor; median of 5 "
                "batches; goal <= 50 ns)\n");
@@ -494,6 +517,8 @@ int main(int argc, char **argv) {
     }
     cm_tensor_release(m_src);
     cm_tensor_release(m_dst);
+    if (env_n.dev != env.dev)
+        cm_device_release(env_n.dev);
     cm_device_release(env.dev);
     return 0;
 }

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU backend's N-d iteration (cpu_nd.c). Internal to runtime/cpu. */
+#ifndef CMETAL_CPU_ND_H
+#define CMETAL_CPU_ND_H
+
+#include "cpu_pool.h"
+
+#include <cmetal/tensor.h>
+
+#include <stdint.h>
+
+#define CM__CPU_MAXOPS 3
+
+/* Operands over one iteration shape, with byte strides and host bases.
+ * Operand 0 is the output, then the inputs. */
+typedef struct cm__cpu_nd {
+    int32_t ndim;
+    int32_t nops;
+    int64_t shape[CM_MAX_NDIM];
+    int64_t strides[CM__CPU_MAXOPS][CM_MAX_NDIM];
+    char *base[CM__CPU_MAXOPS];
+} cm__cpu_nd;
+
+/* Loop body over the innermost axis: n elements from pointers p with byte
+ * strides s (one per operand). */
+typedef void (*cm__cpu_run_fn)(int64_t n, char *const *p, const int64_t *s, void *ctx);
+
+/* Drops size-1 axes, makes operand `key`'s strides non-negative where that
+ * is a pure reordering, sorts axes by decreasing |stride| of `key`, then
+ * merges neighbouring axes that are contiguous relative to each other in
+ * every operand. `key` < 0 keeps the axis order (only drops and merges). */
+void cm__cpu_nd_simplify(cm__cpu_nd *nd, int32_t key);
+
+/* Calls fn once per run of the innermost axis (once with n = 1 for 0-d). */
+void cm__cpu_nd_foreach(const cm__cpu_nd *nd, cm__cpu_run_fn fn, void *ctx);
+
+/* Slices axis `axis` of nd to [begin, end): shape and every operand's base
+ * move, strides stay. */
+void cm__cpu_nd_slice(cm__cpu_nd *nd, int32_t axis, int64_t begin, int64_t end);
+
+/* Work over a part of an nd (a copy the callee may change). */
+typedef void (*cm__cpu_nd_body)(cm__cpu_nd *part, void *ctx);
+
+/* Runs body over all of nd: once on the calling thread when the pool has
+ * one thread or `bytes` (the memory the op touches) is below
+ * CM__CPU_PARALLEL_MIN_BYTES; else cut along one axis (the outermost one
+ * at least as long as the thread count, or else the longest) into one
+ * part per thread, run by the pool. The body must give each element of
+ * the output the same value whatever part it is in. */
+void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes,
+                      cm__cpu_nd_body body, void *ctx);
+
+#endif /* CMETAL_CPU_ND_H */

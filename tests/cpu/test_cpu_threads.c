@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/* CPU devices opened with threads (cm_device_open_desc's cpu_threads): every
+ * op kind gives the same bytes with 1, 2, 3 and 4 threads on large,
+ * strided, odd-sized inputs (float sums included, whose pairwise tree is
+ * split across the threads), and bad thread counts are refused naming the
+ * field and the value. Public API only. */
+#include "ops/ops_util.h"
+
+#define N1 600011 /* 1-d inputs: above the threads' 1 MiB threshold */
+#define ROWS 1031
+#define COLS 1034
+
+static cm_device *open_threads(uint32_t threads) {
+    cm_device_desc desc = {.type = CM_DEVICE_CPU, .cpu_threads = threads};
+    cm_device *dev = NULL;
+    CHECK(cm_device_open_desc(&desc, &dev));
+    return dev;
+}
+
+/* Floats with full mantissas, so that a different summation order would
+ * change the bits. */
+static cm_tensor *floats(cm_device *dev, int32_t ndim, const int64_t *shape, unsigned seed) {
+    cm_tensor *t = new_tensor(dev, CM_FLOAT32, ndim, shape);
+    void *p = NULL;
+    CHECK(cm_tensor_host_write(t, CM_FLOAT32, &p));
+    const int64_t n = numel_of(ndim, shape);
+    for (int64_t i = 0; i < n; ++i)
+        ((float *)p)[i] = (float)((double)(mix((uint64_t)i * 7919u + seed) >> 11) * 0x1p-53 *
+                                      200.0 -
+                                  90.0);
+    return t;
+}
+
+typedef struct sink {
+    uint8_t *bytes;
+    size_t size, cap;
+} sink;
+
+static void append(sink *s, cm_device *dev, cm_tensor *t) {
+    cm_tensor_info info;
+    CHECK(cm_tensor_get_info(t, &info));
+    cm_tensor *c = new_tensor(dev, info.dtype, info.ndim, info.shape);
+    CHECK(cm_copy(t, c, NULL));
+    const void *p = NULL;
+    CHECK(cm_tensor_host_read(c, info.dtype, &p));
+    const size_t bytes = (size_t)info.numel * dsize(info.dtype);
+    if (s->size + bytes > s->cap) {
+        s->cap = (s->size + bytes) * 2;
+        s->bytes = realloc(s->bytes, s->cap);
+        cr_assert_not_null(s->bytes);
+    }
+    memcpy(s->bytes + s->size, p, bytes);
+    s->size += bytes;
+    cm_tensor_release(c);
+}
+
+/* Runs every op kind on `dev` and appends all the outputs to s. */
+static void run_all(cm_device *dev, sink *s) {
+    const int64_t n1[1] = {N1}, n2[2] = {ROWS, COLS}, half[2] = {ROWS, COLS / 2};
+    const int64_t few[2] = {3, N1 / 3}, rows1[1] = {ROWS}, cols1[1] = {COLS / 2};
+    const int64_t one[1] = {1}, three[1] = {3};
+    cm_tensor *x = floats(dev, 1, n1, 1), *y = floats(dev, 1, n1, 2);
+    cm_tensor *m = floats(dev, 2, n2, 3), *m2 = floats(dev, 2, n2, 4);
+    cm_tensor *o1 = new_tensor(dev, CM_FLOAT32, 1, n1);
+    cm_tensor *oh = new_tensor(dev, CM_FLOAT32, 2, half);
+
+    /* Strided views: every other column, and the same walked backwards. */
+    cm_tensor *ms = NULL, *mr = NULL, *mt = NULL;
+    CHECK(cm_tensor_slice(m, 1, 0, CM_SLICE_DEFAULT, 2, &ms));
+    CHECK(cm_tensor_slice(m2, 1, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -2, &mr));
+    cm_tensor *big = floats(dev, 2, (const int64_t[]){COLS, COLS}, 5);
+    CHECK(cm_tensor_transpose(big, 0, 1, &mt));
+    cm_tensor *ot = new_tensor(dev, CM_FLOAT32, 2, (const int64_t[]){COLS, COLS});
+
+    /* fill, copy (memcpy runs, strided, transposing) */
+    const double v = 1.25;
+    CHECK(cm_fill(oh, CM_FLOAT64, &v, NULL));
+    append(s, dev, oh);
+    CHECK(cm_copy(ms, oh, NULL));
+    append(s, dev, oh);
+    CHECK(cm_copy(mr, oh, NULL));
+    append(s, dev, oh);
+    CHECK(cm_copy(mt, ot, NULL));
+    append(s, dev, ot);
+
+    /* casts */
+    cm_tensor *h1 = new_tensor(dev, CM_FLOAT16, 1, n1), *b1 = new_tensor(dev, CM_BFLOAT16, 1, n1);
+    cm_tensor *i1 = new_tensor(dev, CM_INT32, 1, n1), *s1 = new_tensor(dev, CM_INT16, 1, n1);
+    cm_tensor *hh = new_tensor(dev, CM_FLOAT16, 2, half);
+    CHECK(cm_cast(x, h1, NULL));
+    CHECK(cm_cast(x, b1, NULL));
+    CHECK(cm_cast(x, i1, NULL));
+    CHECK(cm_cast(y, s1, NULL));
+    CHECK(cm_cast(mr, hh, NULL));
+    append(s, dev, h1);
+    append(s, dev, b1);
+    append(s, dev, i1);
+    append(s, dev, s1);
+    append(s, dev, hh);
+
+    /* elementwise */
+    CHECK(cm_unary(CM_UNARY_EXP, x, o1, NULL));
+    append(s, dev, o1);
+    CHECK(cm_unary(CM_UNARY_SQRT, ms, oh, NULL));
+    append(s, dev, oh);
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, o1, NULL));
+    append(s, dev, o1);
+    CHECK(cm_binary(CM_BINARY_MUL, ms, mr, oh, NULL));
+    append(s, dev, oh);
+    cm_tensor *row = NULL;
+    CHECK(cm_tensor_select(mr, 0, 7, &row));
+    CHECK(cm_binary(CM_BINARY_SUB, ms, row, oh, NULL)); /* broadcast */
+    append(s, dev, oh);
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, x, NULL));     /* in place */
+    append(s, dev, x);
+
+    /* reductions: all, each axis, few outputs, every dtype family */
+    cm_tensor *f0 = new_tensor(dev, CM_FLOAT32, 1, one), *d0 = new_tensor(dev, CM_FLOAT64, 1, one);
+    cm_tensor *fr = new_tensor(dev, CM_FLOAT32, 1, rows1), *fc = new_tensor(dev, CM_FLOAT32, 1, cols1);
+    cm_tensor *f3 = new_tensor(dev, CM_FLOAT64, 1, three), *l0 = new_tensor(dev, CM_INT64, 1, one);
+    cm_tensor *x3 = NULL, *xr = NULL;
+    cm_tensor *y3 = NULL;
+    CHECK(cm_tensor_slice(y, 0, 0, 3 * (N1 / 3), 1, &y3));
+    CHECK(cm_tensor_reshape(y3, 2, few, &x3));
+    CHECK(cm_tensor_slice(y, 0, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1, &xr));
+    for (cm_reduce_op op = CM_REDUCE_SUM; op < CM_REDUCE_COUNT; op = (cm_reduce_op)(op + 1)) {
+        cm_tensor *all[] = {x, xr, h1, b1, i1, s1};
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; ++k) {
+            cm_tensor_info info;
+            CHECK(cm_tensor_get_info(all[k], &info));
+            cm_tensor *out = dfloat(info.dtype) ? d0 : (op == CM_REDUCE_MEAN ? d0 : l0);
+            CHECK(cm_reduce(op, all[k], CM_AXIS_ALL, out, NULL));
+            append(s, dev, out);
+        }
+        /* a reduction of two runs per output (strided), and each axis */
+        cm_tensor *c2 = NULL;
+        CHECK(cm_tensor_reshape(f0, 0, NULL, &c2));
+        CHECK(cm_reduce(op, ms, CM_AXIS_ALL, c2, NULL));
+        append(s, dev, c2);
+        cm_tensor_release(c2);
+        CHECK(cm_reduce(op, ms, 0, fc, NULL));
+        append(s, dev, fc);
+        CHECK(cm_reduce(op, mr, 1, fr, NULL));
+        append(s, dev, fr);
+        CHECK(cm_reduce(op, x3, 1, f3, NULL));
+        append(s, dev, f3);
+    }
+    cm_tensor *rel[] = {x, y, m, m2, o1, oh, ms, mr, mt, big, ot, h1, b1, i1, s1, hh,
+                        row, f0, d0, fr, fc, f3, l0, x3, xr, y3};
+    for (size_t k = 0; k < sizeof rel / sizeof rel[0]; ++k)
+        cm_tensor_release(rel[k]);
+}
+
+Test(cpu_threads, same_bits_for_every_thread_count) {
+    sink ref = {0};
+    cm_device *dev = open_threads(0);
+    cm_device_info info;
+    CHECK(cm_device_get_info(dev, &info));
+    cr_assert_eq(info.cpu_threads, 1);
+    run_all(dev, &ref);
+    cm_device_release(dev);
+    for (uint32_t threads = 1; threads <= 4; ++threads) {
+        dev = open_threads(threads);
+        CHECK(cm_device_get_info(dev, &info));
+        cr_assert_eq(info.cpu_threads, threads);
+        sink got = {0};
+        run_all(dev, &got);
+        cr_assert_eq(got.size, ref.size);
+        size_t first = 0;
+        while (first < ref.size && got.bytes[first] == ref.bytes[first])
+            ++first;
+        cr_assert_eq(first, ref.size, "%u threads: byte %zu of %zu differs", threads, first,
+                     ref.size);
+        free(got.bytes);
+        cm_device_release(dev);
+    }
+    free(ref.bytes);
+}
+
+Test(cpu_threads, default_is_the_shared_device) {
+    cm_device *a = NULL, *b = open_threads(1), *c = open_threads(2), *d = open_threads(2);
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &a));
+    cr_assert_eq(a, b);
+    cr_assert_neq(c, a);
+    cr_assert_neq(c, d);
+    cm_device_release(a);
+    cm_device_release(b);
+    cm_device_release(c);
+    cm_device_release(d);
+}
+
+Test(cpu_threads, bad_counts_are_refused) {
+    cm_device *dev = (cm_device *)(uintptr_t)1;
+    cm_device_desc desc = {.type = CM_DEVICE_CPU, .cpu_threads = CM_CPU_MAX_THREADS + 1};
+    EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_INVALID_ARGUMENT,
+                "desc->cpu_threads = 257");
+    cr_assert_null(dev);
+    desc.cpu_threads = UINT32_MAX;
+    EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_INVALID_ARGUMENT,
+                "desc->cpu_threads = 4294967295");
+    desc = (cm_device_desc){.type = CM_DEVICE_METAL, .cpu_threads = 2};
+    EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_INVALID_ARGUMENT,
+                "desc->cpu_threads = 2");
+    desc = (cm_device_desc){.type = (cm_device_type)7};
+    EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_INVALID_ARGUMENT, "desc->type = 7");
+    desc = (cm_device_desc){.type = CM_DEVICE_CPU, .index = 1, .cpu_threads = 2};
+    EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_NO_DEVICE, "desc->index = 1");
+    EXPECT_FAIL(cm_device_open_desc(NULL, &dev), CM_ERR_INVALID_ARGUMENT, "desc = NULL");
+    desc.index = 0;
+    EXPECT_FAIL(cm_device_open_desc(&desc, NULL), CM_ERR_INVALID_ARGUMENT, "out = NULL");
+}
+
+Test(cpu_threads, tensors_of_cpu_devices_mix) {
+    cm_device *shared = open_threads(1), *four = open_threads(4);
+    const int64_t n[1] = {N1};
+    cm_tensor *x = floats(shared, 1, n, 9), *y = floats(four, 1, n, 10);
+    cm_tensor *a = new_tensor(four, CM_FLOAT32, 1, n), *b = new_tensor(shared, CM_FLOAT32, 1, n);
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, a, NULL)); /* runs on four */
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, b, NULL)); /* runs on the shared device */
+    const void *p = NULL, *q = NULL;
+    CHECK(cm_tensor_host_read(a, CM_FLOAT32, &p));
+    CHECK(cm_tensor_host_read(b, CM_FLOAT32, &q));
+    cr_assert_eq(memcmp(p, q, (size_t)N1 * sizeof(float)), 0);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_device_release(four);
+    cm_device_release(shared);
+}
