@@ -58,3 +58,29 @@ cm_status cm_device_open(cm_device_type type, uint32_t index, cm_device **out) {
                     "type = %d must be CM_DEVICE_DEFAULT, CM_DEVICE_CPU or CM_DEVICE_METAL",
                     (int)type);
 }
+
+cm_status cm_device_open_desc(const cm_device_desc *desc, cm_device **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(desc);
+    cm_device_type type = desc->type;
+    if (type == CM_DEVICE_DEFAULT)
+        CM__TRY(cm__resolve_default(&type));
+    if (type != CM_DEVICE_CPU && type != CM_DEVICE_METAL)
+        return cm__fail(CM_ERR_INVALID_ARGUMENT,
+                        "desc->type = %d must be CM_DEVICE_DEFAULT, CM_DEVICE_CPU or "
+                        "CM_DEVICE_METAL",
+                        (int)desc->type);
+    if (type == CM_DEVICE_CPU && desc->cpu_threads > CM_CPU_MAX_THREADS)
+        return cm__fail(CM_ERR_INVALID_ARGUMENT,
+                        "desc->cpu_threads = %u exceeds CM_CPU_MAX_THREADS (%d)",
+                        desc->cpu_threads, CM_CPU_MAX_THREADS);
+    if (type == CM_DEVICE_METAL && desc->cpu_threads != 0)
+        return cm__fail(CM_ERR_INVALID_ARGUMENT,
+                        "desc->cpu_threads = %u: threads apply to the CPU device only, "
+                        "it must be 0 for Metal",
+                        desc->cpu_threads);
+    if (type == CM_DEVICE_CPU)
+        return cm__cpu_device_open_threads(desc->index, desc->cpu_threads, out);
+    return cm_device_open(type, desc->index, out);
+}
