@@ -172,12 +172,17 @@ typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
  * latency (a Xeon host read float32 sums at 0.36 of memcpy without, 0.66
  * with 4 KiB), while AMD's own prefetchers did better alone. 0: none. */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <cpuid.h>
 static uintptr_t cm__pf_distance(void) {
     static atomic_int state; /* distance + 1; 0 not asked yet */
     int v = atomic_load_explicit(&state, memory_order_relaxed);
     if (v == 0) {
-        __builtin_cpu_init();
-        v = (__builtin_cpu_is("intel") ? 4096 : 0) + 1;
+        /* cpuid's vendor (leaf 0): libgcc's __builtin_cpu_is is not
+         * everywhere (macOS targets lack its __cpu_model) */
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const bool intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u /* Genu */ &&
+                           d == 0x49656e69u /* ineI */ && c == 0x6c65746eu /* ntel */;
+        v = (intel ? 4096 : 0) + 1;
         atomic_store_explicit(&state, v, memory_order_relaxed);
     }
     return (uintptr_t)(v - 1);
@@ -325,13 +330,21 @@ static bool cm__avx2_usable(void) {
     static atomic_int state; /* 1 usable, -1 not, 0 not asked yet */
     int v = atomic_load_explicit(&state, memory_order_relaxed);
     if (v == 0) {
-        /* F16C asked through cpuid (leaf 1, ECX bit 29): clang's
-         * __builtin_cpu_supports does not know "f16c". AVX2 implies the OS
-         * saves the YMM registers where __builtin_cpu_supports says so. */
+        /* Asked through cpuid alone (clang's __builtin_cpu_supports does
+         * not know "f16c", and macOS targets lack libgcc's __cpu_model):
+         * AVX, F16C and OSXSAVE (leaf 1 ECX), AVX2 (leaf 7 EBX), and the OS
+         * saving the XMM and YMM state (XCR0 bits 1 and 2). */
         unsigned a = 0, b = 0, c = 0, d = 0;
-        const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && f16c ? 1 : -1;
+        const unsigned need = bit_OSXSAVE | bit_AVX | bit_F16C;
+        bool ok = __get_cpuid(1, &a, &b, &c, &d) && (c & need) == need;
+        ok = ok && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2) != 0;
+        if (ok) {
+            unsigned lo = 0, hi = 0;
+            __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            (void)hi;
+            ok = (lo & 6u) == 6u;
+        }
+        v = ok ? 1 : -1;
         atomic_store_explicit(&state, v, memory_order_relaxed);
     }
     return v > 0;
