@@ -751,7 +751,8 @@ Test(patterns, row_softmax_with_simdgroup_reductions) {
   const float *o = sm_contents(b[1]);
   for (int r = 0; r < ROWS; r++) {
     double m = -INFINITY, s = 0, total = 0;
-    for (int i = 0; i < COLS; i++) m = fmax(m, in[r * COLS + i]);
+    /* not fmax: GCC 12's aarch64 vectoriser fails on that reduction (ICE) */
+    for (int i = 0; i < COLS; i++) m = in[r * COLS + i] > m ? in[r * COLS + i] : m;
     for (int i = 0; i < COLS; i++) s += exp(in[r * COLS + i] - m);
     for (int i = 0; i < COLS; i++) {
       double want = exp(in[r * COLS + i] - m) / s;
