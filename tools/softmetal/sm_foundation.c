@@ -728,13 +728,7 @@ static id array_with_object(id cls, SEL cmd, id o) {
   if (a) object_setClass(a, (Class)cls);
   return sm__autorelease(a);
 }
-typedef struct {
-  unsigned long state;
-  id *items;
-  unsigned long *mutations;
-  unsigned long extra[5];
-} fast_enum_state;
-static NSUInteger array_enumerate(id self, SEL cmd, fast_enum_state *st, id *buf, NSUInteger len) {
+static NSUInteger array_enumerate(id self, SEL cmd, sm_fast_enum_state *st, id *buf, NSUInteger len) {
   (void)cmd;
   (void)buf;
   (void)len;

@@ -188,6 +188,15 @@ static inline IMP sm__lookup(id o, const char *sel) {
 /* ------------------------------------------------------------- kernels */
 #include "sm_abi.h"
 
+/* NSFastEnumerationState, as clang's for-in passes it to
+ * countByEnumeratingWithState:objects:count: (NSArray, NSDictionary). */
+typedef struct {
+  unsigned long state;
+  id *items;
+  unsigned long *mutations;
+  unsigned long extra[5];
+} sm_fast_enum_state;
+
 typedef struct {
   sm_obj hdr;
   id function; /* SMFunction, retained */

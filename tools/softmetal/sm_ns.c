@@ -154,13 +154,7 @@ static id dict_mutable_copy(id self, SEL cmd) {
   if (m) object_setClass(m, g_mutable_dict);
   return m;
 }
-typedef struct {
-  unsigned long state;
-  id *items;
-  unsigned long *mutations;
-  unsigned long extra[5];
-} fast_enum_state;
-static NSUInteger dict_enumerate(id self, SEL cmd, fast_enum_state *st, id *buf, NSUInteger len) {
+static NSUInteger dict_enumerate(id self, SEL cmd, sm_fast_enum_state *st, id *buf, NSUInteger len) {
   (void)cmd;
   (void)buf;
   (void)len;

@@ -211,7 +211,7 @@ int sm_bench_compile_main(int argc, char **argv) {
     fclose(lf);
   }
   printf("softmetal-bench: %ld cores, load average %s, compiler %s\n",
-         sysconf(_SC_NPROCESSORS_ONLN), load, cxx && *cxx ? cxx : "clang++");
+         sysconf(_SC_NPROCESSORS_ONLN), load, cxx && *cxx ? cxx : "clang++-19");
   printf("| %-58s | %11s | %10s | %-8s |\n", "figure", "wall", "cc CPU", "target");
   printf("|%s|%s|%s|%s|\n", "------------------------------------------------------------",
          "-------------", "------------", "----------");
