@@ -23,15 +23,7 @@ static inline void sm_run_close(void) {
   objc_autoreleasePoolPop(sm_pool);
   sm_release(sm_queue);
   sm_release(sm_dev);
-  static const char *const classes[] = {"SMLibrary", "SMFunction", "SMComputePipelineState",
-                                        "SMBuffer", "SMCommandBuffer", "NSString", "NSError",
-                                        "NSArray", "SMComputeCommandEncoder", "SMDevice",
-                                        "SMCommandQueue", "MTLCompileOptions"};
-  softmetal_quiesce(); /* queues may still hold completed command buffers */
-  for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
-    if (softmetal_live_count(classes[i]) > 0)
-      cr_log_error("%s: %ld alive", classes[i], softmetal_live_count(classes[i]));
-  cr_assert_eq(sm_live(), 0, "every object released");
+  sm_check_all_released(__FILE__);
 }
 
 /* The library, or NULL with the compiler's diagnostics in *error; math_mode

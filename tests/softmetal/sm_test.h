@@ -8,6 +8,8 @@
 #include <objc/message.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "softmetal.h"
@@ -52,6 +54,27 @@ static inline long sm_live(void) {
   struct softmetal_stats st;
   softmetal_stats(&st);
   return st.live_objects;
+}
+
+/* The teardown check of a suite's .fini: every softmetal object released.
+ * Criterion ignores a failed assertion in .fini (the test still passes), so
+ * this names the classes still alive and aborts the test's process, which
+ * fails the test binary's exit status and so the ctest test. */
+static inline void sm_check_all_released(const char *where) {
+  const long live = sm_live();
+  if (live == 0) return;
+  static const char *const classes[] = {
+      "SMDevice", "SMCommandQueue", "SMCommandBuffer", "SMComputeCommandEncoder",
+      "SMBlitCommandEncoder", "SMLibrary", "SMFunction", "SMComputePipelineState", "SMBuffer",
+      "SMHeap", "SMSharedEvent", "SMEvent", "SMFence", "SMBinaryArchive", "SMArgumentEncoder",
+      "SMResidencySet", "SMBufferBinding", "SMThreadgroupBinding", "MTLCompileOptions",
+      "NSString", "NSError", "NSArray", "NSDictionary"};
+  fprintf(stderr, "%s: %ld softmetal objects alive after a test; every object must be released\n",
+          where, live);
+  for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+    if (softmetal_live_count(classes[i]) > 0)
+      fprintf(stderr, "  %s: %ld alive\n", classes[i], softmetal_live_count(classes[i]));
+  abort();
 }
 
 /* ---- blocks (clang Block ABI) ---- */

@@ -24,7 +24,7 @@ static void teardown(void) {
   unsetenv("SOFTMETAL_SEED");
   sm_release(queue);
   sm_release(dev);
-  cr_assert_eq(sm_live(), 0, "every object released");
+  sm_check_all_released(__FILE__);
 }
 TestSuite(commands, .init = setup, .fini = teardown);
 

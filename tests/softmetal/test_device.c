@@ -20,7 +20,7 @@ static id volatile keep; /* reachable when a test aborts on purpose */
 static void setup(void) { dev = MTLCreateSystemDefaultDevice(); }
 static void teardown(void) {
   sm_release(dev);
-  cr_assert_eq(sm_live(), 0, "every object released");
+  sm_check_all_released(__FILE__);
 }
 TestSuite(device, .init = setup, .fini = teardown);
 

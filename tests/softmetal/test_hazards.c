@@ -48,7 +48,7 @@ static void teardown(void) {
   sm_release(queue);
   sm_release(dev);
   softmetal_quiesce();
-  cr_assert_eq(sm_live(), 0, "every object released");
+  sm_check_all_released(__FILE__);
 }
 TestSuite(hazards, .init = setup, .fini = teardown);
 

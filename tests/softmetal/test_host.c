@@ -61,7 +61,7 @@ static void teardown(void) {
   sm_release(queue);
   sm_release(dev);
   objc_autoreleasePoolPop(pool);
-  cr_assert_eq(sm_live(), 0, "every object released");
+  sm_check_all_released(__FILE__);
 }
 TestSuite(host, .init = setup, .fini = teardown, .timeout = 120);
 

@@ -210,15 +210,7 @@ static void teardown(void) {
   objc_autoreleasePoolPop(pool);
   sm_release(queue);
   sm_release(dev);
-  const char *classes[] = {"SMLibrary", "SMFunction", "SMComputePipelineState", "SMBuffer",
-                           "SMCommandBuffer", "NSString", "NSError", "NSArray",
-                           "SMComputeCommandEncoder", "SMDevice", "SMCommandQueue",
-                           "MTLCompileOptions"};
-  softmetal_quiesce(); /* handlers may run after waitUntilCompleted returns */
-  for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
-    if (softmetal_live_count(classes[i]) > 0)
-      cr_log_error("%s: %ld alive", classes[i], softmetal_live_count(classes[i]));
-  cr_assert_eq(sm_live(), 0, "every object released");
+  sm_check_all_released(__FILE__);
 }
 TestSuite(msl, .init = setup, .fini = teardown, .timeout = 120);
 

@@ -26,7 +26,7 @@ static void teardown(void) {
   objc_autoreleasePoolPop(pool);
   sm_release(queue);
   sm_release(dev);
-  cr_assert_eq(sm_live(), 0, "every object released");
+  sm_check_all_released(__FILE__);
 }
 TestSuite(front, .init = setup, .fini = teardown, .timeout = 120);
 
