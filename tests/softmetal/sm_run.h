@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Compile-and-run helpers for softmetal kernel tests: one device and queue,
  * buffers bound at indices 0..n-1, one dispatch per call. Tests that include
- * it call sm_run_open() in their suite init and sm_run_close() in fini. */
+ * it call sm_run_open() (or sm_run_open_library()) in their suite init and
+ * sm_run_close() in fini. */
 #ifndef SM_RUN_H
 #define SM_RUN_H
 
@@ -11,7 +12,7 @@
 
 #include "softmetal/sm_test.h"
 
-static id sm_dev, sm_queue;
+static id sm_dev, sm_queue, sm_lib;
 static void *sm_pool;
 
 static inline void sm_run_open(void) {
@@ -20,6 +21,8 @@ static inline void sm_run_open(void) {
   sm_pool = objc_autoreleasePoolPush();
 }
 static inline void sm_run_close(void) {
+  if (sm_lib) sm_release(sm_lib);
+  sm_lib = 0;
   objc_autoreleasePoolPop(sm_pool);
   sm_release(sm_queue);
   sm_release(sm_dev);
@@ -41,6 +44,13 @@ static inline id sm_compile_mode(const char *src, long math_mode, id *error) {
   return lib;
 }
 static inline id sm_compile(const char *src, id *error) { return sm_compile_mode(src, -1, error); }
+/* sm_run_open(), then sm_lib = the library of src (released by sm_run_close). */
+static inline void sm_run_open_library(const char *src) {
+  sm_run_open();
+  id error = 0;
+  sm_lib = sm_compile(src, &error);
+  cr_assert_not_null(sm_lib, "%s", sm_error_text(error));
+}
 static inline id sm_pipeline(id lib, const char *name) {
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str(name));
   cr_assert_not_null(fn, "kernel %s", name);

@@ -36,18 +36,8 @@ static const char SRC[] =
     "  y[i] = 2.0f * x[i] + 1.0f;\n"
     "}\n";
 
-static id lib;
-static void setup(void) {
-  sm_run_open();
-  id error = 0;
-  lib = sm_compile(SRC, &error);
-  cr_assert_not_null(lib, "%s", sm_error_text(error));
-}
-static void teardown(void) {
-  sm_release(lib);
-  sm_run_close();
-}
-TestSuite(exec, .init = setup, .fini = teardown, .timeout = 120);
+static void setup(void) { sm_run_open_library(SRC); }
+TestSuite(exec, .init = setup, .fini = sm_run_close, .timeout = 120);
 
 enum { GROUPS = 64 };
 
@@ -56,7 +46,7 @@ static void run_chain(const char *schedule, uint32_t out[GROUPS + 1]) {
   setenv("SOFTMETAL_SCHEDULE", schedule, 1);
   uint32_t init[GROUPS + 1] = {1};
   id cells = sm_buffer(init, sizeof init);
-  sm_dispatch(lib, "chain", &cells, 1, SM_SIZE(GROUPS * 4, 1, 1), SM_SIZE(4, 1, 1), false, 0);
+  sm_dispatch(sm_lib, "chain", &cells, 1, SM_SIZE(GROUPS * 4, 1, 1), SM_SIZE(4, 1, 1), false, 0);
   memcpy(out, sm_contents(cells), sizeof init);
   sm_release(cells);
   unsetenv("SOFTMETAL_SCHEDULE");
@@ -93,7 +83,7 @@ static void check_count(const char *kernel, const char *threads, const char *sch
   enum { NG = 512, TG = 64 };
   id bufs[2] = {sm_buffer(NULL, 4), sm_buffer(NULL, 8 * 4)};
   for (int rep = 0; rep < 4; rep++)
-    sm_dispatch(lib, kernel, bufs, 2, SM_SIZE(NG * TG, 1, 1), SM_SIZE(TG, 1, 1), false, 0);
+    sm_dispatch(sm_lib, kernel, bufs, 2, SM_SIZE(NG * TG, 1, 1), SM_SIZE(TG, 1, 1), false, 0);
   cr_assert_eq(*(uint32_t *)sm_contents(bufs[0]), 4u * NG * TG, "%s", kernel);
   if (strcmp(kernel, "count") == 0)
     for (int i = 0; i < 8; i++)
@@ -119,7 +109,7 @@ Test(exec, the_kernels_own_threadgroup_loop_covers_partial_threadgroups) {
   float *x = malloc(N * sizeof *x);
   for (int i = 0; i < N; i++) x[i] = (float)i * 0.5f;
   id bufs[2] = {sm_buffer(x, N * sizeof *x), sm_buffer(NULL, (N + 64) * sizeof *x)};
-  sm_dispatch(lib, "saxpy", bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(192, 1, 1), false, 0);
+  sm_dispatch(sm_lib, "saxpy", bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(192, 1, 1), false, 0);
   const float *y = sm_contents(bufs[1]);
   for (int i = 0; i < N; i++) cr_assert_eq(y[i], 2.0f * x[i] + 1.0f, "y[%d]", i);
   for (int i = N; i < N + 64; i++) cr_assert_eq(y[i], 0.0f, "y[%d] written", i);

@@ -45,23 +45,13 @@ static const char SRC[] =
     "  out[id] = in[id] + in[id + 1];\n"
     "}\n";
 
-static id lib;
-static void setup(void) {
-  sm_run_open();
-  id error = 0;
-  lib = sm_compile(SRC, &error);
-  cr_assert_not_null(lib, "%s", sm_error_text(error));
-}
-static void teardown(void) {
-  sm_release(lib);
-  sm_run_close();
-}
-TestSuite(faults, .init = setup, .fini = teardown, .timeout = 120);
+static void setup(void) { sm_run_open_library(SRC); }
+TestSuite(faults, .init = setup, .fini = sm_run_close, .timeout = 120);
 
 /* Runs kernel over `threads` threads in threadgroups of `tg` on queue q with
  * bufs at 0..n-1; returns the finished command buffer (autoreleased). */
 static id run_on(id q, const char *kernel, id *bufs, int n, NSUInteger threads, NSUInteger tg) {
-  id p = sm_pipeline(lib, kernel);
+  id p = sm_pipeline(sm_lib, kernel);
   id cb = SEND0(id, q, "commandBuffer");
   id enc = SEND0(id, cb, "computeCommandEncoder");
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
