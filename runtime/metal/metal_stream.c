@@ -162,19 +162,27 @@ void cm__metal_drop_completed(cm_stream *stream) {
     cm__objc_pool_pop(pool);
 }
 
-cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
-    cm__metal_stream *s = cm__mtl_stream(stream);
-    void *pool = cm__objc_pool_push();
+/* Commits the open command buffer, if any. Stream lock held; its place in
+ * `committed` was reserved when it was opened (cm__metal_stream_open). */
+static void cm__commit_open(cm__metal_stream *s) {
+    if (s->open == NULL)
+        return;
+    cm__msg_commit(s->open);
+    s->committed[s->ncommitted++] = (cm__metal_committed){s->open, s->open_seq};
+    s->open = NULL;
+    s->submissions++;
+}
+
+/* Waits for the committed command buffers numbered at most `through`,
+ * oldest first, then reports a failure noted on the stream (once). Inside
+ * a pool; takes the stream's lock, never holding it while waiting. */
+static cm_status cm__wait_through(const char *func, cm__metal_stream *s, uint64_t through) {
     pthread_mutex_lock(&s->lock);
-    if (s->open != NULL) { /* encode_begin reserved its place */
-        cm__msg_commit(s->open);
-        s->committed[s->ncommitted++] = (cm__metal_committed){s->open, s->open_seq};
-        s->open = NULL;
-        s->submissions++;
-    }
-    /* Wait for every one committed so far, oldest first, without the lock
-     * (others may commit and prune meanwhile: retain what we wait for). */
-    const size_t n = wait ? s->ncommitted : 0;
+    /* Without the lock (others may commit and prune meanwhile): retain
+     * what we wait for. `committed` is in number order. */
+    size_t n = 0;
+    while (n < s->ncommitted && s->committed[n].seq <= through)
+        ++n;
     cm__id stack[16];
     cm__id *waits = n <= 16 ? stack : cm__alloc(n * sizeof *waits, _Alignof(cm__id));
     if (waits == NULL) /* no memory: wait for them under the lock instead */
@@ -201,11 +209,41 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
         s->failed = false; /* reported once */
     }
     pthread_mutex_unlock(&s->lock);
-    cm__objc_pool_pop(pool);
     if (failed)
         return cm__fail_as(func, CM_ERR_DEVICE, "a command buffer of this stream failed: %s",
                            text);
     return CM_OK;
+}
+
+cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&s->lock);
+    cm__commit_open(s);
+    pthread_mutex_unlock(&s->lock);
+    /* Numbers start at 1: without waiting, this prunes the completed ones
+     * and reports a failure noted so far. */
+    cm_status status = cm__wait_through(func, s, wait ? UINT64_MAX : 0);
+    cm__objc_pool_pop(pool);
+    return status;
+}
+
+uint64_t cm__metal_commit(cm_stream *stream) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&s->lock);
+    cm__commit_open(s);
+    const uint64_t last = s->next_seq - 1; /* every one opened so far */
+    pthread_mutex_unlock(&s->lock);
+    cm__objc_pool_pop(pool);
+    return last;
+}
+
+cm_status cm__metal_wait_through(const char *func, cm_stream *stream, uint64_t through) {
+    void *pool = cm__objc_pool_push();
+    cm_status status = cm__wait_through(func, cm__mtl_stream(stream), through);
+    cm__objc_pool_pop(pool);
+    return status;
 }
 
 cm_status cm__metal_stream_init_unpooled(cm_stream *stream) {
