@@ -131,9 +131,9 @@ static cm_status cm__chunk_failed(const char *func, cm_status status, cm__chunk 
  * device copies chunk k out of the other; a read has the device copy
  * chunk k + 1 while the host copies chunk k out. In order: chunk k + 2
  * reuses chunk k's staging buffer once chunk k's command buffer completed.
- * On a failure nothing more is encoded; the staging buffers of a failed
- * call are released (command buffers in flight keep what they use), not
- * pooled. */
+ * On a failure nothing more is encoded, the chunks in flight are waited
+ * for (so that every chunk before the one named was copied), and the
+ * staging buffers are released, not pooled. */
 cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset,
                                                     void *host, size_t size, bool to_device) {
     const char *func = to_device ? "cm_buffer_write" : "cm_buffer_read";
@@ -152,8 +152,8 @@ cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset,
     cm_status status = cm__wait_buffer(func, buffer, !to_device);
     uint64_t k = 0, waited = 0; /* chunks encoded, chunks seen complete */
     while (status == CM_OK && waited < nchunks) {
-        const unsigned slot = (unsigned)(k % 2);
         if (k < nchunks && k < waited + 2) { /* a staging buffer is free: next chunk */
+            const unsigned slot = (unsigned)(k % 2);
             const cm__chunk c = cm__chunk_at(k, pad, size);
             if (staging[slot] == NULL) {
                 staging[slot] = cm__staging_take(device);
@@ -171,25 +171,34 @@ cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset,
             if (status == CM_OK && k == fault) /* test hook: a blit Metal refuses */
                 status = cm__metal_blit(func, device, (cm__metal_span){NULL, staging[slot], 8},
                                         (cm__metal_span){NULL, staging[slot], 0}, 2);
-            if (status != CM_OK) {
-                status = cm__chunk_failed(func, status, c, size, k, nchunks);
-                break;
-            }
+            /* Committed even after a failed encode: what it encoded goes
+             * with it, and the chunk before it is waited for below. */
             committed[slot] = cm__metal_commit(stream);
             ++k;
-            continue;
+            if (status == CM_OK)
+                continue;
         }
-        /* Both staging buffers in use, or every chunk encoded: wait for the
-         * oldest chunk in flight. */
-        const unsigned old = (unsigned)(waited % 2);
+        /* Both staging buffers in use, every chunk encoded, or an encode
+         * failed: wait for the oldest chunk in flight. */
         const cm__chunk c = cm__chunk_at(waited, pad, size);
-        status = cm__metal_wait_through(func, stream, committed[old]);
+        const cm_status encoded = status;
+        status = cm__metal_wait_through(func, stream, committed[waited % 2]);
+        if (status == CM_OK && encoded != CM_OK) {
+            status = encoded; /* the last chunk, k - 1, failed to encode */
+            waited = k - 1;
+        }
         if (status != CM_OK) {
-            status = cm__chunk_failed(func, status, c, size, waited, nchunks);
+            status = cm__chunk_failed(func, status, cm__chunk_at(waited, pad, size), size, waited,
+                                      nchunks);
+            /* Let the chunks committed after it finish; keep this message. */
+            char text[512];
+            snprintf(text, sizeof text, "%s", cm_last_error() + strlen(func) + 2);
+            (void)cm__metal_wait_through(func, stream, committed[(k - 1) % 2]);
+            status = cm__fail_as(func, status, "%s", text);
             break;
         }
         if (!to_device)
-            memcpy(bytes + c.first, staged[old] + c.at, c.n);
+            memcpy(bytes + c.first, staged[waited % 2] + c.at, c.n);
         ++waited;
     }
     for (int i = 0; i < 2; ++i) {
