@@ -7,7 +7,9 @@
 #include <cmetal/ops.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ shared */
@@ -124,13 +126,70 @@ typedef struct cm__dlpack_export {
         DLManagedTensorVersioned versioned;
     } managed;
     cm_tensor *tensor; /* retained */
+    DLDataType dtype;  /* as exported, for cm__dl_own_export */
     int64_t shape[CM_MAX_NDIM];
     int64_t strides[CM_MAX_NDIM];
 } cm__dlpack_export;
 
+/* One spare export block per thread, under the default allocator only: a
+ * block that an export's deleter or an import of cmetal's own export frees
+ * is kept for the thread's next export, so that a round trip on one thread
+ * allocates nothing after the first. A thread's spare is freed when the
+ * thread exits (a pthread key's destructor); the main thread's stays
+ * reachable until the process ends, and is freed if the library is
+ * unloaded (dlclose). Under a cm_set_allocator allocator every export
+ * allocates its block and every deleter frees it. */
+#define CM__TLS_IE __attribute__((tls_model("initial-exec"))) /* no __tls_get_addr call */
+static _Thread_local cm__dlpack_export *cm__dl_spare CM__TLS_IE;
+static _Thread_local bool cm__dl_spare_keyed CM__TLS_IE; /* the key's destructor runs here */
+static pthread_once_t cm__dl_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t cm__dl_key;
+static bool cm__dl_key_made;
+
+static void cm__dl_spare_free(void *marker) {
+    (void)marker;
+    cm__dlpack_export *e = cm__dl_spare;
+    cm__dl_spare = NULL;
+    free(e); /* made by the default allocator: malloc */
+}
+
+static void cm__dl_key_make(void) {
+    cm__dl_key_made = pthread_key_create(&cm__dl_key, cm__dl_spare_free) == 0;
+}
+
+__attribute__((destructor)) static void cm__dl_unload(void) {
+    if (cm__dl_key_made)
+        pthread_key_delete(cm__dl_key);
+    cm__dl_spare_free(NULL);
+}
+
+static cm__dlpack_export *cm__dl_block_take(void) {
+    cm__dlpack_export *e = cm__dl_spare;
+    if (e != NULL && cm__allocator_is_default()) {
+        cm__dl_spare = NULL;
+        return e;
+    }
+    return cm__alloc_raw(sizeof *e, _Alignof(cm__dlpack_export));
+}
+
+static void cm__dl_block_give(cm__dlpack_export *e) {
+    if (cm__dl_spare == NULL && cm__allocator_is_default()) {
+        if (!cm__dl_spare_keyed) { /* once per thread: free the spare at its exit */
+            pthread_once(&cm__dl_key_once, cm__dl_key_make);
+            cm__dl_spare_keyed =
+                cm__dl_key_made && pthread_setspecific(cm__dl_key, &cm__dl_key_made) == 0;
+        }
+        if (cm__dl_spare_keyed) {
+            cm__dl_spare = e;
+            return;
+        }
+    }
+    cm__free(e);
+}
+
 static void cm__dlpack_export_free(cm__dlpack_export *e) {
     cm_tensor *tensor = e->tensor;
-    cm__free(e);
+    cm__dl_block_give(e);
     cm_tensor_release(tensor);
 }
 
@@ -295,7 +354,7 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
     }
 
     /* Not zeroed: every field a consumer may read is set below. */
-    cm__dlpack_export *e = cm__alloc_raw(sizeof *e, _Alignof(cm__dlpack_export));
+    cm__dlpack_export *e = cm__dl_block_take();
     if (e == NULL) {
         cm_tensor_release(copied);
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the managed tensor");
@@ -309,6 +368,7 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         e->strides[k] = source->strides[k];
     }
     const cm_dtype_info *info = cm__dtype(source->dtype);
+    e->dtype = (DLDataType){.code = info->dl_code, .bits = info->dl_bits, .lanes = info->dl_lanes};
     /* kDLCPU: data is element 0's host address (NumPy's and PyTorch's CPU
      * convention). kDLMetal: data is the id<MTLBuffer> and byte_offset
      * locates element 0 in it (PyTorch MPS's and MLX's convention). */
@@ -319,7 +379,7 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         .device = {.device_type = metal ? kDLMetal : kDLCPU,
                    .device_id = metal ? (int32_t)source->buffer->device->index : 0},
         .ndim = ndim,
-        .dtype = {.code = info->dl_code, .bits = info->dl_bits, .lanes = info->dl_lanes},
+        .dtype = e->dtype,
         .shape = e->shape,
         .strides = e->strides,
         .byte_offset = metal ? source->byte_offset : 0,
@@ -764,13 +824,13 @@ static cm_tensor *cm__dl_own_export(cm__dlpack_export *e, const DLTensor *t, boo
     const int32_t ndim = src->ndim;
     if (t->data != (uint8_t *)b->host + src->byte_offset || t->byte_offset != 0 ||
         t->device.device_type != kDLCPU || t->device.device_id != 0 || t->ndim != ndim ||
-        t->shape != e->shape || t->strides != e->strides || t->dtype.lanes != 1 ||
-        cm__dl_dtype(t->dtype.code, t->dtype.bits) != src->dtype)
+        t->shape != e->shape || t->strides != e->strides || t->dtype.code != e->dtype.code ||
+        t->dtype.bits != e->dtype.bits || t->dtype.lanes != e->dtype.lanes)
         return NULL;
     for (int32_t k = 0; k < ndim; ++k)
         if (e->shape[k] != src->shape[k] || e->strides[k] != src->strides[k])
             return NULL;
-    cm__free(e); /* the deleter, keeping its reference for the caller */
+    cm__dl_block_give(e); /* the deleter, keeping its reference for the caller */
     return src;
 }
 
