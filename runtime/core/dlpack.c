@@ -368,45 +368,52 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         e->strides[k] = source->strides[k];
     }
     const cm_dtype_info *info = cm__dtype(source->dtype);
-    e->dtype = (DLDataType){.code = info->dl_code, .bits = info->dl_bits, .lanes = info->dl_lanes};
+    /* Every field is stored once, in place, at the width it is read back
+     * with (no struct built aside and copied: loads wider than the stores
+     * they follow stall store forwarding, as a round trip reads them at
+     * once). */
+    DLTensor *dl;
+    if (versioned) {
+        DLManagedTensorVersioned *m = &e->managed.versioned;
+        const uint32_t minor =
+            d.max_version.major == 1 && d.max_version.minor < CM_DLPACK_MINOR_VERSION
+                ? d.max_version.minor
+                : CM_DLPACK_MINOR_VERSION;
+        m->version.major = CM_DLPACK_MAJOR_VERSION;
+        m->version.minor = minor;
+        m->manager_ctx = e;
+        m->deleter = cm__dlpack_delete_versioned;
+        m->flags = ((copy ? d.read_only : read_only) ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                   (copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+        dl = &m->dl_tensor;
+        out->version.major = CM_DLPACK_MAJOR_VERSION;
+        out->version.minor = minor;
+        out->versioned = m;
+    } else {
+        DLManagedTensor *m = &e->managed.legacy;
+        m->manager_ctx = e;
+        m->deleter = cm__dlpack_delete_legacy;
+        dl = &m->dl_tensor;
+        out->legacy = m;
+    }
     /* kDLCPU: data is element 0's host address (NumPy's and PyTorch's CPU
      * convention). kDLMetal: data is the id<MTLBuffer> and byte_offset
      * locates element 0 in it (PyTorch MPS's and MLX's convention). */
     const bool metal = target == kDLMetal;
-    DLTensor dl = {
-        .data = metal ? source->buffer->native
-                      : (uint8_t *)source->buffer->host + source->byte_offset,
-        .device = {.device_type = metal ? kDLMetal : kDLCPU,
-                   .device_id = metal ? (int32_t)source->buffer->device->index : 0},
-        .ndim = ndim,
-        .dtype = e->dtype,
-        .shape = e->shape,
-        .strides = e->strides,
-        .byte_offset = metal ? source->byte_offset : 0,
-    };
-    if (versioned) {
-        DLManagedTensorVersioned *m = &e->managed.versioned;
-        m->version.major = CM_DLPACK_MAJOR_VERSION;
-        m->version.minor = d.max_version.major == 1 && d.max_version.minor < CM_DLPACK_MINOR_VERSION
-                               ? d.max_version.minor
-                               : CM_DLPACK_MINOR_VERSION;
-        m->manager_ctx = e;
-        m->deleter = cm__dlpack_delete_versioned;
-        m->flags = 0;
-        if (copy ? d.read_only : read_only)
-            m->flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
-        if (copy)
-            m->flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
-        m->dl_tensor = dl;
-        out->version = m->version;
-        out->versioned = m;
-    } else {
-        DLManagedTensor *m = &e->managed.legacy;
-        m->dl_tensor = dl;
-        m->manager_ctx = e;
-        m->deleter = cm__dlpack_delete_legacy;
-        out->legacy = m;
-    }
+    dl->data = metal ? source->buffer->native
+                     : (uint8_t *)source->buffer->host + source->byte_offset;
+    dl->device.device_type = metal ? kDLMetal : kDLCPU;
+    dl->device.device_id = metal ? (int32_t)source->buffer->device->index : 0;
+    dl->ndim = ndim;
+    dl->dtype.code = info->dl_code;
+    dl->dtype.bits = info->dl_bits;
+    dl->dtype.lanes = info->dl_lanes;
+    dl->shape = e->shape;
+    dl->strides = e->strides;
+    dl->byte_offset = metal ? source->byte_offset : 0;
+    e->dtype.code = info->dl_code;
+    e->dtype.bits = info->dl_bits;
+    e->dtype.lanes = info->dl_lanes;
     out->copied = copy;
     return CM_OK;
 }
@@ -868,9 +875,10 @@ cm_status cm_dlpack_import_versioned(DLManagedTensorVersioned *managed,
     CM__REQUIRE_NONNULL(managed);
     const cm_dlpack_import_desc d = desc != NULL ? *desc : (cm_dlpack_import_desc){0};
     CM__TRY(cm__dl_check_desc(__func__, &d));
-    /* The spec: on a major mismatch, call the deleter and read nothing else. */
-    const DLPackVersion version = managed->version;
-    if (version.major != CM_DLPACK_MAJOR_VERSION) {
+    /* The spec: on a major mismatch, call the deleter and read nothing else.
+     * The major alone first (4 bytes, as stored: no wider load). */
+    if (managed->version.major != CM_DLPACK_MAJOR_VERSION) {
+        const DLPackVersion version = managed->version;
         if (managed->deleter != NULL)
             managed->deleter(managed);
         return cm__fail(CM_ERR_VERSION,
