@@ -150,6 +150,7 @@ static void cm__dl_spare_free(void *marker) {
     (void)marker;
     cm__dlpack_export *e = cm__dl_spare;
     cm__dl_spare = NULL;
+    cm__dl_spare_keyed = false; /* a later destructor's round trip keys it again */
     free(e); /* made by the default allocator: malloc */
 }
 
