@@ -233,9 +233,11 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait);
 uint64_t cm__metal_commit(cm_stream *stream);
 
 /* Waits for the committed command buffers numbered at most `through` (not
- * for those committed after them), then reports a failure noted on the
- * stream once, as cm__metal_flush does. Takes the stream's lock, but never
- * holds it while waiting. */
+ * for those committed after them), lets those go (noting a failed one),
+ * then reports a failure noted on the stream once, as cm__metal_flush
+ * does. Later ones stay, so that their failure goes to whoever waits for
+ * them (or to a prune on another thread, which the next wait reports).
+ * Takes the stream's lock, but never holds it while waiting. */
 cm_status cm__metal_wait_through(const char *func, cm_stream *stream, uint64_t through);
 
 /* Waits for the work of every stream on the buffer (its writes only when
