@@ -104,8 +104,24 @@ CM_API cm_status cm_buffer_get_info(const cm_buffer *buffer, cm_buffer_info *out
  * the buffer, for every storage mode: directly when the host sees the
  * memory (after waiting for pending device writes), through a device-side
  * staging copy otherwise (private storage). Both wait until done.
+ * Private storage (Metal) goes through shared staging buffers of 4 MiB, in
+ * order, in chunks of at most 4 MiB (cut at multiples of 4 MiB from
+ * `offset` rounded down to a multiple of 4), one command buffer each on the
+ * device's default stream, two staging buffers in turn: the host's copy of
+ * one chunk overlaps the device's copy of the next. A device keeps two
+ * staging buffers (8 MiB) from its first private transfer until it is
+ * released, so that transfers after the first make none; a transfer
+ * running while another holds them makes its own, released after it.
  * Errors: CM_ERR_OUT_OF_BOUNDS for a range outside the buffer,
- * CM_ERR_READ_ONLY (write to a read-only buffer), CM_ERR_DEVICE.
+ * CM_ERR_READ_ONLY (write to a read-only buffer), CM_ERR_DEVICE (a
+ * command buffer failed: the message names the chunk, "bytes [a, b) of
+ * size (chunk k of n)", and Metal's error), CM_ERR_OUT_OF_MEMORY (no
+ * staging buffer). A failed private transfer returns once the command
+ * buffers it committed have finished: the chunks before the one named were
+ * copied (a read's were copied out to `data`), the rest of the range holds
+ * unspecified bytes (a write's next chunk may have landed too), nothing
+ * outside the range is touched, and the call's staging buffers are
+ * released rather than pooled.
  * Thread-safety: concurrent transfers to overlapping ranges race, as memcpy
  * would. */
 CM_API cm_status cm_buffer_write(cm_buffer *buffer, size_t offset, const void *data,

@@ -158,6 +158,11 @@ typedef struct cm_dlpack_managed {
  * everything the export allocated and drops that reference; it may run on
  * any thread, with or without other cmetal calls in flight. On failure
  * nothing is allocated and *out is zeroed.
+ * Allocation: one block per export (the managed tensor, its shape and
+ * strides). Under the default allocator each thread keeps one freed block
+ * for its next export (freed when the thread exits), so that repeated
+ * round trips on a thread allocate nothing; under a cm_set_allocator
+ * allocator every export allocates its block and the deleter frees it.
  * Errors: CM_ERR_INVALID_ARGUMENT naming the field (NULL tensor or out,
  * device_id, copy); CM_ERR_UNSUPPORTED for a device type cmetal cannot
  * export to (kDLMetal for a CPU tensor, CUDA...);

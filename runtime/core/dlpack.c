@@ -7,7 +7,9 @@
 #include <cmetal/ops.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ shared */
@@ -124,13 +126,71 @@ typedef struct cm__dlpack_export {
         DLManagedTensorVersioned versioned;
     } managed;
     cm_tensor *tensor; /* retained */
+    DLDataType dtype;  /* as exported, for cm__dl_own_export */
     int64_t shape[CM_MAX_NDIM];
     int64_t strides[CM_MAX_NDIM];
 } cm__dlpack_export;
 
+/* One spare export block per thread, under the default allocator only: a
+ * block that an export's deleter or an import of cmetal's own export frees
+ * is kept for the thread's next export, so that a round trip on one thread
+ * allocates nothing after the first. A thread's spare is freed when the
+ * thread exits (a pthread key's destructor); the main thread's stays
+ * reachable until the process ends, and is freed if the library is
+ * unloaded (dlclose). Under a cm_set_allocator allocator every export
+ * allocates its block and every deleter frees it. */
+#define CM__TLS_IE __attribute__((tls_model("initial-exec"))) /* no __tls_get_addr call */
+static _Thread_local cm__dlpack_export *cm__dl_spare CM__TLS_IE;
+static _Thread_local bool cm__dl_spare_keyed CM__TLS_IE; /* the key's destructor runs here */
+static pthread_once_t cm__dl_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t cm__dl_key;
+static bool cm__dl_key_made;
+
+static void cm__dl_spare_free(void *marker) {
+    (void)marker;
+    cm__dlpack_export *e = cm__dl_spare;
+    cm__dl_spare = NULL;
+    cm__dl_spare_keyed = false; /* a later destructor's round trip keys it again */
+    free(e); /* made by the default allocator: malloc */
+}
+
+static void cm__dl_key_make(void) {
+    cm__dl_key_made = pthread_key_create(&cm__dl_key, cm__dl_spare_free) == 0;
+}
+
+__attribute__((destructor)) static void cm__dl_unload(void) {
+    if (cm__dl_key_made)
+        pthread_key_delete(cm__dl_key);
+    cm__dl_spare_free(NULL);
+}
+
+static cm__dlpack_export *cm__dl_block_take(void) {
+    cm__dlpack_export *e = cm__dl_spare;
+    if (e != NULL && cm__allocator_is_default()) {
+        cm__dl_spare = NULL;
+        return e;
+    }
+    return cm__alloc_raw(sizeof *e, _Alignof(cm__dlpack_export));
+}
+
+static void cm__dl_block_give(cm__dlpack_export *e) {
+    if (cm__dl_spare == NULL && cm__allocator_is_default()) {
+        if (!cm__dl_spare_keyed) { /* once per thread: free the spare at its exit */
+            pthread_once(&cm__dl_key_once, cm__dl_key_make);
+            cm__dl_spare_keyed =
+                cm__dl_key_made && pthread_setspecific(cm__dl_key, &cm__dl_key_made) == 0;
+        }
+        if (cm__dl_spare_keyed) {
+            cm__dl_spare = e;
+            return;
+        }
+    }
+    cm__free(e);
+}
+
 static void cm__dlpack_export_free(cm__dlpack_export *e) {
     cm_tensor *tensor = e->tensor;
-    cm__free(e);
+    cm__dl_block_give(e);
     cm_tensor_release(tensor);
 }
 
@@ -295,7 +355,7 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
     }
 
     /* Not zeroed: every field a consumer may read is set below. */
-    cm__dlpack_export *e = cm__alloc_raw(sizeof *e, _Alignof(cm__dlpack_export));
+    cm__dlpack_export *e = cm__dl_block_take();
     if (e == NULL) {
         cm_tensor_release(copied);
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the managed tensor");
@@ -309,44 +369,52 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         e->strides[k] = source->strides[k];
     }
     const cm_dtype_info *info = cm__dtype(source->dtype);
+    /* Every field is stored once, in place, at the width it is read back
+     * with (no struct built aside and copied: loads wider than the stores
+     * they follow stall store forwarding, as a round trip reads them at
+     * once). */
+    DLTensor *dl;
+    if (versioned) {
+        DLManagedTensorVersioned *m = &e->managed.versioned;
+        const uint32_t minor =
+            d.max_version.major == 1 && d.max_version.minor < CM_DLPACK_MINOR_VERSION
+                ? d.max_version.minor
+                : CM_DLPACK_MINOR_VERSION;
+        m->version.major = CM_DLPACK_MAJOR_VERSION;
+        m->version.minor = minor;
+        m->manager_ctx = e;
+        m->deleter = cm__dlpack_delete_versioned;
+        m->flags = ((copy ? d.read_only : read_only) ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                   (copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+        dl = &m->dl_tensor;
+        out->version.major = CM_DLPACK_MAJOR_VERSION;
+        out->version.minor = minor;
+        out->versioned = m;
+    } else {
+        DLManagedTensor *m = &e->managed.legacy;
+        m->manager_ctx = e;
+        m->deleter = cm__dlpack_delete_legacy;
+        dl = &m->dl_tensor;
+        out->legacy = m;
+    }
     /* kDLCPU: data is element 0's host address (NumPy's and PyTorch's CPU
      * convention). kDLMetal: data is the id<MTLBuffer> and byte_offset
      * locates element 0 in it (PyTorch MPS's and MLX's convention). */
     const bool metal = target == kDLMetal;
-    DLTensor dl = {
-        .data = metal ? source->buffer->native
-                      : (uint8_t *)source->buffer->host + source->byte_offset,
-        .device = {.device_type = metal ? kDLMetal : kDLCPU,
-                   .device_id = metal ? (int32_t)source->buffer->device->index : 0},
-        .ndim = ndim,
-        .dtype = {.code = info->dl_code, .bits = info->dl_bits, .lanes = info->dl_lanes},
-        .shape = e->shape,
-        .strides = e->strides,
-        .byte_offset = metal ? source->byte_offset : 0,
-    };
-    if (versioned) {
-        DLManagedTensorVersioned *m = &e->managed.versioned;
-        m->version.major = CM_DLPACK_MAJOR_VERSION;
-        m->version.minor = d.max_version.major == 1 && d.max_version.minor < CM_DLPACK_MINOR_VERSION
-                               ? d.max_version.minor
-                               : CM_DLPACK_MINOR_VERSION;
-        m->manager_ctx = e;
-        m->deleter = cm__dlpack_delete_versioned;
-        m->flags = 0;
-        if (copy ? d.read_only : read_only)
-            m->flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
-        if (copy)
-            m->flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
-        m->dl_tensor = dl;
-        out->version = m->version;
-        out->versioned = m;
-    } else {
-        DLManagedTensor *m = &e->managed.legacy;
-        m->dl_tensor = dl;
-        m->manager_ctx = e;
-        m->deleter = cm__dlpack_delete_legacy;
-        out->legacy = m;
-    }
+    dl->data = metal ? source->buffer->native
+                     : (uint8_t *)source->buffer->host + source->byte_offset;
+    dl->device.device_type = metal ? kDLMetal : kDLCPU;
+    dl->device.device_id = metal ? (int32_t)source->buffer->device->index : 0;
+    dl->ndim = ndim;
+    dl->dtype.code = info->dl_code;
+    dl->dtype.bits = info->dl_bits;
+    dl->dtype.lanes = info->dl_lanes;
+    dl->shape = e->shape;
+    dl->strides = e->strides;
+    dl->byte_offset = metal ? source->byte_offset : 0;
+    e->dtype.code = info->dl_code;
+    e->dtype.bits = info->dl_bits;
+    e->dtype.lanes = info->dl_lanes;
     out->copied = copy;
     return CM_OK;
 }
@@ -764,13 +832,13 @@ static cm_tensor *cm__dl_own_export(cm__dlpack_export *e, const DLTensor *t, boo
     const int32_t ndim = src->ndim;
     if (t->data != (uint8_t *)b->host + src->byte_offset || t->byte_offset != 0 ||
         t->device.device_type != kDLCPU || t->device.device_id != 0 || t->ndim != ndim ||
-        t->shape != e->shape || t->strides != e->strides || t->dtype.lanes != 1 ||
-        cm__dl_dtype(t->dtype.code, t->dtype.bits) != src->dtype)
+        t->shape != e->shape || t->strides != e->strides || t->dtype.code != e->dtype.code ||
+        t->dtype.bits != e->dtype.bits || t->dtype.lanes != e->dtype.lanes)
         return NULL;
     for (int32_t k = 0; k < ndim; ++k)
         if (e->shape[k] != src->shape[k] || e->strides[k] != src->strides[k])
             return NULL;
-    cm__free(e); /* the deleter, keeping its reference for the caller */
+    cm__dl_block_give(e); /* the deleter, keeping its reference for the caller */
     return src;
 }
 
@@ -808,9 +876,10 @@ cm_status cm_dlpack_import_versioned(DLManagedTensorVersioned *managed,
     CM__REQUIRE_NONNULL(managed);
     const cm_dlpack_import_desc d = desc != NULL ? *desc : (cm_dlpack_import_desc){0};
     CM__TRY(cm__dl_check_desc(__func__, &d));
-    /* The spec: on a major mismatch, call the deleter and read nothing else. */
-    const DLPackVersion version = managed->version;
-    if (version.major != CM_DLPACK_MAJOR_VERSION) {
+    /* The spec: on a major mismatch, call the deleter and read nothing else.
+     * The major alone first (4 bytes, as stored: no wider load). */
+    if (managed->version.major != CM_DLPACK_MAJOR_VERSION) {
+        const DLPackVersion version = managed->version;
         if (managed->deleter != NULL)
             managed->deleter(managed);
         return cm__fail(CM_ERR_VERSION,

@@ -69,6 +69,12 @@ static inline bool cm__add_overflow_i64(int64_t a, int64_t b, int64_t *out) {
  * is applied automatically); cm__free takes NULL. */
 void *cm__alloc(size_t size, size_t align);
 void cm__free(void *ptr);
+/* Whether the default allocator (malloc/aligned_alloc and free) is in use:
+ * false from a cm_set_allocator with an allocator until one with NULL. */
+extern bool cm__allocator_default;
+static inline bool cm__allocator_is_default(void) {
+    return cm__allocator_default;
+}
 #define CM__NEW(type) ((type *)cm__alloc(sizeof(type), _Alignof(type)))
 
 /* Atomic reference counts: retain never fails; release returns true when the

@@ -115,16 +115,19 @@ static void cm__default_free(void *ptr, void *user) {
 }
 
 static cm_allocator cm__allocator = {cm__default_alloc, cm__default_free, NULL};
+bool cm__allocator_default = true;
 
 cm_status cm_set_allocator(const cm_allocator *allocator) {
     if (allocator == NULL) {
         cm__allocator = (cm_allocator){cm__default_alloc, cm__default_free, NULL};
+        cm__allocator_default = true;
         return CM_OK;
     }
     CM__REQUIRE_ARG(allocator->alloc != NULL && allocator->free != NULL,
                     "allocator->%s = NULL must not be NULL",
                     allocator->alloc == NULL ? "alloc" : "free");
     cm__allocator = *allocator;
+    cm__allocator_default = false;
     return CM_OK;
 }
 

@@ -91,11 +91,13 @@ typedef struct cm__metal_device {
      * id<MTLBinaryArchive> +1 and its path, or NULL; under cache_lock. */
     cm__id archive;
     char *archive_path;
-    /* Shared staging buffers of private-storage transfers, kept for reuse
-     * (metal_transfer.c): id<MTLBuffer> +1 or NULL, under staging_lock. */
+    /* Shared staging buffers of private-storage transfers, all of
+     * CM__STAGING_CHUNK bytes, kept for reuse (metal_transfer.c):
+     * id<MTLBuffer> +1 or NULL, under staging_lock; staging_made counts
+     * those made (tests check that warm transfers make none). */
     pthread_mutex_t staging_lock;
     cm__id staging[2];
-    size_t staging_length[2];
+    _Atomic uint64_t staging_made;
 } cm__metal_device;
 
 /* A stream's progress, shared with the buffers that track its work, so that
@@ -224,6 +226,20 @@ void cm__metal_drop_completed(cm_stream *stream);
  * never holds it while waiting. */
 cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait);
 
+/* Commits the open command buffer (if any) without waiting and returns the
+ * number of the last command buffer opened on the stream: whatever was
+ * encoded on it before the call is in command buffers numbered at most
+ * that. Takes the stream's lock. */
+uint64_t cm__metal_commit(cm_stream *stream);
+
+/* Waits for the committed command buffers numbered at most `through` (not
+ * for those committed after them), lets those go (noting a failed one),
+ * then reports a failure noted on the stream once, as cm__metal_flush
+ * does. Later ones stay, so that their failure goes to whoever waits for
+ * them (or to a prune on another thread, which the next wait reports).
+ * Takes the stream's lock, but never holds it while waiting. */
+cm_status cm__metal_wait_through(const char *func, cm_stream *stream, uint64_t through);
+
 /* Waits for the work of every stream on the buffer (its writes only when
  * `writes_only`), committing what is still open. */
 cm_status cm__wait_buffer(const char *func, cm_buffer *buffer, bool writes_only);
@@ -328,6 +344,18 @@ void cm__metal_set_threadgroup_override(unsigned long threads);
 cm_status cm__metal_buffer_prepare_host_unpooled(cm_buffer *buffer, bool write);
 cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset, void *host,
                                              size_t size, bool to_device);
+
+/* Staging buffers of the transfers: CM__STAGING_CHUNK bytes each. A
+ * transfer moves at most that much per command buffer, with two staging
+ * buffers in turn, so that the host's copy of one chunk overlaps the
+ * device's copy of the next. */
+#define CM__STAGING_CHUNK ((size_t)4 << 20)
+
+/* Test hooks, internal: how many staging buffers the device has made, and
+ * a fault: the next transfer's chunk number `chunk` (from 0) gets an
+ * invalid blit that fails its command buffer (UINT64_MAX: none). */
+uint64_t cm__metal_staging_made(cm_device *device);
+void cm__metal_set_transfer_fault(uint64_t chunk);
 
 /* ==== 4. the backend tables (metal_kernel.c, metal_device.c) ==== */
 

@@ -64,13 +64,13 @@ static void cm__clock_release(cm__metal_clock *clock) {
         cm__free(clock);
 }
 
-/* Drops the committed command buffers that have completed, noting a
- * failed one. Stream lock held. */
-static void cm__prune_committed(cm__metal_stream *s) {
+/* Drops the committed command buffers numbered at most `through` that
+ * have completed, noting a failed one. Stream lock held. */
+static void cm__prune_committed_through(cm__metal_stream *s, uint64_t through) {
     size_t kept = 0;
     for (size_t i = 0; i < s->ncommitted; ++i) {
         cm__id cb = s->committed[i].cb;
-        if (cm__msg_status(cb) >= CM__MTL_CB_COMPLETED) {
+        if (s->committed[i].seq <= through && cm__msg_status(cb) >= CM__MTL_CB_COMPLETED) {
             cm__note_if_failed(s, cb);
             cm__objc_release(cb);
         } else {
@@ -79,6 +79,11 @@ static void cm__prune_committed(cm__metal_stream *s) {
     }
     s->ncommitted = kept;
     cm__clock_update(s);
+}
+
+/* Drops every committed command buffer that has completed. */
+static void cm__prune_committed(cm__metal_stream *s) {
+    cm__prune_committed_through(s, UINT64_MAX);
 }
 
 /* Room for one more committed command buffer. Stream lock held. */
@@ -162,19 +167,29 @@ void cm__metal_drop_completed(cm_stream *stream) {
     cm__objc_pool_pop(pool);
 }
 
-cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
-    cm__metal_stream *s = cm__mtl_stream(stream);
-    void *pool = cm__objc_pool_push();
+/* Commits the open command buffer, if any. Stream lock held; its place in
+ * `committed` was reserved when it was opened (cm__metal_stream_open). */
+static void cm__commit_open(cm__metal_stream *s) {
+    if (s->open == NULL)
+        return;
+    cm__msg_commit(s->open);
+    s->committed[s->ncommitted++] = (cm__metal_committed){s->open, s->open_seq};
+    s->open = NULL;
+    s->submissions++;
+}
+
+/* Waits for the committed command buffers numbered at most `through`,
+ * oldest first, drops the completed ones numbered at most `prune`, then
+ * reports a failure noted on the stream (once). Inside a pool; takes the
+ * stream's lock, never holding it while waiting. */
+static cm_status cm__wait_through(const char *func, cm__metal_stream *s, uint64_t through,
+                                  uint64_t prune) {
     pthread_mutex_lock(&s->lock);
-    if (s->open != NULL) { /* encode_begin reserved its place */
-        cm__msg_commit(s->open);
-        s->committed[s->ncommitted++] = (cm__metal_committed){s->open, s->open_seq};
-        s->open = NULL;
-        s->submissions++;
-    }
-    /* Wait for every one committed so far, oldest first, without the lock
-     * (others may commit and prune meanwhile: retain what we wait for). */
-    const size_t n = wait ? s->ncommitted : 0;
+    /* Without the lock (others may commit and prune meanwhile): retain
+     * what we wait for. `committed` is in number order. */
+    size_t n = 0;
+    while (n < s->ncommitted && s->committed[n].seq <= through)
+        ++n;
     cm__id stack[16];
     cm__id *waits = n <= 16 ? stack : cm__alloc(n * sizeof *waits, _Alignof(cm__id));
     if (waits == NULL) /* no memory: wait for them under the lock instead */
@@ -191,9 +206,12 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
     if (waits != stack)
         cm__free(waits);
 
-    /* Every waited one has completed: its status is noted as it leaves. */
+    /* Every waited one has completed: its status is noted as it leaves.
+     * Later ones stay, so that a failure of one of them goes to whoever
+     * waits for it (a failure noted by another thread's prune goes to the
+     * next to wait, whichever command buffer it was). */
     pthread_mutex_lock(&s->lock);
-    cm__prune_committed(s);
+    cm__prune_committed_through(s, prune);
     bool failed = s->failed;
     char text[sizeof s->error];
     if (failed) {
@@ -201,11 +219,41 @@ cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
         s->failed = false; /* reported once */
     }
     pthread_mutex_unlock(&s->lock);
-    cm__objc_pool_pop(pool);
     if (failed)
         return cm__fail_as(func, CM_ERR_DEVICE, "a command buffer of this stream failed: %s",
                            text);
     return CM_OK;
+}
+
+cm_status cm__metal_flush(const char *func, cm_stream *stream, bool wait) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&s->lock);
+    cm__commit_open(s);
+    pthread_mutex_unlock(&s->lock);
+    /* Numbers start at 1: without waiting, this prunes the completed ones
+     * and reports a failure noted so far. */
+    cm_status status = cm__wait_through(func, s, wait ? UINT64_MAX : 0, UINT64_MAX);
+    cm__objc_pool_pop(pool);
+    return status;
+}
+
+uint64_t cm__metal_commit(cm_stream *stream) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&s->lock);
+    cm__commit_open(s);
+    const uint64_t last = s->next_seq - 1; /* every one opened so far */
+    pthread_mutex_unlock(&s->lock);
+    cm__objc_pool_pop(pool);
+    return last;
+}
+
+cm_status cm__metal_wait_through(const char *func, cm_stream *stream, uint64_t through) {
+    void *pool = cm__objc_pool_push();
+    cm_status status = cm__wait_through(func, cm__mtl_stream(stream), through, through);
+    cm__objc_pool_pop(pool);
+    return status;
 }
 
 cm_status cm__metal_stream_init_unpooled(cm_stream *stream) {

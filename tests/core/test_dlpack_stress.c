@@ -122,6 +122,62 @@ Test(dlpack_threads, export_deleters_run_from_any_thread) {
     cm_device_release(cpu);
 }
 
+/* Round trips under the default allocator on threads that come and go:
+ * each thread keeps a spare export block, which it frees when it exits
+ * (ASan and valgrind check that nothing leaks), and blocks that other
+ * threads' deleters free go to those threads' spares. Every trip gives back
+ * the tensor itself; the last release frees the wrapped memory once. */
+typedef struct trip_job {
+    cm_tensor *tensor;
+    bool ok;
+} trip_job;
+
+static void *round_trips(void *arg) {
+    trip_job *job = arg;
+    job->ok = true;
+    for (int i = 0; i < 200 && job->ok; ++i) {
+        cm_dlpack_export_desc desc = {.max_version = {(uint32_t)(i % 2), 0}};
+        cm_dlpack_managed m;
+        cm_tensor *back = NULL;
+        job->ok = cm_dlpack_export(job->tensor, &desc, &m) == CM_OK &&
+                  (m.versioned != NULL ? cm_dlpack_import_versioned(m.versioned, NULL, &back)
+                                       : cm_dlpack_import(m.legacy, NULL, &back)) == CM_OK &&
+                  back == job->tensor;
+        cm_tensor_release(back);
+    }
+    return NULL;
+}
+
+Test(dlpack_threads, round_trips_on_threads_that_exit_leak_nothing) {
+    static float data[16];
+    cm_device *cpu = NULL;
+    cr_assert_eq(cm_device_open(CM_DEVICE_CPU, 0, &cpu), CM_OK);
+    cm_host_memory_desc hd = {.data = data, .size = sizeof data, .release = count_release};
+    cm_buffer *buffer = NULL;
+    cr_assert_eq(cm_buffer_wrap_host(cpu, &hd, &buffer), CM_OK);
+    const int64_t shape[1] = {16};
+    cm_tensor_desc td = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
+    cm_tensor *t = NULL;
+    cr_assert_eq(cm_tensor_from_buffer(buffer, &td, &t), CM_OK);
+    cm_buffer_release(buffer);
+    cm_dlpack_managed carried = {0}; /* exported on one thread, deleted on the next */
+    for (int round = 0; round < 16; ++round) {
+        trip_job job = {.tensor = t};
+        pthread_t thread;
+        cr_assert_eq(pthread_create(&thread, NULL, round_trips, &job), 0);
+        pthread_join(thread, NULL);
+        cr_assert(job.ok, "round %d: every trip gave back the tensor: %s", round, cm_last_error());
+        if (carried.legacy != NULL)
+            carried.legacy->deleter(carried.legacy);
+        cr_assert_eq(cm_dlpack_export(t, NULL, &carried), CM_OK);
+    }
+    carried.legacy->deleter(carried.legacy);
+    cr_assert_eq(__atomic_load_n(&g_wrap_released, __ATOMIC_SEQ_CST), 0, "the tensor lives on");
+    cm_tensor_release(t);
+    cr_assert_eq(__atomic_load_n(&g_wrap_released, __ATOMIC_SEQ_CST), 1, "released once");
+    cm_device_release(cpu);
+}
+
 /* ------------------------------------------------------------ allocation failures */
 
 static atomic_long g_live;      /* allocations not yet freed */

@@ -7,7 +7,10 @@
 #include <cmetal/cmetal.h>
 
 #include <criterion/criterion.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +125,181 @@ Test(metal, private_transfers_work_at_any_offset_and_size) {
                              offset, size, buffer_size);
             }
         cm_buffer_release(b);
+    }
+    cm_device_release(d);
+}
+
+/* The transfers' internals (runtime/metal/metal_internal.h): the staging
+ * chunk, the staging buffers a device made, and a fault on one chunk. */
+#define STAGING_CHUNK ((size_t)4 << 20)
+uint64_t cm__metal_staging_made(cm_device *device);
+void cm__metal_set_transfer_fault(uint64_t chunk);
+
+static void fill_pattern(unsigned char *p, size_t n, unsigned seed) {
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; ++i) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (unsigned char)(x >> 24);
+    }
+}
+
+/* Large transfers go in chunks of 4 MiB through two staging buffers in
+ * turn: every byte lands where it belongs at sizes and offsets around the
+ * chunk boundaries (cut at multiples of 4 MiB from the offset rounded
+ * down to 4), and the bytes around the range stay. */
+Test(metal, private_transfers_split_in_chunks_keep_every_byte) {
+    cm_device *d = metal();
+    const size_t C = STAGING_CHUNK, buffer_size = 3 * C + 64;
+    cm_buffer *b = NULL;
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){buffer_size, CM_STORAGE_PRIVATE}, &b));
+    unsigned char *model = malloc(buffer_size), *in = malloc(buffer_size),
+                  *out = malloc(buffer_size + 1);
+    cr_assert(model != NULL && in != NULL && out != NULL);
+    fill_pattern(model, buffer_size, 1);
+    CHECK(cm_buffer_write(b, 0, model, buffer_size));
+    const struct { size_t offset, size; } cases[] = {
+        {0, C - 1}, {0, C}, {0, C + 1}, {1, C - 1}, {1, C}, {3, C - 3}, {3, C - 2},
+        {2, 2 * C + 5}, {C - 2, 4}, {C - 1, 3}, {C + 3, C + 1}, {5, 3 * C + 7},
+        {0, 3 * C + 64}, {2 * C - 4, C + 9}, {6, 2 * C - 13},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const size_t offset = cases[i].offset, size = cases[i].size;
+        fill_pattern(in, size, (unsigned)i + 2);
+        CHECK(cm_buffer_write(b, offset, in, size));
+        memcpy(model + offset, in, size);
+        memset(out, 0xa5, buffer_size + 1);
+        CHECK(cm_buffer_read(b, offset, out, size));
+        cr_assert_eq(memcmp(out, in, size), 0, "read back [%zu, +%zu)", offset, size);
+        cr_assert_eq(out[size], 0xa5, "the read wrote past its %zu bytes", size);
+        CHECK(cm_buffer_read(b, 0, out, buffer_size));
+        cr_assert_eq(memcmp(out, model, buffer_size), 0,
+                     "write [%zu, +%zu) of the %zu-byte buffer kept the other bytes", offset,
+                     size, buffer_size);
+    }
+    free(model);
+    free(in);
+    free(out);
+    cm_buffer_release(b);
+    cm_device_release(d);
+}
+
+/* A device keeps two staging buffers of one chunk: once warm, transfers
+ * of any size (more than the 64 MiB that a per-call staging buffer used
+ * to be made for, too) make none, on any Metal. On softmetal the staging
+ * memory held between calls is counted too: at most two chunks. */
+Test(metal, warm_private_transfers_make_no_staging_buffer) {
+    cm_device *d = metal();
+    const size_t big = (size_t)80 << 20;
+    cm_buffer *b = NULL;
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){big, CM_STORAGE_PRIVATE}, &b));
+    unsigned char *host = malloc(big), *back = malloc(big);
+    cr_assert(host != NULL && back != NULL);
+    fill_pattern(host, big, 7);
+    CHECK(cm_buffer_write(b, 0, host, 3 * STAGING_CHUNK)); /* warm: fills the pool */
+    const uint64_t made = cm__metal_staging_made(d);
+    cr_assert_eq(made, 2, "two staging buffers for a transfer of three chunks, %" PRIu64, made);
+    const size_t sizes[] = {1, 4, 1000, STAGING_CHUNK - 1, STAGING_CHUNK + 1, (size_t)48 << 20,
+                            big - 1};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+        const size_t offset = sizes[i] < big ? (big - sizes[i]) / 3 : 0;
+        CHECK(cm_buffer_write(b, offset, host, sizes[i]));
+        CHECK(cm_buffer_read(b, offset, back, sizes[i]));
+        cr_assert_eq(memcmp(host, back, sizes[i]), 0, "%zu bytes at %zu", sizes[i], offset);
+        cr_assert_eq(cm__metal_staging_made(d), made, "a transfer of %zu bytes made a staging "
+                     "buffer", sizes[i]);
+    }
+    cm_buffer_release(b);
+    free(host);
+    free(back);
+    if (on_softmetal()) {
+        struct softmetal_stats st;
+        sm_stats(&st);
+        cr_assert_leq(st.live_buffer_bytes, (long)(2 * STAGING_CHUNK),
+                      "%ld bytes of buffers live with no buffer of ours left: at most the two "
+                      "pooled staging buffers", st.live_buffer_bytes);
+    }
+    cm_device_release(d);
+}
+
+/* A chunk whose command buffer fails fails the call, naming the chunk and
+ * Metal's error, once: the staging buffers of the failed call are dropped
+ * (nothing leaks), and the next transfer works. */
+Test(metal, a_failed_chunk_fails_the_transfer_once_and_leaks_nothing) {
+    cm_device *d = metal();
+    const size_t size = 2 * STAGING_CHUNK + 100;
+    cm_buffer *b = NULL;
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){size + 1, CM_STORAGE_PRIVATE}, &b));
+    unsigned char *host = malloc(size), *back = malloc(size);
+    cr_assert(host != NULL && back != NULL);
+    fill_pattern(host, size, 3);
+    CHECK(cm_buffer_write(b, 1, host, size)); /* warm: the pool holds two */
+    const long buffers = sm_live("SMBuffer");
+    for (int to_device = 0; to_device < 2; ++to_device)
+        for (uint64_t chunk = 0; chunk < 3; ++chunk) {
+            cm__metal_set_transfer_fault(chunk);
+            char needle[64];
+            snprintf(needle, sizeof needle, "(chunk %" PRIu64 " of 3): ", chunk + 1);
+            if (to_device)
+                EXPECT_FAIL(cm_buffer_write(b, 1, host, size), CM_ERR_DEVICE, needle);
+            else
+                EXPECT_FAIL(cm_buffer_read(b, 1, back, size), CM_ERR_DEVICE, needle);
+            cr_assert(strstr(cm_last_error(), "multiples of 4") != NULL,
+                      "Metal's error is in the message: %s", cm_last_error());
+            cr_assert(strstr(cm_last_error(), to_device ? "cm_buffer_write: " : "cm_buffer_read: ")
+                          == cm_last_error(), "%s", cm_last_error());
+            CHECK(cm_device_synchronize(d)); /* reported once, by the transfer */
+            cr_assert_eq(sm_live("SMBuffer"), buffers - 2,
+                         "the failed call's two staging buffers are released, not pooled");
+            memset(back, 0, size);
+            CHECK(cm_buffer_write(b, 1, host, size));
+            CHECK(cm_buffer_read(b, 1, back, size));
+            cr_assert_eq(memcmp(host, back, size), 0, "a transfer after the failure works");
+            cr_assert_eq(sm_live("SMBuffer"), buffers, "the pool is full again");
+        }
+    free(host);
+    free(back);
+    cm_buffer_release(b);
+    cm_device_release(d);
+}
+
+/* Threads transferring at once on one device share its default stream
+ * and the pool of two (the others make their own staging buffers). */
+typedef struct transfer_job {
+    cm_device *device;
+    unsigned seed;
+    bool ok;
+} transfer_job;
+
+static void *transfer_thread(void *p) {
+    transfer_job *job = p;
+    const size_t size = 2 * STAGING_CHUNK + 13;
+    cm_buffer *b = NULL;
+    unsigned char *in = malloc(size), *out = malloc(size);
+    job->ok = in != NULL && out != NULL &&
+              cm_buffer_create(job->device, &(cm_buffer_desc){size + 3, CM_STORAGE_PRIVATE},
+                               &b) == CM_OK;
+    for (int r = 0; r < 6 && job->ok; ++r) {
+        fill_pattern(in, size, job->seed * 100 + (unsigned)r);
+        job->ok = cm_buffer_write(b, 3, in, size) == CM_OK &&
+                  cm_buffer_read(b, 3, out, size) == CM_OK && memcmp(in, out, size) == 0;
+    }
+    cm_buffer_release(b);
+    free(in);
+    free(out);
+    return NULL;
+}
+
+Test(metal, private_transfers_on_several_threads_at_once) {
+    cm_device *d = metal();
+    transfer_job jobs[3];
+    pthread_t threads[3];
+    for (unsigned i = 0; i < 3; ++i) {
+        jobs[i] = (transfer_job){d, i + 1, false};
+        cr_assert_eq(pthread_create(&threads[i], NULL, transfer_thread, &jobs[i]), 0);
+    }
+    for (unsigned i = 0; i < 3; ++i) {
+        pthread_join(threads[i], NULL);
+        cr_assert(jobs[i].ok, "thread %u's transfers round-tripped", i);
     }
     cm_device_release(d);
 }
