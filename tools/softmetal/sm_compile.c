@@ -27,6 +27,8 @@ extern char **environ;
 /* Embedded at build time (sm_embedded.c). */
 extern const char sm__metal_stdlib_text[];
 extern const char sm__abi_text[];
+extern const char sm__metal_stdlib_text_sha256[];
+extern const char sm__abi_text_sha256[];
 
 atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
 
@@ -436,8 +438,9 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
   sm_sha256 s;
   sm__sha256_init(&s);
   key_str(&s, "softmetal headers");
-  key_str(&s, sm__metal_stdlib_text);
-  key_str(&s, sm__abi_text);
+  /* the two large headers by their SHA-256, taken when they were embedded */
+  key_str(&s, sm__metal_stdlib_text_sha256);
+  key_str(&s, sm__abi_text_sha256);
   for (size_t i = 0; i < N_ALIASES; i++) key_str(&s, aliases[i]);
   for (size_t i = 0; i < N_EXTRA; i++) {
     key_str(&s, extra_headers[i].name);
@@ -507,8 +510,8 @@ static bool write_headers(const setting *st, char **diag) {
 }
 
 /* A private work directory in the cache. */
-static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.so", "log",
-                                         "p.pch"};
+static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.o", "k.so",
+                                         "log", "p.pch"};
 static bool make_work(const setting *st, const char *what, char *work, size_t cap, char **diag) {
   snprintf(work, cap, "%s/w-%s-%d-%u", st->dir, what, (int)getpid(),
            atomic_fetch_add(&g_tmp_counter, 1));
@@ -946,6 +949,132 @@ static char *select_kernel(const char *tu, unsigned keep) {
   return s;
 }
 
+/* ------------------------------------------------------------- linking */
+/* A function's code is compiled with -c and linked by the linker itself.
+ * Compiling and linking in one driver call makes the driver run the
+ * compiler in a process of its own (a second start of clang), and the
+ * driver's link pulls in libstdc++, whose symbol tables cost the linker
+ * more than the kernel does. Kernels need no C++ runtime (-fno-exceptions,
+ * -fno-rtti; metal_stdlib has no allocation, static locals or virtual
+ * functions): the link is the driver's own with -nostdlib++ (libm, libgcc
+ * and libc stay: math functions, half conversions), asked once with -###
+ * and kept in the cache as ld-<key>.txt, keyed by the compiler's identity
+ * and the flags. A C++ runtime symbol a kernel still needs fails its
+ * pipeline, naming the symbol (dlopen's error). Sanitizers: kernels are
+ * not instrumented (only the trapping divide check on aarch64, which needs
+ * no runtime), so they link to nothing of a sanitizer's. */
+static const char LINK_MAGIC[] = "softmetal-link ";
+static const char LINK_IN[] = "@softmetal-object@", LINK_OUT[] = "@softmetal-shared-object@";
+enum { MAX_LINK_ARGS = 256 };
+
+/* Parses clang's -### line (each argument in double quotes, with \ before
+ * ", \ and $) into NUL-separated arguments appended to b; obj and so become
+ * the placeholders. Returns the number of arguments, 0 if it is no command. */
+static int parse_driver_line(const char *line, const char *obj, const char *so, sm_text *b) {
+  int n = 0, in = 0, out = 0;
+  const char *p = line;
+  sm_text arg = {0};
+  while (*p == ' ') p++;
+  while (*p == '"') {
+    arg.n = 0;
+    for (p++; *p && *p != '"'; p++) {
+      if (*p == '\\' && p[1]) p++;
+      sm__text_put(&arg, p, 1);
+    }
+    if (*p != '"') break;
+    p++;
+    sm__text_put(&arg, "", 0);
+    const char *a = arg.p ? arg.p : "";
+    if (strcmp(a, obj) == 0) a = LINK_IN, in++;
+    else if (strcmp(a, so) == 0) a = LINK_OUT, out++;
+    sm__text_put(b, a, strlen(a) + 1);
+    n++;
+    while (*p == ' ') p++;
+  }
+  bool ok = !arg.oom && (*p == 0 || *p == '\n') && in == 1 && out == 1 && n < MAX_LINK_ARGS;
+  free(arg.p);
+  return ok ? n : 0;
+}
+
+/* The link command of st's compiler for obj -> so, as argv (one block: the
+ * pointers, then the strings; free it). */
+static char **link_command(const setting *st, const char *obj, const char *so, const char *log,
+                           char **diag) {
+  sm_sha256 s;
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal link");
+  key_digest(&s, &st->ident);
+  key_digest(&s, &st->flags);
+  sm_digest key;
+  sm__sha256_final(&s, &key);
+  char hex[17], full[65], path[3200];
+  short_hex(&key, hex);
+  sm__digest_hex(&key, full);
+  snprintf(path, sizeof path, "%.3000s/ld-%s.txt", st->dir, hex);
+  size_t head = strlen(LINK_MAGIC) + 65, len = 0;
+  char *text = read_text(path, &len);
+  if (!text || len <= head || memcmp(text, LINK_MAGIC, strlen(LINK_MAGIC)) != 0 ||
+      memcmp(text + strlen(LINK_MAGIC), full, 64) != 0 || text[head - 1] != '\n' ||
+      text[len - 1] != 0) {
+    /* absent, or another key's: ask the driver */
+    free(text);
+    text = NULL;
+    const char *argv[MAX_ARGS];
+    int a = 0;
+    argv[a++] = st->cxx;
+    put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+    argv[a++] = "-nostdlib++";
+    argv[a++] = "-###";
+    argv[a++] = "-o";
+    argv[a++] = so;
+    argv[a++] = obj;
+    argv[a] = NULL;
+    if (!run_tool(argv, log, diag)) return NULL;
+    char *out = read_text(log, NULL);
+    sm_text b = {0};
+    sm__text_printf(&b, "%s%s\n", LINK_MAGIC, full);
+    int n = 0;
+    for (char *line = out; line && *line && !n;) {
+      char *next = strchr(line, '\n');
+      if (line[0] == ' ' && line[1] == '"') n = parse_driver_line(line, obj, so, &b);
+      line = next ? next + 1 : NULL;
+    }
+    free(out);
+    if (!n || b.oom) {
+      free(b.p);
+      sm_text e = {0};
+      sm__text_printf(&e, "cannot read the link command from '%s -###'", st->cxx);
+      *diag = e.p;
+      return NULL;
+    }
+    write_file(path, b.p, b.n); /* a later process reads it */
+    text = b.p;
+    len = b.n;
+  }
+  /* argv: the placeholders replaced */
+  const char *args[MAX_LINK_ARGS];
+  size_t n = 0, bytes = 0;
+  for (const char *p = text + head; p < text + len && n < MAX_LINK_ARGS - 1; p += strlen(p) + 1) {
+    args[n] = strcmp(p, LINK_IN) == 0 ? obj : strcmp(p, LINK_OUT) == 0 ? so : p;
+    bytes += strlen(args[n++]) + 1;
+  }
+  char **argv = n ? malloc((n + 1) * sizeof *argv + bytes) : NULL;
+  if (argv) {
+    char *q = (char *)(argv + n + 1);
+    for (size_t i = 0; i < n; i++) {
+      size_t k = strlen(args[i]) + 1;
+      memcpy(q, args[i], k);
+      argv[i] = q;
+      q += k;
+    }
+    argv[n] = NULL;
+  } else {
+    *diag = strdup(n ? "out of memory" : "the kept link command is empty");
+  }
+  free(text);
+  return argv;
+}
+
 void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag) {
   sm_digest key;
   char *path = NULL;
@@ -975,8 +1104,9 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
       !write_headers(&st, diag) || !ensure_pch(&st, diag) ||
       !make_work(&st, hex, work, sizeof work, diag))
     goto out;
-  char tu[3600], so[3600], log[3600];
+  char tu[3600], obj[3600], so[3600], log[3600];
   snprintf(tu, sizeof tu, "%s/k.ii", work);
+  snprintf(obj, sizeof obj, "%s/k.o", work);
   snprintf(so, sizeof so, "%s/k.so", work);
   snprintf(log, sizeof log, "%s/log", work);
   unit = select_kernel(l->tu, index);
@@ -989,14 +1119,20 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   argv[a++] = st.cxx;
   put_flags(argv, &a, st.math_mode, st.fast_functions, st.version_flag);
   put_pch(argv, &a, &st);
+  argv[a++] = "-c";
   argv[a++] = "-x";
   argv[a++] = "c++";
   argv[a++] = "-o";
-  argv[a++] = so;
+  argv[a++] = obj;
   argv[a++] = tu;
   argv[a] = NULL;
   atomic_fetch_add(&sm__function_compiles, 1);
   if (!run_tool(argv, log, diag)) goto out;
+  char **link = link_command(&st, obj, so, log, diag);
+  if (!link) goto out;
+  bool linked = run_tool((const char *const *)link, log, diag);
+  free(link);
+  if (!linked) goto out;
   char full[65], trailer[TRAILER_LEN + 1];
   sm__digest_hex(&key, full);
   snprintf(trailer, sizeof trailer, "%s%s\n", KEY_TRAILER, full);
