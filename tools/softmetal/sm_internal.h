@@ -100,7 +100,13 @@ void sm__block_invoke_handler(const void *block, id arg);
 extern atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits, sm__unsafe_math_libraries;
 extern atomic_long sm__blocked_cmdbuf; /* threads blocked in commandBuffer */
 
-/* Per-file registration, run once from the library constructor. */
+/* Per-file registration, run once from the library constructor (sm_load.c). */
+void sm__register_foundation(void); /* sm_foundation.c: first */
+/* Registers an error domain: *slot becomes its NSString, which every NSError
+ * of that domain carries (sm__error). */
+void sm__error_domain(id *slot, const char *name);
+/* The object counts of softmetal_stats (sm_foundation.c). */
+void sm__object_stats(struct softmetal_stats *out);
 void sm__register_metal(void);
 void sm__register_msl(void);
 void sm__register_archive(void); /* sm_archive.c: after the device class registers */
