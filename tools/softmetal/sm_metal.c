@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 enum {
-  PAGE = 16384,
   MAX_SET_BYTES = 4096,
   MAX_TG_MEMORY = 32768,
   MAX_THREADS_PER_GROUP = 1024,
@@ -21,8 +20,6 @@ enum {
 #define MAX_BUFFER_LENGTH ((NSUInteger)1 << 34)
 #define WORKING_SET ((uint64_t)8 << 30)
 
-enum { ST_SHARED = 0, ST_MANAGED = 1, ST_PRIVATE = 2, ST_MEMORYLESS = 3 };
-enum { HAZARD_DEFAULT = 0, HAZARD_UNTRACKED = 1, HAZARD_TRACKED = 2 }; /* options bits 8-9 */
 enum { DISPATCH_SERIAL = 0, DISPATCH_CONCURRENT = 1 };
 enum { BARRIER_SCOPE_BUFFERS = 1 };
 enum {
@@ -183,8 +180,7 @@ static void buffer_destroy(sm_obj *o) {
   sm__release((id)b->device);
 }
 
-static void refuse(const char *sel, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void refuse(const char *sel, const char *fmt, ...) {
+void sm__refuse(const char *sel, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "softmetal: %s: ", sel);
@@ -195,9 +191,10 @@ static void refuse(const char *sel, const char *fmt, ...) {
 
 /* Storage mode from options, or -1 (message printed) when the options are invalid. */
 static long options_storage(const char *sel, NSUInteger options) {
-  NSUInteger cache = options & 0xF, storage = (options >> 4) & 0xF, hazard = (options >> 8) & 0xF;
+  NSUInteger cache = sm__options_cache(options), storage = sm__options_storage(options),
+             hazard = sm__options_hazard(options);
   if (options >> 12 || cache > 1 || hazard > 2 || storage > ST_PRIVATE) {
-    refuse(sel, "options = 0x%lx is not a valid MTLResourceOptions for a buffer "
+    sm__refuse(sel, "options = 0x%lx is not a valid MTLResourceOptions for a buffer "
                 "(cache %lu, storage %lu, hazard %lu)", options, cache, storage, hazard);
     return -1;
   }
@@ -209,7 +206,7 @@ static sm_buffer *buffer_make(sm_device *dev, const char *sel, NSUInteger length
   long storage = options_storage(sel, options);
   if (storage < 0) return NULL;
   if (length == 0 || length > MAX_BUFFER_LENGTH) {
-    refuse(sel, "length = %lu must be in 1..%lu", length, MAX_BUFFER_LENGTH);
+    sm__refuse(sel, "length = %lu must be in 1..%lu", length, MAX_BUFFER_LENGTH);
     return NULL;
   }
   sm_buffer *b = sm__new(&buffer_class);
@@ -218,7 +215,7 @@ static sm_buffer *buffer_make(sm_device *dev, const char *sel, NSUInteger length
   b->length = length;
   b->options = options;
   b->storage = (NSUInteger)storage;
-  b->untracked = (options >> 8 & 0x3) == HAZARD_UNTRACKED;
+  b->untracked = sm__options_hazard(options) == HAZARD_UNTRACKED;
   return b;
 }
 
@@ -232,10 +229,10 @@ static atomic_uint_fast64_t g_next_gpu_address = GPU_ADDRESS_BASE;
  * GPU copy of Managed storage (initialised from the host copy). False when out
  * of memory. */
 static bool buffer_finish(sm_buffer *b) {
-  NSUInteger reserved = (b->length + PAGE - 1) / PAGE * PAGE;
+  NSUInteger reserved = (b->length + SM_PAGE - 1) / SM_PAGE * SM_PAGE;
   b->gpu = b->mem;
   if (b->storage == ST_MANAGED) {
-    b->gpu = b->guarded ? sm__guarded_alloc(b->length) : aligned_alloc(PAGE, reserved);
+    b->gpu = b->guarded ? sm__guarded_alloc(b->length) : aligned_alloc(SM_PAGE, reserved);
     if (!b->gpu) return false;
     memcpy(b->gpu, b->mem, b->length);
     if (!b->guarded) memset(b->gpu + b->length, 0, reserved - b->length);
@@ -252,19 +249,19 @@ static id buffer_ready(sm_buffer *b, const char *sel) {
   if (buffer_finish(b)) return (id)b;
   NSUInteger length = b->length;
   sm__release((id)b); /* unfinished: the deallocator is not called */
-  refuse(sel, "length = %lu: out of memory", length);
+  sm__refuse(sel, "length = %lu: out of memory", length);
   return nil;
 }
 
 static id device_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options) {
   sm_buffer *b = buffer_make((sm_device *)self, sel_getName(cmd), length, options);
   if (!b) return nil;
-  NSUInteger size = (length + PAGE - 1) / PAGE * PAGE;
+  NSUInteger size = (length + SM_PAGE - 1) / SM_PAGE * SM_PAGE;
   b->guarded = sm__shader_validation(); /* accesses past the end fault */
-  b->mem = b->guarded ? sm__guarded_alloc(length) : aligned_alloc(PAGE, size);
+  b->mem = b->guarded ? sm__guarded_alloc(length) : aligned_alloc(SM_PAGE, size);
   if (!b->mem) {
     sm__release((id)b);
-    refuse(sel_getName(cmd), "length = %lu: out of memory", length);
+    sm__refuse(sel_getName(cmd), "length = %lu: out of memory", length);
     return nil;
   }
   if (!b->guarded) memset(b->mem, 0, size);
@@ -274,7 +271,7 @@ static id device_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger opti
 static id device_new_buffer_bytes(id self, SEL cmd, const void *bytes, NSUInteger length,
                                   NSUInteger options) {
   if (!bytes) {
-    refuse(sel_getName(cmd), "bytes = NULL");
+    sm__refuse(sel_getName(cmd), "bytes = NULL");
     return nil;
   }
   id b = device_new_buffer(self, cmd, length, options);
@@ -288,16 +285,16 @@ static id device_new_buffer_bytes(id self, SEL cmd, const void *bytes, NSUIntege
 static id device_new_buffer_nocopy(id self, SEL cmd, void *ptr, NSUInteger length,
                                    NSUInteger options, const void *deallocator) {
   const char *sel = sel_getName(cmd);
-  if (!ptr || (uintptr_t)ptr % PAGE) {
-    refuse(sel, "pointer = %p must be aligned to the %d-byte page", ptr, PAGE);
+  if (!ptr || (uintptr_t)ptr % SM_PAGE) {
+    sm__refuse(sel, "pointer = %p must be aligned to the %d-byte page", ptr, SM_PAGE);
     return nil;
   }
-  if (length % PAGE) {
-    refuse(sel, "length = %lu must be a multiple of the %d-byte page", length, PAGE);
+  if (length % SM_PAGE) {
+    sm__refuse(sel, "length = %lu must be a multiple of the %d-byte page", length, SM_PAGE);
     return nil;
   }
-  if (((options >> 4) & 0xF) == ST_PRIVATE) {
-    refuse(sel, "options = 0x%lx: Private storage cannot wrap CPU memory", options);
+  if (sm__options_storage(options) == ST_PRIVATE) {
+    sm__refuse(sel, "options = 0x%lx: Private storage cannot wrap CPU memory", options);
     return nil;
   }
   sm_buffer *b = buffer_make((sm_device *)self, sel, length, options);
@@ -310,8 +307,8 @@ static id device_new_buffer_nocopy(id self, SEL cmd, void *ptr, NSUInteger lengt
 
 id sm__buffer_new_placed(id device, const char *sel, void *mem, NSUInteger length,
                          NSUInteger options) {
-  if (((options >> 4) & 0xF) == ST_MANAGED) {
-    refuse(sel, "options = 0x%lx: heaps have no Managed storage", options);
+  if (sm__options_storage(options) == ST_MANAGED) {
+    sm__refuse(sel, "options = 0x%lx: heaps have no Managed storage", options);
     return nil;
   }
   sm_buffer *b = buffer_make((sm_device *)device, sel, length, options);
