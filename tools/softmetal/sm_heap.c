@@ -85,6 +85,8 @@ typedef struct {
   size_t n, cap;
   NSUInteger used; /* bytes of live, non-aliasable allocations */
   NSUInteger purgeable;
+  id *live; /* its buffers (not retained: each leaves at its dealloc) */
+  size_t nlive, live_cap;
 } sm_heap;
 
 static void heap_destroy(sm_obj *o) {
@@ -95,6 +97,7 @@ static void heap_destroy(sm_obj *o) {
     atomic_fetch_sub(&sm__buffer_bytes, (long)h->size);
   }
   free(h->ranges);
+  free(h->live);
   pthread_mutex_destroy(&h->mu);
   sm__release(h->device);
 }
@@ -222,6 +225,30 @@ void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_alia
   pthread_mutex_unlock(&h->mu);
 }
 
+/* A buffer of the heap is going (its dealloc, sm_host.c). */
+void sm__heap_buffer_gone(id heap, id buffer);
+void sm__heap_buffer_gone(id heap, id buffer) {
+  sm_heap *h = (sm_heap *)heap;
+  pthread_mutex_lock(&h->mu);
+  for (size_t i = 0; i < h->nlive; i++)
+    if (h->live[i] == buffer) {
+      h->live[i] = h->live[--h->nlive];
+      break;
+    }
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* useHeap: (sm_host.c): the heap's buffers may be read by the encoder's
+ * later dispatches (Apple: "accessed as readonly ... through an argument
+ * buffer"), so its untracked ones become reads in the hazard checks. */
+void sm__heap_use(id heap, id encoder);
+void sm__heap_use(id heap, id encoder) {
+  sm_heap *h = (sm_heap *)heap;
+  pthread_mutex_lock(&h->mu);
+  for (size_t i = 0; i < h->nlive; i++) sm__encoder_use(encoder, h->live[i], false);
+  pthread_mutex_unlock(&h->mu);
+}
+
 static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, bool placed,
                       NSUInteger offset) {
   sm_heap *h = (sm_heap *)self;
@@ -266,6 +293,16 @@ static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, b
     return nil;
   }
   sm__host_set_heap_slot(b, sm__retain(self), (NSUInteger)off, sa.size);
+  pthread_mutex_lock(&h->mu);
+  if (h->nlive == h->live_cap) {
+    size_t cap = h->live_cap ? h->live_cap * 2 : 8;
+    id *g = realloc(h->live, cap * sizeof *g);
+    if (!g) sm__fatal("-[SMHeap %s]: out of memory", sel);
+    h->live = g;
+    h->live_cap = cap;
+  }
+  h->live[h->nlive++] = b;
+  pthread_mutex_unlock(&h->mu);
   return b;
 }
 static id heap_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options) {

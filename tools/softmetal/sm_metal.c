@@ -1201,7 +1201,7 @@ void sm__encoder_use(id encoder, id buffer, bool write) {
       return;
     }
   if (e->nused == SM_MAX_USED)
-    sm__fatal("-[SMComputeCommandEncoder useResource:usage:]: more than %u untracked buffers "
+    sm__fatal("-[SMComputeCommandEncoder useResource:usage:/useHeap:]: more than %u untracked buffers "
               "in one encoder: softmetal's hazard checks keep at most that many",
               SM_MAX_USED);
   e->used[e->nused] = keep_ref(e->cb, (sm_buffer *)buffer);
