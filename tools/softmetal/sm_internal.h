@@ -226,6 +226,7 @@ typedef struct {
   const unsigned char *fc_values, *fc_defined; /* owned by the function */
   NSUInteger max_threads;
   NSUInteger static_tg; /* staticThreadgroupMemoryLength: threadgroup variables of bodies */
+  bool logging; /* its library's MTLCompileOptions.enableLogging: os_log prints */
 } sm_pipeline;
 extern sm_class sm__pipeline_class;
 
