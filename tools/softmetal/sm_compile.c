@@ -404,7 +404,7 @@ static bool compiler_identity(const char *cxx, const char *dir, sm_digest *out,
 /* What every compile of one setting shares. */
 typedef struct {
   const char *cxx;
-  char dir[3072], inc[3200], pch[3400];
+  char dir[3072], inc[3200], pch[3400], macros[3400];
   sm_digest headers, ident, ident_file, flags;
   char version_flag[40];
   int math_mode;
@@ -470,6 +470,7 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
   sm__sha256_final(&s, &p);
   sm__digest_hex(&p, hex);
   snprintf(st->pch, sizeof st->pch, "%s/p-%s.pch", st->dir, hex);
+  snprintf(st->macros, sizeof st->macros, "%s/m-%s", st->dir, hex);
   return true;
 }
 
@@ -511,7 +512,7 @@ static bool write_headers(const setting *st, char **diag) {
 
 /* A private work directory in the cache. */
 static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.o", "k.so",
-                                         "log", "p.pch"};
+                                         "log", "p.pch", "macros"};
 static bool make_work(const setting *st, const char *what, char *work, size_t cap, char **diag) {
   snprintf(work, cap, "%s/w-%s-%d-%u", st->dir, what, (int)getpid(),
            atomic_fetch_add(&g_tmp_counter, 1));
@@ -525,12 +526,72 @@ static void drop_work(const char *work) {
   if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, WORK_FILES, sizeof WORK_FILES / sizeof *WORK_FILES);
 }
 
-/* metal_stdlib precompiled with the setting's flags, built once per key. */
+/* What preprocessing a source needs of metal_stdlib: its macros. The
+ * library's preprocessing step (-E) reads, instead of metal_stdlib, a file
+ * of that name holding the macros metal_stdlib leaves defined (clang -dM,
+ * with the same flags, so predefined ones and include guards too), in
+ * m-<key>/ before the include directory: every #if, macro and include of
+ * the user's source sees what it saw after metal_stdlib, without the
+ * preprocessor reading metal_stdlib and its C++ headers for each library
+ * (the front end keeps only the user's part of the output anyway). Built
+ * with the precompiled header, under the same key. */
+static bool ensure_macros(const setting *st, const char *work, char **diag) {
+  char file[3500];
+  snprintf(file, sizeof file, "%s/metal_stdlib", st->macros);
+  if (file_exists(file)) return true;
+  char out[3600], log[3600], hdr[3400], incflag[3300], tmp[3600], tmpfile[3700];
+  snprintf(out, sizeof out, "%s/macros", work);
+  snprintf(log, sizeof log, "%s/log", work);
+  snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
+  snprintf(incflag, sizeof incflag, "-I%s", st->inc);
+  const char *argv[MAX_ARGS];
+  int a = 0;
+  argv[a++] = st->cxx;
+  argv[a++] = "-E";
+  argv[a++] = "-dM";
+  argv[a++] = FRONTEND_FLAG;
+  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+  argv[a++] = incflag;
+  argv[a++] = "-x";
+  argv[a++] = "c++";
+  argv[a++] = "-o";
+  argv[a++] = out;
+  argv[a++] = hdr;
+  argv[a] = NULL;
+  if (!run_tool(argv, log, diag)) return false;
+  /* a directory of its own, renamed into place whole */
+  snprintf(tmp, sizeof tmp, "%s.tmp-%d-%u", st->macros, (int)getpid(),
+           atomic_fetch_add(&g_tmp_counter, 1));
+  snprintf(tmpfile, sizeof tmpfile, "%s/metal_stdlib", tmp);
+  bool ok = mkdir(tmp, 0700) == 0 && rename(out, tmpfile) == 0;
+  if (ok && rename(tmp, st->macros) != 0) ok = file_exists(file); /* another process's */
+  if (!ok) {
+    unlink(tmpfile);
+    rmdir(tmp);
+    *diag = strdup("cannot move metal_stdlib's macros into the kernel cache");
+    return false;
+  }
+  if (file_exists(tmpfile)) { /* lost the race: drop ours */
+    unlink(tmpfile);
+    rmdir(tmp);
+  }
+  return true;
+}
+
+/* metal_stdlib precompiled with the setting's flags, built once per key,
+ * with its macros for preprocessing (ensure_macros). */
 static bool ensure_pch(const setting *st, char **diag) {
-  if (file_exists(st->pch)) return true;
+  char macros[3500];
+  snprintf(macros, sizeof macros, "%s/metal_stdlib", st->macros);
+  if (file_exists(st->pch) && file_exists(macros)) return true;
   if (!write_headers(st, diag)) return false;
   char work[3500], out[3600], log[3600], hdr[3400], incflag[3300];
   if (!make_work(st, "pch", work, sizeof work, diag)) return false;
+  bool ok = ensure_macros(st, work, diag);
+  if (!ok || file_exists(st->pch)) {
+    drop_work(work);
+    return ok;
+  }
   snprintf(out, sizeof out, "%s/p.pch", work);
   snprintf(log, sizeof log, "%s/log", work);
   snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
@@ -547,7 +608,7 @@ static bool ensure_pch(const setting *st, char **diag) {
   argv[a++] = out;
   argv[a++] = hdr;
   argv[a] = NULL;
-  bool ok = run_tool(argv, log, diag);
+  ok = run_tool(argv, log, diag);
   if (ok && rename(out, st->pch) != 0) {
     *diag = strdup("cannot move the precompiled metal_stdlib into the cache");
     ok = false;
@@ -706,12 +767,13 @@ static bool check_source(const setting *st, const char *source, const sm_digest 
     *internal = true;
     return false;
   }
-  char src[3600], pp[3600], tu[3600], log[3600], incflag[3300];
+  char src[3600], pp[3600], tu[3600], log[3600], incflag[3300], macflag[3500];
   snprintf(src, sizeof src, "%s/%s", work, SM_PROGRAM_SOURCE);
   snprintf(pp, sizeof pp, "%s/pp.ii", work);
   snprintf(tu, sizeof tu, "%s/k.ii", work);
   snprintf(log, sizeof log, "%s/log", work);
   snprintf(incflag, sizeof incflag, "-I%s", st->inc);
+  snprintf(macflag, sizeof macflag, "-I%s", st->macros);
   bool ok = false;
   char *pp_text = NULL, *user = NULL, *tu_text = NULL;
   if (!write_file(src, source, strlen(source))) {
@@ -726,6 +788,7 @@ static bool check_source(const setting *st, const char *source, const sm_digest 
   argv[a++] = "-E";
   argv[a++] = FRONTEND_FLAG;
   put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+  argv[a++] = macflag; /* metal_stdlib's macros, found first */
   argv[a++] = incflag;
   argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
   argv[a++] = "metal_stdlib";
