@@ -1209,7 +1209,14 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     const char *e = dlerror();
-    *diag = strdup(e ? e : "dlopen failed");
+    sm_text b = {0};
+    sm__text_printf(&b, "%s", e ? e : "dlopen failed");
+    if (e && strstr(e, "undefined symbol: __cxa_"))
+      sm__text_printf(&b, " (a C++ runtime function: kernels are linked without libstdc++, as "
+                          "a GPU has none; a function-scope static variable with an "
+                          "initialiser computed at run time needs it: make it constant, or "
+                          "compute the value in each thread)");
+    *diag = b.p ? b.p : strdup("dlopen failed");
   }
 out:
   free(unit);
