@@ -301,3 +301,74 @@ Test(compile, the_cache_keys_are_sha256) {
   sha_hex(million, 1000, 1000, hex); /* 1000-byte pieces: not multiples of 64 */
   cr_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
+
+/* MSL 3.2's memory orders reach the operations: a kernel whose atomic store
+ * is seq_cst gets the ordered store instruction (x86-64 xchg, aarch64 stlr)
+ * that its relaxed twin does not, read from each function's code in the
+ * kernel cache. */
+static const char ORDERS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void relaxed_k(device atomic_int *a [[buffer(0)]], device int *d [[buffer(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) {\n"
+    "  d[i] = 1;\n"
+    "  atomic_store_explicit(a, 1, memory_order_relaxed);\n"
+    "}\n"
+    "kernel void seq_cst_k(device atomic_int *a [[buffer(0)]], device int *d [[buffer(1)]],\n"
+    "                      uint i [[thread_position_in_grid]]) {\n"
+    "  d[i] = 1;\n"
+    "  atomic_store_explicit(a, 1, memory_order_seq_cst);\n"
+    "}\n";
+
+/* Ordered-store instructions in the f-*.so of the cache other than skip
+ * (whose name is stored there). */
+static int ordered_stores(char *skip, size_t cap) {
+  DIR *d = opendir(cache);
+  cr_assert_not_null(d);
+  char name[256] = "";
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, "f-", 2) == 0 && len > 3 && strcmp(e->d_name + len - 3, ".so") == 0 &&
+        strcmp(e->d_name, skip) != 0)
+      snprintf(name, sizeof name, "%s", e->d_name);
+  }
+  closedir(d);
+  cr_assert(name[0], "a function's code in the cache");
+  snprintf(skip, cap, "%s", name);
+#if defined(__aarch64__)
+  const char *tool = "aarch64-linux-gnu-objdump", *insn = "stlr";
+#else
+  const char *tool = "objdump", *insn = "xchg";
+#endif
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s -d --no-show-raw-insn '%s/%s' 2>&1", tool, cache, name);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  char line[512];
+  int n = 0, lines = 0;
+  while (fgets(line, sizeof line, p)) {
+    lines++;
+    char *tab = strchr(line, '\t');
+    n += tab && strncmp(tab + 1, insn, strlen(insn)) == 0;
+  }
+  cr_assert_eq(pclose(p), 0, "%s", cmd);
+  cr_assert_gt(lines, 10, "%s printed a disassembly", tool);
+  return n;
+}
+
+Test(compile, memory_orders_stronger_than_relaxed_reach_the_atomics) {
+  if (getenv("CMETAL_QEMU") != NULL) cr_skip_test("objdump runs as a host program");
+  id error = 0;
+  id lib = sm_compile(ORDERS, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  char seen[256] = "";
+  id p = sm_pipeline(lib, "relaxed_k");
+  int relaxed = ordered_stores(seen, sizeof seen);
+  id q = sm_pipeline(lib, "seq_cst_k");
+  int seq_cst = ordered_stores(seen, sizeof seen);
+  cr_assert_gt(seq_cst, relaxed, "seq_cst store: %d ordered stores, relaxed: %d", seq_cst, relaxed);
+  sm_release(q);
+  sm_release(p);
+  sm_release(lib);
+}

@@ -947,15 +947,28 @@ Test(host, argument_buffer_holding_gpu_address_faults) {
 /* Two passes of one command buffer: the first writes untracked x through an
  * argument buffer, the second reads it through another; use_resource says
  * whether each pass names x with useResource:usage:, fence whether a fence
- * orders them. */
-static NSUInteger argbuf_two_passes(bool use_resource, bool fence) {
+ * orders them. heap: x is a buffer of an (untracked) heap, and the second
+ * pass names the heap instead, with useHeap: (1) or useHeaps:count: (2). */
+static NSUInteger argbuf_two_passes_heap(bool use_resource, bool fence, int heap_use) {
   enum { N = 8 };
   id fn = argbuf_function("axpb");
   id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
   id a = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
               N * sizeof(float), OPT_SHARED);
-  id x = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-              N * sizeof(float), OPT_SHARED | OPT_UNTRACKED);
+  id heap = 0, x;
+  if (heap_use) {
+    id hd = cls_new("MTLHeapDescriptor");
+    SEND(void, (id, SEL, NSUInteger), hd, "setSize:", PAGE);
+    SEND(void, (id, SEL, NSUInteger), hd, "setStorageMode:", 0);
+    heap = SEND(id, (id, SEL, id), dev, "newHeapWithDescriptor:", hd);
+    sm_release(hd);
+    x = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
+             N * sizeof(float), OPT_SHARED);
+    cr_assert_eq(sm_u(x, "hazardTrackingMode"), 1, "a heap's buffers are untracked");
+  } else {
+    x = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
+             N * sizeof(float), OPT_SHARED | OPT_UNTRACKED);
+  }
   id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
               N * sizeof(float), OPT_SHARED);
   id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 48,
@@ -983,7 +996,12 @@ static NSUInteger argbuf_two_passes(bool use_resource, bool fence) {
     SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", argbuf,
          24 * k, 0);
-    if (use_resource) {
+    if (use_resource && heap_use && k == 1) {
+      if (heap_use == 1) SEND(void, (id, SEL, id), enc, "useHeap:", heap);
+      else SEND(void, (id, SEL, const id *, NSUInteger), enc, "useHeaps:count:", &heap, 1);
+      SEND(void, (id, SEL, const id *, NSUInteger, NSUInteger), enc, "useResources:count:usage:",
+           &outs[k], 1, 2);
+    } else if (use_resource) {
       id rs[2] = {ins[k], outs[k]};
       SEND(void, (id, SEL, id, NSUInteger), enc, "useResource:usage:", rs[0], 1);
       SEND(void, (id, SEL, const id *, NSUInteger, NSUInteger), enc, "useResources:count:usage:",
@@ -1013,10 +1031,14 @@ static NSUInteger argbuf_two_passes(bool use_resource, bool fence) {
   sm_release(argbuf);
   sm_release(a);
   sm_release(x);
+  sm_release(heap);
   sm_release(b);
   sm_release(ae);
   sm_release(fn);
   return status;
+}
+static NSUInteger argbuf_two_passes(bool use_resource, bool fence) {
+  return argbuf_two_passes_heap(use_resource, fence, 0);
 }
 
 Test(host, use_resource_makes_argument_buffer_buffers_hazard_checked) {
@@ -1025,4 +1047,13 @@ Test(host, use_resource_makes_argument_buffer_buffers_hazard_checked) {
   /* as in Metal, a buffer reached only through an argument buffer is not
    * tracked: without useResource: the hazard goes unseen */
   cr_assert_eq(argbuf_two_passes(false, false), 4);
+}
+
+/* useHeap: declares the heap's buffers read by the pass (Metal: read-only),
+ * so an untracked heap buffer another pass wrote is hazard checked. */
+Test(host, use_heap_makes_heap_buffers_hazard_checked) {
+  cr_assert_eq(argbuf_two_passes_heap(true, false, 1), 5, "useHeap:, no fence");
+  cr_assert_eq(argbuf_two_passes_heap(true, false, 2), 5, "useHeaps:count:, no fence");
+  cr_assert_eq(argbuf_two_passes_heap(true, true, 1), 4, "the fence orders them");
+  cr_assert_eq(argbuf_two_passes_heap(false, false, 1), 4, "nothing names the heap");
 }

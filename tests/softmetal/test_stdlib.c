@@ -511,10 +511,22 @@ static const char ADDITIONS[] =
     "  if (i == 5) os_log_default.log_info(\"additions thread %u value %d\", i, 42);\n"
     "}\n";
 
+/* ADDITIONS compiled with MTLCompileOptions.enableLogging = logging. */
+static id compile_logging(bool logging, id *error) {
+  id fresh = SEND0(id, sm_class_named("MTLCompileOptions"), "alloc");
+  id options = SEND0(id, fresh, "init");
+  cr_assert_eq(SEND0(BOOL, options, "enableLogging"), 0, "NO by default, as Metal");
+  SEND(void, (id, SEL, BOOL), options, "setEnableLogging:", logging);
+  id library = SEND(id, (id, SEL, id, id, id *), sm_dev, "newLibraryWithSource:options:error:",
+                    sm_str(ADDITIONS), options, error);
+  sm_release(options);
+  return library;
+}
+
 Test(stdlib, headers_uniform_traits_memory_model_and_logging) {
   cr_redirect_stderr();
   id error = 0;
-  id l = sm_compile(ADDITIONS, &error);
+  id l = compile_logging(true, &error);
   cr_assert_not_null(l, "%s", sm_error_text(error));
   id o = sm_buffer(NULL, 4 * 4 * 8), cnt = sm_buffer(NULL, 4);
   id bufs[] = {o, cnt};
@@ -536,4 +548,28 @@ Test(stdlib, headers_uniform_traits_memory_model_and_logging) {
   sm_release(o);
   sm_release(cnt);
   sm_release(l);
+}
+
+/* os_log prints only from a library compiled with enableLogging (Metal 3.2);
+ * without options or with NO, the kernel runs and prints nothing. */
+Test(stdlib, os_log_prints_only_with_enable_logging) {
+  cr_redirect_stderr();
+  for (int k = 0; k < 2; k++) {
+    id error = 0;
+    id l = k == 0 ? sm_compile(ADDITIONS, &error) : compile_logging(false, &error);
+    cr_assert_not_null(l, "%s", sm_error_text(error));
+    id o = sm_buffer(NULL, 4 * 4 * 8), cnt = sm_buffer(NULL, 4);
+    id bufs[] = {o, cnt};
+    sm_dispatch(l, "additions", bufs, 2, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+    cr_assert_eq(*(const int *)sm_contents(cnt), 8, "the kernel ran");
+    sm_release(o);
+    sm_release(cnt);
+    sm_release(l);
+  }
+  fflush(stderr);
+  FILE *err = cr_get_redirected_stderr();
+  char text[4096] = "";
+  size_t n = fread(text, 1, sizeof text - 1, err);
+  text[n] = 0;
+  cr_assert(!strstr(text, "os_log"), "stderr: %s", text);
 }

@@ -84,7 +84,7 @@ struct sm_thread {
   uint32_t simdgroup;     /* simdgroup_index_in_threadgroup */
   uint32_t tg_threads;    /* threads in this threadgroup */
   uint32_t simd_seq;      /* unused since ABI 2 */
-  uint32_t pad_;
+  uint32_t logging;       /* MTLCompileOptions.enableLogging of its library: os_log prints */
   unsigned char *simd_slots; /* [2][tg_threads][SM_SIMD_SLOT]: deposits, released values */
   void (*barrier)(struct sm_thread *t);   /* threadgroup_barrier */
   void (*simd_sync)(struct sm_thread *t); /* waits for the simdgroup's active lanes */

@@ -27,6 +27,8 @@ extern char **environ;
 /* Embedded at build time (sm_embedded.c). */
 extern const char sm__metal_stdlib_text[];
 extern const char sm__abi_text[];
+extern const char sm__metal_stdlib_text_sha256[];
+extern const char sm__abi_text_sha256[];
 
 atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
 
@@ -402,7 +404,7 @@ static bool compiler_identity(const char *cxx, const char *dir, sm_digest *out,
 /* What every compile of one setting shares. */
 typedef struct {
   const char *cxx;
-  char dir[3072], inc[3200], pch[3400];
+  char dir[3072], inc[3200], pch[3400], macros[3400];
   sm_digest headers, ident, ident_file, flags;
   char version_flag[40];
   int math_mode;
@@ -436,8 +438,9 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
   sm_sha256 s;
   sm__sha256_init(&s);
   key_str(&s, "softmetal headers");
-  key_str(&s, sm__metal_stdlib_text);
-  key_str(&s, sm__abi_text);
+  /* the two large headers by their SHA-256, taken when they were embedded */
+  key_str(&s, sm__metal_stdlib_text_sha256);
+  key_str(&s, sm__abi_text_sha256);
   for (size_t i = 0; i < N_ALIASES; i++) key_str(&s, aliases[i]);
   for (size_t i = 0; i < N_EXTRA; i++) {
     key_str(&s, extra_headers[i].name);
@@ -467,6 +470,7 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
   sm__sha256_final(&s, &p);
   sm__digest_hex(&p, hex);
   snprintf(st->pch, sizeof st->pch, "%s/p-%s.pch", st->dir, hex);
+  snprintf(st->macros, sizeof st->macros, "%s/m-%s", st->dir, hex);
   return true;
 }
 
@@ -507,8 +511,8 @@ static bool write_headers(const setting *st, char **diag) {
 }
 
 /* A private work directory in the cache. */
-static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.so", "log",
-                                         "p.pch"};
+static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.o", "k.so",
+                                         "log", "p.pch", "macros"};
 static bool make_work(const setting *st, const char *what, char *work, size_t cap, char **diag) {
   snprintf(work, cap, "%s/w-%s-%d-%u", st->dir, what, (int)getpid(),
            atomic_fetch_add(&g_tmp_counter, 1));
@@ -522,12 +526,72 @@ static void drop_work(const char *work) {
   if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, WORK_FILES, sizeof WORK_FILES / sizeof *WORK_FILES);
 }
 
-/* metal_stdlib precompiled with the setting's flags, built once per key. */
+/* What preprocessing a source needs of metal_stdlib: its macros. The
+ * library's preprocessing step (-E) reads, instead of metal_stdlib, a file
+ * of that name holding the macros metal_stdlib leaves defined (clang -dM,
+ * with the same flags, so predefined ones and include guards too), in
+ * m-<key>/ before the include directory: every #if, macro and include of
+ * the user's source sees what it saw after metal_stdlib, without the
+ * preprocessor reading metal_stdlib and its C++ headers for each library
+ * (the front end keeps only the user's part of the output anyway). Built
+ * with the precompiled header, under the same key. */
+static bool ensure_macros(const setting *st, const char *work, char **diag) {
+  char file[3500];
+  snprintf(file, sizeof file, "%s/metal_stdlib", st->macros);
+  if (file_exists(file)) return true;
+  char out[3600], log[3600], hdr[3400], incflag[3300], tmp[3600], tmpfile[3700];
+  snprintf(out, sizeof out, "%s/macros", work);
+  snprintf(log, sizeof log, "%s/log", work);
+  snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
+  snprintf(incflag, sizeof incflag, "-I%s", st->inc);
+  const char *argv[MAX_ARGS];
+  int a = 0;
+  argv[a++] = st->cxx;
+  argv[a++] = "-E";
+  argv[a++] = "-dM";
+  argv[a++] = FRONTEND_FLAG;
+  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+  argv[a++] = incflag;
+  argv[a++] = "-x";
+  argv[a++] = "c++";
+  argv[a++] = "-o";
+  argv[a++] = out;
+  argv[a++] = hdr;
+  argv[a] = NULL;
+  if (!run_tool(argv, log, diag)) return false;
+  /* a directory of its own, renamed into place whole */
+  snprintf(tmp, sizeof tmp, "%s.tmp-%d-%u", st->macros, (int)getpid(),
+           atomic_fetch_add(&g_tmp_counter, 1));
+  snprintf(tmpfile, sizeof tmpfile, "%s/metal_stdlib", tmp);
+  bool ok = mkdir(tmp, 0700) == 0 && rename(out, tmpfile) == 0;
+  if (ok && rename(tmp, st->macros) != 0) ok = file_exists(file); /* another process's */
+  if (!ok) {
+    unlink(tmpfile);
+    rmdir(tmp);
+    *diag = strdup("cannot move metal_stdlib's macros into the kernel cache");
+    return false;
+  }
+  if (file_exists(tmpfile)) { /* lost the race: drop ours */
+    unlink(tmpfile);
+    rmdir(tmp);
+  }
+  return true;
+}
+
+/* metal_stdlib precompiled with the setting's flags, built once per key,
+ * with its macros for preprocessing (ensure_macros). */
 static bool ensure_pch(const setting *st, char **diag) {
-  if (file_exists(st->pch)) return true;
+  char macros[3500];
+  snprintf(macros, sizeof macros, "%s/metal_stdlib", st->macros);
+  if (file_exists(st->pch) && file_exists(macros)) return true;
   if (!write_headers(st, diag)) return false;
   char work[3500], out[3600], log[3600], hdr[3400], incflag[3300];
   if (!make_work(st, "pch", work, sizeof work, diag)) return false;
+  bool ok = ensure_macros(st, work, diag);
+  if (!ok || file_exists(st->pch)) {
+    drop_work(work);
+    return ok;
+  }
   snprintf(out, sizeof out, "%s/p.pch", work);
   snprintf(log, sizeof log, "%s/log", work);
   snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
@@ -544,7 +608,7 @@ static bool ensure_pch(const setting *st, char **diag) {
   argv[a++] = out;
   argv[a++] = hdr;
   argv[a] = NULL;
-  bool ok = run_tool(argv, log, diag);
+  ok = run_tool(argv, log, diag);
   if (ok && rename(out, st->pch) != 0) {
     *diag = strdup("cannot move the precompiled metal_stdlib into the cache");
     ok = false;
@@ -703,12 +767,13 @@ static bool check_source(const setting *st, const char *source, const sm_digest 
     *internal = true;
     return false;
   }
-  char src[3600], pp[3600], tu[3600], log[3600], incflag[3300];
+  char src[3600], pp[3600], tu[3600], log[3600], incflag[3300], macflag[3500];
   snprintf(src, sizeof src, "%s/%s", work, SM_PROGRAM_SOURCE);
   snprintf(pp, sizeof pp, "%s/pp.ii", work);
   snprintf(tu, sizeof tu, "%s/k.ii", work);
   snprintf(log, sizeof log, "%s/log", work);
   snprintf(incflag, sizeof incflag, "-I%s", st->inc);
+  snprintf(macflag, sizeof macflag, "-I%s", st->macros);
   bool ok = false;
   char *pp_text = NULL, *user = NULL, *tu_text = NULL;
   if (!write_file(src, source, strlen(source))) {
@@ -723,6 +788,7 @@ static bool check_source(const setting *st, const char *source, const sm_digest 
   argv[a++] = "-E";
   argv[a++] = FRONTEND_FLAG;
   put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+  argv[a++] = macflag; /* metal_stdlib's macros, found first */
   argv[a++] = incflag;
   argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
   argv[a++] = "metal_stdlib";
@@ -946,6 +1012,132 @@ static char *select_kernel(const char *tu, unsigned keep) {
   return s;
 }
 
+/* ------------------------------------------------------------- linking */
+/* A function's code is compiled with -c and linked by the linker itself.
+ * Compiling and linking in one driver call makes the driver run the
+ * compiler in a process of its own (a second start of clang), and the
+ * driver's link pulls in libstdc++, whose symbol tables cost the linker
+ * more than the kernel does. Kernels need no C++ runtime (-fno-exceptions,
+ * -fno-rtti; metal_stdlib has no allocation, static locals or virtual
+ * functions): the link is the driver's own with -nostdlib++ (libm, libgcc
+ * and libc stay: math functions, half conversions), asked once with -###
+ * and kept in the cache as ld-<key>.txt, keyed by the compiler's identity
+ * and the flags. A C++ runtime symbol a kernel still needs fails its
+ * pipeline, naming the symbol (dlopen's error). Sanitizers: kernels are
+ * not instrumented (only the trapping divide check on aarch64, which needs
+ * no runtime), so they link to nothing of a sanitizer's. */
+static const char LINK_MAGIC[] = "softmetal-link ";
+static const char LINK_IN[] = "@softmetal-object@", LINK_OUT[] = "@softmetal-shared-object@";
+enum { MAX_LINK_ARGS = 256 };
+
+/* Parses clang's -### line (each argument in double quotes, with \ before
+ * ", \ and $) into NUL-separated arguments appended to b; obj and so become
+ * the placeholders. Returns the number of arguments, 0 if it is no command. */
+static int parse_driver_line(const char *line, const char *obj, const char *so, sm_text *b) {
+  int n = 0, in = 0, out = 0;
+  const char *p = line;
+  sm_text arg = {0};
+  while (*p == ' ') p++;
+  while (*p == '"') {
+    arg.n = 0;
+    for (p++; *p && *p != '"'; p++) {
+      if (*p == '\\' && p[1]) p++;
+      sm__text_put(&arg, p, 1);
+    }
+    if (*p != '"') break;
+    p++;
+    sm__text_put(&arg, "", 0);
+    const char *a = arg.p ? arg.p : "";
+    if (strcmp(a, obj) == 0) a = LINK_IN, in++;
+    else if (strcmp(a, so) == 0) a = LINK_OUT, out++;
+    sm__text_put(b, a, strlen(a) + 1);
+    n++;
+    while (*p == ' ') p++;
+  }
+  bool ok = !arg.oom && (*p == 0 || *p == '\n') && in == 1 && out == 1 && n < MAX_LINK_ARGS;
+  free(arg.p);
+  return ok ? n : 0;
+}
+
+/* The link command of st's compiler for obj -> so, as argv (one block: the
+ * pointers, then the strings; free it). */
+static char **link_command(const setting *st, const char *obj, const char *so, const char *log,
+                           char **diag) {
+  sm_sha256 s;
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal link");
+  key_digest(&s, &st->ident);
+  key_digest(&s, &st->flags);
+  sm_digest key;
+  sm__sha256_final(&s, &key);
+  char hex[17], full[65], path[3200];
+  short_hex(&key, hex);
+  sm__digest_hex(&key, full);
+  snprintf(path, sizeof path, "%.3000s/ld-%s.txt", st->dir, hex);
+  size_t head = strlen(LINK_MAGIC) + 65, len = 0;
+  char *text = read_text(path, &len);
+  if (!text || len <= head || memcmp(text, LINK_MAGIC, strlen(LINK_MAGIC)) != 0 ||
+      memcmp(text + strlen(LINK_MAGIC), full, 64) != 0 || text[head - 1] != '\n' ||
+      text[len - 1] != 0) {
+    /* absent, or another key's: ask the driver */
+    free(text);
+    text = NULL;
+    const char *argv[MAX_ARGS];
+    int a = 0;
+    argv[a++] = st->cxx;
+    put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+    argv[a++] = "-nostdlib++";
+    argv[a++] = "-###";
+    argv[a++] = "-o";
+    argv[a++] = so;
+    argv[a++] = obj;
+    argv[a] = NULL;
+    if (!run_tool(argv, log, diag)) return NULL;
+    char *out = read_text(log, NULL);
+    sm_text b = {0};
+    sm__text_printf(&b, "%s%s\n", LINK_MAGIC, full);
+    int n = 0;
+    for (char *line = out; line && *line && !n;) {
+      char *next = strchr(line, '\n');
+      if (line[0] == ' ' && line[1] == '"') n = parse_driver_line(line, obj, so, &b);
+      line = next ? next + 1 : NULL;
+    }
+    free(out);
+    if (!n || b.oom) {
+      free(b.p);
+      sm_text e = {0};
+      sm__text_printf(&e, "cannot read the link command from '%s -###'", st->cxx);
+      *diag = e.p;
+      return NULL;
+    }
+    write_file(path, b.p, b.n); /* a later process reads it */
+    text = b.p;
+    len = b.n;
+  }
+  /* argv: the placeholders replaced */
+  const char *args[MAX_LINK_ARGS];
+  size_t n = 0, bytes = 0;
+  for (const char *p = text + head; p < text + len && n < MAX_LINK_ARGS - 1; p += strlen(p) + 1) {
+    args[n] = strcmp(p, LINK_IN) == 0 ? obj : strcmp(p, LINK_OUT) == 0 ? so : p;
+    bytes += strlen(args[n++]) + 1;
+  }
+  char **argv = n ? malloc((n + 1) * sizeof *argv + bytes) : NULL;
+  if (argv) {
+    char *q = (char *)(argv + n + 1);
+    for (size_t i = 0; i < n; i++) {
+      size_t k = strlen(args[i]) + 1;
+      memcpy(q, args[i], k);
+      argv[i] = q;
+      q += k;
+    }
+    argv[n] = NULL;
+  } else {
+    *diag = strdup(n ? "out of memory" : "the kept link command is empty");
+  }
+  free(text);
+  return argv;
+}
+
 void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag) {
   sm_digest key;
   char *path = NULL;
@@ -975,8 +1167,9 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
       !write_headers(&st, diag) || !ensure_pch(&st, diag) ||
       !make_work(&st, hex, work, sizeof work, diag))
     goto out;
-  char tu[3600], so[3600], log[3600];
+  char tu[3600], obj[3600], so[3600], log[3600];
   snprintf(tu, sizeof tu, "%s/k.ii", work);
+  snprintf(obj, sizeof obj, "%s/k.o", work);
   snprintf(so, sizeof so, "%s/k.so", work);
   snprintf(log, sizeof log, "%s/log", work);
   unit = select_kernel(l->tu, index);
@@ -989,14 +1182,20 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   argv[a++] = st.cxx;
   put_flags(argv, &a, st.math_mode, st.fast_functions, st.version_flag);
   put_pch(argv, &a, &st);
+  argv[a++] = "-c";
   argv[a++] = "-x";
   argv[a++] = "c++";
   argv[a++] = "-o";
-  argv[a++] = so;
+  argv[a++] = obj;
   argv[a++] = tu;
   argv[a] = NULL;
   atomic_fetch_add(&sm__function_compiles, 1);
   if (!run_tool(argv, log, diag)) goto out;
+  char **link = link_command(&st, obj, so, log, diag);
+  if (!link) goto out;
+  bool linked = run_tool((const char *const *)link, log, diag);
+  free(link);
+  if (!linked) goto out;
   char full[65], trailer[TRAILER_LEN + 1];
   sm__digest_hex(&key, full);
   snprintf(trailer, sizeof trailer, "%s%s\n", KEY_TRAILER, full);
@@ -1010,7 +1209,14 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     const char *e = dlerror();
-    *diag = strdup(e ? e : "dlopen failed");
+    sm_text b = {0};
+    sm__text_printf(&b, "%s", e ? e : "dlopen failed");
+    if (e && strstr(e, "undefined symbol: __cxa_"))
+      sm__text_printf(&b, " (a C++ runtime function: kernels are linked without libstdc++, as "
+                          "a GPU has none; a function-scope static variable with an "
+                          "initialiser computed at run time needs it: make it constant, or "
+                          "compute the value in each thread)");
+    *diag = b.p ? b.p : strdup("dlopen failed");
   }
 out:
   free(unit);

@@ -314,6 +314,7 @@ static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t 
   t->simd_sync = loop_barrier;
   t->fc_values = d->pipeline->fc_values;
   t->fc_defined = d->pipeline->fc_defined;
+  t->logging = d->pipeline->logging;
   t->tg_var = sm__tg_var;
   t->tg_arena = r->tg_arena;
   thread_place(t, r, lx, ly, lz);

@@ -4,7 +4,6 @@
  * NXConstantString), NSError, NSArray, NSLock, NSAutoreleasePool,
  * NSProcessInfo, NSBundle, NSLog, blocks, unknown selectors. */
 #include "sm_internal.h"
-#include "sm_compile.h"
 
 #include <Block.h>
 #include <limits.h>
@@ -47,7 +46,8 @@ _Noreturn void sm__fatal(const char *fmt, ...) {
   abort();
 }
 
-SM_EXPORT void softmetal_stats(struct softmetal_stats *out) {
+/* The object counts of softmetal_stats (sm_load.c adds the rest). */
+void sm__object_stats(struct softmetal_stats *out) {
   long live = 0;
   for (int i = 0; i < g_nclasses; i++) live += atomic_load(&g_classes[i]->live);
   out->live_objects = live;
@@ -56,15 +56,6 @@ SM_EXPORT void softmetal_stats(struct softmetal_stats *out) {
   out->retains = atomic_load(&g_retains);
   out->releases = atomic_load(&g_releases);
   out->autoreleases = atomic_load(&g_autoreleases);
-  out->live_buffer_bytes = atomic_load(&sm__buffer_bytes);
-  out->kernel_compiles = atomic_load(&sm__compiles);
-  out->kernel_cache_hits = atomic_load(&sm__cache_hits);
-  out->archive_restores = atomic_load(&sm__archive_restores);
-  out->syntax_checks = atomic_load(&sm__syntax_checks);
-  out->function_compiles = atomic_load(&sm__function_compiles);
-  out->function_cache_hits = atomic_load(&sm__function_cache_hits);
-  out->unsafe_math_libraries = atomic_load(&sm__unsafe_math_libraries);
-  out->blocked_in_command_buffer = atomic_load(&sm__blocked_cmdbuf);
 }
 
 SM_EXPORT long softmetal_live_count(const char *class_name) {
@@ -565,17 +556,21 @@ static void error_destroy(sm_obj *o) {
 }
 sm_class sm__error_class = {"NSError", sizeof(sm_error), error_destroy, Nil, 0};
 
-/* Error domains are exported NSString objects, compared by pointer as Apple's. */
-SM_EXPORT id MTLLibraryErrorDomain, MTLCommandBufferErrorDomain, MTLBinaryArchiveDomain,
-    MTLCaptureErrorDomain, MTLCounterErrorDomain, NSCocoaErrorDomain, NSPOSIXErrorDomain;
-static id *const g_domains[] = {&MTLLibraryErrorDomain, &MTLCommandBufferErrorDomain,
-                                &MTLBinaryArchiveDomain, &MTLCaptureErrorDomain,
-                                &MTLCounterErrorDomain, &NSCocoaErrorDomain,
-                                &NSPOSIXErrorDomain};
-static const char *const g_domain_names[] = {
-    "MTLLibraryErrorDomain", "MTLCommandBufferErrorDomain", "MTLBinaryArchiveDomain",
-    "MTLCaptureErrorDomain", "MTLCounterErrorDomain", "NSCocoaErrorDomain",
-    "NSPOSIXErrorDomain"};
+/* Error domains are exported NSString objects, compared by pointer as Apple's:
+ * Foundation's here, the others registered by their frameworks
+ * (sm__error_domain). */
+SM_EXPORT id NSCocoaErrorDomain, NSPOSIXErrorDomain;
+enum { MAX_DOMAINS = 16 };
+static id *g_domains[MAX_DOMAINS];
+static const char *g_domain_names[MAX_DOMAINS];
+static size_t g_ndomains;
+
+void sm__error_domain(id *slot, const char *name) {
+  if (g_ndomains == MAX_DOMAINS) sm__fatal("too many error domains");
+  *slot = sm__immortal(sm__string(name));
+  g_domains[g_ndomains] = slot;
+  g_domain_names[g_ndomains++] = name;
+}
 
 /* An object that lives as long as the process, not counted as live (nor
  * as allocated): shared instances, error domains. */
@@ -588,7 +583,7 @@ id sm__immortal(id o) {
 }
 
 static id domain_string(const char *domain) {
-  for (size_t i = 0; i < sizeof g_domains / sizeof g_domains[0]; i++)
+  for (size_t i = 0; i < g_ndomains; i++)
     if (strcmp(domain, g_domain_names[i]) == 0) return sm__retain(*g_domains[i]);
   return sm__string(domain);
 }
@@ -960,8 +955,8 @@ static void register_foundation(void) {
   sm__method(c, "copy", SM_IMP(string_self_copy), "@@:");
   sm__method(c, "description", SM_IMP(string_description), "@@:");
   sm__class_end(&sm__string_class);
-  for (size_t i = 0; i < sizeof g_domains / sizeof g_domains[0]; i++)
-    *g_domains[i] = sm__immortal(sm__string(g_domain_names[i]));
+  sm__error_domain(&NSCocoaErrorDomain, "NSCocoaErrorDomain");
+  sm__error_domain(&NSPOSIXErrorDomain, "NSPOSIXErrorDomain");
 
 
   c = sm__class_begin(&sm__error_class);
@@ -999,19 +994,13 @@ static void register_foundation(void) {
   objc_registerClassPair(g_mutable_array);
 }
 
-/* Every class and method exists before any thread of ours starts. */
-__attribute__((constructor)) static void softmetal_load(void) {
+/* The Foundation core: the root class, literals, strings, errors,
+ * collections (the library constructor, sm_load.c, runs it first). */
+void sm__register_foundation(void) {
   pthread_key_create(&g_pool_key, pool_thread_exit);
   __objc_msg_forward2 = forward_hook;
   register_literals();
   register_foundation();
-  sm__register_ns();
-  sm__register_metal();
-  sm__register_msl();
-  sm__register_archive();
-  sm__register_heap();
-  sm__register_host();
-  sm__register_argenc();
 }
 
 #if defined(__SANITIZE_ADDRESS__)

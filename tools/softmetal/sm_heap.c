@@ -11,24 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-enum { PAGE = 16384 };
 #define MAX_HEAP_SIZE ((NSUInteger)1 << 34)
-enum { ST_SHARED = 0, ST_MANAGED = 1, ST_PRIVATE = 2, ST_MEMORYLESS = 3 };
-enum { HAZARD_DEFAULT = 0, HAZARD_UNTRACKED = 1, HAZARD_TRACKED = 2 };
 enum { HEAP_AUTOMATIC = 0, HEAP_PLACEMENT = 1, HEAP_SPARSE = 2 };
 enum { PURGE_KEEP = 1, PURGE_NONVOLATILE = 2, PURGE_VOLATILE = 3, PURGE_EMPTY = 4 };
 
 typedef struct { NSUInteger size, align; } MTLSizeAndAlign;
-
-static void refuse(const char *sel, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void refuse(const char *sel, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "softmetal: %s: ", sel);
-  vfprintf(stderr, fmt, ap);
-  fputs("; returning nil\n", stderr);
-  va_end(ap);
-}
 
 static id send_id(id o, const char *sel) {
   return ((id(*)(id, SEL))(void (*)(void))sm__lookup(o, sel))(o, sel_registerName(sel));
@@ -60,14 +47,14 @@ HDESC_FIELD(hdesc_type, hdesc_set_type, type)
 static NSUInteger hdesc_options(id self, SEL cmd) {
   (void)cmd;
   sm_heap_desc *d = (sm_heap_desc *)self;
-  return d->cache | d->storage << 4 | d->hazard << 8;
+  return sm__options(d->cache, d->storage, d->hazard);
 }
 static void hdesc_set_options(id self, SEL cmd, NSUInteger o) {
   (void)cmd;
   sm_heap_desc *d = (sm_heap_desc *)self;
-  d->cache = o & 0xF;
-  d->storage = (o >> 4) & 0xF;
-  d->hazard = (o >> 8) & 0xF;
+  d->cache = sm__options_cache(o);
+  d->storage = sm__options_storage(o);
+  d->hazard = sm__options_hazard(o);
 }
 static id hdesc_copy(id self, SEL cmd) {
   (void)cmd;
@@ -98,6 +85,8 @@ typedef struct {
   size_t n, cap;
   NSUInteger used; /* bytes of live, non-aliasable allocations */
   NSUInteger purgeable;
+  id *live; /* its buffers (not retained: each leaves at its dealloc) */
+  size_t nlive, live_cap;
 } sm_heap;
 
 static void heap_destroy(sm_obj *o) {
@@ -108,14 +97,15 @@ static void heap_destroy(sm_obj *o) {
     atomic_fetch_sub(&sm__buffer_bytes, (long)h->size);
   }
   free(h->ranges);
+  free(h->live);
   pthread_mutex_destroy(&h->mu);
   sm__release(h->device);
 }
 static sm_class heap_class = {"SMHeap", sizeof(sm_heap), heap_destroy, Nil, 0};
 
 static MTLSizeAndAlign size_and_align(NSUInteger length) {
-  MTLSizeAndAlign r = {0, PAGE};
-  if (length <= (NSUInteger)-1 - PAGE) r.size = (length + PAGE - 1) / PAGE * PAGE;
+  MTLSizeAndAlign r = {0, SM_PAGE};
+  if (length <= (NSUInteger)-1 - SM_PAGE) r.size = (length + SM_PAGE - 1) / SM_PAGE * SM_PAGE;
   return r;
 }
 
@@ -136,20 +126,20 @@ static id device_new_heap(id self, SEL cmd, id desc) {
               desc ? object_getClassName(desc) : "nil");
   sm_heap_desc *d = (sm_heap_desc *)desc;
   if (d->size == 0 || d->size > MAX_HEAP_SIZE) {
-    refuse(sel, "descriptor.size = %lu must be in 1..%lu", d->size, MAX_HEAP_SIZE);
+    sm__refuse(sel, "descriptor.size = %lu must be in 1..%lu", d->size, MAX_HEAP_SIZE);
     return nil;
   }
   if (d->storage != ST_SHARED && d->storage != ST_PRIVATE) {
-    refuse(sel, "descriptor.storageMode = %lu: heaps take Shared (0) or Private (2)", d->storage);
+    sm__refuse(sel, "descriptor.storageMode = %lu: heaps take Shared (0) or Private (2)", d->storage);
     return nil;
   }
   if (d->cache > 1 || d->hazard > HAZARD_TRACKED) {
-    refuse(sel, "descriptor.cpuCacheMode = %lu or hazardTrackingMode = %lu is not valid",
+    sm__refuse(sel, "descriptor.cpuCacheMode = %lu or hazardTrackingMode = %lu is not valid",
            d->cache, d->hazard);
     return nil;
   }
   if (d->type == HEAP_SPARSE || d->type > HEAP_SPARSE) {
-    refuse(sel, "descriptor.type = %lu: softmetal has Automatic (0) and Placement (1) heaps, "
+    sm__refuse(sel, "descriptor.type = %lu: softmetal has Automatic (0) and Placement (1) heaps, "
                 "not sparse ones (sparse heaps hold sparse textures, which softmetal lacks)",
            d->type);
     return nil;
@@ -165,10 +155,10 @@ static id device_new_heap(id self, SEL cmd, id desc) {
   h->hazard = d->hazard == HAZARD_TRACKED ? HAZARD_TRACKED : HAZARD_UNTRACKED;
   h->type = d->type;
   h->purgeable = PURGE_NONVOLATILE;
-  h->mem = aligned_alloc(PAGE, h->size);
+  h->mem = aligned_alloc(SM_PAGE, h->size);
   if (!h->mem) {
     sm__release((id)h);
-    refuse(sel, "size = %lu: out of memory", d->size);
+    sm__refuse(sel, "size = %lu: out of memory", d->size);
     return nil;
   }
   memset(h->mem, 0, h->size);
@@ -235,24 +225,48 @@ void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_alia
   pthread_mutex_unlock(&h->mu);
 }
 
+/* A buffer of the heap is going (its dealloc, sm_host.c). */
+void sm__heap_buffer_gone(id heap, id buffer);
+void sm__heap_buffer_gone(id heap, id buffer) {
+  sm_heap *h = (sm_heap *)heap;
+  pthread_mutex_lock(&h->mu);
+  for (size_t i = 0; i < h->nlive; i++)
+    if (h->live[i] == buffer) {
+      h->live[i] = h->live[--h->nlive];
+      break;
+    }
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* useHeap: (sm_host.c): the heap's buffers may be read by the encoder's
+ * later dispatches (Apple: "accessed as readonly ... through an argument
+ * buffer"), so its untracked ones become reads in the hazard checks. */
+void sm__heap_use(id heap, id encoder);
+void sm__heap_use(id heap, id encoder) {
+  sm_heap *h = (sm_heap *)heap;
+  pthread_mutex_lock(&h->mu);
+  for (size_t i = 0; i < h->nlive; i++) sm__encoder_use(encoder, h->live[i], false);
+  pthread_mutex_unlock(&h->mu);
+}
+
 static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, bool placed,
                       NSUInteger offset) {
   sm_heap *h = (sm_heap *)self;
   const char *sel = sel_getName(cmd);
-  NSUInteger cache = options & 0xF, storage = (options >> 4) & 0xF;
+  NSUInteger cache = sm__options_cache(options), storage = sm__options_storage(options);
   if (storage != h->storage || cache != h->cache) {
-    refuse(sel, "options = 0x%lx: storage mode %lu and CPU cache mode %lu must be the heap's "
+    sm__refuse(sel, "options = 0x%lx: storage mode %lu and CPU cache mode %lu must be the heap's "
                 "(%lu, %lu)", options, storage, cache, h->storage, h->cache);
     return nil;
   }
   if (placed != (h->type == HEAP_PLACEMENT)) {
-    refuse(sel, placed ? "the heap is not a placement heap (MTLHeapTypePlacement): use "
+    sm__refuse(sel, placed ? "the heap is not a placement heap (MTLHeapTypePlacement): use "
                          "newBufferWithLength:options:"
                        : "the heap is a placement heap: use newBufferWithLength:options:offset:");
     return nil;
   }
   if (length == 0) {
-    refuse(sel, "length = 0");
+    sm__refuse(sel, "length = 0");
     return nil;
   }
   MTLSizeAndAlign sa = size_and_align(length);
@@ -267,18 +281,28 @@ static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, b
   }
   pthread_mutex_unlock(&h->mu);
   if (off == -2) {
-    refuse(sel, "offset = %lu must be a multiple of %lu with %lu bytes within the heap's %lu",
+    sm__refuse(sel, "offset = %lu must be a multiple of %lu with %lu bytes within the heap's %lu",
            offset, sa.align, sa.size, h->size);
     return nil;
   }
   if (off < 0) return nil; /* full: Metal returns nil */
-  NSUInteger buf_options = cache | storage << 4 | h->hazard << 8;
+  NSUInteger buf_options = sm__options(cache, storage, h->hazard);
   id b = sm__buffer_new_placed(h->device, sel, h->mem + off, length, buf_options);
   if (!b) {
     sm__heap_give_back(self, (NSUInteger)off, sa.size, false);
     return nil;
   }
   sm__host_set_heap_slot(b, sm__retain(self), (NSUInteger)off, sa.size);
+  pthread_mutex_lock(&h->mu);
+  if (h->nlive == h->live_cap) {
+    size_t cap = h->live_cap ? h->live_cap * 2 : 8;
+    id *g = realloc(h->live, cap * sizeof *g);
+    if (!g) sm__fatal("-[SMHeap %s]: out of memory", sel);
+    h->live = g;
+    h->live_cap = cap;
+  }
+  h->live[h->nlive++] = b;
+  pthread_mutex_unlock(&h->mu);
   return b;
 }
 static id heap_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options) {
@@ -293,7 +317,7 @@ static NSUInteger heap_max_available(id self, SEL cmd, NSUInteger align) {
   sm_heap *h = (sm_heap *)self;
   if (align == 0 || (align & (align - 1)))
     sm__fatal("-[SMHeap %s]: alignment = %lu must be a power of two", sel_getName(cmd), align);
-  if (align < PAGE) align = PAGE;
+  if (align < SM_PAGE) align = SM_PAGE;
   NSUInteger best = 0;
   pthread_mutex_lock(&h->mu);
   if (h->type == HEAP_PLACEMENT) {
@@ -310,7 +334,7 @@ static NSUInteger heap_max_available(id self, SEL cmd, NSUInteger align) {
     }
   }
   pthread_mutex_unlock(&h->mu);
-  return best / PAGE * PAGE;
+  return best / SM_PAGE * SM_PAGE;
 }
 static NSUInteger heap_size(id self, SEL cmd) { (void)cmd; return ((sm_heap *)self)->size; }
 static NSUInteger heap_used(id self, SEL cmd) {
@@ -328,7 +352,7 @@ static NSUInteger heap_type(id self, SEL cmd) { (void)cmd; return ((sm_heap *)se
 static NSUInteger heap_options(id self, SEL cmd) {
   (void)cmd;
   sm_heap *h = (sm_heap *)self;
-  return h->cache | h->storage << 4 | h->hazard << 8;
+  return sm__options(h->cache, h->storage, h->hazard);
 }
 static id heap_device(id self, SEL cmd) { (void)cmd; return ((sm_heap *)self)->device; }
 

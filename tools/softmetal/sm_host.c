@@ -80,6 +80,8 @@ static struct sm_host *host_of(id o) {
 static struct sm_host *host_if(id o) { return o ? atomic_load(&((sm_obj *)o)->host) : NULL; }
 
 void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_aliasable);
+void sm__heap_buffer_gone(id heap, id buffer);
+void sm__heap_use(id heap, id encoder);
 
 void sm__host_free(sm_obj *o) {
   struct sm_host *h = atomic_exchange(&o->host, NULL);
@@ -98,6 +100,7 @@ void sm__host_free(sm_obj *o) {
   sm__release(h->architecture);
   sm__release(h->macros);
   if (h->heap) {
+    sm__heap_buffer_gone(h->heap, (id)o);
     sm__heap_give_back(h->heap, h->heap_off, h->heap_size, false);
     sm__release(h->heap);
   }
@@ -447,10 +450,18 @@ static void enc_use_resources(id self, SEL cmd, const id *rs, NSUInteger count, 
     sm__encoder_use(self, rs[i], usage & 2);
   }
 }
-static void enc_use_heap(id self, SEL cmd, id heap) { check_resource(self, cmd, heap, 1, true); }
+/* A heap's buffers may be read (Metal's useHeap: is read-only): its untracked
+ * ones become reads of later dispatches. */
+static void enc_use_heap(id self, SEL cmd, id heap) {
+  check_resource(self, cmd, heap, 1, true);
+  sm__heap_use(heap, self);
+}
 static void enc_use_heaps(id self, SEL cmd, const id *hs, NSUInteger count) {
   if (count && !hs) sm__fatal("-[SMComputeCommandEncoder %s]: heaps = NULL", sel_getName(cmd));
-  for (NSUInteger i = 0; i < count; i++) check_resource(self, cmd, hs[i], 1, true);
+  for (NSUInteger i = 0; i < count; i++) {
+    check_resource(self, cmd, hs[i], 1, true);
+    sm__heap_use(hs[i], self);
+  }
 }
 static id enc_device(id self, SEL cmd) {
   (void)cmd;

@@ -100,7 +100,28 @@ void sm__block_invoke_handler(const void *block, id arg);
 extern atomic_long sm__buffer_bytes, sm__compiles, sm__cache_hits, sm__unsafe_math_libraries;
 extern atomic_long sm__blocked_cmdbuf; /* threads blocked in commandBuffer */
 
-/* Per-file registration, run once from the library constructor. */
+/* MTLResourceOptions (Apple's layout): CPU cache mode in bits 0-3, storage
+ * mode in 4-7, hazard tracking mode in 8-11. Buffers of the device and of
+ * heaps (sm_metal.c, sm_heap.c) decode them alike. */
+enum { SM_PAGE = 16384 }; /* buffers' alignment and size granule */
+enum { ST_SHARED = 0, ST_MANAGED = 1, ST_PRIVATE = 2, ST_MEMORYLESS = 3 };
+enum { HAZARD_DEFAULT = 0, HAZARD_UNTRACKED = 1, HAZARD_TRACKED = 2 };
+static inline NSUInteger sm__options_cache(NSUInteger o) { return o & 0xF; }
+static inline NSUInteger sm__options_storage(NSUInteger o) { return (o >> 4) & 0xF; }
+static inline NSUInteger sm__options_hazard(NSUInteger o) { return (o >> 8) & 0xF; }
+static inline NSUInteger sm__options(NSUInteger cache, NSUInteger storage, NSUInteger hazard) {
+  return cache | storage << 4 | hazard << 8;
+}
+/* Prints "softmetal: sel: <message>; returning nil" (a creation that gives nil). */
+void sm__refuse(const char *sel, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Per-file registration, run once from the library constructor (sm_load.c). */
+void sm__register_foundation(void); /* sm_foundation.c: first */
+/* Registers an error domain: *slot becomes its NSString, which every NSError
+ * of that domain carries (sm__error). */
+void sm__error_domain(id *slot, const char *name);
+/* The object counts of softmetal_stats (sm_foundation.c). */
+void sm__object_stats(struct softmetal_stats *out);
 void sm__register_metal(void);
 void sm__register_msl(void);
 void sm__register_archive(void); /* sm_archive.c: after the device class registers */
@@ -205,6 +226,7 @@ typedef struct {
   const unsigned char *fc_values, *fc_defined; /* owned by the function */
   NSUInteger max_threads;
   NSUInteger static_tg; /* staticThreadgroupMemoryLength: threadgroup variables of bodies */
+  bool logging; /* its library's MTLCompileOptions.enableLogging: os_log prints */
 } sm_pipeline;
 extern sm_class sm__pipeline_class;
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* softmetal Metal objects: device, buffers, shared events, command queues,
  * command buffers, blit and compute encoders. */
-#include "sm_internal.h"
+#include "sm_metal.h"
 
 #include <errno.h>
 #include <objc/thr.h>
@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 enum {
-  PAGE = 16384,
   MAX_SET_BYTES = 4096,
   MAX_TG_MEMORY = 32768,
   MAX_THREADS_PER_GROUP = 1024,
@@ -21,8 +20,6 @@ enum {
 #define MAX_BUFFER_LENGTH ((NSUInteger)1 << 34)
 #define WORKING_SET ((uint64_t)8 << 30)
 
-enum { ST_SHARED = 0, ST_MANAGED = 1, ST_PRIVATE = 2, ST_MEMORYLESS = 3 };
-enum { HAZARD_DEFAULT = 0, HAZARD_UNTRACKED = 1, HAZARD_TRACKED = 2 }; /* options bits 8-9 */
 enum { DISPATCH_SERIAL = 0, DISPATCH_CONCURRENT = 1 };
 enum { BARRIER_SCOPE_BUFFERS = 1 };
 enum {
@@ -43,12 +40,6 @@ static const char *status_name(NSUInteger s) {
 }
 
 /* ------------------------------------------------------------- device */
-typedef struct {
-  sm_obj hdr;
-  id name;
-  unsigned index; /* in MTLCopyAllDevices */
-  atomic_ulong allocated;
-} sm_device;
 
 enum { MAX_DEVICES = 8 };
 static void device_destroy(sm_obj *o);
@@ -152,157 +143,14 @@ static BOOL device_supports_family(id self, SEL cmd, NSInteger family) {
          (family >= 3001 && family <= 3003) || family == 5001;
 }
 
-/* ------------------------------------------------------------- hazard graph */
-/* Untracked resources get no ordering from Metal between passes (encoders).
- * softmetal checks, when a command buffer is committed, that every pass that
- * touches an untracked buffer another pass of the same queue wrote (or writes
- * what another read) is ordered after it: by fences (updateFence: at the end
- * of a pass, waitForFence: at the start of a later one), by a shared event
- * signalled and waited for on the queue, or because the host saw the earlier
- * command buffer complete (waitUntilCompleted returned, or status read as
- * Completed or Error) before the commit. Granularity: whole buffers, as
- * Metal's own tracking. Every field below is under g_hz. */
-typedef struct sm_pass sm_pass;
-struct sm_pass {
-  long rc;
-  uint64_t seq;  /* analysis order: predecessors have smaller ones */
-  uint64_t mark; /* search stamp */
-  bool done;     /* finished before anything analysed from now on */
-  sm_pass **preds; /* retained */
-  size_t npreds, cap;
-  char what[160];
-};
-
-typedef struct {
-  sm_pass *pass; /* retained */
-  bool write;
-  char op[128];
-} hz_access;
-
-typedef struct {
-  sm_pass **p;
-  size_t n, cap;
-} pass_vec;
-
-static pthread_mutex_t g_hz = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_hz_seq, g_hz_mark;
-
-static void pv_push(pass_vec *v, sm_pass *p) {
-  if (v->n == v->cap) {
-    size_t cap = v->cap ? v->cap * 2 : 8;
-    sm_pass **q = realloc(v->p, cap * sizeof *q);
-    if (!q) sm__fatal("hazard tracking: out of memory");
-    v->p = q;
-    v->cap = cap;
-  }
-  v->p[v->n++] = p;
-}
-
-static sm_pass *pass_new(const char *what) {
-  sm_pass *p = calloc(1, sizeof *p);
-  if (!p) sm__fatal("hazard tracking: out of memory");
-  p->rc = 1;
-  p->seq = ++g_hz_seq;
-  snprintf(p->what, sizeof p->what, "%s", what);
-  return p;
-}
-
-static sm_pass *pass_ref(sm_pass *p) {
-  p->rc++;
-  return p;
-}
-
-static void pass_unref(sm_pass *p) {
-  pass_vec stack = {0};
-  while (p) {
-    if (--p->rc == 0) {
-      for (size_t i = 0; i < p->npreds; i++) pv_push(&stack, p->preds[i]);
-      free(p->preds);
-      free(p);
-    }
-    p = stack.n ? stack.p[--stack.n] : NULL;
-  }
-  free(stack.p);
-}
-
-/* Adds an edge pred -> p (pred ordered before p). */
-static void pass_after_edge(sm_pass *p, sm_pass *pred) {
-  pass_vec v = {p->preds, p->npreds, p->cap};
-  pv_push(&v, pass_ref(pred));
-  p->preds = v.p;
-  p->npreds = v.n;
-  p->cap = v.cap;
-}
-
-/* p has completed, so has every pass ordered before it: mark them and drop
- * the edges, which nothing needs any more. */
-static void pass_done(sm_pass *p) {
-  pass_vec stack = {0};
-  for (sm_pass *q = p; q; q = stack.n ? stack.p[--stack.n] : NULL) {
-    if (!q->done) {
-      q->done = true;
-      for (size_t i = 0; i < q->npreds; i++) pv_push(&stack, q->preds[i]);
-      free(q->preds);
-      q->preds = NULL;
-      q->npreds = q->cap = 0;
-    }
-    if (q != p) pass_unref(q); /* the reference the edge held */
-  }
-  free(stack.p);
-}
-
-/* Whether w is ordered before p. */
-static bool pass_ordered(sm_pass *w, sm_pass *p) {
-  if (w->done) return true;
-  uint64_t mark = ++g_hz_mark;
-  pass_vec stack = {0};
-  bool found = false;
-  for (sm_pass *q = p; q && !found; q = stack.n ? stack.p[--stack.n] : NULL) {
-    if (q == w) found = true;
-    if (q->mark == mark) continue;
-    q->mark = mark;
-    for (size_t i = 0; i < q->npreds; i++)
-      if (q->preds[i]->seq >= w->seq && q->preds[i]->mark != mark) pv_push(&stack, q->preds[i]);
-  }
-  free(stack.p);
-  return found;
-}
-
 /* ------------------------------------------------------------- buffers */
-typedef struct {
-  sm_obj hdr;
-  sm_device *device; /* retained */
-  unsigned char *mem; /* the host's copy (contents); the only one unless Managed */
-  unsigned char *gpu; /* what blits and kernels use: mem, or a second copy if Managed */
-  uint64_t gpu_address; /* unmapped in this process: never a host pointer */
-  NSUInteger length, reserved; /* reserved: bytes counted against the device */
-  NSUInteger options, storage;
-  bool nocopy;
-  bool placed;    /* in a heap's memory: neither freed nor counted here */
-  bool guarded;   /* MTL_SHADER_VALIDATION=1: mem and gpu from sm__guarded_alloc */
-  bool untracked; /* MTLResourceHazardTrackingModeUntracked */
-  void *deallocator; /* copied block, or NULL */
-  /* Passes of queue hz_queue that use it and may not be ordered before
-   * later ones (untracked buffers only; under g_hz). */
-  uint64_t hz_queue;
-  hz_access *hz;
-  size_t nhz, hz_cap;
-} sm_buffer;
-
-static void buffer_forget_passes(sm_buffer *b) {
-  for (size_t i = 0; i < b->nhz; i++) pass_unref(b->hz[i].pass);
-  b->nhz = 0;
-}
 
 static void buffer_destroy(sm_obj *o);
 static sm_class buffer_class = {"SMBuffer", sizeof(sm_buffer), buffer_destroy, Nil, 0};
 
 static void buffer_destroy(sm_obj *o) {
   sm_buffer *b = (sm_buffer *)o;
-  pthread_mutex_lock(&g_hz);
-  buffer_forget_passes(b);
-  pthread_mutex_unlock(&g_hz);
-  free(b->hz);
+  sm__hazard_buffer_gone(b);
   if (b->placed) {
     sm__release((id)b->device);
     return;
@@ -332,8 +180,7 @@ static void buffer_destroy(sm_obj *o) {
   sm__release((id)b->device);
 }
 
-static void refuse(const char *sel, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void refuse(const char *sel, const char *fmt, ...) {
+void sm__refuse(const char *sel, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "softmetal: %s: ", sel);
@@ -344,9 +191,10 @@ static void refuse(const char *sel, const char *fmt, ...) {
 
 /* Storage mode from options, or -1 (message printed) when the options are invalid. */
 static long options_storage(const char *sel, NSUInteger options) {
-  NSUInteger cache = options & 0xF, storage = (options >> 4) & 0xF, hazard = (options >> 8) & 0xF;
+  NSUInteger cache = sm__options_cache(options), storage = sm__options_storage(options),
+             hazard = sm__options_hazard(options);
   if (options >> 12 || cache > 1 || hazard > 2 || storage > ST_PRIVATE) {
-    refuse(sel, "options = 0x%lx is not a valid MTLResourceOptions for a buffer "
+    sm__refuse(sel, "options = 0x%lx is not a valid MTLResourceOptions for a buffer "
                 "(cache %lu, storage %lu, hazard %lu)", options, cache, storage, hazard);
     return -1;
   }
@@ -358,7 +206,7 @@ static sm_buffer *buffer_make(sm_device *dev, const char *sel, NSUInteger length
   long storage = options_storage(sel, options);
   if (storage < 0) return NULL;
   if (length == 0 || length > MAX_BUFFER_LENGTH) {
-    refuse(sel, "length = %lu must be in 1..%lu", length, MAX_BUFFER_LENGTH);
+    sm__refuse(sel, "length = %lu must be in 1..%lu", length, MAX_BUFFER_LENGTH);
     return NULL;
   }
   sm_buffer *b = sm__new(&buffer_class);
@@ -367,7 +215,7 @@ static sm_buffer *buffer_make(sm_device *dev, const char *sel, NSUInteger length
   b->length = length;
   b->options = options;
   b->storage = (NSUInteger)storage;
-  b->untracked = (options >> 8 & 0x3) == HAZARD_UNTRACKED;
+  b->untracked = sm__options_hazard(options) == HAZARD_UNTRACKED;
   return b;
 }
 
@@ -381,10 +229,10 @@ static atomic_uint_fast64_t g_next_gpu_address = GPU_ADDRESS_BASE;
  * GPU copy of Managed storage (initialised from the host copy). False when out
  * of memory. */
 static bool buffer_finish(sm_buffer *b) {
-  NSUInteger reserved = (b->length + PAGE - 1) / PAGE * PAGE;
+  NSUInteger reserved = (b->length + SM_PAGE - 1) / SM_PAGE * SM_PAGE;
   b->gpu = b->mem;
   if (b->storage == ST_MANAGED) {
-    b->gpu = b->guarded ? sm__guarded_alloc(b->length) : aligned_alloc(PAGE, reserved);
+    b->gpu = b->guarded ? sm__guarded_alloc(b->length) : aligned_alloc(SM_PAGE, reserved);
     if (!b->gpu) return false;
     memcpy(b->gpu, b->mem, b->length);
     if (!b->guarded) memset(b->gpu + b->length, 0, reserved - b->length);
@@ -401,19 +249,19 @@ static id buffer_ready(sm_buffer *b, const char *sel) {
   if (buffer_finish(b)) return (id)b;
   NSUInteger length = b->length;
   sm__release((id)b); /* unfinished: the deallocator is not called */
-  refuse(sel, "length = %lu: out of memory", length);
+  sm__refuse(sel, "length = %lu: out of memory", length);
   return nil;
 }
 
 static id device_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options) {
   sm_buffer *b = buffer_make((sm_device *)self, sel_getName(cmd), length, options);
   if (!b) return nil;
-  NSUInteger size = (length + PAGE - 1) / PAGE * PAGE;
+  NSUInteger size = (length + SM_PAGE - 1) / SM_PAGE * SM_PAGE;
   b->guarded = sm__shader_validation(); /* accesses past the end fault */
-  b->mem = b->guarded ? sm__guarded_alloc(length) : aligned_alloc(PAGE, size);
+  b->mem = b->guarded ? sm__guarded_alloc(length) : aligned_alloc(SM_PAGE, size);
   if (!b->mem) {
     sm__release((id)b);
-    refuse(sel_getName(cmd), "length = %lu: out of memory", length);
+    sm__refuse(sel_getName(cmd), "length = %lu: out of memory", length);
     return nil;
   }
   if (!b->guarded) memset(b->mem, 0, size);
@@ -423,7 +271,7 @@ static id device_new_buffer(id self, SEL cmd, NSUInteger length, NSUInteger opti
 static id device_new_buffer_bytes(id self, SEL cmd, const void *bytes, NSUInteger length,
                                   NSUInteger options) {
   if (!bytes) {
-    refuse(sel_getName(cmd), "bytes = NULL");
+    sm__refuse(sel_getName(cmd), "bytes = NULL");
     return nil;
   }
   id b = device_new_buffer(self, cmd, length, options);
@@ -437,16 +285,16 @@ static id device_new_buffer_bytes(id self, SEL cmd, const void *bytes, NSUIntege
 static id device_new_buffer_nocopy(id self, SEL cmd, void *ptr, NSUInteger length,
                                    NSUInteger options, const void *deallocator) {
   const char *sel = sel_getName(cmd);
-  if (!ptr || (uintptr_t)ptr % PAGE) {
-    refuse(sel, "pointer = %p must be aligned to the %d-byte page", ptr, PAGE);
+  if (!ptr || (uintptr_t)ptr % SM_PAGE) {
+    sm__refuse(sel, "pointer = %p must be aligned to the %d-byte page", ptr, SM_PAGE);
     return nil;
   }
-  if (length % PAGE) {
-    refuse(sel, "length = %lu must be a multiple of the %d-byte page", length, PAGE);
+  if (length % SM_PAGE) {
+    sm__refuse(sel, "length = %lu must be a multiple of the %d-byte page", length, SM_PAGE);
     return nil;
   }
-  if (((options >> 4) & 0xF) == ST_PRIVATE) {
-    refuse(sel, "options = 0x%lx: Private storage cannot wrap CPU memory", options);
+  if (sm__options_storage(options) == ST_PRIVATE) {
+    sm__refuse(sel, "options = 0x%lx: Private storage cannot wrap CPU memory", options);
     return nil;
   }
   sm_buffer *b = buffer_make((sm_device *)self, sel, length, options);
@@ -459,8 +307,8 @@ static id device_new_buffer_nocopy(id self, SEL cmd, void *ptr, NSUInteger lengt
 
 id sm__buffer_new_placed(id device, const char *sel, void *mem, NSUInteger length,
                          NSUInteger options) {
-  if (((options >> 4) & 0xF) == ST_MANAGED) {
-    refuse(sel, "options = 0x%lx: heaps have no Managed storage", options);
+  if (sm__options_storage(options) == ST_MANAGED) {
+    sm__refuse(sel, "options = 0x%lx: heaps have no Managed storage", options);
     return nil;
   }
   sm_buffer *b = buffer_make((sm_device *)device, sel, length, options);
@@ -515,13 +363,6 @@ static void buffer_did_modify(id self, SEL cmd, NSRange r) {
 static id buffer_device(id self, SEL cmd) { (void)cmd; return (id)((sm_buffer *)self)->device; }
 
 /* ------------------------------------------------------------- shared events */
-typedef struct {
-  sm_obj hdr;
-  sm_device *device;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  uint64_t value;
-} sm_event;
 
 static void event_destroy(sm_obj *o) {
   sm_event *e = (sm_event *)o;
@@ -572,18 +413,10 @@ static void event_wait(sm_event *e, uint64_t v) {
 }
 
 /* ------------------------------------------------------------- fences */
-typedef struct {
-  sm_obj hdr;
-  sm_device *device; /* retained */
-  sm_pass *updater;  /* the last pass that updated it, on queue queue_id (under g_hz) */
-  uint64_t queue_id;
-} sm_fence;
 
 static void fence_destroy(sm_obj *o) {
   sm_fence *f = (sm_fence *)o;
-  pthread_mutex_lock(&g_hz);
-  if (f->updater) pass_unref(f->updater);
-  pthread_mutex_unlock(&g_hz);
+  sm__hazard_fence_gone(f);
   sm__release((id)f->device);
 }
 static sm_class fence_class = {"SMFence", sizeof(sm_fence), fence_destroy, Nil, 0};
@@ -599,96 +432,6 @@ static id device_new_fence(id self, SEL cmd) {
 static id fence_device(id self, SEL cmd) { (void)cmd; return (id)((sm_fence *)self)->device; }
 
 /* ------------------------------------------------------------- commands */
-#define SM_MAX_USED 64u /* untracked buffers a compute encoder's useResource: calls name */
-enum { CMD_COPY, CMD_FILL, CMD_SYNC, CMD_DISPATCH, CMD_SIGNAL, CMD_WAIT, CMD_UPDATE_FENCE,
-       CMD_WAIT_FENCE };
-
-typedef struct {
-  sm_pipeline *pipeline;
-  sm_buffer *buffers[SM_MAX_BINDINGS];
-  NSUInteger offsets[SM_MAX_BINDINGS];
-  void *bytes[SM_MAX_BINDINGS];
-  NSUInteger tg_len[SM_MAX_BINDINGS];
-  MTLSize grid, tg, groups;
-  sm_buffer *indirect; /* threadgroups per grid, read at execution; or NULL */
-  NSUInteger indirect_off;
-  /* Untracked buffers made resident with useResource:usage: (argument
-   * buffers): uses for the hazard checks. */
-  sm_buffer *used[SM_MAX_USED];
-  bool used_write[SM_MAX_USED];
-  unsigned nused;
-} dispatch_rec;
-
-typedef struct {
-  int kind;
-  sm_buffer *src, *dst; /* retained when the command buffer retains references */
-  NSUInteger src_off, dst_off, size;
-  uint8_t fill;
-  sm_event *event; /* retained */
-  uint64_t value;
-  dispatch_rec *dispatch;
-  sm_fence *fence; /* retained */
-  int pass;        /* encoder number in its command buffer, -1 for its own commands */
-  const char *enc_sel, *op_sel; /* the encoder's creating selector; the command's */
-} command;
-
-typedef struct sm_queue sm_queue;
-typedef struct sm_cmdbuf sm_cmdbuf;
-
-struct sm_cmdbuf {
-  sm_obj hdr;
-  sm_queue *queue; /* retained */
-  atomic_ulong status;
-  bool retains_refs;
-  command *cmds;
-  size_t ncmds, cap;
-  void **handlers;
-  size_t nhandlers;
-  id error;
-  char *encode_error; /* first encoding error, reported at execution */
-  id active_encoder;  /* weak */
-  uint64_t seq;     /* commit number on its queue */
-  sm_cmdbuf *next; /* queue list */
-  uint64_t serial;  /* creation number, names it in messages */
-  int npasses;      /* encoders made */
-  pass_vec passes;  /* its passes in the hazard graph (retained, under g_hz) */
-  atomic_bool observed; /* the host saw it complete */
-  /* Under the queue's core->mu: */
-  bool holds_slot;  /* counts against the queue's maximum */
-  bool waitable;    /* waitUntilCompleted may return */
-  int waiting, returned; /* threads in waitUntilCompleted; those that left it */
-};
-
-typedef struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;      /* work arrived */
-  pthread_cond_t done_cv; /* a command buffer finished */
-  sm_cmdbuf *head, *tail;
-  uint64_t committed, finished; /* sequence numbers, in commit order */
-  bool stop;
-  NSUInteger max_uncompleted; /* commandBuffer blocks when this many are alive */
-  NSUInteger uncompleted;     /* made and neither completed nor destroyed */
-  pthread_cond_t slot_cv;     /* one of them completed */
-  uint64_t rng;               /* completion-order coin, seeded (SOFTMETAL_SEED) */
-} queue_core;
-
-/* The last signal of an event on a queue, as a node of the hazard graph. */
-typedef struct {
-  sm_event *event; /* retained */
-  uint64_t value;
-  sm_pass *node;   /* retained */
-} queue_signal;
-
-struct sm_queue {
-  sm_obj hdr;
-  sm_device *device;
-  uint64_t id;
-  queue_signal *signals; /* under g_hz */
-  size_t nsignals;
-  queue_core *core;
-  bool started;
-  pthread_t thread;
-};
 
 static void release_ref(sm_cmdbuf *cb, sm_buffer *b) {
   if (cb->retains_refs) sm__release((id)b);
@@ -717,10 +460,7 @@ static void slot_release(sm_cmdbuf *cb);
 static void cmdbuf_destroy(sm_obj *o) {
   sm_cmdbuf *cb = (sm_cmdbuf *)o;
   slot_release(cb);
-  pthread_mutex_lock(&g_hz);
-  for (size_t i = 0; i < cb->passes.n; i++) pass_unref(cb->passes.p[i]);
-  pthread_mutex_unlock(&g_hz);
-  free(cb->passes.p);
+  sm__hazard_cmdbuf_gone(cb);
   for (size_t i = 0; i < cb->ncmds; i++) command_free(cb, &cb->cmds[i]);
   free(cb->cmds);
   /* Handlers of a buffer never committed are released without running. */
@@ -1064,11 +804,7 @@ static void queue_destroy(sm_obj *o) {
       }
     }
   }
-  pthread_mutex_lock(&g_hz);
-  for (size_t i = 0; i < q->nsignals; i++) pass_unref(q->signals[i].node);
-  pthread_mutex_unlock(&g_hz);
-  for (size_t i = 0; i < q->nsignals; i++) sm__release((id)q->signals[i].event);
-  free(q->signals);
+  sm__hazard_queue_gone(q);
   sm__release((id)q->device);
 }
 static sm_class queue_class = {"SMCommandQueue", sizeof(sm_queue), queue_destroy, Nil, 0};
@@ -1154,7 +890,6 @@ static id queue_cmdbuf_unretained(id self, SEL cmd) {
 }
 
 /* ------------------------------------------------------------- command buffers */
-static void hazard_observed(sm_cmdbuf *cb);
 
 static unsigned char cb_retained_refs(id self, SEL cmd) {
   (void)cmd;
@@ -1163,7 +898,7 @@ static unsigned char cb_retained_refs(id self, SEL cmd) {
 static NSUInteger cb_status(id self, SEL cmd) {
   (void)cmd;
   NSUInteger st = atomic_load(&((sm_cmdbuf *)self)->status);
-  if (st >= CB_COMPLETED) hazard_observed((sm_cmdbuf *)self);
+  if (st >= CB_COMPLETED) sm__hazard_observed((sm_cmdbuf *)self);
   return st;
 }
 
@@ -1186,214 +921,12 @@ static void cb_enqueue(id self, SEL cmd) {
   atomic_store(&cb->status, CB_ENQUEUED);
 }
 
-/* ------------------------------------------------------------- hazard check */
-typedef struct {
-  sm_buffer *buf;
-  bool write;
-  char op[128];
-} hz_use;
-
-/* The buffers command c uses, with whether it may write them. */
-static size_t command_uses(const command *c, hz_use *u) {
-  size_t n = 0;
-  switch (c->kind) {
-  case CMD_COPY:
-    u[n++] = (hz_use){c->src, false, ""};
-    u[n++] = (hz_use){c->dst, true, ""};
-    break;
-  case CMD_FILL:
-    u[n++] = (hz_use){c->dst, true, ""};
-    break;
-  case CMD_SYNC:
-    u[n++] = (hz_use){c->dst, false, ""};
-    break;
-  case CMD_DISPATCH: {
-    const dispatch_rec *d = c->dispatch;
-    const struct sm_kernel_desc *k = d->pipeline->desc;
-    for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
-      if (!(k->buffer_mask >> i & 1u) || !d->buffers[i]) continue;
-      bool write = k->written_mask >> i & 1u;
-      size_t j = 0;
-      while (j < n && u[j].buf != d->buffers[i]) j++;
-      if (j == n) u[n++] = (hz_use){d->buffers[i], write, ""};
-      else u[j].write |= write;
-    }
-    if (d->indirect) {
-      size_t j = 0;
-      while (j < n && u[j].buf != d->indirect) j++;
-      if (j == n) u[n++] = (hz_use){d->indirect, false, ""};
-    }
-    for (unsigned i = 0; i < d->nused; i++) {
-      size_t j = 0;
-      while (j < n && u[j].buf != d->used[i]) j++;
-      if (j == n) u[n++] = (hz_use){d->used[i], d->used_write[i], ""};
-      else u[j].write |= d->used_write[i];
-    }
-    for (size_t j = 0; j < n; j++)
-      snprintf(u[j].op, sizeof u[j].op, "%s, kernel %s", c->op_sel, k->name);
-    return n;
-  }
-  default:
-    return 0;
-  }
-  for (size_t j = 0; j < n; j++) snprintf(u[j].op, sizeof u[j].op, "%s", c->op_sel);
-  return n;
-}
-
-static void buffer_name(const sm_buffer *b, char *out, size_t len) {
-  const char *label = sm__string_utf8(b->hdr.label);
-  if (label) snprintf(out, len, "'%s'", label);
-  else snprintf(out, len, "%p (length %lu)", (const void *)b, b->length);
-}
-
-/* Checks the untracked-buffer accesses of pass p (commands [a, z) of cb) against
- * the passes before it, then records them. False, with err, on a hazard. */
-static bool pass_check(sm_cmdbuf *cb, sm_pass *p, size_t a, size_t z, char *err, size_t len) {
-  uint64_t qid = cb->queue->id;
-  for (size_t i = a; i < z; i++) {
-    hz_use uses[SM_MAX_BINDINGS + 1 + SM_MAX_USED];
-    size_t n = command_uses(&cb->cmds[i], uses);
-    for (size_t u = 0; u < n; u++) {
-      sm_buffer *b = uses[u].buf;
-      if (!b->untracked) continue;
-      if (b->hz_queue != qid) { /* other queues are not checked */
-        buffer_forget_passes(b);
-        b->hz_queue = qid;
-      }
-      hz_access *mine = NULL;
-      size_t keep = 0;
-      for (size_t r = 0; r < b->nhz; r++) {
-        hz_access *h = &b->hz[r];
-        if (h->pass == p) {
-          mine = h;
-        } else if ((h->write || uses[u].write) && !pass_ordered(h->pass, p)) {
-          char name[96];
-          buffer_name(b, name, sizeof name);
-          snprintf(err, len,
-                   "untracked buffer hazard: %s (%s) %s buffer %s, which %s (%s) %s, and "
-                   "nothing orders the two passes: buffers with "
-                   "MTLResourceHazardTrackingModeUntracked get no ordering between passes; "
-                   "use an MTLFence (updateFence: in the first pass, waitForFence: in the "
-                   "second), a shared event, or wait for the first command buffer to "
-                   "complete before committing the second",
-                   p->what, uses[u].op, uses[u].write ? "writes" : "reads", name,
-                   h->pass->what, h->op, h->write ? "wrote" : "read");
-          return false;
-        } else if (uses[u].write || h->pass->done) {
-          pass_unref(h->pass); /* ordered before p's write, or finished */
-          continue;
-        }
-        b->hz[keep++] = *h;
-        if (h->pass == p) mine = &b->hz[keep - 1];
-      }
-      b->nhz = keep;
-      if (mine) {
-        mine->write |= uses[u].write;
-        continue;
-      }
-      if (b->nhz == b->hz_cap) {
-        size_t cap = b->hz_cap ? b->hz_cap * 2 : 4;
-        hz_access *h = realloc(b->hz, cap * sizeof *h);
-        if (!h) sm__fatal("hazard tracking: out of memory");
-        b->hz = h;
-        b->hz_cap = cap;
-      }
-      hz_access *h = &b->hz[b->nhz++];
-      h->pass = pass_ref(p);
-      h->write = uses[u].write;
-      snprintf(h->op, sizeof h->op, "%s", uses[u].op);
-    }
-  }
-  return true;
-}
-
-static queue_signal *queue_signal_of(sm_queue *q, const sm_event *e) {
-  for (size_t i = 0; i < q->nsignals; i++)
-    if (q->signals[i].event == e) return &q->signals[i];
-  return NULL;
-}
-
-/* At commit: builds cb's passes in the hazard graph and checks them. A hazard
- * fails the command buffer (nothing of it runs). */
-static void hazard_commit(sm_cmdbuf *cb) {
-  if (cb->encode_error) return;
-  sm_queue *q = cb->queue;
-  char cbname[96], what[160], err[1024] = "";
-  const char *label = sm__string_utf8(cb->hdr.label);
-  if (label) snprintf(cbname, sizeof cbname, "'%s'", label);
-  else snprintf(cbname, sizeof cbname, "#%lu", (unsigned long)cb->serial);
-  pthread_mutex_lock(&g_hz);
-  pass_vec after_waits = {0}; /* signal nodes that event waits so far order us after */
-  for (size_t i = 0; i < cb->ncmds && !err[0];) {
-    command *c = &cb->cmds[i];
-    if (c->pass < 0) { /* the command buffer's own event commands */
-      if (c->kind == CMD_SIGNAL) {
-        snprintf(what, sizeof what, "encodeSignalEvent:value: %lu of command buffer %s",
-                 (unsigned long)c->value, cbname);
-        sm_pass *node = pass_new(what);
-        for (size_t k = 0; k < cb->passes.n; k++) pass_after_edge(node, cb->passes.p[k]);
-        for (size_t k = 0; k < after_waits.n; k++) pass_after_edge(node, after_waits.p[k]);
-        queue_signal *sig = queue_signal_of(q, c->event);
-        if (!sig) {
-          queue_signal *grown = realloc(q->signals, (q->nsignals + 1) * sizeof *grown);
-          if (!grown) sm__fatal("hazard tracking: out of memory");
-          q->signals = grown;
-          sig = &q->signals[q->nsignals++];
-          sig->event = (sm_event *)sm__retain((id)c->event);
-        } else {
-          pass_unref(sig->node);
-        }
-        sig->node = node;
-        sig->value = c->value;
-      } else if (c->kind == CMD_WAIT) {
-        queue_signal *sig = queue_signal_of(q, c->event);
-        if (sig && sig->value >= c->value) pv_push(&after_waits, pass_ref(sig->node));
-      }
-      i++;
-      continue;
-    }
-    size_t z = i;
-    while (z < cb->ncmds && cb->cmds[z].pass == c->pass) z++;
-    snprintf(what, sizeof what, "%s pass %d of command buffer %s", c->enc_sel, c->pass + 1,
-             cbname);
-    sm_pass *p = pass_new(what);
-    pv_push(&cb->passes, p);
-    for (size_t k = 0; k < after_waits.n; k++) pass_after_edge(p, after_waits.p[k]);
-    for (size_t k = i; k < z; k++) /* fences are waited for at the start of the pass */
-      if (cb->cmds[k].kind == CMD_WAIT_FENCE && cb->cmds[k].fence->updater &&
-          cb->cmds[k].fence->queue_id == q->id)
-        pass_after_edge(p, cb->cmds[k].fence->updater);
-    if (!pass_check(cb, p, i, z, err, sizeof err)) break;
-    for (size_t k = i; k < z; k++) { /* and updated at its end */
-      sm_fence *f = cb->cmds[k].fence;
-      if (cb->cmds[k].kind != CMD_UPDATE_FENCE) continue;
-      if (f->updater) pass_unref(f->updater);
-      f->updater = pass_ref(p);
-      f->queue_id = q->id;
-    }
-    i = z;
-  }
-  if (err[0]) /* never runs, so it orders nothing and races with nothing */
-    for (size_t k = 0; k < cb->passes.n; k++) cb->passes.p[k]->done = true;
-  for (size_t k = 0; k < after_waits.n; k++) pass_unref(after_waits.p[k]);
-  free(after_waits.p);
-  pthread_mutex_unlock(&g_hz);
-  if (err[0]) encode_fail(cb, "%s", err);
-}
-
-/* The host saw cb complete: its passes are ordered before all later commits. */
-static void hazard_observed(sm_cmdbuf *cb) {
-  if (atomic_exchange(&cb->observed, true)) return;
-  pthread_mutex_lock(&g_hz);
-  for (size_t k = 0; k < cb->passes.n; k++) pass_done(cb->passes.p[k]);
-  pthread_mutex_unlock(&g_hz);
-}
-
 static void cb_commit(id self, SEL cmd) {
   sm_cmdbuf *cb = (sm_cmdbuf *)self;
   cb_require_open(cb, sel_getName(cmd));
   cb_require_no_encoder(cb, sel_getName(cmd));
-  hazard_commit(cb);
+  char err[1024];
+  if (!cb->encode_error && !sm__hazard_commit(cb, err, sizeof err)) encode_fail(cb, "%s", err);
   sm_queue *q = cb->queue;
   queue_core *core = q->core;
   sm__retain(self); /* the queue's reference, dropped after completion */
@@ -1430,7 +963,7 @@ static void cb_wait(id self, SEL cmd) {
   cb->returned++;
   pthread_cond_broadcast(&core->done_cv);
   pthread_mutex_unlock(&core->mu);
-  hazard_observed(cb);
+  sm__hazard_observed(cb);
 }
 
 static id cb_error(id self, SEL cmd) { (void)cmd; return ((sm_cmdbuf *)self)->error; }
@@ -1467,36 +1000,7 @@ static void cb_wait_event(id self, SEL cmd, id event, uint64_t value) {
 }
 
 /* ------------------------------------------------------------- encoders */
-typedef struct {
-  sm_obj hdr;
-  sm_cmdbuf *cb; /* retained */
-  bool ended;
-  sm_pipeline *pipeline; /* retained */
-  /* Bound buffers: retained when the command buffer retains references. */
-  sm_buffer *buffers[SM_MAX_BINDINGS];
-  NSUInteger offsets[SM_MAX_BINDINGS];
-  void *bytes[SM_MAX_BINDINGS];
-  NSUInteger bytes_len[SM_MAX_BINDINGS];
-  NSUInteger tg_len[SM_MAX_BINDINGS];
-  int pass;         /* its number in the command buffer */
-  const char *sel;  /* the selector that made it */
-  bool concurrent;  /* MTLDispatchTypeConcurrent */
-  unsigned ndispatch;
-  /* Concurrent passes: what the dispatches since the last barrier use. */
-  struct since_barrier {
-    sm_buffer *buf; /* compared only */
-    bool write;
-    unsigned dispatch;
-    const char *kernel;
-  } *since;
-  size_t nsince, since_cap;
-  /* Untracked buffers named by useResource:usage: (retained as bindings). */
-  sm_buffer *used[SM_MAX_USED];
-  bool used_write[SM_MAX_USED];
-  unsigned nused;
-} sm_encoder;
 
-static bool concurrent_check(sm_encoder *e, const char *sel, const dispatch_rec *r);
 
 static void encoder_destroy(sm_obj *o) {
   sm_encoder *e = (sm_encoder *)o;
@@ -1697,7 +1201,7 @@ void sm__encoder_use(id encoder, id buffer, bool write) {
       return;
     }
   if (e->nused == SM_MAX_USED)
-    sm__fatal("-[SMComputeCommandEncoder useResource:usage:]: more than %u untracked buffers "
+    sm__fatal("-[SMComputeCommandEncoder useResource:usage:/useHeap:]: more than %u untracked buffers "
               "in one encoder: softmetal's hazard checks keep at most that many",
               SM_MAX_USED);
   e->used[e->nused] = keep_ref(e->cb, (sm_buffer *)buffer);
@@ -1851,7 +1355,8 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   r->groups = groups;
   command *c = enc_cmd(self, cmd, CMD_DISPATCH);
   c->dispatch = r;
-  if (e->concurrent) concurrent_check(e, sel, r);
+  char err[1024];
+  if (e->concurrent && !sm__hazard_concurrent(e, sel, r, err, sizeof err)) encode_fail(cb, "%s", err);
 }
 
 void sm__encoder_dispatch_indirect(id self, SEL cmd, id buffer, NSUInteger offset,
@@ -1925,42 +1430,6 @@ static void comp_barrier_resources(id self, SEL cmd, const id *resources, NSUInt
       if (e->since[k].buf != b) e->since[keep++] = e->since[k];
     e->nsince = keep;
   }
-}
-
-/* In a concurrent pass, a dispatch that uses a buffer an earlier dispatch
- * since the last barrier wrote (or writes one it read) races with it. */
-static bool concurrent_check(sm_encoder *e, const char *sel, const dispatch_rec *r) {
-  const struct sm_kernel_desc *k = r->pipeline->desc;
-  unsigned no = ++e->ndispatch;
-  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
-    sm_buffer *b = r->buffers[i];
-    if (!(k->buffer_mask >> i & 1u) || !b) continue;
-    bool write = k->written_mask >> i & 1u;
-    for (size_t j = 0; j < e->nsince; j++) {
-      struct since_barrier *s = &e->since[j];
-      if (s->buf != b || s->dispatch == no || !(s->write || write)) continue;
-      char name[96];
-      buffer_name(b, name, sizeof name);
-      encode_fail(e->cb, "concurrent dispatch hazard: in a computeCommandEncoderWithDispatchType: "
-                  "(MTLDispatchTypeConcurrent) pass, %s dispatch %u (kernel %s) %s buffer %s "
-                  "at [[buffer(%u)]], which dispatch %u (kernel %s) %s, with no "
-                  "memoryBarrierWithScope: (MTLBarrierScopeBuffers) or "
-                  "memoryBarrierWithResources:count: between them; concurrent dispatches are "
-                  "not ordered, tracked buffers or not", sel, no, k->name,
-                  write ? "writes" : "reads", name, i, s->dispatch, s->kernel,
-                  s->write ? "writes" : "reads");
-      return false;
-    }
-    if (e->nsince == e->since_cap) {
-      size_t cap = e->since_cap ? e->since_cap * 2 : 8;
-      struct since_barrier *g = realloc(e->since, cap * sizeof *g);
-      if (!g) sm__fatal("%s: out of memory", sel);
-      e->since = g;
-      e->since_cap = cap;
-    }
-    e->since[e->nsince++] = (struct since_barrier){b, write, no, k->name};
-  }
-  return true;
 }
 
 /* ------------------------------------------------------------- registration */

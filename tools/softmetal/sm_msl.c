@@ -53,6 +53,7 @@ typedef struct {
   unsigned n_constants;
   pthread_mutex_t lock; /* code[] */
   sm_fn_code *code;     /* [n], filled as pipelines are made */
+  bool logging;         /* MTLCompileOptions.enableLogging (Metal 3.2): os_log prints */
 } sm_library;
 
 typedef struct {
@@ -238,6 +239,9 @@ static id device_new_library(id self, SEL cmd, id source, id options, id *error)
   l->n = l->cl.n_kernels;
   l->constants = l->cl.constants;
   l->n_constants = l->cl.n_constants;
+  /* kept by sm_host.c; NO by default, as Metal, where os_log then prints nothing */
+  l->logging = options && ((BOOL(*)(id, SEL))(void (*)(void))sm__lookup(options, "enableLogging"))(
+                              options, sel_registerName("enableLogging"));
   if (math_mode != MATH_MODE_SAFE) atomic_fetch_add(&sm__unsafe_math_libraries, 1);
   return (id)l;
 }
@@ -526,6 +530,7 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   sm_pipeline *p = sm__new(&sm__pipeline_class);
   if (!p) return nil;
   p->function = sm__retain(function);
+  p->logging = fn->library->logging;
   p->desc_copy = *code->desc;
   /* Parameters whose [[function_constant(c)]] is false are absent: nothing
    * needs to be bound to them. */
