@@ -4,7 +4,8 @@
  * reinterpret the bits, which clang's own vectors do for a cast between
  * vectors of one size), constructors from several parts and broadcasts,
  * comparisons that give boolN (true is 1, not an all-ones mask), select, all
- * and any, packed vectors, vec<T, N> deduced in user templates, conditionals of half, bfloat and vectors, and implicit
+ * and any, packed vectors, vec<T, N> deduced in user templates (from
+ * swizzles too), swizzles as values and as assigned targets, conditionals of half, bfloat and vectors, and implicit
  * conversions between vector types refused with the user's line and column. */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -186,7 +187,7 @@ Test(vectors, vec_of_t_and_n_is_deduced_in_user_templates) {
         "  metal::vec<float, 4> b = a * 2.0f;\n"
         "  static_assert(is_same<metal::vec<float, 4>, float4>::value, \"one type\");\n"
         "  static_assert(is_same<vec<half, 3>, half3>::value, \"one type\");\n"
-        "  o[0] = total(a); o[1] = total(b); o[2] = total(a * a); o[3] = count(a.xyz + 1.0f);\n"
+        "  o[0] = total(a); o[1] = total(b); o[2] = total(a * a); o[3] = count(a.xyz);\n"
         "  o[4] = total(int3(1, 2, 3)); o[5] = count(half2(0));\n"
         "}\n",
         in, N_OF(in), o, N_OF(o));
@@ -243,5 +244,71 @@ Test(vectors, an_implicit_conversion_between_vector_types_is_an_error) {
     }
     const char *msg = sm_error_text(error);
     cr_expect(strstr(msg, "program_source:5:") != NULL, "%zu: %s", i, msg);
+  }
+}
+
+/* A swizzle is a value of its vector type: vec<T, N> and T deduce from it
+ * (two different swizzles give one T), and it assigns (only its components,
+ * compound assignments, increments and a scalar included). */
+Test(vectors, swizzles_are_vectors_deduced_and_assigned) {
+  const float in[4] = {1, 2, 3, 4};
+  float o[20];
+  run_k(HEAD
+        "template <class T, int N> T total(vec<T, N> v) {\n"
+        "  T s = 0;\n"
+        "  for (int i = 0; i < N; i++) s += v[i];\n"
+        "  return s;\n"
+        "}\n"
+        "template <class T> T pick(bool c, T a, T b) { return c ? a : b; }\n" KERNEL
+        "  float4 a(in[0], in[1], in[2], in[3]);\n"
+        "  o[0] = total(a.xy); o[1] = total(a.wzy); o[2] = total(a.bgra.rg);\n"
+        "  float2 p = pick(in[0] > 0, a.zw, a.yx);\n"
+        "  o[3] = p.x; o[4] = p.y;\n"
+        "  static_assert(is_same<decltype(a.xy), float2>::value, \"a swizzle is a float2\");\n"
+        "  float4 b = a;\n"
+        "  b.xy += float2(10, 20);\n"
+        "  b.zw *= 2.0f;\n"
+        "  b.ar = b.ra;\n"
+        "  o[5] = b.x; o[6] = b.y; o[7] = b.z; o[8] = b.w;\n"
+        "  float3 c = float3(in[0], in[1], in[2]);\n"
+        "  c.yz = 7;\n"
+        "  o[9] = c.x; o[10] = c.y; o[11] = c.z;\n"
+        "  int2 d = int2(5, 6);\n"
+        "  d.yx = d;\n"
+        "  o[12] = d.x; o[13] = d.y;\n"
+        "  o[14] = sizeof(float4); o[15] = sizeof(int2);\n"
+        "  float4 e = a;\n"
+        "  e.zw++;\n"
+        "  float4 f = e++;\n"
+        "  --f.xy;\n"
+        "  o[16] = e.x; o[17] = e.w; o[18] = f.x; o[19] = f.z;\n"
+        "}\n",
+        in, N_OF(in), o, N_OF(o));
+  float b[4] = {in[0] + 10, in[1] + 20, in[2] * 2, in[3] * 2};
+  float t = b[0];
+  b[0] = b[3], b[3] = t; /* b.ar = b.ra */
+  const float want[20] = {in[0] + in[1], in[3] + in[2] + in[1], in[2] + in[1], in[2], in[3],
+                          b[0], b[1], b[2], b[3], in[0], 7, 7, 6, 5, 16, 8,
+                          in[0] + 1, in[3] + 2, in[0] - 1, in[2] + 1};
+  expect_all(o, want, N_OF(o));
+}
+
+/* Assigning to a swizzle that names a component twice is an error, as in
+ * MSL; so is a store into a component of a swizzle (a value here): it must
+ * not write a temporary silently. */
+Test(vectors, assigning_to_a_repeated_swizzle_or_into_a_swizzle_is_an_error) {
+  static const char *const lines[] = {"  a.xx = float2(1, 2);\n", "  a.xy[0] = 1;\n",
+                                      "  a.zw.x = 1;\n", "  a.xy.y += 1;\n"};
+  for (size_t i = 0; i < N_OF(lines); i++) {
+    char src[1024];
+    snprintf(src, sizeof src, "%s%s  float4 a = float4(in[0]);\n%s  o[0] = a.x;\n}\n", HEAD,
+             KERNEL, lines[i]);
+    id error = 0;
+    id lib = sm_compile(src, &error);
+    cr_expect_null(lib, "%zu: compiled", i);
+    if (lib) sm_release(lib);
+    else
+      cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%zu: %s", i,
+                sm_error_text(error));
   }
 }

@@ -1,19 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* The conditionals that C++ rejects where MSL converts (see sm_front.h,
- * sm__front_fix_conditionals). Two of softmetal's MSL types are classes
- * (half is clang's _Float16 and needs no fix):
- *   - bfloat converts to and from every arithmetic type, so `c ? b : f` is
- *     ambiguous in C++ where MSL applies the usual arithmetic conversions
- *     (bfloat and float: float; bfloat and an integer: bfloat);
- *   - a swizzle (a.xy) is a view type of its own, so `c ? v : a.wzyx` is
- *     ambiguous and `c ? a.xy : b.zw` has incompatible operands, where in MSL
- *     both operands are vectors of one type: each swizzle operand is taken as
- *     its vector's value (sm::val).
- * The compile that failed is repeated with -fdiagnostics-print-source-range-info;
+ * sm__front_fix_conditionals). half is clang's _Float16 and needs no fix;
+ * bfloat is a class that converts to and from every arithmetic type, so
+ * `c ? b : f` is ambiguous in C++ where MSL applies the usual arithmetic
+ * conversions (bfloat and float: float; bfloat and an integer: bfloat). The
+ * compile that failed is repeated with -fdiagnostics-print-source-range-info;
  * each of its diagnostics
  *   FILE:L:C:{L1:C1-L2:C2}{L3:C3-L4:C4}: error: conditional expression is
  *   ambiguous; 'T1' [(aka 'A1')] can be converted to 'T2' [(aka 'A2')] and vice versa
- *   FILE:L:C:{L1:C1-L2:C2}{L3:C3-L4:C4}: error: incompatible operand types ('T1' and 'T2')
  * gives the operands' ranges in the translation unit: its physical lines
  * (not the line markers' numbers, which L:C follows), byte columns, the end
  * exclusive. Nothing else is touched: a conditional this does not fix keeps
@@ -27,7 +21,7 @@
 
 #include "sm_front.h"
 
-enum { OP_OTHER, OP_BF16, OP_FLOAT, OP_INT, OP_SWIZZLE };
+enum { OP_OTHER, OP_BF16, OP_FLOAT, OP_INT };
 
 static int operand_kind(const char *t, size_t n) {
   static const char *const quals[] = {"const ", "volatile "};
@@ -48,9 +42,6 @@ static int operand_kind(const char *t, size_t n) {
     return OP_FLOAT;
   for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
     if (strlen(ints[i]) == n && strncmp(t, ints[i], n) == 0) return OP_INT;
-  /* metal_stdlib's swizzle view, swz<T, N, I...> (clang may elide its
-   * arguments: 'swz<[2 * ...], 0, 1>') */
-  if (n > 4 && strncmp(t, "swz<", 4) == 0) return OP_SWIZZLE;
   return OP_OTHER;
 }
 
@@ -140,15 +131,10 @@ static const char *unqualified(const char *t, size_t *n) {
 
 char *sm__front_fix_conditionals(const char *tu, const char *diag) {
   static const char ambiguous[] = ": error: conditional expression is ambiguous; ";
-  static const char incompatible[] = ": error: incompatible operand types (";
   insertions w = {0};
   for (const char *line = diag; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
     const char *eol = strchr(line, '\n'), *hit = strstr(line, ambiguous);
-    bool is_ambiguous = hit && (!eol || hit < eol);
-    if (!is_ambiguous) {
-      hit = strstr(line, incompatible);
-      if (!hit || (eol && hit > eol)) continue;
-    }
+    if (!hit || (eol && hit > eol)) continue;
     const char *colon = strchr(line, ':');
     long l[4], c[4], ql, qc;
     int used = 0;
@@ -156,29 +142,17 @@ char *sm__front_fix_conditionals(const char *tu, const char *diag) {
                          &c[0], &l[1], &c[1], &l[2], &c[2], &l[3], &c[3], &used) != 10 ||
         colon + used != hit)
       continue;
-    const char *s = hit + strlen(is_ambiguous ? ambiguous : incompatible), *t[2];
+    const char *s = hit + strlen(ambiguous), *t[2];
     size_t n[2];
-    if (is_ambiguous) {
-      if (!quoted_type(&s, &t[0], &n[0]) || strncmp(s, " can be converted to ", 21) != 0) continue;
-      s += 21;
-      if (!quoted_type(&s, &t[1], &n[1]) || strncmp(s, " and vice versa", 15) != 0) continue;
-    } else {
-      if (!quoted_type(&s, &t[0], &n[0]) || strncmp(s, " and ", 5) != 0) continue;
-      s += 5;
-      if (!quoted_type(&s, &t[1], &n[1]) || *s != ')') continue;
-    }
+    if (!quoted_type(&s, &t[0], &n[0]) || strncmp(s, " can be converted to ", 21) != 0) continue;
+    s += 21;
+    if (!quoted_type(&s, &t[1], &n[1]) || strncmp(s, " and vice versa", 15) != 0) continue;
     int k[2] = {operand_kind(t[0], n[0]), operand_kind(t[1], n[1])};
     size_t at[2], end[2];
     for (int i = 0; i < 2; i++) {
       at[i] = tu_offset(tu, l[2 * i], c[2 * i]);
       end[i] = tu_offset(tu, l[2 * i + 1], c[2 * i + 1]);
     }
-    if (k[0] == OP_SWIZZLE || k[1] == OP_SWIZZLE) {
-      for (int i = 0; i < 2; i++)
-        if (k[i] == OP_SWIZZLE) wrap(&w, at[i], end[i], "::sm::val(");
-      continue;
-    }
-    if (!is_ambiguous) continue;
     /* MSL: bfloat and float give float; bfloat and an integer give bfloat */
     if (k[0] == OP_BF16 && k[1] == OP_FLOAT) wrap(&w, at[0], end[0], "static_cast<float>(");
     else if (k[0] == OP_FLOAT && k[1] == OP_BF16) wrap(&w, at[1], end[1], "static_cast<float>(");

@@ -48,15 +48,13 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err);
 #define SM_MANIFEST_BEGIN "/*@sm-manifest\n"
 #define SM_MANIFEST_END "@sm-manifest*/\n"
 
-/* Conditionals that C++ rejects where MSL converts, because bfloat and the
- * swizzles are classes here (sm_fixup.c): `c ? b : f` with a bfloat and a
- * float or integer operand is ambiguous, and so is `c ? v : a.wzyx`;
- * `c ? a.xy : b.zw` has incompatible operands. Given the translation unit and
- * the diagnostics of compiling it with -fdiagnostics-print-source-range-info,
- * returns the unit (malloc'd) with the operands of each such conditional
- * converted as MSL converts them (bfloat and float: float; bfloat and an
- * integer: bfloat; a swizzle: its vector's value), or NULL when no
- * diagnostic is of those kinds. */
+/* MSL's `c ? b : f` with a bfloat and a float or integer operand is
+ * ambiguous in C++, where bfloat is a class (sm_fixup.c). Given the
+ * translation unit and the diagnostics of compiling it with
+ * -fdiagnostics-print-source-range-info, returns the unit (malloc'd) with one
+ * operand of each such conditional cast as MSL converts it (bfloat and float:
+ * float; bfloat and an integer: bfloat), or NULL when no diagnostic is of
+ * that kind. */
 char *sm__front_fix_conditionals(const char *tu, const char *diag);
 
 /* The diagnostics diag with each program_source:LINE:COL diagnostic quoting
