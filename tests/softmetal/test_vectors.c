@@ -312,3 +312,68 @@ Test(vectors, assigning_to_a_repeated_swizzle_or_into_a_swizzle_is_an_error) {
                 sm_error_text(error));
   }
 }
+
+/* Swizzles read and assigned where the vector's type is a template's. */
+Test(vectors, swizzles_in_templates) {
+  const float in[4] = {1, 2, 3, 4};
+  float o[10];
+  run_k(HEAD
+        "template <class V> auto lo(V v) { return v.xy; }\n"
+        "template <class V, class W> void set_hi(thread V &v, W w) { v.zw = w; v.zw += w; v.x++; }\n"
+        "template <class T> struct acc {\n"
+        "  vec<T, 4> s;\n"
+        "  void add(vec<T, 2> p) { s.xy += p; s.wz = s.xy; }\n"
+        "};\n" KERNEL
+        "  float4 a(in[0], in[1], in[2], in[3]);\n"
+        "  float2 l = lo(a);\n"
+        "  set_hi(a, float2(10, 20));\n"
+        "  acc<half> h;\n"
+        "  h.s = half4(0);\n"
+        "  h.add(half2(in[0], in[1]));\n"
+        "  o[0] = l.x; o[1] = l.y;\n"
+        "  for (int j = 0; j < 4; j++) { o[2 + j] = a[j]; o[6 + j] = h.s[j]; }\n"
+        "}\n",
+        in, N_OF(in), o, N_OF(o));
+  const float want[10] = {in[0], in[1], in[0] + 1, in[1], 20, 40, in[0], in[1], in[1], in[0]};
+  expect_all(o, want, N_OF(o));
+}
+
+/* With a free operator+= of a user's type in scope, clang rebuilds `v.zw += w`
+ * in a template (v's type a parameter) as a call on the swizzle's value: that
+ * is a compile error, never an update of a temporary. Outside a template, and
+ * in one where the vector's type is not a parameter, the same source updates
+ * the vector. */
+Test(vectors, a_swizzle_compound_assignment_never_updates_a_temporary) {
+  const float in[4] = {1, 2, 3, 4};
+  float o[6];
+#define USER_OP                                                                            \
+  "struct cplx { float re, im; };\n"                                                       \
+  "inline thread cplx &operator+=(thread cplx &a, cplx b) { a.re += b.re; return a; }\n"
+  run_k(HEAD USER_OP
+        "template <class T> float f(T t, float4 a) { a.zw += float2(10, 20); a.zw *= t; return a.w; }\n"
+        "template <int N> float g(float4 a) { a.zw += float2(N, N); return a.w; }\n" KERNEL
+        "  float4 a(in[0], in[1], in[2], in[3]);\n"
+        "  a.zw += float2(10, 20);\n"
+        "  a.xy++;\n"
+        "  for (int j = 0; j < 4; j++) o[j] = a[j];\n"
+        "  float4 b(in[0], in[1], in[2], in[3]);\n"
+        "  o[4] = f(2.0f, b); o[5] = g<5>(b);\n"
+        "}\n",
+        in, N_OF(in), o, N_OF(o));
+  const float want[6] = {in[0] + 1, in[1] + 1, in[2] + 10, in[3] + 20, (in[3] + 20) * 2, in[3] + 5};
+  expect_all(o, want, N_OF(o));
+  id error = 0;
+  id lib = sm_compile(HEAD USER_OP
+                      "template <class V> void bump(thread V &v) { v.zw += 1.0f; }\n" KERNEL
+                      "  float4 a(in[0]);\n"
+                      "  bump(a);\n"
+                      "  o[0] = a.z;\n"
+                      "}\n",
+                      &error);
+#undef USER_OP
+  cr_expect_null(lib, "a compound assignment to a swizzle in a template compiled");
+  if (lib) sm_release(lib);
+  else
+    cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s",
+              sm_error_text(error));
+}
