@@ -377,3 +377,28 @@ Test(vectors, a_swizzle_compound_assignment_never_updates_a_temporary) {
     cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s",
               sm_error_text(error));
 }
+
+/* MSL refuses operands of two vector types (an implicit conversion) and a
+ * vector built from too few or too many components; so does softmetal, at the
+ * user's line, rather than convert, pad with zeros or write past the end. */
+Test(vectors, mismatched_vector_operands_and_component_counts_are_errors) {
+  static const char *const lines[] = {
+      "  float4 r = a + i;\n",       "  bool4 r = a < i;\n",           "  float4 r = a * h;\n",
+      "  float4 r = a + b;\n",       "  float4 r = min(a, i);\n",      "  float4 r = float4(b);\n",
+      "  float4 r = float4(b, 1);\n", "  float4 r = float4(a.xyz, b);\n", "  packed_float4 r = b;\n",
+      "  float3 r = float3(i);\n",
+  };
+  for (size_t n = 0; n < N_OF(lines); n++) {
+    char src[1024];
+    snprintf(src, sizeof src,
+             "%s%s  float4 a = float4(in[0]); int4 i = int4(1); half4 h = half4(a); float2 b = a.xy;\n"
+             "%s  o[0] = r[0];\n}\n",
+             HEAD, KERNEL, lines[n]);
+    id error = 0;
+    id lib = sm_compile(src, &error);
+    cr_expect_null(lib, "%s compiled", lines[n]);
+    if (lib) sm_release(lib);
+    else
+      cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s", sm_error_text(error));
+  }
+}
