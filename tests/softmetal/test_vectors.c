@@ -34,10 +34,11 @@ static void run_k(const char *src, const float *in, size_t n_in, float *got, siz
   sm_release(lib);
 }
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
-#define HEAD                                                                               \
-  "#include <metal_stdlib>\n"                                                              \
+#define HEAD                                                                                       \
+  "#include <metal_stdlib>\n"                                                                      \
   "using namespace metal;\n"
-#define KERNEL "kernel void k(device const float *in [[buffer(0)]], device float *o [[buffer(1)]]) {\n"
+#define KERNEL                                                                                     \
+  "kernel void k(device const float *in [[buffer(0)]], device float *o [[buffer(1)]]) {\n"
 
 static void expect_all(const float *got, const float *want, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -51,22 +52,21 @@ static void expect_all(const float *got, const float *want, size_t n) {
 Test(vectors, a_cast_between_vector_types_converts_each_element) {
   const float in[4] = {1, -2, 3, 1065353216}; /* the last: the bits of 1.0f */
   float o[24];
-  run_k(HEAD
-        "template <class T, class U> T to(U u) { return T(u); }\n"
-        "template <class T, class U> T to_c(U u) { return (T)u; }\n" KERNEL
-        "  int4 i = int4(int(in[0]), int(in[1]), int(in[2]), int(in[3]));\n"
-        "  float4 a = float4(i);\n"
-        "  float4 b = static_cast<float4>(i);\n"
-        "  float4 c = (float4)i;\n"
-        "  float4 d = to<float4>(i);\n"
-        "  float4 e = to_c<float4>(i);\n"
-        "  uint4 u = uint4(i * i);\n"
-        "  float4 f = float4(u);\n"
-        "  for (int j = 0; j < 4; j++) {\n"
-        "    o[j] = a[j]; o[4 + j] = b[j]; o[8 + j] = c[j];\n"
-        "    o[12 + j] = d[j]; o[16 + j] = e[j]; o[20 + j] = f[j];\n"
-        "  }\n"
-        "}\n",
+  run_k(HEAD "template <class T, class U> T to(U u) { return T(u); }\n"
+             "template <class T, class U> T to_c(U u) { return (T)u; }\n" KERNEL
+             "  int4 i = int4(int(in[0]), int(in[1]), int(in[2]), int(in[3]));\n"
+             "  float4 a = float4(i);\n"
+             "  float4 b = static_cast<float4>(i);\n"
+             "  float4 c = (float4)i;\n"
+             "  float4 d = to<float4>(i);\n"
+             "  float4 e = to_c<float4>(i);\n"
+             "  uint4 u = uint4(i * i);\n"
+             "  float4 f = float4(u);\n"
+             "  for (int j = 0; j < 4; j++) {\n"
+             "    o[j] = a[j]; o[4 + j] = b[j]; o[8 + j] = c[j];\n"
+             "    o[12 + j] = d[j]; o[16 + j] = e[j]; o[20 + j] = f[j];\n"
+             "  }\n"
+             "}\n",
         in, N_OF(in), o, N_OF(o));
   float want[24];
   for (int k = 0; k < 5; k++)
@@ -156,18 +156,17 @@ Test(vectors, comparisons_give_bool_vectors) {
 Test(vectors, packed_vectors_as_msl_defines_them) {
   const float in[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   float o[12];
-  run_k(HEAD KERNEL
-        "  device const packed_float3 *p = (device const packed_float3 *)in;\n"
-        "  float3 v = float3(p[1]) * 2.0f;\n"
-        "  packed_float4 q = packed_float4(in[0], in[1], in[2], in[3]);\n"
-        "  float4 w = float4(q) + 1.0f;\n"
-        "  int4 iw = int4(q);\n"
-        "  packed_float3 back = v;\n"
-        "  o[0] = v.x; o[1] = v.y; o[2] = v.z; o[3] = w.w; o[4] = iw.z;\n"
-        "  o[5] = sizeof(packed_float3); o[6] = alignof(packed_float3);\n"
-        "  o[7] = sizeof(packed_half3); o[8] = alignof(packed_half3);\n"
-        "  o[9] = back[2]; o[10] = sizeof(p[0]); o[11] = p[2].x;\n"
-        "}\n",
+  run_k(HEAD KERNEL "  device const packed_float3 *p = (device const packed_float3 *)in;\n"
+                    "  float3 v = float3(p[1]) * 2.0f;\n"
+                    "  packed_float4 q = packed_float4(in[0], in[1], in[2], in[3]);\n"
+                    "  float4 w = float4(q) + 1.0f;\n"
+                    "  int4 iw = int4(q);\n"
+                    "  packed_float3 back = v;\n"
+                    "  o[0] = v.x; o[1] = v.y; o[2] = v.z; o[3] = w.w; o[4] = iw.z;\n"
+                    "  o[5] = sizeof(packed_float3); o[6] = alignof(packed_float3);\n"
+                    "  o[7] = sizeof(packed_half3); o[8] = alignof(packed_half3);\n"
+                    "  o[9] = back[2]; o[10] = sizeof(p[0]); o[11] = p[2].x;\n"
+                    "}\n",
         in, N_OF(in), o, N_OF(o));
   const float want[12] = {8, 10, 12, 5, 3, 12, 4, 6, 2, 12, 12, 7};
   expect_all(o, want, N_OF(o));
@@ -176,20 +175,19 @@ Test(vectors, packed_vectors_as_msl_defines_them) {
 Test(vectors, vec_of_t_and_n_is_deduced_in_user_templates) {
   const float in[4] = {1, 2, 3, 4};
   float o[6];
-  run_k(HEAD
-        "template <class T, int N> T total(vec<T, N> v) {\n"
-        "  T s = 0;\n"
-        "  for (int i = 0; i < N; i++) s += v[i];\n"
-        "  return s;\n"
-        "}\n"
-        "template <class T, int N> int count(metal::vec<T, N>) { return N; }\n" KERNEL
-        "  float4 a(in[0], in[1], in[2], in[3]);\n"
-        "  metal::vec<float, 4> b = a * 2.0f;\n"
-        "  static_assert(is_same<metal::vec<float, 4>, float4>::value, \"one type\");\n"
-        "  static_assert(is_same<vec<half, 3>, half3>::value, \"one type\");\n"
-        "  o[0] = total(a); o[1] = total(b); o[2] = total(a * a); o[3] = count(a.xyz);\n"
-        "  o[4] = total(int3(1, 2, 3)); o[5] = count(half2(0));\n"
-        "}\n",
+  run_k(HEAD "template <class T, int N> T total(vec<T, N> v) {\n"
+             "  T s = 0;\n"
+             "  for (int i = 0; i < N; i++) s += v[i];\n"
+             "  return s;\n"
+             "}\n"
+             "template <class T, int N> int count(metal::vec<T, N>) { return N; }\n" KERNEL
+             "  float4 a(in[0], in[1], in[2], in[3]);\n"
+             "  metal::vec<float, 4> b = a * 2.0f;\n"
+             "  static_assert(is_same<metal::vec<float, 4>, float4>::value, \"one type\");\n"
+             "  static_assert(is_same<vec<half, 3>, half3>::value, \"one type\");\n"
+             "  o[0] = total(a); o[1] = total(b); o[2] = total(a * a); o[3] = count(a.xyz);\n"
+             "  o[4] = total(int3(1, 2, 3)); o[5] = count(half2(0));\n"
+             "}\n",
         in, N_OF(in), o, N_OF(o));
   const float want[6] = {10, 20, 30, 3, 6, 2};
   expect_all(o, want, N_OF(o));
@@ -253,43 +251,59 @@ Test(vectors, an_implicit_conversion_between_vector_types_is_an_error) {
 Test(vectors, swizzles_are_vectors_deduced_and_assigned) {
   const float in[4] = {1, 2, 3, 4};
   float o[20];
-  run_k(HEAD
-        "template <class T, int N> T total(vec<T, N> v) {\n"
-        "  T s = 0;\n"
-        "  for (int i = 0; i < N; i++) s += v[i];\n"
-        "  return s;\n"
-        "}\n"
-        "template <class T> T pick(bool c, T a, T b) { return c ? a : b; }\n" KERNEL
-        "  float4 a(in[0], in[1], in[2], in[3]);\n"
-        "  o[0] = total(a.xy); o[1] = total(a.wzy); o[2] = total(a.bgra.rg);\n"
-        "  float2 p = pick(in[0] > 0, a.zw, a.yx);\n"
-        "  o[3] = p.x; o[4] = p.y;\n"
-        "  static_assert(is_same<decltype(a.xy), float2>::value, \"a swizzle is a float2\");\n"
-        "  float4 b = a;\n"
-        "  b.xy += float2(10, 20);\n"
-        "  b.zw *= 2.0f;\n"
-        "  b.ar = b.ra;\n"
-        "  o[5] = b.x; o[6] = b.y; o[7] = b.z; o[8] = b.w;\n"
-        "  float3 c = float3(in[0], in[1], in[2]);\n"
-        "  c.yz = 7;\n"
-        "  o[9] = c.x; o[10] = c.y; o[11] = c.z;\n"
-        "  int2 d = int2(5, 6);\n"
-        "  d.yx = d;\n"
-        "  o[12] = d.x; o[13] = d.y;\n"
-        "  o[14] = sizeof(float4); o[15] = sizeof(int2);\n"
-        "  float4 e = a;\n"
-        "  e.zw++;\n"
-        "  float4 f = e++;\n"
-        "  --f.xy;\n"
-        "  o[16] = e.x; o[17] = e.w; o[18] = f.x; o[19] = f.z;\n"
-        "}\n",
+  run_k(HEAD "template <class T, int N> T total(vec<T, N> v) {\n"
+             "  T s = 0;\n"
+             "  for (int i = 0; i < N; i++) s += v[i];\n"
+             "  return s;\n"
+             "}\n"
+             "template <class T> T pick(bool c, T a, T b) { return c ? a : b; }\n" KERNEL
+             "  float4 a(in[0], in[1], in[2], in[3]);\n"
+             "  o[0] = total(a.xy); o[1] = total(a.wzy); o[2] = total(a.bgra.rg);\n"
+             "  float2 p = pick(in[0] > 0, a.zw, a.yx);\n"
+             "  o[3] = p.x; o[4] = p.y;\n"
+             "  static_assert(is_same<decltype(a.xy), float2>::value, \"a swizzle is a float2\");\n"
+             "  float4 b = a;\n"
+             "  b.xy += float2(10, 20);\n"
+             "  b.zw *= 2.0f;\n"
+             "  b.ar = b.ra;\n"
+             "  o[5] = b.x; o[6] = b.y; o[7] = b.z; o[8] = b.w;\n"
+             "  float3 c = float3(in[0], in[1], in[2]);\n"
+             "  c.yz = 7;\n"
+             "  o[9] = c.x; o[10] = c.y; o[11] = c.z;\n"
+             "  int2 d = int2(5, 6);\n"
+             "  d.yx = d;\n"
+             "  o[12] = d.x; o[13] = d.y;\n"
+             "  o[14] = sizeof(float4); o[15] = sizeof(int2);\n"
+             "  float4 e = a;\n"
+             "  e.zw++;\n"
+             "  float4 f = e++;\n"
+             "  --f.xy;\n"
+             "  o[16] = e.x; o[17] = e.w; o[18] = f.x; o[19] = f.z;\n"
+             "}\n",
         in, N_OF(in), o, N_OF(o));
   float b[4] = {in[0] + 10, in[1] + 20, in[2] * 2, in[3] * 2};
   float t = b[0];
   b[0] = b[3], b[3] = t; /* b.ar = b.ra */
-  const float want[20] = {in[0] + in[1], in[3] + in[2] + in[1], in[2] + in[1], in[2], in[3],
-                          b[0], b[1], b[2], b[3], in[0], 7, 7, 6, 5, 16, 8,
-                          in[0] + 1, in[3] + 2, in[0] - 1, in[2] + 1};
+  const float want[20] = {in[0] + in[1],
+                          in[3] + in[2] + in[1],
+                          in[2] + in[1],
+                          in[2],
+                          in[3],
+                          b[0],
+                          b[1],
+                          b[2],
+                          b[3],
+                          in[0],
+                          7,
+                          7,
+                          6,
+                          5,
+                          16,
+                          8,
+                          in[0] + 1,
+                          in[3] + 2,
+                          in[0] - 1,
+                          in[2] + 1};
   expect_all(o, want, N_OF(o));
 }
 
@@ -301,12 +315,13 @@ Test(vectors, assigning_to_a_repeated_swizzle_or_into_a_swizzle_is_an_error) {
                                       "  a.zw.x = 1;\n", "  a.xy.y += 1;\n"};
   for (size_t i = 0; i < N_OF(lines); i++) {
     char src[1024];
-    snprintf(src, sizeof src, "%s%s  float4 a = float4(in[0]);\n%s  o[0] = a.x;\n}\n", HEAD,
-             KERNEL, lines[i]);
+    snprintf(src, sizeof src, "%s%s  float4 a = float4(in[0]);\n%s  o[0] = a.x;\n}\n", HEAD, KERNEL,
+             lines[i]);
     id error = 0;
     id lib = sm_compile(src, &error);
     cr_expect_null(lib, "%zu: compiled", i);
-    if (lib) sm_release(lib);
+    if (lib)
+      sm_release(lib);
     else
       cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%zu: %s", i,
                 sm_error_text(error));
@@ -317,23 +332,23 @@ Test(vectors, assigning_to_a_repeated_swizzle_or_into_a_swizzle_is_an_error) {
 Test(vectors, swizzles_in_templates) {
   const float in[4] = {1, 2, 3, 4};
   float o[10];
-  run_k(HEAD
-        "template <class V> auto lo(V v) { return v.xy; }\n"
-        "template <class V, class W> void set_hi(thread V &v, W w) { v.zw = w; v.zw += w; v.x++; }\n"
-        "template <class T> struct acc {\n"
-        "  vec<T, 4> s;\n"
-        "  void add(vec<T, 2> p) { s.xy += p; s.wz = s.xy; }\n"
-        "};\n" KERNEL
-        "  float4 a(in[0], in[1], in[2], in[3]);\n"
-        "  float2 l = lo(a);\n"
-        "  set_hi(a, float2(10, 20));\n"
-        "  acc<half> h;\n"
-        "  h.s = half4(0);\n"
-        "  h.add(half2(in[0], in[1]));\n"
-        "  o[0] = l.x; o[1] = l.y;\n"
-        "  for (int j = 0; j < 4; j++) { o[2 + j] = a[j]; o[6 + j] = h.s[j]; }\n"
-        "}\n",
-        in, N_OF(in), o, N_OF(o));
+  run_k(
+      HEAD
+      "template <class V> auto lo(V v) { return v.xy; }\n"
+      "template <class V, class W> void set_hi(thread V &v, W w) { v.zw = w; v.zw += w; v.x++; }\n"
+      "template <class T> struct acc {\n"
+      "  vec<T, 4> s;\n"
+      "  void add(vec<T, 2> p) { s.xy += p; s.wz = s.xy; }\n"
+      "};\n" KERNEL "  float4 a(in[0], in[1], in[2], in[3]);\n"
+      "  float2 l = lo(a);\n"
+      "  set_hi(a, float2(10, 20));\n"
+      "  acc<half> h;\n"
+      "  h.s = half4(0);\n"
+      "  h.add(half2(in[0], in[1]));\n"
+      "  o[0] = l.x; o[1] = l.y;\n"
+      "  for (int j = 0; j < 4; j++) { o[2 + j] = a[j]; o[6 + j] = h.s[j]; }\n"
+      "}\n",
+      in, N_OF(in), o, N_OF(o));
   const float want[10] = {in[0], in[1], in[0] + 1, in[1], 20, 40, in[0], in[1], in[1], in[0]};
   expect_all(o, want, N_OF(o));
 }
@@ -346,11 +361,12 @@ Test(vectors, swizzles_in_templates) {
 Test(vectors, a_swizzle_compound_assignment_never_updates_a_temporary) {
   const float in[4] = {1, 2, 3, 4};
   float o[6];
-#define USER_OP                                                                            \
-  "struct cplx { float re, im; };\n"                                                       \
+#define USER_OP                                                                                    \
+  "struct cplx { float re, im; };\n"                                                               \
   "inline thread cplx &operator+=(thread cplx &a, cplx b) { a.re += b.re; return a; }\n"
   run_k(HEAD USER_OP
-        "template <class T> float f(T t, float4 a) { a.zw += float2(10, 20); a.zw *= t; return a.w; }\n"
+        "template <class T> float f(T t, float4 a) { a.zw += float2(10, 20); a.zw *= t; return "
+        "a.w; }\n"
         "template <int N> float g(float4 a) { a.zw += float2(N, N); return a.w; }\n" KERNEL
         "  float4 a(in[0], in[1], in[2], in[3]);\n"
         "  a.zw += float2(10, 20);\n"
@@ -363,16 +379,17 @@ Test(vectors, a_swizzle_compound_assignment_never_updates_a_temporary) {
   const float want[6] = {in[0] + 1, in[1] + 1, in[2] + 10, in[3] + 20, (in[3] + 20) * 2, in[3] + 5};
   expect_all(o, want, N_OF(o));
   id error = 0;
-  id lib = sm_compile(HEAD USER_OP
-                      "template <class V> void bump(thread V &v) { v.zw += 1.0f; }\n" KERNEL
-                      "  float4 a(in[0]);\n"
-                      "  bump(a);\n"
-                      "  o[0] = a.z;\n"
-                      "}\n",
-                      &error);
+  id lib =
+      sm_compile(HEAD USER_OP "template <class V> void bump(thread V &v) { v.zw += 1.0f; }\n" KERNEL
+                              "  float4 a(in[0]);\n"
+                              "  bump(a);\n"
+                              "  o[0] = a.z;\n"
+                              "}\n",
+                 &error);
 #undef USER_OP
   cr_expect_null(lib, "a compound assignment to a swizzle in a template compiled");
-  if (lib) sm_release(lib);
+  if (lib)
+    sm_release(lib);
   else
     cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s",
               sm_error_text(error));
@@ -383,22 +400,26 @@ Test(vectors, a_swizzle_compound_assignment_never_updates_a_temporary) {
  * user's line, rather than convert, pad with zeros or write past the end. */
 Test(vectors, mismatched_vector_operands_and_component_counts_are_errors) {
   static const char *const lines[] = {
-      "  float4 r = a + i;\n",       "  bool4 r = a < i;\n",           "  float4 r = a * h;\n",
-      "  float4 r = a + b;\n",       "  float4 r = min(a, i);\n",      "  float4 r = float4(b);\n",
-      "  float4 r = float4(b, 1);\n", "  float4 r = float4(a.xyz, b);\n", "  packed_float4 r = b;\n",
-      "  float3 r = float3(i);\n",
+      "  float4 r = a + i;\n",        "  bool4 r = a < i;\n",
+      "  float4 r = a * h;\n",        "  float4 r = a + b;\n",
+      "  float4 r = min(a, i);\n",    "  float4 r = float4(b);\n",
+      "  float4 r = float4(b, 1);\n", "  float4 r = float4(a.xyz, b);\n",
+      "  packed_float4 r = b;\n",     "  float3 r = float3(i);\n",
   };
   for (size_t n = 0; n < N_OF(lines); n++) {
     char src[1024];
-    snprintf(src, sizeof src,
-             "%s%s  float4 a = float4(in[0]); int4 i = int4(1); half4 h = half4(a); float2 b = a.xy;\n"
-             "%s  o[0] = r[0];\n}\n",
-             HEAD, KERNEL, lines[n]);
+    snprintf(
+        src, sizeof src,
+        "%s%s  float4 a = float4(in[0]); int4 i = int4(1); half4 h = half4(a); float2 b = a.xy;\n"
+        "%s  o[0] = r[0];\n}\n",
+        HEAD, KERNEL, lines[n]);
     id error = 0;
     id lib = sm_compile(src, &error);
     cr_expect_null(lib, "%s compiled", lines[n]);
-    if (lib) sm_release(lib);
+    if (lib)
+      sm_release(lib);
     else
-      cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s", sm_error_text(error));
+      cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s",
+                sm_error_text(error));
   }
 }

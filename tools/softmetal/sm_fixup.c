@@ -33,9 +33,9 @@ static int operand_kind(const char *t, size_t n) {
     }
   }
   static const char *const bf16[] = {"bfloat", "metal::bfloat", "bfloat16_t"};
-  static const char *const ints[] = {"bool", "char", "signed char", "unsigned char", "short",
-                                     "unsigned short", "int", "unsigned int", "long",
-                                     "unsigned long", "long long", "unsigned long long"};
+  static const char *const ints[] = {
+      "bool", "char",         "signed char", "unsigned char", "short",     "unsigned short",
+      "int",  "unsigned int", "long",        "unsigned long", "long long", "unsigned long long"};
   for (size_t i = 0; i < sizeof bf16 / sizeof *bf16; i++)
     if (strlen(bf16[i]) == n && strncmp(t, bf16[i], n) == 0) return OP_BF16;
   if ((n == 5 && strncmp(t, "float", 5) == 0) || (n == 6 && strncmp(t, "double", 6) == 0))
@@ -132,14 +132,16 @@ static const char *unqualified(const char *t, size_t *n) {
 char *sm__front_fix_conditionals(const char *tu, const char *diag) {
   static const char ambiguous[] = ": error: conditional expression is ambiguous; ";
   insertions w = {0};
-  for (const char *line = diag; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+  for (const char *line = diag; line && *line;
+       line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
     const char *eol = strchr(line, '\n'), *hit = strstr(line, ambiguous);
     if (!hit || (eol && hit > eol)) continue;
     const char *colon = strchr(line, ':');
     long l[4], c[4], ql, qc;
     int used = 0;
-    if (!colon || sscanf(colon, ":%ld:%ld:{%ld:%ld-%ld:%ld}{%ld:%ld-%ld:%ld}%n", &ql, &qc, &l[0],
-                         &c[0], &l[1], &c[1], &l[2], &c[2], &l[3], &c[3], &used) != 10 ||
+    if (!colon ||
+        sscanf(colon, ":%ld:%ld:{%ld:%ld-%ld:%ld}{%ld:%ld-%ld:%ld}%n", &ql, &qc, &l[0], &c[0],
+               &l[1], &c[1], &l[2], &c[2], &l[3], &c[3], &used) != 10 ||
         colon + used != hit)
       continue;
     const char *s = hit + strlen(ambiguous), *t[2];
@@ -154,8 +156,10 @@ char *sm__front_fix_conditionals(const char *tu, const char *diag) {
       end[i] = tu_offset(tu, l[2 * i + 1], c[2 * i + 1]);
     }
     /* MSL: bfloat and float give float; bfloat and an integer give bfloat */
-    if (k[0] == OP_BF16 && k[1] == OP_FLOAT) wrap(&w, at[0], end[0], "static_cast<float>(");
-    else if (k[0] == OP_FLOAT && k[1] == OP_BF16) wrap(&w, at[1], end[1], "static_cast<float>(");
+    if (k[0] == OP_BF16 && k[1] == OP_FLOAT)
+      wrap(&w, at[0], end[0], "static_cast<float>(");
+    else if (k[0] == OP_FLOAT && k[1] == OP_BF16)
+      wrap(&w, at[1], end[1], "static_cast<float>(");
     else if ((k[0] == OP_BF16 && k[1] == OP_INT) || (k[0] == OP_INT && k[1] == OP_BF16)) {
       int f = k[0] == OP_BF16 ? 0 : 1; /* to the bfloat operand's type */
       size_t fn = n[f];
@@ -176,8 +180,10 @@ char *sm__front_fix_conditionals(const char *tu, const char *diag) {
       prev = w.ins[i].at;
     }
     sm__text_put(&o, tu + prev, strlen(tu + prev));
-    if (o.oom) free(o.p);
-    else out = o.p;
+    if (o.oom)
+      free(o.p);
+    else
+      out = o.p;
   }
   for (size_t i = 0; i < w.n; i++)
     if (w.ins[i].text != close_paren) free((char *)w.ins[i].text);
