@@ -5,8 +5,11 @@
  * vectors of one size), constructors from several parts and broadcasts,
  * comparisons that give boolN (true is 1, not an all-ones mask), select, all
  * and any, packed vectors, vec<T, N> deduced in user templates (from
- * swizzles too), swizzles as values and as assigned targets, conditionals of half, bfloat and vectors, and implicit
- * conversions between vector types refused with the user's line and column. */
+ * swizzles too), swizzles as values and as assigned targets (in templates
+ * too, never a store into a temporary), conditionals of half, bfloat and
+ * vectors; and, refused at the user's line and column, implicit conversions
+ * between vector types, operands of two vector types and constructors of the
+ * wrong size. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
