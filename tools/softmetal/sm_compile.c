@@ -49,7 +49,7 @@ static const char *const CXX_FLAGS[] = {
     "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
     "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
     "-mllvm", "-enable-tail-merge=false", "-fsigned-char",
-    "-Xclang", "-ffloat16-excess-precision=none",
+    "-Xclang", "-ffloat16-excess-precision=none", "-fdeclspec", /* swizzles: metal_stdlib */
 #if !defined(__x86_64__)
     "-fsanitize=integer-divide-by-zero", "-fsanitize-trap=integer-divide-by-zero",
 #endif

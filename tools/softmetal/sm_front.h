@@ -48,12 +48,13 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err);
 #define SM_MANIFEST_BEGIN "/*@sm-manifest\n"
 #define SM_MANIFEST_END "@sm-manifest*/\n"
 
-/* MSL's `c ? h : f` with a half (or bfloat) and a float or integer operand is
- * ambiguous in C++, where half is a class. Given the translation unit and
- * the diagnostics of compiling it with -fdiagnostics-print-source-range-info,
- * returns the unit (malloc'd) with one operand of each such conditional cast
- * as MSL converts it (half and float: float; half and an integer: half), or
- * NULL when no diagnostic is of that kind. */
+/* MSL's `c ? b : f` with a bfloat and a float or integer operand is
+ * ambiguous in C++, where bfloat is a class (sm_fixup.c). Given the
+ * translation unit and the diagnostics of compiling it with
+ * -fdiagnostics-print-source-range-info, returns the unit (malloc'd) with one
+ * operand of each such conditional cast as MSL converts it (bfloat and float:
+ * float; bfloat and an integer: bfloat), or NULL when no diagnostic is of
+ * that kind. */
 char *sm__front_fix_conditionals(const char *tu, const char *diag);
 
 /* The diagnostics diag with each program_source:LINE:COL diagnostic quoting
