@@ -490,14 +490,84 @@ static double cm__leaf(cm_dtype d, int64_t m, const char *p, int64_t s) {
     return cm__leaf_f32(m, t);
 }
 
-/* The pairwise sum of n elements: halves cut at a multiple of CM__LEAF. */
+/* Where the pairwise tree cuts n elements: the first half's length, a
+ * multiple of CM__LEAF (n > CM__LEAF). */
+static int64_t cm__half(int64_t n) {
+    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
+    return (leaves + 1) / 2 * CM__LEAF;
+}
+
+/* The subtrees `depth` levels below the tree over [off, off + n), in order
+ * (a node of at most one leaf is not cut further): offsets and lengths
+ * appended at [*count]. */
+static void cm__cut(int64_t off, int64_t n, int depth, int64_t *offs, int64_t *lens,
+                    int64_t *count) {
+    if (depth == 0 || n <= CM__LEAF) {
+        offs[*count] = off;
+        lens[(*count)++] = n;
+        return;
+    }
+    const int64_t h = cm__half(n);
+    cm__cut(off, h, depth - 1, offs, lens, count);
+    cm__cut(off + h, n - h, depth - 1, offs, lens, count);
+}
+
+/* The tree's sum from its subtrees' sums (cm__cut's order). */
+static double cm__cut_sum(const double *sums, int64_t n, int depth, int64_t *next) {
+    if (depth == 0 || n <= CM__LEAF)
+        return sums[(*next)++];
+    const int64_t h = cm__half(n);
+    const double a = cm__cut_sum(sums, h, depth - 1, next);
+    return a + cm__cut_sum(sums, n - h, depth - 1, next);
+}
+
+#define CM__STREAMS 4 /* subtrees walked side by side */
+
+/* The pairwise sums of k <= CM__STREAMS subtrees (at p[i], n[i] elements)
+ * into out[i], walked side by side: one leaf of each in turn, so that k
+ * streams of loads are in flight (one stream leaves a server core's memory
+ * bandwidth unused). Each out[i] is the subtree's own recursion, bit for
+ * bit: a node of at most one leaf waits whole while the others split. */
+static void cm__fsum_side(cm_dtype d, int k, const char *const *p, const int64_t *n, int64_t s,
+                          double *out) {
+    bool split = false;
+    for (int i = 0; i < k; ++i)
+        split = split || n[i] > CM__LEAF;
+    if (!split) {
+        for (int i = 0; i < k; ++i)
+            out[i] = cm__leaf(d, n[i], p[i], s);
+        return;
+    }
+    const char *rp[CM__STREAMS];
+    int64_t ln[CM__STREAMS], rn[CM__STREAMS];
+    int kr = 0;
+    for (int i = 0; i < k; ++i) {
+        ln[i] = n[i] > CM__LEAF ? cm__half(n[i]) : n[i];
+        if (ln[i] < n[i]) {
+            rp[kr] = p[i] + ln[i] * s;
+            rn[kr++] = n[i] - ln[i];
+        }
+    }
+    double a[CM__STREAMS], b[CM__STREAMS];
+    cm__fsum_side(d, k, p, ln, s, a);
+    cm__fsum_side(d, kr, rp, rn, s, b);
+    for (int i = 0, j = 0; i < k; ++i)
+        out[i] = ln[i] < n[i] ? a[i] + b[j++] : a[i];
+}
+
+/* The pairwise sum of n elements: halves cut at a multiple of CM__LEAF
+ * down to leaves (cm__fsum_side walks the four quarters together). */
 static double cm__fsum(cm_dtype d, int64_t n, const char *p, int64_t s) {
     if (n <= CM__LEAF)
         return cm__leaf(d, n, p, s);
-    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
-    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
-    const double a = cm__fsum(d, h, p, s);
-    return a + cm__fsum(d, n - h, p + h * s, s);
+    int64_t offs[CM__STREAMS], lens[CM__STREAMS], k = 0, next = 0;
+    cm__cut(0, n, 2, offs, lens, &k);
+    const char *q[CM__STREAMS];
+    for (int64_t i = 0; i < k; ++i)
+        q[i] = p + offs[i] * s;
+    double sums[CM__STREAMS];
+    cm__fsum_side(d, (int)k, q, lens, s, sums);
+    return cm__cut_sum(sums, n, 2, &next);
 }
 
 /* A binary counter of partial sums: push k-th block's sum, merging equal
@@ -1194,29 +1264,6 @@ typedef struct cm__par {
     cm__acc part[CM_CPU_MAX_THREADS];
 } cm__par;
 
-/* The subtrees of cm__fsum's tree over [off, off + n) at `depth` below it. */
-static void cm__subtrees(cm__par *c, int64_t off, int64_t n, int depth) {
-    if (depth == 0 || n <= CM__LEAF) {
-        c->off[c->nodes] = off;
-        c->len[c->nodes++] = n;
-        return;
-    }
-    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
-    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
-    cm__subtrees(c, off, h, depth - 1);
-    cm__subtrees(c, off + h, n - h, depth - 1);
-}
-
-/* cm__fsum over the same tree, taking the subtrees' sums in order. */
-static double cm__subtrees_sum(const cm__par *c, int64_t n, int depth, int64_t *next) {
-    if (depth == 0 || n <= CM__LEAF)
-        return c->sum[(*next)++];
-    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
-    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
-    const double a = cm__subtrees_sum(c, h, depth - 1, next);
-    return a + cm__subtrees_sum(c, n - h, depth - 1, next);
-}
-
 static void cm__subtree_task(void *ctx, int64_t t) {
     cm__par *c = ctx;
     c->sum[t] = cm__fsum(c->r->in, c->len[t], c->base + c->off[t] * c->stride, c->stride);
@@ -1265,10 +1312,10 @@ static bool cm__red_one_parallel(cm__par *c, cm__cpu_pool *pool, cm__acc *out) {
             c->nodes = 0;
             c->base = red->base[0];
             c->stride = red->strides[0][0];
-            cm__subtrees(c, 0, red->shape[0], depth);
+            cm__cut(0, red->shape[0], depth, c->off, c->len, &c->nodes);
             cm__cpu_pool_run(pool, c->nodes, cm__subtree_task, c);
             int64_t next = 0;
-            out->d = cm__subtrees_sum(c, red->shape[0], depth, &next);
+            out->d = cm__cut_sum(c->sum, red->shape[0], depth, &next);
             return true;
         }
         int64_t runs = 1;
