@@ -272,52 +272,41 @@ CM__CLONES static double cm__leaf_f64(int64_t m, const double *q) {
     return cm__lane_tree(l);
 }
 
-/* Leaves of contiguous float16 and bfloat16: 16 elements at a time are
- * converted to float32 (exactly, branch-free so that it vectorises), then
- * added as float32 leaves are. */
+/* A leaf of float16 or bfloat16 values (converted to float32 exactly, at
+ * t): each lane first adds its elements of a 64-element group in float32,
+ * pairwise (lane j: (x[j] + x[16 + j]) + (x[32 + j] + x[48 + j])), then that
+ * in float64; a last partial group goes element by element. Four terms per
+ * conversion to float64: converting every element made these sums
+ * compute-bound (include/cmetal/ops.h states the bound). */
+#define CM__QUAD 64
+CM__CLONES static double cm__leaf_quads(int64_t m, const float *t) {
+    double l[CM__LANES];
+    int64_t i = 0;
 #ifdef CM__VEC
-#define CM__LEAF_H(name, LD)                                                            \
-    CM__CLONES static double name(int64_t m, const uint16_t *q) {                       \
-        double l[CM__LANES];                                                            \
-        int64_t i = 0;                                                                  \
-        CM__PF_DECL;                                                                    \
-        cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
-        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
-            CM__PREFETCH(q + i);                                                        \
-            float f[CM__LANES];                                                         \
-            for (int j = 0; j < CM__LANES; ++j)                                         \
-                f[j] = LD(q[i + j]);                                                    \
-            cm__v4f x0, x1, x2, x3;                                                     \
-            memcpy(&x0, f, sizeof x0);                                                  \
-            memcpy(&x1, f + 4, sizeof x1);                                              \
-            memcpy(&x2, f + 8, sizeof x2);                                              \
-            memcpy(&x3, f + 12, sizeof x3);                                             \
-            a0 += __builtin_convertvector(x0, cm__v4d);                                 \
-            a1 += __builtin_convertvector(x1, cm__v4d);                                 \
-            a2 += __builtin_convertvector(x2, cm__v4d);                                 \
-            a3 += __builtin_convertvector(x3, cm__v4d);                                 \
-        }                                                                               \
-        memcpy(l, &a0, sizeof a0);                                                      \
-        memcpy(l + 4, &a1, sizeof a1);                                                  \
-        memcpy(l + 8, &a2, sizeof a2);                                                  \
-        memcpy(l + 12, &a3, sizeof a3);                                                 \
-        for (int j = 0; i < m; ++i, ++j)                                                \
-            l[j] += (double)LD(q[i]);                                                   \
-        return cm__lane_tree(l);                                                        \
-    }
+    cm__v4d a[4] = {{0}, {0}, {0}, {0}};
+    for (; i + CM__QUAD <= m; i += CM__QUAD)
+        for (int j = 0; j < 4; ++j) {
+            cm__v4f x0, x1, x2, x3;
+            memcpy(&x0, t + i + 4 * j, sizeof x0);
+            memcpy(&x1, t + i + 16 + 4 * j, sizeof x1);
+            memcpy(&x2, t + i + 32 + 4 * j, sizeof x2);
+            memcpy(&x3, t + i + 48 + 4 * j, sizeof x3);
+            a[j] += __builtin_convertvector((x0 + x1) + (x2 + x3), cm__v4d);
+        }
+    memcpy(l, a, sizeof l);
 #else
-#define CM__LEAF_H(name, LD)                                                            \
-    static double name(int64_t m, const uint16_t *q) {                                  \
-        double l[CM__LANES];                                                            \
-        for (int j = 0; j < CM__LANES; ++j)                                             \
-            l[j] = 0.0;                                                                 \
-        for (int64_t i = 0; i < m; ++i)                                                 \
-            l[i % CM__LANES] += (double)LD(q[i]);                                       \
-        return cm__lane_tree(l);                                                        \
-    }
+    for (int j = 0; j < CM__LANES; ++j)
+        l[j] = 0.0;
+    for (; i + CM__QUAD <= m; i += CM__QUAD)
+        for (int j = 0; j < CM__LANES; ++j) {
+            const float *x = t + i + j;
+            l[j] += (double)((x[0] + x[16]) + (x[32] + x[48]));
+        }
 #endif
-CM__LEAF_H(cm__leaf_f16, cm__f16_to_f32)
-CM__LEAF_H(cm__leaf_bf16, cm__bf16_to_f32)
+    for (; i < m; ++i)
+        l[i % CM__LANES] += (double)t[i];
+    return cm__lane_tree(l);
+}
 
 /* x86-64 with AVX2 and F16C: the same lanes with the widening conversions
  * GCC's vector types lower poorly (chosen at run time). */
@@ -350,28 +339,39 @@ static bool cm__avx2_usable(void) {
     return v > 0;
 }
 
-/* x0..x3: the 16 elements from i as four __m256d; then the tail. */
-#define CM__AVX_LEAF(name, T, LOAD16, LD)                                               \
-    __attribute__((target("avx2,f16c"))) static double name(int64_t m, const T *q) {    \
+/* cm__leaf_quads over float16 or bfloat16 read in place: LOAD16 gives a
+ * row of 16 lanes as two vectors of float32, in lane order PERM (the
+ * lanes each float64 vector holds, in order). */
+#define CM__AVX_LEAF_H(name, LOAD16, LD, PERM)                                          \
+    __attribute__((target("avx2,f16c"))) static double name(int64_t m, const uint16_t *q) { \
+        static const int perm[CM__LANES] = PERM;                                        \
         __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                    \
         int64_t i = 0;                                                                  \
         CM__PF_DECL;                                                                    \
-        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+        for (; i + CM__QUAD <= m; i += CM__QUAD) {                                      \
             CM__PREFETCH(q + i);                                                        \
-            __m256 lo, hi;                                                              \
-            LOAD16(q + i, lo, hi);                                                      \
+            CM__PREFETCH(q + i + 32);                                                   \
+            __m256 l0, h0, l1, h1, l2, h2, l3, h3;                                      \
+            LOAD16(q + i, l0, h0);                                                      \
+            LOAD16(q + i + 16, l1, h1);                                                 \
+            LOAD16(q + i + 32, l2, h2);                                                 \
+            LOAD16(q + i + 48, l3, h3);                                                 \
+            const __m256 lo = _mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)); \
+            const __m256 hi = _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3)); \
             a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));        \
             a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));      \
             a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));        \
             a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));      \
         }                                                                               \
-        double l[CM__LANES];                                                            \
-        _mm256_storeu_pd(l, a0);                                                        \
-        _mm256_storeu_pd(l + 4, a1);                                                    \
-        _mm256_storeu_pd(l + 8, a2);                                                    \
-        _mm256_storeu_pd(l + 12, a3);                                                   \
-        for (int j = 0; i < m; ++i, ++j)                                                \
-            l[j] += (double)LD(q[i]);                                                   \
+        double v[CM__LANES], l[CM__LANES];                                              \
+        _mm256_storeu_pd(v, a0);                                                        \
+        _mm256_storeu_pd(v + 4, a1);                                                    \
+        _mm256_storeu_pd(v + 8, a2);                                                    \
+        _mm256_storeu_pd(v + 12, a3);                                                   \
+        for (int j = 0; j < CM__LANES; ++j)                                             \
+            l[perm[j]] = v[j];                                                          \
+        for (; i < m; ++i)                                                              \
+            l[i % CM__LANES] += (double)LD(q[i]);                                       \
         return cm__lane_tree(l);                                                        \
     }
 #define CM__AVX_LOAD_F16(p, lo, hi)                                                     \
@@ -403,8 +403,18 @@ __attribute__((target("avx2"))) static double cm__leaf_f32_avx(int64_t m, const 
         l[j] += (double)q[i];
     return cm__lane_tree(l);
 }
-CM__AVX_LEAF(cm__leaf_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32)
-CM__AVX_LEAF(cm__leaf_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32)
+/* bfloat16 for the leaves: 16 elements in one load, the even ones shifted
+ * up and the odd ones masked (no shuffles), so lanes come even then odd. */
+#define CM__AVX_LOAD_BF16_EO(p, ev, od)                                                 \
+    do {                                                                                \
+        const __m256i x_ = _mm256_loadu_si256((const __m256i *)(const void *)(p));      \
+        (ev) = _mm256_castsi256_ps(_mm256_slli_epi32(x_, 16));                          \
+        (od) = _mm256_castsi256_ps(_mm256_and_si256(x_, _mm256_set1_epi32(-65536)));    \
+    } while (0)
+#define CM__PERM_NATURAL {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+#define CM__PERM_EVEN_ODD {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15}
+CM__AVX_LEAF_H(cm__leaf_f16_avx, CM__AVX_LOAD_F16, cm__f16_to_f32, CM__PERM_NATURAL)
+CM__AVX_LEAF_H(cm__leaf_bf16_avx, CM__AVX_LOAD_BF16_EO, cm__bf16_to_f32, CM__PERM_EVEN_ODD)
 
 __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const float *q,
                                                              double *a) {
@@ -481,13 +491,9 @@ static double cm__leaf(cm_dtype d, int64_t m, const char *p, int64_t s) {
 #endif
     if (d == CM_FLOAT32 && s == (int64_t)sizeof(float))
         return cm__leaf_f32(m, (const float *)(const void *)p);
-    if (d == CM_FLOAT16 && s == 2)
-        return cm__leaf_f16(m, (const uint16_t *)(const void *)p);
-    if (d == CM_BFLOAT16 && s == 2)
-        return cm__leaf_bf16(m, (const uint16_t *)(const void *)p);
     float t[CM__LEAF];
     cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p, s);
-    return cm__leaf_f32(m, t);
+    return d == CM_FLOAT32 ? cm__leaf_f32(m, t) : cm__leaf_quads(m, t);
 }
 
 /* Where the pairwise tree cuts n elements: the first half's length, a
