@@ -1062,44 +1062,41 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
 }
 
 /* Max and min down columns: m contiguous columns of rn rows (stride rs),
- * in blocks of CM__VROWS rows (whose pages stay in the TLB), two vectors
- * of columns at a time in registers, kept in acc (element type) between
- * blocks (exact in any order; a float column that meets a NaN keeps it);
- * the results into out[0, m). */
+ * four rows at a time (four streams of loads; the last pass repeats its
+ * last row, which changes nothing), each row's vector compared in turn
+ * with the columns' accumulators acc (element type), which stay in cache;
+ * exact, rows in order (a float column that meets a NaN keeps it); the
+ * results into out[0, m). */
 #ifdef CM__VEC
+#define CM__COLS_ROWS 4
 #define CM__COLS_MM(name, T, VT, MT, OP, AT, FLOAT)                                      \
     CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, T init, \
                                 T *acc, AT *out) {                                      \
         enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                    \
         for (int64_t j = 0; j < m; ++j)                                                 \
             acc[j] = init;                                                              \
-        for (int64_t i0 = 0; i0 < rn; i0 += CM__VROWS) {                                \
-            const int64_t i1 = rn - i0 < CM__VROWS ? rn : i0 + CM__VROWS;               \
+        for (int64_t i = 0; i < rn; i += CM__COLS_ROWS) {                               \
+            const T *r[CM__COLS_ROWS];                                                  \
+            for (int t = 0; t < CM__COLS_ROWS; ++t)                                     \
+                r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs); \
             int64_t j = 0;                                                              \
-            for (; j + 2 * NL <= m; j += 2 * NL) {                                      \
-                VT a0, a1;                                                              \
-                memcpy(&a0, acc + j, sizeof a0);                                        \
-                memcpy(&a1, acc + j + NL, sizeof a1);                                   \
-                for (int64_t i = i0; i < i1; ++i) {                                     \
-                    const T *q = (const T *)(const void *)(p + i * rs) + j;             \
-                    VT x0, x1;                                                          \
-                    memcpy(&x0, q, sizeof x0);                                          \
-                    memcpy(&x1, q + NL, sizeof x1);                                     \
-                    MT k0 = x0 OP a0, k1 = x1 OP a1;                                    \
-                    if (FLOAT) {                                                        \
-                        k0 = (k0 | (x0 != x0)) & (a0 == a0);                            \
-                        k1 = (k1 | (x1 != x1)) & (a1 == a1);                            \
-                    }                                                                   \
-                    a0 = (VT)(((MT)x0 & k0) | ((MT)a0 & ~k0));                          \
-                    a1 = (VT)(((MT)x1 & k1) | ((MT)a1 & ~k1));                          \
+            for (; j + NL <= m; j += NL) {                                              \
+                VT a;                                                                   \
+                memcpy(&a, acc + j, sizeof a);                                          \
+                for (int t = 0; t < CM__COLS_ROWS; ++t) {                               \
+                    VT x;                                                               \
+                    memcpy(&x, r[t] + j, sizeof x);                                     \
+                    MT k = x OP a;                                                      \
+                    if (FLOAT)                                                          \
+                        k = (k | (x != x)) & (a == a);                                  \
+                    a = (VT)(((MT)x & k) | ((MT)a & ~k));                               \
                 }                                                                       \
-                memcpy(acc + j, &a0, sizeof a0);                                        \
-                memcpy(acc + j + NL, &a1, sizeof a1);                                   \
+                memcpy(acc + j, &a, sizeof a);                                          \
             }                                                                           \
             for (; j < m; ++j) {                                                        \
                 T a = acc[j];                                                           \
-                for (int64_t i = i0; i < i1; ++i) {                                     \
-                    const T x = ((const T *)(const void *)(p + i * rs))[j];             \
+                for (int t = 0; t < CM__COLS_ROWS; ++t) {                               \
+                    const T x = r[t][j];                                                \
                     if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))          \
                         a = x;                                                          \
                 }                                                                       \
