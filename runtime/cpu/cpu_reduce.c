@@ -828,6 +828,38 @@ static void cm__fminmax_run(cm_dtype d, bool max, int64_t n, const char *p, int6
     }
 }
 
+/* float32 max and min of a contiguous run as cm__acc_fn. */
+static void cm__fmax_f32_run(int64_t n, const char *p, int64_t s, void *acc) {
+    cm__fminmax_run(CM_FLOAT32, true, n, p, s, acc);
+}
+static void cm__fmin_f32_run(int64_t n, const char *p, int64_t s, void *acc) {
+    cm__fminmax_run(CM_FLOAT32, false, n, p, s, acc);
+}
+
+/* An exact reduction fn (integer sums modulo 2^64, max, min) of n
+ * contiguous elements of isz bytes: long runs as CM__STREAMS quarters
+ * side by side, CM__SIDE_BYTES of each in turn (several streams of loads,
+ * as cm__fsum_side). Float max and min then meet the elements in another
+ * order, fixed by n: which of +0 and -0 (or which NaN) wins may differ
+ * from a single pass, never from run to run. */
+#define CM__SIDE_BYTES 4096
+static void cm__side_walk(cm__acc_fn fn, int64_t n, const char *p, int64_t isz, void *acc) {
+    const int64_t chunk = CM__SIDE_BYTES / isz;
+    const int64_t part = (n + CM__STREAMS - 1) / CM__STREAMS;
+    if (part < 2 * chunk) {
+        fn(n, p, isz, acc);
+        return;
+    }
+    for (int64_t off = 0; off < part; off += chunk)
+        for (int64_t k = 0; k < CM__STREAMS; ++k) {
+            const int64_t b = k * part + off;
+            const int64_t end = n < (k + 1) * part ? n : (k + 1) * part;
+            const int64_t m = end - b < chunk ? end - b : chunk;
+            if (m > 0)
+                fn(m, p + b * isz, isz, acc);
+        }
+}
+
 /* The contiguous integer kernels, [dtype][kind]; NULL for floats. */
 #define CM__IFAST_ROW(E) [E] = {cm__fsum_##E, cm__fmax_##E, cm__fmin_##E},
 static const cm__acc_fn cm__ifast_table[CM_DTYPE_COUNT][CM__RKINDS] = {
@@ -919,10 +951,13 @@ static void cm__red_inner_run(int64_t n, char *const *p, const int64_t *s, void 
     const cm__red *r = c->r;
     if (r->field == 'd' && r->kind == CM__RSUM) {
         cm__pairs_push(&c->pairs, cm__fsum(r->in, n, p[0], s[0]));
+    } else if (r->field == 'd' && r->in == CM_FLOAT32 && s[0] == r->isz) {
+        cm__side_walk(r->kind == CM__RMAX ? cm__fmax_f32_run : cm__fmin_f32_run, n, p[0],
+                      r->isz, &c->acc);
     } else if (r->field == 'd' && r->in != CM_FLOAT64) {
         cm__fminmax_run(r->in, r->kind == CM__RMAX, n, p[0], s[0], &c->acc);
     } else if (r->fast != NULL && s[0] == r->isz) {
-        r->fast(n, p[0], s[0], &c->acc);
+        cm__side_walk(r->fast, n, p[0], r->isz, &c->acc);
     } else {
         r->scalar(n, p[0], s[0], &c->acc);
     }

@@ -1266,6 +1266,67 @@ Test(ops_matrix, half_sums_stay_within_their_bound_at_any_stride) {
     cm_device_release(dev);
 }
 
+/* Long contiguous runs are read as four quarters side by side: integer
+ * sums, max and min and float32 max and min stay exact, wherever the
+ * extreme (or a NaN) lies: in a partial last quarter, at a quarter's
+ * start, in a partial chunk. */
+Test(ops_matrix, long_runs_reduce_exactly_in_quarters) {
+    if (!on_cpu())
+        cr_skip_test("the quarters are the CPU's");
+    cm_device *dev = dev_open();
+    const int64_t n = 40000 + 13, shape[1] = {n};
+    const int64_t quarter = (n + 3) / 4;
+    const int64_t places[4] = {n - 1, quarter, 3 * quarter + 5, 0};
+    cm_tensor *xi = new_tensor(dev, CM_INT32, 1, shape), *xb = new_tensor(dev, CM_INT8, 1, shape);
+    cm_tensor *xf = new_tensor(dev, CM_FLOAT32, 1, shape);
+    cm_tensor *oi = new_tensor(dev, CM_INT64, 0, NULL), *of = new_tensor(dev, CM_FLOAT64, 0, NULL);
+    for (int k = 0; k < 4; ++k) {
+        int32_t *pi = NULL;
+        int8_t *pb = NULL;
+        float *pf = NULL;
+        CHECK(cm_tensor_host_write(xi, CM_INT32, (void **)&pi));
+        CHECK(cm_tensor_host_write(xb, CM_INT8, (void **)&pb));
+        CHECK(cm_tensor_host_write(xf, CM_FLOAT32, (void **)&pf));
+        int64_t si = 0, sb = 0;
+        uint32_t h = 12345;
+        for (int64_t i = 0; i < n; ++i) {
+            h = h * 1664525u + 1013904223u;
+            pi[i] = (int32_t)(h >> 1) - (1 << 30);
+            pb[i] = (int8_t)(h >> 24);
+            pf[i] = (float)(h >> 8) * 0x1p-24f;
+        }
+        pi[places[k]] = INT32_MAX;
+        pi[places[(k + 1) % 4]] = INT32_MIN;
+        pf[places[k]] = 2.0f;
+        for (int64_t i = 0; i < n; ++i) {
+            si += pi[i];
+            sb += pb[i];
+        }
+        const cm_reduce_op ops[3] = {CM_REDUCE_SUM, CM_REDUCE_MAX, CM_REDUCE_MIN};
+        const int64_t want[3] = {si, INT32_MAX, INT32_MIN};
+        for (int o = 0; o < 3; ++o) {
+            CHECK(cm_reduce(ops[o], xi, CM_AXIS_ALL, oi, NULL));
+            cr_assert_eq(get_at(oi, NULL).i64, want[o], "int32 %s, extremes at %lld",
+                         cm_reduce_op_name(ops[o]), (long long)places[k]);
+        }
+        CHECK(cm_reduce(CM_REDUCE_SUM, xb, CM_AXIS_ALL, oi, NULL));
+        cr_assert_eq(get_at(oi, NULL).i64, sb, "int8 sum");
+        CHECK(cm_reduce(CM_REDUCE_MAX, xf, CM_AXIS_ALL, of, NULL));
+        cr_assert_eq(get_at(of, NULL).f64, 2.0, "float32 max at %lld", (long long)places[k]);
+        CHECK(cm_tensor_host_write(xf, CM_FLOAT32, (void **)&pf));
+        pf[places[(k + 2) % 4]] = NAN;
+        CHECK(cm_reduce(CM_REDUCE_MIN, xf, CM_AXIS_ALL, of, NULL));
+        cr_assert(isnan(get_at(of, NULL).f64), "float32 min, NaN at %lld",
+                  (long long)places[(k + 2) % 4]);
+    }
+    cm_tensor_release(xi);
+    cm_tensor_release(xb);
+    cm_tensor_release(xf);
+    cm_tensor_release(oi);
+    cm_tensor_release(of);
+    cm_device_release(dev);
+}
+
 /* Column sums (a strided reduced axis, a contiguous kept one) use a work
  * buffer; without memory they run in narrow chunks on the stack, with the
  * same bits. */
