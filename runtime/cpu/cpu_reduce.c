@@ -315,8 +315,12 @@ CM__CLONES static double cm__leaf_quads(int64_t m, const float *t) {
 #include <immintrin.h>
 #define CM__X86 1
 
+static atomic_bool cm__reduce_portable; /* cm__cpu_reduce_force_portable */
+
 static bool cm__avx2_usable(void) {
     static atomic_int state; /* 1 usable, -1 not, 0 not asked yet */
+    if (atomic_load_explicit(&cm__reduce_portable, memory_order_relaxed))
+        return false;
     int v = atomic_load_explicit(&state, memory_order_relaxed);
     if (v == 0) {
         /* Asked through cpuid alone (clang's __builtin_cpu_supports does
@@ -430,24 +434,42 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
         a[j] += (double)q[j];
 }
 
-/* cur[j] = the sum of `rows` rows (stride rs) of column j (float32, or
- * float16/bfloat16 converted exactly), rows in order from 0.0, as the
- * vector adds row by row give it; 16 columns at a time in registers, so
- * that the rows stream side by side. */
-#define CM__VBLOCK_AVX(name, T, LOAD16, LD)                                             \
+/* cur[j] = the sum of `rows` rows (stride rs) of column j, rows in order
+ * from 0.0, as the vector adds row by row give it; float16/bfloat16
+ * (QUADS 1) add each four rows in float32 first ((r0 + r1) + (r2 + r3),
+ * as cm__leaf_quads does along a run), the rows left over one by one. 16
+ * columns at a time in registers, so that the rows stream side by side. */
+#define CM__VBLOCK_ADD(lo, hi)                                                          \
+    (a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo))),               \
+     a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1))),             \
+     a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi))),               \
+     a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1))))
+#define CM__VBLOCK_AVX(name, T, LOAD16, LD, QUADS)                                      \
     __attribute__((target("avx2,f16c"))) static void name(                              \
         int64_t m, int64_t rows, const char *p, int64_t rs, double *cur) {              \
+        const int64_t quads = QUADS ? rows / 4 * 4 : 0;                                 \
         int64_t j = 0;                                                                  \
         for (; j + 16 <= m; j += 16) {                                                  \
             __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                \
-            for (int64_t i = 0; i < rows; ++i) {                                        \
+            int64_t i = 0;                                                              \
+            for (; i < quads; i += 4) {                                                 \
+                const T *q = (const T *)(const void *)(p + i * rs) + j;                 \
+                const T *q1 = (const T *)(const void *)((const char *)q + rs);          \
+                const T *q2 = (const T *)(const void *)((const char *)q1 + rs);         \
+                const T *q3 = (const T *)(const void *)((const char *)q2 + rs);         \
+                __m256 l0, h0, l1, h1, l2, h2, l3, h3;                                  \
+                LOAD16(q, l0, h0);                                                      \
+                LOAD16(q1, l1, h1);                                                     \
+                LOAD16(q2, l2, h2);                                                     \
+                LOAD16(q3, l3, h3);                                                     \
+                CM__VBLOCK_ADD(_mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)), \
+                               _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3))); \
+            }                                                                           \
+            for (; i < rows; ++i) {                                                     \
                 const T *q = (const T *)(const void *)(p + i * rs) + j;                 \
                 __m256 lo, hi;                                                          \
                 LOAD16(q, lo, hi);                                                      \
-                a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));    \
-                a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));  \
-                a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));    \
-                a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));  \
+                CM__VBLOCK_ADD(lo, hi);                                                 \
             }                                                                           \
             _mm256_storeu_pd(cur + j, a0);                                              \
             _mm256_storeu_pd(cur + j + 4, a1);                                          \
@@ -456,16 +478,31 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
         }                                                                               \
         for (; j < m; ++j) {                                                            \
             double a = 0.0;                                                             \
-            for (int64_t i = 0; i < rows; ++i)                                          \
+            int64_t i = 0;                                                              \
+            for (; i < quads; i += 4) {                                                 \
+                float x[4];                                                             \
+                for (int k = 0; k < 4; ++k)                                             \
+                    x[k] = LD(((const T *)(const void *)(p + (i + k) * rs))[j]);        \
+                a += (double)((x[0] + x[1]) + (x[2] + x[3]));                           \
+            }                                                                           \
+            for (; i < rows; ++i)                                                       \
                 a += (double)LD(((const T *)(const void *)(p + i * rs))[j]);            \
             cur[j] = a;                                                                 \
         }                                                                               \
     }
 #define CM__AVX_LOAD_F32(p, lo, hi)                                                     \
     ((lo) = _mm256_loadu_ps(p), (hi) = _mm256_loadu_ps((p) + 8))
-CM__VBLOCK_AVX(cm__vblock_f32_avx, float, CM__AVX_LOAD_F32, CM__LD_SAME)
-CM__VBLOCK_AVX(cm__vblock_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32)
-CM__VBLOCK_AVX(cm__vblock_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32)
+CM__VBLOCK_AVX(cm__vblock_f32_avx, float, CM__AVX_LOAD_F32, CM__LD_SAME, 0)
+CM__VBLOCK_AVX(cm__vblock_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32, 1)
+CM__VBLOCK_AVX(cm__vblock_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32, 1)
+
+void cm__cpu_reduce_force_portable(bool portable) {
+    atomic_store_explicit(&cm__reduce_portable, portable, memory_order_relaxed);
+}
+#else
+void cm__cpu_reduce_force_portable(bool portable) {
+    (void)portable; /* the portable loops are the only ones */
+}
 #endif
 
 /* One leaf of any float dtype at any stride: float32 and float64 rows are
@@ -984,7 +1021,7 @@ typedef struct cm__vec_ctx {
     int64_t rn, rs;
     cm__vacc *acc;
     double *st;         /* float sums: levels x w partial rows */
-    float *t;           /* float sums: w float32 (float16, bfloat16 rows) */
+    float *t;           /* float sums: 4 x w float32 (float16, bfloat16 rows) */
     int64_t w;          /* float sums: columns per chunk */
 } cm__vec_ctx;
 
@@ -1028,6 +1065,12 @@ CM__CLONES static void cm__vadd_f64(int64_t m, const double *q, double *a) {
         a[j] += q[j];
 }
 
+/* a[j] += the float32 sum (t[j] + t[w + j]) + (t[2w + j] + t[3w + j]). */
+static void cm__vadd_quads(int64_t m, const float *t, int64_t w, double *a) {
+    for (int64_t j = 0; j < m; ++j)
+        a[j] += (double)((t[j] + t[w + j]) + (t[2 * w + j] + t[3 * w + j]));
+}
+
 /* Float sums in the vector form: for each column, blocks of CM__VROWS rows
  * summed in order, the blocks' sums combined by a binary counter. */
 static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
@@ -1062,6 +1105,14 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
             if (i < end)
                 for (int64_t j = 0; j < m; ++j)
                     cur[j] = 0.0;
+            if (r->in == CM_FLOAT16 || r->in == CM_BFLOAT16)
+                for (; i + 4 <= end; i += 4) {
+                    for (int k = 0; k < 4; ++k)
+                        cm__cpu_cast_kernel(r->in, CM_FLOAT32)(
+                            m, (char *)(t + k * w), (int64_t)sizeof(float),
+                            col + (i + k) * c->rs, s[1]);
+                    cm__vadd_quads(m, t, w, cur);
+                }
             for (; i < end; ++i) {
                 const char *row = col + i * c->rs;
                 if (r->in == CM_FLOAT32) {
@@ -1245,10 +1296,10 @@ static void cm__red_kept(cm__cpu_nd *kept, void *ctx) {
             for (int64_t nb = (c.rn + CM__VROWS - 1) / CM__VROWS; nb > 0; nb >>= 1)
                 ++levels;
             double small[72 * 8];
-            float small_t[8];
+            float small_t[4 * 8];
             c.w = CM__VCOLS;
             c.st = cm__alloc_raw((size_t)levels * CM__VCOLS * sizeof(double) +
-                                     CM__VCOLS * sizeof(float),
+                                     4 * CM__VCOLS * sizeof(float),
                                  64);
             if (c.st != NULL) {
                 c.t = (float *)(void *)(c.st + (size_t)levels * CM__VCOLS);
