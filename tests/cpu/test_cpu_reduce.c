@@ -73,3 +73,53 @@ Test(cpu_reduce, vector_kernels_and_portable_loops_give_the_same_bits) {
         }
     CHECK(cm_device_release(dev));
 }
+
+/* Integer column sums (the vector form, four rows a pass and the rows left
+ * over) and column max/min (four rows a pass, the last one repeated) are
+ * exact: against sums and extremes computed here, for every row count
+ * modulo 4. */
+Test(cpu_reduce, integer_columns_are_exact) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const cm_dtype ds[] = {CM_INT8, CM_UINT16, CM_INT32, CM_UINT64};
+    static int64_t want_sum[1000], want_max[1000], want_min[1000];
+    for (int64_t rows = 37; rows <= 40; ++rows)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            const int64_t shape[2] = {rows, 1000}, cols[1] = {1000};
+            cm_tensor *f = new_tensor(dev, CM_INT64, 2, shape);
+            cm_tensor *x = new_tensor(dev, ds[di], 2, shape);
+            int64_t *p = NULL;
+            CHECK(cm_tensor_host_write(f, CM_INT64, (void **)&p));
+            uint32_t h = 11;
+            for (int64_t j = 0; j < 1000; ++j) {
+                want_sum[j] = 0;
+                want_max[j] = INT64_MIN;
+                want_min[j] = INT64_MAX;
+            }
+            for (int64_t i = 0; i < rows; ++i)
+                for (int64_t j = 0; j < 1000; ++j) {
+                    h = h * 1664525u + 1013904223u;
+                    const int64_t v = ds[di] == CM_INT8 ? (int8_t)(h >> 24) : (int64_t)(h >> 17);
+                    p[i * 1000 + j] = v;
+                    want_sum[j] += v;
+                    want_max[j] = v > want_max[j] ? v : want_max[j];
+                    want_min[j] = v < want_min[j] ? v : want_min[j];
+                }
+            CHECK(cm_cast(f, x, NULL));
+            cm_tensor *o = new_tensor(dev, CM_INT64, 1, cols);
+            const cm_reduce_op ops[3] = {CM_REDUCE_SUM, CM_REDUCE_MAX, CM_REDUCE_MIN};
+            const int64_t *want[3] = {want_sum, want_max, want_min};
+            for (int k = 0; k < 3; ++k) {
+                CHECK(cm_reduce(ops[k], x, 0, o, NULL));
+                const int64_t *q = NULL;
+                CHECK(cm_tensor_host_read(o, CM_INT64, (const void **)&q));
+                for (int64_t j = 0; j < 1000; ++j)
+                    cr_assert_eq(q[j], want[k][j], "%s of %lld rows, column %lld",
+                                 cm_reduce_op_name(ops[k]), (long long)rows, (long long)j);
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(x));
+            CHECK(cm_tensor_release(f));
+        }
+    CHECK(cm_device_release(dev));
+}
