@@ -565,6 +565,10 @@ static double cm__cut_sum(const double *sums, int64_t n, int depth, int64_t *nex
 }
 
 #define CM__STREAMS 4 /* subtrees walked side by side */
+/* Runs shorter than this many bytes are walked in one stream: rows of a
+ * matrix read one after another are one long stream already, which four
+ * short ones per row would break up. */
+#define CM__SIDE_MIN_BYTES (256 * 1024)
 
 /* The pairwise sums of k <= CM__STREAMS subtrees (at p[i], n[i] elements)
  * into out[i], walked side by side: one leaf of each in turn, so that k
@@ -603,6 +607,11 @@ static void cm__fsum_side(cm_dtype d, int k, const char *const *p, const int64_t
 static double cm__fsum(cm_dtype d, int64_t n, const char *p, int64_t s) {
     if (n <= CM__LEAF)
         return cm__leaf(d, n, p, s);
+    if (n < CM__SIDE_MIN_BYTES / (s < 0 ? -s : s > 0 ? s : 1)) {
+        double v;
+        cm__fsum_side(d, 1, &p, &n, s, &v); /* the plain recursion */
+        return v;
+    }
     int64_t offs[CM__STREAMS], lens[CM__STREAMS], k = 0, next = 0;
     cm__cut(0, n, 2, offs, lens, &k);
     const char *q[CM__STREAMS];
@@ -883,7 +892,7 @@ static void cm__fmin_f32_run(int64_t n, const char *p, int64_t s, void *acc) {
 static void cm__side_walk(cm__acc_fn fn, int64_t n, const char *p, int64_t isz, void *acc) {
     const int64_t chunk = CM__SIDE_BYTES / isz;
     const int64_t part = (n + CM__STREAMS - 1) / CM__STREAMS;
-    if (part < 2 * chunk) {
+    if (n < CM__SIDE_MIN_BYTES / isz) {
         fn(n, p, isz, acc);
         return;
     }

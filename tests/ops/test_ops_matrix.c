@@ -1274,7 +1274,7 @@ Test(ops_matrix, long_runs_reduce_exactly_in_quarters) {
     if (!on_cpu())
         cr_skip_test("the quarters are the CPU's");
     cm_device *dev = dev_open();
-    const int64_t n = 40000 + 13, shape[1] = {n};
+    const int64_t n = 300000 + 13, shape[1] = {n}; /* above CM__SIDE_MIN_BYTES */
     const int64_t quarter = (n + 3) / 4;
     const int64_t places[4] = {n - 1, quarter, 3 * quarter + 5, 0};
     cm_tensor *xi = new_tensor(dev, CM_INT32, 1, shape), *xb = new_tensor(dev, CM_INT8, 1, shape);
