@@ -203,74 +203,44 @@ static uintptr_t cm__pf_distance(void) {
 #define CM__CLONES
 #endif
 
-/* A leaf of m <= CM__LEAF contiguous floats or doubles. */
-CM__CLONES static double cm__leaf_f32(int64_t m, const float *q) {
-    double l[CM__LANES];
-    int64_t i = 0;
-    CM__PF_DECL;
+/* A leaf of m <= CM__LEAF contiguous floats or doubles (T, loaded as
+ * four-lane vectors VT, widened by WIDEN). */
 #ifdef CM__VEC
-    cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (; i + CM__LANES <= m; i += CM__LANES) {
-        CM__PREFETCH(q + i);
-        cm__v4f x0, x1, x2, x3;
-        memcpy(&x0, q + i, sizeof x0);
-        memcpy(&x1, q + i + 4, sizeof x1);
-        memcpy(&x2, q + i + 8, sizeof x2);
-        memcpy(&x3, q + i + 12, sizeof x3);
-        a0 += __builtin_convertvector(x0, cm__v4d);
-        a1 += __builtin_convertvector(x1, cm__v4d);
-        a2 += __builtin_convertvector(x2, cm__v4d);
-        a3 += __builtin_convertvector(x3, cm__v4d);
+#define CM__LEAF_F(name, T, VT, WIDEN)                                                  \
+    CM__CLONES static double name(int64_t m, const T *q) {                              \
+        double l[CM__LANES];                                                            \
+        int64_t i = 0;                                                                  \
+        CM__PF_DECL;                                                                    \
+        cm__v4d a[4] = {{0}, {0}, {0}, {0}};                                            \
+        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+            CM__PREFETCH(q + i);                                                        \
+            for (int j = 0; j < 4; ++j) {                                               \
+                VT x;                                                                   \
+                memcpy(&x, q + i + 4 * j, sizeof x);                                    \
+                a[j] += WIDEN(x);                                                       \
+            }                                                                           \
+        }                                                                               \
+        memcpy(l, a, sizeof l);                                                         \
+        for (int j = 0; i < m; ++i, ++j)                                                \
+            l[j] += (double)q[i];                                                       \
+        return cm__lane_tree(l);                                                        \
     }
-    memcpy(l, &a0, sizeof a0);
-    memcpy(l + 4, &a1, sizeof a1);
-    memcpy(l + 8, &a2, sizeof a2);
-    memcpy(l + 12, &a3, sizeof a3);
+#define CM__WIDEN_F32(x) __builtin_convertvector(x, cm__v4d)
+#define CM__WIDEN_F64(x) (x)
 #else
-    for (int j = 0; j < CM__LANES; ++j)
-        l[j] = 0.0;
-    for (; i + CM__LANES <= m; i += CM__LANES)
-        for (int j = 0; j < CM__LANES; ++j)
-            l[j] += (double)q[i + j];
-#endif
-    for (int j = 0; i < m; ++i, ++j)
-        l[j] += (double)q[i];
-    return cm__lane_tree(l);
-}
-
-CM__CLONES static double cm__leaf_f64(int64_t m, const double *q) {
-    double l[CM__LANES];
-    int64_t i = 0;
-    CM__PF_DECL;
-#ifdef CM__VEC
-    cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (; i + CM__LANES <= m; i += CM__LANES) {
-        CM__PREFETCH(q + i);
-        cm__v4d x0, x1, x2, x3;
-        memcpy(&x0, q + i, sizeof x0);
-        memcpy(&x1, q + i + 4, sizeof x1);
-        memcpy(&x2, q + i + 8, sizeof x2);
-        memcpy(&x3, q + i + 12, sizeof x3);
-        a0 += x0;
-        a1 += x1;
-        a2 += x2;
-        a3 += x3;
+#define CM__LEAF_F(name, T, VT, WIDEN)                                                  \
+    static double name(int64_t m, const T *q) {                                         \
+        double l[CM__LANES];                                                            \
+        int64_t i = 0;                                                                  \
+        for (int j = 0; j < CM__LANES; ++j)                                             \
+            l[j] = 0.0;                                                                 \
+        for (; i < m; ++i)                                                              \
+            l[i % CM__LANES] += (double)q[i];                                           \
+        return cm__lane_tree(l);                                                        \
     }
-    memcpy(l, &a0, sizeof a0);
-    memcpy(l + 4, &a1, sizeof a1);
-    memcpy(l + 8, &a2, sizeof a2);
-    memcpy(l + 12, &a3, sizeof a3);
-#else
-    for (int j = 0; j < CM__LANES; ++j)
-        l[j] = 0.0;
-    for (; i + CM__LANES <= m; i += CM__LANES)
-        for (int j = 0; j < CM__LANES; ++j)
-            l[j] += q[i + j];
 #endif
-    for (int j = 0; i < m; ++i, ++j)
-        l[j] += q[i];
-    return cm__lane_tree(l);
-}
+CM__LEAF_F(cm__leaf_f32, float, cm__v4f, CM__WIDEN_F32)
+CM__LEAF_F(cm__leaf_f64, double, cm__v4d, CM__WIDEN_F64)
 
 /* A leaf of float16 or bfloat16 values (converted to float32 exactly, at
  * t): each lane first adds its elements of a 64-element group in float32,
@@ -645,10 +615,21 @@ static double cm__pairs_fold(const cm__pairs *c) {
     return v;
 }
 
+/* The end of a float max (MAX) or min: elements i.. of n into lanes 0, 1,
+ * ..., then the lanes folded in order. */
+static float cm__fmm_finish(float *l, int64_t i, int64_t n, const float *q, bool max) {
+    for (int j = 0; i < n; ++i, ++j)
+        l[j] = max ? CM__FMAX(l[j], q[i]) : CM__FMIN(l[j], q[i]);
+    float m = l[0];
+    for (int j = 1; j < CM__LANES; ++j)
+        m = max ? CM__FMAX(m, l[j]) : CM__FMIN(m, l[j]);
+    return m;
+}
+
 /* Max and min over contiguous floats: lanes start at `init` (-inf or
  * +inf); once a lane meets a NaN it keeps it. */
 #ifdef CM__VEC
-#define CM__FMM_F32(name, OP)                                                           \
+#define CM__FMM_F32(name, OP, MAX)                                                      \
     CM__CLONES static float name(int64_t n, const float *q, float init) {               \
         float l[CM__LANES];                                                             \
         int64_t i = 0;                                                                  \
@@ -668,38 +649,23 @@ static double cm__pairs_fold(const cm__pairs *c) {
         }                                                                               \
         memcpy(l, &a0, sizeof a0);                                                      \
         memcpy(l + 8, &a1, sizeof a1);                                                  \
-        for (int j = 0; i < n; ++i, ++j) {                                              \
-            const float x = q[i];                                                       \
-            if (l[j] == l[j] && (x != x || x OP l[j]))                                  \
-                l[j] = x;                                                               \
-        }                                                                               \
-        float m = l[0];                                                                 \
-        for (int j = 1; j < CM__LANES; ++j)                                             \
-            if (m == m && (l[j] != l[j] || l[j] OP m))                                  \
-                m = l[j];                                                               \
-        return m;                                                                       \
+        return cm__fmm_finish(l, i, n, q, MAX);                                         \
     }
 #else
-#define CM__FMM_F32(name, OP)                                                           \
+#define CM__FMM_F32(name, OP, MAX)                                                      \
     static float name(int64_t n, const float *q, float init) {                          \
         float l[CM__LANES];                                                             \
+        int64_t i = 0;                                                                  \
         for (int j = 0; j < CM__LANES; ++j)                                             \
             l[j] = init;                                                                \
-        for (int64_t i = 0; i < n; ++i) {                                               \
-            const float x = q[i];                                                       \
-            const int j = (int)(i % CM__LANES);                                         \
-            if (l[j] == l[j] && (x != x || x OP l[j]))                                  \
-                l[j] = x;                                                               \
-        }                                                                               \
-        float m = l[0];                                                                 \
-        for (int j = 1; j < CM__LANES; ++j)                                             \
-            if (m == m && (l[j] != l[j] || l[j] OP m))                                  \
-                m = l[j];                                                               \
-        return m;                                                                       \
+        for (; i + CM__LANES <= n; i += CM__LANES)                                      \
+            for (int j = 0; j < CM__LANES; ++j)                                         \
+                l[j] = MAX ? CM__FMAX(l[j], q[i + j]) : CM__FMIN(l[j], q[i + j]);       \
+        return cm__fmm_finish(l, i, n, q, MAX);                                         \
     }
 #endif
-CM__FMM_F32(cm__max_f32, >)
-CM__FMM_F32(cm__min_f32, <)
+CM__FMM_F32(cm__max_f32, >, true)
+CM__FMM_F32(cm__min_f32, <, false)
 
 /* Integer sums of contiguous elements, modulo 2^64: 32- and 64-bit ones
  * widen to 64-bit lanes. */
