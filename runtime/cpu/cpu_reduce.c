@@ -578,9 +578,9 @@ static double cm__fsum(cm_dtype d, int64_t n, const char *p, int64_t s) {
     if (n <= CM__LEAF)
         return cm__leaf(d, n, p, s);
     if (n < CM__SIDE_MIN_BYTES / (s < 0 ? -s : s > 0 ? s : 1)) {
-        double v;
-        cm__fsum_side(d, 1, &p, &n, s, &v); /* the plain recursion */
-        return v;
+        const int64_t h = cm__half(n); /* the plain recursion */
+        const double a = cm__fsum(d, h, p, s);
+        return a + cm__fsum(d, n - h, p + h * s, s);
     }
     int64_t offs[CM__STREAMS], lens[CM__STREAMS], k = 0, next = 0;
     cm__cut(0, n, 2, offs, lens, &k);
