@@ -615,21 +615,10 @@ static double cm__pairs_fold(const cm__pairs *c) {
     return v;
 }
 
-/* The end of a float max (MAX) or min: elements i.. of n into lanes 0, 1,
- * ..., then the lanes folded in order. */
-static float cm__fmm_finish(float *l, int64_t i, int64_t n, const float *q, bool max) {
-    for (int j = 0; i < n; ++i, ++j)
-        l[j] = max ? CM__FMAX(l[j], q[i]) : CM__FMIN(l[j], q[i]);
-    float m = l[0];
-    for (int j = 1; j < CM__LANES; ++j)
-        m = max ? CM__FMAX(m, l[j]) : CM__FMIN(m, l[j]);
-    return m;
-}
-
 /* Max and min over contiguous floats: lanes start at `init` (-inf or
  * +inf); once a lane meets a NaN it keeps it. */
 #ifdef CM__VEC
-#define CM__FMM_F32(name, OP, MAX)                                                      \
+#define CM__FMM_F32(name, OP)                                                           \
     CM__CLONES static float name(int64_t n, const float *q, float init) {               \
         float l[CM__LANES];                                                             \
         int64_t i = 0;                                                                  \
@@ -649,23 +638,38 @@ static float cm__fmm_finish(float *l, int64_t i, int64_t n, const float *q, bool
         }                                                                               \
         memcpy(l, &a0, sizeof a0);                                                      \
         memcpy(l + 8, &a1, sizeof a1);                                                  \
-        return cm__fmm_finish(l, i, n, q, MAX);                                         \
+        for (int j = 0; i < n; ++i, ++j) {                                              \
+            const float x = q[i];                                                       \
+            if (l[j] == l[j] && (x != x || x OP l[j]))                                  \
+                l[j] = x;                                                               \
+        }                                                                               \
+        float m = l[0];                                                                 \
+        for (int j = 1; j < CM__LANES; ++j)                                             \
+            if (m == m && (l[j] != l[j] || l[j] OP m))                                  \
+                m = l[j];                                                               \
+        return m;                                                                       \
     }
 #else
-#define CM__FMM_F32(name, OP, MAX)                                                      \
+#define CM__FMM_F32(name, OP)                                                           \
     static float name(int64_t n, const float *q, float init) {                          \
         float l[CM__LANES];                                                             \
-        int64_t i = 0;                                                                  \
         for (int j = 0; j < CM__LANES; ++j)                                             \
             l[j] = init;                                                                \
-        for (; i + CM__LANES <= n; i += CM__LANES)                                      \
-            for (int j = 0; j < CM__LANES; ++j)                                         \
-                l[j] = MAX ? CM__FMAX(l[j], q[i + j]) : CM__FMIN(l[j], q[i + j]);       \
-        return cm__fmm_finish(l, i, n, q, MAX);                                         \
+        for (int64_t i = 0; i < n; ++i) {                                               \
+            const float x = q[i];                                                       \
+            const int j = (int)(i % CM__LANES);                                         \
+            if (l[j] == l[j] && (x != x || x OP l[j]))                                  \
+                l[j] = x;                                                               \
+        }                                                                               \
+        float m = l[0];                                                                 \
+        for (int j = 1; j < CM__LANES; ++j)                                             \
+            if (m == m && (l[j] != l[j] || l[j] OP m))                                  \
+                m = l[j];                                                               \
+        return m;                                                                       \
     }
 #endif
-CM__FMM_F32(cm__max_f32, >, true)
-CM__FMM_F32(cm__min_f32, <, false)
+CM__FMM_F32(cm__max_f32, >)
+CM__FMM_F32(cm__min_f32, <)
 
 /* Integer sums of contiguous elements, modulo 2^64: 32- and 64-bit ones
  * widen to 64-bit lanes. */
