@@ -5,16 +5,20 @@
  * Float sums are pairwise (include/cmetal/ops.h states the error bound): a
  * run of elements is cut in halves at multiples of CM__LEAF elements down
  * to leaves of at most CM__LEAF; a leaf is summed in CM__LANES interleaved
- * float64 lanes (element i into lane i % CM__LANES, in order), and the
- * lanes are added by a fixed tree. Runs of one reduction (reduced axes
- * that do not merge into one run) and, in the vector form, blocks of
- * CM__VROWS rows are combined by a binary counter (a pairwise tree over
- * equal blocks). Every step depends only on the shape and the data, never
- * on the vector instructions in use or on threads (see "threads" below):
- * the same input gives the same bits. Integer sums are exact modulo 2^64 in any order; max and
- * min are exact in any order (NaN wins). The kept axes are walked outside,
- * the reduced ones inside; when the reduced axis is strided but a kept axis
- * is contiguous (reducing the rows of a row-major matrix), whole rows are
+ * float64 lanes (element i into lane i % CM__LANES, in order; float16 and
+ * bfloat16 lanes first add fours in float32, cm__leaf_quads), and the
+ * lanes are added by a fixed tree. Long runs are read as the tree's four
+ * quarters side by side (cm__fsum_side: the same tree, several streams of
+ * loads), long exact ones in quarters too (cm__side_walk). Runs of one
+ * reduction (reduced axes that do not merge into one run) and, in the
+ * vector form, blocks of CM__VROWS rows are combined by a binary counter
+ * (a pairwise tree over equal blocks). Every step depends only on the
+ * shape and the data, never on the vector instructions in use or on
+ * threads (see "threads" below): the same input gives the same bits.
+ * Integer sums are exact modulo 2^64 in any order; max and min are exact
+ * in any order (NaN wins). The kept axes are walked outside, the reduced
+ * ones inside; when the reduced axis is strided but a kept axis is
+ * contiguous (reducing the rows of a row-major matrix), whole rows are
  * accumulated into a vector instead. */
 #include "cpu_ops.h"
 
