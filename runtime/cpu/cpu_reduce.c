@@ -581,7 +581,8 @@ static void cm__fsum_side(cm_dtype d, int k, const char *const *p, const int64_t
 static double cm__fsum(cm_dtype d, int64_t n, const char *p, int64_t s) {
     if (n <= CM__LEAF)
         return cm__leaf(d, n, p, s);
-    if (n < CM__SIDE_MIN_BYTES / (s < 0 ? -s : s > 0 ? s : 1)) {
+    const uint64_t step = s < 0 ? 0 - (uint64_t)s : s > 0 ? (uint64_t)s : 1;
+    if ((uint64_t)n < CM__SIDE_MIN_BYTES / step) {
         const int64_t h = cm__half(n); /* the plain recursion */
         const double a = cm__fsum(d, h, p, s);
         return a + cm__fsum(d, n - h, p + h * s, s);
