@@ -187,7 +187,13 @@ typedef enum cm_reduce_op {
  *   |s - sum x_i| <= gamma_k * sum |x_i|,  gamma_k = k u / (1 - k u),
  *   k = 40 + 2 ceil(log2 n),  u = 2^-53,
  * before the one rounding to the output dtype (and mean's division); a
- * running sum's bound has k = n - 1. The order depends only on the shape
+ * running sum's bound has k = n - 1. float16 and bfloat16 lanes first add
+ * their terms four at a time in float32, pairwise ((a + b) + (c + d): 4
+ * elements 16 apart along a run, or 4 consecutive rows of a column),
+ * which widens the bound to
+ *   |s - sum x_i| <= (g + gamma_k (1 + g)) * sum |x_i|,
+ *   g = 2 u' / (1 - 2 u'),  u' = 2^-24,
+ * still far below a float32 running sum's (n - 1) u'. The order depends only on the shape
  * and strides, never on the CPU's vector instructions or threads: the
  * same input gives the same bits on every run.
  * Zero-size: sum gives 0, mean NaN (0 for integer outputs), and max or min

@@ -28,6 +28,10 @@ cm__cpu_map1_fn cm__cpu_cast_kernel(cm_dtype from, cm_dtype to);
  * path even where the CPU has conversion instructions. Process-wide. */
 void cm__cpu_cast_force_scalar(bool scalar_only);
 
+/* Test hook: with `portable`, reductions use their portable loops even
+ * where the CPU has AVX2 and F16C (the bits must not change). Process-wide. */
+void cm__cpu_reduce_force_portable(bool portable);
+
 /* The float16 conversion instructions casts use now ("f16c", "neon"), or
  * NULL where the CPU has none or the scalar path is forced. */
 const char *cm__cpu_cast_f16_hardware(void);

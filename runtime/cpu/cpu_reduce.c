@@ -5,16 +5,20 @@
  * Float sums are pairwise (include/cmetal/ops.h states the error bound): a
  * run of elements is cut in halves at multiples of CM__LEAF elements down
  * to leaves of at most CM__LEAF; a leaf is summed in CM__LANES interleaved
- * float64 lanes (element i into lane i % CM__LANES, in order), and the
- * lanes are added by a fixed tree. Runs of one reduction (reduced axes
- * that do not merge into one run) and, in the vector form, blocks of
- * CM__VROWS rows are combined by a binary counter (a pairwise tree over
- * equal blocks). Every step depends only on the shape and the data, never
- * on the vector instructions in use or on threads (see "threads" below):
- * the same input gives the same bits. Integer sums are exact modulo 2^64 in any order; max and
- * min are exact in any order (NaN wins). The kept axes are walked outside,
- * the reduced ones inside; when the reduced axis is strided but a kept axis
- * is contiguous (reducing the rows of a row-major matrix), whole rows are
+ * float64 lanes (element i into lane i % CM__LANES, in order; float16 and
+ * bfloat16 lanes first add fours in float32, cm__leaf_quads), and the
+ * lanes are added by a fixed tree. Long runs are read as the tree's four
+ * quarters side by side (cm__fsum_side: the same tree, several streams of
+ * loads), long exact ones in quarters too (cm__side_walk). Runs of one
+ * reduction (reduced axes that do not merge into one run) and, in the
+ * vector form, blocks of CM__VROWS rows are combined by a binary counter
+ * (a pairwise tree over equal blocks). Every step depends only on the
+ * shape and the data, never on the vector instructions in use or on
+ * threads (see "threads" below): the same input gives the same bits.
+ * Integer sums are exact modulo 2^64 in any order; max and min are exact
+ * in any order (NaN wins). The kept axes are walked outside, the reduced
+ * ones inside; when the reduced axis is strided but a kept axis is
+ * contiguous (reducing the rows of a row-major matrix), whole rows are
  * accumulated into a vector instead. */
 #include "cpu_ops.h"
 
@@ -203,121 +207,80 @@ static uintptr_t cm__pf_distance(void) {
 #define CM__CLONES
 #endif
 
-/* A leaf of m <= CM__LEAF contiguous floats or doubles. */
-CM__CLONES static double cm__leaf_f32(int64_t m, const float *q) {
-    double l[CM__LANES];
-    int64_t i = 0;
-    CM__PF_DECL;
+/* A leaf of m <= CM__LEAF contiguous floats or doubles (T, loaded as
+ * four-lane vectors VT, widened by WIDEN). */
 #ifdef CM__VEC
-    cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (; i + CM__LANES <= m; i += CM__LANES) {
-        CM__PREFETCH(q + i);
-        cm__v4f x0, x1, x2, x3;
-        memcpy(&x0, q + i, sizeof x0);
-        memcpy(&x1, q + i + 4, sizeof x1);
-        memcpy(&x2, q + i + 8, sizeof x2);
-        memcpy(&x3, q + i + 12, sizeof x3);
-        a0 += __builtin_convertvector(x0, cm__v4d);
-        a1 += __builtin_convertvector(x1, cm__v4d);
-        a2 += __builtin_convertvector(x2, cm__v4d);
-        a3 += __builtin_convertvector(x3, cm__v4d);
-    }
-    memcpy(l, &a0, sizeof a0);
-    memcpy(l + 4, &a1, sizeof a1);
-    memcpy(l + 8, &a2, sizeof a2);
-    memcpy(l + 12, &a3, sizeof a3);
-#else
-    for (int j = 0; j < CM__LANES; ++j)
-        l[j] = 0.0;
-    for (; i + CM__LANES <= m; i += CM__LANES)
-        for (int j = 0; j < CM__LANES; ++j)
-            l[j] += (double)q[i + j];
-#endif
-    for (int j = 0; i < m; ++i, ++j)
-        l[j] += (double)q[i];
-    return cm__lane_tree(l);
-}
-
-CM__CLONES static double cm__leaf_f64(int64_t m, const double *q) {
-    double l[CM__LANES];
-    int64_t i = 0;
-    CM__PF_DECL;
-#ifdef CM__VEC
-    cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (; i + CM__LANES <= m; i += CM__LANES) {
-        CM__PREFETCH(q + i);
-        cm__v4d x0, x1, x2, x3;
-        memcpy(&x0, q + i, sizeof x0);
-        memcpy(&x1, q + i + 4, sizeof x1);
-        memcpy(&x2, q + i + 8, sizeof x2);
-        memcpy(&x3, q + i + 12, sizeof x3);
-        a0 += x0;
-        a1 += x1;
-        a2 += x2;
-        a3 += x3;
-    }
-    memcpy(l, &a0, sizeof a0);
-    memcpy(l + 4, &a1, sizeof a1);
-    memcpy(l + 8, &a2, sizeof a2);
-    memcpy(l + 12, &a3, sizeof a3);
-#else
-    for (int j = 0; j < CM__LANES; ++j)
-        l[j] = 0.0;
-    for (; i + CM__LANES <= m; i += CM__LANES)
-        for (int j = 0; j < CM__LANES; ++j)
-            l[j] += q[i + j];
-#endif
-    for (int j = 0; i < m; ++i, ++j)
-        l[j] += q[i];
-    return cm__lane_tree(l);
-}
-
-/* Leaves of contiguous float16 and bfloat16: 16 elements at a time are
- * converted to float32 (exactly, branch-free so that it vectorises), then
- * added as float32 leaves are. */
-#ifdef CM__VEC
-#define CM__LEAF_H(name, LD)                                                            \
-    CM__CLONES static double name(int64_t m, const uint16_t *q) {                       \
+#define CM__LEAF_F(name, T, VT, WIDEN)                                                  \
+    CM__CLONES static double name(int64_t m, const T *q) {                              \
         double l[CM__LANES];                                                            \
         int64_t i = 0;                                                                  \
         CM__PF_DECL;                                                                    \
-        cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
+        cm__v4d a[4] = {{0}, {0}, {0}, {0}};                                            \
         for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
             CM__PREFETCH(q + i);                                                        \
-            float f[CM__LANES];                                                         \
-            for (int j = 0; j < CM__LANES; ++j)                                         \
-                f[j] = LD(q[i + j]);                                                    \
-            cm__v4f x0, x1, x2, x3;                                                     \
-            memcpy(&x0, f, sizeof x0);                                                  \
-            memcpy(&x1, f + 4, sizeof x1);                                              \
-            memcpy(&x2, f + 8, sizeof x2);                                              \
-            memcpy(&x3, f + 12, sizeof x3);                                             \
-            a0 += __builtin_convertvector(x0, cm__v4d);                                 \
-            a1 += __builtin_convertvector(x1, cm__v4d);                                 \
-            a2 += __builtin_convertvector(x2, cm__v4d);                                 \
-            a3 += __builtin_convertvector(x3, cm__v4d);                                 \
+            for (int j = 0; j < 4; ++j) {                                               \
+                VT x;                                                                   \
+                memcpy(&x, q + i + 4 * j, sizeof x);                                    \
+                a[j] += WIDEN(x);                                                       \
+            }                                                                           \
         }                                                                               \
-        memcpy(l, &a0, sizeof a0);                                                      \
-        memcpy(l + 4, &a1, sizeof a1);                                                  \
-        memcpy(l + 8, &a2, sizeof a2);                                                  \
-        memcpy(l + 12, &a3, sizeof a3);                                                 \
+        memcpy(l, a, sizeof l);                                                         \
         for (int j = 0; i < m; ++i, ++j)                                                \
-            l[j] += (double)LD(q[i]);                                                   \
+            l[j] += (double)q[i];                                                       \
         return cm__lane_tree(l);                                                        \
     }
+#define CM__WIDEN_F32(x) __builtin_convertvector(x, cm__v4d)
+#define CM__WIDEN_F64(x) (x)
 #else
-#define CM__LEAF_H(name, LD)                                                            \
-    static double name(int64_t m, const uint16_t *q) {                                  \
+#define CM__LEAF_F(name, T, VT, WIDEN)                                                  \
+    static double name(int64_t m, const T *q) {                                         \
         double l[CM__LANES];                                                            \
+        int64_t i = 0;                                                                  \
         for (int j = 0; j < CM__LANES; ++j)                                             \
             l[j] = 0.0;                                                                 \
-        for (int64_t i = 0; i < m; ++i)                                                 \
-            l[i % CM__LANES] += (double)LD(q[i]);                                       \
+        for (; i < m; ++i)                                                              \
+            l[i % CM__LANES] += (double)q[i];                                           \
         return cm__lane_tree(l);                                                        \
     }
 #endif
-CM__LEAF_H(cm__leaf_f16, cm__f16_to_f32)
-CM__LEAF_H(cm__leaf_bf16, cm__bf16_to_f32)
+CM__LEAF_F(cm__leaf_f32, float, cm__v4f, CM__WIDEN_F32)
+CM__LEAF_F(cm__leaf_f64, double, cm__v4d, CM__WIDEN_F64)
+
+/* A leaf of float16 or bfloat16 values (converted to float32 exactly, at
+ * t): each lane first adds its elements of a 64-element group in float32,
+ * pairwise (lane j: (x[j] + x[16 + j]) + (x[32 + j] + x[48 + j])), then that
+ * in float64; a last partial group goes element by element. Four terms per
+ * conversion to float64: converting every element made these sums
+ * compute-bound (include/cmetal/ops.h states the bound). */
+#define CM__QUAD 64
+CM__CLONES static double cm__leaf_quads(int64_t m, const float *t) {
+    double l[CM__LANES];
+    int64_t i = 0;
+#ifdef CM__VEC
+    cm__v4d a[4] = {{0}, {0}, {0}, {0}};
+    for (; i + CM__QUAD <= m; i += CM__QUAD)
+        for (int j = 0; j < 4; ++j) {
+            cm__v4f x0, x1, x2, x3;
+            memcpy(&x0, t + i + 4 * j, sizeof x0);
+            memcpy(&x1, t + i + 16 + 4 * j, sizeof x1);
+            memcpy(&x2, t + i + 32 + 4 * j, sizeof x2);
+            memcpy(&x3, t + i + 48 + 4 * j, sizeof x3);
+            a[j] += __builtin_convertvector((x0 + x1) + (x2 + x3), cm__v4d);
+        }
+    memcpy(l, a, sizeof l);
+#else
+    for (int j = 0; j < CM__LANES; ++j)
+        l[j] = 0.0;
+    for (; i + CM__QUAD <= m; i += CM__QUAD)
+        for (int j = 0; j < CM__LANES; ++j) {
+            const float *x = t + i + j;
+            l[j] += (double)((x[0] + x[16]) + (x[32] + x[48]));
+        }
+#endif
+    for (; i < m; ++i)
+        l[i % CM__LANES] += (double)t[i];
+    return cm__lane_tree(l);
+}
 
 /* x86-64 with AVX2 and F16C: the same lanes with the widening conversions
  * GCC's vector types lower poorly (chosen at run time). */
@@ -326,8 +289,12 @@ CM__LEAF_H(cm__leaf_bf16, cm__bf16_to_f32)
 #include <immintrin.h>
 #define CM__X86 1
 
+static atomic_bool cm__reduce_portable; /* cm__cpu_reduce_force_portable */
+
 static bool cm__avx2_usable(void) {
     static atomic_int state; /* 1 usable, -1 not, 0 not asked yet */
+    if (atomic_load_explicit(&cm__reduce_portable, memory_order_relaxed))
+        return false;
     int v = atomic_load_explicit(&state, memory_order_relaxed);
     if (v == 0) {
         /* Asked through cpuid alone (clang's __builtin_cpu_supports does
@@ -350,28 +317,39 @@ static bool cm__avx2_usable(void) {
     return v > 0;
 }
 
-/* x0..x3: the 16 elements from i as four __m256d; then the tail. */
-#define CM__AVX_LEAF(name, T, LOAD16, LD)                                               \
-    __attribute__((target("avx2,f16c"))) static double name(int64_t m, const T *q) {    \
+/* cm__leaf_quads over float16 or bfloat16 read in place: LOAD16 gives a
+ * row of 16 lanes as two vectors of float32, in lane order PERM (the
+ * lanes each float64 vector holds, in order). */
+#define CM__AVX_LEAF_H(name, LOAD16, LD, PERM)                                          \
+    __attribute__((target("avx2,f16c"))) static double name(int64_t m, const uint16_t *q) { \
+        static const int perm[CM__LANES] = PERM;                                        \
         __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                    \
         int64_t i = 0;                                                                  \
         CM__PF_DECL;                                                                    \
-        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
+        for (; i + CM__QUAD <= m; i += CM__QUAD) {                                      \
             CM__PREFETCH(q + i);                                                        \
-            __m256 lo, hi;                                                              \
-            LOAD16(q + i, lo, hi);                                                      \
+            CM__PREFETCH(q + i + 32);                                                   \
+            __m256 l0, h0, l1, h1, l2, h2, l3, h3;                                      \
+            LOAD16(q + i, l0, h0);                                                      \
+            LOAD16(q + i + 16, l1, h1);                                                 \
+            LOAD16(q + i + 32, l2, h2);                                                 \
+            LOAD16(q + i + 48, l3, h3);                                                 \
+            const __m256 lo = _mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)); \
+            const __m256 hi = _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3)); \
             a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));        \
             a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));      \
             a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));        \
             a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));      \
         }                                                                               \
-        double l[CM__LANES];                                                            \
-        _mm256_storeu_pd(l, a0);                                                        \
-        _mm256_storeu_pd(l + 4, a1);                                                    \
-        _mm256_storeu_pd(l + 8, a2);                                                    \
-        _mm256_storeu_pd(l + 12, a3);                                                   \
-        for (int j = 0; i < m; ++i, ++j)                                                \
-            l[j] += (double)LD(q[i]);                                                   \
+        double v[CM__LANES], l[CM__LANES];                                              \
+        _mm256_storeu_pd(v, a0);                                                        \
+        _mm256_storeu_pd(v + 4, a1);                                                    \
+        _mm256_storeu_pd(v + 8, a2);                                                    \
+        _mm256_storeu_pd(v + 12, a3);                                                   \
+        for (int j = 0; j < CM__LANES; ++j)                                             \
+            l[perm[j]] = v[j];                                                          \
+        for (; i < m; ++i)                                                              \
+            l[i % CM__LANES] += (double)LD(q[i]);                                       \
         return cm__lane_tree(l);                                                        \
     }
 #define CM__AVX_LOAD_F16(p, lo, hi)                                                     \
@@ -403,8 +381,18 @@ __attribute__((target("avx2"))) static double cm__leaf_f32_avx(int64_t m, const 
         l[j] += (double)q[i];
     return cm__lane_tree(l);
 }
-CM__AVX_LEAF(cm__leaf_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32)
-CM__AVX_LEAF(cm__leaf_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32)
+/* bfloat16 for the leaves: 16 elements in one load, the even ones shifted
+ * up and the odd ones masked (no shuffles), so lanes come even then odd. */
+#define CM__AVX_LOAD_BF16_EO(p, ev, od)                                                 \
+    do {                                                                                \
+        const __m256i x_ = _mm256_loadu_si256((const __m256i *)(const void *)(p));      \
+        (ev) = _mm256_castsi256_ps(_mm256_slli_epi32(x_, 16));                          \
+        (od) = _mm256_castsi256_ps(_mm256_and_si256(x_, _mm256_set1_epi32(-65536)));    \
+    } while (0)
+#define CM__PERM_NATURAL {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+#define CM__PERM_EVEN_ODD {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15}
+CM__AVX_LEAF_H(cm__leaf_f16_avx, CM__AVX_LOAD_F16, cm__f16_to_f32, CM__PERM_NATURAL)
+CM__AVX_LEAF_H(cm__leaf_bf16_avx, CM__AVX_LOAD_BF16_EO, cm__bf16_to_f32, CM__PERM_EVEN_ODD)
 
 __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const float *q,
                                                              double *a) {
@@ -420,24 +408,42 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
         a[j] += (double)q[j];
 }
 
-/* cur[j] = the sum of `rows` rows (stride rs) of column j (float32, or
- * float16/bfloat16 converted exactly), rows in order from 0.0, as the
- * vector adds row by row give it; 16 columns at a time in registers, so
- * that the rows stream side by side. */
-#define CM__VBLOCK_AVX(name, T, LOAD16, LD)                                             \
+/* cur[j] = the sum of `rows` rows (stride rs) of column j, rows in order
+ * from 0.0, as the vector adds row by row give it; float16/bfloat16
+ * (QUADS 1) add each four rows in float32 first ((r0 + r1) + (r2 + r3),
+ * as cm__leaf_quads does along a run), the rows left over one by one. 16
+ * columns at a time in registers, so that the rows stream side by side. */
+#define CM__VBLOCK_ADD(lo, hi)                                                          \
+    (a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo))),               \
+     a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1))),             \
+     a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi))),               \
+     a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1))))
+#define CM__VBLOCK_AVX(name, T, LOAD16, LD, QUADS)                                      \
     __attribute__((target("avx2,f16c"))) static void name(                              \
         int64_t m, int64_t rows, const char *p, int64_t rs, double *cur) {              \
+        const int64_t quads = QUADS ? rows / 4 * 4 : 0;                                 \
         int64_t j = 0;                                                                  \
         for (; j + 16 <= m; j += 16) {                                                  \
             __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                \
-            for (int64_t i = 0; i < rows; ++i) {                                        \
+            int64_t i = 0;                                                              \
+            for (; i < quads; i += 4) {                                                 \
+                const T *q = (const T *)(const void *)(p + i * rs) + j;                 \
+                const T *q1 = (const T *)(const void *)((const char *)q + rs);          \
+                const T *q2 = (const T *)(const void *)((const char *)q1 + rs);         \
+                const T *q3 = (const T *)(const void *)((const char *)q2 + rs);         \
+                __m256 l0, h0, l1, h1, l2, h2, l3, h3;                                  \
+                LOAD16(q, l0, h0);                                                      \
+                LOAD16(q1, l1, h1);                                                     \
+                LOAD16(q2, l2, h2);                                                     \
+                LOAD16(q3, l3, h3);                                                     \
+                CM__VBLOCK_ADD(_mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)), \
+                               _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3))); \
+            }                                                                           \
+            for (; i < rows; ++i) {                                                     \
                 const T *q = (const T *)(const void *)(p + i * rs) + j;                 \
                 __m256 lo, hi;                                                          \
                 LOAD16(q, lo, hi);                                                      \
-                a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));    \
-                a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));  \
-                a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));    \
-                a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));  \
+                CM__VBLOCK_ADD(lo, hi);                                                 \
             }                                                                           \
             _mm256_storeu_pd(cur + j, a0);                                              \
             _mm256_storeu_pd(cur + j + 4, a1);                                          \
@@ -446,16 +452,31 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
         }                                                                               \
         for (; j < m; ++j) {                                                            \
             double a = 0.0;                                                             \
-            for (int64_t i = 0; i < rows; ++i)                                          \
+            int64_t i = 0;                                                              \
+            for (; i < quads; i += 4) {                                                 \
+                float x[4];                                                             \
+                for (int k = 0; k < 4; ++k)                                             \
+                    x[k] = LD(((const T *)(const void *)(p + (i + k) * rs))[j]);        \
+                a += (double)((x[0] + x[1]) + (x[2] + x[3]));                           \
+            }                                                                           \
+            for (; i < rows; ++i)                                                       \
                 a += (double)LD(((const T *)(const void *)(p + i * rs))[j]);            \
             cur[j] = a;                                                                 \
         }                                                                               \
     }
 #define CM__AVX_LOAD_F32(p, lo, hi)                                                     \
     ((lo) = _mm256_loadu_ps(p), (hi) = _mm256_loadu_ps((p) + 8))
-CM__VBLOCK_AVX(cm__vblock_f32_avx, float, CM__AVX_LOAD_F32, CM__LD_SAME)
-CM__VBLOCK_AVX(cm__vblock_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32)
-CM__VBLOCK_AVX(cm__vblock_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32)
+CM__VBLOCK_AVX(cm__vblock_f32_avx, float, CM__AVX_LOAD_F32, CM__LD_SAME, 0)
+CM__VBLOCK_AVX(cm__vblock_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32, 1)
+CM__VBLOCK_AVX(cm__vblock_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32, 1)
+
+void cm__cpu_reduce_force_portable(bool portable) {
+    atomic_store_explicit(&cm__reduce_portable, portable, memory_order_relaxed);
+}
+#else
+void cm__cpu_reduce_force_portable(bool portable) {
+    (void)portable; /* the portable loops are the only ones */
+}
 #endif
 
 /* One leaf of any float dtype at any stride: float32 and float64 rows are
@@ -481,23 +502,99 @@ static double cm__leaf(cm_dtype d, int64_t m, const char *p, int64_t s) {
 #endif
     if (d == CM_FLOAT32 && s == (int64_t)sizeof(float))
         return cm__leaf_f32(m, (const float *)(const void *)p);
-    if (d == CM_FLOAT16 && s == 2)
-        return cm__leaf_f16(m, (const uint16_t *)(const void *)p);
-    if (d == CM_BFLOAT16 && s == 2)
-        return cm__leaf_bf16(m, (const uint16_t *)(const void *)p);
     float t[CM__LEAF];
     cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p, s);
-    return cm__leaf_f32(m, t);
+    return d == CM_FLOAT32 ? cm__leaf_f32(m, t) : cm__leaf_quads(m, t);
 }
 
-/* The pairwise sum of n elements: halves cut at a multiple of CM__LEAF. */
+/* Where the pairwise tree cuts n elements: the first half's length, a
+ * multiple of CM__LEAF (n > CM__LEAF). */
+static int64_t cm__half(int64_t n) {
+    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
+    return (leaves + 1) / 2 * CM__LEAF;
+}
+
+/* The subtrees `depth` levels below the tree over [off, off + n), in order
+ * (a node of at most one leaf is not cut further): offsets and lengths
+ * appended at [*count]. */
+static void cm__cut(int64_t off, int64_t n, int depth, int64_t *offs, int64_t *lens,
+                    int64_t *count) {
+    if (depth == 0 || n <= CM__LEAF) {
+        offs[*count] = off;
+        lens[(*count)++] = n;
+        return;
+    }
+    const int64_t h = cm__half(n);
+    cm__cut(off, h, depth - 1, offs, lens, count);
+    cm__cut(off + h, n - h, depth - 1, offs, lens, count);
+}
+
+/* The tree's sum from its subtrees' sums (cm__cut's order). */
+static double cm__cut_sum(const double *sums, int64_t n, int depth, int64_t *next) {
+    if (depth == 0 || n <= CM__LEAF)
+        return sums[(*next)++];
+    const int64_t h = cm__half(n);
+    const double a = cm__cut_sum(sums, h, depth - 1, next);
+    return a + cm__cut_sum(sums, n - h, depth - 1, next);
+}
+
+#define CM__STREAMS 4 /* subtrees walked side by side */
+/* Runs shorter than this many bytes are walked in one stream: rows of a
+ * matrix read one after another are one long stream already, which four
+ * short ones per row would break up. */
+#define CM__SIDE_MIN_BYTES (256 * 1024)
+
+/* The pairwise sums of k <= CM__STREAMS subtrees (at p[i], n[i] elements)
+ * into out[i], walked side by side: one leaf of each in turn, so that k
+ * streams of loads are in flight (one stream leaves a server core's memory
+ * bandwidth unused). Each out[i] is the subtree's own recursion, bit for
+ * bit: a node of at most one leaf waits whole while the others split. */
+static void cm__fsum_side(cm_dtype d, int k, const char *const *p, const int64_t *n, int64_t s,
+                          double *out) {
+    bool split = false;
+    for (int i = 0; i < k; ++i)
+        split = split || n[i] > CM__LEAF;
+    if (!split) {
+        for (int i = 0; i < k; ++i)
+            out[i] = cm__leaf(d, n[i], p[i], s);
+        return;
+    }
+    const char *rp[CM__STREAMS];
+    int64_t ln[CM__STREAMS], rn[CM__STREAMS];
+    int kr = 0;
+    for (int i = 0; i < k; ++i) {
+        ln[i] = n[i] > CM__LEAF ? cm__half(n[i]) : n[i];
+        if (ln[i] < n[i]) {
+            rp[kr] = p[i] + ln[i] * s;
+            rn[kr++] = n[i] - ln[i];
+        }
+    }
+    double a[CM__STREAMS], b[CM__STREAMS];
+    cm__fsum_side(d, k, p, ln, s, a);
+    cm__fsum_side(d, kr, rp, rn, s, b);
+    for (int i = 0, j = 0; i < k; ++i)
+        out[i] = ln[i] < n[i] ? a[i] + b[j++] : a[i];
+}
+
+/* The pairwise sum of n elements: halves cut at a multiple of CM__LEAF
+ * down to leaves (cm__fsum_side walks the four quarters together). */
 static double cm__fsum(cm_dtype d, int64_t n, const char *p, int64_t s) {
     if (n <= CM__LEAF)
         return cm__leaf(d, n, p, s);
-    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
-    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
-    const double a = cm__fsum(d, h, p, s);
-    return a + cm__fsum(d, n - h, p + h * s, s);
+    const uint64_t step = s < 0 ? 0 - (uint64_t)s : s > 0 ? (uint64_t)s : 1;
+    if ((uint64_t)n < CM__SIDE_MIN_BYTES / step) {
+        const int64_t h = cm__half(n); /* the plain recursion */
+        const double a = cm__fsum(d, h, p, s);
+        return a + cm__fsum(d, n - h, p + h * s, s);
+    }
+    int64_t offs[CM__STREAMS], lens[CM__STREAMS], k = 0, next = 0;
+    cm__cut(0, n, 2, offs, lens, &k);
+    const char *q[CM__STREAMS];
+    for (int64_t i = 0; i < k; ++i)
+        q[i] = p + offs[i] * s;
+    double sums[CM__STREAMS];
+    cm__fsum_side(d, (int)k, q, lens, s, sums);
+    return cm__cut_sum(sums, n, 2, &next);
 }
 
 /* A binary counter of partial sums: push k-th block's sum, merging equal
@@ -752,6 +849,38 @@ static void cm__fminmax_run(cm_dtype d, bool max, int64_t n, const char *p, int6
     }
 }
 
+/* float32 max and min of a contiguous run as cm__acc_fn. */
+static void cm__fmax_f32_run(int64_t n, const char *p, int64_t s, void *acc) {
+    cm__fminmax_run(CM_FLOAT32, true, n, p, s, acc);
+}
+static void cm__fmin_f32_run(int64_t n, const char *p, int64_t s, void *acc) {
+    cm__fminmax_run(CM_FLOAT32, false, n, p, s, acc);
+}
+
+/* An exact reduction fn (integer sums modulo 2^64, max, min) of n
+ * contiguous elements of isz bytes: long runs as CM__STREAMS quarters
+ * side by side, CM__SIDE_BYTES of each in turn (several streams of loads,
+ * as cm__fsum_side). Float max and min then meet the elements in another
+ * order, fixed by n: which of +0 and -0 (or which NaN) wins may differ
+ * from a single pass, never from run to run. */
+#define CM__SIDE_BYTES 4096
+static void cm__side_walk(cm__acc_fn fn, int64_t n, const char *p, int64_t isz, void *acc) {
+    const int64_t chunk = CM__SIDE_BYTES / isz;
+    const int64_t part = (n + CM__STREAMS - 1) / CM__STREAMS;
+    if (n < CM__SIDE_MIN_BYTES / isz) {
+        fn(n, p, isz, acc);
+        return;
+    }
+    for (int64_t off = 0; off < part; off += chunk)
+        for (int64_t k = 0; k < CM__STREAMS; ++k) {
+            const int64_t b = k * part + off;
+            const int64_t end = n < (k + 1) * part ? n : (k + 1) * part;
+            const int64_t m = end - b < chunk ? end - b : chunk;
+            if (m > 0)
+                fn(m, p + b * isz, isz, acc);
+        }
+}
+
 /* The contiguous integer kernels, [dtype][kind]; NULL for floats. */
 #define CM__IFAST_ROW(E) [E] = {cm__fsum_##E, cm__fmax_##E, cm__fmin_##E},
 static const cm__acc_fn cm__ifast_table[CM_DTYPE_COUNT][CM__RKINDS] = {
@@ -843,10 +972,13 @@ static void cm__red_inner_run(int64_t n, char *const *p, const int64_t *s, void 
     const cm__red *r = c->r;
     if (r->field == 'd' && r->kind == CM__RSUM) {
         cm__pairs_push(&c->pairs, cm__fsum(r->in, n, p[0], s[0]));
+    } else if (r->field == 'd' && r->in == CM_FLOAT32 && s[0] == r->isz) {
+        cm__side_walk(r->kind == CM__RMAX ? cm__fmax_f32_run : cm__fmin_f32_run, n, p[0],
+                      r->isz, &c->acc);
     } else if (r->field == 'd' && r->in != CM_FLOAT64) {
         cm__fminmax_run(r->in, r->kind == CM__RMAX, n, p[0], s[0], &c->acc);
     } else if (r->fast != NULL && s[0] == r->isz) {
-        r->fast(n, p[0], s[0], &c->acc);
+        cm__side_walk(r->fast, n, p[0], r->isz, &c->acc);
     } else {
         r->scalar(n, p[0], s[0], &c->acc);
     }
@@ -873,7 +1005,7 @@ typedef struct cm__vec_ctx {
     int64_t rn, rs;
     cm__vacc *acc;
     double *st;         /* float sums: levels x w partial rows */
-    float *t;           /* float sums: w float32 (float16, bfloat16 rows) */
+    float *t;           /* float sums: 4 x w float32 (float16, bfloat16 rows) */
     int64_t w;          /* float sums: columns per chunk */
 } cm__vec_ctx;
 
@@ -917,6 +1049,12 @@ CM__CLONES static void cm__vadd_f64(int64_t m, const double *q, double *a) {
         a[j] += q[j];
 }
 
+/* a[j] += the float32 sum (t[j] + t[w + j]) + (t[2w + j] + t[3w + j]). */
+static void cm__vadd_quads(int64_t m, const float *t, int64_t w, double *a) {
+    for (int64_t j = 0; j < m; ++j)
+        a[j] += (double)((t[j] + t[w + j]) + (t[2 * w + j] + t[3 * w + j]));
+}
+
 /* Float sums in the vector form: for each column, blocks of CM__VROWS rows
  * summed in order, the blocks' sums combined by a binary counter. */
 static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
@@ -951,6 +1089,14 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
             if (i < end)
                 for (int64_t j = 0; j < m; ++j)
                     cur[j] = 0.0;
+            if (r->in == CM_FLOAT16 || r->in == CM_BFLOAT16)
+                for (; i + 4 <= end; i += 4) {
+                    for (int k = 0; k < 4; ++k)
+                        cm__cpu_cast_kernel(r->in, CM_FLOAT32)(
+                            m, (char *)(t + k * w), (int64_t)sizeof(float),
+                            col + (i + k) * c->rs, s[1]);
+                    cm__vadd_quads(m, t, w, cur);
+                }
             for (; i < end; ++i) {
                 const char *row = col + i * c->rs;
                 if (r->in == CM_FLOAT32) {
@@ -986,44 +1132,41 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
 }
 
 /* Max and min down columns: m contiguous columns of rn rows (stride rs),
- * in blocks of CM__VROWS rows (whose pages stay in the TLB), two vectors
- * of columns at a time in registers, kept in acc (element type) between
- * blocks (exact in any order; a float column that meets a NaN keeps it);
- * the results into out[0, m). */
+ * four rows at a time (four streams of loads; the last pass repeats its
+ * last row, which changes nothing), each row's vector compared in turn
+ * with the columns' accumulators acc (element type), which stay in cache;
+ * exact, rows in order (a float column that meets a NaN keeps it); the
+ * results into out[0, m). */
 #ifdef CM__VEC
+#define CM__COLS_ROWS 4
 #define CM__COLS_MM(name, T, VT, MT, OP, AT, FLOAT)                                      \
     CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, T init, \
                                 T *acc, AT *out) {                                      \
         enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                    \
         for (int64_t j = 0; j < m; ++j)                                                 \
             acc[j] = init;                                                              \
-        for (int64_t i0 = 0; i0 < rn; i0 += CM__VROWS) {                                \
-            const int64_t i1 = rn - i0 < CM__VROWS ? rn : i0 + CM__VROWS;               \
+        for (int64_t i = 0; i < rn; i += CM__COLS_ROWS) {                               \
+            const T *r[CM__COLS_ROWS];                                                  \
+            for (int t = 0; t < CM__COLS_ROWS; ++t)                                     \
+                r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs); \
             int64_t j = 0;                                                              \
-            for (; j + 2 * NL <= m; j += 2 * NL) {                                      \
-                VT a0, a1;                                                              \
-                memcpy(&a0, acc + j, sizeof a0);                                        \
-                memcpy(&a1, acc + j + NL, sizeof a1);                                   \
-                for (int64_t i = i0; i < i1; ++i) {                                     \
-                    const T *q = (const T *)(const void *)(p + i * rs) + j;             \
-                    VT x0, x1;                                                          \
-                    memcpy(&x0, q, sizeof x0);                                          \
-                    memcpy(&x1, q + NL, sizeof x1);                                     \
-                    MT k0 = x0 OP a0, k1 = x1 OP a1;                                    \
-                    if (FLOAT) {                                                        \
-                        k0 = (k0 | (x0 != x0)) & (a0 == a0);                            \
-                        k1 = (k1 | (x1 != x1)) & (a1 == a1);                            \
-                    }                                                                   \
-                    a0 = (VT)(((MT)x0 & k0) | ((MT)a0 & ~k0));                          \
-                    a1 = (VT)(((MT)x1 & k1) | ((MT)a1 & ~k1));                          \
+            for (; j + NL <= m; j += NL) {                                              \
+                VT a;                                                                   \
+                memcpy(&a, acc + j, sizeof a);                                          \
+                for (int t = 0; t < CM__COLS_ROWS; ++t) {                               \
+                    VT x;                                                               \
+                    memcpy(&x, r[t] + j, sizeof x);                                     \
+                    MT k = x OP a;                                                      \
+                    if (FLOAT)                                                          \
+                        k = (k | (x != x)) & (a == a);                                  \
+                    a = (VT)(((MT)x & k) | ((MT)a & ~k));                               \
                 }                                                                       \
-                memcpy(acc + j, &a0, sizeof a0);                                        \
-                memcpy(acc + j + NL, &a1, sizeof a1);                                   \
+                memcpy(acc + j, &a, sizeof a);                                          \
             }                                                                           \
             for (; j < m; ++j) {                                                        \
                 T a = acc[j];                                                           \
-                for (int64_t i = i0; i < i1; ++i) {                                     \
-                    const T x = ((const T *)(const void *)(p + i * rs))[j];             \
+                for (int t = 0; t < CM__COLS_ROWS; ++t) {                               \
+                    const T x = r[t][j];                                                \
                     if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))          \
                         a = x;                                                          \
                 }                                                                       \
@@ -1085,6 +1228,57 @@ static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char 
 }
 #endif
 
+/* Integer sums down columns (the vector form): a[j] += the m contiguous
+ * columns of rn rows (stride rs), four rows a pass (four streams of
+ * loads, one accumulator load and store for four rows); exact modulo 2^64
+ * in any order. */
+#define CM__ISUM_COLS(name, T, EXT)                                                     \
+    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs,        \
+                                uint64_t *a) {                                          \
+        int64_t i = 0;                                                                  \
+        for (; i + 4 <= rn; i += 4) {                                                   \
+            const T *r0 = (const T *)(const void *)(p + i * rs);                        \
+            const T *r1 = (const T *)(const void *)(p + (i + 1) * rs);                  \
+            const T *r2 = (const T *)(const void *)(p + (i + 2) * rs);                  \
+            const T *r3 = (const T *)(const void *)(p + (i + 3) * rs);                  \
+            for (int64_t j = 0; j < m; ++j)                                             \
+                a[j] += ((uint64_t)(EXT)r0[j] + (uint64_t)(EXT)r1[j]) +                 \
+                        ((uint64_t)(EXT)r2[j] + (uint64_t)(EXT)r3[j]);                  \
+        }                                                                               \
+        for (; i < rn; ++i) {                                                           \
+            const T *r0 = (const T *)(const void *)(p + i * rs);                        \
+            for (int64_t j = 0; j < m; ++j)                                             \
+                a[j] += (uint64_t)(EXT)r0[j];                                           \
+        }                                                                               \
+    }
+CM__ISUM_COLS(cm__csum_b8, uint8_t, uint64_t)
+CM__ISUM_COLS(cm__csum_i8, int8_t, int64_t)
+CM__ISUM_COLS(cm__csum_u8, uint8_t, uint64_t)
+CM__ISUM_COLS(cm__csum_i16, int16_t, int64_t)
+CM__ISUM_COLS(cm__csum_u16, uint16_t, uint64_t)
+CM__ISUM_COLS(cm__csum_i32, int32_t, int64_t)
+CM__ISUM_COLS(cm__csum_u32, uint32_t, uint64_t)
+CM__ISUM_COLS(cm__csum_i64, int64_t, int64_t)
+CM__ISUM_COLS(cm__csum_u64, uint64_t, uint64_t)
+
+/* The column integer sum of the vector form where there is one: true when
+ * done (sums added into v->u). */
+static bool cm__cols_isum(const cm__red *r, int64_t m, int64_t rn, const char *p, int64_t rs,
+                          cm__vacc *v) {
+    switch (r->in) {
+    case CM_BOOL: cm__csum_b8(m, rn, p, rs, v->u); return true;
+    case CM_INT8: cm__csum_i8(m, rn, p, rs, v->u); return true;
+    case CM_UINT8: cm__csum_u8(m, rn, p, rs, v->u); return true;
+    case CM_INT16: cm__csum_i16(m, rn, p, rs, v->u); return true;
+    case CM_UINT16: cm__csum_u16(m, rn, p, rs, v->u); return true;
+    case CM_INT32: cm__csum_i32(m, rn, p, rs, v->u); return true;
+    case CM_UINT32: cm__csum_u32(m, rn, p, rs, v->u); return true;
+    case CM_INT64: cm__csum_i64(m, rn, p, rs, v->u); return true;
+    case CM_UINT64: cm__csum_u64(m, rn, p, rs, v->u); return true;
+    default: return false;
+    }
+}
+
 static void cm__red_vec_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__vec_ctx *c = ctx;
     cm__vacc *v = c->acc;
@@ -1097,7 +1291,9 @@ static void cm__red_vec_run(int64_t n, char *const *p, const int64_t *s, void *c
             v->u[j] = r->init.u;
         }
         const char *row = p[1] + j0 * s[1];
-        if (r->kind == CM__RSUM || !cm__cols_minmax(r, m, c->rn, row, c->rs, v))
+        const bool done = r->kind == CM__RSUM ? cm__cols_isum(r, m, c->rn, row, c->rs, v)
+                                              : cm__cols_minmax(r, m, c->rn, row, c->rs, v);
+        if (!done)
             for (int64_t i = 0; i < c->rn; ++i)
                 r->vector(m, row + i * c->rs, s[1], v);
         for (int64_t j = 0; j < m; ++j) {
@@ -1137,10 +1333,10 @@ static void cm__red_kept(cm__cpu_nd *kept, void *ctx) {
             for (int64_t nb = (c.rn + CM__VROWS - 1) / CM__VROWS; nb > 0; nb >>= 1)
                 ++levels;
             double small[72 * 8];
-            float small_t[8];
+            float small_t[4 * 8];
             c.w = CM__VCOLS;
             c.st = cm__alloc_raw((size_t)levels * CM__VCOLS * sizeof(double) +
-                                     CM__VCOLS * sizeof(float),
+                                     4 * CM__VCOLS * sizeof(float),
                                  64);
             if (c.st != NULL) {
                 c.t = (float *)(void *)(c.st + (size_t)levels * CM__VCOLS);
@@ -1194,29 +1390,6 @@ typedef struct cm__par {
     cm__acc part[CM_CPU_MAX_THREADS];
 } cm__par;
 
-/* The subtrees of cm__fsum's tree over [off, off + n) at `depth` below it. */
-static void cm__subtrees(cm__par *c, int64_t off, int64_t n, int depth) {
-    if (depth == 0 || n <= CM__LEAF) {
-        c->off[c->nodes] = off;
-        c->len[c->nodes++] = n;
-        return;
-    }
-    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
-    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
-    cm__subtrees(c, off, h, depth - 1);
-    cm__subtrees(c, off + h, n - h, depth - 1);
-}
-
-/* cm__fsum over the same tree, taking the subtrees' sums in order. */
-static double cm__subtrees_sum(const cm__par *c, int64_t n, int depth, int64_t *next) {
-    if (depth == 0 || n <= CM__LEAF)
-        return c->sum[(*next)++];
-    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
-    const int64_t h = (leaves + 1) / 2 * CM__LEAF;
-    const double a = cm__subtrees_sum(c, h, depth - 1, next);
-    return a + cm__subtrees_sum(c, n - h, depth - 1, next);
-}
-
 static void cm__subtree_task(void *ctx, int64_t t) {
     cm__par *c = ctx;
     c->sum[t] = cm__fsum(c->r->in, c->len[t], c->base + c->off[t] * c->stride, c->stride);
@@ -1265,10 +1438,10 @@ static bool cm__red_one_parallel(cm__par *c, cm__cpu_pool *pool, cm__acc *out) {
             c->nodes = 0;
             c->base = red->base[0];
             c->stride = red->strides[0][0];
-            cm__subtrees(c, 0, red->shape[0], depth);
+            cm__cut(0, red->shape[0], depth, c->off, c->len, &c->nodes);
             cm__cpu_pool_run(pool, c->nodes, cm__subtree_task, c);
             int64_t next = 0;
-            out->d = cm__subtrees_sum(c, red->shape[0], depth, &next);
+            out->d = cm__cut_sum(c->sum, red->shape[0], depth, &next);
             return true;
         }
         int64_t runs = 1;

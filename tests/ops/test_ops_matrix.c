@@ -927,18 +927,24 @@ static ref_t accumulator_ulp(void) {
 }
 
 /* The bound on a float sum's error relative to the sum of magnitudes.
- * The CPU's pairwise sum: gamma_k with k = 40 + 2 ceil(log2 n), u = 2^-53
- * (include/cmetal/ops.h), plus the reference's own rounding where ref_t is
- * double. Metal: count units of float32. */
-static ref_t sum_error_bound(int64_t count) {
+ * The CPU's pairwise sum: gamma_k with k = 40 + 2 ceil(log2 n), u = 2^-53;
+ * for float16 and bfloat16 inputs g + gamma_k (1 + g), g = gamma'_2 with
+ * u' = 2^-24, for their fours added in float32 first
+ * (include/cmetal/ops.h); plus the reference's own rounding where ref_t
+ * is double. Metal: count units of float32. */
+static ref_t sum_error_bound(cm_dtype d, int64_t count) {
     if (!on_cpu())
         return (ref_t)count * accumulator_ulp();
     int k = 40;
     for (int64_t m = 1; m < count; m *= 2)
         k += 2;
-    const ref_t u = 0x1p-53;
-    const ref_t gamma = (ref_t)k * u / (1 - (ref_t)k * u);
-    return gamma + (REF_LONG_DOUBLE ? (ref_t)count * 0x1p-63 : (ref_t)count * 0x1p-53);
+    const ref_t u = 0x1p-53, u32 = 0x1p-24;
+    ref_t bound = (ref_t)k * u / (1 - (ref_t)k * u);
+    if (d == CM_FLOAT16 || d == CM_BFLOAT16) {
+        const ref_t g = 2 * u32 / (1 - 2 * u32);
+        bound = g + bound * (1 + g);
+    }
+    return bound + (REF_LONG_DOUBLE ? (ref_t)count * 0x1p-63 : (ref_t)count * 0x1p-53);
 }
 
 /* Reduces x (ndim, shape; layout lx) over `axis` (-1: all) into a fresh
@@ -1076,7 +1082,7 @@ static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype o
                       "%s: got %" REF_G " want %" REF_G, what, g, w);
             continue;
         }
-        const ref_t tol = round_tol(od) * REF_FN(fabs)(w) + sum_error_bound(count) * fabs_sum;
+        const ref_t tol = round_tol(od) * REF_FN(fabs)(w) + sum_error_bound(d, count) * fabs_sum;
         cr_assert(REF_FN(fabs)(g - w) <= tol, "%s: got %.20" REF_G " want %.20" REF_G, what, g, w);
     } while (next_index(ond, oshape, oi));
 done:
@@ -1199,14 +1205,125 @@ Test(ops_matrix, float_sums_stay_within_the_pairwise_error_bound) {
         CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, out, NULL));
         const double got = get_at(out, NULL).f64;
         const ref_t err = REF_FN(fabs)((ref_t)got - exact);
-        cr_assert(err <= sum_error_bound(n) * mag, "%s: error %" REF_G " above the bound %" REF_G,
-                  dname(ds[k]), err, sum_error_bound(n) * mag);
+        cr_assert(err <= sum_error_bound(ds[k], n) * mag,
+                  "%s: error %" REF_G " above the bound %" REF_G, dname(ds[k]), err,
+                  sum_error_bound(ds[k], n) * mag);
         /* The same bits again. */
         CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, out, NULL));
         cr_assert(get_at(out, NULL).f64 == got);
         cm_tensor_release(out);
         cm_tensor_release(x);
     }
+    cm_device_release(dev);
+}
+
+/* float16 and bfloat16 sums add fours in float32 before float64: one 1.0
+ * per lane and many terms far below its half ulp in float32, so a float32
+ * running sum (or float32 sums of long runs) breaks the stated bound; the
+ * bound holds, and the same values at a stride (converted first, then the
+ * portable loop) give the same bits as contiguous ones (the vector loop). */
+Test(ops_matrix, half_sums_stay_within_their_bound_at_any_stride) {
+    REQUIRE_TRUSTWORTHY_REFERENCE();
+    if (!on_cpu())
+        cr_skip_test("the bound is the CPU's");
+    cm_device *dev = dev_open();
+    const int64_t n = (1 << 16) + 37; /* a partial group and a partial leaf */
+    const cm_dtype ds[2] = {CM_FLOAT16, CM_BFLOAT16};
+    for (int k = 0; k < 2; ++k) {
+        const bool bf16 = ds[k] == CM_BFLOAT16;
+        const int64_t shape[1] = {n}, wide[1] = {2 * n};
+        cm_tensor *x = new_tensor(dev, ds[k], 1, shape);
+        cm_tensor *w = new_tensor(dev, ds[k], 1, wide);
+        uint16_t *p = NULL, *q = NULL;
+        CHECK(cm_tensor_host_write(x, ds[k], (void **)&p));
+        CHECK(cm_tensor_host_write(w, ds[k], (void **)&q));
+        const ref_t tiny = bf16 ? 0x1p-30 : 0x1p-24; /* exact in the dtype */
+        ref_t exact = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const ref_t v = i < 16 ? 1 : (i % 3 == 0 ? 3 : 1) * tiny;
+            p[i] = ref_small_encode(v, bf16);
+            q[2 * i] = p[i];
+            q[2 * i + 1] = ref_small_encode(1000, bf16); /* skipped by the stride */
+            exact += v;
+        }
+        cm_tensor *strided = NULL;
+        CHECK(cm_tensor_slice(w, 0, 0, CM_SLICE_DEFAULT, 2, &strided));
+        cm_tensor *out = new_tensor(dev, CM_FLOAT64, 0, NULL);
+        CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, out, NULL));
+        const double got = get_at(out, NULL).f64;
+        const ref_t err = REF_FN(fabs)((ref_t)got - exact);
+        cr_assert(err <= sum_error_bound(ds[k], n) * exact,
+                  "%s: error %" REF_G " above the bound %" REF_G, dname(ds[k]), err,
+                  sum_error_bound(ds[k], n) * exact);
+        CHECK(cm_reduce(CM_REDUCE_SUM, strided, CM_AXIS_ALL, out, NULL));
+        cr_assert(get_at(out, NULL).f64 == got, "%s: strided %.17g, contiguous %.17g",
+                  dname(ds[k]), get_at(out, NULL).f64, got);
+        cm_tensor_release(out);
+        cm_tensor_release(strided);
+        cm_tensor_release(w);
+        cm_tensor_release(x);
+    }
+    cm_device_release(dev);
+}
+
+/* Long contiguous runs are read as four quarters side by side: integer
+ * sums, max and min and float32 max and min stay exact, wherever the
+ * extreme (or a NaN) lies: in a partial last quarter, at a quarter's
+ * start, in a partial chunk. */
+Test(ops_matrix, long_runs_reduce_exactly_in_quarters) {
+    if (!on_cpu())
+        cr_skip_test("the quarters are the CPU's");
+    cm_device *dev = dev_open();
+    const int64_t n = 300000 + 13, shape[1] = {n}; /* above CM__SIDE_MIN_BYTES */
+    const int64_t quarter = (n + 3) / 4;
+    const int64_t places[4] = {n - 1, quarter, 3 * quarter + 5, 0};
+    cm_tensor *xi = new_tensor(dev, CM_INT32, 1, shape), *xb = new_tensor(dev, CM_INT8, 1, shape);
+    cm_tensor *xf = new_tensor(dev, CM_FLOAT32, 1, shape);
+    cm_tensor *oi = new_tensor(dev, CM_INT64, 0, NULL), *of = new_tensor(dev, CM_FLOAT64, 0, NULL);
+    for (int k = 0; k < 4; ++k) {
+        int32_t *pi = NULL;
+        int8_t *pb = NULL;
+        float *pf = NULL;
+        CHECK(cm_tensor_host_write(xi, CM_INT32, (void **)&pi));
+        CHECK(cm_tensor_host_write(xb, CM_INT8, (void **)&pb));
+        CHECK(cm_tensor_host_write(xf, CM_FLOAT32, (void **)&pf));
+        int64_t si = 0, sb = 0;
+        uint32_t h = 12345;
+        for (int64_t i = 0; i < n; ++i) {
+            h = h * 1664525u + 1013904223u;
+            pi[i] = (int32_t)(h >> 1) - (1 << 30);
+            pb[i] = (int8_t)(h >> 24);
+            pf[i] = (float)(h >> 8) * 0x1p-24f;
+        }
+        pi[places[k]] = INT32_MAX;
+        pi[places[(k + 1) % 4]] = INT32_MIN;
+        pf[places[k]] = 2.0f;
+        for (int64_t i = 0; i < n; ++i) {
+            si += pi[i];
+            sb += pb[i];
+        }
+        const cm_reduce_op ops[3] = {CM_REDUCE_SUM, CM_REDUCE_MAX, CM_REDUCE_MIN};
+        const int64_t want[3] = {si, INT32_MAX, INT32_MIN};
+        for (int o = 0; o < 3; ++o) {
+            CHECK(cm_reduce(ops[o], xi, CM_AXIS_ALL, oi, NULL));
+            cr_assert_eq(get_at(oi, NULL).i64, want[o], "int32 %s, extremes at %lld",
+                         cm_reduce_op_name(ops[o]), (long long)places[k]);
+        }
+        CHECK(cm_reduce(CM_REDUCE_SUM, xb, CM_AXIS_ALL, oi, NULL));
+        cr_assert_eq(get_at(oi, NULL).i64, sb, "int8 sum");
+        CHECK(cm_reduce(CM_REDUCE_MAX, xf, CM_AXIS_ALL, of, NULL));
+        cr_assert_eq(get_at(of, NULL).f64, 2.0, "float32 max at %lld", (long long)places[k]);
+        CHECK(cm_tensor_host_write(xf, CM_FLOAT32, (void **)&pf));
+        pf[places[(k + 2) % 4]] = NAN;
+        CHECK(cm_reduce(CM_REDUCE_MIN, xf, CM_AXIS_ALL, of, NULL));
+        cr_assert(isnan(get_at(of, NULL).f64), "float32 min, NaN at %lld",
+                  (long long)places[(k + 2) % 4]);
+    }
+    cm_tensor_release(xi);
+    cm_tensor_release(xb);
+    cm_tensor_release(xf);
+    cm_tensor_release(oi);
+    cm_tensor_release(of);
     cm_device_release(dev);
 }
 

@@ -247,14 +247,14 @@ static void measure(bench_env *env, which w, bench_case *out) {
             cm_dtype d;
             const char *name, *note;
         } all[] = {
-            {B_SUM_F32, CM_FLOAT32, "sum f32 (all)", "pairwise, 16 float64 lanes"},
-            {B_SUM_F16, CM_FLOAT16, "sum f16 (all)", "pairwise, 16 float64 lanes"},
-            {B_SUM_BF16, CM_BFLOAT16, "sum bf16 (all)", "pairwise, 16 float64 lanes"},
-            {B_SUM_F64, CM_FLOAT64, "sum f64 (all)", "pairwise, 16 float64 lanes"},
-            {B_SUM_I32, CM_INT32, "sum i32 (all)", "exact, 64-bit lanes"},
-            {B_SUM_I8, CM_INT8, "sum i8 (all)", "exact, 32-bit lanes in chunks"},
-            {B_MAX_F32, CM_FLOAT32, "max f32 (all)", "NaN-propagating lanes"},
-            {B_MAX_I8, CM_INT8, "max i8 (all)", ""},
+            {B_SUM_F32, CM_FLOAT32, "sum f32 (all)", "pairwise, 16 float64 lanes, quarters side by side"},
+            {B_SUM_F16, CM_FLOAT16, "sum f16 (all)", "pairwise, fours in float32, then float64 lanes"},
+            {B_SUM_BF16, CM_BFLOAT16, "sum bf16 (all)", "pairwise, fours in float32, then float64 lanes"},
+            {B_SUM_F64, CM_FLOAT64, "sum f64 (all)", "pairwise, 16 float64 lanes, quarters side by side"},
+            {B_SUM_I32, CM_INT32, "sum i32 (all)", "exact, 64-bit lanes, quarters side by side"},
+            {B_SUM_I8, CM_INT8, "sum i8 (all)", "exact, 32-bit lanes in chunks, quarters side by side"},
+            {B_MAX_F32, CM_FLOAT32, "max f32 (all)", "NaN-propagating lanes, quarters side by side"},
+            {B_MAX_I8, CM_INT8, "max i8 (all)", "quarters side by side"},
         };
         size_t k = 0;
         while (all[k].w != w)
@@ -285,9 +285,10 @@ static void measure(bench_env *env, which w, bench_case *out) {
                            : w == B_MIN_AXIS0_F32 ? "min f32 (axis 0)"
                            : f16                  ? "sum f16 (axis 0)"
                                                   : "max i32 (axis 0)";
-        const char *note = axis1 ? "pairwise per row" : w == B_SUM_AXIS0_F32 || f16
-                                                              ? "32-row blocks, pairwise"
-                                                              : "row-vector accumulation";
+        const char *note = axis1                  ? "pairwise per row, quarters side by side"
+                           : w == B_SUM_AXIS0_F32 ? "32-row blocks, pairwise"
+                           : f16 ? "32-row blocks, rows in fours (float32), pairwise"
+                                 : "four rows a pass, accumulators in cache";
         *out = (bench_case){.name = name, .note = note, .goal = 0.8, .bytes = (double)env->bytes};
         break;
     }

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU's float sums give the same bits with its vector kernels (AVX2,
+ * F16C, chosen at run time) and with the portable loops forced
+ * (cm__cpu_reduce_force_portable): runs (leaves, float16/bfloat16 fours in
+ * float32), several runs per output, and the vector form (column sums,
+ * float16/bfloat16 rows four at a time), on shapes with partial leaves,
+ * groups, blocks and vectors. Include/cmetal/ops.h states that the order
+ * never depends on the instructions in use. */
+#include "check.h"
+#include "cpu/cpu_ops.h"
+
+#include <cmetal/cmetal.h>
+
+#include <string.h>
+
+static cm_tensor *new_tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape) {
+    const cm_tensor_desc desc = {.dtype = d, .ndim = ndim, .shape = shape};
+    cm_tensor *t = NULL;
+    CHECK(cm_tensor_create(dev, &desc, &t));
+    return t;
+}
+
+/* Every sum of x (all, axis 0, axis 1) into float64, appended to out. */
+static size_t sums(cm_device *dev, cm_tensor *x, const int64_t *shape, double *out) {
+    size_t k = 0;
+    for (int32_t axis = -1; axis < 2; ++axis) {
+        const int64_t n[1] = {axis < 0 ? 1 : shape[1 - axis]};
+        cm_tensor *o = new_tensor(dev, CM_FLOAT64, axis < 0 ? 0 : 1, n);
+        CHECK(cm_reduce(CM_REDUCE_SUM, x, axis < 0 ? CM_AXIS_ALL : axis, o, NULL));
+        const double *p = NULL;
+        CHECK(cm_tensor_host_read(o, CM_FLOAT64, (const void **)&p));
+        memcpy(out + k, p, (size_t)n[0] * sizeof(double));
+        k += (size_t)n[0];
+        CHECK(cm_tensor_release(o));
+    }
+    return k;
+}
+
+Test(cpu_reduce, vector_kernels_and_portable_loops_give_the_same_bits) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t shapes[][2] = {{131, 1045}, {77, 4099}, {2, 70001}, {1000, 19}};
+    static const cm_dtype ds[] = {CM_FLOAT16, CM_BFLOAT16, CM_FLOAT32, CM_FLOAT64};
+    static double a[2 * 70001 + 8], b[2 * 70001 + 8];
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; ++si)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            cm_tensor *f = new_tensor(dev, CM_FLOAT32, 2, shapes[si]);
+            cm_tensor *x = new_tensor(dev, ds[di], 2, shapes[si]);
+            float *p = NULL;
+            CHECK(cm_tensor_host_write(f, CM_FLOAT32, (void **)&p));
+            uint32_t h = 7;
+            for (int64_t i = 0; i < shapes[si][0] * shapes[si][1]; ++i) {
+                h = h * 1664525u + 1013904223u;
+                /* mixed magnitudes and signs: roundings matter */
+                p[i] = (float)((int32_t)h >> 8) * ((h & 3) == 0 ? 1e-3f : 1.0f);
+            }
+            CHECK(cm_cast(f, x, NULL));
+            cm__cpu_reduce_force_portable(false);
+            const size_t na = sums(dev, x, shapes[si], a);
+            cm__cpu_reduce_force_portable(true);
+            const size_t nb = sums(dev, x, shapes[si], b);
+            cm__cpu_reduce_force_portable(false);
+            cr_assert_eq(na, nb);
+            cm_dtype_info info;
+            CHECK(cm_dtype_get_info(ds[di], &info));
+            for (size_t k = 0; k < na; ++k)
+                cr_assert(memcmp(&a[k], &b[k], sizeof a[k]) == 0,
+                          "%s shape %lld x %lld, result %zu: vector %.17g, portable %.17g",
+                          info.name, (long long)shapes[si][0],
+                          (long long)shapes[si][1], k, a[k], b[k]);
+            CHECK(cm_tensor_release(x));
+            CHECK(cm_tensor_release(f));
+        }
+    CHECK(cm_device_release(dev));
+}
+
+/* Integer column sums (the vector form, four rows a pass and the rows left
+ * over) and column max/min (four rows a pass, the last one repeated) are
+ * exact: against sums and extremes computed here, for every row count
+ * modulo 4. */
+Test(cpu_reduce, integer_columns_are_exact) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const cm_dtype ds[] = {CM_INT8, CM_UINT16, CM_INT32, CM_UINT64};
+    static int64_t want_sum[1000], want_max[1000], want_min[1000];
+    for (int64_t rows = 37; rows <= 40; ++rows)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            const int64_t shape[2] = {rows, 1000}, cols[1] = {1000};
+            cm_tensor *f = new_tensor(dev, CM_INT64, 2, shape);
+            cm_tensor *x = new_tensor(dev, ds[di], 2, shape);
+            int64_t *p = NULL;
+            CHECK(cm_tensor_host_write(f, CM_INT64, (void **)&p));
+            uint32_t h = 11;
+            for (int64_t j = 0; j < 1000; ++j) {
+                want_sum[j] = 0;
+                want_max[j] = INT64_MIN;
+                want_min[j] = INT64_MAX;
+            }
+            for (int64_t i = 0; i < rows; ++i)
+                for (int64_t j = 0; j < 1000; ++j) {
+                    h = h * 1664525u + 1013904223u;
+                    const int64_t v = ds[di] == CM_INT8 ? (int8_t)(h >> 24) : (int64_t)(h >> 17);
+                    p[i * 1000 + j] = v;
+                    want_sum[j] += v;
+                    want_max[j] = v > want_max[j] ? v : want_max[j];
+                    want_min[j] = v < want_min[j] ? v : want_min[j];
+                }
+            CHECK(cm_cast(f, x, NULL));
+            cm_tensor *o = new_tensor(dev, CM_INT64, 1, cols);
+            const cm_reduce_op ops[3] = {CM_REDUCE_SUM, CM_REDUCE_MAX, CM_REDUCE_MIN};
+            const int64_t *want[3] = {want_sum, want_max, want_min};
+            for (int k = 0; k < 3; ++k) {
+                CHECK(cm_reduce(ops[k], x, 0, o, NULL));
+                const int64_t *q = NULL;
+                CHECK(cm_tensor_host_read(o, CM_INT64, (const void **)&q));
+                for (int64_t j = 0; j < 1000; ++j)
+                    cr_assert_eq(q[j], want[k][j], "%s of %lld rows, column %lld",
+                                 cm_reduce_op_name(ops[k]), (long long)rows, (long long)j);
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(x));
+            CHECK(cm_tensor_release(f));
+        }
+    CHECK(cm_device_release(dev));
+}
