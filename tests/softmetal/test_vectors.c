@@ -426,3 +426,119 @@ Test(vectors, mismatched_vector_operands_and_component_counts_are_errors) {
                 sm_error_text(error));
   }
 }
+
+/* Braces initialise as clang's vectors do under Apple's compiler: components
+ * in order, the rest zero (`float4 v = {1}` is 1, 0, 0, 0); only one scalar
+ * outside braces broadcasts (`float4(1)`, `float4 v = 1`). Members, arrays,
+ * return statements, constant expressions, packed, half, bfloat and bool
+ * vectors alike; braces may hold vectors (`{a.xy, b.zw}`). */
+struct S4 {
+  float v[4];
+};
+Test(vectors, braces_initialise_in_order_and_zero_fill) {
+  const float in[4] = {1, 2, 3, 4};
+  float o[64];
+  for (size_t i = 0; i < N_OF(o); i++) o[i] = -100;
+  run_k(HEAD "struct S { float4 a; };\n"
+             "struct P { float2 p; float q; };\n"
+             "constexpr float4 K = {7};\n"
+             "constexpr int3 KI{5, 6};\n"
+             "static_assert(K[0] == 7 && K[1] == 0 && K[3] == 0 && KI[1] == 6 && KI[2] == 0, \"\");\n"
+             "float4 one(float x) { return {x}; }\n"
+             "float4 all4(float x) { return {x, 2, 3, 4}; }\n"
+             "template <class V> V braced(float x) { V v = {x}; return v; }\n" KERNEL
+             "  float4 a = {in[0]};\n"
+             "  float4 b{in[0], in[1]};\n"
+             "  float4 c = float4(in[2]);\n"
+             "  float4 d = in[3];\n"
+             "  float4 e = {b.xy, a.yx};\n"
+             "  S s = {{in[1]}};\n"
+             "  float4 r = one(in[2]);\n"
+             "  float4 r4 = all4(in[0]);\n"
+             "  float4 t = braced<float4>(in[3]);\n"
+             "  for (int j = 0; j < 4; j++) {\n"
+             "    o[j] = a[j]; o[4 + j] = b[j]; o[8 + j] = c[j]; o[12 + j] = d[j];\n"
+             "    o[16 + j] = e[j]; o[20 + j] = s.a[j]; o[24 + j] = r[j]; o[28 + j] = r4[j];\n"
+             "    o[32 + j] = t[j];\n"
+             "  }\n"
+             "  packed_float3 p = {in[3]};\n"
+             "  half4 h = {half(in[1]), 1};\n"
+             "  bfloat3 bf = {bfloat(in[2])};\n"
+             "  bool4 bb = {in[0] > 0};\n"
+             "  uint2 u = {7u};\n"
+             "  float3 arr[2] = {{in[0]}, {in[1], in[2]}};\n"
+             "  P pp = {{in[3]}, in[0]};\n"
+             "  float4 z = {};\n"
+             "  for (int j = 0; j < 3; j++) { o[36 + j] = p[j]; o[39 + j] = bf[j]; }\n"
+             "  for (int j = 0; j < 4; j++) { o[42 + j] = h[j]; o[46 + j] = bb[j]; o[50 + j] = z[j]; }\n"
+             "  o[54] = u.x; o[55] = u.y;\n"
+             "  for (int j = 0; j < 3; j++) { o[56 + j] = arr[0][j]; o[59 + j] = arr[1][j]; }\n"
+             "  o[62] = pp.p.y; o[63] = pp.q + K[0] + KI[0];\n"
+             "}\n",
+        in, N_OF(in), o, N_OF(o));
+  /* The reference: C's braces zero-fill as MSL's do; broadcasts written out. */
+  struct S4 want4[9] = {
+      {{in[0]}}, {{in[0], in[1]}}, {{in[2], in[2], in[2], in[2]}}, {{in[3], in[3], in[3], in[3]}},
+      {{in[0], in[1], 0, in[0]}}, {{in[1]}}, {{in[2]}}, {{in[0], 2, 3, 4}}, {{in[3]}},
+  };
+  float want[64] = {0};
+  memcpy(want, want4, sizeof want4);
+  const float rest[28] = {in[3], 0, 0,   in[2], 0, 0,   in[1], 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+                          7,     0, in[0], 0,     0, in[1], in[2], 0, 0, in[0] + 7 + 5};
+  memcpy(want + 36, rest, sizeof rest);
+  expect_all(o, want, N_OF(o));
+}
+
+/* What MSL refuses in vector initialisation, refused at the user's line: a
+ * parenthesised list of fewer components than the vector has, a narrowing
+ * conversion in braces, more components than the vector has, and braces
+ * holding a vector and too few components. */
+Test(vectors, vector_initialisers_msl_refuses_are_errors) {
+  static const char *const lines[] = {
+      "  float4 r = float4(in[0], in[1]);\n",  "  float3 r = float3(0, 0);\n",
+      "  float4 r = {n};\n",                     "  float4 r = {in[0], n};\n",
+      "  half4 r = {in[0]};\n",                  "  bool4 r = {2};\n",
+      "  float4 r = {1, 2, 3, 4, 5};\n",         "  packed_float3 r = {1, 2, 3, 4};\n",
+      "  float2 r{1, 2, 3};\n",                  "  float4 r = {in[0], b};\n",
+      "  float4 r = float4(b, 1);\n",
+  };
+  for (size_t k = 0; k < N_OF(lines); k++) {
+    char src[1024];
+    snprintf(src, sizeof src,
+             "%s%s  int n = int(in[1]); float2 b = float2(in[0]);\n"
+             "%s  o[0] = r[0];\n}\n",
+             HEAD, KERNEL, lines[k]);
+    id error = 0;
+    id lib = sm_compile(src, &error);
+    cr_expect_null(lib, "%s compiled", lines[k]);
+    if (lib)
+      sm_release(lib);
+    else
+      cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s", sm_error_text(error));
+  }
+}
+
+/* More components in braces than the vector has, not all constants (so not
+ * seen at compile time): the dispatch fails, never a silent drop. */
+Test(vectors, too_many_components_at_run_time_fail_the_dispatch) {
+  id error = 0;
+  id lib = sm_compile(HEAD KERNEL "  float2 r = {in[0], in[1], in[0]};\n  o[0] = r[0];\n}\n", &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  id bufs[2] = {sm_buffer(NULL, 16), sm_buffer(NULL, 16)};
+  id cb = SEND0(id, sm_queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  id p = sm_pipeline(lib, "k");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  for (int i = 0; i < 2; i++)
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
+         0ul, (NSUInteger)i);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
+       SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1));
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  cr_expect_eq(sm_u(cb, "status"), 5 /* Error */, "a dropped component passed silently");
+  sm_release(p);
+  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
+  sm_release(lib);
+}
