@@ -491,8 +491,9 @@ Test(vectors, braces_initialise_in_order_and_zero_fill) {
 
 /* What MSL refuses in vector initialisation, refused at the user's line: a
  * parenthesised list of fewer components than the vector has, a narrowing
- * conversion in braces, more components than the vector has, and braces
- * holding a vector and too few components. */
+ * conversion in braces (a bfloat converts to int and half only explicitly:
+ * an error too, never a broadcast), more components than the vector has,
+ * and braces holding a vector and too few components. */
 Test(vectors, vector_initialisers_msl_refuses_are_errors) {
   static const char *const lines[] = {
       "  float4 r = float4(in[0], in[1]);\n",  "  float3 r = float3(0, 0);\n",
@@ -500,12 +501,13 @@ Test(vectors, vector_initialisers_msl_refuses_are_errors) {
       "  half4 r = {in[0]};\n",                  "  bool4 r = {2};\n",
       "  float4 r = {1, 2, 3, 4, 5};\n",         "  packed_float3 r = {1, 2, 3, 4};\n",
       "  float2 r{1, 2, 3};\n",                  "  float4 r = {in[0], b};\n",
-      "  float4 r = float4(b, 1);\n",
+      "  float4 r = float4(b, 1);\n",          "  int4 r = {bf};\n",
+      "  packed_half3 r = {bf};\n",
   };
   for (size_t k = 0; k < N_OF(lines); k++) {
     char src[1024];
     snprintf(src, sizeof src,
-             "%s%s  int n = int(in[1]); float2 b = float2(in[0]);\n"
+             "%s%s  int n = int(in[1]); float2 b = float2(in[0]); bfloat bf = bfloat(in[2]);\n"
              "%s  o[0] = r[0];\n}\n",
              HEAD, KERNEL, lines[k]);
     id error = 0;
