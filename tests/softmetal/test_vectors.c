@@ -7,9 +7,9 @@
  * and any, packed vectors, vec<T, N> deduced in user templates (from
  * swizzles too), swizzles as values and as assigned targets (in templates
  * too, never a store into a temporary), conditionals of half, bfloat and
- * vectors; and, refused at the user's line and column, implicit conversions
- * between vector types, operands of two vector types and constructors of the
- * wrong size. */
+ * vectors, braces that fill in order and zero the rest; and, refused at the
+ * user's line and column, implicit conversions between vector types, operands
+ * of two vector types, constructors of the wrong size and narrowing braces. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
