@@ -526,6 +526,34 @@ static void drop_work(const char *work) {
   if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, WORK_FILES, sizeof WORK_FILES / sizeof *WORK_FILES);
 }
 
+/* Runs the compiler on metal_stdlib with the setting's flags, writing out
+ * (a scratch file in work): precompiled (pch) or, else, the macros it
+ * leaves defined (-E -dM). */
+static bool run_on_metal_stdlib(const setting *st, bool pch, const char *work, const char *out,
+                                char **diag) {
+  char log[3600], hdr[3400], incflag[3300];
+  snprintf(log, sizeof log, "%s/log", work);
+  snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
+  snprintf(incflag, sizeof incflag, "-I%s", st->inc);
+  const char *argv[MAX_ARGS];
+  int a = 0;
+  argv[a++] = st->cxx;
+  if (!pch) {
+    argv[a++] = "-E";
+    argv[a++] = "-dM";
+  }
+  argv[a++] = FRONTEND_FLAG;
+  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+  argv[a++] = incflag;
+  argv[a++] = "-x";
+  argv[a++] = pch ? "c++-header" : "c++";
+  argv[a++] = "-o";
+  argv[a++] = out;
+  argv[a++] = hdr;
+  argv[a] = NULL;
+  return run_tool(argv, log, diag);
+}
+
 /* What preprocessing a source needs of metal_stdlib: its macros. The
  * library's preprocessing step (-E) reads, instead of metal_stdlib, a file
  * of that name holding the macros metal_stdlib leaves defined (clang -dM,
@@ -539,26 +567,9 @@ static bool ensure_macros(const setting *st, const char *work, char **diag) {
   char file[3500];
   snprintf(file, sizeof file, "%s/metal_stdlib", st->macros);
   if (file_exists(file)) return true;
-  char out[3600], log[3600], hdr[3400], incflag[3300], tmp[3600], tmpfile[3700];
+  char out[3600], tmp[3600], tmpfile[3700];
   snprintf(out, sizeof out, "%s/macros", work);
-  snprintf(log, sizeof log, "%s/log", work);
-  snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
-  snprintf(incflag, sizeof incflag, "-I%s", st->inc);
-  const char *argv[MAX_ARGS];
-  int a = 0;
-  argv[a++] = st->cxx;
-  argv[a++] = "-E";
-  argv[a++] = "-dM";
-  argv[a++] = FRONTEND_FLAG;
-  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
-  argv[a++] = incflag;
-  argv[a++] = "-x";
-  argv[a++] = "c++";
-  argv[a++] = "-o";
-  argv[a++] = out;
-  argv[a++] = hdr;
-  argv[a] = NULL;
-  if (!run_tool(argv, log, diag)) return false;
+  if (!run_on_metal_stdlib(st, false, work, out, diag)) return false;
   /* a directory of its own, renamed into place whole */
   snprintf(tmp, sizeof tmp, "%s.tmp-%d-%u", st->macros, (int)getpid(),
            atomic_fetch_add(&g_tmp_counter, 1));
@@ -585,7 +596,7 @@ static bool ensure_pch(const setting *st, char **diag) {
   snprintf(macros, sizeof macros, "%s/metal_stdlib", st->macros);
   if (file_exists(st->pch) && file_exists(macros)) return true;
   if (!write_headers(st, diag)) return false;
-  char work[3500], out[3600], log[3600], hdr[3400], incflag[3300];
+  char work[3500], out[3600];
   if (!make_work(st, "pch", work, sizeof work, diag)) return false;
   bool ok = ensure_macros(st, work, diag);
   if (!ok || file_exists(st->pch)) {
@@ -593,22 +604,7 @@ static bool ensure_pch(const setting *st, char **diag) {
     return ok;
   }
   snprintf(out, sizeof out, "%s/p.pch", work);
-  snprintf(log, sizeof log, "%s/log", work);
-  snprintf(hdr, sizeof hdr, "%s/metal_stdlib", st->inc);
-  snprintf(incflag, sizeof incflag, "-I%s", st->inc);
-  const char *argv[MAX_ARGS];
-  int a = 0;
-  argv[a++] = st->cxx;
-  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
-  argv[a++] = FRONTEND_FLAG;
-  argv[a++] = incflag;
-  argv[a++] = "-x";
-  argv[a++] = "c++-header";
-  argv[a++] = "-o";
-  argv[a++] = out;
-  argv[a++] = hdr;
-  argv[a] = NULL;
-  ok = run_tool(argv, log, diag);
+  ok = run_on_metal_stdlib(st, true, work, out, diag);
   if (ok && rename(out, st->pch) != 0) {
     *diag = strdup("cannot move the precompiled metal_stdlib into the cache");
     ok = false;
