@@ -125,4 +125,21 @@ static inline void sm_dispatch(id lib, const char *kernel, id *bufs, int n, MTLS
 }
 #define SM_SIZE(w, h, d) ((MTLSize){(w), (h), (d)})
 
+/* Compiles src (math_mode as sm_compile_mode), runs its kernel `k` on one
+ * thread with buffer 0 = in (n_in floats) and buffer 1 = out (n floats),
+ * and copies out into got. */
+static inline void sm_run_k(const char *src, long math_mode, const float *in, size_t n_in,
+                            float *got, size_t n) {
+  id error = 0;
+  id lib = sm_compile_mode(src, math_mode, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  id bufs[2] = {sm_buffer(NULL, (n_in ? n_in : 1) * sizeof(float)),
+                sm_buffer(NULL, n * sizeof(float))};
+  if (n_in) memcpy(sm_contents(bufs[0]), in, n_in * sizeof(float));
+  sm_dispatch(lib, "k", bufs, 2, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
+  memcpy(got, sm_contents(bufs[1]), n * sizeof(float));
+  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
+  sm_release(lib);
+}
+
 #endif

@@ -19,24 +19,9 @@ static void setup(void) { sm_run_open(); }
 static void teardown(void) { sm_run_close(); }
 TestSuite(types, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Compiles src, runs kernel `k` on one thread with buffer 0 = in (n_in
- * floats) and buffer 1 = out (n floats), copies out into got. */
-static void run_mode(const char *src, long math_mode, const float *in, size_t n_in, float *got,
-                     size_t n) {
-  id error = 0;
-  id lib = sm_compile_mode(src, math_mode, &error);
-  cr_assert_not_null(lib, "%s", sm_error_text(error));
-  id bufs[2] = {sm_buffer(NULL, (n_in ? n_in : 1) * sizeof(float)),
-                sm_buffer(NULL, n * sizeof(float))};
-  if (n_in) memcpy(sm_contents(bufs[0]), in, n_in * sizeof(float));
-  sm_dispatch(lib, "k", bufs, 2, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
-  memcpy(got, sm_contents(bufs[1]), n * sizeof(float));
-  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
-  sm_release(lib);
-}
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 /* Metal's default, fast math */
-#define run_k(src, in, o, n) run_mode(src, -1, in, N_OF(in), o, n)
+#define run_k(src, in, o, n) sm_run_k(src, -1, in, N_OF(in), o, n)
 static const float none[1] = {0}; /* for kernels that read no input */
 #define HEAD                                                                               \
   "#include <metal_stdlib>\n"                                                              \
@@ -168,7 +153,7 @@ Test(types, half_arithmetic_rounds_at_each_operation) {
    * math may reassociate the sums, as Metal's does. */
   const float in[3] = {1.0f, 0.00048828125f, 0.00048828125f};
   float o[3];
-  run_mode(HEAD KERNEL
+  sm_run_k(HEAD KERNEL
         "  half a = half(in[0]), b = half(in[1]), c = half(in[2]);\n"
         "  o[0] = a + b + c;\n"
         "  half d = a;\n"

@@ -22,19 +22,9 @@ static void setup(void) { sm_run_open(); }
 static void teardown(void) { sm_run_close(); }
 TestSuite(vectors, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Compiles src (fast math, Metal's default), runs kernel `k` on one thread
- * with buffer 0 = in (n_in floats) and buffer 1 = out (n floats). */
+/* Runs kernel `k` of src (fast math, Metal's default) on one thread. */
 static void run_k(const char *src, const float *in, size_t n_in, float *got, size_t n) {
-  id error = 0;
-  id lib = sm_compile(src, &error);
-  cr_assert_not_null(lib, "%s", sm_error_text(error));
-  id bufs[2] = {sm_buffer(NULL, (n_in ? n_in : 1) * sizeof(float)),
-                sm_buffer(NULL, n * sizeof(float))};
-  if (n_in) memcpy(sm_contents(bufs[0]), in, n_in * sizeof(float));
-  sm_dispatch(lib, "k", bufs, 2, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
-  memcpy(got, sm_contents(bufs[1]), n * sizeof(float));
-  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
-  sm_release(lib);
+  sm_run_k(src, -1, in, n_in, got, n);
 }
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 #define HEAD                                                                                       \
