@@ -123,3 +123,48 @@ Test(cpu_reduce, integer_columns_are_exact) {
         }
     CHECK(cm_device_release(dev));
 }
+
+/* Byte sums (int8, uint8, bool; AVX2 adds each eight bytes at once, signed
+ * bytes biased by 128) are exact with the vector kernels and with the
+ * portable loops: against sums computed here, on lengths around the
+ * 64-byte step and long enough to be read as quarters side by side, with
+ * runs of the extreme values. */
+Test(cpu_reduce, byte_sums_are_exact_with_either_kernel) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t lens[] = {1, 63, 64, 65, 4097, 70001, 300007};
+    static const cm_dtype ds[] = {CM_INT8, CM_UINT8, CM_BOOL};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            const int64_t n[1] = {lens[li]};
+            cm_tensor *x = new_tensor(dev, ds[di], 1, n);
+            uint8_t *p = NULL;
+            CHECK(cm_tensor_host_write(x, ds[di], (void **)&p));
+            uint32_t h = 5;
+            int64_t want = 0;
+            for (int64_t i = 0; i < n[0]; ++i) {
+                h = h * 1664525u + 1013904223u;
+                /* runs of the extremes (0x80: -128 or 128; 0xff: -1 or 255) */
+                uint8_t v = (i / 1000) % 3 == 1 ? 0x80 : (i / 1000) % 3 == 2 ? 0xff : (uint8_t)(h >> 24);
+                if (ds[di] == CM_BOOL)
+                    v = v & 1;
+                p[i] = v;
+                want += ds[di] == CM_INT8 ? (int64_t)(int8_t)v : (int64_t)v;
+            }
+            cm_tensor *o = new_tensor(dev, CM_INT64, 0, NULL);
+            cm_dtype_info info;
+            CHECK(cm_dtype_get_info(ds[di], &info));
+            for (int portable = 0; portable < 2; ++portable) {
+                cm__cpu_reduce_force_portable(portable != 0);
+                CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, o, NULL));
+                cm__cpu_reduce_force_portable(false);
+                const int64_t *q = NULL;
+                CHECK(cm_tensor_host_read(o, CM_INT64, (const void **)&q));
+                cr_assert_eq(*q, want, "%s sum of %lld, portable %d: %lld", info.name,
+                             (long long)n[0], portable, (long long)*q);
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(x));
+        }
+    CHECK(cm_device_release(dev));
+}
