@@ -217,7 +217,8 @@ static uintptr_t cm__pf_distance(void) {
         CM__PF_DECL;                                                                    \
         cm__v4d a[4] = {{0}, {0}, {0}, {0}};                                            \
         for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
-            CM__PREFETCH(q + i);                                                        \
+            for (size_t o = 0; o < CM__LANES * sizeof(T); o += 64) /* each line */       \
+                CM__PREFETCH((const char *)(q + i) + o);                                \
             for (int j = 0; j < 4; ++j) {                                               \
                 VT x;                                                                   \
                 memcpy(&x, q + i + 4 * j, sizeof x);                                    \
@@ -628,25 +629,44 @@ static double cm__pairs_fold(const cm__pairs *c) {
 }
 
 /* Max and min over contiguous floats: lanes start at `init` (-inf or
- * +inf); once a lane meets a NaN it keeps it. */
+ * +inf); once a lane meets a NaN it keeps it. A lane ends as the first of
+ * its elements (in order) that is NaN, else the first that is largest
+ * (smallest): so two steps of 16 are first picked between themselves and
+ * the pick then against the lanes (the same result, bit for bit, and half
+ * as long a chain of dependent picks per element: the loop was bound by
+ * it on a Xeon). */
 #ifdef CM__VEC
+/* a, or x where x comes later and wins: a not NaN and x NaN or beyond a */
+#define CM__FMM_PICK(a, x, OP)                                                          \
+    __extension__({                                                                     \
+        const cm__v8i32 t_ = (((x) OP(a)) | ((x) != (x))) & ((a) == (a));              \
+        (cm__v8f)(((cm__v8i32)(x) & t_) | ((cm__v8i32)(a) & ~t_));                      \
+    })
 #define CM__FMM_F32(name, OP)                                                           \
     CM__CLONES static float name(int64_t n, const float *q, float init) {               \
         float l[CM__LANES];                                                             \
         int64_t i = 0;                                                                  \
         CM__PF_DECL;                                                                    \
         cm__v8f a0 = {init, init, init, init, init, init, init, init}, a1 = a0;        \
-        for (; i + CM__LANES <= n; i += CM__LANES) {                                    \
+        for (; i + 2 * CM__LANES <= n; i += 2 * CM__LANES) {                            \
             CM__PREFETCH(q + i);                                                        \
+            CM__PREFETCH(q + i + CM__LANES);                                            \
+            cm__v8f x0, x1, y0, y1;                                                     \
+            memcpy(&x0, q + i, sizeof x0);                                              \
+            memcpy(&x1, q + i + 8, sizeof x1);                                          \
+            memcpy(&y0, q + i + 16, sizeof y0);                                         \
+            memcpy(&y1, q + i + 24, sizeof y1);                                         \
+            x0 = CM__FMM_PICK(x0, y0, OP);                                              \
+            x1 = CM__FMM_PICK(x1, y1, OP);                                              \
+            a0 = CM__FMM_PICK(a0, x0, OP);                                              \
+            a1 = CM__FMM_PICK(a1, x1, OP);                                              \
+        }                                                                               \
+        for (; i + CM__LANES <= n; i += CM__LANES) {                                    \
             cm__v8f x0, x1;                                                             \
             memcpy(&x0, q + i, sizeof x0);                                              \
             memcpy(&x1, q + i + 8, sizeof x1);                                          \
-            const cm__v8i32 k0 = (x0 OP a0) | (x0 != x0);                                               \
-            const cm__v8i32 k1 = (x1 OP a1) | (x1 != x1);                               \
-            const cm__v8i32 h0 = a0 == a0, h1 = a1 == a1; /* a lane not yet NaN */      \
-            const cm__v8i32 t0 = k0 & h0, t1 = k1 & h1;                                 \
-            a0 = (cm__v8f)(((cm__v8i32)x0 & t0) | ((cm__v8i32)a0 & ~t0));               \
-            a1 = (cm__v8f)(((cm__v8i32)x1 & t1) | ((cm__v8i32)a1 & ~t1));               \
+            a0 = CM__FMM_PICK(a0, x0, OP);                                              \
+            a1 = CM__FMM_PICK(a1, x1, OP);                                              \
         }                                                                               \
         memcpy(l, &a0, sizeof a0);                                                      \
         memcpy(l + 8, &a1, sizeof a1);                                                  \

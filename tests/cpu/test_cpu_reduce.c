@@ -11,6 +11,8 @@
 
 #include <cmetal/cmetal.h>
 
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 static cm_tensor *new_tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape) {
@@ -145,7 +147,8 @@ Test(cpu_reduce, byte_sums_are_exact_with_either_kernel) {
             for (int64_t i = 0; i < n[0]; ++i) {
                 h = h * 1664525u + 1013904223u;
                 /* runs of the extremes (0x80: -128 or 128; 0xff: -1 or 255) */
-                uint8_t v = (i / 1000) % 3 == 1 ? 0x80 : (i / 1000) % 3 == 2 ? 0xff : (uint8_t)(h >> 24);
+                const int64_t run = i / 1000 % 3;
+                uint8_t v = run == 1 ? 0x80 : run == 2 ? 0xff : (uint8_t)(h >> 24);
                 if (ds[di] == CM_BOOL)
                     v = v & 1;
                 p[i] = v;
@@ -165,6 +168,75 @@ Test(cpu_reduce, byte_sums_are_exact_with_either_kernel) {
             }
             CHECK(cm_tensor_release(o));
             CHECK(cm_tensor_release(x));
+        }
+    CHECK(cm_device_release(dev));
+}
+
+/* The float max/min of one contiguous float32 run (below the length read
+ * as quarters) as its 16 lanes give it: element i into lane i % 16, a lane
+ * keeps its first NaN, else its first largest (smallest) element; the
+ * lanes are then taken in order the same way. */
+static uint32_t lane_model(const float *x, int64_t n, bool max) {
+    float l[16];
+    for (int j = 0; j < 16; ++j)
+        l[j] = max ? -INFINITY : INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+        float *a = &l[i % 16];
+        if (*a == *a && (x[i] != x[i] || (max ? x[i] > *a : x[i] < *a)))
+            *a = x[i];
+    }
+    float m = l[0];
+    for (int j = 1; j < 16; ++j)
+        if (m == m && (l[j] != l[j] || (max ? l[j] > m : l[j] < m)))
+            m = l[j];
+    uint32_t b;
+    memcpy(&b, &m, sizeof b);
+    return b;
+}
+
+/* Which of +0 and -0, or which NaN (payloads differ), a float32 max/min
+ * returns is fixed by the lanes and their order: the vector loop (two
+ * steps of 16 picked between themselves first) gives the model's bits. */
+Test(cpu_reduce, float_max_min_pick_as_the_lanes_do) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t lens[] = {17, 31, 32, 33, 48, 1000, 4099, 20000};
+    static float x[20000];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li)
+        for (int mode = 0; mode < 3; ++mode) { /* zeros; ones and NaNs; zeros, NaNs late */
+            const int64_t n[1] = {lens[li]};
+            uint32_t h = 3 + (uint32_t)mode + 10 * (uint32_t)li; /* each case its own data */
+            for (int64_t i = 0; i < n[0]; ++i) {
+                h = h * 1664525u + 1013904223u;
+                uint32_t r = h ^ (h >> 15); /* a mixer: the LCG's bits are too regular */
+                r *= 0x2c1b3c6du;
+                r = (r ^ (r >> 12)) >> 24;
+                float v = (r & 1) ? 0.0f : -0.0f;
+                if (mode == 1 && r % 7 == 0)
+                    v = (r & 2) ? 1.0f : -1.0f;
+                if (mode > 0 && r % 13 == 0 && (mode == 1 || i > n[0] - 40)) {
+                    const uint32_t nan = 0x7fc00000u | (h >> 10 & 0x3fffffu);
+                    memcpy(&v, &nan, sizeof v);
+                }
+                x[i] = v;
+            }
+            cm_tensor *t = new_tensor(dev, CM_FLOAT32, 1, n);
+            float *p = NULL;
+            CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
+            memcpy(p, x, (size_t)n[0] * sizeof(float));
+            cm_tensor *o = new_tensor(dev, CM_FLOAT32, 0, NULL);
+            for (int mx = 0; mx < 2; ++mx) {
+                CHECK(cm_reduce(mx ? CM_REDUCE_MAX : CM_REDUCE_MIN, t, CM_AXIS_ALL, o, NULL));
+                const float *q = NULL;
+                CHECK(cm_tensor_host_read(o, CM_FLOAT32, (const void **)&q));
+                uint32_t got;
+                memcpy(&got, q, sizeof got);
+                const uint32_t want = lane_model(x, n[0], mx != 0);
+                cr_assert_eq(got, want, "%s of %lld (mode %d): bits %08x, lanes give %08x",
+                             mx ? "max" : "min", (long long)n[0], mode, got, want);
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(t));
         }
     CHECK(cm_device_release(dev));
 }
