@@ -217,7 +217,8 @@ static uintptr_t cm__pf_distance(void) {
         CM__PF_DECL;                                                                    \
         cm__v4d a[4] = {{0}, {0}, {0}, {0}};                                            \
         for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
-            CM__PREFETCH(q + i);                                                        \
+            for (size_t o = 0; o < CM__LANES * sizeof(T); o += 64) /* each line */       \
+                CM__PREFETCH((const char *)(q + i) + o);                                \
             for (int j = 0; j < 4; ++j) {                                               \
                 VT x;                                                                   \
                 memcpy(&x, q + i + 4 * j, sizeof x);                                    \
@@ -411,64 +412,71 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
 /* cur[j] = the sum of `rows` rows (stride rs) of column j, rows in order
  * from 0.0, as the vector adds row by row give it; float16/bfloat16
  * (QUADS 1) add each four rows in float32 first ((r0 + r1) + (r2 + r3),
- * as cm__leaf_quads does along a run), the rows left over one by one. 16
- * columns at a time in registers, so that the rows stream side by side. */
-#define CM__VBLOCK_ADD(lo, hi)                                                          \
-    (a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo))),               \
-     a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1))),             \
-     a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi))),               \
-     a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1))))
-#define CM__VBLOCK_AVX(name, T, LOAD16, LD, QUADS)                                      \
-    __attribute__((target("avx2,f16c"))) static void name(                              \
-        int64_t m, int64_t rows, const char *p, int64_t rs, double *cur) {              \
-        const int64_t quads = QUADS ? rows / 4 * 4 : 0;                                 \
+ * as cm__leaf_quads does along a run), the rows left over one by one.
+ * Eight rows a pass over all m columns (eight streams of loads side by
+ * side, each a long contiguous run), eight columns at a time in registers,
+ * the running sums kept in cur (in cache) between passes: one load and
+ * store of cur for eight rows. (Sixteen columns of 32 rows in registers,
+ * 32 streams of one line each, read 0.1-0.2 of memcpy slower on a Xeon
+ * and at about half the speed on an AMD EPYC; README.md has the figures.) */
+#define CM__VPASS_AVX(name, T, LOAD8, LD, QUADS)                                        \
+    __attribute__((target("avx2,f16c"), always_inline)) static inline void name##_pass( \
+        int64_t m, const char *p, int64_t rs, double *cur, bool first, int nq, int ns) { \
         int64_t j = 0;                                                                  \
-        for (; j + 16 <= m; j += 16) {                                                  \
-            __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                \
-            int64_t i = 0;                                                              \
-            for (; i < quads; i += 4) {                                                 \
-                const T *q = (const T *)(const void *)(p + i * rs) + j;                 \
-                const T *q1 = (const T *)(const void *)((const char *)q + rs);          \
-                const T *q2 = (const T *)(const void *)((const char *)q1 + rs);         \
-                const T *q3 = (const T *)(const void *)((const char *)q2 + rs);         \
-                __m256 l0, h0, l1, h1, l2, h2, l3, h3;                                  \
-                LOAD16(q, l0, h0);                                                      \
-                LOAD16(q1, l1, h1);                                                     \
-                LOAD16(q2, l2, h2);                                                     \
-                LOAD16(q3, l3, h3);                                                     \
-                CM__VBLOCK_ADD(_mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)), \
-                               _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3))); \
+        for (; j + 8 <= m; j += 8) {                                                    \
+            __m256d a = first ? _mm256_setzero_pd() : _mm256_loadu_pd(cur + j);         \
+            __m256d b = first ? _mm256_setzero_pd() : _mm256_loadu_pd(cur + j + 4);     \
+            const char *r = p;                                                          \
+            for (int k = 0; k < nq; ++k, r += 4 * rs) {                                 \
+                const __m256 s = _mm256_add_ps(                                         \
+                    _mm256_add_ps(LOAD8((const T *)(const void *)r + j),                \
+                                  LOAD8((const T *)(const void *)(r + rs) + j)),        \
+                    _mm256_add_ps(LOAD8((const T *)(const void *)(r + 2 * rs) + j),     \
+                                  LOAD8((const T *)(const void *)(r + 3 * rs) + j)));   \
+                a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(s)));       \
+                b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1)));     \
             }                                                                           \
-            for (; i < rows; ++i) {                                                     \
-                const T *q = (const T *)(const void *)(p + i * rs) + j;                 \
-                __m256 lo, hi;                                                          \
-                LOAD16(q, lo, hi);                                                      \
-                CM__VBLOCK_ADD(lo, hi);                                                 \
+            for (int k = 0; k < ns; ++k, r += rs) {                                     \
+                const __m256 x = LOAD8((const T *)(const void *)r + j);                 \
+                a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));       \
+                b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));     \
             }                                                                           \
-            _mm256_storeu_pd(cur + j, a0);                                              \
-            _mm256_storeu_pd(cur + j + 4, a1);                                          \
-            _mm256_storeu_pd(cur + j + 8, a2);                                          \
-            _mm256_storeu_pd(cur + j + 12, a3);                                         \
+            _mm256_storeu_pd(cur + j, a);                                               \
+            _mm256_storeu_pd(cur + j + 4, b);                                           \
         }                                                                               \
         for (; j < m; ++j) {                                                            \
-            double a = 0.0;                                                             \
-            int64_t i = 0;                                                              \
-            for (; i < quads; i += 4) {                                                 \
+            double a = first ? 0.0 : cur[j];                                            \
+            const char *r = p;                                                          \
+            for (int k = 0; k < nq; ++k, r += 4 * rs) {                                 \
                 float x[4];                                                             \
-                for (int k = 0; k < 4; ++k)                                             \
-                    x[k] = LD(((const T *)(const void *)(p + (i + k) * rs))[j]);        \
+                for (int t = 0; t < 4; ++t)                                             \
+                    x[t] = LD(((const T *)(const void *)(r + t * rs))[j]);              \
                 a += (double)((x[0] + x[1]) + (x[2] + x[3]));                           \
             }                                                                           \
-            for (; i < rows; ++i)                                                       \
-                a += (double)LD(((const T *)(const void *)(p + i * rs))[j]);            \
+            for (int k = 0; k < ns; ++k, r += rs)                                       \
+                a += (double)LD(((const T *)(const void *)r)[j]);                       \
             cur[j] = a;                                                                 \
         }                                                                               \
+    }                                                                                   \
+    __attribute__((target("avx2,f16c"))) static void name(int64_t m, int64_t rows,      \
+                                                          const char *p, int64_t rs,    \
+                                                          double *cur) {                \
+        const int64_t quads = QUADS ? rows / 4 * 4 : 0;                                 \
+        int64_t i = 0;                                                                  \
+        for (; i + 8 <= quads; i += 8)                                                  \
+            name##_pass(m, p + i * rs, rs, cur, i == 0, 2, 0);                          \
+        for (; i + 4 <= quads; i += 4)                                                  \
+            name##_pass(m, p + i * rs, rs, cur, i == 0, 1, 0);                          \
+        for (; i + 8 <= rows; i += 8)                                                   \
+            name##_pass(m, p + i * rs, rs, cur, i == 0, 0, 8);                          \
+        if (i < rows)                                                                   \
+            name##_pass(m, p + i * rs, rs, cur, i == 0, 0, (int)(rows - i));            \
     }
-#define CM__AVX_LOAD_F32(p, lo, hi)                                                     \
-    ((lo) = _mm256_loadu_ps(p), (hi) = _mm256_loadu_ps((p) + 8))
-CM__VBLOCK_AVX(cm__vblock_f32_avx, float, CM__AVX_LOAD_F32, CM__LD_SAME, 0)
-CM__VBLOCK_AVX(cm__vblock_f16_avx, uint16_t, CM__AVX_LOAD_F16, cm__f16_to_f32, 1)
-CM__VBLOCK_AVX(cm__vblock_bf16_avx, uint16_t, CM__AVX_LOAD_BF16, cm__bf16_to_f32, 1)
+#define CM__AVX_LOAD8_F32(q) _mm256_loadu_ps(q)
+#define CM__AVX_LOAD8_F16(q) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(q)))
+CM__VPASS_AVX(cm__vblock_f32_avx, float, CM__AVX_LOAD8_F32, CM__LD_SAME, 0)
+CM__VPASS_AVX(cm__vblock_f16_avx, uint16_t, CM__AVX_LOAD8_F16, cm__f16_to_f32, 1)
+CM__VPASS_AVX(cm__vblock_bf16_avx, uint16_t, CM__AVX_BF16, cm__bf16_to_f32, 1)
 
 void cm__cpu_reduce_force_portable(bool portable) {
     atomic_store_explicit(&cm__reduce_portable, portable, memory_order_relaxed);
@@ -621,25 +629,44 @@ static double cm__pairs_fold(const cm__pairs *c) {
 }
 
 /* Max and min over contiguous floats: lanes start at `init` (-inf or
- * +inf); once a lane meets a NaN it keeps it. */
+ * +inf); once a lane meets a NaN it keeps it. A lane ends as the first of
+ * its elements (in order) that is NaN, else the first that is largest
+ * (smallest): so two steps of 16 are first picked between themselves and
+ * the pick then against the lanes (the same result, bit for bit, and half
+ * as long a chain of dependent picks per element: the loop was bound by
+ * it on a Xeon). */
 #ifdef CM__VEC
+/* a, or x where x comes later and wins: a not NaN and x NaN or beyond a */
+#define CM__FMM_PICK(a, x, OP)                                                          \
+    __extension__({                                                                     \
+        const cm__v8i32 t_ = (((x) OP(a)) | ((x) != (x))) & ((a) == (a));              \
+        (cm__v8f)(((cm__v8i32)(x) & t_) | ((cm__v8i32)(a) & ~t_));                      \
+    })
 #define CM__FMM_F32(name, OP)                                                           \
     CM__CLONES static float name(int64_t n, const float *q, float init) {               \
         float l[CM__LANES];                                                             \
         int64_t i = 0;                                                                  \
         CM__PF_DECL;                                                                    \
         cm__v8f a0 = {init, init, init, init, init, init, init, init}, a1 = a0;        \
-        for (; i + CM__LANES <= n; i += CM__LANES) {                                    \
+        for (; i + 2 * CM__LANES <= n; i += 2 * CM__LANES) {                            \
             CM__PREFETCH(q + i);                                                        \
+            CM__PREFETCH(q + i + CM__LANES);                                            \
+            cm__v8f x0, x1, y0, y1;                                                     \
+            memcpy(&x0, q + i, sizeof x0);                                              \
+            memcpy(&x1, q + i + 8, sizeof x1);                                          \
+            memcpy(&y0, q + i + 16, sizeof y0);                                         \
+            memcpy(&y1, q + i + 24, sizeof y1);                                         \
+            x0 = CM__FMM_PICK(x0, y0, OP);                                              \
+            x1 = CM__FMM_PICK(x1, y1, OP);                                              \
+            a0 = CM__FMM_PICK(a0, x0, OP);                                              \
+            a1 = CM__FMM_PICK(a1, x1, OP);                                              \
+        }                                                                               \
+        for (; i + CM__LANES <= n; i += CM__LANES) {                                    \
             cm__v8f x0, x1;                                                             \
             memcpy(&x0, q + i, sizeof x0);                                              \
             memcpy(&x1, q + i + 8, sizeof x1);                                          \
-            const cm__v8i32 k0 = (x0 OP a0) | (x0 != x0);                                               \
-            const cm__v8i32 k1 = (x1 OP a1) | (x1 != x1);                               \
-            const cm__v8i32 h0 = a0 == a0, h1 = a1 == a1; /* a lane not yet NaN */      \
-            const cm__v8i32 t0 = k0 & h0, t1 = k1 & h1;                                 \
-            a0 = (cm__v8f)(((cm__v8i32)x0 & t0) | ((cm__v8i32)a0 & ~t0));               \
-            a1 = (cm__v8f)(((cm__v8i32)x1 & t1) | ((cm__v8i32)a1 & ~t1));               \
+            a0 = CM__FMM_PICK(a0, x0, OP);                                              \
+            a1 = CM__FMM_PICK(a1, x1, OP);                                              \
         }                                                                               \
         memcpy(l, &a0, sizeof a0);                                                      \
         memcpy(l + 8, &a1, sizeof a1);                                                  \
@@ -774,8 +801,50 @@ CM__FMM_F32(cm__min_f32, <)
         return s;                                                                         \
     }
 
-CM__ISUM_SMALL(cm__isum_i8, int8_t, int32_t, int64_t)
-CM__ISUM_SMALL(cm__isum_u8, uint8_t, uint32_t, uint64_t)
+CM__ISUM_SMALL(cm__isum_i8_lanes, int8_t, int32_t, int64_t)
+CM__ISUM_SMALL(cm__isum_u8_lanes, uint8_t, uint32_t, uint64_t)
+#ifdef CM__X86
+/* 8-bit sums with AVX2: vpsadbw adds each eight bytes into a 64-bit lane
+ * in one instruction; signed bytes are biased to x + 128 first (the bias,
+ * 128 per element, is taken off the total; exact modulo 2^64). */
+__attribute__((target("avx2"))) static uint64_t cm__isum_8_avx(int64_t n, const uint8_t *q,
+                                                                bool sgn) {
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i bias = _mm256_set1_epi8(sgn ? (char)-128 : 0);
+    __m256i a0 = zero, a1 = zero;
+    int64_t i = 0;
+    CM__PF_DECL;
+    for (; i + 64 <= n; i += 64) {
+        CM__PREFETCH(q + i);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(q + i));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(q + i + 32));
+        a0 = _mm256_add_epi64(a0, _mm256_sad_epu8(_mm256_xor_si256(x0, bias), zero));
+        a1 = _mm256_add_epi64(a1, _mm256_sad_epu8(_mm256_xor_si256(x1, bias), zero));
+    }
+    uint64_t l[4];
+    _mm256_storeu_si256((__m256i *)(void *)l, _mm256_add_epi64(a0, a1));
+    uint64_t s = (l[0] + l[1]) + (l[2] + l[3]);
+    if (sgn)
+        s -= 128u * (uint64_t)i;
+    for (; i < n; ++i)
+        s += sgn ? (uint64_t)(int64_t)(int8_t)q[i] : (uint64_t)q[i];
+    return s;
+}
+#endif
+static uint64_t cm__isum_i8(int64_t n, const int8_t *q) {
+#ifdef CM__X86
+    if (cm__avx2_usable())
+        return cm__isum_8_avx(n, (const uint8_t *)(const void *)q, true);
+#endif
+    return cm__isum_i8_lanes(n, q);
+}
+static uint64_t cm__isum_u8(int64_t n, const uint8_t *q) {
+#ifdef CM__X86
+    if (cm__avx2_usable())
+        return cm__isum_8_avx(n, q, false);
+#endif
+    return cm__isum_u8_lanes(n, q);
+}
 CM__ISUM_SMALL(cm__isum_i16, int16_t, int32_t, int64_t)
 CM__ISUM_SMALL(cm__isum_u16, uint16_t, uint32_t, uint64_t)
 CM__ISUM_WIDE(cm__isum_i32, int32_t, cm__v4i32, cm__v4i64, int64_t)

@@ -11,6 +11,8 @@
 
 #include <cmetal/cmetal.h>
 
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 static cm_tensor *new_tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape) {
@@ -120,6 +122,121 @@ Test(cpu_reduce, integer_columns_are_exact) {
             CHECK(cm_tensor_release(o));
             CHECK(cm_tensor_release(x));
             CHECK(cm_tensor_release(f));
+        }
+    CHECK(cm_device_release(dev));
+}
+
+/* Byte sums (int8, uint8, bool; AVX2 adds each eight bytes at once, signed
+ * bytes biased by 128) are exact with the vector kernels and with the
+ * portable loops: against sums computed here, on lengths around the
+ * 64-byte step and long enough to be read as quarters side by side, with
+ * runs of the extreme values. */
+Test(cpu_reduce, byte_sums_are_exact_with_either_kernel) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t lens[] = {1, 63, 64, 65, 4097, 70001, 300007};
+    static const cm_dtype ds[] = {CM_INT8, CM_UINT8, CM_BOOL};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            const int64_t n[1] = {lens[li]};
+            cm_tensor *x = new_tensor(dev, ds[di], 1, n);
+            uint8_t *p = NULL;
+            CHECK(cm_tensor_host_write(x, ds[di], (void **)&p));
+            uint32_t h = 5;
+            int64_t want = 0;
+            for (int64_t i = 0; i < n[0]; ++i) {
+                h = h * 1664525u + 1013904223u;
+                /* runs of the extremes (0x80: -128 or 128; 0xff: -1 or 255) */
+                const int64_t run = i / 1000 % 3;
+                uint8_t v = run == 1 ? 0x80 : run == 2 ? 0xff : (uint8_t)(h >> 24);
+                if (ds[di] == CM_BOOL)
+                    v = v & 1;
+                p[i] = v;
+                want += ds[di] == CM_INT8 ? (int64_t)(int8_t)v : (int64_t)v;
+            }
+            cm_tensor *o = new_tensor(dev, CM_INT64, 0, NULL);
+            cm_dtype_info info;
+            CHECK(cm_dtype_get_info(ds[di], &info));
+            for (int portable = 0; portable < 2; ++portable) {
+                cm__cpu_reduce_force_portable(portable != 0);
+                CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, o, NULL));
+                cm__cpu_reduce_force_portable(false);
+                const int64_t *q = NULL;
+                CHECK(cm_tensor_host_read(o, CM_INT64, (const void **)&q));
+                cr_assert_eq(*q, want, "%s sum of %lld, portable %d: %lld", info.name,
+                             (long long)n[0], portable, (long long)*q);
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(x));
+        }
+    CHECK(cm_device_release(dev));
+}
+
+/* The float max/min of one contiguous float32 run (below the length read
+ * as quarters) as its 16 lanes give it: element i into lane i % 16, a lane
+ * keeps its first NaN, else its first largest (smallest) element; the
+ * lanes are then taken in order the same way. */
+static uint32_t lane_model(const float *x, int64_t n, bool max) {
+    float l[16];
+    for (int j = 0; j < 16; ++j)
+        l[j] = max ? -INFINITY : INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+        float *a = &l[i % 16];
+        if (*a == *a && (x[i] != x[i] || (max ? x[i] > *a : x[i] < *a)))
+            *a = x[i];
+    }
+    float m = l[0];
+    for (int j = 1; j < 16; ++j)
+        if (m == m && (l[j] != l[j] || (max ? l[j] > m : l[j] < m)))
+            m = l[j];
+    uint32_t b;
+    memcpy(&b, &m, sizeof b);
+    return b;
+}
+
+/* Which of +0 and -0, or which NaN (payloads differ), a float32 max/min
+ * returns is fixed by the lanes and their order: the vector loop (two
+ * steps of 16 picked between themselves first) gives the model's bits. */
+Test(cpu_reduce, float_max_min_pick_as_the_lanes_do) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t lens[] = {17, 31, 32, 33, 48, 1000, 4099, 20000};
+    static float x[20000];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li)
+        for (int mode = 0; mode < 3; ++mode) { /* zeros; ones and NaNs; zeros, NaNs late */
+            const int64_t n[1] = {lens[li]};
+            uint32_t h = 3 + (uint32_t)mode + 10 * (uint32_t)li; /* each case its own data */
+            for (int64_t i = 0; i < n[0]; ++i) {
+                h = h * 1664525u + 1013904223u;
+                uint32_t r = h ^ (h >> 15); /* a mixer: the LCG's bits are too regular */
+                r *= 0x2c1b3c6du;
+                r = (r ^ (r >> 12)) >> 24;
+                float v = (r & 1) ? 0.0f : -0.0f;
+                if (mode == 1 && r % 7 == 0)
+                    v = (r & 2) ? 1.0f : -1.0f;
+                if (mode > 0 && r % 13 == 0 && (mode == 1 || i > n[0] - 40)) {
+                    const uint32_t nan = 0x7fc00000u | (h >> 10 & 0x3fffffu);
+                    memcpy(&v, &nan, sizeof v);
+                }
+                x[i] = v;
+            }
+            cm_tensor *t = new_tensor(dev, CM_FLOAT32, 1, n);
+            float *p = NULL;
+            CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
+            memcpy(p, x, (size_t)n[0] * sizeof(float));
+            cm_tensor *o = new_tensor(dev, CM_FLOAT32, 0, NULL);
+            for (int mx = 0; mx < 2; ++mx) {
+                CHECK(cm_reduce(mx ? CM_REDUCE_MAX : CM_REDUCE_MIN, t, CM_AXIS_ALL, o, NULL));
+                const float *q = NULL;
+                CHECK(cm_tensor_host_read(o, CM_FLOAT32, (const void **)&q));
+                uint32_t got;
+                memcpy(&got, q, sizeof got);
+                const uint32_t want = lane_model(x, n[0], mx != 0);
+                cr_assert_eq(got, want, "%s of %lld (mode %d): bits %08x, lanes give %08x",
+                             mx ? "max" : "min", (long long)n[0], mode, got, want);
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(t));
         }
     CHECK(cm_device_release(dev));
 }

@@ -252,7 +252,7 @@ static void measure(bench_env *env, which w, bench_case *out) {
             {B_SUM_BF16, CM_BFLOAT16, "sum bf16 (all)", "pairwise, fours in float32, then float64 lanes"},
             {B_SUM_F64, CM_FLOAT64, "sum f64 (all)", "pairwise, 16 float64 lanes, quarters side by side"},
             {B_SUM_I32, CM_INT32, "sum i32 (all)", "exact, 64-bit lanes, quarters side by side"},
-            {B_SUM_I8, CM_INT8, "sum i8 (all)", "exact, 32-bit lanes in chunks, quarters side by side"},
+            {B_SUM_I8, CM_INT8, "sum i8 (all)", "exact, 64-bit lanes (vpsadbw, AVX2), quarters side by side"},
             {B_MAX_F32, CM_FLOAT32, "max f32 (all)", "NaN-propagating lanes, quarters side by side"},
             {B_MAX_I8, CM_INT8, "max i8 (all)", "quarters side by side"},
         };
@@ -286,8 +286,8 @@ static void measure(bench_env *env, which w, bench_case *out) {
                            : f16                  ? "sum f16 (axis 0)"
                                                   : "max i32 (axis 0)";
         const char *note = axis1                  ? "pairwise per row, quarters side by side"
-                           : w == B_SUM_AXIS0_F32 ? "32-row blocks, pairwise"
-                           : f16 ? "32-row blocks, rows in fours (float32), pairwise"
+                           : w == B_SUM_AXIS0_F32 ? "32-row blocks, 8 rows a pass, pairwise"
+                           : f16 ? "32-row blocks, 8 rows a pass in fours (float32), pairwise"
                                  : "four rows a pass, accumulators in cache";
         *out = (bench_case){.name = name, .note = note, .goal = 0.8, .bytes = (double)env->bytes};
         break;
