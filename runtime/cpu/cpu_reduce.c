@@ -418,7 +418,7 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
  * the running sums kept in cur (in cache) between passes: one load and
  * store of cur for eight rows. (Sixteen columns of 32 rows in registers,
  * 32 streams of one line each, read 0.1-0.2 of memcpy slower on a Xeon
- * and at about half the speed on an AMD EPYC; README.md has the figures.) */
+ * and at about half the speed on an AMD EPYC; tools/bench/README.md has the figures.) */
 #define CM__VPASS_AVX(name, T, LOAD8, LD, QUADS)                                        \
     __attribute__((target("avx2,f16c"), always_inline)) static inline void name##_pass( \
         int64_t m, const char *p, int64_t rs, double *cur, bool first, int nq, int ns) { \
