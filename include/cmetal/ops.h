@@ -178,7 +178,11 @@ typedef enum cm_reduce_op {
  * mean of integers or bool into an integer output is the exact quotient of
  * the wrapped sum by the count, truncated toward zero, on every device.
  * max and min compare
- * in the input's dtype and propagate NaN.
+ * in the input's dtype and propagate NaN. A float max or min reads its
+ * elements in blocks of 2^18 from the run's start and takes the blocks'
+ * results in order, keeping the first NaN, else the first strictly larger
+ * (smaller) result; which of +0 and -0, or which NaN payload, it returns
+ * depends on the shape alone, never on threads.
  * Float sums on the CPU are pairwise, in float64: elements are added in 16
  * interleaved lanes over blocks of 512 (or, summing along a strided axis
  * with a contiguous kept axis, in order over blocks of 32 rows), and the

@@ -1036,16 +1036,40 @@ typedef struct cm__red_ctx {
     cm__pairs pairs;    /* float sums: one partial sum per run */
 } cm__red_ctx;
 
+/* Float max and min of n elements at p (stride s) read in blocks of
+ * CM__FBLOCK elements from the run's start, each block from the initial
+ * value; the blocks' results are taken in order, keeping the first NaN,
+ * else the first strictly larger (smaller) one. That pick is associative,
+ * so threads may read ranges of blocks and the ranges' results be taken in
+ * order (cm__fblock_task): the same bits, +0/-0 and NaN payloads included,
+ * at any thread count. */
+#define CM__FBLOCK ((int64_t)1 << 18)
+static void cm__fminmax_blocks(const cm__red *r, int64_t n, const char *p, int64_t s,
+                               cm__acc *acc) {
+    const bool max = r->kind == CM__RMAX;
+    for (int64_t i = 0; i < n; i += CM__FBLOCK) {
+        const int64_t m = n - i < CM__FBLOCK ? n - i : CM__FBLOCK;
+        const char *q = p + i * s;
+        cm__acc a = r->init;
+        if (r->in == CM_FLOAT32 && s == r->isz)
+            cm__side_walk(max ? cm__fmax_f32_run : cm__fmin_f32_run, m, q, r->isz, &a);
+        else if (r->in != CM_FLOAT64)
+            cm__fminmax_run(r->in, max, m, q, s, &a);
+        else if (r->fast != NULL && s == r->isz)
+            cm__side_walk(r->fast, m, q, r->isz, &a);
+        else
+            r->scalar(m, q, s, &a);
+        acc->d = max ? CM__FMAX(acc->d, a.d) : CM__FMIN(acc->d, a.d);
+    }
+}
+
 static void cm__red_inner_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     cm__red_ctx *c = ctx;
     const cm__red *r = c->r;
     if (r->field == 'd' && r->kind == CM__RSUM) {
         cm__pairs_push(&c->pairs, cm__fsum(r->in, n, p[0], s[0]));
-    } else if (r->field == 'd' && r->in == CM_FLOAT32 && s[0] == r->isz) {
-        cm__side_walk(r->kind == CM__RMAX ? cm__fmax_f32_run : cm__fmin_f32_run, n, p[0],
-                      r->isz, &c->acc);
-    } else if (r->field == 'd' && r->in != CM_FLOAT64) {
-        cm__fminmax_run(r->in, r->kind == CM__RMAX, n, p[0], s[0], &c->acc);
+    } else if (r->field == 'd') {
+        cm__fminmax_blocks(r, n, p[0], s[0], &c->acc);
     } else if (r->fast != NULL && s[0] == r->isz) {
         cm__side_walk(r->fast, n, p[0], r->isz, &c->acc);
     } else {
@@ -1439,8 +1463,9 @@ static void cm__red_kept(cm__cpu_nd *kept, void *ctx) {
  * Either way every addition is the one a single thread does. Integer sums
  * (modulo 2^64), integer max and min are exact in any order: each thread
  * reduces a slab of the outermost reduced axis and the slabs are combined.
- * Float max and min stay on one thread (their lanes make which of +0 and
- * -0, or which NaN, wins depend on the split). */
+ * Float max and min of one run: threads read ranges of its blocks
+ * (cm__fminmax_blocks), whose results are taken in order; of several runs
+ * they stay on one thread. */
 
 #define CM__SUBTREE_DEPTH_MAX 10 /* at most 1024 subtrees */
 #define CM__RUN_BATCH 4096       /* runs summed per batch */
@@ -1480,6 +1505,15 @@ static void cm__runs_task(void *ctx, int64_t t) {
     for (int64_t j = t * c->chunk; j < (t + 1) * c->chunk && j < c->nodes; ++j)
         c->sum[j] = cm__fsum(c->r->in, c->red.shape[last], cm__run_at(&c->red, c->first + j),
                              c->red.strides[0][last]);
+}
+
+static void cm__fblock_task(void *ctx, int64_t t) {
+    cm__par *c = ctx;
+    const int64_t n = c->red.shape[0], s = c->red.strides[0][0];
+    const int64_t begin = t * c->chunk * CM__FBLOCK;
+    const int64_t len = n - begin < c->chunk * CM__FBLOCK ? n - begin : c->chunk * CM__FBLOCK;
+    c->part[t] = c->r->init;
+    cm__fminmax_blocks(c->r, len, c->red.base[0] + begin * s, s, &c->part[t]);
 }
 
 static void cm__slab_task(void *ctx, int64_t t) {
@@ -1528,8 +1562,19 @@ static bool cm__red_one_parallel(cm__par *c, cm__cpu_pool *pool, cm__acc *out) {
         out->d = cm__pairs_fold(&pairs);
         return true;
     }
-    if (r->field == 'd')
-        return false;
+    if (r->field == 'd') {
+        if (red->ndim != 1 || red->shape[0] <= CM__FBLOCK)
+            return false;
+        const int64_t blocks = (red->shape[0] + CM__FBLOCK - 1) / CM__FBLOCK;
+        c->chunk = (blocks + threads - 1) / threads; /* blocks per task */
+        const int64_t ntasks = (blocks + c->chunk - 1) / c->chunk;
+        cm__cpu_pool_run(pool, ntasks, cm__fblock_task, c);
+        cm__acc a = r->init;
+        for (int64_t t = 0; t < ntasks; ++t)
+            a.d = r->kind == CM__RMAX ? CM__FMAX(a.d, c->part[t].d) : CM__FMIN(a.d, c->part[t].d);
+        *out = a;
+        return true;
+    }
     const int64_t n = red->shape[0];
     const int64_t parts = n < threads ? n : threads;
     c->chunk = (n + parts - 1) / parts;

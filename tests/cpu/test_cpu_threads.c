@@ -228,3 +228,58 @@ Test(cpu_threads, tensors_of_cpu_devices_mix) {
     cm_device_release(four);
     cm_device_release(shared);
 }
+
+/* Float max and min of one long run: threads read ranges of its blocks of
+ * 2^18 elements (ops.h). Which zero and which NaN the result is depends on
+ * the blocks alone, so every thread count gives the same bits: block 0 holds
+ * only -0.0 and negatives, block 1 +0.0 (max: -0.0, the first block's
+ * result, which +0.0 does not exceed), and for NaNs block 1 holds payload 1,
+ * block 2 payload 2 (the first block's NaN wins). */
+#define BLOCK ((int64_t)1 << 18)
+static uint32_t reduce_bits(uint32_t threads, cm_reduce_op op, const float *data, int64_t n) {
+    cm_device *dev = open_threads(threads);
+    const int64_t shape[1] = {n}, one[1] = {1};
+    cm_tensor *x = new_tensor(dev, CM_FLOAT32, 1, shape), *out = new_tensor(dev, CM_FLOAT32, 1, one);
+    void *p = NULL;
+    CHECK(cm_tensor_host_write(x, CM_FLOAT32, &p));
+    memcpy(p, data, (size_t)n * sizeof(float));
+    CHECK(cm_reduce(op, x, CM_AXIS_ALL, out, NULL));
+    const void *q = NULL;
+    CHECK(cm_tensor_host_read(out, CM_FLOAT32, &q));
+    uint32_t bits;
+    memcpy(&bits, q, sizeof bits);
+    cm_tensor_release(x);
+    cm_tensor_release(out);
+    cm_device_release(dev);
+    return bits;
+}
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+Test(cpu_threads, float_max_min_pick_by_blocks_at_every_thread_count) {
+    const int64_t n = 3 * BLOCK + 12345;
+    float *z = malloc((size_t)n * sizeof(float)), *v = malloc((size_t)n * sizeof(float));
+    cr_assert(z != NULL && v != NULL);
+    for (int64_t i = 0; i < n; ++i) {
+        const float neg = -(float)(1 + (mix((uint64_t)i) & 1023));
+        z[i] = (i % 7 == 0) ? (i < BLOCK ? -0.0f : 0.0f) : neg; /* max: a zero */
+        v[i] = -neg;                                            /* positives */
+    }
+    v[BLOCK + 5] = from_bits(0x7fc00001u); /* NaN payload 1, block 1 */
+    v[2 * BLOCK + 9] = from_bits(0x7fc00002u); /* payload 2, block 2 */
+    v[3 * BLOCK + 1] = from_bits(0xffc00003u); /* payload 3, the last block */
+    for (uint32_t threads = 1; threads <= 4; ++threads) {
+        cr_assert_eq(reduce_bits(threads, CM_REDUCE_MAX, z, n), 0x80000000u,
+                     "%u threads: max of zeros is the first block's -0.0", threads);
+        cr_assert_eq(reduce_bits(threads, CM_REDUCE_MAX, v, n), 0x7fc00001u, "%u threads",
+                     threads);
+        cr_assert_eq(reduce_bits(threads, CM_REDUCE_MIN, v, n), 0x7fc00001u, "%u threads",
+                     threads);
+    }
+    free(z);
+    free(v);
+}
