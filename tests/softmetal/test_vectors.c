@@ -510,6 +510,38 @@ Test(vectors, vector_initialisers_msl_refuses_are_errors) {
   }
 }
 
+/* A scalar operand converts to the vector's element type, except a
+ * floating scalar to integer elements (Metal refuses `int4 + 1.5f`, as
+ * clang does for its own vectors): refused at the user's line. An integer
+ * scalar with float elements, and float with half elements, convert. */
+Test(vectors, floating_scalars_with_integer_vectors_are_errors) {
+  static const char *const refused[] = {
+      "  int4 r = int4(n) + 1.5f;\n", "  int4 r = int4(n) * in[0];\n",
+      "  uint2 r = uint2(n) - half(in[0]);\n", "  int4 r = 2.0f / int4(n);\n",
+      "  bool4 r = int4(n) < in[0];\n"};
+  static const char *const accepted[] = {"  float4 r = float4(in[0]) * n;\n",
+                                         "  half4 r = half4(in[0]) * in[1];\n",
+                                         "  int4 r = int4(n) << 2u;\n"};
+  for (size_t k = 0; k < N_OF(refused) + N_OF(accepted); k++) {
+    const bool ok = k >= N_OF(refused);
+    const char *line = ok ? accepted[k - N_OF(refused)] : refused[k];
+    char src[1024];
+    snprintf(src, sizeof src, "%s%s  int n = int(in[1]);\n%s  o[0] = float(r[0]);\n}\n", HEAD,
+             KERNEL, line);
+    id error = 0;
+    id lib = sm_compile(src, &error);
+    if (ok) {
+      cr_expect_not_null(lib, "%s: %s", line, sm_error_text(error));
+    } else {
+      cr_expect_null(lib, "%s compiled", line);
+      if (!lib)
+        cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s",
+                  sm_error_text(error));
+    }
+    if (lib) sm_release(lib);
+  }
+}
+
 /* More components in braces than the vector has, not all constants (so not
  * seen at compile time): the dispatch fails, never a silent drop. */
 Test(vectors, too_many_components_at_run_time_fail_the_dispatch) {
