@@ -510,6 +510,28 @@ Test(vectors, vector_initialisers_msl_refuses_are_errors) {
   }
 }
 
+/* Matrices from braces: columns in braces or vectors, in order, the rest
+ * zero; scalars in braces fill element by element, column-major. */
+Test(vectors, matrices_initialise_from_braced_columns) {
+  const float in[4] = {1, 2, 3, 4};
+  float o[32];
+  for (size_t i = 0; i < N_OF(o); i++) o[i] = -100;
+  run_k(HEAD KERNEL "  float2x2 a = {{in[0], 2}, {3, in[3]}};\n"
+                    "  float3x3 b = {{1, 2, 3}, {4, 5, 6}, {7, 8, in[1]}};\n"
+                    "  float2x2 c = {1, 2, 3, in[2]};\n"
+                    "  float2 x = float2(in[3], in[2]);\n"
+                    "  float2x2 d = {x, x.yx};\n"
+                    "  float3x3 e = {{in[0], 1, 1}};\n"
+                    "  for (int j = 0; j < 4; j++) { o[j] = a[j / 2][j % 2]; o[4 + j] = c[j / 2][j % 2];\n"
+                    "                                o[8 + j] = d[j / 2][j % 2]; }\n"
+                    "  for (int j = 0; j < 9; j++) { o[12 + j] = b[j / 3][j % 3]; o[21 + j] = e[j / 3][j % 3]; }\n"
+                    "}\n",
+        in, 4, o, N_OF(o));
+  const float want[30] = {1, 2, 3, 4, 1, 2, 3, 3, 4, 3, 3, 4, 1, 2, 3, 4, 5, 6, 7, 8, 2,
+                          1, 1, 1, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 30; i++) cr_expect_eq(o[i], want[i], "o[%d] = %g, want %g", i, o[i], want[i]);
+}
+
 /* A scalar operand converts to the vector's element type, except a
  * floating scalar to integer elements (Metal refuses `int4 + 1.5f`, as
  * clang does for its own vectors): refused at the user's line. An integer
