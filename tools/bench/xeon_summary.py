@@ -22,10 +22,10 @@ def main(path):
     for m in re.finditer(r"=== dlpack (\S+) (\d+)\n(.*?)\n=== end\n", text, re.S):
         sizes = {}
         for line in m.group(3).splitlines():
-            if line.startswith("#"):
+            if not line[:1].isdigit():
                 continue
-            b, l, v = line.split()
-            sizes[int(b)] = (float(l), float(v))
+            f = line.split()
+            sizes[int(f[0])] = tuple(float(x) for x in f[1:])  # legacy, versioned[, chain]
         dl.setdefault(m.group(1), []).append(sizes)
     names = list(runs)
     if not names:
@@ -48,11 +48,16 @@ def main(path):
                               for r in runs[n])) for n in names))
     for n, lst in dl.items():
         for i, sizes in enumerate(lst):
-            worst = max(max(v) for v in sizes.values())
-            over = [b for b, v in sizes.items() if max(v) > 50]
-            print("dlpack-bench %s round %d: %.0f-%.0f ns, over 50 at %s" % (
-                n, i + 1, min(min(v) for v in sizes.values()), worst,
-                ",".join(str(b >> 10) + "K" for b in over) or "none"))
+            worst = max(max(v[:2]) for v in sizes.values())
+            over = [b for b, v in sizes.items() if max(v[:2]) > 50]
+            chain = [v[2] for v in sizes.values() if len(v) > 2]
+            print("dlpack-bench %s round %d: %.0f-%.0f ns, over 50 at %s%s" % (
+                n, i + 1, min(min(v[:2]) for v in sizes.values()), worst,
+                ",".join(str(b >> 10) + "K" for b in over) or "none",
+                "; chain step %.3f-%.3f ns" % (min(chain), max(chain)) if chain else ""))
+            if chain:
+                print("   per size (legacy/versioned/chain): " + " ".join(
+                    "%.0f/%.0f/%.2f" % v for _, v in sorted(sizes.items())))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@
  * a CPU tensor, legacy and versioned, for sizes from 1 KiB to 1 GiB. The
  * round trip shares memory, so its time must not grow with the size.
  *
- * Usage: cmetal-dlpack-bench [max_bytes]   (default 1 GiB)
+ * Usage: cmetal-dlpack-bench [--clock] [max_bytes]   (default 1 GiB)
  * Output: one line per size: bytes, ns legacy, ns versioned (median of 5
  * batches). tools/dlpack_bench.py runs it beside NumPy and PyTorch.
+ * --clock adds a fourth column: ns per step of a dependent multiply-add
+ * chain timed right after the size's trips (a fixed number of cycles per
+ * step), so that a slow round trip can be told from a slow core.
  *
  *        cmetal-dlpack-bench --calls N
  * runs N legacy and N versioned round trips of a 1 KiB tensor untimed, for
@@ -69,10 +72,33 @@ static double measure(const cm_tensor *t, const cm_dlpack_export_desc *desc) {
     return batch[2];
 }
 
+/* ns per step of a dependent 64-bit multiply-add chain (median of 5 runs
+ * of 2^20 steps): a multiply and an add of latency, whatever the size. */
+static volatile uint64_t chain_seed = 1, chain_sink;
+static double chain_ns(void) {
+    double runs[5];
+    for (int r = 0; r < 5; ++r) {
+        uint64_t x = chain_seed;
+        const double t0 = now_ns();
+        for (int i = 0; i < (1 << 20); ++i)
+            x = x * 6364136223846793005u + 1442695040888963407u;
+        runs[r] = (now_ns() - t0) / (double)(1 << 20);
+        chain_sink = x;
+    }
+    qsort(runs, 5, sizeof runs[0], cmp_double);
+    return runs[2];
+}
+
 int main(int argc, char **argv) {
+    const bool clock_col = argc > 1 && strcmp(argv[1], "--clock") == 0;
+    if (clock_col) { /* the rest as without it */
+        argv[1] = argv[0];
+        --argc;
+        ++argv;
+    }
     cm_device *cpu = NULL;
     check(cm_device_open(CM_DEVICE_CPU, 0, &cpu), "cm_device_open");
-    /* usage: cmetal-dlpack-bench [MAX_BYTES] | --calls N */
+    /* usage: cmetal-dlpack-bench [--clock] [MAX_BYTES] | --calls N */
     unsigned long long value = 0;
     if (argc > 1) {
         const bool calls_form = strcmp(argv[1], "--calls") == 0;
@@ -98,7 +124,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "cmetal-dlpack-bench: %s '%s'\n", problem, argv[1]);
             else
                 fprintf(stderr, "cmetal-dlpack-bench: %s '%s': %s\n", what, number, problem);
-            fprintf(stderr, "usage: cmetal-dlpack-bench [MAX_BYTES] | --calls N\n");
+            fprintf(stderr, "usage: cmetal-dlpack-bench [--clock] [MAX_BYTES] | --calls N\n");
             cm_device_release(cpu);
             return 2;
         }
@@ -120,7 +146,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     unsigned long long max_bytes = argc > 1 ? value : (1ull << 30);
-    printf("# bytes ns_legacy ns_versioned\n");
+    printf(clock_col ? "# bytes ns_legacy ns_versioned ns_chain_step\n"
+                     : "# bytes ns_legacy ns_versioned\n");
     for (unsigned long long bytes = 1024; bytes <= max_bytes; bytes *= 4) {
         const int64_t shape[1] = {(int64_t)(bytes / sizeof(float))};
         cm_tensor_desc td = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
@@ -130,7 +157,10 @@ int main(int argc, char **argv) {
         cm_dlpack_export_desc versioned = {.max_version = {1, 0}};
         double l = measure(t, &legacy);
         double v = measure(t, &versioned);
-        printf("%llu %.1f %.1f\n", bytes, l, v);
+        if (clock_col)
+            printf("%llu %.1f %.1f %.3f\n", bytes, l, v, chain_ns());
+        else
+            printf("%llu %.1f %.1f\n", bytes, l, v);
         fflush(stdout);
         cm_tensor_release(t);
     }
