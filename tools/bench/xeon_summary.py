@@ -48,6 +48,9 @@ def main(path):
                               for r in runs[n])) for n in names))
     for n, lst in dl.items():
         for i, sizes in enumerate(lst):
+            if not sizes:
+                print("dlpack-bench %s round %d: no figures" % (n, i + 1))
+                continue
             worst = max(max(v[:2]) for v in sizes.values())
             over = [b for b, v in sizes.items() if max(v[:2]) > 50]
             chain = [v[2] for v in sizes.values() if len(v) > 2]
