@@ -54,13 +54,15 @@ def main(path):
             worst = max(max(v[:2]) for v in sizes.values())
             over = [b for b, v in sizes.items() if max(v[:2]) > 50]
             chain = [v[2] for v in sizes.values() if len(v) > 2]
+            wide = [v[3] for v in sizes.values() if len(v) > 3]
             print("dlpack-bench %s round %d: %.0f-%.0f ns, over 50 at %s%s" % (
                 n, i + 1, min(min(v[:2]) for v in sizes.values()), worst,
                 ",".join(str(b >> 10) + "K" for b in over) or "none",
                 "; chain step %.3f-%.3f ns" % (min(chain), max(chain)) if chain else ""))
             if chain:
-                print("   per size (legacy/versioned/chain): " + " ".join(
-                    "%.0f/%.0f/%.2f" % v for _, v in sorted(sizes.items())))
+                print("   per size (legacy/versioned/chain1[/chain8]): " + " ".join(
+                    "/".join(("%.0f" if k < 2 else "%.2f") % x for k, x in enumerate(v))
+                    for _, v in sorted(sizes.items())))
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@
  * Usage: cmetal-dlpack-bench [--clock] [max_bytes]   (default 1 GiB)
  * Output: one line per size: bytes, ns legacy, ns versioned (median of 5
  * batches). tools/dlpack_bench.py runs it beside NumPy and PyTorch.
- * --clock adds a fourth column: ns per step of a dependent multiply-add
- * chain timed right after the size's trips (a fixed number of cycles per
- * step), so that a slow round trip can be told from a slow core.
+ * --clock adds two columns: ns per step of one dependent multiply-add
+ * chain and of eight side by side, timed right after the size's trips (a
+ * fixed number of cycles per step: latency-bound and throughput-bound), so
+ * that a slow round trip can be told from a slow or shared core.
  *
  *        cmetal-dlpack-bench --calls N
  * runs N legacy and N versioned round trips of a 1 KiB tensor untimed, for
@@ -72,18 +73,27 @@ static double measure(const cm_tensor *t, const cm_dlpack_export_desc *desc) {
     return batch[2];
 }
 
-/* ns per step of a dependent 64-bit multiply-add chain (median of 5 runs
- * of 2^20 steps): a multiply and an add of latency, whatever the size. */
+/* ns per step of `lanes` (1 or 8) independent 64-bit multiply-add chains
+ * (median of 5 runs of 2^20 steps): one chain is bound by a multiply's and
+ * an add's latency, eight by the multiplier's throughput (what a core
+ * shared with a busy sibling thread loses first). */
 static volatile uint64_t chain_seed = 1, chain_sink;
-static double chain_ns(void) {
+static double chain_ns(int lanes) {
     double runs[5];
     for (int r = 0; r < 5; ++r) {
-        uint64_t x = chain_seed;
+        uint64_t x[8];
+        for (int k = 0; k < 8; ++k)
+            x[k] = chain_seed + (uint64_t)k;
         const double t0 = now_ns();
-        for (int i = 0; i < (1 << 20); ++i)
-            x = x * 6364136223846793005u + 1442695040888963407u;
+        if (lanes == 1)
+            for (int i = 0; i < (1 << 20); ++i)
+                x[0] = x[0] * 6364136223846793005u + 1442695040888963407u;
+        else
+            for (int i = 0; i < (1 << 20); ++i)
+                for (int k = 0; k < 8; ++k)
+                    x[k] = x[k] * 6364136223846793005u + 1442695040888963407u;
         runs[r] = (now_ns() - t0) / (double)(1 << 20);
-        chain_sink = x;
+        chain_sink = x[0] ^ x[7];
     }
     qsort(runs, 5, sizeof runs[0], cmp_double);
     return runs[2];
@@ -146,7 +156,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     unsigned long long max_bytes = argc > 1 ? value : (1ull << 30);
-    printf(clock_col ? "# bytes ns_legacy ns_versioned ns_chain_step\n"
+    printf(clock_col ? "# bytes ns_legacy ns_versioned ns_chain1_step ns_chain8_step\n"
                      : "# bytes ns_legacy ns_versioned\n");
     for (unsigned long long bytes = 1024; bytes <= max_bytes; bytes *= 4) {
         const int64_t shape[1] = {(int64_t)(bytes / sizeof(float))};
@@ -158,7 +168,7 @@ int main(int argc, char **argv) {
         double l = measure(t, &legacy);
         double v = measure(t, &versioned);
         if (clock_col)
-            printf("%llu %.1f %.1f %.3f\n", bytes, l, v, chain_ns());
+            printf("%llu %.1f %.1f %.3f %.3f\n", bytes, l, v, chain_ns(1), chain_ns(8));
         else
             printf("%llu %.1f %.1f\n", bytes, l, v);
         fflush(stdout);
