@@ -203,9 +203,23 @@ static uintptr_t cm__pf_distance(void) {
             __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);      \
         }                                                                               \
     } while (0)
+/* Column max/min (CM__COLS_MM): each of `rows` rows (stride rs) asks for
+ * its line at byte offset o + cm__pf into L1 and o + 4 cm__pf into L2,
+ * once per 64 bytes. (The float column sums' eight rows a pass read
+ * slower with it on a Xeon host: float16 0.49 -> 0.31 of memcpy.) */
+#define CM__PREFETCH_ROWS(base, rows, rs, o)                                            \
+    do {                                                                                \
+        if (cm__pf != 0 && ((o) & 63) == 0)                                             \
+            for (int64_t pr_ = 0; pr_ < (rows); ++pr_) {                                \
+                const uintptr_t a_ = (uintptr_t)(base) + (uintptr_t)(pr_ * (rs)) + (o); \
+                __builtin_prefetch((const void *)(a_ + cm__pf), 0, 3);                  \
+                __builtin_prefetch((const void *)(a_ + 4 * cm__pf), 0, 1);              \
+            }                                                                           \
+    } while (0)
 #else
 #define CM__PF_DECL const int cm__pf = 0
 #define CM__PREFETCH(p) ((void)cm__pf)
+#define CM__PREFETCH_ROWS(base, rows, rs, o) ((void)cm__pf)
 #endif
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
 #define CM__CLONES __attribute__((target_clones("avx2", "default")))
@@ -1235,7 +1249,9 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
  * last row, which changes nothing), each row's vector compared in turn
  * with the columns' accumulators acc (element type), which stay in cache;
  * exact, rows in order (a float column that meets a NaN keeps it); the
- * results into out[0, m). */
+ * results into out[0, m). On Intel each row asks for its line 4 and 16 KiB
+ * ahead (CM__PREFETCH_ROWS; a Xeon host: min f32 and max i32 over axis 0
+ * 0.53-0.56 -> 0.57-0.67 of memcpy in one session). */
 #ifdef CM__VEC
 #define CM__COLS_ROWS 4
 #define CM__COLS_MM(name, T, VT, MT, OP, AT, FLOAT)                                      \
@@ -1249,7 +1265,10 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
             for (int t = 0; t < CM__COLS_ROWS; ++t)                                     \
                 r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs); \
             int64_t j = 0;                                                              \
+            CM__PF_DECL;                                                                \
             for (; j + NL <= m; j += NL) {                                              \
+                CM__PREFETCH_ROWS(p + i * rs, rn - i < CM__COLS_ROWS ? rn - i : CM__COLS_ROWS, \
+                                  rs, (uintptr_t)j * sizeof(T));                        \
                 VT a;                                                                   \
                 memcpy(&a, acc + j, sizeof a);                                          \
                 for (int t = 0; t < CM__COLS_ROWS; ++t) {                               \
