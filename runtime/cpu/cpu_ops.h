@@ -32,6 +32,12 @@ void cm__cpu_cast_force_scalar(bool scalar_only);
  * where the CPU has AVX2 and F16C (the bits must not change). Process-wide. */
 void cm__cpu_reduce_force_portable(bool portable);
 
+/* Test hook: the contiguous and column kernels ask for lines `distance`
+ * bytes ahead (and 4 x distance) on x86-64 whatever the CPU's vendor; 0
+ * none; negative: back to the CPU's choice (4096 on Intel, none elsewhere).
+ * The bits must not change. Process-wide; a no-op elsewhere. */
+void cm__cpu_reduce_force_prefetch(int distance);
+
 /* The float16 conversion instructions casts use now ("f16c", "neon"), or
  * NULL where the CPU has none or the scalar path is forced. */
 const char *cm__cpu_cast_f16_hardware(void);

@@ -181,9 +181,13 @@ typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
  * 0.73-0.76), while AMD's own prefetchers did better alone. 0: none. */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #include <cpuid.h>
+static atomic_int cm__pf_state; /* distance + 1; 0 not asked yet */
+void cm__cpu_reduce_force_prefetch(int distance) {
+    atomic_store_explicit(&cm__pf_state, distance < 0 ? 0 : distance + 1, memory_order_relaxed);
+}
 static uintptr_t cm__pf_distance(void) {
-    static atomic_int state; /* distance + 1; 0 not asked yet */
-    int v = atomic_load_explicit(&state, memory_order_relaxed);
+    atomic_int *const state = &cm__pf_state;
+    int v = atomic_load_explicit(state, memory_order_relaxed);
     if (v == 0) {
         /* cpuid's vendor (leaf 0): libgcc's __builtin_cpu_is is not
          * everywhere (macOS targets lack its __cpu_model) */
@@ -191,7 +195,7 @@ static uintptr_t cm__pf_distance(void) {
         const bool intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u /* Genu */ &&
                            d == 0x49656e69u /* ineI */ && c == 0x6c65746eu /* ntel */;
         v = (intel ? 4096 : 0) + 1;
-        atomic_store_explicit(&state, v, memory_order_relaxed);
+        atomic_store_explicit(state, v, memory_order_relaxed);
     }
     return (uintptr_t)(v - 1);
 }
@@ -217,6 +221,9 @@ static uintptr_t cm__pf_distance(void) {
             }                                                                           \
     } while (0)
 #else
+void cm__cpu_reduce_force_prefetch(int distance) {
+    (void)distance; /* no prefetching here */
+}
 #define CM__PF_DECL const int cm__pf = 0
 #define CM__PREFETCH(p) ((void)cm__pf)
 #define CM__PREFETCH_ROWS(base, rows, rs, o) ((void)cm__pf)

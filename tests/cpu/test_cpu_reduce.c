@@ -240,3 +240,86 @@ Test(cpu_reduce, float_max_min_pick_as_the_lanes_do) {
         }
     CHECK(cm_device_release(dev));
 }
+
+/* Every reduction of x (sum, max, min; over all, and axis 0 and axis 1
+ * where 2-d) as 8-byte results (float64 or int64), appended to out. */
+static size_t every_reduction(cm_device *dev, cm_tensor *x, int32_t ndim, const int64_t *shape,
+                              bool is_float, uint64_t *out) {
+    static const cm_reduce_op ops[3] = {CM_REDUCE_SUM, CM_REDUCE_MAX, CM_REDUCE_MIN};
+    const cm_dtype od = is_float ? CM_FLOAT64 : CM_INT64;
+    size_t k = 0;
+    for (int op = 0; op < 3; ++op)
+        for (int32_t axis = -1; axis < (ndim == 2 ? 2 : 0); ++axis) {
+            const int64_t n[1] = {axis < 0 ? 1 : shape[1 - axis]};
+            cm_tensor *o = new_tensor(dev, od, axis < 0 ? 0 : 1, n);
+            CHECK(cm_reduce(ops[op], x, axis < 0 ? CM_AXIS_ALL : axis, o, NULL));
+            const void *p = NULL;
+            CHECK(cm_tensor_host_read(o, od, &p));
+            memcpy(out + k, p, (size_t)n[0] * sizeof(uint64_t));
+            k += (size_t)n[0];
+            CHECK(cm_tensor_release(o));
+        }
+    return k;
+}
+
+/* Software prefetching (on x86-64 Intel only unless forced: the lines 4
+ * and 16 KiB ahead in the contiguous kernels and each row's in the column
+ * max/min) changes no bit: every reduction with it forced on, at the usual
+ * and at an odd distance, against it off, for float and integer dtypes, on
+ * runs long enough to be read as quarters side by side and on matrices
+ * whose columns take the vector form (float column max/min with NaN and
+ * signed zeros). */
+Test(cpu_reduce, prefetching_changes_no_bit) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const struct {
+        int32_t ndim;
+        int64_t shape[2];
+    } cases[] = {{1, {300007, 0}}, {2, {131, 1045}}, {2, {77, 4099}}, {2, {5, 70001}}};
+    static const cm_dtype ds[] = {CM_FLOAT16, CM_BFLOAT16, CM_FLOAT32, CM_FLOAT64,
+                                  CM_INT8,    CM_UINT16,   CM_INT32,   CM_INT64};
+    static uint64_t want[3 * (1 + 70001 + 5)], got[3 * (1 + 70001 + 5)];
+    static const int dists[] = {4096, 64, 192};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            const int32_t nd = cases[ci].ndim;
+            const int64_t *shape = cases[ci].shape;
+            const int64_t count = nd == 1 ? shape[0] : shape[0] * shape[1];
+            cm_dtype_info info;
+            CHECK(cm_dtype_get_info(ds[di], &info));
+            const bool is_float = info.kind == CM_KIND_FLOAT;
+            cm_tensor *f = new_tensor(dev, CM_FLOAT64, nd, shape);
+            cm_tensor *x = new_tensor(dev, ds[di], nd, shape);
+            double *p = NULL;
+            CHECK(cm_tensor_host_write(f, CM_FLOAT64, (void **)&p));
+            uint32_t h = 3;
+            for (int64_t i = 0; i < count; ++i) {
+                h = h * 1664525u + 1013904223u;
+                double v = (double)((int32_t)h >> 20);
+                if (is_float && h % 97 == 0)
+                    v = (h & 256) ? -0.0 : 0.0;
+                if (is_float && h % 1009 == 0)
+                    v = NAN;
+                p[i] = v;
+            }
+            CHECK(cm_cast(f, x, NULL));
+            cm__cpu_reduce_force_prefetch(0);
+            const size_t nw = every_reduction(dev, x, nd, shape, is_float, want);
+            for (size_t k = 0; k < sizeof dists / sizeof dists[0]; ++k) {
+                cm__cpu_reduce_force_prefetch(dists[k]);
+                const size_t ng = every_reduction(dev, x, nd, shape, is_float, got);
+                cm__cpu_reduce_force_prefetch(-1);
+                cr_assert_eq(ng, nw);
+                for (size_t j = 0; j < nw; ++j)
+                    cr_assert_eq(got[j], want[j],
+                                 "%s %d-d %lld x %lld, prefetch %d, result %zu: %016llx, "
+                                 "without %016llx",
+                                 info.name, (int)nd, (long long)shape[0], (long long)shape[1],
+                                 dists[k], j, (unsigned long long)got[j],
+                                 (unsigned long long)want[j]);
+            }
+            CHECK(cm_tensor_release(x));
+            CHECK(cm_tensor_release(f));
+        }
+    CHECK(cm_device_release(dev));
+}
