@@ -7,9 +7,9 @@
  * Output: one line per size: bytes, ns legacy, ns versioned (median of 5
  * batches). tools/dlpack_bench.py runs it beside NumPy and PyTorch.
  * --clock adds two columns: ns per step of one dependent multiply-add
- * chain and of eight side by side, timed right after the size's trips (a
- * fixed number of cycles per step: latency-bound and throughput-bound), so
- * that a slow round trip can be told from a slow or shared core.
+ * chain (latency-bound) and of eight xor-shift-add chains side by side
+ * (bound by the integer ALUs' throughput), timed right after the size's
+ * trips, so that a slow round trip can be told from a slow or shared core.
  *
  *        cmetal-dlpack-bench --calls N
  * runs N legacy and N versioned round trips of a 1 KiB tensor untimed, for
@@ -73,10 +73,11 @@ static double measure(const cm_tensor *t, const cm_dlpack_export_desc *desc) {
     return batch[2];
 }
 
-/* ns per step of `lanes` (1 or 8) independent 64-bit multiply-add chains
- * (median of 5 runs of 2^20 steps): one chain is bound by a multiply's and
- * an add's latency, eight by the multiplier's throughput (what a core
- * shared with a busy sibling thread loses first). */
+/* ns per step of a dependent 64-bit multiply-add chain (lanes 1: bound by
+ * a multiply's and an add's latency), or of eight xor-shift-add chains in
+ * general registers side by side (lanes 8: bound by the integer ALUs'
+ * throughput, which a core shares with a busy sibling thread); median of
+ * 5 runs of 2^20 steps. */
 static volatile uint64_t chain_seed = 1, chain_sink;
 static double chain_ns(int lanes) {
     double runs[5];
@@ -85,13 +86,20 @@ static double chain_ns(int lanes) {
         for (int k = 0; k < 8; ++k)
             x[k] = chain_seed + (uint64_t)k;
         const double t0 = now_ns();
-        if (lanes == 1)
+        if (lanes == 1) {
             for (int i = 0; i < (1 << 20); ++i)
                 x[0] = x[0] * 6364136223846793005u + 1442695040888963407u;
-        else
-            for (int i = 0; i < (1 << 20); ++i)
+        } else {
+            for (int i = 0; i < (1 << 20); ++i) {
                 for (int k = 0; k < 8; ++k)
-                    x[k] = x[k] * 6364136223846793005u + 1442695040888963407u;
+                    x[k] = (x[k] ^ (x[k] >> 7)) + 0x9e3779b97f4a7c15u;
+#if defined(__GNUC__) || defined(__clang__)
+                /* in general registers, one step at a time: not vectorised */
+                __asm__ volatile("" : "+r"(x[0]), "+r"(x[1]), "+r"(x[2]), "+r"(x[3]));
+                __asm__ volatile("" : "+r"(x[4]), "+r"(x[5]), "+r"(x[6]), "+r"(x[7]));
+#endif
+            }
+        }
         runs[r] = (now_ns() - t0) / (double)(1 << 20);
         chain_sink = x[0] ^ x[7];
     }
@@ -156,7 +164,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     unsigned long long max_bytes = argc > 1 ? value : (1ull << 30);
-    printf(clock_col ? "# bytes ns_legacy ns_versioned ns_chain1_step ns_chain8_step\n"
+    printf(clock_col ? "# bytes ns_legacy ns_versioned ns_chain1_step ns_alu8_step\n"
                      : "# bytes ns_legacy ns_versioned\n");
     for (unsigned long long bytes = 1024; bytes <= max_bytes; bytes *= 4) {
         const int64_t shape[1] = {(int64_t)(bytes / sizeof(float))};
