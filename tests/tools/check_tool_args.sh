@@ -38,6 +38,9 @@ expect cmetal-dlpack-bench "cmetal-dlpack-bench: --calls '-3': expected a whole 
 expect cmetal-dlpack-bench "cmetal-dlpack-bench: --calls needs a value" --calls
 expect cmetal-dlpack-bench "cmetal-dlpack-bench: unknown argument '--bytes'" --bytes
 expect cmetal-dlpack-bench "cmetal-dlpack-bench: unexpected argument 'more'" 1024 more
+expect cmetal-dlpack-bench "cmetal-dlpack-bench: MAX_BYTES 'lots': expected a whole number >= 1" --clock lots
+expect cmetal-dlpack-bench "cmetal-dlpack-bench: unknown argument '--clock'" --clock --clock
+expect cmetal-dlpack-bench "usage: cmetal-dlpack-bench [--clock] [MAX_BYTES]" --bytes
 expect softmetal-metallib "softmetal-metallib: --math 'quick': expected safe, relaxed or fast" --math quick -o x in.metal
 expect softmetal-metallib "softmetal-metallib: --std '3': expected MAJOR.MINOR" --std 3 -o x in.metal
 expect softmetal-metallib "softmetal-metallib: --std '3.1x': expected MAJOR.MINOR" --std 3.1x -o x in.metal
