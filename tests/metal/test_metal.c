@@ -107,7 +107,7 @@ Test(metal, private_transfers_work_at_any_offset_and_size) {
         cm_buffer *b = NULL;
         CHECK(cm_buffer_create(d, &(cm_buffer_desc){buffer_size, CM_STORAGE_PRIVATE}, &b));
         unsigned char model[16];
-        for (size_t i = 0; i < buffer_size; ++i)
+        for (size_t i = 0; i < buffer_size && i < sizeof model; ++i)
             model[i] = (unsigned char)(200 + i);
         CHECK(cm_buffer_write(b, 0, model, buffer_size));
         for (size_t offset = 0; offset < buffer_size; ++offset)

@@ -428,7 +428,7 @@ static inline void fill_gen(cm_tensor *t, uint64_t seed, bool tame) {
 static inline cm_tensor *make_view(cm_device *dev, cm_dtype d, int32_t ndim,
                                    const int64_t *shape, enum layout L, uint64_t seed,
                                    bool tame, cm_tensor **parent_out) {
-    int64_t ps[CM_MAX_NDIM];
+    int64_t ps[CM_MAX_NDIM] = {0};
     if (ndim > 0)
         memcpy(ps, shape, sizeof(int64_t) * (size_t)ndim);
     if (ndim == 0)

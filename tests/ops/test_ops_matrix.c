@@ -993,7 +993,7 @@ static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype o
         memset(&best_e, 0, sizeof best_e);
         if (count > 0) {
             do {
-                int64_t xi[CM_MAX_NDIM];
+                int64_t xi[CM_MAX_NDIM] = {0};
                 for (int32_t k = 0; k < ndim; ++k)
                     xi[k] = base[k] + ri[k];
                 const elem e = read_at(&rx, xi);
