@@ -1015,11 +1015,16 @@ static char *select_kernel(const char *tu, unsigned keep) {
  * driver's link pulls in libstdc++, whose symbol tables cost the linker
  * more than the kernel does. Kernels need no C++ runtime (-fno-exceptions,
  * -fno-rtti; metal_stdlib has no allocation, static locals or virtual
- * functions): the link is the driver's own with -nostdlib++ (libm, libgcc
- * and libc stay: math functions, half conversions), asked once with -###
- * and kept in the cache as ld-<key>.txt, keyed by the compiler's identity
- * and the flags. A C++ runtime symbol a kernel still needs fails its
- * pipeline, naming the symbol (dlopen's error). Sanitizers: kernels are
+ * functions): the link is the driver's own with -nostdlib++, asked once
+ * with -### and kept in the cache as ld-<key>.txt, keyed by the compiler's
+ * identity and the flags, less the shared libraries (-lc, -lm, -lgcc_s):
+ * reading their symbol tables was four fifths of the link. A shared object
+ * may leave symbols undefined, so the kernel's calls into libc and libm
+ * bind when it is loaded, to the process's libc and to libm, which
+ * softmetal loads into the global scope first (runtime_libs). The static
+ * libgcc stays (half conversions, aarch64's outline atomics), and so do
+ * the start files. A symbol no loaded library defines (a C++ runtime
+ * function) fails the pipeline, naming the symbol (dlopen's error). Sanitizers: kernels are
  * not instrumented (only the trapping divide check on aarch64, which needs
  * no runtime), so they link to nothing of a sanitizer's. */
 static const char LINK_MAGIC[] = "softmetal-link ";
@@ -1044,6 +1049,10 @@ static int parse_driver_line(const char *line, const char *obj, const char *so, 
     p++;
     sm__text_put(&arg, "", 0);
     const char *a = arg.p ? arg.p : "";
+    if (strcmp(a, "-lc") == 0 || strcmp(a, "-lm") == 0 || strcmp(a, "-lgcc_s") == 0) {
+      while (*p == ' ') p++;
+      continue; /* bound at load time instead (above) */
+    }
     if (strcmp(a, obj) == 0) a = LINK_IN, in++;
     else if (strcmp(a, so) == 0) a = LINK_OUT, out++;
     sm__text_put(b, a, strlen(a) + 1);
@@ -1134,6 +1143,17 @@ static char **link_command(const setting *st, const char *obj, const char *so, c
   return argv;
 }
 
+/* libm in the global scope, where a kernel's undefined math calls find it
+ * (kernels are linked without it, above; the program may not have it). */
+static pthread_once_t g_runtime_libs_once = PTHREAD_ONCE_INIT;
+static void load_runtime_libs(void) { (void)dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL); }
+
+/* Loads a function's shared object: its symbols stay its own. */
+static void *load_function(const char *path) {
+  pthread_once(&g_runtime_libs_once, load_runtime_libs);
+  return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
 void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag) {
   sm_digest key;
   char *path = NULL;
@@ -1144,7 +1164,7 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   }
   if (!file_exists(path)) sm__archive_restore(SM_ARCHIVE_CODE, key.d, path);
   if (trailer_matches(path, &key)) {
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *dl = load_function(path);
     if (dl) {
       atomic_fetch_add(&sm__function_cache_hits, 1);
       free(path);
@@ -1202,7 +1222,7 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
     *diag = strdup("cannot move the compiled function into the cache");
     goto out;
   }
-  dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  dl = load_function(path);
   if (!dl) {
     const char *e = dlerror();
     sm_text b = {0};
