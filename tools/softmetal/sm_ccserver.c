@@ -127,6 +127,9 @@ static int serve(int sock, const sigset_t *old_mask) {
   sigaddset(&chld, SIGCHLD);
   sigprocmask(SIG_BLOCK, &chld, NULL);
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  struct sigaction ignore = {0}, pipe_action;
+  ignore.sa_handler = SIG_IGN; /* a client gone before its reply */
+  sigaction(SIGPIPE, &ignore, &pipe_action);
   static const char hello[] = "softmetal-ccserver 1\n";
   if (sfd < 0 || send(sock, hello, sizeof hello - 1, MSG_NOSIGNAL) < 0) _exit(1);
   for (;;) {
@@ -152,6 +155,7 @@ static int serve(int sock, const sigset_t *old_mask) {
       close(sock);
       close(sfd);
       for (int i = 0; i < njobs; i++) close(jobs[i].reply);
+      sigaction(SIGPIPE, &pipe_action, NULL);
       sigprocmask(SIG_SETMASK, old_mask, NULL);
       close(fds[2]);
       if (fchdir(fds[0]) != 0 || dup2(fds[1], 1) < 0 || dup2(fds[1], 2) < 0) _exit(127);
