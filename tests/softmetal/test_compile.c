@@ -278,40 +278,48 @@ Test(compile, softmetal_metallib_fails_on_a_bad_source) {
   unlink(out);
 }
 
-/* The compiler runs as a server forked per command (sm_spawn.c): in a new
- * cache, the process starts the compiler for its --version, to build the
- * server's object and as the server, and the linker once per function; the
- * server forks metal_stdlib's macros and precompiled header, the
- * library's preprocessing and check, the function's code and the driver's
- * link command (-###, asked once). */
-Test(compile, the_compiler_server_forks_every_compiler_command) {
-  struct softmetal_stats s0, s1;
-  softmetal_stats(&s0);
+/* Compiles THREE_KERNELS and runs two of its kernels against their values,
+ * with softmetal's counters before and after. */
+static void run_three_kernels(struct softmetal_stats *before, struct softmetal_stats *after) {
+  softmetal_stats(before);
   id error = 0;
   id lib = sm_compile(THREE_KERNELS, &error);
   cr_assert_not_null(lib, "%s", sm_error_text(error));
   id out = sm_buffer(NULL, 8 * 4);
   sm_dispatch(lib, "plain", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
   for (int i = 0; i < 8; i++) cr_assert_eq(((float *)sm_contents(out))[i], (float)i + 0.5f);
-  softmetal_stats(&s1);
-  cr_assert_eq(s1.compiler_forks - s0.compiler_forks, 6, "%ld commands through the server",
+  sm_dispatch(lib, "scale_i", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  for (int i = 0; i < 8; i++) cr_assert_eq(((int *)sm_contents(out))[i], 6 * i);
+  softmetal_stats(after);
+  sm_release(lib);
+  sm_release(out);
+}
+
+/* The compiler runs as a server forked per command (sm_spawn.c): in a new
+ * cache, the process starts the compiler for its --version, to build the
+ * server's object and as the server, and the linker once per function; the
+ * server forks metal_stdlib's macros and precompiled header, the
+ * library's preprocessing and check, each function's code and the
+ * driver's link command (-###, asked once). */
+Test(compile, the_compiler_server_forks_every_compiler_command) {
+  struct softmetal_stats s0, s1, s2;
+  run_three_kernels(&s0, &s1);
+  cr_assert_eq(s1.compiler_forks - s0.compiler_forks, 7, "%ld commands through the server",
                s1.compiler_forks - s0.compiler_forks);
-  cr_assert_eq(s1.tool_spawns - s0.tool_spawns, 4, "%ld processes started",
+  cr_assert_eq(s1.tool_spawns - s0.tool_spawns, 5, "%ld processes started",
                s1.tool_spawns - s0.tool_spawns);
   cr_assert_eq(count_files(cache, "cs-", ".so"), 1, "the server's object is cached");
   cr_assert_gt(s1.tool_cpu_us, s0.tool_cpu_us, "the forks' CPU time is counted");
   /* a compile error comes back through the server as it would directly */
-  lib = (sm_release(lib), sm_compile("kernel void k(device float *o [[buffer(0)]]) {\n"
-                                     "  o[0] = nope;\n}\n",
-                                     &error));
+  id error = 0;
+  id lib = sm_compile("kernel void k(device float *o [[buffer(0)]]) {\n  o[0] = nope;\n}\n",
+                      &error);
   cr_assert_null(lib);
   const char *text = sm_error_text(error);
   cr_assert(strstr(text, "program_source:2:") && strstr(text, "nope"), "%s", text);
-  struct softmetal_stats s2;
   softmetal_stats(&s2);
   cr_assert_eq(s2.compiler_forks - s1.compiler_forks, 2, "preprocessing and the check");
   cr_assert_eq(s2.tool_spawns, s1.tool_spawns);
-  sm_release(out);
 }
 
 /* SOFTMETAL_CCSERVER=0: every command starts the compiler, with the same
@@ -319,19 +327,10 @@ Test(compile, the_compiler_server_forks_every_compiler_command) {
 Test(compile, without_the_compiler_server_every_command_starts_the_compiler) {
   cr_assert_eq(setenv("SOFTMETAL_CCSERVER", "0", 1), 0);
   struct softmetal_stats s0, s1;
-  softmetal_stats(&s0);
-  id error = 0;
-  id lib = sm_compile(THREE_KERNELS, &error);
-  cr_assert_not_null(lib, "%s", sm_error_text(error));
-  id out = sm_buffer(NULL, 8 * 4);
-  sm_dispatch(lib, "scale_i", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
-  for (int i = 0; i < 8; i++) cr_assert_eq(((int *)sm_contents(out))[i], 6 * i);
-  softmetal_stats(&s1);
+  run_three_kernels(&s0, &s1);
   cr_assert_eq(s1.compiler_forks, s0.compiler_forks);
-  cr_assert_eq(s1.tool_spawns - s0.tool_spawns, 8, "%ld", s1.tool_spawns - s0.tool_spawns);
+  cr_assert_eq(s1.tool_spawns - s0.tool_spawns, 10, "%ld", s1.tool_spawns - s0.tool_spawns);
   cr_assert_eq(count_files(cache, "cs-", ".so"), 0);
-  sm_release(lib);
-  sm_release(out);
 }
 
 /* A compiler that cannot host the server (here a wrapper that drops
@@ -354,18 +353,9 @@ Test(compile, a_compiler_that_cannot_host_the_server_is_started_per_command) {
   close(fd);
   cr_assert_eq(setenv("SOFTMETAL_CXX", wrapper, 1), 0);
   struct softmetal_stats s0, s1;
-  softmetal_stats(&s0);
-  id error = 0;
-  id lib = sm_compile(THREE_KERNELS, &error);
-  cr_assert_not_null(lib, "%s", sm_error_text(error));
-  id out = sm_buffer(NULL, 8 * 4);
-  sm_dispatch(lib, "plain", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
-  for (int i = 0; i < 8; i++) cr_assert_eq(((float *)sm_contents(out))[i], (float)i + 0.5f);
-  softmetal_stats(&s1);
+  run_three_kernels(&s0, &s1);
   cr_assert_eq(s1.compiler_forks, s0.compiler_forks);
   cr_assert_eq(count_files(cache, "cs-", ".so"), 1, "the object was built and tried");
-  sm_release(lib);
-  sm_release(out);
   unlink(wrapper);
   rmdir(dir);
 }
