@@ -6,9 +6,11 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,7 +89,7 @@ Test(compile, a_library_is_checked_and_a_pipeline_generates_its_function_alone) 
   id lib = sm_compile(THREE_KERNELS, &error);
   cr_assert_not_null(lib, "%s", sm_error_text(error));
   softmetal_stats(&s1);
-  cr_assert_eq(count_files(cache, "", ".so"), 0, "newLibraryWithSource: generated code");
+  cr_assert_eq(count_files(cache, "f-", ".so"), 0, "newLibraryWithSource: generated code");
   cr_assert_eq(s1.syntax_checks - s0.syntax_checks, 1);
   cr_assert_eq(s1.function_compiles, s0.function_compiles);
   id names = SEND0(id, lib, "functionNames");
@@ -143,7 +145,7 @@ Test(compile, a_syntax_error_fails_the_library_before_any_code) {
   cr_assert(strstr(text, "program_source:7:"), "%s", text);
   cr_assert_eq(s1.syntax_checks - s0.syntax_checks, 1);
   cr_assert_eq(s1.function_compiles, s0.function_compiles, "no code was generated");
-  cr_assert_eq(count_files(cache, "", ".so"), 0);
+  cr_assert_eq(count_files(cache, "f-", ".so"), 0);
 }
 
 /* A semantic error in one instantiation of a kernel template fails the
@@ -274,6 +276,110 @@ Test(compile, softmetal_metallib_fails_on_a_bad_source) {
   cr_assert_eq(rc, 0, "%s", log);
   cr_assert_eq(access(out, F_OK), 0);
   unlink(out);
+}
+
+/* Compiles THREE_KERNELS and runs two of its kernels against their values,
+ * with softmetal's counters before and after. */
+static void run_three_kernels(struct softmetal_stats *before, struct softmetal_stats *after) {
+  softmetal_stats(before);
+  id error = 0;
+  id lib = sm_compile(THREE_KERNELS, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  id out = sm_buffer(NULL, 8 * 4);
+  sm_dispatch(lib, "plain", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  for (int i = 0; i < 8; i++) cr_assert_eq(((float *)sm_contents(out))[i], (float)i + 0.5f);
+  sm_dispatch(lib, "scale_i", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  for (int i = 0; i < 8; i++) cr_assert_eq(((int *)sm_contents(out))[i], 6 * i);
+  softmetal_stats(after);
+  sm_release(lib);
+  sm_release(out);
+}
+
+/* The compiler runs as a server forked per command (sm_spawn.c): in a new
+ * cache, the process starts the compiler for its --version, to build the
+ * server's object and as the server, and the linker once per function; the
+ * server forks metal_stdlib's macros and precompiled header, the
+ * library's preprocessing and check, each function's code and the
+ * driver's link command (-###, asked once). */
+Test(compile, the_compiler_server_forks_every_compiler_command) {
+  /* tools/ci/qemu: the compiler is a wrapper script, which has no server */
+  if (getenv("CMETAL_QEMU") != NULL) cr_skip_test("the compiler is a wrapper script");
+  struct softmetal_stats s0, s1, s2;
+  run_three_kernels(&s0, &s1);
+  cr_assert_eq(s1.compiler_forks - s0.compiler_forks, 7, "%ld commands through the server",
+               s1.compiler_forks - s0.compiler_forks);
+  cr_assert_eq(s1.tool_spawns - s0.tool_spawns, 5, "%ld processes started",
+               s1.tool_spawns - s0.tool_spawns);
+  cr_assert_eq(count_files(cache, "cs-", ".so"), 1, "the server's object is cached");
+  cr_assert_gt(s1.tool_cpu_us, s0.tool_cpu_us, "the forks' CPU time is counted");
+  /* a compile error comes back through the server as it would directly */
+  id error = 0;
+  id lib = sm_compile("kernel void k(device float *o [[buffer(0)]]) {\n  o[0] = nope;\n}\n",
+                      &error);
+  cr_assert_null(lib);
+  const char *text = sm_error_text(error);
+  cr_assert(strstr(text, "program_source:2:") && strstr(text, "nope"), "%s", text);
+  softmetal_stats(&s2);
+  cr_assert_eq(s2.compiler_forks - s1.compiler_forks, 2, "preprocessing and the check");
+  cr_assert_eq(s2.tool_spawns, s1.tool_spawns);
+}
+
+/* SOFTMETAL_CCSERVER=0: every command starts the compiler, with the same
+ * results. */
+Test(compile, without_the_compiler_server_every_command_starts_the_compiler) {
+  cr_assert_eq(setenv("SOFTMETAL_CCSERVER", "0", 1), 0);
+  struct softmetal_stats s0, s1;
+  run_three_kernels(&s0, &s1);
+  cr_assert_eq(s1.compiler_forks, s0.compiler_forks);
+  cr_assert_eq(s1.tool_spawns - s0.tool_spawns, 10, "%ld", s1.tool_spawns - s0.tool_spawns);
+  cr_assert_eq(count_files(cache, "cs-", ".so"), 0);
+}
+
+/* A compiler that cannot host the server (here a wrapper that drops
+ * LD_PRELOAD; also a compiler of another architecture than the process)
+ * never says hello: softmetal starts it for each command instead. */
+Test(compile, a_compiler_that_cannot_host_the_server_is_started_per_command) {
+  if (getenv("CMETAL_QEMU") != NULL) cr_skip_test("the wrapper is a host script");
+  /* named clang*: valgrind's stage does not trace the compiler */
+  char dir[] = "/tmp/sm-cxx-XXXXXX", wrapper[64];
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(wrapper, sizeof wrapper, "%s/clang++-wrapper", dir);
+  int fd = open(wrapper, O_WRONLY | O_CREAT | O_EXCL, 0700);
+  cr_assert_geq(fd, 0);
+  const char *cxx = getenv("SOFTMETAL_CXX");
+  char text[512];
+  int n = snprintf(text, sizeof text, "#!/bin/sh\nunset LD_PRELOAD\nexec %s \"$@\"\n",
+                   cxx && *cxx ? cxx : "clang++-19");
+  cr_assert_eq(write(fd, text, (size_t)n), n);
+  cr_assert_eq(fchmod(fd, 0700), 0);
+  close(fd);
+  cr_assert_eq(setenv("SOFTMETAL_CXX", wrapper, 1), 0);
+  struct softmetal_stats s0, s1;
+  run_three_kernels(&s0, &s1);
+  cr_assert_eq(s1.compiler_forks, s0.compiler_forks);
+  cr_assert_eq(count_files(cache, "cs-", ".so"), 1, "the object was built and tried");
+  unlink(wrapper);
+  rmdir(dir);
+}
+
+/* A program that compiled ends with its compiler server: nothing is left
+ * running (this process is a subreaper, so an orphaned server would become
+ * its child). */
+Test(compile, the_compiler_server_ends_with_its_process) {
+  if (getenv("CMETAL_QEMU") != NULL) cr_skip_test("the tool runs as a host program");
+  cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  char out[] = "/tmp/sm-metallib-out-XXXXXX";
+  int fd = mkstemp(out);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  char log[4096];
+  int rc = run_metallib("kernel void k(device float *o [[buffer(0)]]) { o[0] = 2.0f; }\n", out,
+                        log, sizeof log);
+  cr_assert_eq(rc, 0, "%s", log);
+  unlink(out);
+  errno = 0;
+  cr_assert_eq(waitpid(-1, NULL, WNOHANG), -1, "a process outlived softmetal-metallib");
+  cr_assert_eq(errno, ECHILD);
 }
 
 static void sha_hex(const void *data, size_t n, size_t pieces, char hex[65]) {

@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,8 @@ extern const char sm__metal_stdlib_text[];
 extern const char sm__abi_text[];
 extern const char sm__metal_stdlib_text_sha256[];
 extern const char sm__abi_text_sha256[];
+extern const char sm__ccserver_text[];
+extern const char sm__ccserver_text_sha256[];
 
 atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
 
@@ -197,28 +198,14 @@ static char *read_text(const char *path, size_t *len) {
 /* Runs argv with stdout and stderr to log; on failure returns false with its
  * output in *diag. */
 static bool run_tool(const char *const *argv, const char *log, char **diag) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid;
-  char *const *args;
-  memcpy(&args, &argv, sizeof args);
-  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, args, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    sm_text b = {0};
-    sm__text_printf(&b, "cannot run the C++ compiler '%s' (%s); set SOFTMETAL_CXX", argv[0],
-              strerror(rc));
-    *diag = b.p;
-    return false;
-  }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  if (!sm__run_command(argv, log, &status, diag)) return false;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
   *diag = read_text(log, NULL);
-  if (!*diag) *diag = strdup("the C++ compiler failed without output");
+  if (!*diag || !**diag) {
+    free(*diag);
+    *diag = strdup("the C++ compiler failed without output");
+  }
   return false;
 }
 
@@ -512,7 +499,7 @@ static bool write_headers(const setting *st, char **diag) {
 
 /* A private work directory in the cache. */
 static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.o", "k.so",
-                                         "log", "p.pch", "macros"};
+                                         "log", "p.pch", "macros", "cs.c", "cs.so"};
 static bool make_work(const setting *st, const char *what, char *work, size_t cap, char **diag) {
   snprintf(work, cap, "%s/w-%s-%d-%u", st->dir, what, (int)getpid(),
            atomic_fetch_add(&g_tmp_counter, 1));
@@ -591,7 +578,9 @@ static bool ensure_macros(const setting *st, const char *work, char **diag) {
 
 /* metal_stdlib precompiled with the setting's flags, built once per key,
  * with its macros for preprocessing (ensure_macros). */
+static void ensure_ccserver(const setting *st);
 static bool ensure_pch(const setting *st, char **diag) {
+  ensure_ccserver(st); /* from here on the compiler runs through it */
   char macros[3500];
   snprintf(macros, sizeof macros, "%s/metal_stdlib", st->macros);
   if (file_exists(st->pch) && file_exists(macros)) return true;
@@ -960,6 +949,15 @@ void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *k
 }
 
 /* Whether the file at path ends with key's trailer. */
+static bool append_trailer(const char *path, const sm_digest *key) {
+  char full[65], trailer[TRAILER_LEN + 1];
+  sm__digest_hex(key, full);
+  snprintf(trailer, sizeof trailer, "%s%s\n", KEY_TRAILER, full);
+  FILE *f = fopen(path, "ab");
+  bool ok = f && fwrite(trailer, 1, TRAILER_LEN, f) == TRAILER_LEN;
+  return f && fclose(f) == 0 && ok;
+}
+
 static bool trailer_matches(const char *path, const sm_digest *key) {
   char want[TRAILER_LEN + 1], got[TRAILER_LEN];
   char full[65];
@@ -973,6 +971,53 @@ static bool trailer_matches(const char *path, const sm_digest *key) {
             memcmp(got, want, TRAILER_LEN) == 0;
   close(fd);
   return ok;
+}
+
+/* ------------------------------------------------------------- compiler server */
+/* The compiler server's object (sm_ccserver.c, embedded at build time),
+ * compiled by the kernel compiler into cs-<key>.so, keyed by the
+ * compiler's identity and the object's source, and ending in the key
+ * trailer as a function's code does. Built if need be and started once per
+ * process, for the first setting that runs the compiler;
+ * SOFTMETAL_CCSERVER=0 leaves it off. Any failure here only means that
+ * each command starts the compiler (sm_spawn.c). */
+static bool g_ccserver_asked;
+static void ensure_ccserver(const setting *st) {
+  pthread_mutex_lock(&g_cache_lock);
+  bool asked = g_ccserver_asked;
+  g_ccserver_asked = true;
+  pthread_mutex_unlock(&g_cache_lock);
+  const char *off = getenv("SOFTMETAL_CCSERVER");
+  if (asked || (off && strcmp(off, "0") == 0)) return;
+  sm_sha256 s;
+  sm__sha256_init(&s);
+  key_str(&s, "softmetal compiler server");
+  key_digest(&s, &st->ident);
+  key_str(&s, sm__ccserver_text_sha256);
+  sm_digest key;
+  sm__sha256_final(&s, &key);
+  char hex[17], path[3200];
+  short_hex(&key, hex);
+  snprintf(path, sizeof path, "%.3000s/cs-%s.so", st->dir, hex);
+  if (!trailer_matches(path, &key)) {
+    char work[3500] = "", src[3600], so[3600], log[3600], *diag = NULL;
+    if (!make_work(st, "cs", work, sizeof work, &diag)) {
+      free(diag);
+      return;
+    }
+    snprintf(src, sizeof src, "%s/cs.c", work);
+    snprintf(so, sizeof so, "%s/cs.so", work);
+    snprintf(log, sizeof log, "%s/log", work);
+    const char *argv[] = {st->cxx, "-x", "c", "-std=gnu11", "-O2", "-fPIC", "-shared",
+                          "-nostdlib++", "-w", "-o", so, src, NULL};
+    bool ok = write_file(src, sm__ccserver_text, strlen(sm__ccserver_text)) &&
+              run_tool(argv, log, &diag) && append_trailer(so, &key) && rename(so, path) == 0;
+    free(diag);
+    drop_work(work);
+    if (!ok) return;
+  }
+  char exe[4096];
+  if (resolve_exe(st->cxx, exe, sizeof exe)) sm__ccserver_start(st->cxx, exe, path);
 }
 
 /* The unit with every guarded span of another kernel than `keep` blanked
@@ -1015,11 +1060,16 @@ static char *select_kernel(const char *tu, unsigned keep) {
  * driver's link pulls in libstdc++, whose symbol tables cost the linker
  * more than the kernel does. Kernels need no C++ runtime (-fno-exceptions,
  * -fno-rtti; metal_stdlib has no allocation, static locals or virtual
- * functions): the link is the driver's own with -nostdlib++ (libm, libgcc
- * and libc stay: math functions, half conversions), asked once with -###
- * and kept in the cache as ld-<key>.txt, keyed by the compiler's identity
- * and the flags. A C++ runtime symbol a kernel still needs fails its
- * pipeline, naming the symbol (dlopen's error). Sanitizers: kernels are
+ * functions): the link is the driver's own with -nostdlib++, asked once
+ * with -### and kept in the cache as ld-<key>.txt, keyed by the compiler's
+ * identity and the flags, less the shared libraries (-lc, -lm, -lgcc_s):
+ * reading their symbol tables was four fifths of the link. A shared object
+ * may leave symbols undefined, so the kernel's calls into libc and libm
+ * bind when it is loaded, to the process's libc and to libm, which
+ * softmetal loads into the global scope first (runtime_libs). The static
+ * libgcc stays (half conversions, aarch64's outline atomics), and so do
+ * the start files. A symbol no loaded library defines (a C++ runtime
+ * function) fails the pipeline, naming the symbol (dlopen's error). Sanitizers: kernels are
  * not instrumented (only the trapping divide check on aarch64, which needs
  * no runtime), so they link to nothing of a sanitizer's. */
 static const char LINK_MAGIC[] = "softmetal-link ";
@@ -1044,6 +1094,10 @@ static int parse_driver_line(const char *line, const char *obj, const char *so, 
     p++;
     sm__text_put(&arg, "", 0);
     const char *a = arg.p ? arg.p : "";
+    if (strcmp(a, "-lc") == 0 || strcmp(a, "-lm") == 0 || strcmp(a, "-lgcc_s") == 0) {
+      while (*p == ' ') p++;
+      continue; /* bound at load time instead (above) */
+    }
     if (strcmp(a, obj) == 0) a = LINK_IN, in++;
     else if (strcmp(a, so) == 0) a = LINK_OUT, out++;
     sm__text_put(b, a, strlen(a) + 1);
@@ -1134,6 +1188,17 @@ static char **link_command(const setting *st, const char *obj, const char *so, c
   return argv;
 }
 
+/* libm in the global scope, where a kernel's undefined math calls find it
+ * (kernels are linked without it, above; the program may not have it). */
+static pthread_once_t g_runtime_libs_once = PTHREAD_ONCE_INIT;
+static void load_runtime_libs(void) { (void)dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL); }
+
+/* Loads a function's shared object: its symbols stay its own. */
+static void *load_function(const char *path) {
+  pthread_once(&g_runtime_libs_once, load_runtime_libs);
+  return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
 void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag) {
   sm_digest key;
   char *path = NULL;
@@ -1144,7 +1209,7 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   }
   if (!file_exists(path)) sm__archive_restore(SM_ARCHIVE_CODE, key.d, path);
   if (trailer_matches(path, &key)) {
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *dl = load_function(path);
     if (dl) {
       atomic_fetch_add(&sm__function_cache_hits, 1);
       free(path);
@@ -1192,17 +1257,11 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   bool linked = run_tool((const char *const *)link, log, diag);
   free(link);
   if (!linked) goto out;
-  char full[65], trailer[TRAILER_LEN + 1];
-  sm__digest_hex(&key, full);
-  snprintf(trailer, sizeof trailer, "%s%s\n", KEY_TRAILER, full);
-  FILE *f = fopen(so, "ab");
-  bool ok = f && fwrite(trailer, 1, TRAILER_LEN, f) == TRAILER_LEN;
-  ok = f && fclose(f) == 0 && ok;
-  if (!ok || rename(so, path) != 0) {
+  if (!append_trailer(so, &key) || rename(so, path) != 0) {
     *diag = strdup("cannot move the compiled function into the cache");
     goto out;
   }
-  dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  dl = load_function(path);
   if (!dl) {
     const char *e = dlerror();
     sm_text b = {0};

@@ -66,7 +66,20 @@ void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *k
  * archive) and dlopens it; NULL with *diag on failure. */
 void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag);
 
+/* Running the compiler and the linker (sm_spawn.c). */
+/* Starts the compiler server (sm_ccserver.c) for cxx (exe: its resolved
+ * path), with shim (the server's object, compiled by cxx) preloaded: once
+ * per process, for the first compiler asked; later calls return at once.
+ * If it does not start, every command starts the compiler itself. */
+void sm__ccserver_start(const char *cxx, const char *exe, const char *shim);
+/* Runs argv with stdout and stderr to the file log (created 0600): through
+ * the server when argv[0] is its compiler, else in a new process. True
+ * with its wait status in *status; false with *diag (malloc'd) if it could
+ * not be started. */
+bool sm__run_command(const char *const *argv, const char *log, int *status, char **diag);
+
 /* Counters (softmetal_stats). */
 extern atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
+extern atomic_long sm__tool_spawns, sm__compiler_forks, sm__tool_cpu_us;
 
 #endif

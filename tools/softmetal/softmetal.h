@@ -29,6 +29,12 @@ struct softmetal_stats {
   long function_compiles; /* code generations: one function each, when its first
                              pipeline is made and its code is in no cache */
   long function_cache_hits; /* functions' code loaded from the kernel cache */
+  long tool_spawns;       /* processes started for the compiler and the linker
+                             (the compiler server counts once) */
+  long compiler_forks;    /* compiler commands run by the compiler server (a fork
+                             of a started compiler instead of a new process) */
+  long tool_cpu_us;       /* CPU microseconds of those commands and processes
+                             (the server's own start excluded) */
 };
 
 /* Fills *out with process-wide counters. Thread-safety: any thread. */

@@ -54,10 +54,9 @@ typedef struct {
 static mark now(void) {
   mark m;
   clock_gettime(CLOCK_MONOTONIC, &m.t);
-  struct rusage r;
-  getrusage(RUSAGE_CHILDREN, &r);
-  m.child_cpu = (double)r.ru_utime.tv_sec + 1e-6 * (double)r.ru_utime.tv_usec +
-                (double)r.ru_stime.tv_sec + 1e-6 * (double)r.ru_stime.tv_usec;
+  struct softmetal_stats s; /* the compiler's and linker's CPU time, forks of */
+  softmetal_stats(&s);      /* the compiler server included */
+  m.child_cpu = 1e-6 * (double)s.tool_cpu_us;
   return m;
 }
 static double secs(mark a, mark b) {
@@ -265,6 +264,25 @@ int sm_bench_compile_main(int argc, char **argv) {
   printf("| %-58s | %9.4f s | %8s | %-8s |\n",
          "20-line kernel: library + pipeline, cached, new process", best,
          compiles == 0 ? "none" : "RAN", "<= 2 ms");
+  /* a new kernel in a new process (metal_stdlib precompiled): a program's
+   * first compile, which starts the compiler server (sm_spawn.c) */
+  best = 1e9;
+  for (int r = 0; r < 3; r++) {
+    small_kernel(src, sizeof src, 2 + r);
+    f = fopen(file, "w");
+    if (!f) return 1;
+    fputs(src, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' compile --hit '%s'", self, file);
+    FILE *c = popen(cmd, "r");
+    double t = 0;
+    long comp = 0, hits = 0;
+    if (!c || fscanf(c, "%lf %ld %ld", &t, &comp, &hits) != 3 || comp != 2) return 1;
+    pclose(c);
+    if (t < best) best = t;
+  }
+  printf("| %-58s | %9.3f s | %8s | %-8s |\n",
+         "20-line kernel: library + pipeline, new process", best, "-", "-");
   remove_cache(dir);
 
   char path[1024];
