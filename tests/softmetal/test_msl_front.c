@@ -666,6 +666,57 @@ Test(front, function_constants_missing_or_mistyped_are_errors) {
   sm_release(lib);
 }
 
+/* C's spellings of the unsigned and signed types (`constant unsigned int n
+ * [[function_constant(0)]]`, as Apple's ray-tracing sample writes) are the
+ * MTLDataType of MSL's name: uint, ushort, uchar, char. */
+static const char C_SPELLED_CONSTANTS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "constant unsigned int stride_ [[function_constant(0)]];\n"
+    "constant unsigned short bump [[function_constant(1)]];\n"
+    "constant unsigned char low [[function_constant(2)]];\n"
+    "constant signed char neg [[function_constant(3)]];\n"
+    "constant unsigned big [[function_constant(4)]];\n"
+    "kernel void cs(device uint *out [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  out[i] = i * stride_ + bump + low + uint(int(neg) + 200) + big;\n"
+    "}\n";
+
+Test(front, function_constants_spelled_as_in_c) {
+  id lib = compile_ok(C_SPELLED_CONSTANTS);
+  enum { N = 40 };
+  id out = buffer(N * 4);
+  id v = values();
+  unsigned stride = 7u, big = 1000000u;
+  unsigned short bump = 300;
+  unsigned char low = 250;
+  signed char neg = -100;
+  set_index(v, &stride, DataTypeUInt, 0);
+  set_index(v, &bump, 41 /* UShort */, 1);
+  set_index(v, &low, 49 /* UChar */, 2);
+  set_index(v, &neg, 45 /* Char */, 3);
+  set_index(v, &big, DataTypeUInt, 4);
+  id error = 0;
+  id fn = specialize(lib, "cs", v, &error);
+  cr_assert_not_null(fn, "%s", sm_error_text(error));
+  id p = pipeline_of(fn);
+  id bufs[] = {out};
+  run(p, bufs, 1, N, 8);
+  for (unsigned i = 0; i < N; i++)
+    cr_assert_eq(((unsigned *)contents(out))[i], i * 7u + 300u + 250u + 100u + 1000000u, "[%u]",
+                 i);
+  /* an int for the unsigned int is a mismatch, as for uint */
+  int wrong = 7;
+  set_index(v, &wrong, DataTypeInt, 0);
+  sm_release(fn);
+  error = 0;
+  cr_assert_null(specialize(lib, "cs", v, &error));
+  cr_assert(strstr(sm_error_text(error), "'stride_'"), "%s", sm_error_text(error));
+  sm_release(p);
+  sm_release(v);
+  sm_release(out);
+  sm_release(lib);
+}
+
 /* ------------------------------------------------------------- cache safety */
 Test(front, a_cache_directory_others_can_write_is_refused) {
   char dir[256];
