@@ -573,3 +573,89 @@ Test(stdlib, os_log_prints_only_with_enable_logging) {
   text[n] = 0;
   cr_assert(!strstr(text, "os_log"), "stderr: %s", text);
 }
+
+/* uniform<T> in constant expressions (`constexpr const uniform<int> step =
+ * make_uniform(BN);`, as blocked matrix-vector kernels write it), and the
+ * product of simdgroup matrices written with `*` (a Winograd-style transform
+ * `(G * g) * Gt`): each a kernel of ours against a reference here. */
+static const char UNIFORM_AND_MATRIX_PRODUCT[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "template <int BN>\n"
+    "struct blocked_sum {\n"
+    "  static void run(device const float *x, device float *out, int n, uint i) {\n"
+    "    constexpr const uniform<int> step = make_uniform(BN);\n"
+    "    const uniform<int> size = make_uniform(n);\n"
+    "    const uniform<int> iters = size / step;\n"
+    "    const uniform<int> tail = size - step * iters;\n"
+    "    static_assert(int(step) == BN, \"a constant expression\");\n"
+    "    float acc = 0.f;\n"
+    "    for (int k = 0; k < iters; ++k)\n"
+    "      for (int j = 0; j < BN; ++j) acc += x[k * BN + j] * float(i + 1);\n"
+    "    for (int j = 0; j < tail; ++j) acc += 100.f * x[int(step * iters) + j];\n"
+    "    out[i] = acc;\n"
+    "  }\n"
+    "};\n"
+    "kernel void ublocked(device const float *x [[buffer(0)]], device float *out [[buffer(1)]],\n"
+    "                     constant int &n [[buffer(2)]], uint i [[thread_position_in_grid]]) {\n"
+    "  blocked_sum<4>::run(x, out, n, i);\n"
+    "}\n"
+    "kernel void mat_product(device const float *g [[buffer(0)]], device const float *x [[buffer(1)]],\n"
+    "                        device float *out [[buffer(2)]], uint lane [[thread_index_in_simdgroup]]) {\n"
+    "  simdgroup_float8x8 G, X, Gt;\n"
+    "  simdgroup_load(G, g);\n"
+    "  simdgroup_load(X, x);\n"
+    "  simdgroup_load(Gt, g, 8, ulong2(0, 0), true);\n"
+    "  simdgroup_float8x8 r = (G * X) * Gt;\n"
+    "  simdgroup_store(r, out);\n"
+    "  simdgroup_half8x8 h = simdgroup_half8x8(half(2)) * simdgroup_half8x8(half(3));\n"
+    "  if (lane == 0) out[64] = float(h.thread_elements()[0]);\n"
+    "}\n";
+
+Test(stdlib, uniform_constant_expressions_and_simdgroup_matrix_product) {
+  id error = 0;
+  id l = sm_compile(UNIFORM_AND_MATRIX_PRODUCT, &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  enum { N = 27, T = 5 };
+  float x[N];
+  for (int k = 0; k < N; k++) x[k] = (float)(k % 7) - 2.5f;
+  int n = N;
+  id xb = sm_buffer(x, sizeof x), ob = sm_buffer(NULL, T * 4), nb = sm_buffer(&n, 4);
+  id bufs[] = {xb, ob, nb};
+  sm_dispatch(l, "ublocked", bufs, 3, SM_SIZE(T, 1, 1), SM_SIZE(T, 1, 1), false, 0);
+  for (int i = 0; i < T; i++) {
+    float want = 0.f;
+    for (int k = 0; k < N / 4; k++)
+      for (int j = 0; j < 4; j++) want += x[k * 4 + j] * (float)(i + 1);
+    for (int j = 0; j < N % 4; j++) want += 100.f * x[(N / 4) * 4 + j];
+    cr_assert_eq(((const float *)sm_contents(ob))[i], want, "[%d]", i);
+  }
+  /* small integers: every product and sum is exact in float */
+  float g[64], m[64], want[64], tmp[64];
+  for (int k = 0; k < 64; k++) g[k] = (float)((k * 5) % 7 - 3), m[k] = (float)((k * 3) % 5 - 2);
+  for (int r = 0; r < 8; r++)
+    for (int c = 0; c < 8; c++) {
+      float a = 0.f;
+      for (int k = 0; k < 8; k++) a += g[r * 8 + k] * m[k * 8 + c];
+      tmp[r * 8 + c] = a;
+    }
+  for (int r = 0; r < 8; r++)
+    for (int c = 0; c < 8; c++) {
+      float a = 0.f;
+      for (int k = 0; k < 8; k++) a += tmp[r * 8 + k] * g[c * 8 + k]; /* Gt[k][c] = G[c][k] */
+      want[r * 8 + c] = a;
+    }
+  id gb = sm_buffer(g, sizeof g), mb = sm_buffer(m, sizeof m), rb = sm_buffer(NULL, 65 * 4);
+  id mbufs[] = {gb, mb, rb};
+  sm_dispatch(l, "mat_product", mbufs, 3, SM_SIZE(32, 1, 1), SM_SIZE(32, 1, 1), false, 0);
+  const float *got = sm_contents(rb);
+  for (int k = 0; k < 64; k++) cr_assert_eq(got[k], want[k], "[%d][%d]: %g, want %g", k / 8, k % 8, (double)got[k], (double)want[k]);
+  cr_assert_eq(got[64], 6.f, "diagonal 2 times diagonal 3");
+  sm_release(xb);
+  sm_release(ob);
+  sm_release(nb);
+  sm_release(gb);
+  sm_release(mb);
+  sm_release(rb);
+  sm_release(l);
+}
