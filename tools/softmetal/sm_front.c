@@ -1376,7 +1376,9 @@ static void parse_decl(fe *f, size_t *pi) {
                "cannot read the kernel instantiated here");
       return;
     }
-    while (e0 > i && is(f, e0 - 1, "::")) e0 -= is_id(f, e0 - 2) ? 2 : 1;
+    /* `kernel void ::ns::f<T>(...)`: the qualifier's names, not the return type */
+    while (e0 > i && is(f, e0 - 1, "::"))
+      e0 -= is_id(f, e0 - 2) && !is(f, e0 - 2, "void") && !is(f, e0 - 2, "kernel") ? 2 : 1;
     size_t base = e0;
     while (base + 1 < e1 && (is(f, base + 1, "::") || is_id(f, base + 1) || is(f, base, "::")) &&
            !is(f, base + 1, "<"))
