@@ -717,6 +717,51 @@ Test(front, function_constants_spelled_as_in_c) {
   sm_release(lib);
 }
 
+/* A floating literal without a suffix is a float in MSL (there is no
+ * double): `max(x, 0.5)` and `clamp(x, 0.0, 3.0)` take floats, and `x * 0.1`
+ * is float * 0.1f, rounded once in float; in C++ it would be computed in
+ * double and rounded to float (1.625 * 0.1 differs in the last bit). Hex
+ * integers (`0x1E`) stay integers; `1e3`, `2.`, `0x1p-3` are floats. */
+static const char FLOAT_LITERALS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "static_assert(is_same_v<decltype(0.5), float> && is_same_v<decltype(1e3), float>, \"\");\n"
+    "static_assert(is_same_v<decltype(2.), float> && is_same_v<decltype(0x1p-3), float>, \"\");\n"
+    "static_assert(is_same_v<decltype(0x1E), int> && is_same_v<decltype(0.5f), float>, \"\");\n"
+    "static_assert(is_same_v<decltype(1.5h), half>, \"\");\n"
+    "kernel void lits(device float *o [[buffer(0)]], device const float *x [[buffer(1)]],\n"
+    "                 uint i [[thread_position_in_grid]]) {\n"
+    "  o[3 * i] = x[i] * 0.1;\n"
+    "  o[3 * i + 1] = max(x[i], 2.5) + clamp(x[i], 0.0, 3.0);\n"
+    "  o[3 * i + 2] = x[i] + 0x1p-3 + 1e1 + 2. + float(0x1E);\n"
+    "}\n";
+
+Test(front, floating_literals_without_a_suffix_are_float) {
+  id lib = compile_ok(FLOAT_LITERALS);
+  enum { N = 6 };
+  const float x[N] = {1.625f, 3.875f, 8.375f, 0.5f, -2.0f, 13.625f};
+  id out = buffer(3 * N * 4), in = buffer(sizeof x);
+  memcpy(contents(in), x, sizeof x);
+  id fn = function(lib, "lits"), p = pipeline_of(fn);
+  id bufs[] = {out, in};
+  run(p, bufs, 2, N, N);
+  const float *o = contents(out);
+  for (int i = 0; i < N; i++) {
+    volatile float tenth = 0.1f; /* float * float, not the double product rounded */
+    cr_expect_eq(o[3 * i], x[i] * tenth, "x * 0.1 at %g: %a, want %a", (double)x[i],
+                 (double)o[3 * i], (double)(x[i] * tenth));
+    float c = x[i] < 0.0f ? 0.0f : x[i] > 3.0f ? 3.0f : x[i];
+    cr_expect_eq(o[3 * i + 1], (x[i] > 2.5f ? x[i] : 2.5f) + c, "[%d]", i);
+    cr_expect_eq(o[3 * i + 2], x[i] + 0.125f + 10.0f + 2.0f + 30.0f, "[%d]", i);
+  }
+  cr_expect_neq(o[0], (float)(1.625 * 0.1), "the double product rounds differently here");
+  sm_release(p);
+  sm_release(fn);
+  sm_release(out);
+  sm_release(in);
+  sm_release(lib);
+}
+
 /* ------------------------------------------------------------- cache safety */
 Test(front, a_cache_directory_others_can_write_is_refused) {
   char dir[256];

@@ -1629,6 +1629,20 @@ static void rewrite_tokens(fe *f) {
         char lit[80];
         snprintf(lit, sizeof lit, "%.*s_h", (int)(t->len - 1 < 70 ? t->len - 1 : 70), s);
         replace_tok(f, i, lit);
+      } else if ((last >= '0' && last <= '9') || last == '.') {
+        /* a floating literal without a suffix (`0.5`, `1e-6`, `2.`, `0x1p-3`)
+         * is a float in MSL, which has no double: `max(x, 0.5)` takes two
+         * floats and `x * 0.1` rounds as float * float, never in double */
+        bool fl = false;
+        for (size_t k = 0; k < t->len; k++) {
+          char c = s[k];
+          if (c == '.' || (hex ? (c == 'p' || c == 'P') : (c == 'e' || c == 'E'))) fl = true;
+        }
+        if (fl && t->len < 70) {
+          char lit[80];
+          snprintf(lit, sizeof lit, "%.*sf", (int)t->len, s);
+          replace_tok(f, i, lit);
+        }
       }
       continue;
     }
