@@ -702,8 +702,7 @@ Test(front, function_constants_spelled_as_in_c) {
   id bufs[] = {out};
   run(p, bufs, 1, N, 8);
   for (unsigned i = 0; i < N; i++)
-    cr_assert_eq(((unsigned *)contents(out))[i], i * 7u + 300u + 250u + 100u + 1000000u, "[%u]",
-                 i);
+    cr_assert_eq(((unsigned *)contents(out))[i], i * 7u + 300u + 250u + 100u + 1000000u, "[%u]", i);
   /* an int for the unsigned int is a mismatch, as for uint */
   int wrong = 7;
   set_index(v, &wrong, DataTypeInt, 0);

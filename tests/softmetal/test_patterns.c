@@ -805,7 +805,8 @@ static const char *const ns_family_src =
     "}\n"
     "template <typename T, typename F>\n"
     "kernel void binary_strided(device void *out [[buffer(0)]], constant void *a [[buffer(1)]],\n"
-    "                           constant void *b [[buffer(2)]], constant long *sizes [[buffer(3)]],\n"
+    "                           constant void *b [[buffer(2)]],\n"
+    "                           constant long *sizes [[buffer(3)]],\n"
     "                           constant long *out_strides [[buffer(4)]],\n"
     "                           constant long *a_strides [[buffer(5)]],\n"
     "                           constant long *b_strides [[buffer(6)]],\n"
@@ -872,7 +873,9 @@ Test(patterns, namespaced_kernel_templates_instantiated_by_qualified_name) {
      bs = sm_buffer(b_str, sizeof b_str), os = sm_buffer(o_str, sizeof o_str),
      n = sm_buffer(&nd, sizeof nd);
   for (int k = 0; k < 3; k++) {
-    const char *name = k == 0 ? "sub_strided_float" : k == 1 ? "sub_strided_int" : "lt_strided_float";
+    const char *name = k == 0   ? "sub_strided_float"
+                       : k == 1 ? "sub_strided_int"
+                                : "lt_strided_float";
     id a = k == 1 ? sm_buffer(ai, sizeof ai) : sm_buffer(af, sizeof af);
     id b = k == 1 ? sm_buffer(bi, sizeof bi) : sm_buffer(bf, sizeof bf);
     unsigned char init[R * 5 * 4];

@@ -600,8 +600,10 @@ static const char UNIFORM_AND_MATRIX_PRODUCT[] =
     "                     constant int &n [[buffer(2)]], uint i [[thread_position_in_grid]]) {\n"
     "  blocked_sum<4>::run(x, out, n, i);\n"
     "}\n"
-    "kernel void mat_product(device const float *g [[buffer(0)]], device const float *x [[buffer(1)]],\n"
-    "                        device float *out [[buffer(2)]], uint lane [[thread_index_in_simdgroup]]) {\n"
+    "kernel void mat_product(device const float *g [[buffer(0)]],\n"
+    "                        device const float *x [[buffer(1)]],\n"
+    "                        device float *out [[buffer(2)]],\n"
+    "                        uint lane [[thread_index_in_simdgroup]]) {\n"
     "  simdgroup_float8x8 G, X, Gt;\n"
     "  simdgroup_load(G, g);\n"
     "  simdgroup_load(X, x);\n"
@@ -649,7 +651,9 @@ Test(stdlib, uniform_constant_expressions_and_simdgroup_matrix_product) {
   id mbufs[] = {gb, mb, rb};
   sm_dispatch(l, "mat_product", mbufs, 3, SM_SIZE(32, 1, 1), SM_SIZE(32, 1, 1), false, 0);
   const float *got = sm_contents(rb);
-  for (int k = 0; k < 64; k++) cr_assert_eq(got[k], want[k], "[%d][%d]: %g, want %g", k / 8, k % 8, (double)got[k], (double)want[k]);
+  for (int k = 0; k < 64; k++)
+    cr_assert_eq(got[k], want[k], "[%d][%d]: %g, want %g", k / 8, k % 8, (double)got[k],
+                 (double)want[k]);
   cr_assert_eq(got[64], 6.f, "diagonal 2 times diagonal 3");
   sm_release(xb);
   sm_release(ob);
@@ -739,8 +743,9 @@ Test(stdlib, geometric_determinant_and_pack_functions) {
   cr_expect_eq(o[9], 0.0f, "total internal reflection");
   cr_expect_eq(o[10], v[0] * v[3] - v[2] * v[1], "2x2 (columns (1,-2), (3,0))");
   /* columns (2,0,1), (1,3,2), (1,1,1): det = 2(3-2) - 1(0-1) + 1(0-3) = 0 */
-  cr_expect_eq(o[11], 2.0f * (3.0f * 1.0f - 1.0f * 2.0f) - 1.0f * (0.0f * 1.0f - 1.0f * 1.0f) +
-                          1.0f * (0.0f * 2.0f - 3.0f * 1.0f),
+  cr_expect_eq(o[11],
+               2.0f * (3.0f * 1.0f - 1.0f * 2.0f) - 1.0f * (0.0f * 1.0f - 1.0f * 1.0f) +
+                   1.0f * (0.0f * 2.0f - 3.0f * 1.0f),
                "3x3: %g", (double)o[11]);
   /* the 4x4's rows are the columns above: expand along the second row of the
    * transposed matrix, which has one non-zero entry (column 1 = (3,0,0,5)) */
@@ -766,7 +771,8 @@ Test(stdlib, geometric_determinant_and_pack_functions) {
   const uint8_t ua[4] = {0x33, 0x00, 0xFF, 0x80};
   const int8_t sb[4] = {0x00, 0x7F, (int8_t)0x81, (int8_t)0x80};
   for (int i = 0; i < 4; i++) {
-    cr_expect_eq(u[i], (float)ua[i] / 255.0f, "unorm8[%d]: %a, want %a", i, (double)u[i], (double)((float)ua[i] / 255.0f));
+    cr_expect_eq(u[i], (float)ua[i] / 255.0f, "unorm8[%d]: %a, want %a", i, (double)u[i],
+                 (double)((float)ua[i] / 255.0f));
     float s = (float)sb[i] / 127.0f;
     cr_expect_eq(u[4 + i], s < -1.0f ? -1.0f : s, "snorm8[%d]: %g", i, (double)u[4 + i]);
     cr_expect_eq(u[12 + i], (i % 2 == 0) ? 1.0f : 0.0f, "unorm8 to half[%d]", i);

@@ -1007,15 +1007,15 @@ static int mtl_type(const char *t, int *size) {
   static const char *const FIXED[][2] = {{"int8_t", "char"},   {"uint8_t", "uchar"},
                                          {"int16_t", "short"}, {"uint16_t", "ushort"},
                                          {"int32_t", "int"},   {"uint32_t", "uint"},
-                                         {"int64_t", "long"},  {"uint64_t", "ulong"},
-                                         /* C's spellings of the same types */
-                                         {"unsigned int", "uint"}, {"unsigned", "uint"},
-                                         {"unsigned short", "ushort"},
-                                         {"unsigned char", "uchar"}, {"signed char", "char"},
-                                         {"signed int", "int"}, {"signed", "int"},
-                                         {"unsigned long", "ulong"}};
+                                         {"int64_t", "long"},  {"uint64_t", "ulong"}};
   for (size_t i = 0; i < sizeof FIXED / sizeof *FIXED; i++) /* MSL's fixed-width typedefs */
     if (strcmp(t, FIXED[i][0]) == 0) t = FIXED[i][1];
+  static const char *const C_SPELT[][2] = {
+      {"unsigned int", "uint"},   {"unsigned", "uint"},      {"unsigned short", "ushort"},
+      {"unsigned char", "uchar"}, {"signed char", "char"},   {"signed int", "int"},
+      {"signed", "int"},          {"unsigned long", "ulong"}};
+  for (size_t i = 0; i < sizeof C_SPELT / sizeof *C_SPELT; i++) /* C's spellings of them */
+    if (strcmp(t, C_SPELT[i][0]) == 0) t = C_SPELT[i][1];
   if (strcmp(t, "long") == 0) return *size = 8, 81;
   if (strcmp(t, "ulong") == 0) return *size = 8, 85;
   for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
