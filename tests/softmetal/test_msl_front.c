@@ -666,6 +666,101 @@ Test(front, function_constants_missing_or_mistyped_are_errors) {
   sm_release(lib);
 }
 
+/* C's spellings of the unsigned and signed types (`constant unsigned int n
+ * [[function_constant(0)]]`, as Apple's ray-tracing sample writes) are the
+ * MTLDataType of MSL's name: uint, ushort, uchar, char. */
+static const char C_SPELLED_CONSTANTS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "constant unsigned int stride_ [[function_constant(0)]];\n"
+    "constant unsigned short bump [[function_constant(1)]];\n"
+    "constant unsigned char low [[function_constant(2)]];\n"
+    "constant signed char neg [[function_constant(3)]];\n"
+    "constant unsigned big [[function_constant(4)]];\n"
+    "kernel void cs(device uint *out [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  out[i] = i * stride_ + bump + low + uint(int(neg) + 200) + big;\n"
+    "}\n";
+
+Test(front, function_constants_spelled_as_in_c) {
+  id lib = compile_ok(C_SPELLED_CONSTANTS);
+  enum { N = 40 };
+  id out = buffer(N * 4);
+  id v = values();
+  unsigned stride = 7u, big = 1000000u;
+  unsigned short bump = 300;
+  unsigned char low = 250;
+  signed char neg = -100;
+  set_index(v, &stride, DataTypeUInt, 0);
+  set_index(v, &bump, 41 /* UShort */, 1);
+  set_index(v, &low, 49 /* UChar */, 2);
+  set_index(v, &neg, 45 /* Char */, 3);
+  set_index(v, &big, DataTypeUInt, 4);
+  id error = 0;
+  id fn = specialize(lib, "cs", v, &error);
+  cr_assert_not_null(fn, "%s", sm_error_text(error));
+  id p = pipeline_of(fn);
+  id bufs[] = {out};
+  run(p, bufs, 1, N, 8);
+  for (unsigned i = 0; i < N; i++)
+    cr_assert_eq(((unsigned *)contents(out))[i], i * 7u + 300u + 250u + 100u + 1000000u, "[%u]", i);
+  /* an int for the unsigned int is a mismatch, as for uint */
+  int wrong = 7;
+  set_index(v, &wrong, DataTypeInt, 0);
+  sm_release(fn);
+  error = 0;
+  cr_assert_null(specialize(lib, "cs", v, &error));
+  cr_assert(strstr(sm_error_text(error), "'stride_'"), "%s", sm_error_text(error));
+  sm_release(p);
+  sm_release(v);
+  sm_release(out);
+  sm_release(lib);
+}
+
+/* A floating literal without a suffix is a float in MSL (there is no
+ * double): `max(x, 0.5)` and `clamp(x, 0.0, 3.0)` take floats, and `x * 0.1`
+ * is float * 0.1f, rounded once in float; in C++ it would be computed in
+ * double and rounded to float (1.625 * 0.1 differs in the last bit). Hex
+ * integers (`0x1E`) stay integers; `1e3`, `2.`, `0x1p-3` are floats. */
+static const char FLOAT_LITERALS[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "static_assert(is_same_v<decltype(0.5), float> && is_same_v<decltype(1e3), float>, \"\");\n"
+    "static_assert(is_same_v<decltype(2.), float> && is_same_v<decltype(0x1p-3), float>, \"\");\n"
+    "static_assert(is_same_v<decltype(0x1E), int> && is_same_v<decltype(0.5f), float>, \"\");\n"
+    "static_assert(is_same_v<decltype(1.5h), half>, \"\");\n"
+    "kernel void lits(device float *o [[buffer(0)]], device const float *x [[buffer(1)]],\n"
+    "                 uint i [[thread_position_in_grid]]) {\n"
+    "  o[3 * i] = x[i] * 0.1;\n"
+    "  o[3 * i + 1] = max(x[i], 2.5) + clamp(x[i], 0.0, 3.0);\n"
+    "  o[3 * i + 2] = x[i] + 0x1p-3 + 1e1 + 2. + float(0x1E);\n"
+    "}\n";
+
+Test(front, floating_literals_without_a_suffix_are_float) {
+  id lib = compile_ok(FLOAT_LITERALS);
+  enum { N = 6 };
+  const float x[N] = {1.625f, 3.875f, 8.375f, 0.5f, -2.0f, 13.625f};
+  id out = buffer(3 * N * 4), in = buffer(sizeof x);
+  memcpy(contents(in), x, sizeof x);
+  id fn = function(lib, "lits"), p = pipeline_of(fn);
+  id bufs[] = {out, in};
+  run(p, bufs, 2, N, N);
+  const float *o = contents(out);
+  for (int i = 0; i < N; i++) {
+    volatile float tenth = 0.1f; /* float * float, not the double product rounded */
+    cr_expect_eq(o[3 * i], x[i] * tenth, "x * 0.1 at %g: %a, want %a", (double)x[i],
+                 (double)o[3 * i], (double)(x[i] * tenth));
+    float c = x[i] < 0.0f ? 0.0f : x[i] > 3.0f ? 3.0f : x[i];
+    cr_expect_eq(o[3 * i + 1], (x[i] > 2.5f ? x[i] : 2.5f) + c, "[%d]", i);
+    cr_expect_eq(o[3 * i + 2], x[i] + 0.125f + 10.0f + 2.0f + 30.0f, "[%d]", i);
+  }
+  cr_expect_neq(o[0], (float)(1.625 * 0.1), "the double product rounds differently here");
+  sm_release(p);
+  sm_release(fn);
+  sm_release(out);
+  sm_release(in);
+  sm_release(lib);
+}
+
 /* ------------------------------------------------------------- cache safety */
 Test(front, a_cache_directory_others_can_write_is_refused) {
   char dir[256];

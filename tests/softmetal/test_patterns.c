@@ -766,3 +766,159 @@ Test(patterns, row_softmax_with_simdgroup_reductions) {
   free(in);
   sm_release(lib);
 }
+
+/* ---- kernel templates inside a namespace, instantiated by their qualified
+ * name from the global namespace (`template [[host_name("...")]] kernel void
+ * ::ops::detail::binary_strided<T, F>(...)`, the `::` split from the rest
+ * across a macro's lines), reading and writing through `device void *` and
+ * `constant void *` at byte offsets with helpers overloaded on the address
+ * space, thread-array parameters sized by a constant, and a result type the
+ * functor decides (decltype over declval). */
+static const char *const ns_family_src =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "namespace ops {\n"
+    "namespace detail {\n"
+    "constant constexpr unsigned max_dims = 4;\n"
+    "template <typename F, typename... A>\n"
+    "using ret_t = decltype(::metal::declval<F>()(::metal::declval<A>()...));\n"
+    "template <typename I>\n"
+    "inline I linear_offset(thread I pos[max_dims], constant long *strides, uint nd) {\n"
+    "  I o = 0;\n"
+    "  for (uint d = 0; d < nd; ++d) o += pos[d] * I(strides[d]);\n"
+    "  return o;\n"
+    "}\n"
+    "template <typename I>\n"
+    "inline void unravel(I idx, thread I pos[max_dims], constant long *sizes, uint nd) {\n"
+    "  for (uint d = 0; d < nd; ++d) {\n"
+    "    pos[d] = idx % I(sizes[d]);\n"
+    "    idx /= I(sizes[d]);\n"
+    "  }\n"
+    "}\n"
+    "template <typename T>\n"
+    "inline constant T &at_bytes(constant void *p, long off) {\n"
+    "  return *reinterpret_cast<constant T *>(static_cast<constant char *>(p) + off);\n"
+    "}\n"
+    "template <typename T>\n"
+    "inline device T &at_bytes(device void *p, long off) {\n"
+    "  return *reinterpret_cast<device T *>(static_cast<device char *>(p) + off);\n"
+    "}\n"
+    "template <typename T, typename F>\n"
+    "kernel void binary_strided(device void *out [[buffer(0)]], constant void *a [[buffer(1)]],\n"
+    "                           constant void *b [[buffer(2)]],\n"
+    "                           constant long *sizes [[buffer(3)]],\n"
+    "                           constant long *out_strides [[buffer(4)]],\n"
+    "                           constant long *a_strides [[buffer(5)]],\n"
+    "                           constant long *b_strides [[buffer(6)]],\n"
+    "                           constant uint &nd [[buffer(7)]],\n"
+    "                           uint i [[thread_position_in_grid]]) {\n"
+    "  F f;\n"
+    "  int pos[max_dims];\n"
+    "  unravel(int(i), pos, sizes, nd);\n"
+    "  const auto x = at_bytes<T>(a, linear_offset(pos, a_strides, nd));\n"
+    "  const auto y = at_bytes<T>(b, linear_offset(pos, b_strides, nd));\n"
+    "  at_bytes<ret_t<F, T, T>>(out, linear_offset(pos, out_strides, nd)) = f(x, y);\n"
+    "}\n"
+    "template <typename T, typename F>\n"
+    "kernel void unary_dense(device ret_t<F, T> *out [[buffer(0)]], constant T *in [[buffer(1)]],\n"
+    "                        uint i [[thread_position_in_grid]]) {\n"
+    "  F f;\n"
+    "  out[i] = f(in[i]);\n"
+    "}\n"
+    "} // namespace detail\n"
+    "} // namespace ops\n"
+    "struct sub_op {\n"
+    "  template <typename T> T operator()(T x, T y) { return x - y; }\n"
+    "};\n"
+    "struct lt_op {\n"
+    "  template <typename T> bool operator()(T x, T y) { return x < y; }\n"
+    "};\n"
+    "struct twice_op {\n"
+    "  template <typename T> float operator()(T x) { return 2.0f * float(x); }\n"
+    "};\n"
+    "#define BINARY(NAME, T)                                                             \\\n"
+    "  template [[host_name(#NAME \"_strided_\" #T)]] kernel void ::ops::detail::         \\\n"
+    "      binary_strided<T, NAME##_op>(device void *, constant void *, constant void *, \\\n"
+    "                                   constant long *, constant long *, constant long *, \\\n"
+    "                                   constant long *, constant uint &, uint)\n"
+    "#define UNARY(NAME, T)                                                              \\\n"
+    "  static_assert(is_same_v<float, ::ops::detail::ret_t<NAME##_op, T>>, #NAME);      \\\n"
+    "  template [[host_name(#NAME \"_dense_\" #T)]] kernel void ::                         \\\n"
+    "      ops::detail::unary_dense<T, NAME##_op>(                                      \\\n"
+    "          device ::ops::detail::ret_t<NAME##_op, T> * out, constant T * in, uint i)\n"
+    "BINARY(sub, float);\n"
+    "BINARY(sub, int);\n"
+    "BINARY(lt, float);\n"
+    "UNARY(twice, short);\n"
+    "UNARY(twice, float);\n";
+
+Test(patterns, namespaced_kernel_templates_instantiated_by_qualified_name) {
+  id lib = compile_safe(ns_family_src);
+  cr_assert_eq(sm_u(SEND0(id, lib, "functionNames"), "count"), 5);
+  /* a 3 x 4 tensor: a row-major, b transposed (column-major), out padded rows of 5 */
+  enum { R = 3, C = 4, N = R * C };
+  const int64_t sizes[2] = {C, R}; /* innermost first */
+  const int64_t a_str[2] = {4, 4 * C}, b_str[2] = {4 * R, 4}, o_str[2] = {4, 4 * 5};
+  const uint32_t nd = 2;
+  float af[N], bf[N];
+  int32_t ai[N], bi[N];
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) {
+      af[r * C + c] = (float)(r * 10 + c) * 0.5f;
+      bf[c * R + r] = (float)((r * 7 + c * 3) % 5);
+      ai[r * C + c] = r * 100 - c;
+      bi[c * R + r] = c * c - r;
+    }
+  id s = sm_buffer(sizes, sizeof sizes), as = sm_buffer(a_str, sizeof a_str),
+     bs = sm_buffer(b_str, sizeof b_str), os = sm_buffer(o_str, sizeof o_str),
+     n = sm_buffer(&nd, sizeof nd);
+  for (int k = 0; k < 3; k++) {
+    const char *name = k == 0   ? "sub_strided_float"
+                       : k == 1 ? "sub_strided_int"
+                                : "lt_strided_float";
+    id a = k == 1 ? sm_buffer(ai, sizeof ai) : sm_buffer(af, sizeof af);
+    id b = k == 1 ? sm_buffer(bi, sizeof bi) : sm_buffer(bf, sizeof bf);
+    unsigned char init[R * 5 * 4];
+    memset(init, 0xEE, sizeof init);
+    id o = sm_buffer(init, sizeof init);
+    id bufs[8] = {o, a, b, s, os, as, bs, n};
+    sm_dispatch(lib, name, bufs, 8, SM_SIZE(N, 1, 1), SM_SIZE(4, 1, 1), false, 0);
+    const unsigned char *ob = sm_contents(o);
+    for (int r = 0; r < R; r++)
+      for (int c = 0; c < C; c++) {
+        const unsigned char *e = ob + r * 20 + c * 4;
+        if (k == 0) {
+          float got;
+          memcpy(&got, e, 4);
+          cr_expect_eq(got, af[r * C + c] - bf[c * R + r], "%s (%d, %d): %g", name, r, c, got);
+        } else if (k == 1) {
+          int32_t got;
+          memcpy(&got, e, 4);
+          cr_expect_eq(got, ai[r * C + c] - bi[c * R + r], "%s (%d, %d): %d", name, r, c, got);
+        } else {
+          cr_expect_eq(e[0], af[r * C + c] < bf[c * R + r], "%s (%d, %d): %d", name, r, c, e[0]);
+          cr_expect_eq(e[1], 0xEE, "a bool result writes one byte");
+        }
+      }
+    /* the padding column is untouched */
+    for (int r = 0; r < R; r++) cr_expect_eq(ob[r * 20 + 16], 0xEE);
+    sm_release(a);
+    sm_release(b);
+    sm_release(o);
+  }
+  int16_t sh[N];
+  for (int i = 0; i < N; i++) sh[i] = (int16_t)(i * 37 - 200);
+  id in = sm_buffer(sh, sizeof sh), out = sm_buffer(NULL, N * 4);
+  id ub[2] = {out, in};
+  sm_dispatch(lib, "twice_dense_short", ub, 2, SM_SIZE(N, 1, 1), SM_SIZE(4, 1, 1), false, 0);
+  for (int i = 0; i < N; i++)
+    cr_expect_eq(((const float *)sm_contents(out))[i], 2.0f * (float)sh[i], "[%d]", i);
+  sm_release(in);
+  sm_release(out);
+  sm_release(s);
+  sm_release(as);
+  sm_release(bs);
+  sm_release(os);
+  sm_release(n);
+  sm_release(lib);
+}

@@ -573,3 +573,255 @@ Test(stdlib, os_log_prints_only_with_enable_logging) {
   text[n] = 0;
   cr_assert(!strstr(text, "os_log"), "stderr: %s", text);
 }
+
+/* uniform<T> in constant expressions (`constexpr const uniform<int> step =
+ * make_uniform(BN);`, as blocked matrix-vector kernels write it), and the
+ * product of simdgroup matrices written with `*` (a Winograd-style transform
+ * `(G * g) * Gt`): each a kernel of ours against a reference here. */
+static const char UNIFORM_AND_MATRIX_PRODUCT[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "template <int BN>\n"
+    "struct blocked_sum {\n"
+    "  static void run(device const float *x, device float *out, int n, uint i) {\n"
+    "    constexpr const uniform<int> step = make_uniform(BN);\n"
+    "    const uniform<int> size = make_uniform(n);\n"
+    "    const uniform<int> iters = size / step;\n"
+    "    const uniform<int> tail = size - step * iters;\n"
+    "    static_assert(int(step) == BN, \"a constant expression\");\n"
+    "    float acc = 0.f;\n"
+    "    for (int k = 0; k < iters; ++k)\n"
+    "      for (int j = 0; j < BN; ++j) acc += x[k * BN + j] * float(i + 1);\n"
+    "    for (int j = 0; j < tail; ++j) acc += 100.f * x[int(step * iters) + j];\n"
+    "    out[i] = acc;\n"
+    "  }\n"
+    "};\n"
+    "kernel void ublocked(device const float *x [[buffer(0)]], device float *out [[buffer(1)]],\n"
+    "                     constant int &n [[buffer(2)]], uint i [[thread_position_in_grid]]) {\n"
+    "  blocked_sum<4>::run(x, out, n, i);\n"
+    "}\n"
+    "kernel void mat_product(device const float *g [[buffer(0)]],\n"
+    "                        device const float *x [[buffer(1)]],\n"
+    "                        device float *out [[buffer(2)]],\n"
+    "                        uint lane [[thread_index_in_simdgroup]]) {\n"
+    "  simdgroup_float8x8 G, X, Gt;\n"
+    "  simdgroup_load(G, g);\n"
+    "  simdgroup_load(X, x);\n"
+    "  simdgroup_load(Gt, g, 8, ulong2(0, 0), true);\n"
+    "  simdgroup_float8x8 r = (G * X) * Gt;\n"
+    "  simdgroup_store(r, out);\n"
+    "  simdgroup_half8x8 h = simdgroup_half8x8(half(2)) * simdgroup_half8x8(half(3));\n"
+    "  if (lane == 0) out[64] = float(h.thread_elements()[0]);\n"
+    "}\n";
+
+Test(stdlib, uniform_constant_expressions_and_simdgroup_matrix_product) {
+  id error = 0;
+  id l = sm_compile(UNIFORM_AND_MATRIX_PRODUCT, &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  enum { N = 27, T = 5 };
+  float x[N];
+  for (int k = 0; k < N; k++) x[k] = (float)(k % 7) - 2.5f;
+  int n = N;
+  id xb = sm_buffer(x, sizeof x), ob = sm_buffer(NULL, T * 4), nb = sm_buffer(&n, 4);
+  id bufs[] = {xb, ob, nb};
+  sm_dispatch(l, "ublocked", bufs, 3, SM_SIZE(T, 1, 1), SM_SIZE(T, 1, 1), false, 0);
+  for (int i = 0; i < T; i++) {
+    float want = 0.f;
+    for (int k = 0; k < N / 4; k++)
+      for (int j = 0; j < 4; j++) want += x[k * 4 + j] * (float)(i + 1);
+    for (int j = 0; j < N % 4; j++) want += 100.f * x[(N / 4) * 4 + j];
+    cr_assert_eq(((const float *)sm_contents(ob))[i], want, "[%d]", i);
+  }
+  /* small integers: every product and sum is exact in float */
+  float g[64], m[64], want[64], tmp[64];
+  for (int k = 0; k < 64; k++) g[k] = (float)((k * 5) % 7 - 3), m[k] = (float)((k * 3) % 5 - 2);
+  for (int r = 0; r < 8; r++)
+    for (int c = 0; c < 8; c++) {
+      float a = 0.f;
+      for (int k = 0; k < 8; k++) a += g[r * 8 + k] * m[k * 8 + c];
+      tmp[r * 8 + c] = a;
+    }
+  for (int r = 0; r < 8; r++)
+    for (int c = 0; c < 8; c++) {
+      float a = 0.f;
+      for (int k = 0; k < 8; k++) a += tmp[r * 8 + k] * g[c * 8 + k]; /* Gt[k][c] = G[c][k] */
+      want[r * 8 + c] = a;
+    }
+  id gb = sm_buffer(g, sizeof g), mb = sm_buffer(m, sizeof m), rb = sm_buffer(NULL, 65 * 4);
+  id mbufs[] = {gb, mb, rb};
+  sm_dispatch(l, "mat_product", mbufs, 3, SM_SIZE(32, 1, 1), SM_SIZE(32, 1, 1), false, 0);
+  const float *got = sm_contents(rb);
+  for (int k = 0; k < 64; k++)
+    cr_assert_eq(got[k], want[k], "[%d][%d]: %g, want %g", k / 8, k % 8, (double)got[k],
+                 (double)want[k]);
+  cr_assert_eq(got[64], 6.f, "diagonal 2 times diagonal 3");
+  sm_release(xb);
+  sm_release(ob);
+  sm_release(nb);
+  sm_release(gb);
+  sm_release(mb);
+  sm_release(rb);
+  sm_release(l);
+}
+
+/* The geometric functions beyond dot/length (faceforward, reflect, refract,
+ * distance_squared), determinant, and the pack/unpack functions of
+ * metal_pack, against the definitions of Apple's specification computed
+ * here. Inputs are small integers and halves, so results are exact except
+ * refract's square root, which is compared with C's sqrtf of the same k. */
+static const char GEOMETRY_AND_PACK[] =
+    "#include <metal_stdlib>\n"
+    "#include <metal_geometric>\n"
+    "#include <metal_pack>\n"
+    "using namespace metal;\n"
+    "kernel void geom(device float *o [[buffer(0)]], device const float *v [[buffer(1)]]) {\n"
+    "  float3 i = float3(v[0], v[1], v[2]), n = float3(v[3], v[4], v[5]);\n"
+    "  float3 r = reflect(i, n);\n"
+    "  o[0] = r.x; o[1] = r.y; o[2] = r.z;\n"
+    "  float2 f = faceforward(float2(1, 2), float2(v[0], v[1]), float2(v[3], v[4]));\n"
+    "  o[3] = f.x; o[4] = f.y;\n"
+    "  o[5] = distance_squared(i, n);\n"
+    "  float2 t = refract(float2(0.6f, -0.8f), float2(0, 1), 0.5f);\n"
+    "  o[6] = t.x; o[7] = t.y;\n"
+    "  float2 tir = refract(float2(0.8f, -0.6f), float2(0, 1), 2.0f);\n"
+    "  o[8] = tir.x; o[9] = tir.y;\n"
+    "  o[10] = determinant(float2x2(v[0], v[1], v[2], v[3]));\n"
+    "  o[11] = determinant(float3x3(float3(2, 0, 1), float3(1, 3, 2), float3(1, 1, 1)));\n"
+    "  o[12] = determinant(float4x4(float4(1, 0, 2, -1), float4(3, 0, 0, 5), float4(2, 1, 4, -3),\n"
+    "                               float4(1, 0, 5, 0)));\n"
+    "  o[13] = float(determinant(half2x2(half2(3, 1), half2(4, 2))));\n"
+    "}\n"
+    "kernel void packs(device uint *p [[buffer(0)]], device float *u [[buffer(1)]]) {\n"
+    "  p[0] = pack_float_to_unorm4x8(float4(0.0f, 1.0f, 0.5f, 2.0f));\n"
+    "  p[1] = pack_float_to_snorm4x8(float4(-1.0f, 1.0f, -0.5f, -3.0f));\n"
+    "  p[2] = pack_float_to_unorm2x16(float2(0.25f, -1.0f));\n"
+    "  p[3] = pack_float_to_snorm2x16(float2(-0.25f, 0.5f));\n"
+    "  p[4] = pack_half_to_unorm4x8(half4(0.25h, 0.75h, 1.0h, 0.0h));\n"
+    "  p[5] = pack_half_to_snorm2x16(half2(-1.0h, 1.0h));\n"
+    "  p[6] = pack_float_to_unorm4x8(float4(NAN, 0.0f, 0.0f, 0.0f));\n"
+    "  float4 a = unpack_unorm4x8_to_float(0x80FF0033u);\n"
+    "  float4 b = unpack_snorm4x8_to_float(0x80817F00u);\n"
+    "  float2 c = unpack_unorm2x16_to_float(0xFFFF0000u);\n"
+    "  float2 d = unpack_snorm2x16_to_float(0x80007FFFu);\n"
+    "  half4 e = unpack_unorm4x8_to_half(0x00FF00FFu);\n"
+    "  for (int k = 0; k < 4; k++) { u[k] = a[k]; u[4 + k] = b[k]; u[12 + k] = float(e[k]); }\n"
+    "  u[8] = c.x; u[9] = c.y; u[10] = d.x; u[11] = d.y;\n"
+    "}\n";
+
+static uint32_t pack_ref(const float *v, int n, int w, int is_signed) {
+  uint32_t r = 0, mask = (1u << w) - 1u;
+  float scale = is_signed ? (float)(mask >> 1) : (float)mask;
+  for (int i = 0; i < n; i++) {
+    float f = v[i];
+    if (f != f) f = 0.0f;
+    float lo = is_signed ? -1.0f : 0.0f;
+    f = f < lo ? lo : f > 1.0f ? 1.0f : f;
+    r |= ((uint32_t)(int32_t)rintf(f * scale) & mask) << (i * w);
+  }
+  return r;
+}
+
+Test(stdlib, geometric_determinant_and_pack_functions) {
+  id error = 0;
+  id l = sm_compile(GEOMETRY_AND_PACK, &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  const float v[6] = {1.0f, -2.0f, 3.0f, 0.0f, 1.0f, 2.0f};
+  id ob = sm_buffer(NULL, 16 * 4), vb = sm_buffer(v, sizeof v);
+  id gb[] = {ob, vb};
+  sm_dispatch(l, "geom", gb, 2, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
+  const float *o = sm_contents(ob);
+  float dni = v[3] * v[0] + v[4] * v[1] + v[5] * v[2]; /* dot(n, i) = 4 */
+  for (int k = 0; k < 3; k++) cr_expect_eq(o[k], v[k] - 2.0f * dni * v[3 + k], "reflect[%d]", k);
+  /* dot(nref, i) = 0 * 1 + 1 * -2 = -2 < 0: n */
+  cr_expect_eq(o[3], 1.0f);
+  cr_expect_eq(o[4], 2.0f);
+  cr_expect_eq(o[5], 1.0f + 9.0f + 1.0f, "distance_squared");
+  float d = -0.8f, eta = 0.5f, k = 1.0f - eta * eta * (1.0f - d * d);
+  cr_expect_eq(o[6], eta * 0.6f, "refract.x");
+  cr_expect_eq(o[7], eta * -0.8f - (eta * d + sqrtf(k)) * 1.0f, "refract.y: %g", (double)o[7]);
+  cr_expect_eq(o[8], 0.0f, "total internal reflection");
+  cr_expect_eq(o[9], 0.0f, "total internal reflection");
+  cr_expect_eq(o[10], v[0] * v[3] - v[2] * v[1], "2x2 (columns (1,-2), (3,0))");
+  /* columns (2,0,1), (1,3,2), (1,1,1): det = 2(3-2) - 1(0-1) + 1(0-3) = 0 */
+  cr_expect_eq(o[11],
+               2.0f * (3.0f * 1.0f - 1.0f * 2.0f) - 1.0f * (0.0f * 1.0f - 1.0f * 1.0f) +
+                   1.0f * (0.0f * 2.0f - 3.0f * 1.0f),
+               "3x3: %g", (double)o[11]);
+  /* the 4x4's rows are the columns above: expand along the second row of the
+   * transposed matrix, which has one non-zero entry (column 1 = (3,0,0,5)) */
+  cr_expect_eq(o[12], 30.0f, "4x4: %g", (double)o[12]);
+  cr_expect_eq(o[13], 2.0f, "half 2x2");
+
+  id pb = sm_buffer(NULL, 8 * 4), ub = sm_buffer(NULL, 16 * 4);
+  id bufs[] = {pb, ub};
+  sm_dispatch(l, "packs", bufs, 2, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
+  const uint32_t *p = sm_contents(pb);
+  const float a0[4] = {0.0f, 1.0f, 0.5f, 2.0f}, a1[4] = {-1.0f, 1.0f, -0.5f, -3.0f};
+  const float a2[2] = {0.25f, -1.0f}, a3[2] = {-0.25f, 0.5f};
+  const float a4[4] = {0.25f, 0.75f, 1.0f, 0.0f}, a5[2] = {-1.0f, 1.0f};
+  cr_expect_eq(p[0], pack_ref(a0, 4, 8, 0), "%#x", p[0]);
+  cr_expect_eq(p[0], 0xFF80FF00u, "0.5 * 255 = 127.5 rounds to even 128");
+  cr_expect_eq(p[1], pack_ref(a1, 4, 8, 1), "%#x", p[1]);
+  cr_expect_eq(p[2], pack_ref(a2, 2, 16, 0), "%#x", p[2]);
+  cr_expect_eq(p[3], pack_ref(a3, 2, 16, 1), "%#x", p[3]);
+  cr_expect_eq(p[4], pack_ref(a4, 4, 8, 0), "%#x", p[4]);
+  cr_expect_eq(p[5], pack_ref(a5, 2, 16, 1), "%#x", p[5]);
+  cr_expect_eq(p[6], 0u, "NaN packs as 0");
+  const float *u = sm_contents(ub);
+  const uint8_t ua[4] = {0x33, 0x00, 0xFF, 0x80};
+  const int8_t sb[4] = {0x00, 0x7F, (int8_t)0x81, (int8_t)0x80};
+  for (int i = 0; i < 4; i++) {
+    cr_expect_eq(u[i], (float)ua[i] / 255.0f, "unorm8[%d]: %a, want %a", i, (double)u[i],
+                 (double)((float)ua[i] / 255.0f));
+    float s = (float)sb[i] / 127.0f;
+    cr_expect_eq(u[4 + i], s < -1.0f ? -1.0f : s, "snorm8[%d]: %g", i, (double)u[4 + i]);
+    cr_expect_eq(u[12 + i], (i % 2 == 0) ? 1.0f : 0.0f, "unorm8 to half[%d]", i);
+  }
+  cr_expect_eq(u[8], 0.0f);
+  cr_expect_eq(u[9], 1.0f);
+  cr_expect_eq(u[10], 1.0f, "0x7FFF is 1");
+  cr_expect_eq(u[11], -1.0f, "0x8000 clamps to -1");
+  sm_release(ob);
+  sm_release(vb);
+  sm_release(pb);
+  sm_release(ub);
+  sm_release(l);
+}
+
+/* precise::divide is correctly rounded in every math mode, also when one
+ * kernel divides several numerators by the same divisor: under fast math
+ * (Metal's default, as here) the compiler may otherwise share one rounded
+ * reciprocal between the divisions and multiply, an error of up to 2 ulp. */
+static const char SHARED_DIVISOR[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void pdiv(device float *o [[buffer(0)]], device const float *n [[buffer(1)]],\n"
+    "                 constant float &d [[buffer(2)]]) {\n"
+    "  o[0] = precise::divide(n[0], d);\n"
+    "  o[1] = precise::divide(n[1], d);\n"
+    "  o[2] = precise::divide(n[2], d);\n"
+    "  o[3] = precise::divide(n[3], d);\n"
+    "#pragma unroll\n"
+    "  for (int k = 4; k < 8; k++) o[k] = precise::divide(n[k], 255.0f);\n"
+    "  o[8] = precise::divide(n[0], 255.0f) + precise::divide(n[1], 255.0f);\n"
+    "}\n";
+
+Test(stdlib, precise_divide_by_a_shared_divisor_is_correctly_rounded) {
+  id error = 0;
+  id l = sm_compile(SHARED_DIVISOR, &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  const float n[8] = {51.0f, 1.0f, 7.0f, 100.0f, 254.0f, 3.0f, 17.0f, 129.0f};
+  const float d = 255.0f;
+  id ob = sm_buffer(NULL, 9 * 4), nb = sm_buffer(n, sizeof n), db = sm_buffer(&d, 4);
+  id bufs[] = {ob, nb, db};
+  sm_dispatch(l, "pdiv", bufs, 3, SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1), false, 0);
+  const float *o = sm_contents(ob);
+  for (int k = 0; k < 8; k++)
+    cr_expect_eq(o[k], n[k] / d, "%g / 255: %a, want %a", (double)n[k], (double)o[k],
+                 (double)(n[k] / d));
+  cr_expect_eq(o[8], n[0] / 255.0f + n[1] / 255.0f, "%a", (double)o[8]);
+  sm_release(ob);
+  sm_release(nb);
+  sm_release(db);
+  sm_release(l);
+}

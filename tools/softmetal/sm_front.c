@@ -1010,6 +1010,12 @@ static int mtl_type(const char *t, int *size) {
                                          {"int64_t", "long"},  {"uint64_t", "ulong"}};
   for (size_t i = 0; i < sizeof FIXED / sizeof *FIXED; i++) /* MSL's fixed-width typedefs */
     if (strcmp(t, FIXED[i][0]) == 0) t = FIXED[i][1];
+  static const char *const C_SPELT[][2] = {
+      {"unsigned int", "uint"},   {"unsigned", "uint"},      {"unsigned short", "ushort"},
+      {"unsigned char", "uchar"}, {"signed char", "char"},   {"signed int", "int"},
+      {"signed", "int"},          {"unsigned long", "ulong"}};
+  for (size_t i = 0; i < sizeof C_SPELT / sizeof *C_SPELT; i++) /* C's spellings of them */
+    if (strcmp(t, C_SPELT[i][0]) == 0) t = C_SPELT[i][1];
   if (strcmp(t, "long") == 0) return *size = 8, 81;
   if (strcmp(t, "ulong") == 0) return *size = 8, 85;
   for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
@@ -1370,7 +1376,9 @@ static void parse_decl(fe *f, size_t *pi) {
                "cannot read the kernel instantiated here");
       return;
     }
-    while (e0 > i && is(f, e0 - 1, "::")) e0 -= is_id(f, e0 - 2) ? 2 : 1;
+    /* `kernel void ::ns::f<T>(...)`: the qualifier's names, not the return type */
+    while (e0 > i && is(f, e0 - 1, "::"))
+      e0 -= is_id(f, e0 - 2) && !is(f, e0 - 2, "void") && !is(f, e0 - 2, "kernel") ? 2 : 1;
     size_t base = e0;
     while (base + 1 < e1 && (is(f, base + 1, "::") || is_id(f, base + 1) || is(f, base, "::")) &&
            !is(f, base + 1, "<"))
@@ -1621,6 +1629,20 @@ static void rewrite_tokens(fe *f) {
         char lit[80];
         snprintf(lit, sizeof lit, "%.*s_h", (int)(t->len - 1 < 70 ? t->len - 1 : 70), s);
         replace_tok(f, i, lit);
+      } else if ((last >= '0' && last <= '9') || last == '.') {
+        /* a floating literal without a suffix (`0.5`, `1e-6`, `2.`, `0x1p-3`)
+         * is a float in MSL, which has no double: `max(x, 0.5)` takes two
+         * floats and `x * 0.1` rounds as float * float, never in double */
+        bool fl = false;
+        for (size_t k = 0; k < t->len; k++) {
+          char c = s[k];
+          if (c == '.' || (hex ? (c == 'p' || c == 'P') : (c == 'e' || c == 'E'))) fl = true;
+        }
+        if (fl && t->len < 70) {
+          char lit[80];
+          snprintf(lit, sizeof lit, "%.*sf", (int)t->len, s);
+          replace_tok(f, i, lit);
+        }
       }
       continue;
     }
