@@ -532,6 +532,11 @@ static bool run_on_metal_stdlib(const setting *st, bool pch, const char *work, c
   argv[a++] = FRONTEND_FLAG;
   put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
   argv[a++] = incflag;
+  if (pch) { /* the instantiations its inline functions need, made once here
+                rather than at the end of every unit that includes it */
+    argv[a++] = "-Xclang";
+    argv[a++] = "-fpch-instantiate-templates";
+  }
   argv[a++] = "-x";
   argv[a++] = pch ? "c++-header" : "c++";
   argv[a++] = "-o";
