@@ -424,6 +424,15 @@ Test(front, out_of_scope_metal_headers_are_refused_at_their_include) {
   cr_assert(strstr(e, "program_source:2"), "%s", e);
   cr_assert(strstr(e, "<metal_raytracing> is not supported by softmetal"), "%s", e);
   cr_assert(!strstr(e, "not found"), "%s", e);
+  /* Metal 4's tensor operations (mlx's *_nax kernels include them) */
+  e = compile_error("#include <metal_stdlib>\n"
+                    "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>\n"
+                    "kernel void k(device float *o [[buffer(0)]]) { o[0] = 1.f; }\n");
+  cr_assert(strstr(e, "program_source:2"), "%s", e);
+  cr_assert(strstr(e, "<MetalPerformancePrimitives/MetalPerformancePrimitives.h> is not "
+                      "supported by softmetal"),
+            "%s", e);
+  cr_assert(!strstr(e, "not found"), "%s", e);
 }
 
 /* half is a class in softmetal, so C++ finds these conditionals ambiguous;

@@ -460,12 +460,14 @@ Test(stdlib, simd_shuffle_and_fill_within_vectors_of_modulo_lanes) {
 }
 
 /* What Metal's compiler provides beyond metal_stdlib's core, used as real
- * code does: <simd/simd.h> types (SPIR-V translators' outputs), the other
+ * code does: <simd/simd.h> and <simd/vector_types.h> types (SPIR-V
+ * translators' outputs, metal-rs's examples), the other
  * metal_* headers, uniform<T>, Apple's internal traits specialised for a user
  * type, Metal 3.2's memory model and coherent(device), brace construction of
  * a user matrix type, and os_log printing from a kernel. */
 static const char ADDITIONS[] =
     "#include <simd/simd.h>\n"
+    "#include <simd/vector_types.h>\n"
     "#include <metal_stdlib>\n"
     "#include <metal_logging>\n"
     "#include <metal_math>\n"

@@ -255,11 +255,14 @@ static const struct {
   const char *name, *text;
 } extra_headers[] = {
     {"simd/simd.h", simd_text},
+    {"simd/vector_types.h", "#pragma once\n#include <simd/simd.h>\n"},
     SM_REFUSED("metal_texture", "textures"),
     SM_REFUSED("metal_graphics", "graphics functions"),
     SM_REFUSED("metal_imageblocks", "imageblocks"),
     SM_REFUSED("metal_raytracing", "ray tracing"),
     SM_REFUSED("metal_tensor", "tensors"),
+    SM_REFUSED("MetalPerformancePrimitives/MetalPerformancePrimitives.h",
+               "Metal 4 performance primitives"),
 };
 #undef SM_REFUSED
 enum { N_EXTRA = sizeof extra_headers / sizeof extra_headers[0] };
@@ -477,8 +480,10 @@ static bool write_headers(const setting *st, char **diag) {
     }
     for (size_t i = 0; ok && i < N_EXTRA; i++) {
       char path[3400];
-      if (strchr(extra_headers[i].name, '/')) { /* simd/ */
-        snprintf(path, sizeof path, "%.3000s/simd", st->inc);
+      const char *slash = strchr(extra_headers[i].name, '/');
+      if (slash) { /* simd/, MetalPerformancePrimitives/ */
+        snprintf(path, sizeof path, "%.3000s/%.*s", st->inc, (int)(slash - extra_headers[i].name),
+                 extra_headers[i].name);
         ok = mkdirs(path);
       }
       snprintf(path, sizeof path, "%.3000s/%s", st->inc, extra_headers[i].name);
