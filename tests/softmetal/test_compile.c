@@ -295,23 +295,36 @@ static void run_three_kernels(struct softmetal_stats *before, struct softmetal_s
   sm_release(out);
 }
 
-/* The compiler runs as a server forked per command (sm_spawn.c): in a new
- * cache, the process starts the compiler for its --version, to build the
- * server's object and as the server, and the linker once per function; the
- * server forks metal_stdlib's macros and precompiled header, the
- * library's preprocessing and check, each function's code and the
- * driver's link command (-###, asked once). */
-Test(compile, the_compiler_server_forks_every_compiler_command) {
+static const char SECOND_SOURCE[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void twice(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  o[i] = 2.0f * float(i);\n"
+    "}\n";
+
+/* The compiler runs as a server (sm_ccserver.c): in a new cache, the
+ * process starts the compiler for its --version, to build the server's
+ * object and as the server, and the linker once per function; the server's
+ * worker runs metal_stdlib's macros and precompiled header, the library's
+ * preprocessing and check, each function's code and the driver's link
+ * command (-###, asked once), one after another in one process: every
+ * command after its first finds LLVM's options and the heap of the ones
+ * before (what a second main in one process must not break, and does
+ * here if the worker's replacements fail). A failed command ends its
+ * worker; the next command gets a new one, and the same results. */
+Test(compile, the_compiler_server_runs_every_compiler_command_in_one_worker) {
   /* tools/ci/qemu: the compiler is a wrapper script, which has no server */
   if (getenv("CMETAL_QEMU") != NULL) cr_skip_test("the compiler is a wrapper script");
-  struct softmetal_stats s0, s1, s2;
+  struct softmetal_stats s0, s1, s2, s3;
   run_three_kernels(&s0, &s1);
-  cr_assert_eq(s1.compiler_forks - s0.compiler_forks, 7, "%ld commands through the server",
+  cr_assert_eq(s1.compiler_served - s0.compiler_served, 7, "%ld commands through the server",
+               s1.compiler_served - s0.compiler_served);
+  cr_assert_eq(s1.compiler_forks - s0.compiler_forks, 1, "%ld workers",
                s1.compiler_forks - s0.compiler_forks);
   cr_assert_eq(s1.tool_spawns - s0.tool_spawns, 5, "%ld processes started",
                s1.tool_spawns - s0.tool_spawns);
   cr_assert_eq(count_files(cache, "cs-", ".so"), 1, "the server's object is cached");
-  cr_assert_gt(s1.tool_cpu_us, s0.tool_cpu_us, "the forks' CPU time is counted");
+  cr_assert_gt(s1.tool_cpu_us, s0.tool_cpu_us, "the workers' CPU time is counted");
   /* a compile error comes back through the server as it would directly */
   id error = 0;
   id lib = sm_compile("kernel void k(device float *o [[buffer(0)]]) {\n  o[0] = nope;\n}\n",
@@ -320,8 +333,20 @@ Test(compile, the_compiler_server_forks_every_compiler_command) {
   const char *text = sm_error_text(error);
   cr_assert(strstr(text, "program_source:2:") && strstr(text, "nope"), "%s", text);
   softmetal_stats(&s2);
-  cr_assert_eq(s2.compiler_forks - s1.compiler_forks, 2, "preprocessing and the check");
+  cr_assert_eq(s2.compiler_served - s1.compiler_served, 2, "preprocessing and the check");
+  cr_assert_eq(s2.compiler_forks, s1.compiler_forks, "the same worker");
   cr_assert_eq(s2.tool_spawns, s1.tool_spawns);
+  /* the failed check ended that worker: a new one, the same answers */
+  lib = sm_compile(SECOND_SOURCE, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  id out = sm_buffer(NULL, 8 * 4);
+  sm_dispatch(lib, "twice", &out, 1, SM_SIZE(8, 1, 1), SM_SIZE(8, 1, 1), false, 0);
+  for (int i = 0; i < 8; i++) cr_assert_eq(((float *)sm_contents(out))[i], 2.0f * (float)i);
+  softmetal_stats(&s3);
+  cr_assert_eq(s3.compiler_forks - s2.compiler_forks, 1);
+  cr_assert_eq(s3.compiler_served - s2.compiler_served, 3, "preprocessing, check, code");
+  sm_release(lib);
+  sm_release(out);
 }
 
 /* SOFTMETAL_CCSERVER=0: every command starts the compiler, with the same
@@ -331,6 +356,7 @@ Test(compile, without_the_compiler_server_every_command_starts_the_compiler) {
   struct softmetal_stats s0, s1;
   run_three_kernels(&s0, &s1);
   cr_assert_eq(s1.compiler_forks, s0.compiler_forks);
+  cr_assert_eq(s1.compiler_served, s0.compiler_served);
   cr_assert_eq(s1.tool_spawns - s0.tool_spawns, 10, "%ld", s1.tool_spawns - s0.tool_spawns);
   cr_assert_eq(count_files(cache, "cs-", ".so"), 0);
 }
@@ -357,6 +383,7 @@ Test(compile, a_compiler_that_cannot_host_the_server_is_started_per_command) {
   struct softmetal_stats s0, s1;
   run_three_kernels(&s0, &s1);
   cr_assert_eq(s1.compiler_forks, s0.compiler_forks);
+  cr_assert_eq(s1.compiler_served, s0.compiler_served);
   cr_assert_eq(count_files(cache, "cs-", ".so"), 1, "the object was built and tried");
   unlink(wrapper);
   rmdir(dir);

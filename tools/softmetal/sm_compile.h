@@ -80,6 +80,6 @@ bool sm__run_command(const char *const *argv, const char *log, int *status, char
 
 /* Counters (softmetal_stats). */
 extern atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
-extern atomic_long sm__tool_spawns, sm__compiler_forks, sm__tool_cpu_us;
+extern atomic_long sm__tool_spawns, sm__compiler_forks, sm__compiler_served, sm__tool_cpu_us;
 
 #endif

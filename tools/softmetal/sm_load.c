@@ -20,6 +20,7 @@ SM_EXPORT void softmetal_stats(struct softmetal_stats *out) {
   out->function_cache_hits = atomic_load(&sm__function_cache_hits);
   out->tool_spawns = atomic_load(&sm__tool_spawns);
   out->compiler_forks = atomic_load(&sm__compiler_forks);
+  out->compiler_served = atomic_load(&sm__compiler_served);
   out->tool_cpu_us = atomic_load(&sm__tool_cpu_us);
   out->unsafe_math_libraries = atomic_load(&sm__unsafe_math_libraries);
   out->blocked_in_command_buffer = atomic_load(&sm__blocked_cmdbuf);

@@ -2,8 +2,9 @@
 /* Running the compiler and the linker: a command goes to the compiler
  * server (sm_ccserver.c) when one runs for its program, else to a new
  * process. The server is the compiler started once, stopped before its
- * main with sm_ccserver.c preloaded; a command it runs costs a fork instead
- * of a start of clang (about 20 ms of loading and relocating libLLVM). */
+ * main with sm_ccserver.c preloaded; its workers run commands in-process,
+ * one after another, without a start of clang each (20-100 ms of loading,
+ * relocating libLLVM and faulting pages in). */
 #define _GNU_SOURCE /* pipe2, MSG_CMSG_CLOEXEC */
 #include "sm_internal.h"
 #include "sm_compile.h"
@@ -25,10 +26,10 @@
 
 extern char **environ;
 
-atomic_long sm__tool_spawns, sm__compiler_forks, sm__tool_cpu_us;
+atomic_long sm__tool_spawns, sm__compiler_forks, sm__compiler_served, sm__tool_cpu_us;
 
 enum { MAX_MESSAGE = 65536, HELLO_MS = 30000 };
-static const char HELLO[] = "softmetal-ccserver 1\n";
+static const char HELLO[] = "softmetal-ccserver 2\n";
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_tried;    /* a server was started, or tried, in this process */
@@ -189,7 +190,7 @@ static bool server_run(const char *const *argv, int log_fd, int *status) {
   free(msg);
   if (cwd >= 0) close(cwd);
   bool ran = false;
-  long long got[2];
+  long long got[3]; /* wait status, CPU us, whether a worker was forked for it */
   if (sent) {
     ssize_t r;
     do r = read(reply[0], got, sizeof got);
@@ -200,7 +201,8 @@ static bool server_run(const char *const *argv, int log_fd, int *status) {
   if (ran) {
     *status = (int)got[0];
     atomic_fetch_add(&sm__tool_cpu_us, (long)got[1]);
-    atomic_fetch_add(&sm__compiler_forks, 1);
+    atomic_fetch_add(&sm__compiler_served, 1);
+    if (got[2]) atomic_fetch_add(&sm__compiler_forks, 1);
   } else if (sent) { /* the server is gone: start the compiler from now on */
     pthread_mutex_lock(&g_lock);
     if (g_sock == sock && getpid() == g_owner) {

@@ -31,10 +31,12 @@ struct softmetal_stats {
   long function_cache_hits; /* functions' code loaded from the kernel cache */
   long tool_spawns;       /* processes started for the compiler and the linker
                              (the compiler server counts once) */
-  long compiler_forks;    /* compiler commands run by the compiler server (a fork
-                             of a started compiler instead of a new process) */
+  long compiler_forks;    /* workers the compiler server forked: each runs
+                             compiler commands one after another in its process */
   long tool_cpu_us;       /* CPU microseconds of those commands and processes
                              (the server's own start excluded) */
+  long compiler_served;   /* compiler commands the compiler server's workers ran
+                             (instead of a new process each) */
 };
 
 /* Fills *out with process-wide counters. Thread-safety: any thread. */
