@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,6 +348,70 @@ Test(compile, the_compiler_server_runs_every_compiler_command_in_one_worker) {
   cr_assert_eq(s3.compiler_served - s2.compiler_served, 3, "preprocessing, check, code");
   sm_release(lib);
   sm_release(out);
+}
+
+/* Libraries and pipelines made on several threads at once: the server
+ * gives each concurrent command a worker of its own (no more workers than
+ * commands at once), and every kernel gets its own code. */
+enum { CONCURRENT = 4 };
+typedef struct {
+  int salt;
+  id pipeline;
+  char error[1024];
+} compile_job;
+
+static void *compile_on_thread(void *arg) {
+  compile_job *job = arg;
+  void *pool = objc_autoreleasePoolPush();
+  char src[512];
+  snprintf(src, sizeof src,
+           "kernel void times(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+           "  o[i] = float(i) * %d.0f;\n"
+           "}\n",
+           job->salt);
+  id error = 0;
+  id lib = sm_compile(src, &error);
+  id fn = lib ? SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("times")) : 0;
+  if (fn)
+    job->pipeline = SEND(id, (id, SEL, id, id *), sm_dev,
+                         "newComputePipelineStateWithFunction:error:", fn, &error);
+  if (!job->pipeline) snprintf(job->error, sizeof job->error, "%s", sm_error_text(error));
+  if (fn) sm_release(fn);
+  if (lib) sm_release(lib);
+  objc_autoreleasePoolPop(pool);
+  return NULL;
+}
+
+Test(compile, concurrent_compiles_each_get_their_own_kernel) {
+  if (getenv("CMETAL_QEMU") != NULL) cr_skip_test("the compiler is a wrapper script");
+  struct softmetal_stats s0, s1;
+  /* metal_stdlib precompiled and the link command known first */
+  id warm = sm_compile(SECOND_SOURCE, &(id){0});
+  cr_assert_not_null(warm);
+  sm_release(sm_pipeline(warm, "twice"));
+  sm_release(warm);
+  softmetal_stats(&s0);
+  compile_job jobs[CONCURRENT];
+  pthread_t threads[CONCURRENT];
+  for (int t = 0; t < CONCURRENT; t++) {
+    jobs[t] = (compile_job){.salt = t + 2};
+    cr_assert_eq(pthread_create(&threads[t], NULL, compile_on_thread, &jobs[t]), 0);
+  }
+  for (int t = 0; t < CONCURRENT; t++) pthread_join(threads[t], NULL);
+  softmetal_stats(&s1);
+  id out = sm_buffer(NULL, 16 * 4);
+  for (int t = 0; t < CONCURRENT; t++) {
+    cr_assert_not_null(jobs[t].pipeline, "thread %d: %s", t, jobs[t].error);
+    sm_dispatch_pipeline(jobs[t].pipeline, "times", &out, 1, SM_SIZE(16, 1, 1), SM_SIZE(16, 1, 1),
+                         false, 0);
+    for (int i = 0; i < 16; i++)
+      cr_assert_eq(((float *)sm_contents(out))[i], (float)(i * jobs[t].salt), "thread %d", t);
+  }
+  sm_release(out);
+  long forks = s1.compiler_forks - s0.compiler_forks;
+  cr_assert(forks <= CONCURRENT, "%ld workers for %d threads", forks, CONCURRENT);
+  cr_assert_eq(s1.compiler_served - s0.compiler_served, CONCURRENT * 3,
+               "preprocessing, check and code each");
 }
 
 /* SOFTMETAL_CCSERVER=0: every command starts the compiler, with the same
