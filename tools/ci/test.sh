@@ -16,7 +16,14 @@ pkg-config --exists criterion || {
   echo "test.sh: Criterion is missing; run tools/install-deps.sh --test first" >&2; exit 1; }
 
 passed=0
-step() { printf '\n==== %s\n' "$*"; passed=$((passed + 1)); }
+step_start=$SECONDS
+# Each step's heading, after the time the one before took (CI's budget).
+step() {
+  [ "$passed" -eq 0 ] || printf '(took %d s)\n' $((SECONDS - step_start))
+  step_start=$SECONDS
+  printf '\n==== %s\n' "$*"
+  passed=$((passed + 1))
+}
 
 step "build (RelWithDebInfo, -Werror)"
 # Both builds share softmetal's kernel cache: the kernels compiled for the
@@ -42,4 +49,5 @@ for stage in tools/ci/stage-*.sh; do
   step "$(basename "$stage" .sh)"
   bash "$stage"
 done
-printf '\n==== all checks passed\nchecks: %d passed, 0 failed\n' "$passed"
+printf '(took %d s)\n' $((SECONDS - step_start))
+printf '\n==== all checks passed in %d s\nchecks: %d passed, 0 failed\n' "$SECONDS" "$passed"
