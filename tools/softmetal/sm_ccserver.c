@@ -96,6 +96,16 @@ static void write_all(int fd, const void *p, size_t n) {
   while (w < 0 && errno == EINTR);
 }
 
+/* One buffer, with room for descriptors. */
+static struct msghdr message_header(struct iovec *iov, void *control, size_t control_len) {
+  struct msghdr m = {0};
+  m.msg_iov = iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = control_len;
+  return m;
+}
+
 /* Receives one request with up to want descriptors into message, args and
  * fds. Returns argc (> 0) with the descriptors open, 0 at the end of the
  * stream, -1 for a message to drop. */
@@ -105,11 +115,7 @@ static int receive(int sock, int *fds, int want) {
     char b[CMSG_SPACE(3 * sizeof(int))];
   } control;
   struct iovec iov = {message, MAX_MESSAGE};
-  struct msghdr m = {0};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = control.b;
-  m.msg_controllen = sizeof control.b;
+  struct msghdr m = message_header(&iov, control.b, sizeof control.b);
   ssize_t n;
   do n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
@@ -383,11 +389,7 @@ static bool dispatch(int client, int sfd, const sigset_t *old_mask,
     } control;
     memset(&control, 0, sizeof control);
     struct iovec iov = {message, message_len};
-    struct msghdr m = {0};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = control.b;
-    m.msg_controllen = sizeof control.b;
+    struct msghdr m = message_header(&iov, control.b, sizeof control.b);
     struct cmsghdr *h = CMSG_FIRSTHDR(&m);
     h->cmsg_level = SOL_SOCKET;
     h->cmsg_type = SCM_RIGHTS;
