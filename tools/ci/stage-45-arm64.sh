@@ -10,7 +10,7 @@
 #   tests/objc/msgsend_shim_aarch64.S: no _stret, struct results through
 #   x8), softmetal's own suites, and the Metal suites, the op matrix and the
 #   demo on softmetal, whose kernels the host's clang++ compiles for aarch64
-#   (tools/ci/qemu/clang++-aarch64.sh); the fuzz regression replays and the
+#   (SOFTMETAL_TARGET, tools/ci/qemu/run.sh); the fuzz regression replays and the
 #   stress programs.
 # Left out (they run host programs on the build, not aarch64 code):
 # install_consumer, cmetal_info_json (run here by hand instead), tool_arguments

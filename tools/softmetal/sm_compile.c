@@ -81,20 +81,11 @@ static const char *const MATH_MODE_NAMES[] = {"Safe", "Relaxed", "Fast"};
  * address-space words left as words; its precompiled form the same way. */
 static const char FRONTEND_FLAG[] = "-DSM_FRONTEND=1";
 
-/* Appends the compile flags of l's settings to argv at *a. */
 enum { MAX_ARGS = N_CXX_FLAGS + MAX_MATH_FLAGS + 24 };
 /* MTLMathFloatingPointFunctions: whether unqualified exp, log... are the fast
  * ones (metal_stdlib reads SM_FAST_FUNCTIONS). */
 static const char *functions_flag(bool fast_functions) {
   return fast_functions ? "-DSM_FAST_FUNCTIONS=1" : "-DSM_FAST_FUNCTIONS=0";
-}
-static void put_flags(const char **argv, int *a, int math_mode, bool fast_functions,
-                      const char *version_flag) {
-  for (int i = 0; i < N_CXX_FLAGS; i++) argv[(*a)++] = CXX_FLAGS[i];
-  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[math_mode][i]; i++)
-    argv[(*a)++] = MATH_FLAGS[math_mode][i];
-  argv[(*a)++] = functions_flag(fast_functions);
-  if (version_flag[0]) argv[(*a)++] = version_flag;
 }
 
 /* Key material: each item with its length, so that items cannot run into
@@ -397,9 +388,20 @@ typedef struct {
   char dir[3072], inc[3200], pch[3400], macros[3400];
   sm_digest headers, ident, ident_file, flags;
   char version_flag[40];
+  char target_flag[80]; /* --target=SOFTMETAL_TARGET, or empty */
   int math_mode;
   bool fast_functions;
 } setting;
+
+/* Appends the compile flags of st to argv at *a. */
+static void put_flags(const char **argv, int *a, const setting *st) {
+  if (st->target_flag[0]) argv[(*a)++] = st->target_flag;
+  for (int i = 0; i < N_CXX_FLAGS; i++) argv[(*a)++] = CXX_FLAGS[i];
+  for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[st->math_mode][i]; i++)
+    argv[(*a)++] = MATH_FLAGS[st->math_mode][i];
+  argv[(*a)++] = functions_flag(st->fast_functions);
+  if (st->version_flag[0]) argv[(*a)++] = st->version_flag;
+}
 
 static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_functions,
                          unsigned metal_version, char **diag, bool *internal) {
@@ -425,6 +427,24 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
   *internal = false;
   if (metal_version)
     snprintf(st->version_flag, sizeof st->version_flag, "-D__METAL_VERSION__=%u", metal_version);
+  /* a compiler whose own architecture is not the program's (a program
+   * under qemu-user, the compiler a host program): kernels for this one */
+  const char *target = getenv("SOFTMETAL_TARGET");
+  if (target && *target) {
+    size_t n = strlen(target);
+    bool ok = n < sizeof st->target_flag - sizeof "--target=";
+    for (size_t i = 0; ok && i < n; i++)
+      ok = isalnum((unsigned char)target[i]) || strchr("_.-", target[i]) != NULL;
+    if (!ok) {
+      sm_text b = {0};
+      sm__text_printf(&b, "SOFTMETAL_TARGET '%.100s' is not a target triple "
+                          "(letters, digits, '_', '.', '-'; e.g. aarch64-linux-gnu)", target);
+      *diag = b.p ? b.p : strdup("SOFTMETAL_TARGET is not a target triple");
+      *internal = true;
+      return false;
+    }
+    snprintf(st->target_flag, sizeof st->target_flag, "--target=%s", target);
+  }
   sm_sha256 s;
   sm__sha256_init(&s);
   key_str(&s, "softmetal headers");
@@ -445,6 +465,7 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
     key_str(&s, MATH_FLAGS[math_mode][i]);
   key_str(&s, functions_flag(st->fast_functions));
   key_str(&s, st->version_flag);
+  key_str(&s, st->target_flag);
   key_str(&s, FRONTEND_FLAG);
   sm__sha256_final(&s, &st->flags);
   char hex[65];
@@ -535,7 +556,7 @@ static bool run_on_metal_stdlib(const setting *st, bool pch, const char *work, c
     argv[a++] = "-dM";
   }
   argv[a++] = FRONTEND_FLAG;
-  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+  put_flags(argv, &a, st);
   argv[a++] = incflag;
   if (pch) { /* the instantiations its inline functions need, made once here
                 rather than at the end of every unit that includes it */
@@ -721,7 +742,7 @@ static bool syntax_check(const setting *st, const char *tu, const char *log, cha
   const char *argv[MAX_ARGS];
   int a = 0;
   argv[a++] = st->cxx;
-  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+  put_flags(argv, &a, st);
   put_pch(argv, &a, st);
   argv[a++] = "-fsyntax-only";
   if (ranges) {
@@ -782,7 +803,7 @@ static bool check_source(const setting *st, const char *source, const sm_digest 
   argv[a++] = st->cxx;
   argv[a++] = "-E";
   argv[a++] = FRONTEND_FLAG;
-  put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+  put_flags(argv, &a, st);
   argv[a++] = macflag; /* metal_stdlib's macros, found first */
   argv[a++] = incflag;
   argv[a++] = "-include"; /* as before: every source sees metal_stdlib */
@@ -1145,7 +1166,7 @@ static char **link_command(const setting *st, const char *obj, const char *so, c
     const char *argv[MAX_ARGS];
     int a = 0;
     argv[a++] = st->cxx;
-    put_flags(argv, &a, st->math_mode, st->fast_functions, st->version_flag);
+    put_flags(argv, &a, st);
     argv[a++] = "-nostdlib++";
     argv[a++] = "-###";
     argv[a++] = "-o";
@@ -1251,7 +1272,7 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   const char *argv[MAX_ARGS];
   int a = 0;
   argv[a++] = st.cxx;
-  put_flags(argv, &a, st.math_mode, st.fast_functions, st.version_flag);
+  put_flags(argv, &a, &st);
   put_pch(argv, &a, &st);
   argv[a++] = "-c";
   argv[a++] = "-x";

@@ -7,9 +7,10 @@
 # (/usr/aarch64-linux-gnu), its libraries also come from the unpacked arm64
 # .debs (CMETAL_ARM64_SYSROOT, default .deps/arm64/sysroot), and
 # exec_shim.so lets it execve aarch64 programs (Criterion's workers).
-# softmetal compiles its kernels for aarch64 with the host's clang++
-# (clang++-aarch64.sh, or CMETAL_ARM64_SOFTMETAL_CXX; an inherited
-# SOFTMETAL_CXX would emit x86-64 code, so it is replaced).
+# softmetal compiles its kernels for aarch64 with the host's clang++-19
+# (SOFTMETAL_TARGET=aarch64-linux-gnu; CMETAL_ARM64_SOFTMETAL_CXX names
+# another compiler; an inherited SOFTMETAL_CXX is replaced). The compiler
+# is a host program, so softmetal's compiler server runs it natively.
 # Never hangs: the run is killed after CMETAL_QEMU_TIMEOUT seconds (600).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,7 +31,7 @@ if [ ! -f "$shim" ] || [ "$here/exec_shim.c" -nt "$shim" ]; then
 fi
 
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu CMETAL_QEMU=$qemu
-export SOFTMETAL_CXX=${CMETAL_ARM64_SOFTMETAL_CXX:-$here/clang++-aarch64.sh}
+export SOFTMETAL_CXX=${CMETAL_ARM64_SOFTMETAL_CXX:-clang++-19} SOFTMETAL_TARGET=aarch64-linux-gnu
 exec timeout -s KILL "${CMETAL_QEMU_TIMEOUT:-600}" "$qemu" \
   -E LD_LIBRARY_PATH="$sysroot/usr/lib/aarch64-linux-gnu:$sysroot/lib/aarch64-linux-gnu" \
   -E LD_PRELOAD="$shim" "$@"
