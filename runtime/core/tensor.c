@@ -93,9 +93,9 @@ static cm_status cm__layout_check(const char *func, size_t size, cm_dtype dtype,
             return cm__fail_as(func, CM_ERR_OVERFLOW, "the layout's byte extent overflows int64");
         if (first < 0)
             return cm__fail_as(func, CM_ERR_OUT_OF_BOUNDS,
-                               "negative strides reach %" PRId64
+                               "negative strides reach %" PRIu64
                                " bytes before the buffer (byte_offset = %" PRIu64 ")",
-                               -first, byte_offset);
+                               0u - (uint64_t)first, byte_offset); /* |INT64_MIN| fits */
         begin = (uint64_t)first;
         end = (uint64_t)last;
     }

@@ -150,6 +150,12 @@ Test(tensor, layouts_outside_the_buffer_are_refused) {
                                                             .strides = (int64_t[]){-1}},
                                        &t),
                  CM_ERR_OUT_OF_BOUNDS, "reach 4 bytes before the buffer");
+    /* The farthest reach, exactly 2^63 bytes back, is reported without overflow. */
+    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1,
+                                                            .shape = (int64_t[]){2},
+                                                            .strides = (int64_t[]){INT64_MIN}},
+                                       &t),
+                 CM_ERR_OUT_OF_BOUNDS, "reach 9223372036854775808 bytes before the buffer");
     /* A negative stride is fine when the offset leaves room. */
     cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
                                                             .shape = (int64_t[]){16},

@@ -3,9 +3,10 @@
 # libFuzzer with ASan + UBSan over each fuzz target, from the seed corpus in
 # tests/fuzz/corpus/.
 #
-# CI mode (the default) is reproducible: a fixed seed and a fixed number of
-# executions per target, so a commit passes or fails the same way on every
-# machine, and a failure is replayed by running this script again.
+# CI mode (the default) uses a fixed seed and a fixed number of executions
+# per target. That is nearly, not wholly, reproducible: libFuzzer also
+# mutates with values it saw in comparisons, pointers among them, and those
+# move with ASLR. So a crash prints its input (base64) for replay.
 # Exploration mode (CMETAL_FUZZ_SECONDS=N) runs each target for N seconds
 # from a random seed, to look for new bugs before CI does.
 # CMETAL_FUZZ_TARGETS="a b" limits either mode to those targets.
