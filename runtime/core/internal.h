@@ -63,6 +63,10 @@ static inline bool cm__mul_overflow_i64(int64_t a, int64_t b, int64_t *out) {
 static inline bool cm__add_overflow_i64(int64_t a, int64_t b, int64_t *out) {
     return __builtin_add_overflow(a, b, out);
 }
+/* n / d rounded up, for n >= 0 and d > 0, without forming n + d - 1. */
+static inline int64_t cm__div_up_i64(int64_t n, int64_t d) {
+    return n / d + (n % d != 0);
+}
 
 /* Allocation through the process allocator (cm_set_allocator). cm__alloc
  * returns zeroed memory aligned to `align` (power of two, >= alignof(max_align_t)

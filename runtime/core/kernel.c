@@ -305,13 +305,19 @@ static cm_status cm__resolve_grid(const char *func, const cm_kernel *kernel, cm_
             n = d->grid[0];
         d->group[0] = n == 0 ? 1 : (uint32_t)n;
     }
-    const uint64_t threads = (uint64_t)d->group[0] * d->group[1] * d->group[2];
-    if (threads > max)
+    uint64_t threads; /* three uint32 factors can pass 2^64 */
+    const bool wrapped =
+        __builtin_mul_overflow((uint64_t)d->group[0] * d->group[1], d->group[2], &threads);
+    if (wrapped || threads > max) {
+        char count[24] = "over 2^64";
+        if (!wrapped)
+            snprintf(count, sizeof count, "%" PRIu64, threads);
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "desc->threadgroup = {%" PRIu32 ", %" PRIu32 ", %" PRIu32
-                           "} is %" PRIu64 " threads, over the kernel's "
+                           "} is %s threads, over the kernel's "
                            "max_threads_per_threadgroup = %" PRIu32,
-                           d->group[0], d->group[1], d->group[2], threads, max);
+                           d->group[0], d->group[1], d->group[2], count, max);
+    }
     return CM_OK;
 }
 
@@ -347,6 +353,11 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
                                    "nonzero multiple of 16 bytes",
                                    i, a->size);
             groups |= 1u << a->index;
+            if (a->size > CM_KERNEL_MAX_THREADGROUP_MEMORY) /* and the sum cannot wrap */
+                return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                                   "args[%" PRIu32 "].size = %zu: threadgroup memory is over "
+                                   "the limit of %d bytes",
+                                   i, a->size, CM_KERNEL_MAX_THREADGROUP_MEMORY);
             tg_total += a->size;
             b->size = a->size;
             continue;

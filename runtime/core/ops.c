@@ -98,6 +98,9 @@ static const char *cm__fmt_shape(char *buf, size_t cap, int32_t ndim, const int6
 static int64_t cm__numel(const cm_tensor *t) {
     int64_t n = 1;
     for (int32_t k = 0; k < t->ndim; ++k)
+        if (t->shape[k] == 0)
+            return 0; /* before the product: {2^40, 2^40, 0} is a valid empty shape */
+    for (int32_t k = 0; k < t->ndim; ++k)
         n *= t->shape[k]; /* validated when the tensor was made */
     return n;
 }
@@ -144,11 +147,16 @@ static cm_status cm__check_same_shape(const char *func, const char *name_a, cons
     return CM_OK;
 }
 
+/* t as an operand over its own shape. A size-1 axis gets stride 0: its
+ * stride is never stepped, so a view may hold any value there (INT64_MAX
+ * included), and no backend should scale it to bytes. */
 static void cm__operand_of(const cm_tensor *t, cm__operand *o) {
     o->buffer = t->buffer;
     o->dtype = t->dtype;
     o->byte_offset = t->byte_offset;
     memset(o->strides, 0, sizeof o->strides);
+    for (int32_t k = 0; k < t->ndim; ++k)
+        o->strides[k] = t->shape[k] == 1 ? 0 : t->strides[k];
 }
 
 /* t broadcast to (ndim, shape) by NumPy's rules, as an operand. */
@@ -156,12 +164,13 @@ static cm_status cm__broadcast_operand(const char *func, const char *name, const
                                        const char *out_name, int32_t ndim, const int64_t *shape,
                                        cm__operand *o) {
     cm__operand_of(t, o);
+    memset(o->strides, 0, sizeof o->strides);
     const int32_t lead = ndim - t->ndim;
     bool ok = lead >= 0;
     for (int32_t k = 0; ok && k < t->ndim; ++k) {
         const int64_t have = t->shape[k], want = shape[k + lead];
         if (have == want)
-            o->strides[k + lead] = t->strides[k];
+            o->strides[k + lead] = have == 1 ? 0 : t->strides[k];
         else if (have == 1)
             o->strides[k + lead] = 0;
         else
@@ -305,7 +314,6 @@ static void cm__op_init(cm__op *op, const char *func, cm__op_kind kind, int32_t 
     op->numel = cm__numel(out);
     op->axis = -1;
     cm__operand_of(out, &op->out);
-    memcpy(op->out.strides, out->strides, sizeof op->out.strides);
 }
 
 static bool cm__is_float(cm_dtype d) {
@@ -344,7 +352,6 @@ static cm_status cm__copy_or_cast(const char *func, cm__op_kind kind, const cm_t
     cm__op_init(&op, func, src->dtype == dst->dtype ? CM__OP_COPY : kind, 0, dst, stream);
     op.nin = 1;
     cm__operand_of(src, &op.in[0]);
-    memcpy(op.in[0].strides, src->strides, sizeof op.in[0].strides);
     CM__TRY(cm__check_alias(func, "dst", dst, "src", src, op.in[0].strides, true));
     if (op.numel == 0)
         return CM_OK;
@@ -391,7 +398,6 @@ cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream
     cm__op_init(&o, func, CM__OP_UNARY, (int32_t)op, out, stream);
     o.nin = 1;
     cm__operand_of(x, &o.in[0]);
-    memcpy(o.in[0].strides, x->strides, sizeof o.in[0].strides);
     CM__TRY(cm__check_alias(func, "out", out, "x", x, o.in[0].strides, true));
     if (o.numel == 0)
         return CM_OK;
@@ -468,10 +474,11 @@ cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor
         const bool reduced = a < 0 || k == a;
         if (keep) {
             ok = out->shape[k] == (reduced ? 1 : x->shape[k]);
-            o.out.strides[k] = reduced ? 0 : out->strides[k];
+            o.out.strides[k] = reduced || x->shape[k] == 1 ? 0 : out->strides[k];
         } else if (!reduced) {
             ok = out->shape[j] == x->shape[k];
-            o.out.strides[k] = out->strides[j++];
+            o.out.strides[k] = x->shape[k] == 1 ? 0 : out->strides[j];
+            j++;
         }
     }
     if (!ok) {
@@ -511,6 +518,5 @@ cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor
     o.out.dtype = out->dtype;
     o.out.byte_offset = out->byte_offset;
     cm__operand_of(x, &o.in[0]);
-    memcpy(o.in[0].strides, x->strides, sizeof o.in[0].strides);
     return cm__dispatch(&o);
 }

@@ -499,14 +499,20 @@ cm_status cm_tensor_reshape(const cm_tensor *src, int32_t ndim, const int64_t *s
             else
                 op *= os[oj++];
         }
-        for (int32_t k = oi; k + 1 < oj; ++k)
-            if (ost[k] != os[k + 1] * ost[k + 1])
+        for (int32_t k = oi; k + 1 < oj; ++k) {
+            int64_t step;
+            if (cm__mul_overflow_i64(os[k + 1], ost[k + 1], &step) || ost[k] != step)
                 return cm__fail(CM_ERR_COPY_REQUIRED,
                                 "the strides of this view cannot express the new shape without "
                                 "a copy; copy it to a contiguous tensor first");
+        }
         l.strides[nj - 1] = ost[oj - 1];
+        /* An outer stride can wrap only above axes of size 1 or in an
+         * empty view (else it lies inside the source's extent), and such
+         * strides are never stepped. */
         for (int32_t k = nj - 1; k > ni; --k)
-            l.strides[k - 1] = l.strides[k] * l.shape[k];
+            if (cm__mul_overflow_i64(l.strides[k], l.shape[k], &l.strides[k - 1]))
+                l.strides[k - 1] = l.strides[k];
         ni = nj;
         oi = oj;
     }
@@ -645,14 +651,16 @@ static cm_status cm__element_offset(const char *func, const cm_tensor *t, const 
     if (index == NULL && t->ndim > 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "index = NULL must not be NULL for a %d-d tensor", t->ndim);
-    int64_t off = 0;
-    for (int32_t k = 0; k < t->ndim; ++k) {
+    for (int32_t k = 0; k < t->ndim; ++k)
         if (index[k] < 0 || index[k] >= t->shape[k])
             return cm__fail_as(func, CM_ERR_OUT_OF_BOUNDS,
                                "index[%d] = %" PRId64 " is out of range for size %" PRId64, k,
                                index[k], t->shape[k]);
-        off += index[k] * t->strides[k]; /* inside the validated extent */
-    }
+    /* Every index is in range, so the tensor is not empty and the sum lies
+     * inside its validated extent (an empty view's strides are unchecked). */
+    int64_t off = 0;
+    for (int32_t k = 0; k < t->ndim; ++k)
+        off += index[k] * t->strides[k];
     *out = off * (int64_t)cm__dtype(t->dtype)->size;
     return CM_OK;
 }

@@ -5,6 +5,8 @@
  * cpu_pool.c below it. */
 #include "cpu_nd.h"
 
+#include "core/internal.h"
+
 #include <stdbool.h>
 
 static void cm__nd_remove_axis(cm__cpu_nd *nd, int32_t k) {
@@ -67,8 +69,11 @@ void cm__cpu_nd_simplify(cm__cpu_nd *nd, int32_t key) {
     /* Merge axis k into k + 1 when k steps exactly over all of k + 1. */
     for (int32_t k = nd->ndim - 2; k >= 0; --k) {
         bool merge = true;
-        for (int32_t o = 0; merge && o < nd->nops; ++o)
-            merge = nd->strides[o][k] == nd->strides[o][k + 1] * nd->shape[k + 1];
+        for (int32_t o = 0; merge && o < nd->nops; ++o) {
+            int64_t step; /* wraps only for views over 2^62 bytes: then no merge */
+            merge = !__builtin_mul_overflow(nd->strides[o][k + 1], nd->shape[k + 1], &step) &&
+                    nd->strides[o][k] == step;
+        }
         if (merge) {
             nd->shape[k + 1] *= nd->shape[k];
             cm__nd_remove_axis(nd, k);
@@ -92,13 +97,16 @@ void cm__cpu_nd_foreach(const cm__cpu_nd *nd, cm__cpu_run_fn fn, void *ctx) {
     for (;;) {
         fn(nd->shape[last], p, s, ctx);
         int32_t k = last - 1;
+        /* Never a pointer past the view: step, or rewind an axis by
+         * (shape - 1) strides, which lies inside the validated extent. */
         for (; k >= 0; --k) {
-            for (int32_t o = 0; o < nd->nops; ++o)
-                p[o] += nd->strides[o][k];
-            if (++idx[k] < nd->shape[k])
+            if (++idx[k] < nd->shape[k]) {
+                for (int32_t o = 0; o < nd->nops; ++o)
+                    p[o] += nd->strides[o][k];
                 break;
+            }
             for (int32_t o = 0; o < nd->nops; ++o)
-                p[o] -= nd->strides[o][k] * nd->shape[k];
+                p[o] -= nd->strides[o][k] * (nd->shape[k] - 1);
             idx[k] = 0;
         }
         if (k < 0)
@@ -149,7 +157,7 @@ void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes,
     }
     const int64_t n = nd->shape[axis];
     const int64_t parts = n < threads ? n : threads;
-    cm__split c = {.nd = nd, .axis = axis, .chunk = (n + parts - 1) / parts, .body = body,
+    cm__split c = {.nd = nd, .axis = axis, .chunk = cm__div_up_i64(n, parts), .body = body,
                    .ctx = ctx};
-    cm__cpu_pool_run(pool, (n + c.chunk - 1) / c.chunk, cm__split_task, &c);
+    cm__cpu_pool_run(pool, cm__div_up_i64(n, c.chunk), cm__split_task, &c);
 }

@@ -545,7 +545,7 @@ static double cm__leaf(cm_dtype d, int64_t m, const char *p, int64_t s) {
 /* Where the pairwise tree cuts n elements: the first half's length, a
  * multiple of CM__LEAF (n > CM__LEAF). */
 static int64_t cm__half(int64_t n) {
-    const int64_t leaves = (n + CM__LEAF - 1) / CM__LEAF;
+    const int64_t leaves = cm__div_up_i64(n, CM__LEAF);
     return (leaves + 1) / 2 * CM__LEAF;
 }
 
@@ -962,7 +962,7 @@ static void cm__fmin_f32_run(int64_t n, const char *p, int64_t s, void *acc) {
 #define CM__SIDE_BYTES 4096
 static void cm__side_walk(cm__acc_fn fn, int64_t n, const char *p, int64_t isz, void *acc) {
     const int64_t chunk = CM__SIDE_BYTES / isz;
-    const int64_t part = (n + CM__STREAMS - 1) / CM__STREAMS;
+    const int64_t part = cm__div_up_i64(n, CM__STREAMS);
     if (n < CM__SIDE_MIN_BYTES / isz) {
         fn(n, p, isz, acc);
         return;
@@ -1455,7 +1455,7 @@ static void cm__red_kept(cm__cpu_nd *kept, void *ctx) {
              * block count. Without memory, narrow chunks on the stack give
              * the same bits (columns are independent). */
             int levels = 1;
-            for (int64_t nb = (c.rn + CM__VROWS - 1) / CM__VROWS; nb > 0; nb >>= 1)
+            for (int64_t nb = cm__div_up_i64(c.rn, CM__VROWS); nb > 0; nb >>= 1)
                 ++levels;
             double small[72 * 8];
             float small_t[4 * 8];
@@ -1586,8 +1586,8 @@ static bool cm__red_one_parallel(cm__par *c, cm__cpu_pool *pool, cm__acc *out) {
         memset(&pairs, 0, sizeof pairs);
         for (c->first = 0; c->first < runs; c->first += CM__RUN_BATCH) {
             c->nodes = runs - c->first < CM__RUN_BATCH ? runs - c->first : CM__RUN_BATCH;
-            c->chunk = (c->nodes + threads - 1) / threads;
-            cm__cpu_pool_run(pool, (c->nodes + c->chunk - 1) / c->chunk, cm__runs_task, c);
+            c->chunk = cm__div_up_i64(c->nodes, threads);
+            cm__cpu_pool_run(pool, cm__div_up_i64(c->nodes, c->chunk), cm__runs_task, c);
             for (int64_t j = 0; j < c->nodes; ++j)
                 cm__pairs_push(&pairs, c->sum[j]);
         }
@@ -1597,9 +1597,9 @@ static bool cm__red_one_parallel(cm__par *c, cm__cpu_pool *pool, cm__acc *out) {
     if (r->field == 'd') {
         if (red->ndim != 1 || red->shape[0] <= CM__FBLOCK)
             return false;
-        const int64_t blocks = (red->shape[0] + CM__FBLOCK - 1) / CM__FBLOCK;
-        c->chunk = (blocks + threads - 1) / threads; /* blocks per task */
-        const int64_t ntasks = (blocks + c->chunk - 1) / c->chunk;
+        const int64_t blocks = cm__div_up_i64(red->shape[0], CM__FBLOCK);
+        c->chunk = cm__div_up_i64(blocks, threads); /* blocks per task */
+        const int64_t ntasks = cm__div_up_i64(blocks, c->chunk);
         cm__cpu_pool_run(pool, ntasks, cm__fblock_task, c);
         cm__acc a = r->init;
         for (int64_t t = 0; t < ntasks; ++t)
@@ -1609,8 +1609,8 @@ static bool cm__red_one_parallel(cm__par *c, cm__cpu_pool *pool, cm__acc *out) {
     }
     const int64_t n = red->shape[0];
     const int64_t parts = n < threads ? n : threads;
-    c->chunk = (n + parts - 1) / parts;
-    const int64_t ntasks = (n + c->chunk - 1) / c->chunk;
+    c->chunk = cm__div_up_i64(n, parts);
+    const int64_t ntasks = cm__div_up_i64(n, c->chunk);
     cm__cpu_pool_run(pool, ntasks, cm__slab_task, c);
     cm__acc a = r->init;
     for (int64_t t = 0; t < ntasks; ++t) {

@@ -194,8 +194,11 @@ static int32_t cm__coalesce(int32_t ndim, int64_t *shape, int nops, int64_t (*st
         if (shape[k] == 1)
             continue;
         bool join = n > 0;
-        for (int j = 0; join && j < nops; ++j)
-            join = strides[j][n - 1] == strides[j][k] * shape[k];
+        for (int j = 0; join && j < nops; ++j) {
+            int64_t step; /* wraps only for views over 2^62 bytes: then no join */
+            join = !__builtin_mul_overflow(strides[j][k], shape[k], &step) &&
+                   strides[j][n - 1] == step;
+        }
         if (join) {
             shape[n - 1] *= shape[k];
             for (int j = 0; j < nops; ++j)

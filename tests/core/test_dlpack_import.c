@@ -166,6 +166,36 @@ Test(dlpack_import, size_one_and_zero_strides) {
     cr_assert_eq(atomic_load(&p.deleted), 1);
 }
 
+/* Strides over memory the producer declares and cmetal never touches:
+ * reshaping them multiplies strides past INT64_MAX, which must neither wrap
+ * (UBSan checks) nor be taken for a mergeable layout. */
+Test(dlpack_import, reshapes_of_huge_strides_do_not_overflow) {
+    fill_data();
+    producer p;
+    const DLDataType u8 = dl_dtype(kDLUInt, 8, 1);
+    const int64_t stride = INT64_C(4000000000000000000); /* 3 * stride wraps */
+    producer_init(&p, g_data, u8, 1, (int64_t[]){3}, (int64_t[]){stride});
+    cm_tensor *t = NULL, *v = NULL;
+    cr_assert_eq(cm_dlpack_import(&p.legacy, NULL, &t), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_tensor_reshape(t, 2, (int64_t[]){1, 3}, &v), CM_OK, "%s", cm_last_error());
+    cm_tensor_info info;
+    cr_assert_eq(cm_tensor_get_info(v, &info), CM_OK);
+    cr_assert_eq(info.shape[0], 1);
+    cr_assert_eq(info.shape[1], 3);
+    cr_assert_eq(info.strides[1], stride);
+    cm_tensor_release(v);
+    cm_tensor_release(t);
+    cr_assert_eq(atomic_load(&p.deleted), 1);
+
+    producer q; /* {2, 2} with strides {1, 2^62}: not nested, and 2 * 2^62 wraps */
+    producer_init(&q, g_data, u8, 2, (int64_t[]){2, 2}, (int64_t[]){1, INT64_C(1) << 62});
+    cr_assert_eq(cm_dlpack_import(&q.legacy, NULL, &t), CM_OK, "%s", cm_last_error());
+    ASSERT_ERR(cm_tensor_reshape(t, 1, (int64_t[]){4}, &v), CM_ERR_COPY_REQUIRED,
+                "cannot express the new shape without a copy");
+    cm_tensor_release(t);
+    cr_assert_eq(atomic_load(&q.deleted), 1);
+}
+
 Test(dlpack_import, negative_strides_reach_before_data) {
     fill_data();
     producer p;

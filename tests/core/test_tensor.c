@@ -125,6 +125,19 @@ Test(tensor, views_of_empty_tensors_with_huge_strides) {
     cr_assert_eq(info.byte_offset, 0);
     cm_tensor_release(v);
     cm_tensor_release(t);
+    /* Element access checks every index before any stride is scaled: index
+     * 2 of axis 0 is in range, and 2 * INT64_MAX must not be formed. */
+    cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_UINT8, .ndim = 2,
+                                                            .shape = (int64_t[]){3, 0},
+                                                            .strides = (int64_t[]){INT64_MAX, 1}},
+                                       &t),
+                 CM_OK, "%s", cm_last_error());
+    uint8_t byte = 0;
+    EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){2, 0}, CM_UINT8, &byte), CM_ERR_OUT_OF_BOUNDS,
+                "index[1] = 0 is out of range for size 0");
+    EXPECT_FAIL(cm_tensor_set_element(t, (int64_t[]){2, 0}, CM_UINT8, &byte), CM_ERR_OUT_OF_BOUNDS,
+                "index[1] = 0 is out of range for size 0");
+    cm_tensor_release(t);
     cm_buffer_release(b);
     cm_device_release(d);
 }

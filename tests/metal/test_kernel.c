@@ -468,7 +468,10 @@ Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) 
                 "args[3].size = 20: threadgroup memory is a nonzero multiple of 16 bytes");
     args[3].size = 32768 + 16;
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
-                "threadgroup memory of 32784 bytes");
+                "args[3].size = 32784: threadgroup memory is over the limit of 32768 bytes");
+    args[3].size = (size_t)1 << 63; /* would wrap a running total */
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "args[3].size = 9223372036854775808: threadgroup memory is over the limit");
     args[3].size = 16;
     desc.threadgroup[0] = 2048;
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
@@ -477,6 +480,13 @@ Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) 
     desc.threadgroup[0] = 64;
     desc.threadgroup[1] = 32;
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT, "is 2048 threads");
+    /* 2^22 * 2^21 * 2^21 is 2^64: a product that wrapped to 0 would pass. */
+    desc.threadgroup[0] = 1u << 22;
+    desc.threadgroup[1] = desc.threadgroup[2] = 1u << 21;
+    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,
+                "desc->threadgroup = {4194304, 2097152, 2097152} is over 2^64 threads");
+    desc.threadgroup[0] = 64;
+    desc.threadgroup[2] = 0;
     desc.threadgroup[1] = 0;
     desc.grid[1] = 1ull << 32;
     EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &desc), CM_ERR_INVALID_ARGUMENT,

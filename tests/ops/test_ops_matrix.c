@@ -1409,3 +1409,77 @@ Test(ops_matrix, integer_sums_wrap_in_64_bits_and_are_exact) {
     cm_tensor_release(u);
     cm_device_release(dev);
 }
+
+/* A size-1 axis is never stepped, so a view may hold any stride there
+ * (INT64_MIN and INT64_MAX included, as DLPack producers may): every op
+ * takes such views without scaling those strides (UBSan checks), and a
+ * valid empty shape whose sizes multiply past INT64_MAX before its 0 is
+ * an empty op. */
+Test(ops_matrix, size_one_axes_take_any_stride_and_huge_empty_shapes_are_empty) {
+    cm_device *dev = dev_open();
+    cm_buffer *bx = NULL, *by = NULL, *bs = NULL;
+    CHECK(cm_buffer_create(dev, &(cm_buffer_desc){.size = 16}, &bx));
+    CHECK(cm_buffer_create(dev, &(cm_buffer_desc){.size = 16}, &by));
+    CHECK(cm_buffer_create(dev, &(cm_buffer_desc){.size = 4}, &bs));
+    const int64_t shape[2] = {1, 4};
+    cm_tensor *x = NULL, *y = NULL, *s = NULL, *s1 = NULL;
+    CHECK(cm_tensor_from_buffer(bx, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
+                                                      .shape = shape,
+                                                      .strides = (int64_t[]){INT64_MAX, 1}},
+                                &x));
+    CHECK(cm_tensor_from_buffer(by, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
+                                                      .shape = shape,
+                                                      .strides = (int64_t[]){INT64_MIN, 1}},
+                                &y));
+    CHECK(cm_tensor_from_buffer(bs, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                      .shape = (int64_t[]){1},
+                                                      .strides = (int64_t[]){INT64_MAX}},
+                                &s));
+    CHECK(cm_tensor_from_buffer(bs, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
+                                                      .shape = (int64_t[]){1, 1},
+                                                      .strides = (int64_t[]){INT64_MIN, INT64_MAX}},
+                                &s1));
+    const double three = 3.0;
+    CHECK(cm_fill(x, CM_FLOAT64, &three, NULL));
+    CHECK(cm_unary(CM_UNARY_NEG, x, y, NULL));       /* y = -3 */
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, y, NULL));  /* y = 0 */
+    CHECK(cm_binary(CM_BINARY_ADD, x, s, y, NULL));  /* s broadcasts: y = 3 + s */
+    CHECK(cm_copy(x, y, NULL));                      /* y = 3 */
+    const float *p = NULL;
+    CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
+    for (int i = 0; i < 4; ++i)
+        cr_assert_eq(p[i], 3.0f, "y[0][%d] = %g", i, (double)p[i]);
+    CHECK(cm_reduce(CM_REDUCE_SUM, y, 1, s, NULL)); /* 12, dropping axis 1 */
+    CHECK(cm_tensor_host_read(s, CM_FLOAT32, (const void **)&p));
+    cr_assert_eq(p[0], 12.0f, "sum over axis 1 = %g", (double)p[0]);
+    CHECK(cm_fill(s, CM_FLOAT64, &three, NULL));
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, s1, NULL)); /* keeping both axes */
+    CHECK(cm_tensor_host_read(s1, CM_FLOAT32, (const void **)&p));
+    cr_assert_eq(p[0], 12.0f, "sum of all = %g", (double)p[0]);
+    CHECK(cm_fill(s, CM_FLOAT64, &three, NULL));
+    CHECK(cm_reduce(CM_REDUCE_SUM, x, 1, s1, NULL)); /* keeping axis 1 */
+    CHECK(cm_tensor_host_read(s1, CM_FLOAT32, (const void **)&p));
+    cr_assert_eq(p[0], 12.0f, "sum over axis 1 kept = %g", (double)p[0]);
+
+    const int64_t huge[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 0};
+    cm_tensor *e = NULL, *f = NULL;
+    CHECK(cm_tensor_create(dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 3, .shape = huge},
+                           &e));
+    CHECK(cm_tensor_create(dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 3, .shape = huge},
+                           &f));
+    CHECK(cm_fill(e, CM_FLOAT64, &three, NULL));
+    CHECK(cm_copy(e, f, NULL));
+    CHECK(cm_unary(CM_UNARY_NEG, e, f, NULL));
+    CHECK(cm_binary(CM_BINARY_ADD, e, f, f, NULL));
+    CHECK(cm_device_synchronize(dev));
+    cm_tensor_release(e);
+    cm_tensor_release(f);
+    cm_tensor_release(x);
+    cm_tensor_release(y);
+    cm_tensor_release(s);
+    cm_tensor_release(s1);
+    cm_buffer_release(bx);
+    cm_buffer_release(by);
+    cm_buffer_release(bs);
+    cm_device_release(dev);
+}
