@@ -3,9 +3,12 @@
  * Oracle: every view the library accepts lies inside its buffer, which is
  * allocated to the exact size, so reading every element through the public
  * API must stay in bounds (ASan checks), and refused views report an error
- * message. */
+ * message. Element access at arbitrary indices, and ops on the last view
+ * (a copy read back element by element, a fill), take any stride a view
+ * may hold: UBSan checks their arithmetic. */
 #include <cmetal/cmetal.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -29,6 +32,71 @@ static void touch_all(const cm_tensor *t) {
             idx[k] = 0;
         }
     }
+}
+
+/* get_element at an arbitrary index: a value or a reason, never a crash. */
+static void probe(fuzz_input *in, const cm_tensor *t) {
+    cm_tensor_info info;
+    if (cm_tensor_get_info(t, &info) != CM_OK)
+        __builtin_trap();
+    int64_t idx[CM_MAX_NDIM];
+    for (int32_t k = 0; k < CM_MAX_NDIM; ++k)
+        idx[k] = fuzz_small_i64(in);
+    uint8_t value[8];
+    if (cm_tensor_get_element(t, idx, info.dtype, value) != CM_OK && cm_last_error()[0] == '\0')
+        __builtin_trap();
+}
+
+/* Two elements' bytes through the public API. */
+static bool same_element(const cm_tensor *a, const cm_tensor *b, const int64_t *idx,
+                         cm_dtype dtype, size_t size) {
+    uint8_t va[8], vb[8];
+    if (cm_tensor_get_element(a, idx, dtype, va) != CM_OK ||
+        cm_tensor_get_element(b, idx, dtype, vb) != CM_OK)
+        __builtin_trap();
+    return memcmp(va, vb, size) == 0;
+}
+
+/* Ops on the last view: a copy into a compact tensor equals the view
+ * element for element; a fill that succeeds leaves every element zero. */
+static void run_ops(cm_device *device, cm_tensor *t) {
+    cm_tensor_info info;
+    cm_dtype_info dinfo;
+    if (cm_tensor_get_info(t, &info) != CM_OK || cm_dtype_get_info(info.dtype, &dinfo) != CM_OK)
+        __builtin_trap();
+    if (info.numel > 4096)
+        return;
+    cm_tensor *c = NULL;
+    if (cm_tensor_create(device, &(cm_tensor_desc){.dtype = info.dtype, .ndim = info.ndim,
+                                                   .shape = info.shape},
+                         &c) != CM_OK)
+        return; /* float64 where the device lacks it, or no memory */
+    int64_t idx[CM_MAX_NDIM] = {0};
+    cm_status s = cm_copy(t, c, NULL);
+    if (s != CM_OK && cm_last_error()[0] == '\0')
+        __builtin_trap();
+    for (int64_t n = 0; s == CM_OK && n < info.numel; ++n) {
+        if (!same_element(t, c, idx, info.dtype, dinfo.size))
+            __builtin_trap(); /* the copy differs from the view */
+        for (int32_t k = info.ndim - 1; k >= 0 && ++idx[k] >= info.shape[k]; --k)
+            idx[k] = 0;
+    }
+    const double zero = 0.0;
+    s = cm_fill(t, CM_FLOAT64, &zero, NULL);
+    if (s != CM_OK && cm_last_error()[0] == '\0')
+        __builtin_trap();
+    memset(idx, 0, sizeof idx);
+    for (int64_t n = 0; s == CM_OK && n < info.numel; ++n) {
+        uint8_t v[8];
+        if (cm_tensor_get_element(t, idx, info.dtype, v) != CM_OK)
+            __builtin_trap();
+        for (size_t i = 0; i < dinfo.size; ++i)
+            if (v[i] != 0)
+                __builtin_trap(); /* zero is all-zero bits in every dtype */
+        for (int32_t k = info.ndim - 1; k >= 0 && ++idx[k] >= info.shape[k]; --k)
+            idx[k] = 0;
+    }
+    cm_tensor_release(c);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -62,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         __builtin_trap(); /* failures leave *out NULL and say why */
     while (t != NULL && in.size > 0) {
         touch_all(t);
+        probe(&in, t);
         cm_tensor *next = NULL;
         int32_t axis = (int32_t)fuzz_u8(&in) - 128;
         int32_t axes[CM_MAX_NDIM];
@@ -85,8 +154,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cm_tensor_release(t);
         t = next;
     }
-    if (t != NULL)
+    if (t != NULL) {
         touch_all(t);
+        run_ops(device, t);
+    }
     cm_tensor_release(t);
     cm_buffer_release(buffer);
     cm_device_release(device);
