@@ -3,6 +3,7 @@
  * MTL_SHADER_VALIDATION=1) a read past the end of a buffer fail their command
  * buffer with a message naming the kernel, the thread and the rule; the
  * process, the queue and later command buffers go on. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,4 +161,49 @@ Test(faults, shader_validation_reports_a_read_past_the_end_of_a_buffer) {
   cr_assert_eq(((float *)sm_contents(bufs[1]))[62], 62.0f + 63.0f);
   for (int i = 0; i < 2; i++) sm_release(bufs[i]);
   unsetenv("MTL_SHADER_VALIDATION");
+}
+
+/* Dispatches kernel int_mod as `groups` threadgroups of one thread, directly
+ * or through an indirect buffer; returns the finished command buffer. */
+static id dispatch_groups(MTLSize groups, bool indirect) {
+  id bufs[3] = {sm_buffer(NULL, 256), sm_buffer(NULL, 256), sm_buffer(NULL, 256)};
+  id args = sm_buffer(NULL, 16);
+  uint32_t g[3] = {(uint32_t)groups.width, (uint32_t)groups.height, (uint32_t)groups.depth};
+  memcpy(sm_contents(args), g, sizeof g);
+  id p = sm_pipeline(sm_lib, "int_mod");
+  id cb = SEND0(id, sm_queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  for (int i = 0; i < 3; i++)
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
+         0ul, (NSUInteger)i);
+  if (indirect)
+    SEND(void, (id, SEL, id, NSUInteger, MTLSize), enc,
+         "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:",
+         args, 0ul, SM_SIZE(1, 1, 1));
+  else
+    SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreadgroups:threadsPerThreadgroup:",
+         groups, SM_SIZE(1, 1, 1));
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  sm_release(p);
+  sm_release(args);
+  for (int i = 0; i < 3; i++) sm_release(bufs[i]);
+  return cb;
+}
+
+/* Every dimension within 2^32 - 1, but 2^64 threadgroups or more in all: a
+ * count that wrapped would complete having run none of the grid, or part
+ * of it. The command buffer fails instead, direct or indirect. */
+Test(faults, more_threadgroups_than_2_64_fail_instead_of_wrapping) {
+  id cb = dispatch_groups(SM_SIZE(1ul << 31, 1ul << 31, 4), false);
+  static const char *const direct[] = {"dispatchThreadgroups:threadsPerThreadgroup:",
+                                       "{2147483648, 2147483648, 4} threadgroups are over 2^64",
+                                       NULL};
+  expect_fault(cb, direct);
+  cb = dispatch_groups(SM_SIZE(UINT32_MAX, UINT32_MAX, UINT32_MAX), true);
+  static const char *const indirect[] = {
+      "kernel int_mod", "{4294967295, 4294967295, 4294967295} threadgroups are over 2^64", NULL};
+  expect_fault(cb, indirect);
 }

@@ -3,6 +3,7 @@
  * [[kernel]], macros, implicit indices), threadgroup variables, function
  * constants, diagnostics, and the safety of the kernel cache. */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -604,6 +605,16 @@ static void set_name(id v, const void *p, NSUInteger type, const char *name) {
 static id specialize(id lib, const char *name, id v, id *error) {
   return SEND(id, (id, SEL, id, id, id *), lib, "newFunctionWithName:constantValues:error:",
               sm_str(name), v, error);
+}
+
+/* A range that runs past NSUIntegerMax would wrap its second value to
+ * index 0 and specialize the wrong constant: it is refused (an abort, as
+ * Metal's exceptions are here). */
+Test(front, function_constant_ranges_that_wrap_abort, .signal = SIGABRT) {
+  id v = values();
+  const int two[2] = {1, 2};
+  SEND(void, (id, SEL, const void *, NSUInteger, NSRange), v, "setConstantValues:type:withRange:",
+       two, (NSUInteger)DataTypeInt, ((NSRange){(NSUInteger)-1, 2}));
 }
 
 Test(front, function_constant_values_reach_the_kernel) {

@@ -906,8 +906,14 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
   j.err = err;
   j.errlen = errlen;
   err[0] = 0;
+  if (__builtin_mul_overflow((uint64_t)d->groups.width, d->groups.height, &j.ngroups) ||
+      __builtin_mul_overflow(j.ngroups, d->groups.depth, &j.ngroups)) {
+    snprintf(err, errlen, "dispatch of kernel %s: {%lu, %lu, %lu} threadgroups are over 2^64 in "
+             "all, more than softmetal can count", d->pipeline->desc->name, d->groups.width,
+             d->groups.height, d->groups.depth);
+    return false; /* a wrapped count would run part of the grid, or none of it */
+  }
   read_schedule(&j.seeded, &j.seed);
-  j.ngroups = (uint64_t)d->groups.width * d->groups.height * d->groups.depth;
   if (j.seeded) perm_init(&j.perm, j.ngroups, j.seed);
   atomic_init(&j.next, 0);
   atomic_init(&j.stop, false);

@@ -399,6 +399,9 @@ static void enc_set_buffers(id self, SEL cmd, const id *buffers, const NSUIntege
   SEL s = sel_registerName("setBuffer:offset:atIndex:");
   if (range.length && (!buffers || !offsets))
     sm__fatal("-[SMComputeCommandEncoder %s]: buffers or offsets = NULL", sel_getName(cmd));
+  if (range.length && range.location > (NSUInteger)-1 - (range.length - 1))
+    sm__fatal("-[SMComputeCommandEncoder %s]: range {%lu, %lu} overflows", sel_getName(cmd),
+              range.location, range.length);
   for (NSUInteger i = 0; i < range.length; i++)
     set(self, s, buffers[i], offsets[i], range.location + i);
 }

@@ -1310,6 +1310,13 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
                 grid.width, grid.height, grid.depth);
     return;
   }
+  NSUInteger ngroups;
+  if (__builtin_mul_overflow(groups.width, groups.height, &ngroups) ||
+      __builtin_mul_overflow(ngroups, groups.depth, &ngroups)) {
+    encode_fail(cb, "%s: {%lu, %lu, %lu} threadgroups are over 2^64 in all, more than "
+                "softmetal can count", sel, groups.width, groups.height, groups.depth);
+    return;
+  }
   NSUInteger tg_total = 0;
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
     if ((k->buffer_mask >> i & 1u) && !e->buffers[i] && !e->bytes[i]) {

@@ -452,6 +452,9 @@ static void values_set_name(id self, SEL cmd, const void *value, NSUInteger type
 }
 static void values_set_range(id self, SEL cmd, const void *values, NSUInteger type, NSRange r) {
   size_t size = data_type_size(type);
+  if (r.length && r.location > (NSUInteger)-1 - (r.length - 1))
+    sm__fatal("-[MTLFunctionConstantValues %s]: range {%lu, %lu} overflows", sel_getName(cmd),
+              r.location, r.length);
   for (NSUInteger i = 0; i < r.length; i++)
     values_add(self, (const unsigned char *)values + i * size, type, r.location + i, NULL, cmd);
 }
