@@ -17,6 +17,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The next row-major index of a view's shape (wraps to all zeros). */
+static void next_index(const cm_tensor_info *info, int64_t *idx) {
+    for (int32_t k = info->ndim - 1; k >= 0 && ++idx[k] >= info->shape[k]; --k)
+        idx[k] = 0;
+}
+
 static void touch_all(const cm_tensor *t) {
     cm_tensor_info info;
     if (cm_tensor_get_info(t, &info) != CM_OK || info.numel > 4096)
@@ -26,11 +32,7 @@ static void touch_all(const cm_tensor *t) {
     for (int64_t n = 0; n < info.numel; ++n) {
         if (cm_tensor_get_element(t, idx, info.dtype, value) != CM_OK)
             __builtin_trap(); /* an accepted view must be readable */
-        for (int32_t k = info.ndim - 1; k >= 0; --k) {
-            if (++idx[k] < info.shape[k])
-                break;
-            idx[k] = 0;
-        }
+        next_index(&info, idx);
     }
 }
 
@@ -78,8 +80,7 @@ static void run_ops(cm_device *device, cm_tensor *t) {
     for (int64_t n = 0; s == CM_OK && n < info.numel; ++n) {
         if (!same_element(t, c, idx, info.dtype, dinfo.size))
             __builtin_trap(); /* the copy differs from the view */
-        for (int32_t k = info.ndim - 1; k >= 0 && ++idx[k] >= info.shape[k]; --k)
-            idx[k] = 0;
+        next_index(&info, idx);
     }
     const double zero = 0.0;
     s = cm_fill(t, CM_FLOAT64, &zero, NULL);
@@ -93,8 +94,7 @@ static void run_ops(cm_device *device, cm_tensor *t) {
         for (size_t i = 0; i < dinfo.size; ++i)
             if (v[i] != 0)
                 __builtin_trap(); /* zero is all-zero bits in every dtype */
-        for (int32_t k = info.ndim - 1; k >= 0 && ++idx[k] >= info.shape[k]; --k)
-            idx[k] = 0;
+        next_index(&info, idx);
     }
     cm_tensor_release(c);
 }

@@ -1462,11 +1462,7 @@ Test(ops_matrix, size_one_axes_take_any_stride_and_huge_empty_shapes_are_empty) 
     cr_assert_eq(p[0], 12.0f, "sum over axis 1 kept = %g", (double)p[0]);
 
     const int64_t huge[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 0};
-    cm_tensor *e = NULL, *f = NULL;
-    CHECK(cm_tensor_create(dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 3, .shape = huge},
-                           &e));
-    CHECK(cm_tensor_create(dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 3, .shape = huge},
-                           &f));
+    cm_tensor *e = new_tensor(dev, CM_FLOAT32, 3, huge), *f = new_tensor(dev, CM_FLOAT32, 3, huge);
     CHECK(cm_fill(e, CM_FLOAT64, &three, NULL));
     CHECK(cm_copy(e, f, NULL));
     CHECK(cm_unary(CM_UNARY_NEG, e, f, NULL));
