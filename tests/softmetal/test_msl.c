@@ -931,7 +931,7 @@ Test(msl, encoding_errors_fail_the_command_buffer) {
       {"kernel add uses [[buffer(3)]] but nothing is bound at index 3", 4},
       {"threadsPerThreadgroup = {0, 1, 1}", 5},
       {"no compute pipeline state set", 6},
-      {"setThreadgroupMemoryLength:atIndex:: length = 20 must be a multiple of 16", 7},
+      {"setThreadgroupMemoryLength:atIndex:: length = 32784 must be <= 32768", 7},
   };
   static char big[4097];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -947,7 +947,7 @@ Test(msl, encoding_errors_fail_the_command_buffer) {
     case 4: set_buffer(enc, (id)0, 0, 3); break;
     case 7:
       SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
-           20, 0);
+           32784, 0);
       break;
     default: break;
     }

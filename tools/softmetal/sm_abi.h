@@ -5,9 +5,9 @@
 #define SM_ABI_H
 #include <stdint.h>
 
-#define SM_ABI_VERSION 3u
+#define SM_ABI_VERSION 4u
 #define SM_MAX_BINDINGS 31u
-#define SM_SIMD_WIDTH 32u
+#define SM_SIMD_WIDTH_MAX 64u /* lanes of a SIMD group: sm_thread.simd_width, 32 or 64 */
 #define SM_SIMD_SLOT 32u /* bytes per lane and bank: 16 of value, then the tag */
 
 struct sm_thread;
@@ -31,6 +31,9 @@ struct sm_kernel_desc {
   /* Since ABI 3: runs every thread of the threadgroup t describes (t's
    * per-thread fields give its first thread), or NULL when needs_fibers. */
   sm_kernel_fn group_fn;
+  /* Since ABI 4: the features it may use that some devices lack (softmetal's
+   * SM_FEATURE_*), from the library's manifest; 0 in the compiled table. */
+  uint32_t features;
 };
 
 /* One per function constant of a library, in declaration order
@@ -104,12 +107,15 @@ struct sm_thread {
    * released with it and simd_active says which lanes those are. */
   const char *simd_file;  /* call site: __builtin_FILE() */
   uint64_t simd_site;     /* call site: line << 16 | column */
-  uint32_t simd_active;   /* bit l: lane l was released with this lane */
-  uint32_t pad2_;
+  uint64_t simd_active;   /* bit l: lane l was released with this lane (ABI 4: 64 bits) */
   /* Records a strict-mode failure (the first one per dispatch wins); the
    * command buffer fails with it. other_lane < 0: the function needs every
    * lane of the simdgroup active. */
   void (*simd_fail)(struct sm_thread *t, const char *function, int32_t other_lane);
+  /* Since ABI 4: lanes of a SIMD group (threadExecutionWidth: 32, or 64 for
+   * the amd-discrete persona). */
+  uint32_t simd_width;
+  uint32_t pad3_;
 };
 
 #endif

@@ -678,7 +678,8 @@ static bool parse_manifest(sm_compiled_library *l, char **diag) {
     if (kind == 'K') {
       struct sm_kernel_desc *k = &l->kernels[l->n_kernels++];
       for (int i = 0; i < 4; i++) v[i] = strtoul(q, &q, 10);
-      k->needs_fibers = (uint32_t)v[0];
+      k->needs_fibers = (uint32_t)v[0] & 1u;
+      k->features = (uint32_t)v[0] >> 1;
       k->buffer_mask = (uint32_t)v[1];
       k->threadgroup_mask = (uint32_t)v[2];
       k->fc_used = arr;

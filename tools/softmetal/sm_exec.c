@@ -201,22 +201,25 @@ static bool site_before(const call_site *a, const call_site *b) {
 static void fiber_simd_fail(struct sm_thread *t, const char *function, int32_t other_lane) {
   sched *s = t->sched;
   if (s->fail[0]) return;
-  uint32_t base = t->simdgroup * SM_SIMD_WIDTH, live = 0;
-  for (uint32_t l = 0; l < SM_SIMD_WIDTH && base + l < t->tg_threads; l++) live |= 1u << l;
+  uint32_t w = t->simd_width, base = t->simdgroup * w;
+  uint64_t live = 0;
+  for (uint32_t l = 0; l < w && base + l < t->tg_threads; l++) live |= 1ull << l;
+  int digits = (int)w / 4;
+  unsigned long long active = t->simd_active;
   int len = snprintf(s->fail, s->fail_len,
                      "dispatch of kernel %s: threadgroup (%u, %u, %u), simdgroup %u, lane %u: ",
                      s->k->name, s->group[0], s->group[1], s->group[2], t->simdgroup, t->lane);
   if (len < 0 || (size_t)len >= s->fail_len) return;
   if (other_lane < 0)
     snprintf(s->fail + len, s->fail_len - (size_t)len,
-             "%s needs all 32 lanes of the simdgroup active at the call, but the active lanes "
-             "are 0x%08x (lanes that exist: 0x%08x)",
-             function, t->simd_active, live);
+             "%s needs all %u lanes of the simdgroup active at the call, but the active lanes "
+             "are 0x%0*llx (lanes that exist: 0x%0*llx)",
+             function, w, digits, active, digits, (unsigned long long)live);
   else
     snprintf(s->fail + len, s->fail_len - (size_t)len,
-             "%s reads lane %d, which is not active at this call (active lanes 0x%08x); "
+             "%s reads lane %d, which is not active at this call (active lanes 0x%0*llx); "
              "Metal leaves the result undefined",
-             function, other_lane, t->simd_active);
+             function, other_lane, digits, active);
 }
 
 /* The front end's analysis runs every kernel that can reach a barrier or a
@@ -290,8 +293,8 @@ static inline void thread_place(struct sm_thread *t, const run_state *r, uint32_
   t->tpig[1] = t->tgpig[1] * (uint32_t)d->tg.height + ly;
   t->tpig[2] = t->tgpig[2] * (uint32_t)d->tg.depth + lz;
   t->tiitg = (lz * t->tptg[1] + ly) * t->tptg[0] + lx;
-  t->lane = t->tiitg % SM_SIMD_WIDTH;
-  t->simdgroup = t->tiitg / SM_SIMD_WIDTH;
+  t->lane = t->tiitg % t->simd_width;
+  t->simdgroup = t->tiitg / t->simd_width;
 }
 
 static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t g[3],
@@ -317,6 +320,7 @@ static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t 
   t->logging = d->pipeline->logging;
   t->tg_var = sm__tg_var;
   t->tg_arena = r->tg_arena;
+  t->simd_width = sm__persona()->simd_width;
   thread_place(t, r, lx, ly, lz);
 }
 
@@ -368,9 +372,10 @@ static bool release_simd_group(run_state *r, uint32_t base, uint32_t end) {
     if (fs[i].state == F_SIMD && (!first || site_before(&fs[i].site, &first->site))) first = &fs[i];
   }
   if (!first) return false;
-  uint32_t mask = 0, tg_threads = first->t.tg_threads;
+  uint32_t tg_threads = first->t.tg_threads;
+  uint64_t mask = 0;
   for (uint32_t i = base; i < end; i++)
-    if (fs[i].state == F_SIMD && same_site(&fs[i].site, &first->site)) mask |= 1u << (i - base);
+    if (fs[i].state == F_SIMD && same_site(&fs[i].site, &first->site)) mask |= 1ull << (i - base);
   for (uint32_t i = base; i < end; i++) {
     if (!(mask >> (i - base) & 1u)) continue;
     memcpy(r->simd_slots + ((size_t)tg_threads + i) * SM_SIMD_SLOT,
@@ -446,8 +451,9 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
     /* Lanes elsewhere (at a barrier, at another call, exited) are inactive
      * lanes for the group released. */
     bool released = false;
-    for (uint32_t base = 0; base < n; base += SM_SIMD_WIDTH)
-      released |= release_simd_group(r, base, base + SM_SIMD_WIDTH < n ? base + SM_SIMD_WIDTH : n);
+    const uint32_t w = sm__persona()->simd_width;
+    for (uint32_t base = 0; base < n; base += w)
+      released |= release_simd_group(r, base, base + w < n ? base + w : n);
     if (released) continue;
     if (at_barrier == n) {
       for (i = 0; i < n; i++) r->fibers[i].state = F_READY;

@@ -447,10 +447,11 @@ static const struct {
     {"simdgroup_index_in_threadgroup", "t->simdgroup", false},
     {"thread_index_in_quadgroup", "(t->tiitg % 4u)", false},
     {"quadgroup_index_in_threadgroup", "(t->tiitg / 4u)", false},
-    {"threads_per_simdgroup", "32u", false},
-    {"thread_execution_width", "32u", false},
-    {"simdgroups_per_threadgroup", "((t->tg_threads + 31u) / 32u)", false},
-    {"dispatch_simdgroups_per_threadgroup", "((t->tg_threads + 31u) / 32u)", false},
+    {"threads_per_simdgroup", "t->simd_width", false},
+    {"thread_execution_width", "t->simd_width", false},
+    {"simdgroups_per_threadgroup", "((t->tg_threads + t->simd_width - 1u) / t->simd_width)", false},
+    {"dispatch_simdgroups_per_threadgroup", "((t->tg_threads + t->simd_width - 1u) / t->simd_width)",
+     false},
     {"quadgroups_per_threadgroup", "((t->tg_threads + 3u) / 4u)", false},
 };
 enum { N_BUILTINS = sizeof BUILTINS / sizeof BUILTINS[0] };
@@ -1739,6 +1740,34 @@ static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync)
   }
 }
 
+/* The features (SM_FEATURE_* of sm_internal.h: 1 SIMD-group permutes, 2
+ * SIMD-group reductions, 4 SIMD-group matrices) that the bodies of the
+ * functions seen use, by name: pipeline creation refuses them on a device
+ * without them, as Metal does. */
+static unsigned features_of(const fe *f, const bool *seen, const bool *global) {
+  static const char *const REDUCTIONS[] = {"simd_sum", "simd_product", "simd_min", "simd_max",
+                                           "simd_and", "simd_or",      "simd_xor"};
+  unsigned bits = 0;
+  for (size_t g = 0; g < f->nf; g++) {
+    if (!seen[g] && !global[g]) continue;
+    for (size_t i = f->f[g].body0; i <= f->f[g].body1 && i < f->nt; i++) {
+      if (!is_id(f, i)) continue;
+      char w[128];
+      text_of(f, i, w, sizeof w);
+      if (strncmp(w, "simd_shuffle", 12) == 0 || strncmp(w, "simd_broadcast", 14) == 0)
+        bits |= 1u;
+      if (strncmp(w, "simd_prefix_", 12) == 0) bits |= 2u;
+      for (size_t r = 0; r < sizeof REDUCTIONS / sizeof *REDUCTIONS; r++)
+        if (strcmp(w, REDUCTIONS[r]) == 0) bits |= 2u;
+      if (strncmp(w, "simdgroup_", 10) == 0 && strcmp(w, "simdgroup_barrier") != 0 &&
+          strcmp(w, "simdgroup_index_in_threadgroup") != 0)
+        bits |= 4u;
+      if (strcmp(w, "make_filled_simdgroup_matrix") == 0) bits |= 4u;
+    }
+  }
+  return bits;
+}
+
 /* The builtin's value: in a trampoline from t; in a threadgroup loop
  * (in_group) the per-thread ones from the loop's position p. */
 static void put_builtin(buf *b, const char *text, bool in_group) {
@@ -2090,7 +2119,10 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     put_s(&table, "};\n");
     sm__text_printf(&tg_table, "  {sm_tg_%zu + 1, %du},\n", n, ntg);
     /* the same, for the library before any code is generated */
-    sm__text_printf(&manifest, "K %d %u %u %d", sync ? 1 : 0, bmask, tmask, used);
+    /* first number: needs fibers (bit 0), the features it uses (bits 1..) */
+    sm__text_printf(&manifest, "K %u %u %u %d",
+                    (sync ? 1u : 0u) | features_of(&f, fn_seen, fn_global) << 1, bmask, tmask,
+                    used);
     for (size_t c = 0; c < f.nc; c++)
       if (c_seen[c] && f.c[c].index >= 0) sm__text_printf(&manifest, " %zu", c);
     sm__text_printf(&manifest, " %d", conds);

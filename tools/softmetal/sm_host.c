@@ -19,7 +19,6 @@
 #include <time.h>
 
 enum { CB_COMMITTED = 2, CB_SCHEDULED = 3 };
-enum { MAX_TG_MEMORY = 32768 };
 
 /* ------------------------------------------------------------- host records */
 typedef struct {
@@ -498,7 +497,11 @@ static id device_architecture(id self, SEL cmd) {
   pthread_mutex_unlock(&h->mu);
   return a;
 }
-static NSUInteger device_max_tg_memory(id s, SEL c) { (void)s; (void)c; return MAX_TG_MEMORY; }
+static NSUInteger device_max_tg_memory(id s, SEL c) {
+  (void)s;
+  (void)c;
+  return sm__persona()->max_tg_memory;
+}
 static BOOL device_no(id s, SEL c) { (void)s; (void)c; return 0; }
 static NSUInteger device_zero(id s, SEL c) { (void)s; (void)c; return 0; }
 static NSUInteger device_arg_tier(id s, SEL c) { (void)s; (void)c; return 1; } /* Tier2 */

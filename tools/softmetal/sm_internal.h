@@ -204,6 +204,45 @@ static inline IMP sm__lookup(id o, const char *sel) {
   return objc_msg_lookup(o, sel_registerName(sel));
 }
 
+/* Personas and validation modes (sm_persona.c), read when the library loads
+ * (sm__modes_init, first thing of the constructor). */
+typedef enum { SM_PERSONA_APPLE_SILICON, SM_PERSONA_PARAVIRTUAL, SM_PERSONA_AMD_DISCRETE } sm_persona_kind;
+/* Kernel features a device may lack (sm_kernel_desc.features). */
+enum {
+  SM_FEATURE_SIMD_PERMUTE = 1u,
+  SM_FEATURE_SIMD_REDUCTION = 2u,
+  SM_FEATURE_SIMDGROUP_MATRIX = 4u,
+  SM_FEATURE_ALL = 7u,
+};
+typedef struct {
+  sm_persona_kind kind;
+  const char *env_name;    /* SOFTMETAL_PERSONA's value */
+  const char *device_name; /* NULL: softmetal's own names */
+  bool one_device;         /* MTLCopyAllDevices gives one device whatever SOFTMETAL_DEVICE_COUNT says */
+  bool unified;            /* hasUnifiedMemory */
+  uint32_t simd_width;     /* threadExecutionWidth, lanes of a SIMD group */
+  NSUInteger max_threads;  /* maxThreadsPerThreadgroup, maxTotalThreadsPerThreadgroup */
+  NSUInteger max_tg_memory; /* maxThreadgroupMemoryLength */
+  NSUInteger max_buffer;   /* maxBufferLength */
+  uint64_t working_set;    /* recommendedMaxWorkingSetSize */
+  uint32_t features;       /* SM_FEATURE_* it has */
+} sm_persona;
+void sm__modes_init(void);
+const sm_persona *sm__persona(void);
+bool sm__persona_supports_family(NSInteger family);
+/* Words naming the first feature of features that the persona lacks, or NULL. */
+const char *sm__feature_missing(uint32_t features);
+/* MTL_DEBUG_LAYER=1: Metal's API validation is on. */
+bool sm__debug_layer(void);
+/* Under MTL_DEBUG_LAYER=1 aborts naming the class and the broken rule, as
+ * Metal's validation layer does at encode; otherwise returns. */
+void sm__api_misuse_abort(const char *cls, const char *msg);
+/* Misuse that a Mac without the validation layer tolerates, tolerated:
+ * counted, and a warning to stderr once per rule (0..31). */
+enum { SM_LENIENT_TG_LENGTH = 0 };
+void sm__lenient(unsigned rule, const char *what);
+long sm__lenient_uses(void);
+
 #endif
 
 /* ------------------------------------------------------------- kernels */

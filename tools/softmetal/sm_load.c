@@ -24,10 +24,12 @@ SM_EXPORT void softmetal_stats(struct softmetal_stats *out) {
   out->tool_cpu_us = atomic_load(&sm__tool_cpu_us);
   out->unsafe_math_libraries = atomic_load(&sm__unsafe_math_libraries);
   out->blocked_in_command_buffer = atomic_load(&sm__blocked_cmdbuf);
+  out->lenient_api_uses = sm__lenient_uses();
 }
 
 /* Every class and method exists before any thread of ours starts. */
 __attribute__((constructor)) static void softmetal_load(void) {
+  sm__modes_init(); /* SOFTMETAL_PERSONA, MTL_DEBUG_LAYER */
   sm__register_foundation();
   sm__error_domain(&MTLLibraryErrorDomain, "MTLLibraryErrorDomain");
   sm__error_domain(&MTLCommandBufferErrorDomain, "MTLCommandBufferErrorDomain");

@@ -12,13 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 
-enum {
-  MAX_SET_BYTES = 4096,
-  MAX_TG_MEMORY = 32768,
-  MAX_THREADS_PER_GROUP = 1024,
-};
-#define MAX_BUFFER_LENGTH ((NSUInteger)1 << 34)
-#define WORKING_SET ((uint64_t)8 << 30)
+enum { MAX_SET_BYTES = 4096 };
+/* The limits of the persona's devices (sm_persona.c). */
+#define MAX_TG_MEMORY (sm__persona()->max_tg_memory)
+#define MAX_THREADS_PER_GROUP (sm__persona()->max_threads)
+#define MAX_BUFFER_LENGTH (sm__persona()->max_buffer)
+#define WORKING_SET (sm__persona()->working_set)
 
 enum { DISPATCH_SERIAL = 0, DISPATCH_CONCURRENT = 1 };
 enum { BARRIER_SCOPE_BUFFERS = 1 };
@@ -69,7 +68,10 @@ static unsigned env_index(const char *name, unsigned dflt, unsigned lo, unsigned
     sm__fatal("%s = '%s' must be an integer in %u..%u", name, v, lo, hi);
   return (unsigned)n;
 }
+/* A persona of one device (paravirtual) ignores SOFTMETAL_DEVICE_COUNT and
+ * SOFTMETAL_DEFAULT_DEVICE: such a Mac has one GPU. */
 static unsigned device_count(void) {
+  if (sm__persona()->one_device) return 1;
   return env_index("SOFTMETAL_DEVICE_COUNT", 1, 1, MAX_DEVICES);
 }
 
@@ -88,7 +90,10 @@ static id device_get(unsigned k) {
     d = sm__new(&device_class);
     if (d) {
       char name[96];
-      if (k == 0) snprintf(name, sizeof name, "softmetal (software Metal on the CPU)");
+      const char *persona_name = sm__persona()->device_name;
+      if (persona_name && k == 0) snprintf(name, sizeof name, "%s", persona_name);
+      else if (persona_name) snprintf(name, sizeof name, "%s (%u)", persona_name, k);
+      else if (k == 0) snprintf(name, sizeof name, "softmetal (software Metal on the CPU)");
       else snprintf(name, sizeof name, "softmetal %u (software Metal on the CPU)", k);
       d->name = sm__string(name);
       d->index = k;
@@ -103,6 +108,7 @@ static id device_get(unsigned k) {
  * the system default, as a Mac whose default GPU is not the first listed. */
 SM_EXPORT id MTLCreateSystemDefaultDevice(void) {
   unsigned n = device_count();
+  if (sm__persona()->one_device) return device_get(0);
   return device_get(env_index("SOFTMETAL_DEFAULT_DEVICE", 0, 0, n - 1));
 }
 
@@ -122,7 +128,11 @@ static uint64_t device_registry_id(id self, SEL cmd) {
   (void)cmd;
   return 0x50f7e7a1u + ((sm_device *)self)->index;
 }
-static BOOL device_unified(id self, SEL cmd) { (void)self; (void)cmd; return 1; }
+static BOOL device_unified(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return sm__persona()->unified;
+}
 static NSUInteger device_max_buffer(id self, SEL cmd) { (void)self; (void)cmd; return MAX_BUFFER_LENGTH; }
 static uint64_t device_working_set(id self, SEL cmd) { (void)self; (void)cmd; return WORKING_SET; }
 static NSUInteger device_allocated(id self, SEL cmd) {
@@ -138,9 +148,7 @@ static MTLSize device_max_threads(id self, SEL cmd) {
 static BOOL device_supports_family(id self, SEL cmd, NSInteger family) {
   (void)self;
   (void)cmd;
-  /* Apple1..9, Mac2, Common1..3, Metal3: what our kernels may assume. */
-  return (family >= 1001 && family <= 1009) || family == 2002 ||
-         (family >= 3001 && family <= 3003) || family == 5001;
+  return sm__persona_supports_family(family);
 }
 
 /* ------------------------------------------------------------- buffers */
@@ -484,6 +492,21 @@ static void encode_fail(sm_cmdbuf *cb, const char *fmt, ...) {
   cb->encode_error = strdup(tmp);
 }
 void sm__cmdbuf_fail(id cmdbuf, const char *msg) { encode_fail((sm_cmdbuf *)cmdbuf, "%s", msg); }
+
+/* API misuse that Metal's validation layer reports at encode: under
+ * MTL_DEBUG_LAYER=1 an abort naming the rule, as Metal's assertion; without
+ * it the command buffer fails (what a Mac does then is undefined). */
+static void misuse(sm_cmdbuf *cb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void misuse(sm_cmdbuf *cb, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char tmp[1024];
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  id enc = cb->active_encoder;
+  sm__api_misuse_abort(enc ? object_getClassName(enc) : "SMCommandBuffer", tmp);
+  encode_fail(cb, "%s", tmp);
+}
 
 static command *cmd_push(sm_cmdbuf *cb, int kind) {
   if (cb->ncmds == cb->cap) {
@@ -1076,16 +1099,16 @@ static const char *device_label(const sm_device *d) { return sm__string_utf8(d->
 
 static sm_buffer *as_buffer(sm_cmdbuf *cb, const char *sel, const char *arg, id b) {
   if (!b) {
-    encode_fail(cb, "%s: %s = nil", sel, arg);
+    misuse(cb, "%s: %s = nil", sel, arg);
     return NULL;
   }
   if (!sm__is(b, &buffer_class)) {
-    encode_fail(cb, "%s: %s is a %s, not an SMBuffer", sel, arg, object_getClassName(b));
+    misuse(cb, "%s: %s is a %s, not an SMBuffer", sel, arg, object_getClassName(b));
     return NULL;
   }
   sm_device *mine = cb->queue->device, *its = ((sm_buffer *)b)->device;
   if (its != mine) {
-    encode_fail(cb, "%s: %s belongs to device '%s' (registryID 0x%lx), not to the command "
+    misuse(cb, "%s: %s belongs to device '%s' (registryID 0x%lx), not to the command "
                 "queue's device '%s' (registryID 0x%lx)", sel, arg, device_label(its),
                 0x50f7e7a1ul + its->index, device_label(mine), 0x50f7e7a1ul + mine->index);
     return NULL;
@@ -1101,22 +1124,22 @@ static void blit_copy(id self, SEL cmd, id src, NSUInteger src_off, id dst, NSUI
   sm_buffer *d = as_buffer(cb, sel, "destinationBuffer", dst);
   if (!s || !d) return;
   if (src_off % 4 || dst_off % 4 || size % 4) {
-    encode_fail(cb, "%s: sourceOffset = %lu, destinationOffset = %lu and size = %lu must be "
+    misuse(cb, "%s: sourceOffset = %lu, destinationOffset = %lu and size = %lu must be "
                 "multiples of 4 (macOS rule)", sel, src_off, dst_off, size);
     return;
   }
   if (!range_ok(src_off, size, s->length)) {
-    encode_fail(cb, "%s: sourceOffset = %lu + size = %lu exceeds source length %lu", sel,
+    misuse(cb, "%s: sourceOffset = %lu + size = %lu exceeds source length %lu", sel,
                 src_off, size, s->length);
     return;
   }
   if (!range_ok(dst_off, size, d->length)) {
-    encode_fail(cb, "%s: destinationOffset = %lu + size = %lu exceeds destination length %lu",
+    misuse(cb, "%s: destinationOffset = %lu + size = %lu exceeds destination length %lu",
                 sel, dst_off, size, d->length);
     return;
   }
   if (s == d && src_off < dst_off + size && dst_off < src_off + size && size) {
-    encode_fail(cb, "%s: source range {%lu, %lu} overlaps destination range {%lu, %lu} in "
+    misuse(cb, "%s: source range {%lu, %lu} overlaps destination range {%lu, %lu} in "
                 "the same buffer", sel, src_off, size, dst_off, size);
     return;
   }
@@ -1134,12 +1157,12 @@ static void blit_fill(id self, SEL cmd, id buf, NSRange range, uint8_t value) {
   sm_buffer *b = as_buffer(cb, sel, "buffer", buf);
   if (!b) return;
   if (range.length == 0 || range.location % 4 || range.length % 4) {
-    encode_fail(cb, "%s: range = {%lu, %lu}: location and length must be multiples of 4 and "
+    misuse(cb, "%s: range = {%lu, %lu}: location and length must be multiples of 4 and "
                 "length > 0 (macOS rule)", sel, range.location, range.length);
     return;
   }
   if (!range_ok(range.location, range.length, b->length)) {
-    encode_fail(cb, "%s: range = {%lu, %lu} exceeds buffer length %lu", sel, range.location,
+    misuse(cb, "%s: range = {%lu, %lu} exceeds buffer length %lu", sel, range.location,
                 range.length, b->length);
     return;
   }
@@ -1156,7 +1179,7 @@ static void blit_sync(id self, SEL cmd, id res) {
   sm_buffer *b = as_buffer(cb, sel, "resource", res);
   if (!b) return;
   if (b->storage != ST_MANAGED) {
-    encode_fail(cb, "%s: resource storageMode = %lu, only Managed (1) resources synchronize",
+    misuse(cb, "%s: resource storageMode = %lu, only Managed (1) resources synchronize",
                 sel, b->storage);
     return;
   }
@@ -1167,14 +1190,14 @@ static void blit_sync(id self, SEL cmd, id res) {
 static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
   sm_cmdbuf *cb = enc_open(self, cmd);
   if (!sm__is(pipeline, &sm__pipeline_class)) {
-    encode_fail(cb, "%s: pipelineState = %s is not a compute pipeline state", sel_getName(cmd),
+    misuse(cb, "%s: pipelineState = %s is not a compute pipeline state", sel_getName(cmd),
                 pipeline ? object_getClassName(pipeline) : "nil");
     return;
   }
   id (*device_of)(id, SEL) = (id(*)(id, SEL))(void (*)(void))sm__lookup(pipeline, "device");
   sm_device *its = (sm_device *)device_of(pipeline, sel_registerName("device"));
   if (its != cb->queue->device) {
-    encode_fail(cb, "%s: pipelineState belongs to device '%s', not to the command queue's "
+    misuse(cb, "%s: pipelineState belongs to device '%s', not to the command queue's "
                 "device '%s'", sel_getName(cmd), its ? device_label(its) : "nil",
                 device_label(cb->queue->device));
     return;
@@ -1210,7 +1233,7 @@ void sm__encoder_use(id encoder, id buffer, bool write) {
 
 static bool index_ok(sm_cmdbuf *cb, const char *sel, NSUInteger index) {
   if (index < SM_MAX_BINDINGS) return true;
-  encode_fail(cb, "%s: index = %lu must be < %u", sel, index, SM_MAX_BINDINGS);
+  misuse(cb, "%s: index = %lu must be < %u", sel, index, SM_MAX_BINDINGS);
   return false;
 }
 
@@ -1224,7 +1247,7 @@ static void comp_set_buffer(id self, SEL cmd, id buf, NSUInteger offset, NSUInte
     b = as_buffer(cb, sel, "buffer", buf);
     if (!b) return;
     if (offset > b->length) {
-      encode_fail(cb, "%s: offset = %lu exceeds buffer length %lu (index %lu)", sel, offset,
+      misuse(cb, "%s: offset = %lu exceeds buffer length %lu (index %lu)", sel, offset,
                   b->length, index);
       return;
     }
@@ -1244,7 +1267,7 @@ static void comp_set_bytes(id self, SEL cmd, const void *bytes, NSUInteger lengt
   const char *sel = sel_getName(cmd);
   if (!index_ok(cb, sel, index)) return;
   if (length == 0 || length > MAX_SET_BYTES || !bytes) {
-    encode_fail(cb, "%s: length = %lu must be in 1..%d with non-NULL bytes (index %lu)", sel,
+    misuse(cb, "%s: length = %lu must be in 1..%d with non-NULL bytes (index %lu)", sel,
                 length, MAX_SET_BYTES, index);
     return;
   }
@@ -1262,10 +1285,20 @@ static void comp_set_tg_memory(id self, SEL cmd, NSUInteger length, NSUInteger i
   sm_cmdbuf *cb = enc_open(self, cmd);
   const char *sel = sel_getName(cmd);
   if (!index_ok(cb, sel, index)) return;
-  if (length % 16 || length > MAX_TG_MEMORY) {
-    encode_fail(cb, "%s: length = %lu must be a multiple of 16 and <= %d (index %lu)", sel,
-                length, MAX_TG_MEMORY, index);
+  if (length > MAX_TG_MEMORY) {
+    misuse(cb, "%s: length = %lu must be <= %lu, the device's maxThreadgroupMemoryLength "
+           "(index %lu)", sel, length, MAX_TG_MEMORY, index);
     return;
+  }
+  if (length % 16) {
+    /* Apple asks for a multiple of 16; a Mac without the validation layer
+     * rounds up (programs rely on it: ggml's SUM sets 76 bytes). */
+    char what[200];
+    snprintf(what, sizeof what, "%s: length = %lu is not a multiple of 16 (index %lu); rounded "
+             "up to %lu", sel, length, index, (length + 15) / 16 * 16);
+    sm__api_misuse_abort(object_getClassName(self), what);
+    sm__lenient(SM_LENIENT_TG_LENGTH, what);
+    length = (length + 15) / 16 * 16; /* the limit is a multiple of 16 */
   }
   ((sm_encoder *)self)->tg_len[index] = length;
 }
@@ -1282,7 +1315,7 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   const char *sel = sel_getName(cmd);
   sm_pipeline *p = e->pipeline;
   if (!p) {
-    encode_fail(cb, "%s: no compute pipeline state set (setComputePipelineState:)", sel);
+    misuse(cb, "%s: no compute pipeline state set (setComputePipelineState:)", sel);
     return;
   }
   const struct sm_kernel_desc *k = p->desc;
@@ -1290,7 +1323,7 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   if (tg.width == 0 || tg.height == 0 || tg.depth == 0 ||
       __builtin_mul_overflow(tg.width, tg.height, &total_tg) ||
       __builtin_mul_overflow(total_tg, tg.depth, &total_tg) || total_tg > p->max_threads) {
-    encode_fail(cb, "%s: threadsPerThreadgroup = {%lu, %lu, %lu} must be non-zero with at most "
+    misuse(cb, "%s: threadsPerThreadgroup = {%lu, %lu, %lu} must be non-zero with at most "
                 "%lu threads (maxTotalThreadsPerThreadgroup of kernel %s)", sel, tg.width,
                 tg.height, tg.depth, p->max_threads, k->name);
     return;
@@ -1306,7 +1339,7 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
     if (!size_mul(groups, tg, &grid)) grid.width = (NSUInteger)-1;
   }
   if (grid.width > UINT32_MAX || grid.height > UINT32_MAX || grid.depth > UINT32_MAX) {
-    encode_fail(cb, "%s: grid of {%lu, %lu, %lu} threads exceeds 2^32-1 per dimension", sel,
+    misuse(cb, "%s: grid of {%lu, %lu, %lu} threads exceeds 2^32-1 per dimension", sel,
                 grid.width, grid.height, grid.depth);
     return;
   }
@@ -1320,21 +1353,21 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   NSUInteger tg_total = 0;
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
     if ((k->buffer_mask >> i & 1u) && !e->buffers[i] && !e->bytes[i]) {
-      encode_fail(cb, "%s: kernel %s uses [[buffer(%u)]] but nothing is bound at index %u", sel,
+      misuse(cb, "%s: kernel %s uses [[buffer(%u)]] but nothing is bound at index %u", sel,
                   k->name, i, i);
       return;
     }
     if ((k->threadgroup_mask >> i & 1u) && !e->tg_len[i]) {
-      encode_fail(cb, "%s: kernel %s uses [[threadgroup(%u)]] but its length was not set "
+      misuse(cb, "%s: kernel %s uses [[threadgroup(%u)]] but its length was not set "
                   "(setThreadgroupMemoryLength:atIndex:)", sel, k->name, i);
       return;
     }
     tg_total += e->tg_len[i];
   }
   if (tg_total + p->static_tg > MAX_TG_MEMORY) {
-    encode_fail(cb, "%s: threadgroup memory of kernel %s: %lu bytes set with "
+    misuse(cb, "%s: threadgroup memory of kernel %s: %lu bytes set with "
                 "setThreadgroupMemoryLength:atIndex: plus %lu bytes of threadgroup variables "
-                "(staticThreadgroupMemoryLength) exceeds %d", sel, k->name, tg_total,
+                "(staticThreadgroupMemoryLength) exceeds %lu", sel, k->name, tg_total,
                 p->static_tg, MAX_TG_MEMORY);
     return;
   }
@@ -1373,7 +1406,7 @@ void sm__encoder_dispatch_indirect(id self, SEL cmd, id buffer, NSUInteger offse
   sm_buffer *b = as_buffer(cb, sel, "indirectBuffer", buffer);
   if (!b) return;
   if (offset % 4 || !range_ok(offset, 12, b->length)) {
-    encode_fail(cb, "%s: indirectBufferOffset = %lu must be a multiple of 4 with 12 bytes "
+    misuse(cb, "%s: indirectBufferOffset = %lu must be a multiple of 4 with 12 bytes "
                 "(MTLDispatchThreadgroupsIndirectArguments) within the buffer's length %lu",
                 sel, offset, b->length);
     return;
@@ -1400,7 +1433,7 @@ static void enc_fence(id self, SEL cmd, id fence, int kind) {
               sel_getName(cmd), fence ? object_getClassName(fence) : "nil");
   sm_device *its = ((sm_fence *)fence)->device;
   if (its != cb->queue->device) {
-    encode_fail(cb, "%s: fence belongs to device '%s', not to the command queue's device '%s'",
+    misuse(cb, "%s: fence belongs to device '%s', not to the command queue's device '%s'",
                 sel_getName(cmd), device_label(its), device_label(cb->queue->device));
     return;
   }

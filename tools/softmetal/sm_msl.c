@@ -21,7 +21,6 @@
 
 #define LIB_ERROR_DOMAIN "MTLLibraryErrorDomain"
 enum { LIB_ERROR_COMPILE_FAILURE = 3, LIB_ERROR_INTERNAL = 2 };
-enum { MAX_THREADS = 1024, MAX_TG_MEMORY = 32768 };
 /* MTLMathMode (NSInteger): the compile flags of each are in sm_compile.c. */
 enum { MATH_MODE_SAFE = 0, MATH_MODE_RELAXED = 1, MATH_MODE_FAST = 2 };
 /* MTLMathFloatingPointFunctions (NSInteger, macOS 15): which exp, log...
@@ -490,8 +489,64 @@ static id pipeline_device(id self, SEL cmd) {
 
 static id function_name(id self, SEL cmd) { (void)cmd; return ((sm_function *)self)->name; }
 
+/* MTLFunctionConstant: one function constant a function uses. */
+typedef struct {
+  sm_obj hdr;
+  id name;
+  NSUInteger type, index;
+  BOOL required;
+} sm_fn_constant;
+static void fn_constant_destroy(sm_obj *o) { sm__release(((sm_fn_constant *)o)->name); }
+static sm_class fn_constant_class = {"MTLFunctionConstant", sizeof(sm_fn_constant),
+                                     fn_constant_destroy, Nil, 0};
+static id fn_constant_name(id self, SEL cmd) { (void)cmd; return ((sm_fn_constant *)self)->name; }
+static NSUInteger fn_constant_type(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_fn_constant *)self)->type;
+}
+static NSUInteger fn_constant_index(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_fn_constant *)self)->index;
+}
+static BOOL fn_constant_required(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_fn_constant *)self)->required;
+}
+
+/* functionConstantsDictionary: name -> MTLFunctionConstant for each function
+ * constant the function uses (empty when none), autoreleased. A function
+ * with any must be fetched with newFunctionWithName:constantValues:error:
+ * to make a pipeline. */
+static id function_constants(id self, SEL cmd) {
+  sm_function *fn = (sm_function *)self;
+  const struct sm_kernel_desc *k = fn->desc;
+  id *keys = calloc(k->fc_used_count + 1, sizeof(id)), *vals = calloc(k->fc_used_count + 1, sizeof(id));
+  if (!keys || !vals) sm__fatal("-[SMFunction %s]: out of memory", sel_getName(cmd));
+  size_t n = 0;
+  for (uint32_t u = 0; u < k->fc_used_count; u++) {
+    const struct sm_constant_desc *cd = &fn->library->constants[k->fc_used[u]];
+    if (cd->index == UINT32_MAX) continue; /* derived: not a function constant */
+    sm_fn_constant *c = sm__new(&fn_constant_class);
+    if (!c) sm__fatal("-[SMFunction %s]: out of memory", sel_getName(cmd));
+    c->name = sm__string(cd->name);
+    c->type = cd->type;
+    c->index = cd->index;
+    c->required = !cd->optional;
+    keys[n] = sm__string(cd->name);
+    vals[n++] = (id)c;
+  }
+  id d = sm__dictionary_new(keys, vals, n);
+  for (size_t i = 0; i < n; i++) {
+    sm__release(keys[i]);
+    sm__release(vals[i]);
+  }
+  free(keys);
+  free(vals);
+  if (!d) sm__fatal("-[SMFunction %s]: out of memory", sel_getName(cmd));
+  return sm__autorelease(d);
+}
+
 static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
-  (void)self;
   if (!sm__is(function, &function_class)) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_INTERNAL,
                                "%s: function = %s is not a kernel function", sel_getName(cmd),
@@ -513,10 +568,24 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
       if (w < 0) break;
       len += (size_t)w < sizeof list - len ? (size_t)w : sizeof list - len - 1;
     }
+    char msg[900];
+    snprintf(msg, sizeof msg,
+             "%s: function '%s' was not specialized and uses function constants without "
+             "values: %s; a function with function constants (functionConstantsDictionary) "
+             "makes a pipeline only when fetched with newFunctionWithName:constantValues:error:",
+             sel_getName(cmd), k->name, len ? list : "(only optional ones)");
+    sm__api_misuse_abort("SMDevice", msg); /* the validation layer's assertion */
+    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE, "%s", msg));
+    return nil;
+  }
+  /* A kernel that uses a feature the device lacks fails here, as Metal's
+   * back end fails it for that GPU. */
+  const char *missing = sm__feature_missing(k->features);
+  if (missing) {
+    id name = ((id(*)(id, SEL))(void (*)(void))sm__lookup(self, "name"))(self, sel_registerName("name"));
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
-                               "%s: function '%s' was not specialized and uses function "
-                               "constants without values: %s", sel_getName(cmd), k->name,
-                               len ? list : "(only optional ones)"));
+                               "%s: function '%s' uses %s, which device '%s' does not support",
+                               sel_getName(cmd), k->name, missing, sm__string_utf8(name)));
     return nil;
   }
   /* Metal generates the function's code here */
@@ -552,13 +621,13 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   p->desc = &p->desc_copy;
   p->fc_values = fn->fc_values;
   p->fc_defined = fn->fc_defined;
-  p->max_threads = MAX_THREADS;
+  p->max_threads = sm__persona()->max_threads;
   unsigned long long tg = code->tg_static_bytes(index);
-  if (tg > MAX_TG_MEMORY) {
+  if (tg > sm__persona()->max_tg_memory) {
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
                                "%s: kernel '%s' declares %llu bytes of threadgroup variables, "
-                               "more than the %d bytes of threadgroup memory",
-                               sel_getName(cmd), k->name, tg, MAX_TG_MEMORY));
+                               "more than the %lu bytes of threadgroup memory",
+                               sel_getName(cmd), k->name, tg, sm__persona()->max_tg_memory));
     sm__release((id)p);
     return nil;
   }
@@ -642,7 +711,11 @@ static NSUInteger pipeline_max_threads(id self, SEL cmd) {
   (void)cmd;
   return ((sm_pipeline *)self)->max_threads;
 }
-static NSUInteger pipeline_width(id self, SEL cmd) { (void)self; (void)cmd; return SM_SIMD_WIDTH; }
+static NSUInteger pipeline_width(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return sm__persona()->simd_width;
+}
 static NSUInteger pipeline_static_tg(id self, SEL cmd) {
   (void)cmd;
   return ((sm_pipeline *)self)->static_tg;
@@ -685,7 +758,15 @@ void sm__register_msl(void) {
   c = sm__class_begin(&function_class);
   sm__method(c, "name", SM_IMP(function_name), "@@:");
   sm__method(c, "device", SM_IMP(function_device), "@@:");
+  sm__method(c, "functionConstantsDictionary", SM_IMP(function_constants), "@@:");
   sm__class_end(&function_class);
+
+  c = sm__class_begin(&fn_constant_class);
+  sm__method(c, "name", SM_IMP(fn_constant_name), "@@:");
+  sm__method(c, "type", SM_IMP(fn_constant_type), "Q@:");
+  sm__method(c, "index", SM_IMP(fn_constant_index), "Q@:");
+  sm__method(c, "required", SM_IMP(fn_constant_required), "C@:");
+  sm__class_end(&fn_constant_class);
 
   c = sm__class_begin(&sm__pipeline_class);
   sm__method(c, "maxTotalThreadsPerThreadgroup", SM_IMP(pipeline_max_threads), "Q@:");

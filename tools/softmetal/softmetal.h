@@ -37,6 +37,9 @@ struct softmetal_stats {
                              (the server's own start excluded) */
   long compiler_served;   /* compiler commands the compiler server's workers ran
                              (instead of a new process each) */
+  long lenient_api_uses;  /* API misuse tolerated as a Mac without Metal's validation layer
+                             tolerates it (MTL_DEBUG_LAYER unset): a threadgroup memory
+                             length rounded up to a multiple of 16 */
 };
 
 /* Fills *out with process-wide counters. Thread-safety: any thread. */
@@ -60,6 +63,12 @@ long softmetal_live_count(const char *class_name);
  * a softmetal compute pipeline. Thread-safety: any thread. */
 int softmetal_pipeline_bindings(void *pipeline, unsigned *buffers, unsigned *written,
                                 unsigned *threadgroup);
+
+/* The persona every device answers as, SOFTMETAL_PERSONA's value read when
+ * the library loaded: "apple-silicon" (the default), "paravirtual" or
+ * "amd-discrete". For tests; a program should ask the device
+ * (supportsFamily:, threadExecutionWidth, ...). Thread-safety: any thread. */
+const char *softmetal_persona(void);
 
 /* Checks an MSL source as newLibraryWithSource:options:error: does (math_mode
  * an MTLMathMode, language_version an MTLLanguageVersion or 0), through the
