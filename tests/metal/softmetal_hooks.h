@@ -41,6 +41,17 @@ static inline void *softmetal_hook(const char *name) {
     return sym;
 }
 
+/* A test that provokes API misuse to make a command buffer fail needs Metal
+ * without its validation layer, which stops the program at encode under
+ * MTL_DEBUG_LAYER=1 (the tests' environment): skipped there, it runs in the
+ * suite's ctest entry *_without_debug_layer (tests/metal/CMakeLists.txt). */
+static inline void skip_under_debug_layer(void) {
+    const char *v = getenv("MTL_DEBUG_LAYER");
+    if (v != NULL && strcmp(v, "1") == 0)
+        cr_skip_test("provokes API misuse, which Metal's validation layer (MTL_DEBUG_LAYER=1) "
+                     "stops at encode: run without it");
+}
+
 /* Waits until every committed command buffer has completed and been let go
  * by its queue: as on Metal, that may happen after waitUntilCompleted
  * returns, and until then it holds what it used. Object counts need it. */

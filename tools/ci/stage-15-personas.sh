@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The Metal suites again on the release build (build/ci, made by
+# tools/ci/test.sh) under softmetal's other personas (SOFTMETAL_PERSONA):
+# the Apple Paravirtual device of hosted macOS runners (one device, Apple5:
+# no SIMD-group permutes or reductions) and a discrete AMD GPU of an Intel Mac
+# (64-lane SIMD groups, no unified memory, Mac2). The test step ran them as
+# an Apple-silicon Mac. MTL_DEBUG_LAYER=1 comes from the tests' environment.
+# The op matrix runs a third of its cases here (CMETAL_TEST_SAMPLE).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+jobs=$(nproc 2>/dev/null || echo 2)
+[ -d build/ci ] || { echo "stage-personas: build/ci is missing; tools/ci/test.sh makes it" >&2; exit 1; }
+suites='^(test_metal|test_tensor_metal|test_dlpack_metal|test_metal_ops|test_kernel|test_ops_matrix_metal|readme_kernels|demo_metal|test_softmetal_(device|commands|msl|hazards|validation))$'
+export CMETAL_TEST_SAMPLE=3
+for persona in paravirtual amd-discrete; do
+  start=$SECONDS
+  (cd build/ci && SOFTMETAL_PERSONA=$persona ctest --output-on-failure -j"$jobs" -R "$suites" | tail -n 3)
+  echo "stage-personas: $persona passed in $((SECONDS - start)) s"
+done
