@@ -5,7 +5,7 @@
 #define SM_ABI_H
 #include <stdint.h>
 
-#define SM_ABI_VERSION 3u
+#define SM_ABI_VERSION 4u
 #define SM_MAX_BINDINGS 31u
 #define SM_SIMD_WIDTH 32u
 #define SM_SIMD_SLOT 32u /* bytes per lane and bank: 16 of value, then the tag */
@@ -110,6 +110,11 @@ struct sm_thread {
    * command buffer fails with it. other_lane < 0: the function needs every
    * lane of the simdgroup active. */
   void (*simd_fail)(struct sm_thread *t, const char *function, int32_t other_lane);
+  /* Since ABI 4: dispatch_threads_per_threadgroup, the size given at
+   * dispatch (tptg is the size of this threadgroup, smaller at the edges of
+   * a dispatchThreads grid). */
+  uint32_t dtptg[3];
+  uint32_t pad3_;
 };
 
 #endif

@@ -440,7 +440,7 @@ static const struct {
     {"thread_position_in_threadgroup", "t->tpitg", true},
     {"threadgroup_position_in_grid", "t->tgpig", true},
     {"threads_per_threadgroup", "t->tptg", true},
-    {"dispatch_threads_per_threadgroup", "t->tptg", true},
+    {"dispatch_threads_per_threadgroup", "t->dtptg", true},
     {"threadgroups_per_grid", "t->tgpg", true},
     {"thread_index_in_threadgroup", "t->tiitg", false},
     {"thread_index_in_simdgroup", "t->lane", false},
@@ -450,7 +450,8 @@ static const struct {
     {"threads_per_simdgroup", "32u", false},
     {"thread_execution_width", "32u", false},
     {"simdgroups_per_threadgroup", "((t->tg_threads + 31u) / 32u)", false},
-    {"dispatch_simdgroups_per_threadgroup", "((t->tg_threads + 31u) / 32u)", false},
+    {"dispatch_simdgroups_per_threadgroup",
+     "((t->dtptg[0] * t->dtptg[1] * t->dtptg[2] + 31u) / 32u)", false},
     {"quadgroups_per_threadgroup", "((t->tg_threads + 3u) / 4u)", false},
 };
 enum { N_BUILTINS = sizeof BUILTINS / sizeof BUILTINS[0] };
