@@ -88,6 +88,39 @@ Test(conformance_exec, attributes_on_a_non_uniform_grid) {
   sm_release(lib);
 }
 
+/* 5.2.3: on dispatchThreadgroups every threadgroup has the size given, the
+ * grid is groups x size; built-ins may be declared ushort or of fewer
+ * components than the grid has. */
+Test(conformance_exec, attributes_on_a_uniform_grid_and_their_types) {
+  id lib = conf_lib(
+      "#include <metal_stdlib>\n"
+      "using namespace metal;\n"
+      "kernel void attrs(device uint *o [[buffer(0)]],\n"
+      "  ushort2 tpig [[thread_position_in_grid]], uint2 tpg [[threads_per_grid]],\n"
+      "  uint tx [[thread_position_in_grid]], ushort tiitg [[thread_index_in_threadgroup]],\n"
+      "  uint3 tptg [[threads_per_threadgroup]], uint2 dtptg [[dispatch_threads_per_threadgroup]],\n"
+      "  ushort2 tgpg [[threadgroups_per_grid]], ushort sgptg [[simdgroups_per_threadgroup]]) {\n"
+      "  device uint *r = o + (uint(tpig.y) * tpg.x + tpig.x) * 10;\n"
+      "  r[0] = tpig.x; r[1] = tpig.y; r[2] = tpg.x; r[3] = tpg.y; r[4] = tx;\n"
+      "  r[5] = tiitg; r[6] = tptg.x * tptg.y * tptg.z; r[7] = dtptg.x * dtptg.y;\n"
+      "  r[8] = tgpg.x * 100 + tgpg.y; r[9] = sgptg;\n"
+      "}\n");
+  id out = sm_buffer(NULL, 12 * 4 * 10 * 4);
+  sm_dispatch(lib, "attrs", &out, 1, SM_SIZE(3, 2, 1), SM_SIZE(4, 2, 1), true, 0);
+  const uint32_t *o = sm_contents(out);
+  for (unsigned y = 0; y < 4; y++)
+    for (unsigned x = 0; x < 12; x++) {
+      const uint32_t want[10] = {x, y, 12, 4, x, (y % 2) * 4 + x % 4, 8, 8, 302, 1};
+      const uint32_t *r = o + ((size_t)y * 12 + x) * 10;
+      for (int k = 0; k < 10; k++)
+        cr_expect_eq(r[k], want[k], "MSL 5.2.3 (dispatchThreadgroups, ushort and narrower "
+                     "built-ins): thread (%u, %u) value %d = %u, expected %u", x, y, k, r[k],
+                     want[k]);
+    }
+  sm_release(out);
+  sm_release(lib);
+}
+
 /* 6.9.1 Threadgroup and SIMD-group synchronization functions: on Apple
  * silicon, threads that have returned do not take part in later barriers;
  * the threads left meet at them. */
@@ -150,6 +183,10 @@ Test(conformance_exec, atomics) {
       "    float fe = 0.0f;\n"
       "    while (!atomic_compare_exchange_weak_explicit(&af[2], &fe, 2.5f, R, R) && fe == 0.0f) {}\n"
       "    olds[68] = as_type<uint>(atomic_exchange_explicit(&af[3], 1.5f, R));\n"
+      "    threadgroup atomic_bool flag;\n"
+      "    atomic_store_explicit(&flag, true, R);\n"
+      "    olds[69] = atomic_exchange_explicit(&flag, false, R);\n"
+      "    olds[70] = atomic_load_explicit(&flag, R);\n"
       "  }\n"
       "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
       "  if (t == 0) atomic_fetch_add_explicit(&au[9], uint(atomic_load_explicit(&tg, R)), R);\n"
@@ -158,7 +195,7 @@ Test(conformance_exec, atomics) {
   uint32_t au[10] = {0, 0, 0xffffffffu, 0, 0, 0xffffffffu, 0, 7, 5, 0};
   float af[4] = {0, 0, 0, 0.75f};
   id bufs[4] = {sm_buffer(ai, sizeof ai), sm_buffer(au, sizeof au), sm_buffer(af, sizeof af),
-                sm_buffer(NULL, 69 * 4)};
+                sm_buffer(NULL, 71 * 4)};
   /* two threadgroups of 32: the threadgroup atomic counts each group's own */
   sm_dispatch(lib, "k", bufs, 4, SM_SIZE(64, 1, 1), SM_SIZE(32, 1, 1), false, 0);
   const int32_t *gi = sm_contents(bufs[0]);
@@ -190,6 +227,8 @@ Test(conformance_exec, atomics) {
   cr_expect_eq(gf[2], 2.5f, "MSL 6.15.2 atomic_float compare_exchange_weak: %g", gf[2]);
   cr_expect_eq(gf[3], 1.5f, "MSL 6.15.2 atomic_float exchange: %g", gf[3]);
   cr_expect_eq(olds[68], conf_fbits(0.75f), "MSL 6.15.2 atomic_float exchange returns the old");
+  cr_expect_eq(olds[69], 1, "MSL 6.15 atomic_bool exchange returns the stored true");
+  cr_expect_eq(olds[70], 0, "MSL 6.15 atomic_bool load after the exchange");
   cr_expect_eq(gu[9], 2 * 68, "MSL 6.15 threadgroup atomic_int, per threadgroup: %u", gu[9]);
   for (int i = 0; i < 4; i++) sm_release(bufs[i]);
   sm_release(lib);
@@ -197,14 +236,14 @@ Test(conformance_exec, atomics) {
 
 /* 6.9.2 SIMD-group functions and 6.9.3 quad-group functions, all lanes
  * active (two full simdgroups of 32 on Apple silicon). */
-enum { SG_N = 22 };
+enum { SG_N = 32 };
 Test(conformance_exec, simdgroup_and_quadgroup_functions) {
   id lib = conf_lib(
       "#include <metal_stdlib>\n"
       "using namespace metal;\n"
       "kernel void k(device uint *o [[buffer(0)]], uint tid [[thread_position_in_grid]],\n"
       "              uint l [[thread_index_in_simdgroup]]) {\n"
-      "  device uint *r = o + tid * 22;\n"
+      "  device uint *r = o + tid * 32;\n"
       "  r[0] = simd_sum(l);\n"
       "  r[1] = simd_prefix_exclusive_sum(1u);\n"
       "  r[2] = simd_prefix_inclusive_sum(l);\n"
@@ -227,6 +266,16 @@ Test(conformance_exec, simdgroup_and_quadgroup_functions) {
       "  r[19] = quad_broadcast(l, 3);\n"
       "  r[20] = quad_shuffle_xor(l, 2);\n"
       "  r[21] = simd_prefix_exclusive_product(2u);\n"
+      "  r[22] = simd_shuffle_and_fill_down(l, l + 100, 4u);\n"
+      "  r[23] = simd_shuffle_and_fill_up(l, l + 100, 4u);\n"
+      "  r[24] = quad_shuffle_up(l, 1u);\n"
+      "  r[25] = quad_shuffle_down(l, 1u);\n"
+      "  r[26] = quad_prefix_exclusive_sum(1u);\n"
+      "  r[27] = simd_shuffle_rotate_up(l, 1u);\n"
+      "  r[28] = simd_broadcast(uint2(l, l + 1), 3).y;\n"
+      "  r[29] = uint(simd_min(-int(l)));\n"
+      "  r[30] = uint(simd_sum(float(l)));\n"
+      "  r[31] = simd_product(l == 3 ? 2u : 1u);\n"
       "}\n");
   id out = sm_buffer(NULL, 64 * SG_N * 4);
   sm_dispatch(lib, "k", &out, 1, SM_SIZE(64, 1, 1), SM_SIZE(64, 1, 1), false, 0);
@@ -237,14 +286,23 @@ Test(conformance_exec, simdgroup_and_quadgroup_functions) {
       "simd_shuffle_xor", "simd_shuffle_down (the last lane keeps its value)",
       "simd_shuffle_up (the first lanes keep their values)", "simd_shuffle_rotate_down",
       "simd_ballot", "simd_all + 2 simd_any", "simd_is_first", "simd_broadcast_first",
-      "quad_sum", "quad_broadcast", "quad_shuffle_xor", "simd_prefix_exclusive_product"};
+      "quad_sum", "quad_broadcast", "quad_shuffle_xor", "simd_prefix_exclusive_product",
+      "simd_shuffle_and_fill_down", "simd_shuffle_and_fill_up",
+      "quad_shuffle_up (the first lane of a quad keeps its value)",
+      "quad_shuffle_down (the last lane of a quad keeps its value)", "quad_prefix_exclusive_sum",
+      "simd_shuffle_rotate_up", "simd_broadcast of a uint2", "simd_min of int",
+      "simd_sum of float", "simd_product"};
   bool reported[SG_N] = {false};
   for (unsigned t = 0; t < 64; t++) {
     unsigned l = t % 32, q = l & ~3u;
     const uint32_t want[SG_N] = {496, l, l * (l + 1) / 2, 31, 3, 0xffffffffu, 0,
                                  0 /* xor of 0..31 */, 10, 31 - l, l ^ 1, l < 31 ? l + 1 : l,
                                  l < 2 ? l : l - 2, (l + 1) % 32, 0xf, 3, l == 0, 7,
-                                 4 * q + 6, q + 3, l ^ 2, 1u << l};
+                                 4 * q + 6, q + 3, l ^ 2, 1u << l,
+                                 l + 4 < 32 ? l + 4 : l + 4 - 32 + 100,
+                                 l >= 4 ? l - 4 : 28 + l + 100, l % 4 ? l - 1 : l,
+                                 l % 4 < 3 ? l + 1 : l, l % 4, (l + 31) % 32, 4,
+                                 (uint32_t)-31, 496, 2};
     for (int k = 0; k < SG_N; k++)
       if (o[t * SG_N + k] != want[k] && !reported[k]) {
         reported[k] = true;

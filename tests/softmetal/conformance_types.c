@@ -179,6 +179,15 @@ Test(conformance_types, chapter_2_type_conversions) {
       CU("2 (as_type: half2 to uint)", "as_type<uint>(half2(f[1], f[11]))", 0x40003c00u),
       CU("2 (as_type: float2 to ulong)", "as_type<ulong>(float2(f[1], f[11]))",
          0x400000003f800000ull),
+      CF("2 (conversions: bool vector to float)", "float4(bool4(u[1], u[0], u[2], u[0])).z", 1.0f),
+      CF("2 (conversions: ulong to float, nearest even)", "float((ulong(u[128]) << 32) | u[128])",
+         18446744073709551616.0f),
+      CI("2 (conversions: half to uint)", "uint(half(f[17]))", 65504),
+      CF("2 (conversions: float to bfloat, tie to even)", "float(bfloat(f[32]))", 1.0f),
+      CF("2 (conversions: float to bfloat, tie to even)", "float(bfloat(f[33]))", 1.015625f),
+      CF("2 (conversions: float to bfloat)", "float(bfloat(f[18]))", 70144.0f),
+      CF("2 (conversions: half subnormal to float)", "float(as_type<half>(ushort(u[1])))",
+         5.9604644775390625e-8f),
   };
   int bad = conf_run("", c, CONF_N(c), 0);
   cr_log_info("chapter 2 conversions: %d cases, %d differ", CONF_N(c), bad);
@@ -237,8 +246,20 @@ Test(conformance_types, chapter_3_operators) {
       CI("3.1 (NaN compares unequal)", "f[2] != f[2]", 1),
       CI("3.1 (NaN is unordered)", "f[2] < f[1] || f[2] >= f[1]", 0),
       CI("3.1 (logical not)", "!f[0]", 1),
+      CI("3.1 (vectors: unary minus on the element type)", "(-uchar4(uchar(u[1]))).x", 255),
+      CI("3.1 (vectors: complement on the element type)", "(~uchar4(uchar(u[0]))).y", 255),
+      CI("3.1 (vectors: multiplication wraps in the element type)",
+         "(ushort2(ushort(u[140])) * ushort2(ushort(u[2]))).x", 0),
+      CI("3.1 (vectors: compound assignment)", "vec_compound(u)", 2 * 10 + 7),
   };
-  int bad = conf_run("static float4 v4(device const float *f) { return float4(f[1], f[11], f[12], f[13]); }\n",
+  int bad = conf_run("static float4 v4(device const float *f) { return float4(f[1], f[11], f[12], f[13]); }\n"
+                     "static int vec_compound(device const uint *u) {\n"
+                     "  int4 v = int4(u[1], u[2], u[3], u[4]);\n"
+                     "  v.xy += int2(u[1]);\n" /* 2, 3, 3, 4 */
+                     "  v *= int(u[2]);\n"    /* 4, 6, 6, 8 */
+                     "  v.w -= 1;\n"          /* 4, 6, 6, 7 */
+                     "  return v.y / 3 * 10 + v.w;\n"
+                     "}\n",
                      c, CONF_N(c), 0);
   cr_log_info("chapter 3 operators: %d cases, %d differ", CONF_N(c), bad);
 }
