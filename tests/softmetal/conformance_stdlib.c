@@ -146,6 +146,44 @@ Test(conformance_stdlib, math_functions) {
   cr_log_info("chapter 6 math, relational, geometric: %d cases, %d differ", CONF_N(c), bad);
 }
 
+/* Metal's default, fast math: the functions the fast table gives 0 ulp stay
+ * exact on finite arguments; exp and exp2 within 3 + floor(|2x|) ulp,
+ * precise:: functions within their precise bounds. */
+Test(conformance_stdlib, math_functions_under_fast_math) {
+  const struct conf_case c[] = {
+      CF("6.5 floor (fast)", "floor(f[9])", -2.0f),
+      CF("6.5 ceil (fast)", "ceil(f[9])", -1.0f),
+      CF("6.5 round (fast): half way away from zero", "round(f[8])", 3.0f),
+      CF("6.5 round (fast): half way away from zero", "round(f[10])", -3.0f),
+      CF("6.5 rint (fast): to nearest even", "rint(f[8])", 2.0f),
+      CF("6.5 trunc (fast)", "trunc(f[9])", -1.0f),
+      CF("6.5 fract (fast)", "fract(f[9])", 0.5f),
+      CF("6.5 fract (fast)", "fract(f[23])", 0.25f),
+      CF("6.5 fmod (fast)", "fmod(f[21], f[11])", -1.5f),
+      CF("6.5 copysign (fast)", "copysign(f[11], f[15])", -2.0f),
+      CF("6.5 fabs (fast)", "fabs(f[10])", 2.5f),
+      CF("6.5 fdim (fast)", "fdim(f[20], f[12])", 2.5f),
+      CF("6.5 ldexp (fast)", "ldexp(f[7], int(u[3]))", 12.0f),
+      CF("6.5 frexp (fast)", "frexp_case(f[19])", 0.78125f * 1000 + 7),
+      CI("6.5 ilogb (fast)", "ilogb(f[19])", 6),
+      CF("6.5 modf (fast)", "modf_case(f[9])", -10.5f),
+      CF("6.5 clamp (fast)", "clamp(f[20], f[0], f[13])", 4.0f),
+      CF("6.5 saturate (fast)", "saturate(f[8])", 1.0f),
+      CF("6.5 step (fast)", "step(f[7], f[7])", 1.0f),
+      CF("6.5 fmin (fast)", "fmin(f[9], f[10])", -2.5f),
+      CF("6.5 fmax3 (fast)", "fmax3(f[9], f[10], f[0])", 0.0f),
+      CF("6.5 sign (fast)", "sign(-f[19])", -1.0f),
+      CFU("6.5 fast::exp (3 + floor(|2x|) ulp)", "exp(f[1])", expf(1.0f), 5),
+      CFU("6.5 fast::exp2 (3 + floor(|2x|) ulp)", "exp2(f[12])", 8.0f, 9),
+      CFU("6.5 precise::sin under fast math (4 ulp)", "precise::sin(f[1])", sinf(1.0f), 4),
+      CFU("6.5 precise::exp under fast math (4 ulp)", "precise::exp(f[11])", expf(2.0f), 4),
+      CF("6.5 precise::divide under fast math", "precise::divide(f[1], f[12])", 1.0f / 3.0f),
+      CFU("6.5 precise::sqrt under fast math", "precise::sqrt(f[11])", sqrtf(2.0f), 1),
+  };
+  int bad = conf_run(MATH_EXTRA, c, CONF_N(c), -1);
+  cr_log_info("chapter 6 math under fast math: %d cases, %d differ", CONF_N(c), bad);
+}
+
 Test(conformance_stdlib, integer_functions) {
   const struct conf_case c[] = {
       CI("6.3 clz", "clz(u[0])", 32),

@@ -35,6 +35,9 @@ static const char TYPES_EXTRA[] =
     "static float2x2 m1234(device const float *f) {\n"
     "  return float2x2(float2(f[1], f[11]), float2(f[12], f[13]));\n"
     "}\n"
+    "static float2x3 m23(device const float *f) {\n"
+    "  return float2x3(float3(f[1], f[11], f[12]), float3(f[13], f[20] - f[6], f[29]));\n"
+    "}\n"
     "static int vec_increment(device const uint *u) {\n"
     "  int4 v = int4(u[1], u[2], u[3], u[4]);\n"
     "  v++;\n"
@@ -121,12 +124,54 @@ Test(conformance_types, chapter_2_data_types) {
       CF("2.3 (matrix * matrix)", "(m1234(f) * m1234(f))[1][0]", 15.0f),
       CF("2.3 (diagonal from a scalar)", "float3x3(f[11])[1][1]", 2.0f),
       CF("2.3 (diagonal from a scalar)", "float3x3(f[11])[0][1]", 0.0f),
+      CF("2.3 (from scalars, column by column)", "float2x2(f[1], f[11], f[12], f[13])[1][0]", 3.0f),
+      CF("2.3 (matrix * scalar)", "(m1234(f) * f[11])[1][1]", 8.0f),
+      CF("2.3 (matrix + matrix)", "(m1234(f) + m1234(f))[0][1]", 4.0f),
+      CF("2.3 (matrix - matrix)", "(m1234(f) - m1234(f))[1][1]", 0.0f),
+      CF("2.3 (identity from a scalar)", "float4x4(f[1])[3][3]", 1.0f),
+      CF("2.3 (identity from a scalar)", "float4x4(f[1])[3][2]", 0.0f),
+      CF("2.3 (2 columns of 3 rows * float2)", "(m23(f) * float2(f[1], f[1])).z", 9.0f),
+      CF("2.3 (transpose of a 2x3 is 3x2)", "transpose(m23(f))[2][1]", 6.0f),
+      CF("2.3 (half matrix * vector)",
+         "float((half2x2(half2(f[1], f[11]), half2(f[12], f[13])) * half2(f[1], f[1])).y)", 6.0f),
+      CI("2.3 (matrix array stride)", "sizeof(float3x3[2])", 96),
+      CI("2.2.3 (packed array stride)", "sizeof(packed_float3[4])", 48),
+      CI("2.2 (float3 array stride)", "sizeof(float3[4])", 64),
+      CI("2.12 (metal::array)", "sizeof(array<float, 3>)", 12),
+      CI("2.12 (metal::array size())", "array<int, 4>{{1, 2, 3, 4}}.size()", 4),
       CF("6.x transpose", "transpose(m1234(f))[0][1]", 3.0f),
       CF("6.x determinant", "determinant(m1234(f))", -2.0f),
       CI("3 (vector ++ and --)", "vec_increment(u)", 3603),
   };
   int bad = conf_run(TYPES_EXTRA, c, CONF_N(c), 0);
   cr_log_info("chapter 2 data types: %d cases, %d differ", CONF_N(c), bad);
+}
+
+/* What the text calls compile errors: vector conversions are explicit,
+ * swizzles do not mix xyzw with rgba, a swizzle assigned to has no repeated
+ * component, as_type needs types of one size. */
+Test(conformance_types, chapter_2_compile_errors) {
+  static const char *const bad[][2] = {
+      {"2.2 (no implicit vector conversion)", "int4 i = int4(u[0]); float4 v = i; o[0] = v.x;"},
+      {"2.2 (no implicit conversion between vector sizes)", "float4 v = float2(f[0]); o[0] = v.x;"},
+      {"2.2.1 (xyzw and rgba do not mix)", "float4 v = float4(f[0]); o[0] = v.xg.x;"},
+      {"2.2.1 (no repeated component in an assigned swizzle)",
+       "float4 v = float4(f[0]); v.xx = float2(1.0f); o[0] = v.x;"},
+      {"2 (as_type: operand and result of different sizes)",
+       "half4 h = half4(f[0]); float4 g = as_type<float4>(h); o[0] = g.x;"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char src[1024];
+    snprintf(src, sizeof src,
+             "#include <metal_stdlib>\nusing namespace metal;\n"
+             "kernel void k(device const uint *u [[buffer(0)]], device const float *f [[buffer(1)]],\n"
+             "              device float *o [[buffer(2)]]) {\n  %s\n}\n",
+             bad[i][1]);
+    id error = 0;
+    id lib = sm_compile(src, &error);
+    cr_expect_null(lib, "MSL %s: compiled, but the text makes it an error: %s", bad[i][0], bad[i][1]);
+    if (lib) sm_release(lib);
+  }
 }
 
 Test(conformance_types, chapter_2_type_conversions) {

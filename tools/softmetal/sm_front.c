@@ -636,7 +636,17 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
           int v = 0;
           size_t line = (size_t)f->t[it[m].name].line, col = (size_t)f->t[it[m].name].col;
           if (strcmp(name, "buffer") == 0 || strcmp(name, "threadgroup") == 0) {
-            if (!parse_uint(f, it[m].arg0, it[m].arg1, &v) || v >= (int)SM_MAX_BINDINGS) {
+            if (!parse_uint(f, it[m].arg0, it[m].arg1, &v)) {
+              /* an index that is not an integer literal: a function constant or an
+               * expression of them, which softmetal's bindings cannot follow */
+              char arg[128] = "";
+              if (it[m].arg1 > it[m].arg0) text_of(f, it[m].arg0, arg, sizeof arg);
+              error_at(f, (int)line, (int)col,
+                       "parameter %d of kernel %s: [[%s(%s)]]: softmetal takes binding indices "
+                       "as integer literals (or macros of them) only, not function constants",
+                       np, fname, name, arg);
+              ok = false;
+            } else if (v >= (int)SM_MAX_BINDINGS) {
               error_at(f, (int)line, (int)col,
                        "parameter %d of kernel %s: [[%s(n)]] index must be < %u", np, fname,
                        name, SM_MAX_BINDINGS);
