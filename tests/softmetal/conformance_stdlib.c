@@ -184,6 +184,40 @@ Test(conformance_stdlib, math_functions_under_fast_math) {
   cr_log_info("chapter 6 math under fast math: %d cases, %d differ", CONF_N(c), bad);
 }
 
+/* 6.5: T is a floating scalar or vector; Ti the int of as many elements */
+Test(conformance_stdlib, vector_and_half_forms_of_math_functions) {
+  const struct conf_case c[] = {
+      CI("6.5 ilogb of a vector", "ilogb(float4(f[19], f[1], f[11], f[30])).x", 6),
+      CI("6.5 ilogb of a vector", "ilogb(float4(f[19], f[1], f[11], f[30])).w", 3),
+      CF("6.5 ldexp of a vector", "ldexp(float2(f[7], f[1]), int2(int(u[3]), int(u[1]))).y", 2.0f),
+      CF("6.5 ldexp of a vector, scalar exponent", "ldexp(float2(f[7]), int(u[1])).x", 3.0f),
+      CF("6.5 frexp of a vector", "frexp_vec(float2(f[1], f[19]))", 0.78125f * 1000 + 7),
+      CF("6.5 smoothstep of vectors", "smoothstep(float2(f[0]), float2(f[11]), float2(f[1], f[11])).x", 0.5f),
+      CF("6.5 smoothstep of vectors", "smoothstep(float2(f[0]), float2(f[11]), float2(f[1], f[11])).y", 1.0f),
+      CI("6.4 signbit of a vector", "signbit(float4(f[5], f[0], f[15], f[1])).x", 1),
+      CI("6.4 signbit of a vector", "signbit(float4(f[5], f[0], f[15], f[1])).y", 0),
+      CI("6.4 isnormal of a vector", "isnormal(float2(f[16], f[1])).x", 0),
+      CI("6.4 isnormal of a vector", "isnormal(float2(f[16], f[1])).y", 1),
+      CI("6.4 isordered of vectors", "isordered(float2(f[1], f[2]), float2(f[1])).y", 0),
+      CI("6.4 isunordered of vectors", "isunordered(float2(f[1], f[2]), float2(f[1])).y", 1),
+      CI("6.4 isordered of half", "isordered(half(f[1]), half(f[2]))", 0),
+      CF("6.5 fmin3 of vectors", "fmin3(float2(f[12]), float2(f[1]), float2(f[11])).x", 1.0f),
+      CF("6.5 fmax3 of vectors", "fmax3(float2(f[12]), float2(f[1]), float2(f[11])).y", 3.0f),
+      CF("6.5 fmedian3 of vectors", "fmedian3(float3(f[12]), float3(f[1]), float3(f[11])).z", 2.0f),
+      CI("6.5 fmin3 of half is half", "sizeof(fmin3(half(f[12]), half(f[1]), half(f[11])))", 2),
+      CF("6.5 fmin3 of half", "float(fmin3(half(f[12]), half(f[1]), half(f[11])))", 1.0f),
+      CF("6.5 ldexp of half", "float(ldexp(half(f[7]), int(u[3])))", 12.0f),
+      CI("6.5 ilogb of half", "ilogb(half(f[19]))", 6),
+      CF("6.5 sincos of a vector", "sincos_vec(float2(f[0], f[0]))", 1.0f),
+      CF("6.5 sincos of half", "sincos_half(half(f[0]))", 1.0f),
+  };
+  int bad = conf_run("static float frexp_vec(float2 x) { int2 e; float2 m = frexp(x, e); return m.y * 1000 + e.y; }\n"
+                     "static float sincos_vec(float2 x) { float2 c; float2 s = sincos(x, c); return s.x + c.y; }\n"
+                     "static float sincos_half(half x) { half c; half s = sincos(x, c); return float(s) + float(c); }\n",
+                     c, CONF_N(c), 0);
+  cr_log_info("chapter 6 vector and half forms: %d cases, %d differ", CONF_N(c), bad);
+}
+
 Test(conformance_stdlib, integer_functions) {
   const struct conf_case c[] = {
       CI("6.3 clz", "clz(u[0])", 32),
