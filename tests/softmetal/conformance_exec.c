@@ -402,6 +402,67 @@ Test(conformance_exec, member_functions_qualified_by_address_space) {
   sm_release(lib);
 }
 
+/* The same, declared in the class and defined outside it, in a template,
+ * defaulted, with the qualifier before or after const, overloaded on the
+ * address space of a parameter, and a device-qualified member that writes. */
+Test(conformance_exec, member_functions_qualified_by_address_space_out_of_line) {
+  id lib = conf_lib("#include <metal_stdlib>\n"
+                    "using namespace metal;\n"
+                    "struct B {\n"
+                    "  float v;\n"
+                    "  B() thread;\n"
+                    "  B() threadgroup;\n"
+                    "  B(const thread B &o) thread;\n"
+                    "  B(const threadgroup B &o) thread;\n"
+                    "  float get() thread const;\n"
+                    "  float get() threadgroup const;\n"
+                    "  void set(float x) device { v = x; }\n"
+                    "  void set(float x) thread { v = x; }\n"
+                    "};\n"
+                    "B::B() thread : v(2.0f) {}\n"
+                    "B::B() threadgroup : v(2.0f) {}\n"
+                    "B::B(const thread B &o) thread : v(o.v + 1.0f) {}\n"
+                    "B::B(const threadgroup B &o) thread : v(o.v + 1.0f) {}\n"
+                    "float B::get() thread const { return v; }\n"
+                    "float B::get() threadgroup const { return v; }\n"
+                    "template <typename T> struct C {\n"
+                    "  T v;\n"
+                    "  C() thread = default;\n"
+                    "  C() threadgroup = default;\n"
+                    "  constexpr C(T x) thread : v(x) {}\n"
+                    "  constexpr C(T x) threadgroup : v(x) {}\n"
+                    "  T twice() const thread { return v * 2; }\n"
+                    "  T twice() const threadgroup { return v * 2; }\n"
+                    "};\n"
+                    "kernel void k(device float *o [[buffer(0)]], device B *d [[buffer(1)]],\n"
+                    "              uint t [[thread_index_in_threadgroup]]) {\n"
+                    "  B a;\n"
+                    "  threadgroup B s;\n"
+                    "  threadgroup C<float> cs;\n"
+                    "  if (t == 0) { s.v = 5.0f; cs.v = 4.0f; d->set(9.0f); }\n"
+                    "  threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device);\n"
+                    "  B b(a);\n"
+                    "  B c(s);\n"
+                    "  C<float> x(1.5f);\n"
+                    "  o[t * 5] = a.get();\n"
+                    "  o[t * 5 + 1] = b.get();\n"
+                    "  o[t * 5 + 2] = c.get() + s.get();\n"
+                    "  o[t * 5 + 3] = x.twice() + cs.twice();\n"
+                    "  o[t * 5 + 4] = d->v;\n"
+                    "}\n");
+  const float d = 7.0f;
+  id bufs[2] = {sm_buffer(NULL, 2 * 5 * 4), sm_buffer(&d, sizeof d)};
+  sm_dispatch(lib, "k", bufs, 2, SM_SIZE(2, 1, 1), SM_SIZE(2, 1, 1), false, 0);
+  const float *o = sm_contents(bufs[0]);
+  const float want[5] = {2.0f, 3.0f, 6.0f + 5.0f, 3.0f + 8.0f, 9.0f};
+  for (int t = 0; t < 2; t++)
+    for (int k = 0; k < 5; k++)
+      cr_expect_eq(o[t * 5 + k], want[k], "MSL 4 (address-space qualified members, out of line): "
+                   "thread %d value %d = %g, expected %g", t, k, o[t * 5 + k], want[k]);
+  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
+  sm_release(lib);
+}
+
 /* 5.8 Function constants: is_function_constant_defined, derived constants,
  * a constant as an argument's [[function_constant]] condition and in
  * control flow. */
