@@ -338,3 +338,29 @@ Test(conformance_stdlib, pack_10a2) {
   int bad = conf_run("", c, CONF_N(c), 0);
   cr_log_info("chapter 6 pack 10a2: %d cases, %d differ", CONF_N(c), bad);
 }
+
+/* sRGB forms: the colour components through the sRGB curves of the
+ * conversion rules, alpha linear; float to sRGB unorm8 within 0.6 of
+ * the exact value. */
+Test(conformance_stdlib, pack_srgb) {
+  const double c128 = 128.0 / 255.0;
+  const float lin128 = (float)pow((c128 + 0.055) / 1.055, 2.4);
+  const struct conf_case c[] = {
+      CF("6.13 unpack_unorm4x8_srgb_to_float: alpha is linear",
+         "unpack_unorm4x8_srgb_to_float(u[141]).w", 1.0f),
+      CF("6.13 unpack_unorm4x8_srgb_to_float: 0", "unpack_unorm4x8_srgb_to_float(u[141]).z", 0.0f),
+      CFU("6.13 unpack_unorm4x8_srgb_to_float", "unpack_unorm4x8_srgb_to_float(u[141]).y", lin128, 64),
+      CFU("6.13 unpack_unorm4x8_srgb_to_float: the linear segment",
+         "unpack_unorm4x8_srgb_to_float(u[10]).x", (float)(10.0 / 255.0 / 12.92), 4),
+      CU("6.13 pack_float_to_srgb_unorm4x8: 0, 1, clamped, alpha linear",
+         "pack_float_to_srgb_unorm4x8(float4(f[0], f[1], f[11], f[6])) & 0xffffff00u", 0x80ffff00u),
+      CU("6.13 pack_float_to_srgb_unorm4x8: the linear segment",
+         "pack_float_to_srgb_unorm4x8(float4(f[14] * f[14] * f[14])) & 0xffu", 3),
+      CI("6.13 pack_float_to_srgb_unorm4x8: 0.5 gives 188 (187.52 within 0.6)",
+         "(pack_float_to_srgb_unorm4x8(float4(f[6])) & 0xffu) - 187u <= 1u", 1),
+      CU("6.13 pack_half_to_srgb_unorm4x8", "pack_half_to_srgb_unorm4x8(half4(f[1])) & 0xffffffu",
+         0xffffffu),
+  };
+  int bad = conf_run("", c, CONF_N(c), 0);
+  cr_log_info("chapter 6 pack sRGB: %d cases, %d differ", CONF_N(c), bad);
+}
