@@ -502,19 +502,20 @@ Test(msl, simdgroup_function_in_a_branch_uses_the_active_lanes) {
   sm_release(out);
 }
 
-Test(msl, divergent_barrier_is_a_command_buffer_error) {
+/* MSL 6.9.1: a barrier must be reached by the threads executing the kernel;
+ * on Apple silicon those that have returned no longer are, and the others
+ * meet at it (conformance_exec.c has the case with threadgroup memory). */
+Test(msl, a_barrier_waits_only_for_threads_that_have_not_returned) {
   id out = buffer(64 * 4);
+  memset(contents(out), 0, 64 * 4);
   id p = pipeline("divergent"), enc;
   id cb = begin(&enc, p);
   set_buffer(enc, out, 0, 0);
   dispatch_threads(enc, SZ(64, 1, 1), SZ(64, 1, 1));
   finish(cb, enc);
-  cr_assert_eq(sm_u(cb, "status"), Error);
-  const char *msg = sm_error_text(SEND0(id, cb, "error"));
-  cr_assert(strstr(msg, "divergent"), "%s", msg);
-  cr_assert(strstr(msg, "kernel divergent"), "%s", msg);
-  cr_assert(strstr(msg, "59 threads wait at threadgroup_barrier"), "%s", msg);
-  cr_assert(strstr(msg, "5 have exited"), "%s", msg);
+  cr_assert_eq(sm_u(cb, "status"), Completed, "%s", sm_error_text(SEND0(id, cb, "error")));
+  const uint32_t *o = contents(out);
+  for (uint32_t t = 0; t < 64; t++) cr_expect_eq(o[t], t < 5 ? 0u : 1u, "thread %u", t);
   sm_release(p);
   sm_release(out);
 }

@@ -59,7 +59,10 @@ export -f check_suite
 # long double references); test_ops_matrix_cpu_double_ref runs every test
 # of the same source there, so only the latter runs here. For the same
 # reason test_dlpack_v1_header (test_dlpack's sources against the DLPack
-# 1.x header) is left to ASan.
+# 1.x header) is left to ASan, and so are the softmetal conformance suites
+# (test_softmetal_conformance_*): they check MSL answers through the same
+# library, pipeline and dispatch paths the other softmetal suites run here,
+# and would add about 190 s of valgrind time (valgrind-clean when added).
 # The op matrix runs a third of its cases here (CMETAL_TEST_SAMPLE, picked
 # by a hash so every op, dtype, shape and layout still comes up): its
 # instrumented kernels made it a quarter of this stage. Every other build runs
@@ -67,6 +70,7 @@ export -f check_suite
 # alone at the end.
 export CMETAL_TEST_SAMPLE=3
 first='/test_ops_matrix_(metal|cpu_double_ref)$|/test_objc_(apple|gnu)$|/test_dlpack$'
-suites=$(grep -v -e '^$' -e '/test_ops_matrix_cpu$' -e '/test_dlpack_v1_header$' "$list")
+suites=$(grep -v -e '^$' -e '/test_ops_matrix_cpu$' -e '/test_dlpack_v1_header$' \
+  -e '/test_softmetal_conformance_' "$list")
 { grep -E "$first" <<<"$suites" || true; grep -vE "$first" <<<"$suites" || true; } |
   xargs -d '\n' -P 2 -I{} bash -c 'check_suite "$1"' _ {}

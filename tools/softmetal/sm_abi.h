@@ -115,7 +115,10 @@ struct sm_thread {
   /* Since ABI 4: lanes of a SIMD group (threadExecutionWidth: 32, or 64 for
    * the amd-discrete persona). */
   uint32_t simd_width;
-  uint32_t pad3_;
+  /* Since ABI 4: dispatch_threads_per_threadgroup, the size given at
+   * dispatch (tptg is the size of this threadgroup, smaller at the edges of
+   * a dispatchThreads grid). */
+  uint32_t dtptg[3];
 };
 
 #endif

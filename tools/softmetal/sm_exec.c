@@ -312,6 +312,9 @@ static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t 
   memcpy(t->tgpig, g, sizeof t->tgpig);
   memcpy(t->tptg, sz, sizeof t->tptg);
   t->tg_threads = sz[0] * sz[1] * sz[2];
+  t->dtptg[0] = (uint32_t)d->tg.width;
+  t->dtptg[1] = (uint32_t)d->tg.height;
+  t->dtptg[2] = (uint32_t)d->tg.depth;
   t->simd_slots = r->simd_slots;
   t->barrier = loop_barrier;
   t->simd_sync = loop_barrier;
@@ -455,8 +458,11 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
     for (uint32_t base = 0; base < n; base += w)
       released |= release_simd_group(r, base, base + w < n ? base + w : n);
     if (released) continue;
-    if (at_barrier == n) {
-      for (i = 0; i < n; i++) r->fibers[i].state = F_READY;
+    /* Apple silicon: threads that have returned no longer execute the
+     * kernel, so a barrier waits only for the threads still running */
+    if (at_barrier && at_barrier + done == n) {
+      for (i = 0; i < n; i++)
+        if (r->fibers[i].state == F_BARRIER) r->fibers[i].state = F_READY;
       continue;
     }
     ok = false;

@@ -440,7 +440,7 @@ static const struct {
     {"thread_position_in_threadgroup", "t->tpitg", true},
     {"threadgroup_position_in_grid", "t->tgpig", true},
     {"threads_per_threadgroup", "t->tptg", true},
-    {"dispatch_threads_per_threadgroup", "t->tptg", true},
+    {"dispatch_threads_per_threadgroup", "t->dtptg", true},
     {"threadgroups_per_grid", "t->tgpg", true},
     {"thread_index_in_threadgroup", "t->tiitg", false},
     {"thread_index_in_simdgroup", "t->lane", false},
@@ -450,8 +450,8 @@ static const struct {
     {"threads_per_simdgroup", "t->simd_width", false},
     {"thread_execution_width", "t->simd_width", false},
     {"simdgroups_per_threadgroup", "((t->tg_threads + t->simd_width - 1u) / t->simd_width)", false},
-    {"dispatch_simdgroups_per_threadgroup", "((t->tg_threads + t->simd_width - 1u) / t->simd_width)",
-     false},
+    {"dispatch_simdgroups_per_threadgroup",
+     "((t->dtptg[0] * t->dtptg[1] * t->dtptg[2] + t->simd_width - 1u) / t->simd_width)", false},
     {"quadgroups_per_threadgroup", "((t->tg_threads + 3u) / 4u)", false},
 };
 enum { N_BUILTINS = sizeof BUILTINS / sizeof BUILTINS[0] };
@@ -636,7 +636,17 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
           int v = 0;
           size_t line = (size_t)f->t[it[m].name].line, col = (size_t)f->t[it[m].name].col;
           if (strcmp(name, "buffer") == 0 || strcmp(name, "threadgroup") == 0) {
-            if (!parse_uint(f, it[m].arg0, it[m].arg1, &v) || v >= (int)SM_MAX_BINDINGS) {
+            if (!parse_uint(f, it[m].arg0, it[m].arg1, &v)) {
+              /* an index that is not an integer literal: a function constant or an
+               * expression of them, which softmetal's bindings cannot follow */
+              char arg[128] = "";
+              if (it[m].arg1 > it[m].arg0) text_of(f, it[m].arg0, arg, sizeof arg);
+              error_at(f, (int)line, (int)col,
+                       "parameter %d of kernel %s: [[%s(%s)]]: softmetal takes binding indices "
+                       "as integer literals (or macros of them) only, not function constants",
+                       np, fname, name, arg);
+              ok = false;
+            } else if (v >= (int)SM_MAX_BINDINGS) {
               error_at(f, (int)line, (int)col,
                        "parameter %d of kernel %s: [[%s(n)]] index must be < %u", np, fname,
                        name, SM_MAX_BINDINGS);
