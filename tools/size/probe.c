@@ -84,6 +84,14 @@ static void tensors_and_dlpack(cm_device *cpu) {
         CHECK(v == 3.0f);
         cm_tensor_release(back); /* runs the export's deleter */
     }
+    /* A copy is made on the host, without the op kernels. */
+    status = cm_dlpack_export(t, &(cm_dlpack_export_desc){.copy = CM_COPY_ALWAYS}, &managed);
+    CHECK(status == CM_OK);
+    if (status == CM_OK) {
+        const float *c = managed.legacy->dl_tensor.data;
+        CHECK(managed.copied && (const void *)c != p && c[3] == 4.0f);
+        managed.legacy->deleter(managed.legacy);
+    }
 #endif
     cm_tensor_release(t);
 }
