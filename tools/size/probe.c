@@ -19,13 +19,13 @@
 
 static int failures;
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "probe: %s:%d: %s failed (last error: %s)\n", __FILE__,  \
-                    __LINE__, #cond, cm_last_error());                               \
-            ++failures;                                                              \
-        }                                                                            \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "probe: %s:%d: %s failed (last error: %s)\n", __FILE__, __LINE__,      \
+                    #cond, cm_last_error());                                                       \
+            ++failures;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* A call that must fail as left out: CM_ERR_UNSUPPORTED, the message naming
@@ -34,8 +34,8 @@ static void expect_left_out(cm_status status, const char *func, const char *opti
     const char *msg = cm_last_error();
     if (status != CM_ERR_UNSUPPORTED || strncmp(msg, func, strlen(func)) != 0 ||
         strstr(msg, option) == NULL) {
-        fprintf(stderr, "probe: %s gave %s \"%s\"; expected CM_ERR_UNSUPPORTED naming %s\n",
-                func, cm_status_name(status), msg, option);
+        fprintf(stderr, "probe: %s gave %s \"%s\"; expected CM_ERR_UNSUPPORTED naming %s\n", func,
+                cm_status_name(status), msg, option);
         ++failures;
     }
 }
@@ -53,8 +53,7 @@ static void expect_not_left_out(const char *func) {
 static void tensors_and_dlpack(cm_device *cpu) {
     const int64_t shape[1] = {4};
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                  .shape = shape},
+    CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = shape},
                            &t) == CM_OK);
     if (t == NULL)
         return;
@@ -64,8 +63,8 @@ static void tensors_and_dlpack(cm_device *cpu) {
         memcpy(p, (const float[4]){1, 2, 3, 4}, sizeof(float[4]));
 
     cm_dlpack_managed managed;
-    cm_status status = cm_dlpack_export(t, &(cm_dlpack_export_desc){.copy = CM_COPY_NEVER},
-                                        &managed);
+    cm_status status =
+        cm_dlpack_export(t, &(cm_dlpack_export_desc){.copy = CM_COPY_NEVER}, &managed);
 #ifdef CMETAL_NO_DLPACK
     expect_left_out(status, "cm_dlpack_export", "CMETAL_DLPACK=OFF");
     expect_left_out(cm_dlpack_import(NULL, NULL, &(cm_tensor *){NULL}), "cm_dlpack_import",
@@ -79,8 +78,7 @@ static void tensors_and_dlpack(cm_device *cpu) {
         cm_tensor *back = NULL;
         CHECK(cm_dlpack_import(managed.legacy, NULL, &back) == CM_OK);
         float v = 0;
-        CHECK(cm_tensor_get_element(back, (const int64_t[]){2}, CM_FLOAT32, &v) ==
-              CM_OK);
+        CHECK(cm_tensor_get_element(back, (const int64_t[]){2}, CM_FLOAT32, &v) == CM_OK);
         CHECK(v == 3.0f);
         cm_tensor_release(back); /* runs the export's deleter */
     }
@@ -100,12 +98,10 @@ static void tensors_and_dlpack(cm_device *cpu) {
 static void ops(cm_device *cpu) {
     const int64_t shape[1] = {4};
     cm_tensor *a = NULL, *s = NULL, *h = NULL;
-    CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                  .shape = shape},
+    CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = shape},
                            &a) == CM_OK);
     CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT32}, &s) == CM_OK);
-    CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT16, .ndim = 1,
-                                                  .shape = shape},
+    CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT16, .ndim = 1, .shape = shape},
                            &h) == CM_OK);
     if (a == NULL || s == NULL || h == NULL)
         goto out;
@@ -141,8 +137,7 @@ static void kernels(cm_device *cpu) {
     const cm_body_kernel_desc body_desc = {
         .name = "twice", .output_names = outs, .output_count = 1, .body = "y = 2;"};
 #ifdef CMETAL_NO_KERNELS
-    expect_left_out(cm_library_create(cpu, &desc, &lib), "cm_library_create",
-                    "CMETAL_KERNELS=OFF");
+    expect_left_out(cm_library_create(cpu, &desc, &lib), "cm_library_create", "CMETAL_KERNELS=OFF");
     expect_left_out(cm_body_kernel_create(cpu, &body_desc, &body), "cm_body_kernel_create",
                     "CMETAL_KERNELS=OFF");
     CHECK(cm_library_release(NULL) == CM_OK);
