@@ -110,6 +110,7 @@ seen=" "
 headers=()
 visit() { # FILE
   local inc h
+  # shellcheck disable=SC2013 # include names have no spaces
   for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$1"); do
     h=$(resolve "$1" "$inc")
     case $seen in *" $h "*) continue ;; esac

@@ -25,6 +25,7 @@ am=build/amalgamation/cmetal.c
 
 # ---- 1. the amalgamation's parts against CMake's
 # MSL: the same bytes as cmake/embed_text.cmake writes.
+# shellcheck disable=SC2016 # a literal ${...} of CMake
 msl_inputs=$(sed -n 's|^[ \t]*\${CMAKE_CURRENT_SOURCE_DIR}/\([^ )]*\).*|'"$root"'/msl/\1|p' \
   msl/CMakeLists.txt | tr '\n' ';')
 cmake -DOUT="$root/build/amalgamation/msl_cmake.c" -DSYMBOL=cm__msl_source \
@@ -43,11 +44,11 @@ cp tools/size/probe.c "$vendor/"
 warn="-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion -Wstrict-prototypes
   -Wmissing-prototypes -Wundef -Wcast-align -Wformat=2 -Wvla -Werror"
 # NAME CC OPT MACROS...: builds cmetal.c and the full probe, runs it.
+# shellcheck disable=SC2086 # warning flags are words
 vendored() {
   local name=$1 cc=$2 opt=$3
   shift 3
   (cd "$vendor" &&
-    # shellcheck disable=SC2086 # warning flags are words
     "$cc" -std=c11 $warn "$opt" "$@" -ffunction-sections -fdata-sections -c cmetal.c \
       -Iinclude -o "$name.o" &&
     "$cc" -std=c11 $warn -O1 -DPROBE_FULL "$@" -Iinclude probe.c "$name.o" \

@@ -66,8 +66,9 @@ status=0
 printf '%-28s %-8s %10s %10s\n' "configuration" "program" "text" "stripped"
 for dir in "${dirs[@]}"; do
   cache=$dir/CMakeCache.txt
-  [ -f "$dir/libcmetal.a" ] && [ -f "$cache" ] || {
-    echo "size-report.sh: $dir has no libcmetal.a or CMakeCache.txt" >&2; exit 2; }
+  if [ ! -f "$dir/libcmetal.a" ] || [ ! -f "$cache" ]; then
+    echo "size-report.sh: $dir has no libcmetal.a or CMakeCache.txt" >&2; exit 2
+  fi
   # The parts the build left out, as the probe's macros.
   macros=()
   left=()
