@@ -14,7 +14,8 @@
 # size (size(1)) and the stripped file size of both.
 # --configure builds the named configurations first, library only, under
 # build/size/NAME (all of them when none is named): full, no-cpu-ops,
-# no-metal, no-kernels, no-dlpack, minimal (all four left out).
+# no-metal, no-kernels, no-dlpack, tensors-dlpack (all but DLPack left out),
+# minimal (all four left out).
 # --max-min fails (exit 1) when a minimal program of a configuration that
 # leaves out the CPU ops is larger than BYTES stripped.
 # Uses the compiler of $CC (default cc); the size figures are for x86-64.
@@ -38,6 +39,7 @@ options_of() { # NAME -> CMake options
     no-metal) echo "-DCMETAL_METAL=OFF" ;;
     no-kernels) echo "-DCMETAL_KERNELS=OFF" ;;
     no-dlpack) echo "-DCMETAL_DLPACK=OFF" ;;
+    tensors-dlpack) echo "-DCMETAL_CPU_OPS=OFF -DCMETAL_METAL=OFF -DCMETAL_KERNELS=OFF" ;;
     minimal) echo "-DCMETAL_CPU_OPS=OFF -DCMETAL_METAL=OFF -DCMETAL_KERNELS=OFF -DCMETAL_DLPACK=OFF" ;;
     *) echo "size-report.sh: unknown configuration $1" >&2; return 1 ;;
   esac
@@ -45,7 +47,7 @@ options_of() { # NAME -> CMake options
 
 dirs=()
 if [ "$configure" -eq 1 ]; then
-  [ $# -gt 0 ] || set -- full no-cpu-ops no-metal no-kernels no-dlpack minimal
+  [ $# -gt 0 ] || set -- full no-cpu-ops no-metal no-kernels no-dlpack tensors-dlpack minimal
   for name in "$@"; do
     opts=$(options_of "$name")
     # shellcheck disable=SC2086 # the options are words
@@ -63,7 +65,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
-printf '%-28s %-8s %10s %10s\n' "configuration" "program" "text" "stripped"
+printf '%-32s %-8s %10s %10s\n' "configuration" "program" "text" "stripped"
 for dir in "${dirs[@]}"; do
   cache=$dir/CMakeCache.txt
   if [ ! -f "$dir/libcmetal.a" ] || [ ! -f "$cache" ]; then
@@ -91,7 +93,7 @@ for dir in "${dirs[@]}"; do
     fi
     text=$(size "$tmp/probe" | awk 'NR == 2 {print $1}')
     bytes=$(wc -c <"$tmp/probe" | tr -d ' ')
-    printf '%-28s %-8s %10s %10s\n' "$label" "$prog" "$text" "$bytes"
+    printf '%-32s %-8s %10s %10s\n' "$label" "$prog" "$text" "$bytes"
     case " ${left[*]:-} " in
       *" CPU_OPS "*)
         if [ -n "$max_min" ] && [ "$prog" = minimal ] && [ "$bytes" -gt "$max_min" ]; then
