@@ -104,7 +104,7 @@ static cm_status cm__copy_new(const char *func, cm_device *device, const uint8_t
 
 /* The CPU device for a new host copy: `preferred` when it is one, else a
  * newly opened one. Returns +1. */
-static cm_status cm__cpu_device(const char *func, cm_device *preferred, cm_device **out) {
+static cm_status cm__dlpack_cpu_device(const char *func, cm_device *preferred, cm_device **out) {
     if (preferred != NULL && preferred->backend->type == CM_DEVICE_CPU) {
         cm_device_retain(preferred);
         *out = preferred;
@@ -281,7 +281,7 @@ static cm_status cm__copy_to_host(const char *func, const cm_tensor *tensor, cm_
     cm_status status = cm_buffer_read(tensor->buffer, (size_t)info.extent_begin, staging, size);
     cm_device *cpu = NULL;
     if (status == CM_OK)
-        status = cm__cpu_device(func, NULL, &cpu);
+        status = cm__dlpack_cpu_device(func, NULL, &cpu);
     if (status == CM_OK)
         status = cm__copy_new(func, cpu, staging + (tensor->byte_offset - info.extent_begin),
                               tensor->dtype, tensor->ndim, tensor->shape, tensor->strides, 0, out);
@@ -343,7 +343,7 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
             CM__TRY(cm__copy_to_host(__func__, tensor, &copied));
         } else {
             cm_device *cpu = NULL;
-            CM__TRY(cm__cpu_device(__func__, b->device, &cpu));
+            CM__TRY(cm__dlpack_cpu_device(__func__, b->device, &cpu));
             cm_status status = cm__copy_new(__func__, cpu,
                                             (const uint8_t *)b->host + tensor->byte_offset,
                                             tensor->dtype, tensor->ndim, tensor->shape,
@@ -679,7 +679,7 @@ static cm_status cm__dl_import_metal(const char *func, void *managed, const DLTe
         cm_status status = cm_device_open(CM_DEVICE_METAL, (uint32_t)t->device.device_id, &device);
         if (status != CM_OK) {
             char why[400];
-            snprintf(why, sizeof why, "%s", cm_last_error());
+            snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, cm_last_error());
             return cm__fail_as(func, status, "dl_tensor.device = (kDLMetal, %d) needs a Metal "
                                "device: %s", t->device.device_id, why);
         }
@@ -757,7 +757,7 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
         device = d->device;
         cm_device_retain(device);
     } else {
-        CM__TRY(cm__cpu_device(func, NULL, &device));
+        CM__TRY(cm__dlpack_cpu_device(func, NULL, &device));
     }
     const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
     cm_status status = CM_OK;
@@ -785,7 +785,7 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
         if (status == CM_ERR_COPY_REQUIRED && d->copy == CM_COPY_NEVER) {
             /* The device's reason, said of the import's own arguments. */
             char why[512];
-            snprintf(why, sizeof why, "%s", cm_last_error());
+            snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, cm_last_error());
             static const char wrap[] = "wrapping without a copy ";
             const char *rule = strstr(why, wrap);
             rule = rule != NULL ? rule + sizeof wrap - 1 : why;

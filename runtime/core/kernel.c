@@ -271,7 +271,7 @@ cm_status cm_kernel_get_info(const cm_kernel *kernel, cm_kernel_info *out) {
 
 /* ------------------------------------------------------------ dispatch */
 
-static bool cm__same_device(const cm_device *x, const cm_device *y) {
+static bool cm__kernel_same_device(const cm_device *x, const cm_device *y) {
     return x == y || (x->backend == y->backend && x->impl == y->impl);
 }
 
@@ -394,7 +394,7 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
             if (t == NULL)
                 return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                                    "args[%" PRIu32 "].tensor = NULL", i);
-            if (!cm__same_device(t->buffer->device, device))
+            if (!cm__kernel_same_device(t->buffer->device, device))
                 return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                                    "args[%" PRIu32 "].tensor is on a %s device, not the "
                                    "kernel's (%s) device",
@@ -476,7 +476,7 @@ cm_status cm__launch_prepare(const char *func, cm_kernel *kernel, cm_stream *str
     cm_device *device = kernel->library->device;
     if (stream == NULL)
         stream = device->default_stream;
-    else if (!cm__same_device(stream->device, device))
+    else if (!cm__kernel_same_device(stream->device, device))
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "stream = %p belongs to another device than the kernel; pass a "
                            "stream of its device, or NULL for its default",

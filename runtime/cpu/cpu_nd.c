@@ -18,10 +18,6 @@ static void cm__nd_remove_axis(cm__cpu_nd *nd, int32_t k) {
     nd->ndim--;
 }
 
-static int64_t cm__abs64(int64_t v) {
-    return v < 0 ? -v : v;
-}
-
 void cm__cpu_nd_simplify(cm__cpu_nd *nd, int32_t key) {
     for (int32_t k = nd->ndim - 1; k >= 0; --k)
         if (nd->shape[k] == 1)

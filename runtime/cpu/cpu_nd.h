@@ -11,6 +11,11 @@
 
 #define CM__CPU_MAXOPS 3
 
+/* |v| of a stride (strides fit in a byte extent, never INT64_MIN). */
+static inline int64_t cm__abs64(int64_t v) {
+    return v < 0 ? -v : v;
+}
+
 /* Operands over one iteration shape, with byte strides and host bases.
  * Operand 0 is the output, then the inputs. */
 typedef struct cm__cpu_nd {

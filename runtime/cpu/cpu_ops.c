@@ -9,10 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t cm__abs64(int64_t v) {
-    return v < 0 ? -v : v;
-}
-
 /* ------------------------------------------------------------ fill */
 
 #define CM__TYPED_LOOP(T, n, dst, ds, STMT_VALUE)                        \

@@ -90,7 +90,9 @@ static const cm__backend cm__metal_backend = {
     .fence_signaled = cm__metal_fence_signaled,
     .fence_destroy = cm__metal_fence_destroy,
     .run_op = cm__metal_run_op,
+#ifndef CMETAL_NO_KERNELS /* -DCMETAL_KERNELS=OFF leaves out metal_kernel.c */
     .kernels = &cm__metal_kernel_backend,
+#endif
 };
 
 static void cm__read_info(cm__id dev, cm_device_info *info) {

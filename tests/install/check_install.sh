@@ -22,6 +22,11 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -n 1 | xargs dirname)
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
+# The amalgamation for vendoring: cmetal.c beside the public headers.
+for f in cmetal.c include/cmetal/cmetal.h; do
+  [ -f "$tmp/prefix/share/cmetal/amalgamation/$f" ] || {
+    echo "check_install.sh: share/cmetal/amalgamation/$f was not installed" >&2; exit 1; }
+done
 unset LD_LIBRARY_PATH DYLD_LIBRARY_PATH 2>/dev/null || true
 cc=${CC:-cc}
 

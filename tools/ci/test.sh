@@ -4,7 +4,8 @@
 #   1. release build with -Werror, every Criterion suite through ctest
 #   2. the same suites built with ASan + UBSan
 #   3. further stages (tools/ci/stage-*.sh, in name order): valgrind, the
-#      minimal build (-DCMETAL_METAL=OFF),
+#      minimal build (-DCMETAL_METAL=OFF), the firmware builds (amalgamation,
+#      options, sizes),
 #      fuzzing, TSan stress, macOS cross-builds, interop, ...
 # Any failure stops the run with a non-zero exit.
 set -euo pipefail
