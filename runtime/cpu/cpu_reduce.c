@@ -1646,6 +1646,112 @@ static void cm__red_few_run(int64_t n, char *const *p, const int64_t *s, void *c
     }
 }
 
+/* Exact reductions down the rows of a matrix (the vector form with one
+ * kept axis): each thread reduces a slab of rows over every column, into
+ * its own row of partial results, and the partials are combined in slab
+ * order. Cutting the columns instead (cm__cpu_nd_split) gives each thread
+ * short pieces of every row (2 KiB of a 32 KiB float32 row at 16
+ * threads), which read far slower than whole rows: a slab of whole rows
+ * is one contiguous stream. Integer sums are exact modulo 2^64 and integer
+ * max/min in any order; float max/min combine by the pick of the column
+ * kernels (the first NaN, else the first strictly larger or smaller), which
+ * gives the bits one thread gives. Float sums keep the column split (their
+ * pairwise blocks are fixed by the shape). */
+typedef struct cm__rows_ctx {
+    const cm__red *r;
+    int64_t m, rn, rs; /* columns, rows, row stride (bytes) */
+    const char *base;  /* row 0, column 0 */
+    int64_t chunk;     /* rows per task */
+    cm__acc *part;     /* ntasks x m */
+    cm__vacc *vacc;    /* one per task */
+} cm__rows_ctx;
+
+static void cm__rows_task(void *ctx, int64_t t) {
+    const cm__rows_ctx *c = ctx;
+    const cm__red *r = c->r;
+    cm__vacc *v = c->vacc + t;
+    const int64_t b = t * c->chunk, rn = c->rn - b < c->chunk ? c->rn - b : c->chunk;
+    for (int64_t j0 = 0; j0 < c->m; j0 += CM__VBLOCK) {
+        const int64_t m = c->m - j0 < CM__VBLOCK ? c->m - j0 : CM__VBLOCK;
+        for (int64_t j = 0; j < m; ++j) {
+            v->d[j] = r->init.d;
+            v->i[j] = r->init.i;
+            v->u[j] = r->init.u;
+        }
+        const char *row = c->base + b * c->rs + j0 * r->isz;
+        const bool done = r->kind == CM__RSUM ? cm__cols_isum(r, m, rn, row, c->rs, v)
+                                              : cm__cols_minmax(r, m, rn, row, c->rs, v);
+        if (!done)
+            for (int64_t i = 0; i < rn; ++i)
+                r->vector(m, row + i * c->rs, r->isz, v);
+        cm__acc *out = c->part + t * c->m + j0;
+        for (int64_t j = 0; j < m; ++j) {
+            if (r->field == 'd')
+                out[j].d = v->d[j];
+            else if (r->field == 'i')
+                out[j].i = v->i[j];
+            else
+                out[j].u = v->u[j];
+        }
+    }
+}
+
+/* a combined with x, x from the later rows. */
+static cm__acc cm__combine(const cm__red *r, cm__acc a, cm__acc x) {
+    if (r->kind == CM__RSUM)
+        a.u += x.u;
+    else if (r->field == 'd')
+        a.d = r->kind == CM__RMAX ? CM__FMAX(a.d, x.d) : CM__FMIN(a.d, x.d);
+    else if (r->field == 'i')
+        a.i = r->kind == CM__RMAX ? CM__IMAX(a.i, x.i) : CM__IMIN(a.i, x.i);
+    else
+        a.u = r->kind == CM__RMAX ? CM__IMAX(a.u, x.u) : CM__IMIN(a.u, x.u);
+    return a;
+}
+
+#define CM__ROWS_PART_MAX ((size_t)32 << 20) /* bytes of partial results */
+
+/* The reduction of kept (out, in; one axis, contiguous in the input) over
+ * red (one strided axis) by slabs of rows; false when it does not apply
+ * or finds no memory (the caller then splits the columns). */
+static bool cm__red_rows_parallel(const cm__red *r, const cm__cpu_nd *kept,
+                                  const cm__cpu_nd *red, cm__cpu_pool *pool) {
+    const int64_t threads = (int64_t)cm__cpu_pool_threads(pool);
+    if ((r->field == 'd' && r->kind == CM__RSUM) || kept->ndim != 1 || red->ndim != 1 ||
+        kept->strides[1][0] != r->isz || red->strides[0][0] == r->isz)
+        return false;
+    const int64_t m = kept->shape[0], rn = red->shape[0];
+    /* Enough rows for every thread, and columns too narrow to cut well:
+     * under 64 KiB of each row per thread. */
+    if (rn < 4 * threads || m * r->isz / threads >= ((int64_t)64 << 10))
+        return false;
+    cm__rows_ctx c = {.r = r, .m = m, .rn = rn, .rs = red->strides[0][0],
+                      .base = kept->base[1], .chunk = cm__div_up_i64(rn, threads)};
+    const int64_t ntasks = cm__div_up_i64(rn, c.chunk);
+    size_t part = 0, vacc = 0;
+    if (cm__mul_overflow_size((size_t)ntasks * (size_t)m, sizeof(cm__acc), &part) ||
+        part > CM__ROWS_PART_MAX ||
+        cm__mul_overflow_size((size_t)ntasks, sizeof(cm__vacc), &vacc))
+        return false;
+    c.part = cm__alloc_raw(part, 64);
+    c.vacc = cm__alloc_raw(vacc, 64);
+    if (c.part == NULL || c.vacc == NULL) {
+        cm__free(c.part);
+        cm__free(c.vacc);
+        return false;
+    }
+    cm__cpu_pool_run(pool, ntasks, cm__rows_task, &c);
+    for (int64_t j = 0; j < m; ++j) {
+        cm__acc a = c.part[j];
+        for (int64_t t = 1; t < ntasks; ++t)
+            a = cm__combine(r, a, c.part[t * m + j]);
+        cm__red_store(r, kept->base[0] + j * kept->strides[0][0], a);
+    }
+    cm__free(c.part);
+    cm__free(c.vacc);
+    return true;
+}
+
 cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd, cm__cpu_pool *pool) {
     /* Split the axes into kept (out, in) and reduced (in). */
     cm__cpu_nd kept, red;
@@ -1693,6 +1799,9 @@ cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd, cm__cpu_pool *pool) {
             return CM_OK;
         } /* else one thread needs no memory */
     }
+    if (threads > 1 && bytes >= CM__CPU_PARALLEL_MIN_BYTES &&
+        cm__red_rows_parallel(&r, &kept, &red, pool))
+        return CM_OK;
     cm__cpu_nd_split(pool, &kept, bytes, cm__red_kept, &k);
     return CM_OK;
 }
