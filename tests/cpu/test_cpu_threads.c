@@ -374,3 +374,55 @@ Test(cpu_threads, float_column_max_min_pick_across_row_slabs) {
     }
     free(v);
 }
+
+/* Integer reductions down the rows against a plain loop: int8 and uint16
+ * matrices wider than one chunk of columns (32 KiB of a row for these
+ * sizes) and taller than 4 rows a pass, at 1 and 3 threads. */
+Test(cpu_threads, narrow_integer_columns_match_a_plain_loop) {
+    const int64_t rows = 45, cols = 40003, shape[2] = {rows, cols}, ocols[1] = {cols};
+    int8_t *b = malloc((size_t)(rows * cols));
+    uint16_t *h = malloc((size_t)(rows * cols) * sizeof(uint16_t));
+    int64_t *want = malloc((size_t)cols * sizeof(int64_t));
+    cr_assert(b != NULL && h != NULL && want != NULL);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+        b[i] = (int8_t)(mix((uint64_t)i) >> 56);
+        h[i] = (uint16_t)(mix((uint64_t)i + 99) >> 48);
+    }
+    for (uint32_t threads = 1; threads <= 3; threads += 2) {
+        cm_device *dev = open_threads(threads);
+        for (int which = 0; which < 2; ++which) {
+            const cm_dtype d = which == 0 ? CM_INT8 : CM_UINT16;
+            cm_tensor *x = new_tensor(dev, d, 2, shape), *out = new_tensor(dev, CM_INT64, 1, ocols);
+            void *p = NULL;
+            CHECK(cm_tensor_host_write(x, d, &p));
+            memcpy(p, which == 0 ? (void *)b : (void *)h, (size_t)(rows * cols) * dsize(d));
+            for (cm_reduce_op op = CM_REDUCE_SUM; op < CM_REDUCE_COUNT; op = (cm_reduce_op)(op + 1)) {
+                if (op == CM_REDUCE_MEAN)
+                    continue;
+                for (int64_t j = 0; j < cols; ++j) {
+                    int64_t a = op == CM_REDUCE_SUM ? 0 : op == CM_REDUCE_MAX ? INT64_MIN : INT64_MAX;
+                    for (int64_t i = 0; i < rows; ++i) {
+                        const int64_t x1 = which == 0 ? b[i * cols + j] : h[i * cols + j];
+                        a = op == CM_REDUCE_SUM ? a + x1 : op == CM_REDUCE_MAX ? (x1 > a ? x1 : a)
+                                                                               : (x1 < a ? x1 : a);
+                    }
+                    want[j] = a;
+                }
+                CHECK(cm_reduce(op, x, 0, out, NULL));
+                const void *q = NULL;
+                CHECK(cm_tensor_host_read(out, CM_INT64, &q));
+                for (int64_t j = 0; j < cols; ++j)
+                    cr_assert_eq(((const int64_t *)q)[j], want[j],
+                                 "%u threads, %s, op %d, column %ld: %ld, not %ld", threads,
+                                 dname(d), (int)op, (long)j, (long)((const int64_t *)q)[j],
+                                 (long)want[j]);
+            }
+            cm_tensor_release(x);
+            cm_tensor_release(out);
+        }
+        cm_device_release(dev);
+    }
+    free(b);
+    free(h);
+    free(want);
+}
