@@ -371,3 +371,62 @@ Test(cpu_transpose, streaming_fills) {
     cm__cpu_copy_force_streaming(0);
     check_fills(); /* the same with ordinary stores */
 }
+
+/* Casts and elementwise ops with streaming stores (forced) give the bytes
+ * ordinary stores give, in and around the output: runs of 4 KiB and more
+ * go through a buffer streamed out from a 64-byte boundary; outputs of 1,
+ * 2, 4 and 8 bytes, starts at odd elements, lengths off the block size. */
+static void run_maps(int force, cm_tensor *x, cm_tensor *y, cm_tensor *outs[4], int64_t start,
+                     int64_t n) {
+    cm__cpu_copy_force_streaming(force);
+    cm_tensor *xv = NULL, *yv = NULL, *ov[4] = {NULL};
+    CHECK(cm_tensor_slice(x, 0, start, start + n, 1, &xv));
+    CHECK(cm_tensor_slice(y, 0, 1, 1 + n, 1, &yv));
+    for (int k = 0; k < 4; ++k)
+        CHECK(cm_tensor_slice(outs[k], 0, start, start + n, 1, &ov[k]));
+    CHECK(cm_cast(xv, ov[0], NULL));                    /* float16 */
+    CHECK(cm_unary(CM_UNARY_NEG, xv, ov[2], NULL));     /* float32 */
+    CHECK(cm_binary(CM_BINARY_ADD, xv, yv, ov[2], NULL));
+    CHECK(cm_cast(xv, ov[3], NULL));                    /* float64 */
+    CHECK(cm_binary(CM_BINARY_LT, xv, yv, ov[1], NULL)); /* bool */
+    for (int k = 0; k < 4; ++k)
+        cm_tensor_release(ov[k]);
+    cm_tensor_release(xv);
+    cm_tensor_release(yv);
+    cm__cpu_copy_force_streaming(0);
+}
+
+Test(cpu_transpose, streaming_maps) {
+    cm_device *dev = cpu();
+    static const int64_t lengths[] = {1000, 1024, 1025, 2048 + 7, 4096, 9999};
+    static const cm_dtype od[4] = {CM_FLOAT16, CM_BOOL, CM_FLOAT32, CM_FLOAT64};
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; ++li) {
+        for (int64_t start = 0; start < 5; ++start) {
+            const int64_t n = lengths[li], total[1] = {n + 8};
+            cm_tensor *x = patterned(dev, CM_FLOAT32, 1, total, (unsigned)li);
+            cm_tensor *y = patterned(dev, CM_FLOAT32, 1, total, (unsigned)li + 50);
+            cm_tensor *a[4], *b[4];
+            for (int k = 0; k < 4; ++k) {
+                a[k] = patterned(dev, od[k], 1, total, 7);
+                b[k] = patterned(dev, od[k], 1, total, 7);
+            }
+            run_maps(-1, x, y, a, start, n);
+            run_maps(1, x, y, b, start, n);
+            for (int k = 0; k < 4; ++k) {
+                const void *pa = NULL, *pb = NULL;
+                CHECK(cm_tensor_host_read(a[k], od[k], &pa));
+                CHECK(cm_tensor_host_read(b[k], od[k], &pb));
+                const size_t bytes = (size_t)total[0] * dsize(od[k]);
+                size_t first = 0;
+                while (first < bytes && ((const uint8_t *)pa)[first] == ((const uint8_t *)pb)[first])
+                    ++first;
+                cr_assert_eq(first, bytes, "%s output, length %ld from %ld: byte %zu differs",
+                             dname(od[k]), (long)n, (long)start, first);
+                cm_tensor_release(a[k]);
+                cm_tensor_release(b[k]);
+            }
+            cm_tensor_release(x);
+            cm_tensor_release(y);
+        }
+    }
+}
