@@ -10,7 +10,8 @@
 #   tools/bench/xeon_threads.sh DLPACK_INC [BASE_SRC]
 #
 # MIB (256), REPS (4), COUNTS (1,2,4,8,16), PEER_THREADS (1,16), PYTHON
-# (python3) change the runs; logs go to $OUT (or /tmp/xeon-out).
+# (python3) change the runs; AGAIN=1 runs both benches a second time;
+# logs go to $OUT (or /tmp/xeon-out).
 set -u
 inc=$(cd "$1" && pwd)
 base=${2:-}
@@ -44,3 +45,8 @@ echo "bench: $(( $(date +%s) - t0 )) s"
 PYTHONUNBUFFERED=1 ${PYTHON:-python3} tools/bench/peers.py /tmp/b_cur --mib "$mib" --reps 3 \
     --threads "${PEER_THREADS:-1,16}" > "$out/peers.txt" 2>&1
 echo "peers: $(( $(date +%s) - t0 )) s"
+if [ -n "$base" ] && [ "${AGAIN:-0}" = 1 ]; then # a second round of both, for ranges
+    /tmp/b_base/bin/cmetal-bench --mib "$mib" --reps "$reps" --threads 16 > "$out/bench_base2.txt" 2>&1
+    /tmp/b_cur/bin/cmetal-bench --mib "$mib" --reps "$reps" --threads 1,16 > "$out/bench_cur2.txt" 2>&1
+    echo "second round: $(( $(date +%s) - t0 )) s"
+fi
