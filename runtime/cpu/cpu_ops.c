@@ -484,60 +484,14 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
 typedef struct cm__map_ctx {
     cm__cpu_map1_fn f1;
     cm__cpu_map2_fn f2;
-    int64_t out_size;
-    bool streaming; /* contiguous output runs through a buffer, streamed out */
 } cm__map_ctx;
 
-/* n elements of the kernel at output o (contiguous) and inputs p[1], p[2]
- * (strides s[1], s[2]); offset i elements. */
-static void cm__map_call(const cm__map_ctx *c, int64_t n, char *o, char *const *p,
-                         const int64_t *s, int64_t i) {
-    if (c->f1 != NULL)
-        c->f1(n, o, c->out_size, p[1] + i * s[1], s[1]);
-    else
-        c->f2(n, o, c->out_size, p[1] + i * s[1], s[1], p[2] + i * s[2], s[2]);
-}
-
-/* A large destination's contiguous run (of 4 KiB or more): the kernel
- * writes 4 KiB blocks into a buffer in L1, which streaming stores copy out,
- * so the destination's lines are not read for ownership first (a third
- * of the memory traffic of a float32 add, a quarter of a float32 ->
- * float16 cast). The same kernel computes every element: the same bits. */
-#define CM__MAP_BLOCK 4096
-static bool cm__map_streamed(const cm__map_ctx *c, int64_t n, char *const *p, const int64_t *s) {
-#if defined(CM__HAVE_STREAMING)
-    const int64_t osz = c->out_size;
-    if (!c->streaming || s[0] != osz || n * osz < CM__MAP_BLOCK)
-        return false;
-    char *dst = p[0];
-    /* Elements up to the first 64-byte boundary (osz divides 64). */
-    int64_t head = (int64_t)((64 - (uintptr_t)dst % 64) % 64) / osz;
-    cm__map_call(c, head, dst, p, s, 0);
-    _Alignas(64) unsigned char buf[CM__MAP_BLOCK];
-    const int64_t per = CM__MAP_BLOCK / osz;
-    int64_t i = head;
-    for (; i + per <= n; i += per) {
-        cm__map_call(c, per, (char *)buf, p, s, i);
-        cm__store_streaming(dst + i * osz, buf, CM__MAP_BLOCK);
-    }
-    cm__map_call(c, n - i, dst + i * osz, p, s, i); /* the tail: ordinary stores */
-    return true;
-#else
-    (void)c, (void)n, (void)p, (void)s;
-    return false;
-#endif
-}
-
 static void cm__map1_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
-    const cm__map_ctx *c = ctx;
-    if (!cm__map_streamed(c, n, p, s))
-        c->f1(n, p[0], s[0], p[1], s[1]);
+    ((const cm__map_ctx *)ctx)->f1(n, p[0], s[0], p[1], s[1]);
 }
 
 static void cm__map2_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
-    const cm__map_ctx *c = ctx;
-    if (!cm__map_streamed(c, n, p, s))
-        c->f2(n, p[0], s[0], p[1], s[1], p[2], s[2]);
+    ((const cm__map_ctx *)ctx)->f2(n, p[0], s[0], p[1], s[1], p[2], s[2]);
 }
 
 /* ------------------------------------------------------------ entry */
@@ -577,18 +531,10 @@ static void cm__copy_part(cm__cpu_nd *part, void *ctx) {
 
 static void cm__map1_part(cm__cpu_nd *part, void *ctx) {
     cm__cpu_nd_foreach(part, cm__map1_run, ctx);
-#if defined(CM__HAVE_STREAMING)
-    if (((const cm__map_ctx *)ctx)->streaming)
-        cm__streaming_fence();
-#endif
 }
 
 static void cm__map2_part(cm__cpu_nd *part, void *ctx) {
     cm__cpu_nd_foreach(part, cm__map2_run, ctx);
-#if defined(CM__HAVE_STREAMING)
-    if (((const cm__map_ctx *)ctx)->streaming)
-        cm__streaming_fence();
-#endif
 }
 
 /* Bytes an elementwise op touches: every element of the output and of
@@ -615,10 +561,6 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
                                 &nd, i + 1));
     const size_t size = cm__dtype(op->out.dtype)->size;
     const int64_t bytes = cm__op_bytes(op);
-    /* The output's bytes decide streaming stores (casts, elementwise). */
-    size_t out_bytes = 0;
-    const bool streaming = !cm__mul_overflow_size((size_t)op->numel, size, &out_bytes) &&
-                           cm__use_streaming(out_bytes);
     switch (op->kind) {
     case CM__OP_FILL: {
         cm__fill_ctx c = {.size = size, .value = op->value.bytes, .bytes_equal = true};
@@ -644,15 +586,13 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         return CM_OK;
     }
     case CM__OP_CAST: {
-        cm__map_ctx c = {.f1 = cm__cpu_cast_kernel(op->in[0].dtype, op->out.dtype),
-                         .out_size = (int64_t)size, .streaming = streaming};
+        cm__map_ctx c = {.f1 = cm__cpu_cast_kernel(op->in[0].dtype, op->out.dtype)};
         cm__cpu_nd_simplify(&nd, 0);
         cm__cpu_nd_split(pool, &nd, bytes, cm__map1_part, &c);
         return CM_OK;
     }
     case CM__OP_UNARY: {
-        cm__map_ctx c = {.f1 = cm__cpu_unary_kernel((cm_unary_op)op->code, op->out.dtype),
-                         .out_size = (int64_t)size, .streaming = streaming};
+        cm__map_ctx c = {.f1 = cm__cpu_unary_kernel((cm_unary_op)op->code, op->out.dtype)};
         if (c.f1 == NULL)
             break;
         cm__cpu_nd_simplify(&nd, 0);
@@ -660,8 +600,7 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         return CM_OK;
     }
     case CM__OP_BINARY: {
-        cm__map_ctx c = {.f2 = cm__cpu_binary_kernel((cm_binary_op)op->code, op->in[0].dtype),
-                         .out_size = (int64_t)size, .streaming = streaming};
+        cm__map_ctx c = {.f2 = cm__cpu_binary_kernel((cm_binary_op)op->code, op->in[0].dtype)};
         if (c.f2 == NULL)
             break;
         cm__cpu_nd_simplify(&nd, 0);
