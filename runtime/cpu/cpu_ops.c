@@ -27,10 +27,17 @@ typedef struct cm__fill_ctx {
     size_t size;
     const uint8_t *value;
     bool bytes_equal; /* every byte of the value is value[0] */
+    bool streaming;   /* contiguous runs with non-temporal stores (cm__fill_streaming) */
+    size_t min_run;   /* of at least this many bytes (partial lines stream slowly) */
 } cm__fill_ctx;
+
+static bool cm__fill_streaming(char *dst, int64_t n, const cm__fill_ctx *c);
 
 static void cm__fill_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__fill_ctx *c = ctx;
+    if (c->streaming && s[0] == (int64_t)c->size && (size_t)n * c->size >= c->min_run &&
+        cm__fill_streaming(p[0], n, c))
+        return;
     if (c->bytes_equal && s[0] == (int64_t)c->size) {
         memset(p[0], c->value[0], (size_t)n * c->size);
         return;
@@ -193,6 +200,44 @@ static bool cm__use_streaming(size_t dst_bytes) {
     return dst_bytes > bytes;
 #else
     (void)dst_bytes;
+    return false;
+#endif
+}
+
+/* A contiguous fill of a destination above the streaming threshold (see
+ * above): the value repeated in a 16-byte vector, stored non-temporally
+ * from the first 16-byte boundary; the ragged ends with ordinary stores.
+ * A fill otherwise reads every destination line for ownership before
+ * writing it, which doubled its memory traffic: 0.34-0.41 of memcpy on a
+ * 16-core Xeon, where memset (which avoids those reads) measured about
+ * twice as fast. false: not done (no streaming stores here). */
+static bool cm__fill_streaming(char *dst, int64_t n, const cm__fill_ctx *c) {
+#if defined(CM__HAVE_STREAMING)
+    const size_t size = c->size, bytes = (size_t)n * size;
+    unsigned char pattern[16];
+    for (size_t k = 0; k < sizeof pattern; k += size)
+        memcpy(pattern + k, c->value, size);
+    /* Elements are aligned to their size, which divides 16: the head is
+     * whole elements, and so is the tail. */
+    size_t head = (16 - (uintptr_t)dst % 16) % 16;
+    if (head > bytes)
+        head = bytes;
+    memcpy(dst, pattern, head);
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)pattern);
+    char *q = dst + head;
+    size_t left = bytes - head;
+    for (; left >= 64; q += 64, left -= 64) {
+        _mm_stream_si128((__m128i *)(void *)q, v);
+        _mm_stream_si128((__m128i *)(void *)(q + 16), v);
+        _mm_stream_si128((__m128i *)(void *)(q + 32), v);
+        _mm_stream_si128((__m128i *)(void *)(q + 48), v);
+    }
+    for (; left >= 16; q += 16, left -= 16)
+        _mm_stream_si128((__m128i *)(void *)q, v);
+    memcpy(q, pattern, left); /* the pattern repeats every 16 bytes from dst */
+    return true;
+#else
+    (void)dst, (void)n, (void)c;
     return false;
 #endif
 }
@@ -469,6 +514,10 @@ static cm_status cm__cpu_operand(const cm__op *op, const char *name, const cm__o
 /* Part bodies (cm__cpu_nd_split). */
 static void cm__fill_part(cm__cpu_nd *part, void *ctx) {
     cm__cpu_nd_foreach(part, cm__fill_run, ctx);
+#if defined(CM__HAVE_STREAMING)
+    if (((const cm__fill_ctx *)ctx)->streaming) /* each thread orders its own stores */
+        cm__streaming_fence();
+#endif
 }
 
 static void cm__copy_part(cm__cpu_nd *part, void *ctx) {
@@ -514,6 +563,11 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         for (size_t i = 1; i < size; ++i)
             c.bytes_equal = c.bytes_equal && c.value[i] == c.value[0];
         cm__cpu_nd_simplify(&nd, 0);
+        /* Streaming when the whole destination is large (bytes counts the
+         * elements written; a strided view's lines are only partly
+         * written, and stay with ordinary stores, run by run). */
+        c.streaming = cm__use_streaming((size_t)bytes);
+        c.min_run = atomic_load_explicit(&cm__streaming_mode, memory_order_relaxed) > 0 ? 0 : 4096;
         cm__cpu_nd_split(pool, &nd, bytes, cm__fill_part, &c);
         return CM_OK;
     }

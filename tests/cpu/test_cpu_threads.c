@@ -145,8 +145,35 @@ static void run_all(cm_device *dev, sink *s) {
         CHECK(cm_reduce(op, x3, 1, f3, NULL));
         append(s, dev, f3);
     }
+    /* Down the rows of contiguous matrices (threads take slabs of rows for
+     * the exact kinds): every op, float32/float64/float16 and integers. */
+    const int64_t cols[1] = {COLS};
+    cm_tensor *md = new_tensor(dev, CM_FLOAT64, 2, n2), *mh = new_tensor(dev, CM_FLOAT16, 2, n2);
+    cm_tensor *mi = new_tensor(dev, CM_INT32, 2, n2), *mb = new_tensor(dev, CM_INT8, 2, n2);
+    cm_tensor *mu = new_tensor(dev, CM_UINT16, 2, n2);
+    CHECK(cm_cast(m, md, NULL));
+    CHECK(cm_cast(m2, mh, NULL));
+    CHECK(cm_cast(m, mi, NULL));
+    CHECK(cm_cast(m2, mb, NULL));
+    CHECK(cm_cast(m, mu, NULL));
+    cm_tensor *fcol = new_tensor(dev, CM_FLOAT32, 1, cols), *dcol = new_tensor(dev, CM_FLOAT64, 1, cols);
+    cm_tensor *lcol = new_tensor(dev, CM_INT64, 1, cols);
+    for (cm_reduce_op op = CM_REDUCE_SUM; op < CM_REDUCE_COUNT; op = (cm_reduce_op)(op + 1)) {
+        CHECK(cm_reduce(op, m, 0, fcol, NULL));
+        append(s, dev, fcol);
+        CHECK(cm_reduce(op, md, 0, dcol, NULL));
+        append(s, dev, dcol);
+        CHECK(cm_reduce(op, mh, 0, fcol, NULL));
+        append(s, dev, fcol);
+        cm_tensor *ints[] = {mi, mb, mu};
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; ++k) {
+            CHECK(cm_reduce(op, ints[k], 0, lcol, NULL));
+            append(s, dev, lcol);
+        }
+    }
     cm_tensor *rel[] = {x, y, m, m2, o1, oh, ms, mr, mt, big, ot, h1, b1, i1, s1, hh,
-                        row, f0, d0, fr, fc, f3, l0, x3, xr, y3};
+                        row, f0, d0, fr, fc, f3, l0, x3, xr, y3, md, mh, mi, mb, mu,
+                        fcol, dcol, lcol};
     for (size_t k = 0; k < sizeof rel / sizeof rel[0]; ++k)
         cm_tensor_release(rel[k]);
 }
@@ -282,4 +309,120 @@ Test(cpu_threads, float_max_min_pick_by_blocks_at_every_thread_count) {
     }
     free(z);
     free(v);
+}
+
+/* Float max/min down the rows, which threads split into slabs of rows: the
+ * first NaN of a column wins, and of equal zeros the first. Column 0: -0.0
+ * in row 3, +0.0 in the last row, negatives elsewhere (max: -0.0). Column
+ * 1: NaN payload 1 in row 2000, payload 2 in row 100 (the first: 2), payload
+ * 3 in row 4000. Column 2: positives with +0.0 in row 1 and -0.0 in row
+ * 3000 (min: +0.0). Every other column: values whose max and min lie in
+ * the last and the first slab. */
+#define CROWS 4099
+#define CCOLS 128
+static void column_bits(uint32_t threads, cm_reduce_op op, const float *data, uint32_t *bits) {
+    cm_device *dev = open_threads(threads);
+    const int64_t shape[2] = {CROWS, CCOLS}, cols[1] = {CCOLS};
+    cm_tensor *x = new_tensor(dev, CM_FLOAT32, 2, shape), *out = new_tensor(dev, CM_FLOAT32, 1, cols);
+    void *p = NULL;
+    CHECK(cm_tensor_host_write(x, CM_FLOAT32, &p));
+    memcpy(p, data, sizeof(float) * CROWS * CCOLS);
+    CHECK(cm_reduce(op, x, 0, out, NULL));
+    const void *q = NULL;
+    CHECK(cm_tensor_host_read(out, CM_FLOAT32, &q));
+    memcpy(bits, q, sizeof(uint32_t) * CCOLS);
+    cm_tensor_release(x);
+    cm_tensor_release(out);
+    cm_device_release(dev);
+}
+
+Test(cpu_threads, float_column_max_min_pick_across_row_slabs) {
+    float *v = malloc(sizeof(float) * CROWS * CCOLS);
+    cr_assert_not_null(v);
+    for (int64_t i = 0; i < CROWS; ++i)
+        for (int64_t j = 0; j < CCOLS; ++j)
+            v[i * CCOLS + j] = (float)((int64_t)(mix((uint64_t)(i * CCOLS + j)) % 2001) - 1000);
+    for (int64_t i = 0; i < CROWS; ++i) {
+        v[i * CCOLS] = -(float)(1 + i % 5);
+        v[i * CCOLS + 2] = (float)(1 + i % 5);
+    }
+    v[3 * CCOLS] = -0.0f;
+    v[(CROWS - 1) * CCOLS] = 0.0f;
+    v[2000 * CCOLS + 1] = from_bits(0x7fc00001u);
+    v[100 * CCOLS + 1] = from_bits(0xffc00002u);
+    v[4000 * CCOLS + 1] = from_bits(0x7fc00003u);
+    v[1 * CCOLS + 2] = 0.0f;
+    v[3000 * CCOLS + 2] = -0.0f;
+    for (int64_t j = 3; j < CCOLS; ++j) {
+        v[(CROWS - 1 - j) * CCOLS + j] = 5000.0f + (float)j; /* the max, late */
+        v[j * CCOLS + j] = -5000.0f - (float)j;             /* the min, early */
+    }
+    uint32_t mx[CCOLS], mn[CCOLS];
+    for (uint32_t threads = 1; threads <= 4; ++threads) {
+        column_bits(threads, CM_REDUCE_MAX, v, mx);
+        column_bits(threads, CM_REDUCE_MIN, v, mn);
+        cr_assert_eq(mx[0], 0x80000000u, "%u threads: max of column 0 is row 3's -0.0", threads);
+        cr_assert_eq(mx[1], 0xffc00002u, "%u threads: the first NaN (row 100) wins", threads);
+        cr_assert_eq(mn[1], 0xffc00002u, "%u threads: the first NaN (row 100) wins", threads);
+        cr_assert_eq(mn[2], 0x00000000u, "%u threads: min of column 2 is row 1's +0.0", threads);
+        for (int64_t j = 3; j < CCOLS; ++j) {
+            cr_assert_eq(from_bits(mx[j]), 5000.0f + (float)j, "%u threads, column %ld", threads,
+                         (long)j);
+            cr_assert_eq(from_bits(mn[j]), -5000.0f - (float)j, "%u threads, column %ld",
+                         threads, (long)j);
+        }
+    }
+    free(v);
+}
+
+/* Integer reductions down the rows against a plain loop: int8 and uint16
+ * matrices wider than one chunk of columns (32 KiB of a row for these
+ * sizes) and taller than 4 rows a pass, at 1 and 3 threads. */
+Test(cpu_threads, narrow_integer_columns_match_a_plain_loop) {
+    const int64_t rows = 45, cols = 40003, shape[2] = {rows, cols}, ocols[1] = {cols};
+    int8_t *b = malloc((size_t)(rows * cols));
+    uint16_t *h = malloc((size_t)(rows * cols) * sizeof(uint16_t));
+    int64_t *want = malloc((size_t)cols * sizeof(int64_t));
+    cr_assert(b != NULL && h != NULL && want != NULL);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+        b[i] = (int8_t)(mix((uint64_t)i) >> 56);
+        h[i] = (uint16_t)(mix((uint64_t)i + 99) >> 48);
+    }
+    for (uint32_t threads = 1; threads <= 3; threads += 2) {
+        cm_device *dev = open_threads(threads);
+        for (int which = 0; which < 2; ++which) {
+            const cm_dtype d = which == 0 ? CM_INT8 : CM_UINT16;
+            cm_tensor *x = new_tensor(dev, d, 2, shape), *out = new_tensor(dev, CM_INT64, 1, ocols);
+            void *p = NULL;
+            CHECK(cm_tensor_host_write(x, d, &p));
+            memcpy(p, which == 0 ? (void *)b : (void *)h, (size_t)(rows * cols) * dsize(d));
+            for (cm_reduce_op op = CM_REDUCE_SUM; op < CM_REDUCE_COUNT; op = (cm_reduce_op)(op + 1)) {
+                if (op == CM_REDUCE_MEAN)
+                    continue;
+                for (int64_t j = 0; j < cols; ++j) {
+                    int64_t a = op == CM_REDUCE_SUM ? 0 : op == CM_REDUCE_MAX ? INT64_MIN : INT64_MAX;
+                    for (int64_t i = 0; i < rows; ++i) {
+                        const int64_t x1 = which == 0 ? b[i * cols + j] : h[i * cols + j];
+                        a = op == CM_REDUCE_SUM ? a + x1 : op == CM_REDUCE_MAX ? (x1 > a ? x1 : a)
+                                                                               : (x1 < a ? x1 : a);
+                    }
+                    want[j] = a;
+                }
+                CHECK(cm_reduce(op, x, 0, out, NULL));
+                const void *q = NULL;
+                CHECK(cm_tensor_host_read(out, CM_INT64, &q));
+                for (int64_t j = 0; j < cols; ++j)
+                    cr_assert_eq(((const int64_t *)q)[j], want[j],
+                                 "%u threads, %s, op %d, column %ld: %ld, not %ld", threads,
+                                 dname(d), (int)op, (long)j, (long)((const int64_t *)q)[j],
+                                 (long)want[j]);
+            }
+            cm_tensor_release(x);
+            cm_tensor_release(out);
+        }
+        cm_device_release(dev);
+    }
+    free(b);
+    free(h);
+    free(want);
 }

@@ -302,3 +302,72 @@ Test(cpu_transpose, streaming_stores) {
     batches_of_transposes();
     into_strided_destinations();
 }
+
+/* cm_fill with streaming stores (forced; by size only destinations above
+ * four L2 caches get them): every element size, lengths around the 16- and
+ * 64-byte steps, starts at every element offset of a 16-byte line, and 2-d
+ * views with a row of gap. Every byte of the buffer is checked: the view's
+ * elements hold the value, the rest their pattern. */
+static void check_fills(void) {
+    static const cm_dtype dtypes[4] = {CM_UINT8, CM_UINT16, CM_UINT32, CM_UINT64};
+    static const int64_t lengths[] = {0, 1, 3, 7, 15, 16, 17, 31, 63, 64, 65, 127, 200, 1029};
+    for (int di = 0; di < 4; ++di) {
+        const cm_dtype d = dtypes[di];
+        const size_t size = dsize(d);
+        /* little-endian bytes 11 22 33 ...: they differ, so order shows */
+        const uint64_t value = 0x8877665544332211u;
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; ++li) {
+            for (int64_t start = 0; start < (int64_t)(16 / size) + 1; ++start) {
+                const int64_t n = lengths[li], total[1] = {n + start + 20};
+                cm_tensor *base = patterned(cpu(), d, 1, total, (unsigned)(li * 17 + start));
+                const void *p = NULL;
+                CHECK(cm_tensor_host_read(base, d, &p));
+                uint8_t *before = malloc((size_t)total[0] * size);
+                cr_assert_not_null(before);
+                memcpy(before, p, (size_t)total[0] * size);
+                cm_tensor *view = NULL;
+                CHECK(cm_tensor_slice(base, 0, start, start + n, 1, &view));
+                CHECK(cm_fill(view, d, &value, NULL)); /* the value's first `size` bytes */
+                CHECK(cm_tensor_host_read(base, d, &p));
+                const uint8_t *got = p;
+                for (int64_t i = 0; i < total[0]; ++i) {
+                    const bool inside = i >= start && i < start + n;
+                    const uint8_t *want = inside ? (const uint8_t *)&value : before + i * size;
+                    cr_assert(memcmp(got + i * size, want, size) == 0,
+                              "%zu-byte elements, length %ld from %ld: element %ld", size, (long)n,
+                              (long)start, (long)i);
+                }
+                cm_tensor_release(view);
+                cm_tensor_release(base);
+                free(before);
+            }
+        }
+        /* 2-d: 37 rows of 70 elements, every other row (runs of 70 apart) */
+        const int64_t shape[2] = {74, 70};
+        cm_tensor *base = patterned(cpu(), d, 2, shape, 99);
+        const void *p = NULL;
+        CHECK(cm_tensor_host_read(base, d, &p));
+        uint8_t *before = malloc(74 * 70 * size);
+        cr_assert_not_null(before);
+        memcpy(before, p, 74 * 70 * size);
+        cm_tensor *view = NULL;
+        CHECK(cm_tensor_slice(base, 0, 1, CM_SLICE_DEFAULT, 2, &view));
+        CHECK(cm_fill(view, d, &value, NULL)); /* the value's first `size` bytes */
+        CHECK(cm_tensor_host_read(base, d, &p));
+        for (int64_t i = 0; i < 74 * 70; ++i) {
+            const uint8_t *want = (i / 70) % 2 == 1 ? (const uint8_t *)&value : before + i * size;
+            cr_assert(memcmp((const uint8_t *)p + i * size, want, size) == 0,
+                      "%zu-byte elements, 2-d: element %ld", size, (long)i);
+        }
+        cm_tensor_release(view);
+        cm_tensor_release(base);
+        free(before);
+    }
+}
+
+Test(cpu_transpose, streaming_fills) {
+    cm__cpu_copy_force_streaming(1);
+    check_fills();
+    cm__cpu_copy_force_streaming(0);
+    check_fills(); /* the same with ordinary stores */
+}

@@ -2,12 +2,21 @@
 /* cmetal-bench: op throughput on the CPU device, each figure as a ratio to
  * memcpy measured in the same run.
  *
- *   cmetal-bench [--json] [--mib N] [--reps N] [--threads N] [--device cpu|metal]
+ *   cmetal-bench [--json] [--mib N] [--reps N] [--threads N[,N...]] [--device cpu|metal]
  *
  * --threads N (N >= 2) measures every op on a CPU device opened with N
- * threads (cm_device_desc.cpu_threads) and on the shared 1-thread device,
- * alternately in the same run: the ratios are those at N threads (memcpy
- * stays one thread), and a column gives the speed-up against 1 thread.
+ * threads (cm_device_desc.cpu_threads) and on the shared 1-thread device:
+ * the ratios are those at N threads (memcpy stays one thread), and a
+ * column gives the speed-up against 1 thread. A list (1,2,4,8,16) measures
+ * every count in turn and ends with the scaling curve.
+ *
+ * The ceiling: beside each op and memcpy, the machine's own bandwidth at
+ * the same thread count is measured (plain threads, no cmetal): reads
+ * (vector loads summed, each thread a slab) for ops that only read
+ * (reductions), memset of the same bytes for fills, and memcpy for ops
+ * that read and write (each thread a slab). "ceil" is the op's bandwidth
+ * over that, so 1.0 means "as fast as this machine reads (sets, copies)
+ * those bytes with that many threads".
  *
  * --device metal measures the Metal device instead (bench_metal.c):
  * dispatch overhead, allocation and private-storage transfers.
@@ -26,6 +35,8 @@
 #include "bench_metal.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +72,9 @@ typedef struct bench_case {
     double seconds;    /* best */
     double memcpy_bw;  /* bytes moved per second by memcpy, same run */
     double ratio;
+    double ceiling_bw; /* the machine's reads, memset or copies, same threads, same run */
+    double ceiling;    /* op bandwidth / ceiling_bw */
+    const char *ceiling_kind;
 } bench_case;
 
 typedef enum which {
@@ -73,6 +87,7 @@ typedef enum which {
     B_CAST_F32_BF16,
     B_CAST_BF16_F32,
     B_FILL,
+    B_FILL_STRIDED,
     B_ADD_F32,
     B_SUM_F32,
     B_SUM_AXIS0_F32,
@@ -91,13 +106,181 @@ typedef enum which {
     B_COUNT
 } which;
 
+/* Plain threads for the ceilings: a job runs on `n` threads (the caller's
+ * included), each over its slab; started by a generation count, joined by
+ * a count of the threads done (no pthread barriers: macOS has none). */
+typedef enum ceil_kind { C_READ, C_MEMSET, C_COPY } ceil_kind;
+
+typedef struct ceil_pool {
+    int n;
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    uint64_t generation;
+    int finished;
+    pthread_t threads[CM_CPU_MAX_THREADS];
+    ceil_kind kind;
+    size_t bytes;
+    char *src, *dst;
+    bool quit;
+    uint64_t sink[CM_CPU_MAX_THREADS * 8];
+} ceil_pool;
+
 typedef struct bench_env {
     cm_device *dev;
     size_t bytes;      /* the working size, MiB-aligned */
     int reps;
     void *m_src, *m_dst;
     const char *f16_note;
+    ceil_pool *ceil;
 } bench_env;
+
+typedef uint64_t ceil_v4 __attribute__((vector_size(32)));
+
+/* The read ceiling's loop: 32-byte loads added into eight integer vectors
+ * (no arithmetic in the way), each line asked for 2 KiB ahead into L1 and
+ * 16 KiB ahead into L2, the fastest one-core reads tools/bench/read_roofline.c
+ * found on a Xeon host; AVX2 where the CPU has it. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define CEIL_AVX2 __attribute__((target("avx2")))
+#else
+#define CEIL_AVX2
+#endif
+#define CEIL_READ_BODY                                                       \
+    ceil_v4 a[8] = {{0}};                                                    \
+    size_t k = 0;                                                            \
+    for (; k + 256 <= len; k += 256) {                                       \
+        for (size_t l = 0; l < 256; l += 64) {                               \
+            __builtin_prefetch(p + k + l + 2048, 0, 3);                      \
+            __builtin_prefetch(p + k + l + 16384, 0, 1);                     \
+        }                                                                    \
+        for (int j = 0; j < 8; ++j) {                                        \
+            ceil_v4 x;                                                       \
+            memcpy(&x, p + k + 32 * (size_t)j, sizeof x);                    \
+            a[j] += x;                                                       \
+        }                                                                    \
+    }                                                                        \
+    uint64_t s = 0;                                                          \
+    for (int j = 0; j < 8; ++j)                                              \
+        s += a[j][0] + a[j][1] + a[j][2] + a[j][3];                          \
+    for (; k < len; ++k)                                                     \
+        s += (unsigned char)p[k];                                            \
+    return s;
+CEIL_AVX2 static uint64_t ceil_read_avx2(const char *p, size_t len) {
+    CEIL_READ_BODY
+}
+static uint64_t ceil_read_plain(const char *p, size_t len) {
+    CEIL_READ_BODY
+}
+
+static uint64_t ceil_read(const char *p, size_t len) {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2"))
+        return ceil_read_avx2(p, len);
+#endif
+    return ceil_read_plain(p, len);
+}
+
+/* Reads slab t of the job's bytes (ceil_read), sets it or copies it. */
+static void ceil_slab(ceil_pool *c, int t) {
+    const size_t per = (c->bytes / (size_t)c->n) & ~(size_t)4095;
+    const size_t begin = per * (size_t)t;
+    const size_t len = t == c->n - 1 ? c->bytes - begin : per;
+    if (c->kind == C_MEMSET) {
+        memset(c->dst + begin, 0x3f, len);
+    } else if (c->kind == C_COPY) {
+        memcpy(c->dst + begin, c->src + begin, len);
+    } else {
+        c->sink[t * 8] = ceil_read(c->src + begin, len);
+    }
+}
+
+typedef struct ceil_arg {
+    ceil_pool *c;
+    int t;
+} ceil_arg;
+
+static void *ceil_main(void *p) {
+    ceil_arg *a = p;
+    ceil_pool *c = a->c;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&c->lock);
+        while (!c->quit && c->generation == seen)
+            pthread_cond_wait(&c->wake, &c->lock);
+        seen = c->generation;
+        const bool quit = c->quit;
+        pthread_mutex_unlock(&c->lock);
+        if (quit)
+            break;
+        ceil_slab(c, a->t);
+        pthread_mutex_lock(&c->lock);
+        if (++c->finished == c->n - 1)
+            pthread_cond_signal(&c->done);
+        pthread_mutex_unlock(&c->lock);
+    }
+    free(a);
+    return NULL;
+}
+
+static ceil_pool *ceil_open(int n, char *src, char *dst, size_t bytes) {
+    ceil_pool *c = calloc(1, sizeof *c);
+    if (c == NULL || n < 1 || n > CM_CPU_MAX_THREADS) {
+        fprintf(stderr, "cmetal-bench: no memory for the ceiling threads\n");
+        exit(1);
+    }
+    c->n = n;
+    c->src = src;
+    c->dst = dst;
+    c->bytes = bytes;
+    if (pthread_mutex_init(&c->lock, NULL) != 0 || pthread_cond_init(&c->wake, NULL) != 0 ||
+        pthread_cond_init(&c->done, NULL) != 0) {
+        fprintf(stderr, "cmetal-bench: could not make the ceiling threads' locks\n");
+        exit(1);
+    }
+    for (int t = 1; t < n; ++t) {
+        ceil_arg *a = malloc(sizeof *a);
+        if (a == NULL || (a->c = c, a->t = t, pthread_create(&c->threads[t], NULL, ceil_main, a)) != 0) {
+            fprintf(stderr, "cmetal-bench: could not start the ceiling threads\n");
+            exit(1);
+        }
+    }
+    return c;
+}
+
+static void ceil_close(ceil_pool *c) {
+    pthread_mutex_lock(&c->lock);
+    c->quit = true;
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    for (int t = 1; t < c->n; ++t)
+        pthread_join(c->threads[t], NULL);
+    pthread_cond_destroy(&c->done);
+    pthread_cond_destroy(&c->wake);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static void run_ceiling(void *p) {
+    ceil_pool *c = p;
+    pthread_mutex_lock(&c->lock);
+    c->finished = 0;
+    c->generation++;
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    ceil_slab(c, 0);
+    pthread_mutex_lock(&c->lock);
+    while (c->finished < c->n - 1)
+        pthread_cond_wait(&c->done, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* The ceiling for an op: reads for reductions, memset for fills, copies
+ * for the rest. */
+static ceil_kind ceiling_of(which w) {
+    if (w == B_FILL || w == B_FILL_STRIDED)
+        return C_MEMSET;
+    return w >= B_SUM_F32 ? C_READ : C_COPY;
+}
 
 static cm_tensor *tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape) {
     cm_tensor_desc desc = {.dtype = d, .ndim = ndim, .shape = shape};
@@ -108,18 +291,25 @@ static cm_tensor *tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t
     return t;
 }
 
-/* Best times of fn and of ref, run alternately. */
-static void best_of_pair(int reps, void (*fn)(void *), void *ctx, void (*ref)(void *),
-                         void *ref_ctx, double *best_fn, double *best_ref) {
+/* Best times of fn, ref and ceil, run in turn. */
+static void best_of_three(int reps, void (*fn)(void *), void *ctx, void (*ref)(void *),
+                          void *ref_ctx, ceil_pool *ceil, double *best_fn, double *best_ref,
+                          double *best_ceil) {
     fn(ctx); /* warm-up */
     ref(ref_ctx);
-    *best_fn = *best_ref = 1e30;
+    run_ceiling(ceil);
+    *best_fn = *best_ref = *best_ceil = 1e30;
     for (int r = 0; r < reps; ++r) {
         double t0 = now_s();
         ref(ref_ctx);
         double t = now_s() - t0;
         if (t < *best_ref)
             *best_ref = t;
+        t0 = now_s();
+        run_ceiling(ceil);
+        t = now_s() - t0;
+        if (t < *best_ceil)
+            *best_ceil = t;
         t0 = now_s();
         fn(ctx);
         t = now_s() - t0;
@@ -155,7 +345,8 @@ static void run_op(void *p) {
     case B_CAST_F16_F32:
     case B_CAST_F32_BF16:
     case B_CAST_BF16_F32: TRY(cm_cast(c->a, c->out, NULL)); break;
-    case B_FILL: TRY(cm_fill(c->out, CM_FLOAT64, &v, NULL)); break;
+    case B_FILL:
+    case B_FILL_STRIDED: TRY(cm_fill(c->out, CM_FLOAT64, &v, NULL)); break;
     case B_ADD_F32: TRY(cm_binary(CM_BINARY_ADD, c->a, c->b, c->out, NULL)); break;
     case B_SUM_F32:
     case B_SUM_F16:
@@ -226,8 +417,18 @@ static void measure(bench_env *env, which w, bench_case *out) {
         break;
     case B_FILL:
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
-        *out = (bench_case){.name = "fill f32", .note = "writes only", .goal = 0, .bytes = (double)n4 * 4};
+        *out = (bench_case){.name = "fill f32", .note = "writes only; ceiling: memset", .goal = 0, .bytes = (double)n4 * 4};
         break;
+    case B_FILL_STRIDED: {
+        /* Every other element of a matrix twice the working size: half
+         * its bytes written; the ceiling is memset of those bytes. */
+        const int64_t r2[2] = {n4 / 1024, 2048};
+        cm_tensor *base = tensor(env->dev, CM_FLOAT32, 2, r2);
+        TRY(cm_tensor_slice(base, 1, 0, 2048, 2, &c.out));
+        cm_tensor_release(base);
+        *out = (bench_case){.name = "fill f32 (stride 2)", .note = "every other element; ceiling: memset of those bytes", .goal = 0, .bytes = (double)n4 * 4};
+        break;
+    }
     case B_ADD_F32:
         c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
         c.b = tensor(env->dev, CM_FLOAT32, 1, flat);
@@ -294,10 +495,17 @@ static void measure(bench_env *env, which w, bench_case *out) {
     }
     default: break;
     }
-    double t_memcpy;
-    best_of_pair(env->reps, run_op, &c, run_memcpy, env, &out->seconds, &t_memcpy);
+    double t_memcpy, t_ceil;
+    const ceil_kind ck = ceiling_of(w);
+    env->ceil->kind = ck;
+    env->ceil->bytes = w == B_FILL || w == B_FILL_STRIDED ? (size_t)n4 * 4 : env->bytes;
+    best_of_three(env->reps, run_op, &c, run_memcpy, env, env->ceil, &out->seconds, &t_memcpy,
+                  &t_ceil);
     out->memcpy_bw = 2.0 * (double)env->bytes / t_memcpy;
     out->ratio = out->bytes / out->seconds / out->memcpy_bw;
+    out->ceiling_bw = (double)env->ceil->bytes * (ck == C_COPY ? 2.0 : 1.0) / t_ceil;
+    out->ceiling = out->bytes / out->seconds / out->ceiling_bw;
+    out->ceiling_kind = ck == C_READ ? "read" : ck == C_MEMSET ? "memset" : "copy";
     cm_tensor_release(c.a);
     cm_tensor_release(c.b);
     cm_tensor_release(c.out);
@@ -381,7 +589,7 @@ static void cpu_model(char *buf, size_t cap) {
 }
 
 static int bench_usage(void) {
-    fprintf(stderr, "usage: cmetal-bench [--json] [--mib N] [--reps N] [--threads N] "
+    fprintf(stderr, "usage: cmetal-bench [--json] [--mib N] [--reps N] [--threads N[,N...]] "
                     "[--device cpu|metal]\n");
     return 2;
 }
@@ -399,11 +607,90 @@ static long positive(const char *option, const char *value) {
     return v;
 }
 
+#define MAX_COUNTS 16
+
+/* --threads: counts from 1 to CM_CPU_MAX_THREADS, comma-separated; the
+ * number of them, or -1 after saying what is wrong. */
+static int thread_counts(const char *value, long *counts) {
+    char tok[32];
+    int n = 0;
+    for (const char *p = value; *p != '\0';) {
+        const size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof tok) {
+            fprintf(stderr, "cmetal-bench: --threads '%s': expected counts such as 1,2,4\n",
+                    value);
+            return -1;
+        }
+        memcpy(tok, p, len);
+        tok[len] = '\0';
+        p += len + (p[len] == ',');
+        const long v = positive("--threads", tok);
+        if (v < 0)
+            return -1;
+        if (v > CM_CPU_MAX_THREADS || n == MAX_COUNTS) {
+            fprintf(stderr, "cmetal-bench: --threads '%s': at most %d counts of 1 to %d\n", value,
+                    MAX_COUNTS, CM_CPU_MAX_THREADS);
+            return -1;
+        }
+        counts[n++] = v;
+    }
+    if (n == 0) {
+        fprintf(stderr, "cmetal-bench: --threads '%s': expected thread counts\n", value);
+        return -1;
+    }
+    return n;
+}
+
+/* Every op at `threads` threads (1: the shared CPU device). */
+static void measure_all(bench_env *env, long threads, bench_case *cases) {
+    bench_env e = *env;
+    if (threads > 1) {
+        cm_device_desc desc = {.type = CM_DEVICE_CPU, .cpu_threads = (uint32_t)threads};
+        TRY(cm_device_open_desc(&desc, &e.dev));
+    }
+    e.ceil = ceil_open((int)threads, e.m_src, e.m_dst, e.bytes);
+    for (int w = 0; w < B_COUNT; ++w)
+        measure(&e, (which)w, &cases[w]);
+    ceil_close(e.ceil);
+    if (e.dev != env->dev)
+        cm_device_release(e.dev);
+}
+
+static void print_json_cases(const bench_case *cases, const bench_case *one) {
+    for (int w = 0; w < B_COUNT; ++w)
+        printf("  {\"name\": \"%s\", \"bytes\": %.0f, \"seconds\": %.6g, \"gb_per_s\": %.4g, "
+               "\"memcpy_gb_per_s\": %.4g, \"ratio_to_memcpy\": %.4g, \"goal\": %.3g, "
+               "\"ceiling\": \"%s\", \"ceiling_gb_per_s\": %.4g, \"ratio_to_ceiling\": %.4g, "
+               "\"speedup_vs_1_thread\": %.4g}%s\n",
+               cases[w].name, cases[w].bytes, cases[w].seconds,
+               cases[w].bytes / cases[w].seconds * 1e-9, cases[w].memcpy_bw * 1e-9,
+               cases[w].ratio, cases[w].goal, cases[w].ceiling_kind, cases[w].ceiling_bw * 1e-9,
+               cases[w].ceiling, one[w].seconds / cases[w].seconds, w + 1 < B_COUNT ? "," : "");
+}
+
+static void print_table(const bench_case *cases, const bench_case *one, long threads) {
+    printf("\n-- %ld thread%s: ratio to one thread's memcpy; ceil: to this machine's reads, "
+           "memset or copies at %ld thread%s\n",
+           threads, threads > 1 ? "s" : "", threads, threads > 1 ? "s" : "");
+    printf("%-36s %9s %8s %11s %7s %6s %7s %7s %7s  %s\n", "op", "ms", "GB/s", "memcpy GB/s",
+           "ratio", "goal", "ceil", "of", "vs 1thr", "note");
+    for (int w = 0; w < B_COUNT; ++w) {
+        char goal[16] = "-";
+        if (cases[w].goal > 0)
+            snprintf(goal, sizeof goal, ">=%.1f", cases[w].goal);
+        printf("%-36s %9.2f %8.2f %11.2f %7.2f %6s %7.2f %7s %7.2f  %s\n", cases[w].name,
+               cases[w].seconds * 1e3, cases[w].bytes / cases[w].seconds * 1e-9,
+               cases[w].memcpy_bw * 1e-9, cases[w].ratio, goal, cases[w].ceiling,
+               cases[w].ceiling_kind, one[w].seconds / cases[w].seconds, cases[w].note);
+    }
+}
+
 int main(int argc, char **argv) {
     bool json = false, metal = false;
     long mib = 64;
     int reps = 5;
-    long threads = 1;
+    long counts[MAX_COUNTS + 1] = {1};
+    int ncounts = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         const bool takes_value =
@@ -424,7 +711,7 @@ int main(int argc, char **argv) {
                 return bench_usage();
             reps = (int)r;
         } else if (strcmp(a, "--threads") == 0) {
-            if ((threads = positive(a, argv[++i])) < 0)
+            if ((ncounts = thread_counts(argv[++i], counts)) < 0)
                 return bench_usage();
         } else if (strcmp(a, "--device") == 0) {
             const char *v = argv[++i];
@@ -440,6 +727,12 @@ int main(int argc, char **argv) {
     }
     if (metal)
         return bench_metal(json, mib, reps);
+    /* One count N > 1: 1 thread as well, first (the speed-up column). */
+    if (ncounts == 1 && counts[0] > 1) {
+        counts[1] = counts[0];
+        counts[0] = 1;
+        ncounts = 2;
+    }
     bench_env env = {.bytes = (size_t)mib << 20, .reps = reps};
     TRY(cm_device_open(CM_DEVICE_CPU, 0, &env.dev));
     cm_device_info info;
@@ -452,63 +745,82 @@ int main(int argc, char **argv) {
 
     const char *f16_hw = cm__cpu_cast_f16_hardware();
     env.f16_note = f16_hw != NULL ? f16_hw : "scalar, round to nearest even";
-    bench_case cases[B_COUNT], one[B_COUNT];
-    bench_env env_n = env;
-    if (threads > 1) {
-        cm_device_desc desc = {.type = CM_DEVICE_CPU, .cpu_threads = (uint32_t)threads};
-        TRY(cm_device_open_desc(&desc, &env_n.dev));
+    static bench_case cases[MAX_COUNTS + 1][B_COUNT];
+    int base = -1; /* the 1-thread run, for the speed-up column */
+    for (int k = 0; k < ncounts; ++k) {
+        measure_all(&env, counts[k], cases[k]);
+        if (counts[k] == 1 && base < 0)
+            base = k;
     }
-    for (int w = 0; w < B_COUNT; ++w) {
-        measure(&env_n, (which)w, &cases[w]);
-        if (threads > 1)
-            measure(&env, (which)w, &one[w]);
-        else
-            one[w] = cases[w];
+    if (base < 0) { /* no 1-thread run asked for: measure one */
+        measure_all(&env, 1, cases[ncounts]);
+        base = ncounts;
     }
     dlpack_case dl[2];
     measure_dlpack(&env, dl);
     double memcpy_bw = 0; /* the median-free summary: the best seen */
-    for (int w = 0; w < B_COUNT; ++w)
-        if (cases[w].memcpy_bw > memcpy_bw)
-            memcpy_bw = cases[w].memcpy_bw;
+    for (int k = 0; k < ncounts; ++k)
+        for (int w = 0; w < B_COUNT; ++w)
+            if (cases[k][w].memcpy_bw > memcpy_bw)
+                memcpy_bw = cases[k][w].memcpy_bw;
 
     char model[256];
     cpu_model(model, sizeof model);
+    const int last = ncounts - 1; /* the top-level figures: the last count */
     if (json) {
         printf("{\"device\": {\"type\": \"%s\", \"name\": \"%s\", \"cpu\": \"%s\"},\n",
                cm_device_type_name(info.type), info.name, model);
-        printf(" \"mib\": %ld, \"reps\": %d, \"threads\": %ld,\n", mib, reps, threads);
+        printf(" \"mib\": %ld, \"reps\": %d, \"threads\": %ld,\n", mib, reps, counts[last]);
         printf(" \"memcpy_best_gb_per_s\": %.4g,\n", memcpy_bw * 1e-9);
         printf(" \"cases\": [\n");
-        for (int w = 0; w < B_COUNT; ++w)
-            printf("  {\"name\": \"%s\", \"bytes\": %.0f, \"seconds\": %.6g, \"gb_per_s\": %.4g, "
-                   "\"memcpy_gb_per_s\": %.4g, \"ratio_to_memcpy\": %.4g, \"goal\": %.3g, "
-                   "\"speedup_vs_1_thread\": %.4g}%s\n",
-                   cases[w].name, cases[w].bytes, cases[w].seconds,
-                   cases[w].bytes / cases[w].seconds * 1e-9, cases[w].memcpy_bw * 1e-9,
-                   cases[w].ratio, cases[w].goal, one[w].seconds / cases[w].seconds,
-                   w + 1 < B_COUNT ? "," : "");
+        print_json_cases(cases[last], cases[base]);
+        printf(" ],\n \"runs\": [\n");
+        for (int k = 0; k < ncounts; ++k) {
+            printf("  {\"threads\": %ld, \"cases\": [\n", counts[k]);
+            print_json_cases(cases[k], cases[base]);
+            printf("  ]}%s\n", k + 1 < ncounts ? "," : "");
+        }
         printf(" ],\n \"dlpack_round_trip\": [\n");
         for (int k = 0; k < 2; ++k)
             printf("  {\"bytes\": %.0f, \"ns_legacy\": %.1f, \"ns_versioned\": %.1f}%s\n",
                    dl[k].bytes, dl[k].ns_legacy, dl[k].ns_versioned, k == 0 ? "," : "");
         printf(" ]}\n");
     } else {
-        printf("cmetal-bench on the %s device (%s), %ld MiB, best of %d, %ld thread%s\n",
-               info.name, model, mib, reps, threads, threads > 1 ? "s" : "");
-        printf("GB/s counts bytes read + written; memcpy is re-measured beside each op "
-               "(best %.2f GB/s)\n\n",
+        printf("cmetal-bench on the %s device (%s), %ld MiB, best of %d\n", info.name, model, mib,
+               reps);
+        printf("GB/s counts bytes read + written; memcpy (one thread) and the ceiling are "
+               "re-measured beside each op (best memcpy %.2f GB/s)\n",
                memcpy_bw * 1e-9);
-        printf("%-36s %9s %8s %11s %7s %6s %7s  %s\n", "op", "ms", "GB/s", "memcpy GB/s",
-               "ratio", "goal", "vs 1thr", "note");
-        for (int w = 0; w < B_COUNT; ++w) {
-            char goal[16] = "-";
-            if (cases[w].goal > 0)
-                snprintf(goal, sizeof goal, ">=%.1f", cases[w].goal);
-            printf("%-36s %9.2f %8.2f %11.2f %7.2f %6s %7.2f  %s\n", cases[w].name,
-                   cases[w].seconds * 1e3, cases[w].bytes / cases[w].seconds * 1e-9,
-                   cases[w].memcpy_bw * 1e-9, cases[w].ratio, goal,
-                   one[w].seconds / cases[w].seconds, cases[w].note);
+        for (int k = 0; k < ncounts; ++k)
+            print_table(cases[k], cases[base], counts[k]);
+        if (ncounts > 2 || (ncounts == 2 && counts[0] != 1)) {
+            printf("\nScaling: GB/s, and in brackets the ratio to the ceiling at that count\n");
+            printf("%-36s", "op");
+            for (int k = 0; k < ncounts; ++k)
+                printf(" %9ld thr", counts[k]);
+            printf("\n");
+            for (int w = 0; w < B_COUNT; ++w) {
+                printf("%-36s", cases[0][w].name);
+                for (int k = 0; k < ncounts; ++k)
+                    printf(" %6.1f (%4.2f)", cases[k][w].bytes / cases[k][w].seconds * 1e-9,
+                           cases[k][w].ceiling);
+                printf("\n");
+            }
+            static const char *const kinds[3] = {"read", "memset", "copy"};
+            for (int q = 0; q < 3; ++q) {
+                printf("%-36s", q == 0 ? "ceiling: read (best seen)"
+                                : q == 1 ? "ceiling: memset (best seen)"
+                                         : "ceiling: copy (best seen)");
+                for (int k = 0; k < ncounts; ++k) {
+                    double best = 0;
+                    for (int w = 0; w < B_COUNT; ++w)
+                        if (strcmp(cases[k][w].ceiling_kind, kinds[q]) == 0 &&
+                            cases[k][w].ceiling_bw > best)
+                            best = cases[k][w].ceiling_bw;
+                    printf(" %6.1f       ", best * 1e-9);
+                }
+                printf("\n");
+            }
         }
         printf("\nDLPack round trip in C (export + import + release, CPU tensor; median of 5 "
                "batches; goal <= 50 ns)\n");
@@ -518,8 +830,6 @@ int main(int argc, char **argv) {
     }
     cm_tensor_release(m_src);
     cm_tensor_release(m_dst);
-    if (env_n.dev != env.dev)
-        cm_device_release(env_n.dev);
     cm_device_release(env.dev);
     return 0;
 }
