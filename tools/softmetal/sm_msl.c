@@ -490,6 +490,50 @@ static id pipeline_device(id self, SEL cmd) {
 
 static id function_name(id self, SEL cmd) { (void)cmd; return ((sm_function *)self)->name; }
 
+/* MTLFunctionConstant: what functionConstantsDictionary describes. */
+typedef struct {
+  sm_obj hdr;
+  id name;
+  NSUInteger type, index;
+  BOOL required;
+} sm_fn_constant;
+static void fn_constant_destroy(sm_obj *o) { sm__release(((sm_fn_constant *)o)->name); }
+static sm_class fn_constant_class = {"MTLFunctionConstant", sizeof(sm_fn_constant),
+                                     fn_constant_destroy, Nil, 0};
+static id fn_constant_name(id self, SEL cmd) { (void)cmd; return ((sm_fn_constant *)self)->name; }
+static NSUInteger fn_constant_type(id self, SEL cmd) { (void)cmd; return ((sm_fn_constant *)self)->type; }
+static NSUInteger fn_constant_index(id self, SEL cmd) { (void)cmd; return ((sm_fn_constant *)self)->index; }
+static BOOL fn_constant_required(id self, SEL cmd) { (void)cmd; return ((sm_fn_constant *)self)->required; }
+
+/* -[MTLFunction functionConstantsDictionary]: the function constants the
+ * function uses, by name (autoreleased); empty when it uses none. */
+static id function_constants_dictionary(id self, SEL cmd) {
+  (void)cmd;
+  sm_function *fn = (sm_function *)self;
+  const struct sm_kernel_desc *k = fn->desc;
+  const size_t cap = k->fc_used_count ? k->fc_used_count : 1;
+  id *keys = calloc(cap, sizeof *keys), *values = calloc(cap, sizeof *values);
+  if (!keys || !values) sm__fatal("-[MTLFunction functionConstantsDictionary]: out of memory");
+  size_t n = 0;
+  for (uint32_t u = 0; u < k->fc_used_count; u++) {
+    const struct sm_constant_desc *cd = &fn->library->constants[k->fc_used[u]];
+    if (cd->index == UINT32_MAX) continue; /* derived: not a function constant of its own */
+    sm_fn_constant *c = sm__new(&fn_constant_class);
+    if (!c) sm__fatal("-[MTLFunction functionConstantsDictionary]: out of memory");
+    c->name = sm__string(cd->name);
+    c->type = cd->type;
+    c->index = cd->index;
+    c->required = !cd->optional;
+    keys[n] = c->name;
+    values[n++] = (id)c;
+  }
+  id dict = sm__dictionary_new(keys, values, n);
+  for (size_t i = 0; i < n; i++) sm__release(values[i]);
+  free(keys);
+  free(values);
+  return sm__autorelease(dict);
+}
+
 static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
   (void)self;
   if (!sm__is(function, &function_class)) {
@@ -685,7 +729,14 @@ void sm__register_msl(void) {
   c = sm__class_begin(&function_class);
   sm__method(c, "name", SM_IMP(function_name), "@@:");
   sm__method(c, "device", SM_IMP(function_device), "@@:");
+  sm__method(c, "functionConstantsDictionary", SM_IMP(function_constants_dictionary), "@@:");
   sm__class_end(&function_class);
+  c = sm__class_begin(&fn_constant_class);
+  sm__method(c, "name", SM_IMP(fn_constant_name), "@@:");
+  sm__method(c, "type", SM_IMP(fn_constant_type), "Q@:");
+  sm__method(c, "index", SM_IMP(fn_constant_index), "Q@:");
+  sm__method(c, "required", SM_IMP(fn_constant_required), "c@:");
+  sm__class_end(&fn_constant_class);
 
   c = sm__class_begin(&sm__pipeline_class);
   sm__method(c, "maxTotalThreadsPerThreadgroup", SM_IMP(pipeline_max_threads), "Q@:");
