@@ -52,11 +52,13 @@ set(CMAKE_AR "${cm_zig_wrappers}/ar" CACHE FILEPATH "zig ar" FORCE)
 set(CMAKE_RANLIB "${cm_zig_wrappers}/ranlib" CACHE FILEPATH "zig ranlib" FORCE)
 
 # Header-only, platform-independent dependencies are borrowed from the host
-# (dlpack/dlpack.h from libdlpack-dev), each through its own folder so that
-# the rest of the host's /usr/include stays out of a macOS build.
+# (dlpack/dlpack.h from libdlpack-dev; Criterion's headers, for the test
+# sources that tools/ci/stage-40-macos.sh compiles), each through its own
+# folder so that the rest of the host's /usr/include stays out of a macOS
+# build.
 set(cm_zig_host_headers "${cm_zig_wrappers}/host-include")
 file(MAKE_DIRECTORY "${cm_zig_host_headers}")
-foreach(dir dlpack)
+foreach(dir dlpack criterion)
   if(EXISTS "/usr/include/${dir}" AND NOT EXISTS "${cm_zig_host_headers}/${dir}")
     file(CREATE_LINK "/usr/include/${dir}" "${cm_zig_host_headers}/${dir}" SYMBOLIC)
   endif()

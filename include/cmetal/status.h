@@ -69,7 +69,8 @@ CM_API const char *cm_status_name(cm_status status);
 CM_API const char *cm_status_str(cm_status status);
 
 /* The message of the most recent failed call on the calling thread, or ""
- * if none has failed. Successful calls leave it unchanged (as errno).
+ * if none has failed. Successful calls leave it unchanged (as errno). A
+ * compiler's diagnostics come whole (messages are cut only past 64 KiB).
  * Ownership: borrows thread-local storage, valid until the next cmetal call
  * on this thread. Thread-safety: each thread has its own message. */
 CM_API const char *cm_last_error(void);

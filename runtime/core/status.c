@@ -3,14 +3,48 @@
  * process allocator. */
 #include "backend.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CM__ERROR_CAPACITY 512
+/* A longer message (a compiler's diagnostics) goes whole into a buffer of
+ * this size, made on the thread's first one and freed when it exits. */
+#define CM__ERROR_MAX ((size_t)64 * 1024)
 
 static _Thread_local char cm__last_error[CM__ERROR_CAPACITY];
+static _Thread_local char *cm__long_error; /* CM__ERROR_MAX bytes, or NULL */
+static _Thread_local bool cm__error_is_long;
+
+/* The long buffers are message storage, not objects: plain malloc, so that
+ * an allocator set later never frees what another one made. */
+static pthread_key_t cm__long_key;
+static pthread_once_t cm__long_once = PTHREAD_ONCE_INIT;
+static bool cm__long_key_ok;
+
+static void cm__long_key_make(void) {
+    cm__long_key_ok = pthread_key_create(&cm__long_key, free) == 0;
+}
+
+/* This thread's long buffer, or NULL when none can be had. */
+static char *cm__long_buffer(void) {
+    if (cm__long_error == NULL) {
+        pthread_once(&cm__long_once, cm__long_key_make);
+        if (!cm__long_key_ok)
+            return NULL;
+        char *buf = malloc(CM__ERROR_MAX);
+        if (buf == NULL)
+            return NULL;
+        if (pthread_setspecific(cm__long_key, buf) != 0) {
+            free(buf);
+            return NULL;
+        }
+        cm__long_error = buf;
+    }
+    return cm__long_error;
+}
 
 const char *cm_status_name(cm_status status) {
     switch (status) {
@@ -35,21 +69,43 @@ const char *cm_status_str(cm_status status) {
 }
 
 const char *cm_last_error(void) {
-    return cm__last_error;
+    return cm__error_is_long ? cm__long_error : cm__last_error;
 }
 
 void cm__set_last_error(const char *text) {
-    snprintf(cm__last_error, sizeof cm__last_error, "%s", text);
+    const size_t len = strlen(text);
+    if (text == cm__long_error && cm__error_is_long)
+        return;
+    cm__error_is_long = false;
+    char *big = len >= sizeof cm__last_error ? cm__long_buffer() : NULL;
+    if (big != NULL) {
+        snprintf(big, CM__ERROR_MAX, "%s", text);
+        cm__error_is_long = true;
+    } else {
+        snprintf(cm__last_error, sizeof cm__last_error, "%s", text);
+    }
 }
 
 cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...) {
+    cm__error_is_long = false;
     int n = snprintf(cm__last_error, sizeof cm__last_error, "%s: ", func);
     if (n < 0 || (size_t)n >= sizeof cm__last_error)
         return status;
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(cm__last_error + n, sizeof cm__last_error - (size_t)n, fmt, ap);
+    va_copy(again, ap);
+    const int m = vsnprintf(cm__last_error + n, sizeof cm__last_error - (size_t)n, fmt, ap);
     va_end(ap);
+    /* Too long for the fixed buffer: whole into the long one (cut at
+     * CM__ERROR_MAX), or left cut here when there is none. */
+    char *big = m >= 0 && (size_t)n + (size_t)m >= sizeof cm__last_error ? cm__long_buffer()
+                                                                         : NULL;
+    if (big != NULL) {
+        memcpy(big, cm__last_error, (size_t)n);
+        vsnprintf(big + n, CM__ERROR_MAX - (size_t)n, fmt, again);
+        cm__error_is_long = true;
+    }
+    va_end(again);
     return status;
 }
 

@@ -125,31 +125,32 @@ static void cm__read_info(cm__id dev, cm_device_info *info) {
 /* Devices numbered at most (a Mac has a few GPUs). */
 #define CM__METAL_MAX_DEVICES 64
 
-/* The Metal devices in cmetal's numbering, +1 each in out[0..*n): the
- * system default first, then the others, each once (told apart by
- * registryID), by increasing registryID. */
-static cm_status cm__metal_enumerate(const char *func, cm__id out[CM__METAL_MAX_DEVICES],
-                                     size_t *n) {
+/* Whether id is among the registryIDs of out[0..n). */
+static bool cm__seen(cm__id const *out, size_t n, uint64_t id) {
+    for (size_t j = 0; j < n; ++j)
+        if (cm__msg_registryID(out[j]) == id)
+            return true;
+    return false;
+}
+
+/* Every Metal device once (told apart by registryID), +1 each in
+ * out[0..*n), by increasing registryID, from MTLCopyAllDevices alone:
+ * MTLCreateSystemDefaultDevice is not called, as on a Mac with two GPUs it
+ * selects the discrete one for the rest of the process. Where
+ * MTLCopyAllDevices gives nothing, the default device stands alone. */
+static cm_status cm__metal_all(const char *func, cm__id out[CM__METAL_MAX_DEVICES], size_t *n) {
     *n = 0;
     CM__TRY(cm__objc_init_as(func));
     CM__TRY(cm__metal_load_as(func));
-    cm__id first = cm__metal_create_system_default_device(); /* +1 or NULL */
-    if (first != NULL)
-        out[(*n)++] = first;
-    const uint64_t first_id = first != NULL ? cm__msg_registryID(first) : 0;
     cm__id all = cm__metal_copy_all_devices(); /* +1 NSArray or NULL */
     const cm__uint count = all != NULL ? cm__msg_count(all) : 0;
     for (cm__uint i = 0; i < count && *n < CM__METAL_MAX_DEVICES; ++i) {
         cm__id dev = cm__msg_objectAtIndex(all, i); /* +0 */
         const uint64_t id = cm__msg_registryID(dev);
-        bool seen = first != NULL && id == first_id;
-        for (size_t j = first != NULL; !seen && j < *n; ++j)
-            seen = cm__msg_registryID(out[j]) == id;
-        if (seen)
+        if (cm__seen(out, *n, id))
             continue;
-        /* Insert after the default, sorted by registryID. */
         size_t at = *n;
-        while (at > (first != NULL ? 1u : 0u) && cm__msg_registryID(out[at - 1]) > id) {
+        while (at > 0 && cm__msg_registryID(out[at - 1]) > id) {
             out[at] = out[at - 1];
             --at;
         }
@@ -157,6 +158,40 @@ static cm_status cm__metal_enumerate(const char *func, cm__id out[CM__METAL_MAX_
         ++*n;
     }
     cm__objc_release(all);
+    if (*n == 0) {
+        cm__id first = cm__metal_create_system_default_device(); /* +1 or NULL */
+        if (first != NULL)
+            out[(*n)++] = first;
+    }
+    return CM_OK;
+}
+
+/* The Metal devices in cmetal's numbering, +1 each in out[0..*n): the
+ * system default first, then the others by increasing registryID. The
+ * default device is asked for only when the numbering needs it: to open
+ * index 0, or another index when there are several devices. */
+static cm_status cm__metal_enumerate(const char *func, uint32_t index,
+                                     cm__id out[CM__METAL_MAX_DEVICES], size_t *n) {
+    CM__TRY(cm__metal_all(func, out, n));
+    if (*n < 2 && index > 0)
+        return CM_OK; /* no such index, whatever the default */
+    cm__id first = cm__metal_create_system_default_device(); /* +1 or NULL */
+    if (first == NULL)
+        return CM_OK; /* no default: by registryID alone */
+    const uint64_t first_id = cm__msg_registryID(first);
+    size_t at = 0;
+    while (at < *n && cm__msg_registryID(out[at]) != first_id)
+        ++at;
+    if (at == *n) { /* not listed: put in front */
+        if (*n == CM__METAL_MAX_DEVICES)
+            cm__objc_release(out[--*n]);
+        at = (*n)++;
+    } else {
+        cm__objc_release(out[at]);
+    }
+    for (; at > 0; --at)
+        out[at] = out[at - 1];
+    out[0] = first;
     return CM_OK;
 }
 
@@ -164,7 +199,7 @@ static cm_status cm__metal_device_count_unpooled(uint32_t *count) {
     *count = 0;
     cm__id devices[CM__METAL_MAX_DEVICES];
     size_t n = 0;
-    CM__TRY(cm__metal_enumerate("cm_device_count", devices, &n));
+    CM__TRY(cm__metal_all("cm_device_count", devices, &n));
     for (size_t i = 0; i < n; ++i)
         cm__objc_release(devices[i]);
     *count = (uint32_t)n;
@@ -179,7 +214,7 @@ static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out)
     *out = NULL;
     cm__id devices[CM__METAL_MAX_DEVICES];
     size_t n = 0;
-    CM__TRY(cm__metal_enumerate(func, devices, &n));
+    CM__TRY(cm__metal_enumerate(func, index, devices, &n));
     cm__id dev = index < n ? devices[index] : NULL;
     for (size_t i = 0; i < n; ++i)
         if (devices[i] != dev)

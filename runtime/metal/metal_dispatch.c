@@ -299,7 +299,21 @@ static cm__uint cm__mtl_data_type(cm_dtype dt) {
     }
 }
 
-/* The function `name` of the library (+1), specialised with the constants. */
+/* Whether fn declares function constants (functionConstantsDictionary,
+ * macOS 10.12; a framework without it is taken to have none). */
+static bool cm__has_function_constants(cm__id fn) {
+    if (!cm__msg_respondsToSelector(fn, CM__SEL(functionConstantsDictionary)))
+        return false;
+    void *pool = cm__objc_pool_push();
+    cm__id dict = cm__msg_functionConstantsDictionary(fn); /* +0 */
+    const bool any = dict != NULL && cm__msg_count(dict) > 0;
+    cm__objc_pool_pop(pool);
+    return any;
+}
+
+/* The function `name` of the library (+1), specialised with the constants
+ * (none given: every constant of the function takes its default or stays
+ * undefined, and a required one fails with Metal's message). */
 static cm_status cm__function(const char *func, cm__id library, const char *name,
                               const cm_function_constant *constants, uint32_t nconst,
                               cm__id *out) {
@@ -308,13 +322,21 @@ static cm_status cm__function(const char *func, cm__id library, const char *name
     CM__TRY(cm__ns_string_from_utf8(func, name, &ns_name));
     if (nconst == 0) {
         cm__id fn = cm__msg_newFunctionWithName(library, ns_name);
-        cm__objc_release(ns_name);
-        if (fn == NULL)
+        if (fn == NULL) {
+            cm__objc_release(ns_name);
             return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                                "desc->name = \"%s\": the library has no function of that name",
                                name);
-        *out = fn;
-        return CM_OK;
+        }
+        /* A function that declares function constants makes no pipeline
+         * as newFunctionWithName: returns it (Metal's documentation): it is
+         * specialised, with no values given, below. */
+        if (!cm__has_function_constants(fn)) {
+            cm__objc_release(ns_name);
+            *out = fn;
+            return CM_OK;
+        }
+        cm__objc_release(fn);
     }
     cm__class cls = CM__CLASS(MTLFunctionConstantValues);
     cm__id values = cls != NULL ? cm__msg_alloc((cm__id)cls) : NULL;
@@ -334,7 +356,12 @@ static cm_status cm__function(const char *func, cm__id library, const char *name
     cm__id error = NULL;
     cm__id fn = cm__msg_newFunctionWithName_constantValues_error(library, ns_name, values, &error);
     cm_status status = CM_OK;
-    if (fn == NULL)
+    if (fn == NULL && nconst == 0)
+        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
+                                   "desc->constants is empty, but the function has function "
+                                   "constants: each one it requires needs a value in "
+                                   "desc->constants (cm_function_constant index, dtype, value)");
+    else if (fn == NULL)
         status = cm__fail_ns_error(func, CM_ERR_COMPILE, error,
                                    "desc->constants do not specialise the function (each "
                                    "constant it requires needs a value of its type)");

@@ -66,7 +66,8 @@ enum {
     CM__KERNEL_UNARY,
     CM__KERNEL_BINARY,
     CM__KERNEL_REDUCE_SERIAL,
-    CM__KERNEL_REDUCE_THREADGROUP,
+    CM__KERNEL_REDUCE_BARRIER,      /* threadgroup memory and barriers only */
+    CM__KERNEL_REDUCE_THREADGROUP,  /* SIMD-group shuffles: its own library */
     CM__KERNEL_COUNT
 };
 
@@ -80,6 +81,8 @@ typedef struct cm__metal_device {
     pthread_mutex_t kernels_lock;
     cm__id library;                        /* id<MTLLibrary>, +1, or NULL */
     uint64_t library_serial;
+    cm__id simd_library;                   /* the SIMD-group kernels', or NULL */
+    uint64_t simd_library_serial;
     cm__id pipelines[CM__KERNEL_COUNT];    /* id<MTLComputePipelineState>, +1 */
     cm__uint max_threads[CM__KERNEL_COUNT];
     cm__uint simd_width[CM__KERNEL_COUNT];
@@ -322,6 +325,10 @@ cm_status cm__metal_blit(const char *func, cm_device *device, cm__metal_span dst
  * allocated, destroy when it goes (releases the library and pipelines). */
 void cm__metal_kernels_init(cm__metal_device *d);
 void cm__metal_kernels_destroy(cm__metal_device *d);
+
+/* Whether the ops may use the kernels with SIMD-group functions on a
+ * device of these families (metal_ops.c). */
+bool cm__metal_has_simd_reductions(const cm_device_info *info);
 
 /* Encodes a compute copy of `size` bytes on the stream, at any offsets (a
  * blit needs multiples of 4 on macOS). Not committed. metal_ops.c. */

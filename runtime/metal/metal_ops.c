@@ -14,8 +14,10 @@
 #include <stdatomic.h>
 #include <string.h>
 
-/* The joined text of msl/common.h and msl/ *.metal (msl/CMakeLists.txt). */
+/* The joined text of msl/common.h and msl/ *.metal (msl/CMakeLists.txt),
+ * and of the kernels that need SIMD-group functions. */
 extern const char cm__msl_source[];
+extern const char cm__msl_simd_source[];
 
 static const char *const cm__kernel_names[CM__KERNEL_COUNT] = {
     [CM__KERNEL_FILL] = "cm_fill",
@@ -24,6 +26,7 @@ static const char *const cm__kernel_names[CM__KERNEL_COUNT] = {
     [CM__KERNEL_UNARY] = "cm_unary",
     [CM__KERNEL_BINARY] = "cm_binary",
     [CM__KERNEL_REDUCE_SERIAL] = "cm_reduce_serial",
+    [CM__KERNEL_REDUCE_BARRIER] = "cm_reduce_threadgroup_tg",
     [CM__KERNEL_REDUCE_THREADGROUP] = "cm_reduce_threadgroup",
 };
 
@@ -81,6 +84,14 @@ void cm__metal_set_threadgroup_override(unsigned long threads) {
 
 /* ------------------------------------------------------------ kernels */
 
+bool cm__metal_has_simd_reductions(const cm_device_info *info) {
+    /* Metal's feature set tables: SIMD-group functions (permutes such as
+     * simd_shuffle_down, and reductions) from Apple7 on Apple GPUs and in
+     * Mac2; a GPU in neither family (Apple's paravirtual device) may
+     * refuse kernels that use them. */
+    return (info->gpu_families & (CM_GPU_FAMILY_APPLE7 | CM_GPU_FAMILY_MAC2)) != 0;
+}
+
 void cm__metal_kernels_init(cm__metal_device *d) {
     pthread_mutex_init(&d->kernels_lock, NULL);
     cm__metal_cache_init(d);
@@ -90,6 +101,7 @@ void cm__metal_kernels_destroy(cm__metal_device *d) {
     for (int k = 0; k < CM__KERNEL_COUNT; ++k)
         cm__objc_release(d->pipelines[k]);
     cm__objc_release(d->library);
+    cm__objc_release(d->simd_library);
     pthread_mutex_destroy(&d->kernels_lock);
     cm__metal_cache_destroy(d);
 }
@@ -116,12 +128,15 @@ cm_status cm__metal_compile_source(cm_device *device, const char *source) {
 /* Makes the pipeline of kernel k through the device's cache; kernels_lock
  * held. */
 static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k) {
-    if (d->library == NULL)
-        CM__TRY(cm__metal_library(func, d, cm__msl_source, &cm__ops_options, &d->library,
-                                  &d->library_serial));
+    const bool simd = k == CM__KERNEL_REDUCE_THREADGROUP;
+    cm__id *library = simd ? &d->simd_library : &d->library;
+    uint64_t *serial = simd ? &d->simd_library_serial : &d->library_serial;
+    if (*library == NULL)
+        CM__TRY(cm__metal_library(func, d, simd ? cm__msl_simd_source : cm__msl_source,
+                                  &cm__ops_options, library, serial));
     cm_kernel_info info;
-    cm_status status = cm__metal_pipeline(func, d, d->library, d->library_serial,
-                                          cm__kernel_names[k], NULL, 0, &d->pipelines[k], &info, NULL);
+    cm_status status = cm__metal_pipeline(func, d, *library, *serial, cm__kernel_names[k],
+                                          NULL, 0, &d->pipelines[k], &info, NULL);
     if (status != CM_OK)
         return status;
     d->max_threads[k] = info.max_threads_per_threadgroup;
@@ -219,6 +234,7 @@ static cm__uint cm__min_u(cm__uint a, cm__uint b) {
 
 /* Threads per threadgroup for a kernel: at most CM__GROUP_THREADS, a
  * multiple of the SIMD width. */
+_Static_assert(CM__GROUP_THREADS <= 256, "cm_reduce_threadgroup_tg's partial[256]");
 static cm__uint cm__group_size(const cm__kernel *k) {
     cm__uint n = cm__min_u(k->max_threads, CM__GROUP_THREADS);
     if (n >= k->simd_width)
@@ -352,13 +368,19 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
 
     a.split = 1;
     a.chunk = count;
-    /* The threadgroup kernel combines simdgroups of 32 lanes (every Apple
-     * GPU); elsewhere the serial one is used. */
-    bool use_group = count >= CM__REDUCE_THREADGROUP_MIN;
+    /* One threadgroup per output (or chunk): by SIMD-group shuffles where
+     * the device has SIMD-group functions and 32- or 64-lane SIMD groups,
+     * else by threadgroup memory and barriers. */
+    const bool use_group = count >= CM__REDUCE_THREADGROUP_MIN;
     cm__kernel kernel, serial;
     if (use_group) {
-        CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_THREADGROUP, &kernel));
-        use_group = kernel.simd_width == 32;
+        bool simd = cm__metal_has_simd_reductions(&cm__mtl_dev(device)->info);
+        if (simd) {
+            CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_THREADGROUP, &kernel));
+            simd = kernel.simd_width == 32 || kernel.simd_width == 64;
+        }
+        if (!simd)
+            CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_BARRIER, &kernel));
     }
     CM__TRY(cm__get_kernel(op->func, device, CM__KERNEL_REDUCE_SERIAL, &serial));
     cm__kernel_bind bind[3] = {cm__bind(op->out.buffer, NULL, true),
@@ -369,8 +391,9 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
         return cm__encode(op->func, op->stream, &serial, bind, 2, &a, sizeof a, threads, 0,
                           cm__min_u(cm__group_size(&serial), threads));
     }
-    /* Up to 256 threads (several simdgroups), on softmetal as on a GPU
-     * with the same limits, so tests run the paths GPUs run. */
+    /* Up to 256 threads (several simdgroups; the barrier kernel's
+     * threadgroup array holds 256), on softmetal as on a GPU with the same
+     * limits, so tests run the paths GPUs run. */
     const cm__uint group = cm__group_size(&kernel);
     if (count < CM__REDUCE_SPLIT_MIN || a.nout > CM__REDUCE_SPLIT_MAX_OUT) {
         const cm__uint groups = (cm__uint)(a.nout < CM__MAX_GROUPS ? a.nout : CM__MAX_GROUPS);

@@ -415,22 +415,37 @@ cm_status cm__ns_string_to_utf8(const char *func, cm__id string, char **out) {
     return status;
 }
 
+/* The whole description, however long (a compiler's diagnostics), up to
+ * this bound. */
+#define CM__NS_ERROR_MAX ((size_t)60 * 1024)
+
 cm_status cm__fail_ns_error(const char *func, cm_status status, cm__id error,
                             const char *what) {
     if (what == NULL)
         what = "failed";
     if (error == NULL)
         return cm__fail_as(func, status, "%s: no NSError given", what);
-    char description[320];
+    char *description = NULL;
     char domain[96];
     void *pool = cm__objc_pool_push();
     /* localizedDescription is autoreleased: copied out inside our pool. */
-    cm__ns_string_copy_utf8(cm__msg_localizedDescription(error), description,
-                            sizeof description);
+    if (cm__ns_string_to_utf8(func, cm__msg_localizedDescription(error), &description) !=
+        CM_OK)
+        description = NULL; /* no memory: said below without it */
     cm__ns_string_copy_utf8(cm__msg_domain(error), domain, sizeof domain);
     cm__int code = cm__msg_code(error);
     cm__objc_pool_pop(pool);
-    return cm__fail_as(func, status, "%s: %s (%s, code %ld)", what,
-                       description[0] != '\0' ? description : "no description",
-                       domain[0] != '\0' ? domain : "no domain", code);
+    const char *text = "no memory to copy its description";
+    if (description != NULL)
+        text = description[0] != '\0' ? description : "no description";
+    size_t len = strlen(text);
+    const char *cut = "";
+    if (len > CM__NS_ERROR_MAX) {
+        len = CM__NS_ERROR_MAX;
+        cut = " [cut]";
+    }
+    cm_status result = cm__fail_as(func, status, "%s: %.*s%s (%s, code %ld)", what, (int)len,
+                                   text, cut, domain[0] != '\0' ? domain : "no domain", code);
+    cm__free(description);
+    return result;
 }

@@ -74,6 +74,8 @@
     X(newFunctionWithName, "newFunctionWithName:", id_id)                       \
     X(newFunctionWithName_constantValues_error,                                 \
       "newFunctionWithName:constantValues:error:", id_id_id_idp)                \
+    /* MTLFunction */                                                           \
+    X(functionConstantsDictionary, "functionConstantsDictionary", id)           \
     /* MTLBuffer */                                                             \
     X(contents, "contents", ptr)                                                \
     X(length, "length", uint)                                                   \

@@ -4,6 +4,7 @@
 #include <cmetal/cmetal.h>
 
 #include "dlpack_producer.h"
+#include "test_barrier.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -17,7 +18,7 @@
 #define VIEWS_PER_THREAD 16
 
 /* All threads and the test start releasing together. */
-static pthread_barrier_t g_start;
+static test_barrier g_start;
 
 typedef struct release_job {
     cm_tensor *views[VIEWS_PER_THREAD];
@@ -25,7 +26,7 @@ typedef struct release_job {
 
 static void *release_all(void *arg) {
     release_job *job = arg;
-    pthread_barrier_wait(&g_start);
+    test_barrier_wait(&g_start);
     for (int i = 0; i < VIEWS_PER_THREAD; ++i)
         cm_tensor_release(job->views[i]);
     return NULL;
@@ -41,7 +42,7 @@ Test(dlpack_threads, deleter_runs_exactly_once_under_concurrent_releases) {
         cm_status s = round % 2 ? cm_dlpack_import_versioned(&p.versioned, NULL, &t)
                                 : cm_dlpack_import(&p.legacy, NULL, &t);
         cr_assert_eq(s, CM_OK, "%s", cm_last_error());
-        cr_assert_eq(pthread_barrier_init(&g_start, NULL, THREADS + 1), 0);
+        cr_assert_eq(test_barrier_init(&g_start, THREADS + 1), 0);
         release_job jobs[THREADS];
         pthread_t threads[THREADS];
         for (int k = 0; k < THREADS; ++k) {
@@ -57,10 +58,10 @@ Test(dlpack_threads, deleter_runs_exactly_once_under_concurrent_releases) {
             cr_assert_eq(pthread_create(&threads[k], NULL, release_all, &jobs[k]), 0);
         }
         cm_tensor_release(t);
-        pthread_barrier_wait(&g_start);
+        test_barrier_wait(&g_start);
         for (int k = 0; k < THREADS; ++k)
             pthread_join(threads[k], NULL);
-        pthread_barrier_destroy(&g_start);
+        test_barrier_destroy(&g_start);
         cr_assert_eq(atomic_load(&p.deleted), 1, "round %d", round);
     }
 }
@@ -71,7 +72,7 @@ typedef struct delete_job {
 
 static void *delete_all(void *arg) {
     delete_job *job = arg;
-    pthread_barrier_wait(&g_start);
+    test_barrier_wait(&g_start);
     for (int i = 0; i < VIEWS_PER_THREAD; ++i) {
         if (job->managed[i].legacy != NULL)
             job->managed[i].legacy->deleter(job->managed[i].legacy);
@@ -102,7 +103,7 @@ Test(dlpack_threads, export_deleters_run_from_any_thread) {
         cm_tensor *t = NULL;
         cr_assert_eq(cm_tensor_from_buffer(buffer, &td, &t), CM_OK);
         cm_buffer_release(buffer);
-        cr_assert_eq(pthread_barrier_init(&g_start, NULL, THREADS + 1), 0);
+        cr_assert_eq(test_barrier_init(&g_start, THREADS + 1), 0);
         delete_job jobs[THREADS];
         pthread_t threads[THREADS];
         for (int k = 0; k < THREADS; ++k) {
@@ -113,10 +114,10 @@ Test(dlpack_threads, export_deleters_run_from_any_thread) {
             cr_assert_eq(pthread_create(&threads[k], NULL, delete_all, &jobs[k]), 0);
         }
         cm_tensor_release(t);
-        pthread_barrier_wait(&g_start);
+        test_barrier_wait(&g_start);
         for (int k = 0; k < THREADS; ++k)
             pthread_join(threads[k], NULL);
-        pthread_barrier_destroy(&g_start);
+        test_barrier_destroy(&g_start);
         cr_assert_eq(__atomic_load_n(&g_wrap_released, __ATOMIC_SEQ_CST), round + 1);
     }
     cm_device_release(cpu);

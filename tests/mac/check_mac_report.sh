@@ -18,6 +18,16 @@ echo "ctest MTL_DEBUG_LAYER=${MTL_DEBUG_LAYER:-unset} MTL_SHADER_VALIDATION=${MT
 [ "${MTL_DEBUG_LAYER:-0}" = "$FAIL_WHEN" ] && exit 8
 exit 0
 STUB
+# xcrun as on Xcode 26: -f finds the metal stub whether or not the Metal
+# toolchain was downloaded; running it fails without (XCRUN_METAL=missing).
+cat > "$tmp/bin/xcrun" <<'STUB'
+#!/bin/sh
+case " $* " in
+  *" -f "*) echo /usr/bin/metal; exit 0 ;;
+  *" metal -v "*) [ "${XCRUN_METAL:-ok}" = ok ] && exit 0; echo "error: cannot execute tool 'metal' due to missing Metal Toolchain" >&2; exit 1 ;;
+esac
+exit 0
+STUB
 chmod +x "$tmp/bin/"*
 mkdir -p "$tmp/tree/build/mac/bin"
 for tool in cmetal-info cmetal-demo; do printf '#!/bin/sh\nexit 0\n' > "$tmp/tree/build/mac/bin/$tool"; done
@@ -41,4 +51,11 @@ check() { # FAIL_WHEN, expected exit, expected summary lines...
 check none 0 "run 1, plain: passed" "run 2, MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1: passed"
 check 1 1 "run 1, plain: passed" "run 2, MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1: FAILED (exit 8)"
 check 0 1 "run 1, plain: FAILED (exit 8)" "run 2, MTL_DEBUG_LAYER=1 MTL_SHADER_VALIDATION=1: passed"
-echo "check-on-mac.sh: two runs, the second validated; the report names the failing run"
+# The Metal toolchain is probed by running the compiler, not by xcrun -f.
+grep -qxF "metal compiler: runs" "$tmp/tree/cmetal-mac-report.txt" ||
+  { echo "the report does not say the metal compiler runs" >&2; exit 1; }
+export XCRUN_METAL=missing
+check none 0 "run 1, plain: passed"
+grep -q "^missing: the Metal toolchain" "$tmp/tree/cmetal-mac-report.txt" ||
+  { echo "a metal stub that does not run is not reported missing" >&2; exit 1; }
+echo "check-on-mac.sh: two runs, the second validated; the report names the failing run and a missing Metal toolchain"

@@ -5,22 +5,37 @@
 #ifndef CMETAL_TESTS_SOFTMETAL_HOOKS_H
 #define CMETAL_TESTS_SOFTMETAL_HOOKS_H
 
+#include <cmetal/device.h>
+
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "softmetal.h"
 
+/* The framework the runtime loaded from CMETAL_METAL_FRAMEWORK, or NULL
+ * (no variable, or not loadable); +1, dlclose it. The runtime is made to
+ * load it first (cm_device_count), so this takes another reference to the
+ * same library rather than loading it; RTLD_NOLOAD is not used, as
+ * Apple's <dlfcn.h> hides it under _POSIX_C_SOURCE. */
+static inline void *sm_framework(void) {
+    const char *path = getenv("CMETAL_METAL_FRAMEWORK");
+    if (path == NULL || path[0] == '\0')
+        return NULL;
+    uint32_t n = 0;
+    if (cm_device_count(CM_DEVICE_METAL, &n) != CM_OK)
+        return NULL;
+    return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
 /* Whether the Metal in use is softmetal (loaded from CMETAL_METAL_FRAMEWORK):
  * the object counts, counters and softmetal's own numbers are asserted only
  * there, so that the suites also run on a Mac. */
 static inline bool sm_present(void) {
-    const char *path = getenv("CMETAL_METAL_FRAMEWORK");
-    if (path == NULL || path[0] == '\0')
-        return false;
-    void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    void *lib = sm_framework();
     const bool yes = lib != NULL && dlsym(lib, "softmetal_live_count") != NULL;
     if (lib != NULL)
         dlclose(lib);
@@ -33,7 +48,7 @@ static inline bool sm_present(void) {
 static inline void *softmetal_hook(const char *name) {
     if (!sm_present())
         cr_skip_test("%s is softmetal's: the rest of this test needs softmetal", name);
-    void *lib = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
+    void *lib = sm_framework();
     cr_assert_not_null(lib, "softmetal is loaded");
     void *sym = dlsym(lib, name);
     cr_assert_not_null(sym, "softmetal exports %s", name);

@@ -28,6 +28,27 @@ static cm_device *metal(void) {
     return d;
 }
 
+/* For the tests that make a command buffer fail by encoding a threadgroup
+ * over the device's limit: softmetal only. On a Mac that is undefined
+ * without Metal's validation and an abort at encode with it
+ * (MTL_DEBUG_LAYER=1); softmetal, without the debug layer, fails the
+ * command buffer naming threadsPerThreadgroup. Their counterpart on every
+ * Metal is cmetal's own check of threadgroups (test_kernel.c). Call first:
+ * the variable is read when the framework loads. */
+static void require_softmetal_without_debug_layer(void) {
+    skip_under_debug_layer(); /* runs in test_metal_ops_without_debug_layer */
+    if (!sm_present())
+        cr_skip_test("fails a command buffer the way softmetal does: this test needs softmetal");
+}
+
+/* The Metal devices of this system; at least one. */
+static uint32_t metal_count(void) {
+    uint32_t n = 0;
+    CHECK(cm_device_count(CM_DEVICE_METAL, &n));
+    cr_assert_geq(n, 1);
+    return n;
+}
+
 static uint64_t submissions(cm_device *d) {
     cm_stream *s = NULL;
     CHECK(cm_device_get_stream(d, &s));
@@ -148,7 +169,7 @@ Test(metal_ops, private_storage_output_reads_back_through_cm_buffer_read) {
 }
 
 Test(metal_ops, a_failed_command_buffer_surfaces_on_the_next_sync) {
-    skip_under_debug_layer();
+    require_softmetal_without_debug_layer();
     cm_device *d = metal();
     cm_tensor *a = tensor_1d(d, CM_FLOAT32, 64, CM_STORAGE_DEFAULT);
     const double one = 1.0;
@@ -240,11 +261,16 @@ Test(metal_ops, kernels_are_compiled_with_fast_math_off) {
 /* Before macOS 15 MTLCompileOptions has no setMathMode:; softmetal plays
  * that OS when SOFTMETAL_NO_MATH_MODE=1 is set before it loads. */
 Test(metal_ops, kernels_are_compiled_with_fast_math_off_without_math_mode) {
-    void *loaded = dlopen(getenv("CMETAL_METAL_FRAMEWORK"), RTLD_NOW | RTLD_NOLOAD);
+    const char *path = getenv("CMETAL_METAL_FRAMEWORK");
+    if (path == NULL || path[0] == '\0')
+        cr_skip_test("SOFTMETAL_NO_MATH_MODE is softmetal's: this test needs softmetal");
+#ifdef RTLD_NOLOAD /* not declared by Apple's <dlfcn.h> under _POSIX_C_SOURCE */
+    void *loaded = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
     if (loaded != NULL) {
         dlclose(loaded);
         cr_skip_test("softmetal was loaded before this test could set SOFTMETAL_NO_MATH_MODE");
     }
+#endif
     setenv("SOFTMETAL_NO_MATH_MODE", "1", 1);
     expect_safe_math_library();
 }
@@ -469,41 +495,59 @@ Test(metal_ops, ten_thousand_transfers_leave_nothing_in_the_callers_pool) {
     cm_device_release(d);
 }
 
-/* Several GPUs (softmetal: SOFTMETAL_DEVICE_COUNT, SOFTMETAL_DEFAULT_DEVICE,
- * read when it loads, so set before the first device call): index 0 is
- * the system default, then each other device once, by registryID. */
+/* Index 0 is the system default, then each other device once, by
+ * registryID: on every Metal, whatever its number of GPUs (one on most
+ * Macs). softmetal plays several GPUs (SOFTMETAL_DEVICE_COUNT,
+ * SOFTMETAL_DEFAULT_DEVICE, read when it loads, so set before the first
+ * device call); a Mac ignores the variables. */
 Test(metal_ops, devices_are_numbered_default_first_then_each_other_once) {
     setenv("SOFTMETAL_DEVICE_COUNT", "3", 1);
     setenv("SOFTMETAL_DEFAULT_DEVICE", "1", 1);
-    uint32_t n = 0;
-    CHECK(cm_device_count(CM_DEVICE_METAL, &n));
-    cr_assert_eq(n, 3, "three devices, each counted once");
-    cm_device *devs[3];
-    uint64_t ids[3];
-    for (uint32_t i = 0; i < 3; ++i) {
+    const uint32_t n = metal_count();
+    cm_device *devs[8];
+    uint64_t ids[8];
+    const uint32_t m = n < 8 ? n : 8;
+    for (uint32_t i = 0; i < m; ++i) {
         CHECK(cm_device_open(CM_DEVICE_METAL, i, &devs[i]));
         cm_device_info info;
         CHECK(cm_device_get_info(devs[i], &info));
         ids[i] = info.registry_id;
     }
-    cm__id (*create_default)(void) = NULL;
-    void *sym = softmetal_hook("MTLCreateSystemDefaultDevice");
-    memcpy(&create_default, &sym, sizeof create_default);
-    cm__id system_default = create_default();
+    cm__id system_default = NULL;
+    CHECK(cm__metal_default_device("test", &system_default));
     cr_assert_eq(ids[0], cm__msg_registryID(system_default), "index 0 is the default device");
     cm__objc_release(system_default);
-    cr_assert(ids[0] != ids[1] && ids[0] != ids[2] && ids[1] != ids[2], "no device twice");
-    cr_assert_lt(ids[1], ids[2], "the others by registryID");
-    EXPECT_FAIL(cm_device_open(CM_DEVICE_METAL, 3, &(cm_device *){NULL}), CM_ERR_NO_DEVICE,
-                 "there are 3 Metal devices");
-    for (int i = 0; i < 3; ++i)
+    for (uint32_t i = 1; i < m; ++i) {
+        for (uint32_t j = 0; j < i; ++j)
+            cr_assert_neq(ids[i], ids[j], "devices %u and %u are the same GPU", j, i);
+        if (i >= 2)
+            cr_assert_lt(ids[i - 1], ids[i], "the others by registryID");
+    }
+    char want[64];
+    snprintf(want, sizeof want, "there are %u Metal devices", n);
+    EXPECT_FAIL(cm_device_open(CM_DEVICE_METAL, n, &(cm_device *){NULL}), CM_ERR_NO_DEVICE, want);
+    for (uint32_t i = 0; i < m; ++i)
         cm_device_release(devs[i]);
+}
+
+/* softmetal's SOFTMETAL_DEVICE_COUNT is honoured, so that the tests above
+ * and below see several devices on Linux (softmetal's count: needs it). */
+Test(metal_ops, softmetal_plays_several_gpus) {
+    setenv("SOFTMETAL_DEVICE_COUNT", "3", 1);
+    if (!sm_present())
+        cr_skip_test("SOFTMETAL_DEVICE_COUNT is softmetal's: this test needs softmetal");
+    if (getenv("SOFTMETAL_PERSONA") != NULL && strcmp(getenv("SOFTMETAL_PERSONA"), "") != 0)
+        cr_skip_test("a persona fixes its own devices");
+    cr_assert_eq(metal_count(), 3, "three devices, each counted once");
 }
 
 /* An MTLBuffer of another device is refused, by cm_buffer_wrap_metal and
  * so by a kDLMetal import, naming both devices. */
 Test(metal_ops, a_buffer_of_another_device_is_refused_naming_both) {
     setenv("SOFTMETAL_DEVICE_COUNT", "2", 1);
+    const uint32_t n = metal_count();
+    if (n < 2) /* the counterpart below runs on one */
+        cr_skip_test("needs two Metal devices; this system has %u", n);
     cm_device *a = NULL, *b = NULL;
     CHECK(cm_device_open(CM_DEVICE_METAL, 0, &a));
     CHECK(cm_device_open(CM_DEVICE_METAL, 1, &b));
@@ -539,6 +583,9 @@ Test(metal_ops, a_buffer_of_another_device_is_refused_naming_both) {
  * with no device given opens that same device. */
 Test(metal_ops, kdlmetal_exports_name_the_device_index) {
     setenv("SOFTMETAL_DEVICE_COUNT", "2", 1);
+    const uint32_t n = metal_count();
+    if (n < 2) /* the counterpart below runs on one */
+        cr_skip_test("needs two Metal devices; this system has %u", n);
     cm_device *b = NULL;
     CHECK(cm_device_open(CM_DEVICE_METAL, 1, &b));
     cm_tensor *t = tensor_1d(b, CM_FLOAT32, 8, CM_STORAGE_DEFAULT);
@@ -565,12 +612,48 @@ Test(metal_ops, kdlmetal_exports_name_the_device_index) {
     cm_device_release(b);
 }
 
+/* The one-device counterpart of the two above, on every Metal: a buffer of
+ * the device itself is taken, an export names device 0, its import opens
+ * device 0, and an export to a device the tensor is not on is refused. */
+Test(metal_ops, buffers_and_exports_of_device_zero_stay_on_device_zero) {
+    cm_device *a = metal();
+    cm_tensor *t = tensor_1d(a, CM_FLOAT32, 8, CM_STORAGE_DEFAULT);
+    cm_tensor_info info;
+    CHECK(cm_tensor_get_info(t, &info));
+    cm_buffer_info binfo;
+    CHECK(cm_buffer_get_info(info.buffer, &binfo));
+    cm_buffer *w = NULL;
+    CHECK(cm_buffer_wrap_metal(a, &(cm_metal_buffer_desc){.buffer = binfo.native}, &w));
+    cm_buffer_release(w);
+    cm_dlpack_managed m;
+    CHECK(cm_dlpack_export(t, NULL, &m));
+    cr_assert_eq(m.legacy->dl_tensor.device.device_type, kDLMetal);
+    cr_assert_eq(m.legacy->dl_tensor.device.device_id, 0);
+    cm_tensor *back = NULL;
+    CHECK(cm_dlpack_import(m.legacy, NULL, &back));
+    cm_tensor_info ti;
+    CHECK(cm_tensor_get_info(back, &ti));
+    cm_device *on = NULL;
+    CHECK(cm_buffer_get_device(ti.buffer, &on));
+    cm_device_info want, got;
+    CHECK(cm_device_get_info(a, &want));
+    CHECK(cm_device_get_info(on, &got));
+    cr_assert_eq(got.registry_id, want.registry_id, "the import opened device 0");
+    cm_tensor_release(back);
+    EXPECT_FAIL(cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal,
+                                                             .device_id = 1},
+                                 &m),
+                CM_ERR_INVALID_ARGUMENT, "desc->device_id = 1: the tensor is on kDLMetal device 0");
+    cm_tensor_release(t);
+    cm_device_release(a);
+}
+
 /* Completed handlers may run after waitUntilCompleted returns (softmetal
  * tosses a seeded coin per command buffer): a sync reads the failure from
  * the command buffer itself, so every sync reports the failure it waited
  * for, and a stream released before a late handler runs is never touched. */
 Test(metal_ops, each_sync_reports_the_failure_it_waited_for) {
-    skip_under_debug_layer();
+    require_softmetal_without_debug_layer();
     setenv("SOFTMETAL_SEED", "20261123", 1); /* read as each queue is made */
     cm_device *d = metal();
     cm_tensor *a = tensor_1d(d, CM_FLOAT32, 64, CM_STORAGE_DEFAULT);
@@ -691,5 +774,157 @@ Test(metal_ops, a_released_import_is_given_back_while_its_command_buffer_outputs
     cr_assert_eq(x, (float)n);
     cm_tensor_release(sum);
     free(page);
+    cm_device_release(d);
+}
+
+/* ------------------------------------------------------------ capabilities */
+
+/* A device's family answer is changed through the Objective-C runtime's
+ * public API (class_replaceMethod on the MTLDevice's class), and the
+ * libraries the runtime asks the device to compile are recorded: this is
+ * how a GPU without SIMD-group functions (Apple's paravirtual device) looks
+ * to cmetal, on any Metal. */
+typedef cm__fnptr (*replace_method_fn)(cm__class cls, cm__sel sel, cm__fnptr imp,
+                                        const char *types);
+
+static void *objc_fn(const char *name) {
+#if defined(__APPLE__)
+    void *lib = dlopen("/usr/lib/libobjc.A.dylib", RTLD_NOW | RTLD_LOCAL);
+#else
+    void *lib = dlopen("libobjc.so.4", RTLD_NOW | RTLD_LOCAL);
+#endif
+    cr_assert_not_null(lib, "the Objective-C runtime: %s", dlerror());
+    void *sym = dlsym(lib, name); /* the library stays open: the runtime uses it */
+    cr_assert_not_null(sym, "the Objective-C runtime exports %s", name);
+    return sym;
+}
+
+static cm__objc_bool no_family(cm__id self, cm__sel sel, cm__int family) {
+    (void)self, (void)sel, (void)family;
+    return 0;
+}
+
+typedef cm__id (*new_library_fn)(cm__id self, cm__sel sel, cm__id source, cm__id options,
+                                 cm__id *error);
+static new_library_fn g_new_library;
+static atomic_int g_sources, g_simd_sources;
+
+/* newLibraryWithSource:options:error:, recording what is compiled. */
+static cm__id recording_new_library(cm__id self, cm__sel sel, cm__id source, cm__id options,
+                                    cm__id *error) {
+    const char *text = source != NULL ? cm__msg_UTF8String(source) : NULL;
+    atomic_fetch_add(&g_sources, 1);
+    if (text != NULL && strstr(text, "simd_") != NULL)
+        atomic_fetch_add(&g_simd_sources, 1);
+    return g_new_library(self, sel, source, options, error);
+}
+
+/* Replaces the methods on the class of the first device's MTLDevice. */
+static void watch_devices(bool deny_families) {
+    cm_device *d = metal();
+    void *native = NULL;
+    CHECK(cm_device_get_metal_device(d, &native));
+    replace_method_fn replace = NULL;
+    void *sym = objc_fn("class_replaceMethod");
+    memcpy(&replace, &sym, sizeof replace);
+    /* -[NSObject class] (GNU's object_getClass is inline, not exported) */
+    const cm__sel class_sel = cm__objc_rt.sel_register_name("class");
+    cm__class (*send_class)(cm__id, cm__sel) = NULL;
+    const cm__fnptr class_imp = CM__OBJC_IMP((cm__id)native, class_sel);
+    memcpy(&send_class, &class_imp, sizeof send_class);
+    cm__class cls = send_class((cm__id)native, class_sel);
+    cr_assert_not_null(cls);
+    cm__fnptr imp;
+    memcpy(&imp, &(new_library_fn){recording_new_library}, sizeof imp);
+    cm__fnptr old = replace(cls, CM__SEL(newLibraryWithSource_options_error), imp, "@@:@@^@");
+    cr_assert_not_null(old, "the device class had newLibraryWithSource:options:error:");
+    memcpy(&g_new_library, &old, sizeof old);
+    if (deny_families) {
+        memcpy(&imp, &(cm__objc_bool (*)(cm__id, cm__sel, cm__int)){no_family}, sizeof imp);
+        cr_assert_not_null(replace(cls, CM__SEL(supportsFamily), imp, "c@:q"));
+    }
+    cm_device_release(d);
+}
+
+/* Sums, maxima and a split sum of int32 and float32 rows, against the host. */
+static void check_reductions(cm_device *d) {
+    const int64_t rows = 3, cols = 20000; /* 20000 >= 8192: split into chunks */
+    const int64_t shape[2] = {rows, cols}, n3[1] = {rows};
+    cm_tensor *xi = new_tensor(d, CM_INT32, 2, shape), *xf = new_tensor(d, CM_FLOAT32, 2, shape);
+    int32_t *pi = NULL;
+    float *pf = NULL;
+    CHECK(cm_tensor_host_write(xi, CM_INT32, (void **)&pi));
+    CHECK(cm_tensor_host_write(xf, CM_FLOAT32, (void **)&pf));
+    int64_t want_sum[3] = {0}, want_max[3] = {INT64_MIN, INT64_MIN, INT64_MIN};
+    float want_fmax[3] = {-INFINITY, -INFINITY, -INFINITY};
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            const int32_t v = (int32_t)((r * 7919 + c * 104729) % 2001) - 1000;
+            pi[r * cols + c] = v;
+            pf[r * cols + c] = (float)v * 0.25f;
+            want_sum[r] += v;
+            want_max[r] = v > want_max[r] ? v : want_max[r];
+            want_fmax[r] = pf[r * cols + c] > want_fmax[r] ? pf[r * cols + c] : want_fmax[r];
+        }
+    cm_tensor *s = new_tensor(d, CM_INT64, 1, n3), *m = new_tensor(d, CM_INT64, 1, n3),
+              *fm = new_tensor(d, CM_FLOAT32, 1, n3), *small = new_tensor(d, CM_INT64, 1, n3);
+    cm_tensor *head = NULL; /* 3 x 300: one threadgroup per row, unsplit */
+    CHECK(cm_tensor_slice(xi, 1, 0, 300, 1, &head));
+    CHECK(cm_reduce(CM_REDUCE_SUM, xi, 1, s, NULL));
+    CHECK(cm_reduce(CM_REDUCE_MAX, xi, 1, m, NULL));
+    CHECK(cm_reduce(CM_REDUCE_MAX, xf, 1, fm, NULL));
+    CHECK(cm_reduce(CM_REDUCE_SUM, head, 1, small, NULL));
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t want_small = 0;
+        for (int64_t c = 0; c < 300; ++c)
+            want_small += pi[r * cols + c];
+        cr_assert_eq(get_at(s, &r).i64, want_sum[r], "row %lld sum", (long long)r);
+        cr_assert_eq(get_at(m, &r).i64, want_max[r], "row %lld max", (long long)r);
+        cr_assert_eq(get_at(fm, &r).f32, want_fmax[r], "row %lld float max", (long long)r);
+        cr_assert_eq(get_at(small, &r).i64, want_small, "row %lld sum of 300", (long long)r);
+    }
+    cm_tensor_release(head);
+    cm_tensor_release(small);
+    cm_tensor_release(s);
+    cm_tensor_release(m);
+    cm_tensor_release(fm);
+    cm_tensor_release(xi);
+    cm_tensor_release(xf);
+}
+
+/* A device in neither Apple7+ nor Mac2 (supportsFamily: says no to all)
+ * gets reductions that need no SIMD-group function: no source the runtime
+ * compiles for it uses one, and the results are right (threadgroup memory
+ * and barriers, also split into chunks). */
+Test(metal_ops, reductions_without_simd_group_functions_use_threadgroup_memory) {
+    watch_devices(true);
+    cm_device *d = metal();
+    cm_device_info info;
+    CHECK(cm_device_get_info(d, &info));
+    cr_assert_eq(info.gpu_families, 0, "supportsFamily: answers no: 0x%x", info.gpu_families);
+    check_reductions(d);
+    cr_assert_geq(atomic_load(&g_sources), 1, "the ops' library was compiled");
+    cr_assert_eq(atomic_load(&g_simd_sources), 0,
+                 "%d of %d sources compiled for a device without SIMD-group functions use them",
+                 atomic_load(&g_simd_sources), atomic_load(&g_sources));
+    cm_device_release(d);
+}
+
+/* The counterpart on the device as it is: where it has SIMD-group
+ * functions (Apple7+ or Mac2) and 32 or 64 lanes the reductions use them
+ * (the library of SIMD-group kernels is compiled); the results are right
+ * either way. */
+Test(metal_ops, reductions_use_simd_group_functions_where_the_device_has_them) {
+    watch_devices(false);
+    cm_device *d = metal();
+    cm_device_info info;
+    CHECK(cm_device_get_info(d, &info));
+    check_reductions(d);
+    const bool simd = (info.gpu_families & (CM_GPU_FAMILY_APPLE7 | CM_GPU_FAMILY_MAC2)) != 0;
+    if (simd)
+        cr_assert_geq(atomic_load(&g_simd_sources), 1, "families 0x%x: the SIMD kernels are used",
+                      info.gpu_families);
+    else
+        cr_assert_eq(atomic_load(&g_simd_sources), 0, "families 0x%x", info.gpu_families);
     cm_device_release(d);
 }

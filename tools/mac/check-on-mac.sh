@@ -33,6 +33,11 @@ mkdir -p build
   pkg-config --exists criterion || echo "missing: criterion (brew install criterion)"
   [ -e "$(brew --prefix 2>/dev/null)/include/dlpack/dlpack.h" ] || [ -e /usr/local/include/dlpack/dlpack.h ] ||
     echo "missing: dlpack/dlpack.h (brew install dlpack)"
+  # Run the compiler, not `xcrun -f metal`: on Xcode 26 that finds a stub
+  # even without the separately downloaded Metal toolchain.
+  if xcrun -sdk macosx metal -v >/dev/null 2>&1; then echo "metal compiler: runs"; else
+    echo "missing: the Metal toolchain (xcodebuild -downloadComponent MetalToolchain on Xcode 26):" \
+         "the precompiled-metallib tests skip"; fi
   echo; echo "## build"
   cmake -S . -B build/mac -DCMETAL_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
     cmake --build build/mac -j"$jobs"
