@@ -12,11 +12,22 @@
 #include <cmetal/buffer.h>
 #include <cmetal/dtype.h>
 #include <cmetal/kernel.h>
+#include <cmetal/memory.h>
 #include <cmetal/stream.h>
 #include <cmetal/tensor.h>
 
 typedef struct cm__op cm__op;
 typedef struct cm__kernel_backend cm__kernel_backend;
+
+/* A device's buffer cache (cmetal/memory.h), behind runtime/core/memory.c's
+ * checks. Every entry takes the cache's lock; none fails. */
+typedef struct cm__memory_backend {
+    void (*info)(const cm_device *device, cm_memory_info *out);
+    void (*reset_peak)(cm_device *device);
+    /* Sets the cache limit (cache) or the memory limit; returns the old. */
+    uint64_t (*set_limit)(cm_device *device, bool cache, uint64_t bytes);
+    void (*clear)(cm_device *device);
+} cm__memory_backend;
 
 typedef struct cm__backend {
     cm_device_type type;
@@ -47,6 +58,9 @@ typedef struct cm__backend {
      * the device (staging), and waits. NULL when every buffer is visible. */
     cm_status (*buffer_transfer)(cm_buffer *buffer, size_t offset, void *host, size_t size,
                                  bool to_device);
+    /* The buffer cache; NULL when the device has none (the CPU): the
+     * public functions then fail with CM_ERR_UNSUPPORTED. */
+    const cm__memory_backend *memory;
 
     /* Streams and fences; every entry may be NULL on a device whose work
      * is synchronous (the CPU): streams are then always idle and fences
@@ -108,6 +122,9 @@ struct cm_buffer {
     void *host;        /* NULL when the host cannot see the memory */
     void *native;      /* backend object (id<MTLBuffer>) or NULL */
     void *impl;        /* backend bookkeeping */
+    /* Set once `native` has been handed to the program (cm_buffer_get_info,
+     * a kDLMetal export): it may hold the object, so it is never reused. */
+    atomic_bool native_shared;
     cm_release_fn release;
     void *release_context;
 };

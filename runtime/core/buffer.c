@@ -116,6 +116,8 @@ cm_status cm_buffer_release(cm_buffer *buffer) {
 cm_status cm_buffer_get_info(const cm_buffer *buffer, cm_buffer_info *out) {
     CM__REQUIRE_NONNULL(buffer);
     CM__REQUIRE_NONNULL(out);
+    if (buffer->native != NULL) /* the program may keep it: never reuse it */
+        atomic_store(&((cm_buffer *)(uintptr_t)buffer)->native_shared, true);
     *out = (cm_buffer_info){
         .device_type = buffer->device->backend->type,
         .size = buffer->size,

@@ -401,6 +401,8 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
      * convention). kDLMetal: data is the id<MTLBuffer> and byte_offset
      * locates element 0 in it (PyTorch MPS's and MLX's convention). */
     const bool metal = target == kDLMetal;
+    if (metal) /* the consumer may keep the MTLBuffer: never reuse it */
+        atomic_store(&source->buffer->native_shared, true);
     dl->data = metal ? source->buffer->native
                      : (uint8_t *)source->buffer->host + source->byte_offset;
     dl->device.device_type = metal ? kDLMetal : kDLCPU;

@@ -20,6 +20,7 @@ static cm_status cm__metal_get_info(const cm_device *device, cm_device_info *out
 static void cm__metal_destroy_unpooled(cm_device *device) {
     cm__metal_device *d = cm__mtl_dev(device);
     cm__metal_kernels_destroy(d);
+    cm__metal_alloc_destroy(&d->alloc);
     for (int k = 0; k < 2; ++k)
         cm__objc_release(d->staging[k]);
     pthread_mutex_destroy(&d->staging_lock);
@@ -80,6 +81,7 @@ static const cm__backend cm__metal_backend = {
     .buffer_host_modified = cm__metal_buffer_host_modified,
     .buffer_publish = cm__metal_buffer_publish,
     .buffer_transfer = cm__metal_buffer_transfer,
+    .memory = &cm__metal_memory_backend,
     .stream_init = cm__metal_stream_init,
     .stream_destroy = cm__metal_stream_destroy,
     .stream_flush = cm__metal_flush,
@@ -194,6 +196,7 @@ static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out)
     pthread_mutex_init(&d->staging_lock, NULL);
     cm__metal_kernels_init(d);
     cm__read_info(dev, &d->info);
+    cm__metal_alloc_init(&d->alloc, d->info.recommended_working_set);
     cm_status status = cm__device_new(&cm__metal_backend, d, out);
     if (status != CM_OK)
         cm__metal_destroy_unpooled(&(cm_device){.impl = d});
