@@ -61,6 +61,9 @@ typedef struct cm_memory_info {
     uint64_t cache_misses; /* buffers that needed a new MTLBuffer */
 } cm_memory_info;
 
+/* Ownership (every function below): borrows the device for the call;
+ * nothing is retained or handed out. */
+
 /* Fills *out with the device's counts and limits, all read at one moment.
  * Errors: CM_ERR_INVALID_ARGUMENT (NULL device or out), CM_ERR_UNSUPPORTED
  * (not a Metal device). Thread-safety: safe from any thread. */
