@@ -41,7 +41,14 @@ typedef struct cm__backend {
      * CM_BUFFER_COPIED). Must not call desc->release. */
     cm_status (*buffer_wrap_host)(cm_device *device, cm_buffer *buffer,
                                   const cm_host_memory_desc *desc);
-    /* Releases what buffer_alloc or buffer_wrap_host made, after pending
+    /* Makes the buffer use a foreign native buffer object (Metal: an
+     * id<MTLBuffer>, non-NULL, which it checks against the device and
+     * retains): sets size, storage, host, native and impl. Errors as
+     * `func`, naming the object as `arg`. NULL when the device has none
+     * (the CPU). */
+    cm_status (*buffer_wrap_native)(const char *func, const char *arg, cm_device *device,
+                                    cm_buffer *buffer, void *native);
+    /* Releases what buffer_alloc or a wrap made, after pending
      * device work on the buffer has finished. */
     void (*buffer_free)(cm_buffer *buffer);
     /* Before host access: waits for pending device writes (and, for writes,
@@ -65,7 +72,10 @@ typedef struct cm__backend {
     /* Streams and fences; every entry may be NULL on a device whose work
      * is synchronous (the CPU): streams are then always idle and fences
      * signaled. */
-    cm_status (*stream_init)(cm_stream *stream);
+    /* `native`: the program's own queue to adopt and retain (Metal: an
+     * id<MTLCommandQueue> of the device, already checked), or NULL for a
+     * new one. */
+    cm_status (*stream_init)(cm_stream *stream, void *native);
     void (*stream_destroy)(cm_stream *stream); /* after waiting for its work */
     /* Submits batched work, and waits for it when `wait`; errors as `func`. */
     cm_status (*stream_flush)(const char *func, cm_stream *stream, bool wait);
@@ -291,11 +301,33 @@ cm_status cm__tensor_make(const char *func, cm_buffer *buffer, cm_dtype dtype, i
                           const int64_t *shape, const int64_t *strides, uint64_t byte_offset,
                           uint32_t flags, cm_tensor **out);
 
-/* cm_buffer_wrap_host after its argument checks (desc is valid), with
- * `extra` zeroed bytes after the buffer struct in the same allocation,
- * aligned for any type. Errors are reported as cm_buffer_wrap_host. */
-cm_status cm__buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc, size_t extra,
-                               cm_buffer **out);
+/* What a new buffer is made of (cm__buffer_make). */
+typedef enum cm__buffer_kind {
+    CM__BUFFER_ALLOC = 1,  /* new memory: size, storage */
+    CM__BUFFER_HOST = 2,   /* host memory: host */
+    CM__BUFFER_NATIVE = 3, /* a backend's buffer object: native, flags, release */
+} cm__buffer_kind;
+
+typedef struct cm__buffer_source {
+    cm__buffer_kind kind;
+    size_t size;                     /* ALLOC */
+    cm_storage_mode storage;         /* ALLOC: resolved, never DEFAULT */
+    const cm_host_memory_desc *host; /* HOST: checked by the caller */
+    void *native;                    /* NATIVE: non-NULL */
+    const char *native_arg;          /* NATIVE: its name, for messages */
+    uint32_t flags;                  /* NATIVE: CM_BUFFER_READ_ONLY or 0 */
+    cm_release_fn release;           /* NATIVE: may be NULL */
+    void *release_context;
+} cm__buffer_source;
+
+/* The one constructor of buffers: a cm_buffer over src, made by the
+ * device's backend table (buffer_alloc, buffer_wrap_host,
+ * buffer_wrap_native), with `extra` zeroed bytes after the struct in the
+ * same allocation, aligned for any type. Retains the device; +1 in *out.
+ * Errors as `func` (the backend's own as the public function it serves);
+ * a wrap's release callback is never called on failure. */
+cm_status cm__buffer_make(const char *func, cm_device *device, const cm__buffer_source *src,
+                          size_t extra, cm_buffer **out);
 
 /* A tensor over a new buffer that wraps desc's memory, both in one
  * allocation: the tensor owns the buffer's one reference, and its struct
@@ -320,10 +352,16 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
  * waiting for its work), then the backend state. */
 void cm__device_destroy(cm_device *device);
 
-/* A new stream of the device (the default one when is_default), its
- * backend state made and linked into the device's list (stream.c); and
+/* A new stream of the device (the default one when is_default; over the
+ * program's own queue `native` unless NULL), its backend state made and linked into the device's list (stream.c); and
  * its end: flushed and waited for, unlinked, backend state destroyed. */
-cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out);
+cm_status cm__stream_new(cm_device *device, bool is_default, void *native, cm_stream **out);
+
+/* A new fence of the device over a backend's event object (+1, taken on
+ * success) signaled at `value`; +1 in *out, retains the device. Errors
+ * as `func`. */
+cm_status cm__fence_make(const char *func, cm_device *device, void *event, uint64_t value,
+                         cm_fence **out);
 void cm__stream_destroy(cm_stream *stream);
 
 /* Submits and waits for the work of every live stream of the device;

@@ -307,7 +307,7 @@ void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl);
 
 /* The backend entries of this layer, without their autorelease pool
  * (metal_device.c gives each one). */
-cm_status cm__metal_stream_init_unpooled(cm_stream *stream);
+cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue);
 void cm__metal_stream_destroy_unpooled(cm_stream *stream);
 uint64_t cm__metal_stream_submissions(const cm_stream *stream);
 cm_status cm__metal_stream_signal_unpooled(cm_stream *stream, cm_fence *fence);

@@ -256,7 +256,7 @@ cm_status cm__metal_wait_through(const char *func, cm_stream *stream, uint64_t t
     return status;
 }
 
-cm_status cm__metal_stream_init_unpooled(cm_stream *stream) {
+cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue) {
     cm__metal_stream *s = CM__NEW(cm__metal_stream);
     if (s == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
@@ -268,7 +268,8 @@ cm_status cm__metal_stream_init_unpooled(cm_stream *stream) {
     cm__ref_init(&s->clock->ref);
     s->next_seq = 1;
     atomic_init(&s->clock->done_below, s->next_seq);
-    s->queue = cm__msg_newCommandQueue(cm__mtl_dev(stream->device)->device);
+    s->queue = queue != NULL ? cm__objc_retain(queue)
+                             : cm__msg_newCommandQueue(cm__mtl_dev(stream->device)->device);
     if (s->queue == NULL) {
         cm__clock_release(s->clock);
         cm__free(s);
