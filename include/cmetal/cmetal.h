@@ -8,6 +8,7 @@
 #include <cmetal/dtype.h>
 #include <cmetal/device.h>
 #include <cmetal/buffer.h>
+#include <cmetal/memory.h>
 #include <cmetal/tensor.h>
 #include <cmetal/stream.h>
 #include <cmetal/metal.h>

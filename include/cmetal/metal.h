@@ -37,6 +37,44 @@ typedef struct cm_metal_buffer_desc {
 CM_API cm_status cm_buffer_wrap_metal(cm_device *device, const cm_metal_buffer_desc *desc,
                                       cm_buffer **out);
 
+/* The program's own Metal objects (as Halide's and sokol's embedding
+ * programs supply theirs): a device, a queue, a shared event. Each is
+ * checked with respondsToSelector: for the selectors cmetal sends it (so
+ * the debug layer's proxies pass), and a queue or event for belonging to
+ * the device; another object fails with CM_ERR_INVALID_ARGUMENT naming the
+ * argument and the first selector it lacks. */
+
+/* A cm_device over `mtl_device` (id<MTLDevice>), with its own default
+ * stream (a new queue), buffer cache and kernel cache, as cm_device_open
+ * makes. cm_device_info and DLPack number it as cm_device_open does when
+ * it is one of the system's devices (else index 0).
+ * Ownership: retains mtl_device and releases it once, when the device is
+ * freed (the last cm_device_release, after every buffer and stream made on
+ * it); returns +1 in *out. Errors: CM_ERR_INVALID_ARGUMENT (NULL, not an
+ * MTLDevice), CM_ERR_NO_DEVICE (no Metal framework), CM_ERR_OUT_OF_MEMORY.
+ * Thread-safety: any thread. */
+CM_API cm_status cm_device_wrap_metal(void *mtl_device, cm_device **out);
+
+/* A cm_stream whose command buffers go to the program's `queue`
+ * (id<MTLCommandQueue> of the device's MTLDevice), in order with what the
+ * program commits to it itself. Ownership: retains queue and releases it
+ * exactly once, when the stream is freed (after its work); returns +1;
+ * the stream retains the device. Errors: CM_ERR_INVALID_ARGUMENT (NULL,
+ * not a queue, a queue of another device), CM_ERR_UNSUPPORTED (not a Metal
+ * device). Thread-safety: any thread; the stream as cm_stream_create's. */
+CM_API cm_status cm_stream_wrap_metal(cm_device *device, void *queue, cm_stream **out);
+
+/* A cm_fence that signals when the program's `shared_event`
+ * (id<MTLSharedEvent> of the device's MTLDevice) reaches `value`:
+ * cm_stream_wait makes a stream's later work wait for it on the device,
+ * cm_fence_wait waits on the host. Ownership: retains the event and
+ * releases it once, when the fence is freed; returns +1; the fence retains
+ * the device. Errors: CM_ERR_INVALID_ARGUMENT (NULL, not a shared event,
+ * one of another device), CM_ERR_UNSUPPORTED (not a Metal device).
+ * Thread-safety: any thread. */
+CM_API cm_status cm_fence_wrap_metal(cm_device *device, void *shared_event, uint64_t value,
+                                     cm_fence **out);
+
 /* The device's id<MTLDevice>. Ownership: borrowed, valid while the device
  * lives. Errors: CM_ERR_UNSUPPORTED on a non-Metal device. */
 CM_API cm_status cm_device_get_metal_device(const cm_device *device, void **out);

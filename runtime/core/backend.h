@@ -12,11 +12,22 @@
 #include <cmetal/buffer.h>
 #include <cmetal/dtype.h>
 #include <cmetal/kernel.h>
+#include <cmetal/memory.h>
 #include <cmetal/stream.h>
 #include <cmetal/tensor.h>
 
 typedef struct cm__op cm__op;
 typedef struct cm__kernel_backend cm__kernel_backend;
+
+/* A device's buffer cache (cmetal/memory.h), behind runtime/core/memory.c's
+ * checks. Every entry takes the cache's lock; none fails. */
+typedef struct cm__memory_backend {
+    void (*info)(const cm_device *device, cm_memory_info *out);
+    void (*reset_peak)(cm_device *device);
+    /* Sets the cache limit (cache) or the memory limit; returns the old. */
+    uint64_t (*set_limit)(cm_device *device, bool cache, uint64_t bytes);
+    void (*clear)(cm_device *device);
+} cm__memory_backend;
 
 typedef struct cm__backend {
     cm_device_type type;
@@ -30,7 +41,14 @@ typedef struct cm__backend {
      * CM_BUFFER_COPIED). Must not call desc->release. */
     cm_status (*buffer_wrap_host)(cm_device *device, cm_buffer *buffer,
                                   const cm_host_memory_desc *desc);
-    /* Releases what buffer_alloc or buffer_wrap_host made, after pending
+    /* Makes the buffer use a foreign native buffer object (Metal: an
+     * id<MTLBuffer>, non-NULL, which it checks against the device and
+     * retains): sets size, storage, host, native and impl. Errors as
+     * `func`, naming the object as `arg`. NULL when the device has none
+     * (the CPU). */
+    cm_status (*buffer_wrap_native)(const char *func, const char *arg, cm_device *device,
+                                    cm_buffer *buffer, void *native);
+    /* Releases what buffer_alloc or a wrap made, after pending
      * device work on the buffer has finished. */
     void (*buffer_free)(cm_buffer *buffer);
     /* Before host access: waits for pending device writes (and, for writes,
@@ -47,11 +65,17 @@ typedef struct cm__backend {
      * the device (staging), and waits. NULL when every buffer is visible. */
     cm_status (*buffer_transfer)(cm_buffer *buffer, size_t offset, void *host, size_t size,
                                  bool to_device);
+    /* The buffer cache; NULL when the device has none (the CPU): the
+     * public functions then fail with CM_ERR_UNSUPPORTED. */
+    const cm__memory_backend *memory;
 
     /* Streams and fences; every entry may be NULL on a device whose work
      * is synchronous (the CPU): streams are then always idle and fences
      * signaled. */
-    cm_status (*stream_init)(cm_stream *stream);
+    /* `native`: the program's own queue to adopt and retain (Metal: an
+     * id<MTLCommandQueue> of the device, already checked), or NULL for a
+     * new one. */
+    cm_status (*stream_init)(cm_stream *stream, void *native);
     void (*stream_destroy)(cm_stream *stream); /* after waiting for its work */
     /* Submits batched work, and waits for it when `wait`; errors as `func`. */
     cm_status (*stream_flush)(const char *func, cm_stream *stream, bool wait);
@@ -108,6 +132,9 @@ struct cm_buffer {
     void *host;        /* NULL when the host cannot see the memory */
     void *native;      /* backend object (id<MTLBuffer>) or NULL */
     void *impl;        /* backend bookkeeping */
+    /* Set once `native` has been handed to the program (cm_buffer_get_info,
+     * a kDLMetal export): it may hold the object, so it is never reused. */
+    atomic_bool native_shared;
     cm_release_fn release;
     void *release_context;
 };
@@ -274,11 +301,33 @@ cm_status cm__tensor_make(const char *func, cm_buffer *buffer, cm_dtype dtype, i
                           const int64_t *shape, const int64_t *strides, uint64_t byte_offset,
                           uint32_t flags, cm_tensor **out);
 
-/* cm_buffer_wrap_host after its argument checks (desc is valid), with
- * `extra` zeroed bytes after the buffer struct in the same allocation,
- * aligned for any type. Errors are reported as cm_buffer_wrap_host. */
-cm_status cm__buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc, size_t extra,
-                               cm_buffer **out);
+/* What a new buffer is made of (cm__buffer_make). */
+typedef enum cm__buffer_kind {
+    CM__BUFFER_ALLOC = 1,  /* new memory: size, storage */
+    CM__BUFFER_HOST = 2,   /* host memory: host */
+    CM__BUFFER_NATIVE = 3, /* a backend's buffer object: native, flags, release */
+} cm__buffer_kind;
+
+typedef struct cm__buffer_source {
+    cm__buffer_kind kind;
+    size_t size;                     /* ALLOC */
+    cm_storage_mode storage;         /* ALLOC: resolved, never DEFAULT */
+    const cm_host_memory_desc *host; /* HOST: checked by the caller */
+    void *native;                    /* NATIVE: non-NULL */
+    const char *native_arg;          /* NATIVE: its name, for messages */
+    uint32_t flags;                  /* NATIVE: CM_BUFFER_READ_ONLY or 0 */
+    cm_release_fn release;           /* NATIVE: may be NULL */
+    void *release_context;
+} cm__buffer_source;
+
+/* The one constructor of buffers: a cm_buffer over src, made by the
+ * device's backend table (buffer_alloc, buffer_wrap_host,
+ * buffer_wrap_native), with `extra` zeroed bytes after the struct in the
+ * same allocation, aligned for any type. Retains the device; +1 in *out.
+ * Errors as `func` (the backend's own as the public function it serves);
+ * a wrap's release callback is never called on failure. */
+cm_status cm__buffer_make(const char *func, cm_device *device, const cm__buffer_source *src,
+                          size_t extra, cm_buffer **out);
 
 /* A tensor over a new buffer that wraps desc's memory, both in one
  * allocation: the tensor owns the buffer's one reference, and its struct
@@ -303,10 +352,16 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
  * waiting for its work), then the backend state. */
 void cm__device_destroy(cm_device *device);
 
-/* A new stream of the device (the default one when is_default), its
- * backend state made and linked into the device's list (stream.c); and
+/* A new stream of the device (the default one when is_default; over the
+ * program's own queue `native` unless NULL), its backend state made and linked into the device's list (stream.c); and
  * its end: flushed and waited for, unlinked, backend state destroyed. */
-cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out);
+cm_status cm__stream_new(cm_device *device, bool is_default, void *native, cm_stream **out);
+
+/* A new fence of the device over a backend's event object (+1, taken on
+ * success) signaled at `value`; +1 in *out, retains the device. Errors
+ * as `func`. */
+cm_status cm__fence_make(const char *func, cm_device *device, void *event, uint64_t value,
+                         cm_fence **out);
 void cm__stream_destroy(cm_stream *stream);
 
 /* Submits and waits for the work of every live stream of the device;

@@ -3,6 +3,7 @@
 #include "backend.h"
 
 #include <cmetal/buffer.h>
+#include <cmetal/metal.h>
 
 #include <string.h>
 
@@ -16,17 +17,59 @@ const char *cm__storage_mode_name(cm_storage_mode storage) {
     return "unknown";
 }
 
-/* A new buffer struct followed by `extra` zeroed bytes in the same block
- * (a tensor that lives and dies with the buffer). */
-static cm_status cm__buffer_new(cm_device *device, size_t size, cm_storage_mode storage,
-                                size_t extra, cm_buffer **out) {
+/* The buffer's device cannot wrap native objects: not a Metal device. */
+static cm_status cm__no_native(const char *func, const cm_device *device) {
+    return cm__fail_as(func, CM_ERR_UNSUPPORTED, "device is a %s device, not Metal",
+                       cm_device_type_name(device->backend->type));
+}
+
+cm_status cm__buffer_make(const char *func, cm_device *device, const cm__buffer_source *src,
+                          size_t extra, cm_buffer **out) {
+    if (src->kind == CM__BUFFER_NATIVE && device->backend->buffer_wrap_native == NULL)
+        return cm__no_native(func, device);
     cm_buffer *buffer = cm__alloc(sizeof(cm_buffer) + extra, _Alignof(max_align_t));
     if (buffer == NULL)
-        return cm__fail_as("cm_buffer_create", CM_ERR_OUT_OF_MEMORY, "no memory for a buffer");
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a buffer");
     cm__ref_init(&buffer->ref);
     buffer->device = device;
-    buffer->size = size;
-    buffer->storage = storage;
+    cm_status status = CM_OK;
+    switch (src->kind) {
+    case CM__BUFFER_ALLOC:
+        buffer->size = src->size;
+        buffer->storage = src->storage;
+        status = device->backend->buffer_alloc(device, buffer);
+        break;
+    case CM__BUFFER_HOST:
+        buffer->size = src->host->size;
+        buffer->storage = CM_STORAGE_SHARED;
+        buffer->flags = src->host->flags | CM_BUFFER_FOREIGN;
+        /* The backend may take the callback over (clearing these) to call
+         * it itself, e.g. from Metal's deallocator. */
+        buffer->release = src->host->release;
+        buffer->release_context = src->host->release_context;
+        status = device->backend->buffer_wrap_host(device, buffer, src->host);
+        break;
+    case CM__BUFFER_NATIVE:
+        buffer->flags = src->flags | CM_BUFFER_FOREIGN;
+        buffer->release = src->release;
+        buffer->release_context = src->release_context;
+        status = device->backend->buffer_wrap_native(func, src->native_arg, device, buffer,
+                                                      src->native);
+        break;
+    }
+    if (status != CM_OK) {
+        cm__free(buffer); /* a wrap's callback is never called on failure */
+        return status;
+    }
+    cm_device_retain(device);
+    if (src->kind == CM__BUFFER_HOST && (buffer->flags & CM_BUFFER_COPIED)) {
+        /* Nothing of the caller's memory is used any more. */
+        buffer->flags &= ~(uint32_t)CM_BUFFER_FOREIGN;
+        buffer->release = NULL;
+        buffer->release_context = NULL;
+        if (src->host->release != NULL)
+            src->host->release(src->host->release_context);
+    }
     *out = buffer;
     return CM_OK;
 }
@@ -40,16 +83,8 @@ cm_status cm_buffer_create(cm_device *device, const cm_buffer_desc *desc, cm_buf
         d.storage = CM_STORAGE_SHARED;
     CM__REQUIRE_ARG(d.storage >= CM_STORAGE_SHARED && d.storage <= CM_STORAGE_PRIVATE,
                     "desc->storage = %d is not a cm_storage_mode", (int)d.storage);
-    cm_buffer *buffer = NULL;
-    CM__TRY(cm__buffer_new(device, d.size, d.storage, 0, &buffer));
-    cm_status status = device->backend->buffer_alloc(device, buffer);
-    if (status != CM_OK) {
-        cm__free(buffer);
-        return status;
-    }
-    cm_device_retain(device);
-    *out = buffer;
-    return CM_OK;
+    const cm__buffer_source src = {.kind = CM__BUFFER_ALLOC, .size = d.size, .storage = d.storage};
+    return cm__buffer_make(__func__, device, &src, 0, out);
 }
 
 cm_status cm_buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc,
@@ -65,34 +100,26 @@ cm_status cm_buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc
                     "desc->flags = 0x%x: only CM_BUFFER_READ_ONLY may be set", desc->flags);
     CM__REQUIRE_ARG(desc->copy >= CM_COPY_IF_NEEDED && desc->copy <= CM_COPY_ALWAYS,
                     "desc->copy = %d is not a cm_copy_policy", (int)desc->copy);
-    return cm__buffer_wrap_host(device, desc, 0, out);
+    const cm__buffer_source src = {.kind = CM__BUFFER_HOST, .host = desc};
+    return cm__buffer_make(__func__, device, &src, 0, out);
 }
 
-cm_status cm__buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc, size_t extra,
+cm_status cm_buffer_wrap_metal(cm_device *device, const cm_metal_buffer_desc *desc,
                                cm_buffer **out) {
-    cm_buffer *buffer = NULL;
-    CM__TRY(cm__buffer_new(device, desc->size, CM_STORAGE_SHARED, extra, &buffer));
-    buffer->flags = desc->flags | CM_BUFFER_FOREIGN;
-    /* The backend may take the callback over (clearing these) to call it
-     * itself, e.g. from Metal's deallocator. */
-    buffer->release = desc->release;
-    buffer->release_context = desc->release_context;
-    cm_status status = device->backend->buffer_wrap_host(device, buffer, desc);
-    if (status != CM_OK) {
-        cm__free(buffer); /* the callback is never called on failure */
-        return status;
-    }
-    cm_device_retain(device);
-    if (buffer->flags & CM_BUFFER_COPIED) {
-        /* Nothing of the caller's memory is used any more. */
-        buffer->flags &= ~(uint32_t)CM_BUFFER_FOREIGN;
-        buffer->release = NULL;
-        buffer->release_context = NULL;
-        if (desc->release != NULL)
-            desc->release(desc->release_context);
-    }
-    *out = buffer;
-    return CM_OK;
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(device);
+    CM__REQUIRE_NONNULL(desc);
+    CM__REQUIRE_ARG(desc->buffer != NULL, "desc->buffer = NULL must be an id<MTLBuffer>");
+    CM__REQUIRE_ARG((desc->flags & ~(uint32_t)CM_BUFFER_READ_ONLY) == 0,
+                    "desc->flags = 0x%x: only CM_BUFFER_READ_ONLY may be set", desc->flags);
+    const cm__buffer_source src = {.kind = CM__BUFFER_NATIVE,
+                                   .native = desc->buffer,
+                                   .native_arg = "desc->buffer",
+                                   .flags = desc->flags,
+                                   .release = desc->release,
+                                   .release_context = desc->release_context};
+    return cm__buffer_make(__func__, device, &src, 0, out);
 }
 
 cm_status cm_buffer_retain(cm_buffer *buffer) {
@@ -116,6 +143,8 @@ cm_status cm_buffer_release(cm_buffer *buffer) {
 cm_status cm_buffer_get_info(const cm_buffer *buffer, cm_buffer_info *out) {
     CM__REQUIRE_NONNULL(buffer);
     CM__REQUIRE_NONNULL(out);
+    if (buffer->native != NULL) /* the program may keep it: never reuse it */
+        atomic_store(&((cm_buffer *)(uintptr_t)buffer)->native_shared, true);
     *out = (cm_buffer_info){
         .device_type = buffer->device->backend->type,
         .size = buffer->size,

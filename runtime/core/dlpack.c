@@ -3,7 +3,6 @@
 #include "backend.h"
 
 #include <cmetal/dlpack.h>
-#include <cmetal/metal.h>
 #include <cmetal/ops.h>
 
 #include <inttypes.h>
@@ -110,7 +109,7 @@ static cm_status cm__dlpack_cpu_device(const char *func, cm_device *preferred, c
         *out = preferred;
         return CM_OK;
     }
-    cm_status status = cm__cpu_device_open(0, out);
+    cm_status status = cm_device_open(CM_DEVICE_CPU, 0, out);
     if (status == CM_ERR_OUT_OF_MEMORY)
         return cm__fail_as(func, status, "no memory to open the CPU device");
     return status;
@@ -401,6 +400,8 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
      * convention). kDLMetal: data is the id<MTLBuffer> and byte_offset
      * locates element 0 in it (PyTorch MPS's and MLX's convention). */
     const bool metal = target == kDLMetal;
+    if (metal) /* the consumer may keep the MTLBuffer: never reuse it */
+        atomic_store(&source->buffer->native_shared, true);
     dl->data = metal ? source->buffer->native
                      : (uint8_t *)source->buffer->host + source->byte_offset;
     dl->device.device_type = metal ? kDLMetal : kDLCPU;
@@ -695,11 +696,15 @@ static cm_status cm__dl_import_metal(const char *func, void *managed, const DLTe
     } else {
         status = cm__dl_owner_new(func, release, managed, &owner);
         if (status == CM_OK) {
-            cm_metal_buffer_desc md = {.buffer = t->data,
-                                       .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
-                                       .release = owner != NULL ? cm__dl_owner_release : NULL,
-                                       .release_context = owner};
-            status = cm_buffer_wrap_metal(device, &md, &buffer);
+            /* Through the device's table, as cm_buffer_wrap_metal does. */
+            const cm__buffer_source src = {
+                .kind = CM__BUFFER_NATIVE,
+                .native = t->data,
+                .native_arg = "dl_tensor.data",
+                .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
+                .release = owner != NULL ? cm__dl_owner_release : NULL,
+                .release_context = owner};
+            status = cm__buffer_make(func, device, &src, 0, &buffer);
             if (status != CM_OK)
                 cm__free(owner); /* never called on failure */
         }

@@ -64,7 +64,7 @@ cm_status cm__device_visit_stream(cm_device *device, const cm_stream *stream,
     return status;
 }
 
-cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out) {
+cm_status cm__stream_new(cm_device *device, bool is_default, void *native, cm_stream **out) {
     cm_stream *stream = CM__NEW(cm_stream);
     if (stream == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
@@ -72,7 +72,7 @@ cm_status cm__stream_new(cm_device *device, bool is_default, cm_stream **out) {
     stream->device = device;
     stream->is_default = is_default;
     if (device->backend->stream_init != NULL) {
-        cm_status status = device->backend->stream_init(stream);
+        cm_status status = device->backend->stream_init(stream, native);
         if (status != CM_OK) {
             cm__free(stream);
             return status;
@@ -97,7 +97,7 @@ cm_status cm_stream_create(cm_device *device, cm_stream **out) {
     CM__REQUIRE_NONNULL(out);
     *out = NULL;
     CM__REQUIRE_NONNULL(device);
-    CM__TRY(cm__stream_new(device, false, out));
+    CM__TRY(cm__stream_new(device, false, NULL, out));
     cm_device_retain(device);
     return CM_OK;
 }
@@ -172,6 +172,20 @@ cm_status cm_stream_signal(cm_stream *stream, cm_fence **out) {
         }
     }
     cm_device_retain(fence->device);
+    *out = fence;
+    return CM_OK;
+}
+
+cm_status cm__fence_make(const char *func, cm_device *device, void *event, uint64_t value,
+                         cm_fence **out) {
+    cm_fence *fence = CM__NEW(cm_fence);
+    if (fence == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a fence");
+    cm__ref_init(&fence->ref);
+    fence->device = device;
+    fence->event = event;
+    fence->value = value;
+    cm_device_retain(device);
     *out = fence;
     return CM_OK;
 }

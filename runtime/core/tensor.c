@@ -153,8 +153,9 @@ cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *des
                                const int64_t *strides, uint64_t byte_offset, uint32_t flags,
                                cm_tensor **out) {
     cm_buffer *buffer = NULL;
-    CM__TRY(cm__buffer_wrap_host(device, desc,
-                                 sizeof(cm__buffer_with_tensor) - sizeof(cm_buffer), &buffer));
+    const cm__buffer_source src = {.kind = CM__BUFFER_HOST, .host = desc};
+    CM__TRY(cm__buffer_make("cm_buffer_wrap_host", device, &src,
+                            sizeof(cm__buffer_with_tensor) - sizeof(cm_buffer), &buffer));
     cm_tensor *t = &((cm__buffer_with_tensor *)buffer)->tensor;
     cm__ref_init(&t->ref);
     t->buffer = buffer; /* takes the buffer's reference */

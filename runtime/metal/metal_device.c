@@ -20,6 +20,7 @@ static cm_status cm__metal_get_info(const cm_device *device, cm_device_info *out
 static void cm__metal_destroy_unpooled(cm_device *device) {
     cm__metal_device *d = cm__mtl_dev(device);
     cm__metal_kernels_destroy(d);
+    cm__metal_alloc_destroy(&d->alloc);
     for (int k = 0; k < 2; ++k)
         cm__objc_release(d->staging[k]);
     pthread_mutex_destroy(&d->staging_lock);
@@ -30,8 +31,8 @@ static void cm__metal_destroy_unpooled(cm_device *device) {
 /* Every entry point that sends messages runs inside its own autorelease
  * pool, so loops on threads without one never grow memory. */
 
-static CM__OBJC_POOLED(cm_status, cm__metal_stream_init, (cm_stream *stream),
-                       cm__metal_stream_init_unpooled(stream))
+static CM__OBJC_POOLED(cm_status, cm__metal_stream_init, (cm_stream *stream, void *native),
+                       cm__metal_stream_init_unpooled(stream, native))
 
 static CM__OBJC_POOLED_VOID(cm__metal_stream_destroy, (cm_stream *stream),
                             cm__metal_stream_destroy_unpooled(stream))
@@ -56,6 +57,15 @@ static CM__OBJC_POOLED(cm_status, cm__metal_buffer_wrap_host,
                        (cm_device *device, cm_buffer *buffer, const cm_host_memory_desc *desc),
                        cm__metal_buffer_wrap_host_unpooled(device, buffer, desc))
 
+static cm_status cm__metal_buffer_wrap_native_unpooled(const char *func, const char *arg,
+                                                       cm_device *device, cm_buffer *buffer,
+                                                       cm__id mtl);
+
+static CM__OBJC_POOLED(cm_status, cm__metal_buffer_wrap_native,
+                       (const char *func, const char *arg, cm_device *device,
+                        cm_buffer *buffer, void *native),
+                       cm__metal_buffer_wrap_native_unpooled(func, arg, device, buffer, native))
+
 static CM__OBJC_POOLED_VOID(cm__metal_buffer_free, (cm_buffer *buffer),
                             cm__metal_buffer_free_unpooled(buffer))
 
@@ -75,11 +85,13 @@ static const cm__backend cm__metal_backend = {
     .get_info = cm__metal_get_info,
     .buffer_alloc = cm__metal_buffer_alloc,
     .buffer_wrap_host = cm__metal_buffer_wrap_host,
+    .buffer_wrap_native = cm__metal_buffer_wrap_native,
     .buffer_free = cm__metal_buffer_free,
     .buffer_prepare_host = cm__metal_buffer_prepare_host,
     .buffer_host_modified = cm__metal_buffer_host_modified,
     .buffer_publish = cm__metal_buffer_publish,
     .buffer_transfer = cm__metal_buffer_transfer,
+    .memory = &cm__metal_memory_backend,
     .stream_init = cm__metal_stream_init,
     .stream_destroy = cm__metal_stream_destroy,
     .stream_flush = cm__metal_flush,
@@ -209,6 +221,9 @@ static cm_status cm__metal_device_count_unpooled(uint32_t *count) {
 CM__OBJC_POOLED(cm_status, cm__metal_device_count, (uint32_t *count),
                 cm__metal_device_count_unpooled(count))
 
+static cm_status cm__metal_device_make(const char *func, cm__id dev, uint32_t index,
+                                       cm_device **out);
+
 static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out) {
     static const char func[] = "cm_device_open";
     *out = NULL;
@@ -222,6 +237,12 @@ static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out)
     if (dev == NULL)
         return cm__fail_as(func, CM_ERR_NO_DEVICE, "index = %u: there are %zu Metal devices",
                            index, n);
+    return cm__metal_device_make(func, dev, index, out);
+}
+
+/* A cm_device over dev (+1, taken, released on failure too). */
+static cm_status cm__metal_device_make(const char *func, cm__id dev, uint32_t index,
+                                       cm_device **out) {
     cm__metal_device *d = CM__NEW(cm__metal_device);
     if (d == NULL) {
         cm__objc_release(dev);
@@ -231,6 +252,7 @@ static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out)
     pthread_mutex_init(&d->staging_lock, NULL);
     cm__metal_kernels_init(d);
     cm__read_info(dev, &d->info);
+    cm__metal_alloc_init(&d->alloc, d->info.recommended_working_set);
     cm_status status = cm__device_new(&cm__metal_backend, d, out);
     if (status != CM_OK)
         cm__metal_destroy_unpooled(&(cm_device){.impl = d});
@@ -258,69 +280,40 @@ static void cm__device_name(cm__id dev, char *buf, size_t cap) {
         snprintf(buf, cap, "(unnamed)");
 }
 
-/* cm_buffer_wrap_metal after its argument checks. Inside a pool. */
-static cm_status cm__wrap_metal(const char *func, cm_device *device,
-                                const cm_metal_buffer_desc *desc, cm_buffer **out) {
+/* The backend's buffer_wrap_native: a foreign id<MTLBuffer> of the same
+ * device, retained. */
+static cm_status cm__metal_buffer_wrap_native_unpooled(const char *func, const char *arg,
+                                                       cm_device *device, cm_buffer *buffer,
+                                                       cm__id mtl) {
     const cm__id own = cm__mtl_dev(device)->device;
-    const cm__id owner = cm__msg_device(desc->buffer);
+    const cm__id owner = cm__msg_device(mtl);
     if (owner != own &&
         (owner == NULL || cm__msg_registryID(owner) != cm__msg_registryID(own))) {
         char theirs[128], ours[128];
         cm__device_name(owner, theirs, sizeof theirs);
         cm__device_name(own, ours, sizeof ours);
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "desc->buffer belongs to the MTLDevice \"%s\" (registryID %" PRIu64
+                           "%s belongs to the MTLDevice \"%s\" (registryID %" PRIu64
                            "), not to this device, \"%s\" (registryID %" PRIu64 ")",
-                           theirs, owner != NULL ? cm__msg_registryID(owner) : 0, ours,
+                           arg, theirs, owner != NULL ? cm__msg_registryID(owner) : 0, ours,
                            cm__msg_registryID(own));
     }
-    cm_buffer *buffer = CM__NEW(cm_buffer);
-    if (buffer == NULL)
-        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for a buffer");
-    cm__ref_init(&buffer->ref);
-    buffer->device = device;
-    cm__uint mode = cm__msg_storageMode(desc->buffer);
+    cm__uint mode = cm__msg_storageMode(mtl);
     switch (mode) {
     case CM__MTL_STORAGE_MODE_SHARED: buffer->storage = CM_STORAGE_SHARED; break;
     case CM__MTL_STORAGE_MODE_MANAGED: buffer->storage = CM_STORAGE_MANAGED; break;
     case CM__MTL_STORAGE_MODE_PRIVATE: buffer->storage = CM_STORAGE_PRIVATE; break;
     default:
-        cm__free(buffer);
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
-                           "desc->buffer has storageMode %lu (memoryless)", mode);
+                           "%s has storageMode %lu (memoryless)", arg, mode);
     }
-    cm_status status = cm__buffer_impl(func, buffer);
-    if (status != CM_OK) {
-        cm__free(buffer);
-        return status;
-    }
+    CM__TRY(cm__buffer_impl(func, buffer));
     /* Untracked (MLX's buffers are): cmetal orders the passes itself. */
     cm__mtl_buf(buffer)->hazard_untracked =
-        cm__msg_hazardTrackingMode(desc->buffer) == CM__MTL_HAZARD_UNTRACKED;
-    buffer->size = cm__msg_length(desc->buffer);
-    buffer->flags = desc->flags | CM_BUFFER_FOREIGN;
-    buffer->release = desc->release;
-    buffer->release_context = desc->release_context;
-    cm__buffer_adopt(buffer, cm__objc_retain(desc->buffer));
-    cm_device_retain(device);
-    *out = buffer;
+        cm__msg_hazardTrackingMode(mtl) == CM__MTL_HAZARD_UNTRACKED;
+    buffer->size = cm__msg_length(mtl);
+    cm__buffer_adopt(buffer, cm__objc_retain(mtl));
     return CM_OK;
-}
-
-cm_status cm_buffer_wrap_metal(cm_device *device, const cm_metal_buffer_desc *desc,
-                               cm_buffer **out) {
-    CM__REQUIRE_NONNULL(out);
-    *out = NULL;
-    CM__REQUIRE_NONNULL(device);
-    CM__REQUIRE_NONNULL(desc);
-    CM__REQUIRE_ARG(desc->buffer != NULL, "desc->buffer = NULL must be an id<MTLBuffer>");
-    CM__REQUIRE_ARG((desc->flags & ~(uint32_t)CM_BUFFER_READ_ONLY) == 0,
-                    "desc->flags = 0x%x: only CM_BUFFER_READ_ONLY may be set", desc->flags);
-    CM__TRY(cm__require_metal(__func__, device));
-    void *pool = cm__objc_pool_push();
-    const cm_status status = cm__wrap_metal(__func__, device, desc, out);
-    cm__objc_pool_pop(pool);
-    return status;
 }
 
 cm_status cm_device_get_metal_device(const cm_device *device, void **out) {
@@ -339,4 +332,122 @@ cm_status cm_stream_get_metal_queue(const cm_stream *stream, void **out) {
     CM__TRY(cm__require_metal(__func__, stream->device));
     *out = cm__mtl_stream(stream)->queue;
     return CM_OK;
+}
+
+/* ------------------------------------------------------------ adoption */
+
+/* Whether obj answers every selector of sels (n of them); else fails as
+ * `func` naming the argument, the object's address, the first missing
+ * selector and what the object should have been. Checked with
+ * respondsToSelector:, which proxies (the debug layer's) forward. */
+static cm_status cm__require_selectors(const char *func, const char *arg, cm__id obj,
+                                       const char *type, const cm__sel *sels,
+                                       const char *const *names, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        if (!cm__msg_respondsToSelector(obj, sels[i]))
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                               "%s = %p does not respond to %s: not an %s", arg, (void *)obj,
+                               names[i], type);
+    return CM_OK;
+}
+
+/* Whether obj's device (it answers `device`) is the cm_device's. */
+static cm_status cm__require_same_device(const char *func, const char *arg, cm__id obj,
+                                         const cm_device *device) {
+    const cm__id own = cm__mtl_dev(device)->device;
+    const cm__id owner = cm__msg_device(obj);
+    if (owner == own || (owner != NULL && cm__msg_registryID(owner) == cm__msg_registryID(own)))
+        return CM_OK;
+    char theirs[128], ours[128];
+    cm__device_name(owner, theirs, sizeof theirs);
+    cm__device_name(own, ours, sizeof ours);
+    return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                       "%s belongs to the MTLDevice \"%s\", not to this device, \"%s\"", arg,
+                       theirs, ours);
+}
+
+static cm_status cm__device_wrap_metal(cm__id mtl, cm_device **out) {
+    static const char func[] = "cm_device_wrap_metal";
+    CM__TRY(cm__objc_init_as(func));
+    CM__TRY(cm__metal_load_as(func));
+    const cm__sel sels[] = {CM__SEL(newCommandQueue), CM__SEL(newBufferWithLength_options),
+                            CM__SEL(newSharedEvent), CM__SEL(registryID)};
+    const char *const names[] = {"newCommandQueue", "newBufferWithLength:options:",
+                                 "newSharedEvent", "registryID"};
+    CM__TRY(cm__require_selectors(func, "mtl_device", mtl, "id<MTLDevice>", sels, names, 4));
+    /* Numbered as cm_device_open numbers it (DLPack's device_id), when the
+     * device is one of the system's. */
+    cm__id devices[CM__METAL_MAX_DEVICES];
+    size_t n = 0;
+    uint32_t index = 0;
+    if (cm__metal_enumerate(func, devices, &n) == CM_OK) {
+        const uint64_t id = cm__msg_registryID(mtl);
+        for (size_t i = 0; i < n; ++i) {
+            if (cm__msg_registryID(devices[i]) == id && index == 0)
+                index = (uint32_t)i;
+            cm__objc_release(devices[i]);
+        }
+    }
+    return cm__metal_device_make(func, cm__objc_retain(mtl), index, out);
+}
+
+cm_status cm_device_wrap_metal(void *mtl_device, cm_device **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_ARG(mtl_device != NULL, "mtl_device = NULL must be an id<MTLDevice>");
+    void *pool = cm__objc_pool_push();
+    const cm_status status = cm__device_wrap_metal(mtl_device, out);
+    cm__objc_pool_pop(pool);
+    return status;
+}
+
+static cm_status cm__stream_wrap_metal(cm_device *device, cm__id queue, cm_stream **out) {
+    static const char func[] = "cm_stream_wrap_metal";
+    const cm__sel sels[] = {CM__SEL(commandBuffer), CM__SEL(device)};
+    const char *const names[] = {"commandBuffer", "device"};
+    CM__TRY(cm__require_selectors(func, "queue", queue, "id<MTLCommandQueue>", sels, names, 2));
+    CM__TRY(cm__require_same_device(func, "queue", queue, device));
+    CM__TRY(cm__stream_new(device, false, queue, out));
+    cm_device_retain(device);
+    return CM_OK;
+}
+
+cm_status cm_stream_wrap_metal(cm_device *device, void *queue, cm_stream **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(device);
+    CM__REQUIRE_ARG(queue != NULL, "queue = NULL must be an id<MTLCommandQueue>");
+    CM__TRY(cm__require_metal(__func__, device));
+    void *pool = cm__objc_pool_push();
+    const cm_status status = cm__stream_wrap_metal(device, queue, out);
+    cm__objc_pool_pop(pool);
+    return status;
+}
+
+static cm_status cm__fence_wrap_metal(cm_device *device, cm__id event, uint64_t value,
+                                      cm_fence **out) {
+    static const char func[] = "cm_fence_wrap_metal";
+    const cm__sel sels[] = {CM__SEL(signaledValue), CM__SEL(setSignaledValue), CM__SEL(device)};
+    const char *const names[] = {"signaledValue", "setSignaledValue:", "device"};
+    CM__TRY(cm__require_selectors(func, "shared_event", event, "id<MTLSharedEvent>", sels, names,
+                                  3));
+    CM__TRY(cm__require_same_device(func, "shared_event", event, device));
+    cm__id retained = cm__objc_retain(event);
+    const cm_status status = cm__fence_make(func, device, retained, value, out);
+    if (status != CM_OK)
+        cm__objc_release(retained);
+    return status;
+}
+
+cm_status cm_fence_wrap_metal(cm_device *device, void *shared_event, uint64_t value,
+                              cm_fence **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(device);
+    CM__REQUIRE_ARG(shared_event != NULL, "shared_event = NULL must be an id<MTLSharedEvent>");
+    CM__TRY(cm__require_metal(__func__, device));
+    void *pool = cm__objc_pool_push();
+    const cm_status status = cm__fence_wrap_metal(device, shared_event, value, out);
+    cm__objc_pool_pop(pool);
+    return status;
 }

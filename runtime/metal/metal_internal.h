@@ -73,6 +73,25 @@ enum {
 
 typedef struct cm__metal_cached cm__metal_cached;
 
+/* The buffer cache's size classes: sizes up to 16 are their own class,
+ * then 8 classes per power of two up to 2^64 (metal_alloc.c). */
+#define CM__SIZE_CLASSES 512
+
+typedef struct cm__metal_pooled cm__metal_pooled;
+
+/* A device's caching allocator of MTLBuffers (cmetal/memory.h). Under
+ * `lock`: released MTLBuffers by storage mode and size class (most recent
+ * first), all of them in one list from most to least recently cached, the
+ * limits and the counts. */
+typedef struct cm__metal_alloc {
+    pthread_mutex_t lock;
+    cm__metal_pooled *classes[3][CM__SIZE_CLASSES];
+    cm__metal_pooled *newest, *oldest;
+    uint64_t cache_limit, memory_limit; /* 0: cache off; no memory limit */
+    uint64_t active, peak, cached;      /* bytes, in size classes */
+    uint64_t allocations, hits, misses;
+} cm__metal_alloc;
+
 typedef struct cm__metal_device {
     cm__id device;    /* id<MTLDevice>, +1 */
     cm_device_info info;
@@ -101,6 +120,7 @@ typedef struct cm__metal_device {
     pthread_mutex_t staging_lock;
     cm__id staging[2];
     _Atomic uint64_t staging_made;
+    cm__metal_alloc alloc; /* the buffers of cm_buffer_create */
 } cm__metal_device;
 
 /* A stream's progress, shared with the buffers that track its work, so that
@@ -171,6 +191,8 @@ typedef struct cm__metal_buffer {
     bool hazard_untracked;    /* the MTLBuffer is MTLHazardTrackingModeUntracked */
     bool gpu_wrote;           /* managed: device copy newer than host's */
     bool host_dirty;          /* managed: host copy newer than device's */
+    size_t pooled_length;     /* the MTLBuffer's size class when it came
+                               * from the device's allocator, else 0 */
     size_t dirty_begin, dirty_end;
 } cm__metal_buffer;
 
@@ -187,6 +209,7 @@ static inline cm__metal_buffer *cm__mtl_buf(const cm_buffer *b) {
 
 /* The layers of the Metal device, bottom to top; each file sees only the
  * layers below it (ARCHITECTURE.md):
+ *   0. metal_alloc.c    the caching allocator of MTLBuffers
  *   1. metal_stream.c   streams, numbered command buffers, fences, buffers
  *                       and their tracking
  *   2. metal_dispatch.c libraries, pipelines and their cache; the encode
@@ -195,6 +218,40 @@ static inline cm__metal_buffer *cm__mtl_buf(const cm_buffer *b) {
  *      metal_transfer.c host access and private-storage transfers
  *   4. metal_kernel.c   the kernel backend table (cmetal/kernel.h)
  *      metal_device.c   the backend table, devices, cmetal/metal.h */
+
+/* ==== 0. the caching allocator (metal_alloc.c) ==== */
+
+/* The MTLResourceOptions of a storage mode (tracked hazards, default CPU
+ * cache mode). */
+static inline cm__uint cm__storage_options(cm_storage_mode mode) {
+    switch (mode) {
+    case CM_STORAGE_MANAGED: return CM__MTL_RESOURCE_STORAGE_MANAGED;
+    case CM_STORAGE_PRIVATE: return CM__MTL_RESOURCE_STORAGE_PRIVATE;
+    default: return CM__MTL_RESOURCE_STORAGE_SHARED;
+    }
+}
+
+/* Init with the device (the default cache limit from its recommended
+ * working set, 0 when unknown); destroy when it goes (releases the cache). */
+void cm__metal_alloc_init(cm__metal_alloc *a, uint64_t recommended_working_set);
+void cm__metal_alloc_destroy(cm__metal_alloc *a);
+
+/* An MTLBuffer (+1 in *out) of at least `size` bytes (0 counts as 1) of the
+ * storage mode for a new cm_buffer: a cached one of the size class, else a
+ * new one of `device`; *length is what it holds, to give back. Errors as
+ * `func`: CM_ERR_OUT_OF_MEMORY past the memory limit or when Metal refuses
+ * (after releasing the cache and trying again). */
+cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id device, size_t size,
+                               cm_storage_mode storage, uint64_t max_length, cm__id *out,
+                               size_t *length);
+
+/* Gives back what take handed out, once the device is done with it: into
+ * the cache when `reusable` and the cache has room, else released. */
+void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length,
+                          cm_storage_mode storage, bool reusable);
+
+/* The backend's cmetal/memory.h entries. */
+extern const cm__memory_backend cm__metal_memory_backend;
 
 /* ==== 1. streams, command buffers, fences, buffers (metal_stream.c) ==== */
 
@@ -253,7 +310,7 @@ void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl);
 
 /* The backend entries of this layer, without their autorelease pool
  * (metal_device.c gives each one). */
-cm_status cm__metal_stream_init_unpooled(cm_stream *stream);
+cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue);
 void cm__metal_stream_destroy_unpooled(cm_stream *stream);
 uint64_t cm__metal_stream_submissions(const cm_stream *stream);
 cm_status cm__metal_stream_signal_unpooled(cm_stream *stream, cm_fence *fence);

@@ -256,7 +256,7 @@ cm_status cm__metal_wait_through(const char *func, cm_stream *stream, uint64_t t
     return status;
 }
 
-cm_status cm__metal_stream_init_unpooled(cm_stream *stream) {
+cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue) {
     cm__metal_stream *s = CM__NEW(cm__metal_stream);
     if (s == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
@@ -268,7 +268,8 @@ cm_status cm__metal_stream_init_unpooled(cm_stream *stream) {
     cm__ref_init(&s->clock->ref);
     s->next_seq = 1;
     atomic_init(&s->clock->done_below, s->next_seq);
-    s->queue = cm__msg_newCommandQueue(cm__mtl_dev(stream->device)->device);
+    s->queue = queue != NULL ? cm__objc_retain(queue)
+                             : cm__msg_newCommandQueue(cm__mtl_dev(stream->device)->device);
     if (s->queue == NULL) {
         cm__clock_release(s->clock);
         cm__free(s);
@@ -365,14 +366,6 @@ void cm__metal_fence_destroy_unpooled(cm_fence *fence) {
 
 /* ------------------------------------------------------------ buffers */
 
-static cm__uint cm__storage_options(cm_storage_mode mode) {
-    switch (mode) {
-    case CM_STORAGE_MANAGED: return CM__MTL_RESOURCE_STORAGE_MANAGED;
-    case CM_STORAGE_PRIVATE: return CM__MTL_RESOURCE_STORAGE_PRIVATE;
-    default: return CM__MTL_RESOURCE_STORAGE_SHARED;
-    }
-}
-
 cm_status cm__buffer_impl(const char *func, cm_buffer *buffer) {
     cm__metal_buffer *b = CM__NEW(cm__metal_buffer);
     if (b == NULL)
@@ -398,21 +391,23 @@ void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl) {
 }
 
 cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer) {
-    const cm__metal_device *d = cm__mtl_dev(device);
+    cm__metal_device *d = cm__mtl_dev(device);
     if (buffer->size > d->info.max_buffer_length)
         return cm__fail_as("cm_buffer_create", CM_ERR_OUT_OF_MEMORY,
                            "desc->size = %zu exceeds the device's maxBufferLength %" PRIu64,
                            buffer->size, d->info.max_buffer_length);
     CM__TRY(cm__buffer_impl("cm_buffer_create", buffer));
     /* Metal has no empty buffers: an empty cm_buffer holds one byte. */
-    cm__id mtl = cm__msg_newBufferWithLength_options(
-        d->device, buffer->size > 0 ? buffer->size : 1, cm__storage_options(buffer->storage));
-    if (mtl == NULL) {
+    cm__id mtl = NULL;
+    size_t length = 0;
+    const cm_status status =
+        cm__metal_alloc_take("cm_buffer_create", &d->alloc, d->device, buffer->size,
+                             buffer->storage, d->info.max_buffer_length, &mtl, &length);
+    if (status != CM_OK) {
         cm__buffer_impl_free(buffer);
-        return cm__fail_as("cm_buffer_create", CM_ERR_OUT_OF_MEMORY,
-                           "newBufferWithLength:%zu options:%lu returned nil", buffer->size,
-                           cm__storage_options(buffer->storage));
+        return status;
     }
+    cm__mtl_buf(buffer)->pooled_length = length;
     cm__buffer_adopt(buffer, mtl);
     return CM_OK;
 }
@@ -655,11 +650,20 @@ void cm__metal_buffer_free_unpooled(cm_buffer *buffer) {
     /* Waits for the work using it and lets its streams drop the command
      * buffers seen complete, so the MTLBuffer (and a wrap's release
      * callback) goes as soon as nothing unfinished uses it. */
-    (void)cm__wait_buffer("cm_buffer_release", buffer, false);
+    const cm_status status = cm__wait_buffer("cm_buffer_release", buffer, false);
     for (int i = 0; i < CM__METAL_USE_SLOTS; ++i)
         cm__use_clear(&b->uses[i]);
+    const size_t pooled = b->pooled_length;
     cm__buffer_impl_free(buffer);
-    cm__objc_release(buffer->native);
+    if (pooled == 0) {
+        cm__objc_release(buffer->native);
+        return;
+    }
+    /* The device is done with it (unless the wait failed): it may serve
+     * a later buffer, unless the program may still hold it. */
+    const bool reusable = status == CM_OK && !atomic_load(&buffer->native_shared);
+    cm__metal_alloc_give(&cm__mtl_dev(buffer->device)->alloc, buffer->native, pooled,
+                         buffer->storage, reusable);
 }
 
 /* Managed: tells Metal what the host wrote since. Buffer lock held. */

@@ -24,15 +24,6 @@ static cm_status cm__no_metal(const char *func) {
                        "-DCMETAL_METAL=OFF)");
 }
 
-cm_status cm_buffer_wrap_metal(cm_device *device, const cm_metal_buffer_desc *desc,
-                               cm_buffer **out) {
-    (void)device;
-    (void)desc;
-    if (out != NULL)
-        *out = NULL;
-    return cm__no_metal(__func__);
-}
-
 cm_status cm_device_get_metal_device(const cm_device *device, void **out) {
     (void)device;
     if (out != NULL)
@@ -42,6 +33,31 @@ cm_status cm_device_get_metal_device(const cm_device *device, void **out) {
 
 cm_status cm_stream_get_metal_queue(const cm_stream *stream, void **out) {
     (void)stream;
+    if (out != NULL)
+        *out = NULL;
+    return cm__no_metal(__func__);
+}
+
+cm_status cm_device_wrap_metal(void *mtl_device, cm_device **out) {
+    (void)mtl_device;
+    if (out != NULL)
+        *out = NULL;
+    return cm__no_metal(__func__);
+}
+
+cm_status cm_stream_wrap_metal(cm_device *device, void *queue, cm_stream **out) {
+    (void)device;
+    (void)queue;
+    if (out != NULL)
+        *out = NULL;
+    return cm__no_metal(__func__);
+}
+
+cm_status cm_fence_wrap_metal(cm_device *device, void *shared_event, uint64_t value,
+                              cm_fence **out) {
+    (void)device;
+    (void)shared_event;
+    (void)value;
     if (out != NULL)
         *out = NULL;
     return cm__no_metal(__func__);

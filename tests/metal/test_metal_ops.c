@@ -573,6 +573,9 @@ Test(metal_ops, a_buffer_of_another_device_is_refused_naming_both) {
     EXPECT_FAIL(cm_dlpack_import(m.legacy, &(cm_dlpack_import_desc){.device = a}, &imported),
                  CM_ERR_INVALID_ARGUMENT, "belongs to the MTLDevice");
     cr_assert(strstr(cm_last_error(), want) != NULL, "%s", cm_last_error());
+    /* The import's own words: its function and its argument. */
+    cr_assert(strncmp(cm_last_error(), "cm_dlpack_import: dl_tensor.data belongs", 40) == 0,
+              "%s", cm_last_error());
     m.legacy->deleter(m.legacy); /* a failed import leaves it to us */
     cm_tensor_release(t);
     cm_device_release(a);

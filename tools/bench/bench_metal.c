@@ -234,6 +234,31 @@ static double bm_alloc(cm_device *dev, cm_storage_mode storage, size_t size, int
     return (bm_now() - t0) / reps;
 }
 
+/* Seconds per round of a loop that creates, fills and releases float32
+ * tensors of 1 Ki, 64 Ki and 256 Ki elements, with the device's buffer
+ * cache at its default limit or off (cache limit 0). */
+static double bm_alloc_loop(cm_device *dev, bool cache, int rounds) {
+    uint64_t limit = 0;
+    if (!cache)
+        BM_TRY(cm_device_set_cache_limit(dev, 0, &limit));
+    static const int64_t sizes[] = {1 << 10, 1 << 16, 1 << 18};
+    const float one = 1;
+    const double t0 = bm_now();
+    for (int r = 0; r < rounds; ++r)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+            cm_tensor *t = NULL;
+            BM_TRY(cm_tensor_create(dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                           .shape = &sizes[i]},
+                                    &t));
+            BM_TRY(cm_fill(t, CM_FLOAT32, &one, NULL));
+            cm_tensor_release(t); /* waits for the fill */
+        }
+    const double t = (bm_now() - t0) / rounds;
+    if (!cache)
+        BM_TRY(cm_device_set_cache_limit(dev, limit, NULL));
+    return t;
+}
+
 static double bm_best(int reps, double (*fn)(void *), void *ctx) {
     fn(ctx);
     double best = 1e30;
@@ -295,6 +320,9 @@ int bench_metal(bool json, long mib, int reps) {
     free(c.other);
 
     const double d1 = bm_dispatch(dev, 256, 1), d64 = bm_dispatch(dev, 1024, 64);
+    (void)bm_alloc_loop(dev, true, 4); /* compiles the fill */
+    const double loop_off = bm_alloc_loop(dev, false, 100);
+    const double loop_on = bm_alloc_loop(dev, true, 100);
     const double k64 = bm_kernel_dispatch(dev, 1024, 64, false);
     const double b64 = bm_kernel_dispatch(dev, 1024, 64, true);
     const bm_row rows[] = {
@@ -328,9 +356,13 @@ int bench_metal(bool json, long mib, int reps) {
         {"  warm: kernel create", prog_warm.kernel * 1e3, "ms", ""},
         {"  warm: pipeline cache save", prog_warm.save * 1e3, "ms", "rewrites the file"},
         {"buffer create+release, 1 MiB shared", bm_alloc(dev, CM_STORAGE_SHARED, 1 << 20, 200) * 1e6,
-         "us", ""},
+         "us", "buffer cache on"},
         {"buffer create+release, 1 MiB private",
-         bm_alloc(dev, CM_STORAGE_PRIVATE, 1 << 20, 200) * 1e6, "us", ""},
+         bm_alloc(dev, CM_STORAGE_PRIVATE, 1 << 20, 200) * 1e6, "us", "buffer cache on"},
+        {"alloc+fill+free loop, cache on", loop_on * 1e6, "us",
+         "tensors of 4 KiB, 256 KiB, 1 MiB per round"},
+        {"alloc+fill+free loop, cache off", loop_off * 1e6, "us", "cache limit 0"},
+        {"cache off / cache on", loop_off / loop_on, "x", "the same loop"},
         {"host -> device (private) / memcpy", t_memcpy / t_write, "ratio",
          "cm_buffer_write: staging + blit + wait"},
         {"device (private) -> host / memcpy", t_memcpy / t_read, "ratio",

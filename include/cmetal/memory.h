@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* cmetal/memory.h: the buffer cache of a Metal device, its limits and
+ * counts.
+ *
+ * Every Metal device keeps the MTLBuffers of released buffers in a cache
+ * and hands them to later cm_buffer_create calls (and so cm_tensor_create)
+ * of the same storage mode, instead of making a new MTLBuffer each time:
+ * - Sizes are rounded up to size classes, 8 per power of two (sizes up to
+ *   16 bytes are classes of their own), so a buffer is at most 1/8 larger
+ *   than asked for, and a request reuses a cached buffer of its own class
+ *   only. A size that grows a little at each step (an append) keeps
+ *   falling in the class of the buffer released before it.
+ * - A buffer enters the cache only once the device is done with it: its
+ *   last release waits for the device work that uses it (cmetal/buffer.h),
+ *   then caches it. A buffer that failed device work, a wrapped buffer
+ *   (cm_buffer_wrap_host, cm_buffer_wrap_metal) and a buffer whose MTLBuffer
+ *   was handed out (cm_buffer_get_info's native, a kDLMetal export: the
+ *   program may still hold it) are never cached: their MTLBuffer is
+ *   released with them.
+ * - Contents: cm_buffer_create and cm_tensor_create promise nothing about
+ *   contents, and a buffer from the cache holds whatever its last user
+ *   left there (bytes of an earlier buffer of the same process). Fill it
+ *   (cm_fill) before reading it.
+ * - The cache holds at most the cache limit; the least recently cached
+ *   buffers are released first to stay under it. The default limit is 1/8
+ *   of the device's recommendedMaxWorkingSetSize, at most 1 GiB (256 MiB
+ *   when the device reports none), so that a full cache cannot push the
+ *   machine into swap. A cache limit of 0 turns the cache off: every
+ *   released buffer's MTLBuffer is released at once.
+ * - A memory limit (none by default) bounds the active bytes: a
+ *   cm_buffer_create that would take them past it fails with
+ *   CM_ERR_OUT_OF_MEMORY naming the limit and the request, after releasing
+ *   cached buffers to make room: the cache and the active buffers together
+ *   stay within the limit.
+ * - When Metal refuses a new MTLBuffer, the cache is released and the
+ *   allocation tried once more.
+ * Counted sizes are the size classes (what the MTLBuffers hold). The CPU
+ * device has no cache: these functions fail there with
+ * CM_ERR_UNSUPPORTED. */
+#ifndef CMETAL_MEMORY_H
+#define CMETAL_MEMORY_H
+
+#include <cmetal/device.h>
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cm_memory_info {
+    uint64_t active_bytes; /* held by live buffers made by cm_buffer_create */
+    uint64_t peak_bytes;   /* the most active_bytes since the device was
+                              opened or cm_device_reset_peak_memory */
+    uint64_t cached_bytes; /* held by the cache */
+    uint64_t cache_limit;  /* bytes; 0: the cache is off */
+    uint64_t memory_limit; /* bytes; 0: none */
+    uint64_t allocations;  /* MTLBuffers made for buffers (cache misses that
+                              Metal answered) */
+    uint64_t cache_hits;   /* buffers served from the cache */
+    uint64_t cache_misses; /* buffers that needed a new MTLBuffer */
+} cm_memory_info;
+
+/* Ownership (every function below): borrows the device for the call;
+ * nothing is retained or handed out. */
+
+/* Fills *out with the device's counts and limits, all read at one moment.
+ * Errors: CM_ERR_INVALID_ARGUMENT (NULL device or out), CM_ERR_UNSUPPORTED
+ * (not a Metal device). Thread-safety: safe from any thread. */
+CM_API cm_status cm_device_get_memory_info(const cm_device *device, cm_memory_info *out);
+
+/* Sets peak_bytes to the current active_bytes.
+ * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */
+CM_API cm_status cm_device_reset_peak_memory(cm_device *device);
+
+/* Sets the cache limit in bytes (0 turns the cache off) and releases the
+ * least recently cached buffers past it at once; the previous limit goes
+ * to *previous unless previous is NULL.
+ * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */
+CM_API cm_status cm_device_set_cache_limit(cm_device *device, uint64_t bytes,
+                                           uint64_t *previous);
+
+/* Sets the memory limit in bytes (0: none). Buffers already live stay;
+ * later allocations past it fail. The previous limit goes to *previous
+ * unless previous is NULL.
+ * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */
+CM_API cm_status cm_device_set_memory_limit(cm_device *device, uint64_t bytes,
+                                            uint64_t *previous);
+
+/* Releases every cached MTLBuffer now; the cache keeps its limit.
+ * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */
+CM_API cm_status cm_device_clear_cache(cm_device *device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMETAL_MEMORY_H */

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/* The bottom of the Metal device: the caching allocator of the MTLBuffers
+ * of cm_buffer_create (cmetal/memory.h). Released MTLBuffers wait in a
+ * cache by storage mode and size class; the least recently cached go
+ * first when the cache passes its limit. Sends only newBufferWithLength:
+ * options: and release. */
+#include "metal_internal.h"
+
+#include <inttypes.h>
+
+/* A cached MTLBuffer: in its class's list and in the age list. */
+struct cm__metal_pooled {
+    cm__id mtl; /* +1 */
+    size_t length;
+    unsigned storage, index;
+    cm__metal_pooled *class_prev, *class_next;
+    cm__metal_pooled *newer, *older;
+};
+
+/* The size class of n bytes (n >= 1): its index and length. Up to 16 bytes
+ * each size is a class; above, for 2^k < n <= 2^(k+1), the classes step by
+ * 2^(k-3), so a class is less than n / 8 larger than n. False when the
+ * class would pass SIZE_MAX. */
+static bool cm__size_class(size_t n, unsigned *index, size_t *length) {
+    if (n <= 16) {
+        *index = (unsigned)n;
+        *length = n;
+        return true;
+    }
+    const unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
+    const size_t base = (size_t)1 << k, step = (size_t)1 << (k - 3);
+    const size_t j = (n - base + step - 1) / step; /* 1 to 8 */
+    if (k == 8 * sizeof(size_t) - 1 && j == 8)
+        return false;
+    *index = 16 + (k - 4) * 8 + (unsigned)j;
+    *length = base + j * step;
+    return true;
+}
+
+static unsigned cm__storage_slot(cm_storage_mode storage) {
+    return storage == CM_STORAGE_MANAGED ? 1u : storage == CM_STORAGE_PRIVATE ? 2u : 0u;
+}
+
+void cm__metal_alloc_init(cm__metal_alloc *a, uint64_t recommended_working_set) {
+    pthread_mutex_init(&a->lock, NULL);
+    const uint64_t cap = (uint64_t)1 << 30;
+    const uint64_t eighth = recommended_working_set / 8;
+    a->cache_limit = recommended_working_set == 0 ? (uint64_t)256 << 20
+                     : eighth < cap                ? eighth
+                                                   : cap;
+}
+
+/* Takes e out of both lists. Lock held. */
+static void cm__pooled_unlink(cm__metal_alloc *a, cm__metal_pooled *e) {
+    if (e->class_prev != NULL)
+        e->class_prev->class_next = e->class_next;
+    else
+        a->classes[e->storage][e->index] = e->class_next;
+    if (e->class_next != NULL)
+        e->class_next->class_prev = e->class_prev;
+    if (e->newer != NULL)
+        e->newer->older = e->older;
+    else
+        a->newest = e->older;
+    if (e->older != NULL)
+        e->older->newer = e->newer;
+    else
+        a->oldest = e->newer;
+    a->cached -= e->length;
+}
+
+/* Moves the oldest cached buffers to *out (linked by `older`) until the
+ * cache holds at most `keep` bytes. Lock held; release them after. */
+static void cm__evict_to(cm__metal_alloc *a, uint64_t keep, cm__metal_pooled **out) {
+    while (a->cached > keep && a->oldest != NULL) {
+        cm__metal_pooled *e = a->oldest;
+        cm__pooled_unlink(a, e);
+        e->older = *out;
+        *out = e;
+    }
+}
+
+/* Releases what cm__evict_to took, without the lock. */
+static void cm__release_evicted(cm__metal_pooled *e) {
+    while (e != NULL) {
+        cm__metal_pooled *next = e->older;
+        cm__objc_release(e->mtl);
+        cm__free(e);
+        e = next;
+    }
+}
+
+void cm__metal_alloc_destroy(cm__metal_alloc *a) {
+    cm__metal_pooled *evicted = NULL;
+    cm__evict_to(a, 0, &evicted);
+    cm__release_evicted(evicted);
+    pthread_mutex_destroy(&a->lock);
+}
+
+cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id device, size_t size,
+                               cm_storage_mode storage, uint64_t max_length, cm__id *out,
+                               size_t *length) {
+    *out = NULL;
+    const size_t n = size > 0 ? size : 1;
+    unsigned index = 0;
+    size_t len = n;
+    /* A class past the device's largest buffer: the exact size, uncached. */
+    if (!cm__size_class(n, &index, &len) || len > max_length) {
+        index = 0;
+        len = n;
+    }
+    const unsigned slot = cm__storage_slot(storage);
+    cm__metal_pooled *evicted = NULL, *hit = NULL;
+    pthread_mutex_lock(&a->lock);
+    if (a->memory_limit != 0) {
+        if (a->active > a->memory_limit || len > a->memory_limit - a->active) {
+            const uint64_t active = a->active, limit = a->memory_limit;
+            pthread_mutex_unlock(&a->lock);
+            return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
+                               "desc->size = %zu (%zu bytes in its size class) with %" PRIu64
+                               " bytes active passes the device's memory limit of %" PRIu64
+                               " bytes (cm_device_set_memory_limit)",
+                               size, len, active, limit);
+        }
+        /* The cache gives way so that everything held fits the limit. */
+        cm__evict_to(a, a->memory_limit - a->active - len, &evicted);
+    }
+    if (index != 0)
+        hit = a->classes[slot][index];
+    if (hit != NULL) {
+        cm__pooled_unlink(a, hit);
+        ++a->hits;
+    } else {
+        ++a->misses;
+    }
+    a->active += len;
+    if (a->active > a->peak)
+        a->peak = a->active;
+    pthread_mutex_unlock(&a->lock);
+    cm__release_evicted(evicted);
+    if (hit != NULL) {
+        *out = hit->mtl;
+        *length = len;
+        cm__free(hit);
+        return CM_OK;
+    }
+    const cm__uint options = cm__storage_options(storage);
+    cm__id mtl = cm__msg_newBufferWithLength_options(device, len, options);
+    if (mtl == NULL) { /* the cache may be what fills the device */
+        pthread_mutex_lock(&a->lock);
+        evicted = NULL;
+        cm__evict_to(a, 0, &evicted);
+        pthread_mutex_unlock(&a->lock);
+        if (evicted != NULL) {
+            cm__release_evicted(evicted);
+            mtl = cm__msg_newBufferWithLength_options(device, len, options);
+        }
+    }
+    pthread_mutex_lock(&a->lock);
+    if (mtl != NULL)
+        ++a->allocations;
+    else
+        a->active -= len;
+    pthread_mutex_unlock(&a->lock);
+    if (mtl == NULL)
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
+                           "newBufferWithLength:%zu options:%lu returned nil (desc->size = %zu)",
+                           len, options, size);
+    *out = mtl;
+    *length = len;
+    return CM_OK;
+}
+
+void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length,
+                          cm_storage_mode storage, bool reusable) {
+    unsigned index = 0;
+    size_t class_length = 0;
+    /* Only a class's own length is cached (not an exact-size one). */
+    reusable = reusable && cm__size_class(length, &index, &class_length) &&
+               class_length == length;
+    cm__metal_pooled *e = reusable ? CM__NEW(cm__metal_pooled) : NULL;
+    cm__metal_pooled *evicted = NULL;
+    pthread_mutex_lock(&a->lock);
+    a->active -= length;
+    if (e != NULL && length <= a->cache_limit) {
+        e->mtl = mtl;
+        e->length = length;
+        e->storage = cm__storage_slot(storage);
+        e->index = index;
+        e->class_next = a->classes[e->storage][index];
+        if (e->class_next != NULL)
+            e->class_next->class_prev = e;
+        a->classes[e->storage][index] = e;
+        e->older = a->newest;
+        if (a->newest != NULL)
+            a->newest->newer = e;
+        else
+            a->oldest = e;
+        a->newest = e;
+        a->cached += length;
+        cm__evict_to(a, a->cache_limit, &evicted);
+        mtl = NULL;
+        e = NULL;
+    }
+    pthread_mutex_unlock(&a->lock);
+    cm__free(e);
+    cm__objc_release(mtl);
+    cm__release_evicted(evicted);
+}
+
+/* ------------------------------------------------------------ memory.h */
+
+static cm__metal_alloc *cm__alloc_of(const cm_device *device) {
+    return &((cm__metal_device *)device->impl)->alloc;
+}
+
+static void cm__memory_info(const cm_device *device, cm_memory_info *out) {
+    cm__metal_alloc *a = cm__alloc_of(device);
+    pthread_mutex_lock(&a->lock);
+    *out = (cm_memory_info){
+        .active_bytes = a->active,
+        .peak_bytes = a->peak,
+        .cached_bytes = a->cached,
+        .cache_limit = a->cache_limit,
+        .memory_limit = a->memory_limit,
+        .allocations = a->allocations,
+        .cache_hits = a->hits,
+        .cache_misses = a->misses,
+    };
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void cm__memory_reset_peak(cm_device *device) {
+    cm__metal_alloc *a = cm__alloc_of(device);
+    pthread_mutex_lock(&a->lock);
+    a->peak = a->active;
+    pthread_mutex_unlock(&a->lock);
+}
+
+static uint64_t cm__memory_set_limit(cm_device *device, bool cache, uint64_t bytes) {
+    cm__metal_alloc *a = cm__alloc_of(device);
+    cm__metal_pooled *evicted = NULL;
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&a->lock);
+    uint64_t *limit = cache ? &a->cache_limit : &a->memory_limit;
+    const uint64_t old = *limit;
+    *limit = bytes;
+    if (cache)
+        cm__evict_to(a, bytes, &evicted);
+    else if (bytes != 0)
+        cm__evict_to(a, bytes > a->active ? bytes - a->active : 0, &evicted);
+    pthread_mutex_unlock(&a->lock);
+    cm__release_evicted(evicted);
+    cm__objc_pool_pop(pool);
+    return old;
+}
+
+static void cm__memory_clear(cm_device *device) {
+    cm__metal_alloc *a = cm__alloc_of(device);
+    cm__metal_pooled *evicted = NULL;
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&a->lock);
+    cm__evict_to(a, 0, &evicted);
+    pthread_mutex_unlock(&a->lock);
+    cm__release_evicted(evicted);
+    cm__objc_pool_pop(pool);
+}
+
+const cm__memory_backend cm__metal_memory_backend = {
+    .info = cm__memory_info,
+    .reset_peak = cm__memory_reset_peak,
+    .set_limit = cm__memory_set_limit,
+    .clear = cm__memory_clear,
+};

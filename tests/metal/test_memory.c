@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/* The buffer cache of a Metal device (cmetal/memory.h): reuse, size
+ * classes, the cache and memory limits, eviction, counts, clearing, and
+ * concurrent use. MTLBuffer counts are softmetal's (skipped elsewhere). */
+#include <cmetal/cmetal.h>
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "softmetal_hooks.h"
+
+static cm_device *metal(void) {
+    cm_device *d = NULL;
+    CHECK(cm_device_open(CM_DEVICE_METAL, 0, &d));
+    return d;
+}
+
+static cm_memory_info meminfo(cm_device *d) {
+    cm_memory_info m;
+    CHECK(cm_device_get_memory_info(d, &m));
+    return m;
+}
+
+/* A 1-D float32 tensor of n elements, filled on the device. */
+static cm_tensor *used_tensor(cm_device *d, int64_t n) {
+    cm_tensor *t = NULL;
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
+                           &t));
+    const float one = 1;
+    CHECK(cm_fill(t, CM_FLOAT32, &one, NULL));
+    return t;
+}
+
+static cm_buffer *buffer(cm_device *d, size_t size, cm_storage_mode storage) {
+    cm_buffer *b = NULL;
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){size, storage}, &b));
+    return b;
+}
+
+Test(memory, cpu_device_has_no_cache) {
+    cm_device *cpu = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &cpu));
+    cm_memory_info m;
+    EXPECT_FAIL(cm_device_get_memory_info(cpu, &m), CM_ERR_UNSUPPORTED, "cpu device");
+    EXPECT_FAIL(cm_device_clear_cache(cpu), CM_ERR_UNSUPPORTED, "buffer cache");
+    EXPECT_FAIL(cm_device_set_cache_limit(cpu, 0, NULL), CM_ERR_UNSUPPORTED, "cpu");
+    EXPECT_FAIL(cm_device_get_memory_info(NULL, &m), CM_ERR_INVALID_ARGUMENT, "device = NULL");
+    cm_device *d = metal();
+    EXPECT_FAIL(cm_device_get_memory_info(d, NULL), CM_ERR_INVALID_ARGUMENT, "out = NULL");
+    cm_device_release(d);
+}
+
+Test(memory, default_cache_limit_is_an_eighth_of_the_working_set_at_most_1_gib) {
+    cm_device *d = metal();
+    cm_device_info info;
+    CHECK(cm_device_get_info(d, &info));
+    const uint64_t ws = info.recommended_working_set;
+    const uint64_t want = ws == 0 ? (uint64_t)256 << 20
+                          : ws / 8 < ((uint64_t)1 << 30) ? ws / 8 : (uint64_t)1 << 30;
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.cache_limit, want, "cache_limit %llu for a working set of %llu",
+                 (unsigned long long)m.cache_limit, (unsigned long long)ws);
+    cr_assert_eq(m.memory_limit, 0, "no memory limit by default");
+    cr_assert_eq(m.active_bytes + m.cached_bytes + m.allocations, 0, "a new device holds none");
+    cm_device_release(d);
+}
+
+Test(memory, a_loop_of_a_few_sizes_makes_no_mtlbuffer_after_its_first_iteration) {
+    cm_device *d = metal();
+    static const int64_t sizes[] = {100, 1000, 4096, 70000};
+    enum { NS = sizeof sizes / sizeof sizes[0], ROUNDS = 12 };
+    long live_after_first = 0;
+    uint64_t made_after_first = 0;
+    for (int r = 0; r < ROUNDS; ++r) {
+        cm_tensor *t[NS];
+        for (int i = 0; i < NS; ++i)
+            t[i] = used_tensor(d, sizes[i]);
+        cm_tensor *sum = NULL;
+        CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 0}, &sum));
+        CHECK(cm_reduce(CM_REDUCE_SUM, t[NS - 1], CM_AXIS_ALL, sum, NULL));
+        float got = 0;
+        CHECK(cm_tensor_get_element(sum, NULL, CM_FLOAT32, &got));
+        cr_assert_eq(got, 70000.0f, "round %d: a reused buffer computes as a new one", r);
+        cm_tensor_release(sum);
+        for (int i = 0; i < NS; ++i)
+            cm_tensor_release(t[i]);
+        if (r == 0) {
+            made_after_first = meminfo(d).allocations;
+            if (sm_present())
+                live_after_first = sm_live("SMBuffer");
+        }
+    }
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.allocations, made_after_first,
+                 "%llu MTLBuffers made after the first round",
+                 (unsigned long long)(m.allocations - made_after_first));
+    cr_assert_eq(m.cache_hits, (uint64_t)(ROUNDS - 1) * (NS + 1));
+    cr_assert_eq(m.cache_misses, NS + 1);
+    cr_assert_eq(m.active_bytes, 0);
+    cr_assert_gt(m.cached_bytes, 70000 * 4);
+    if (sm_present())
+        cr_assert_eq(sm_live("SMBuffer"), live_after_first, "softmetal made no MTLBuffer either");
+    cm_device_release(d);
+}
+
+Test(memory, size_classes_waste_at_most_an_eighth) {
+    cm_device *d = metal();
+    for (size_t n = 0; n < 5000000; n = n < 64 ? n + 1 : n + n / 7 + 3) {
+        cm_buffer *b = buffer(d, n, CM_STORAGE_SHARED);
+        const uint64_t held = meminfo(d).active_bytes;
+        const size_t want = n > 0 ? n : 1;
+        cr_assert(held >= want && held - want <= want / 8,
+                  "%zu bytes held for %zu asked", (size_t)held, n);
+        cm_buffer_info info;
+        CHECK(cm_buffer_get_info(b, &info));
+        cr_assert_eq(info.size, n, "the buffer keeps the size asked for");
+        cm_buffer_release(b);
+    }
+    cm_device_release(d);
+}
+
+Test(memory, storage_modes_are_cached_apart) {
+    cm_device *d = metal();
+    cm_buffer_release(buffer(d, 4096, CM_STORAGE_SHARED));
+    cm_buffer *p = buffer(d, 4096, CM_STORAGE_PRIVATE);
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.cache_hits, 0, "a private request takes no shared buffer");
+    cr_assert_eq(m.allocations, 2);
+    cm_buffer_info info;
+    CHECK(cm_buffer_get_info(p, &info));
+    cr_assert_null(info.host, "private storage has no host address");
+    cm_buffer_release(p);
+    cm_buffer *s = buffer(d, 4000, CM_STORAGE_SHARED);
+    cr_assert_eq(meminfo(d).cache_hits, 1, "4000 bytes fall in 4096's class");
+    cm_buffer_release(s);
+    cm_device_release(d);
+}
+
+Test(memory, a_growing_append_reuses_the_cache_within_its_limit) {
+    cm_device *d = metal();
+    const uint64_t limit = 8 << 20;
+    CHECK(cm_device_set_cache_limit(d, limit, NULL));
+    /* A KV cache appended to: each step makes the longer tensor while the
+     * old one lives, copies, then releases the old one. */
+    int64_t n = 1 << 18; /* 1 MiB of float32 */
+    cm_tensor *cur = used_tensor(d, n);
+    enum { STEPS = 200, GROW = 1024 };
+    for (int s = 0; s < STEPS; ++s) {
+        cm_tensor *next = used_tensor(d, n + GROW);
+        cm_tensor *head = NULL;
+        CHECK(cm_tensor_slice(next, 0, 0, n, 1, &head));
+        CHECK(cm_copy(cur, head, NULL));
+        cm_tensor_release(head);
+        cm_tensor_release(cur);
+        cur = next;
+        n += GROW;
+        const cm_memory_info m = meminfo(d);
+        cr_assert_leq(m.cached_bytes, limit, "step %d: %llu cached", s,
+                      (unsigned long long)m.cached_bytes);
+    }
+    const cm_memory_info m = meminfo(d);
+    /* Each class spans 1/8 of its power of two: 32 to 64 steps of 4 KiB
+     * each at these sizes, so nearly all the steps are hits. */
+    cr_assert_geq(m.cache_hits, STEPS * 8 / 10, "%llu hits, %llu misses in %d steps",
+                  (unsigned long long)m.cache_hits, (unsigned long long)m.cache_misses, STEPS);
+    cm_tensor_release(cur);
+    cm_device_release(d);
+}
+
+Test(memory, the_least_recently_cached_go_first) {
+    cm_device *d = metal();
+    CHECK(cm_device_set_cache_limit(d, 100000, NULL));
+    cm_buffer *a = buffer(d, 40000, CM_STORAGE_SHARED);
+    cm_buffer *b = buffer(d, 50000, CM_STORAGE_SHARED);
+    cm_buffer *c = buffer(d, 30000, CM_STORAGE_SHARED);
+    cm_buffer_release(a); /* oldest */
+    cm_buffer_release(b);
+    cm_buffer_release(c); /* pushes the cache past 100000: a goes */
+    cm_memory_info m = meminfo(d);
+    cr_assert_leq(m.cached_bytes, 100000);
+    cr_assert_gt(m.cached_bytes, 80000, "b and c stay");
+    cm_buffer_release(buffer(d, 50000, CM_STORAGE_SHARED));
+    cr_assert_eq(meminfo(d).cache_hits, 1, "b's class is served");
+    cm_buffer_release(buffer(d, 40000, CM_STORAGE_SHARED));
+    cr_assert_eq(meminfo(d).cache_hits, 1, "a was evicted");
+    cm_device_release(d);
+}
+
+Test(memory, clear_cache_returns_memory_to_the_baseline) {
+    cm_device *d = metal();
+    /* Kernels and their buffers first, so the baseline is warm. */
+    cm_tensor_release(used_tensor(d, 16));
+    CHECK(cm_device_clear_cache(d));
+    long live0 = 0, bytes0 = 0;
+    struct softmetal_stats s;
+    if (sm_present()) {
+        live0 = sm_live("SMBuffer");
+        sm_stats(&s);
+        bytes0 = s.live_buffer_bytes;
+    }
+    for (int r = 0; r < 4; ++r)
+        for (int64_t n = 1000; n < 400000; n *= 3)
+            cm_tensor_release(used_tensor(d, n + r));
+    cm_memory_info m = meminfo(d);
+    cr_assert_gt(m.cached_bytes, 0);
+    if (sm_present())
+        cr_assert_gt(sm_live("SMBuffer"), live0, "the cache holds MTLBuffers");
+    CHECK(cm_device_clear_cache(d));
+    m = meminfo(d);
+    cr_assert_eq(m.cached_bytes, 0);
+    cr_assert_eq(m.active_bytes, 0);
+    if (sm_present()) {
+        cr_assert_eq(sm_live("SMBuffer"), live0, "every cached MTLBuffer released");
+        sm_stats(&s);
+        cr_assert_eq(s.live_buffer_bytes, bytes0);
+    }
+    cm_device_release(d);
+}
+
+Test(memory, cache_limit_0_releases_every_buffer_at_once) {
+    cm_device *d = metal();
+    cm_tensor_release(used_tensor(d, 16));
+    cm_buffer_release(buffer(d, 5000, CM_STORAGE_SHARED));
+    uint64_t previous = 0;
+    CHECK(cm_device_set_cache_limit(d, 0, &previous));
+    cr_assert_gt(previous, 0);
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.cached_bytes, 0, "lowering the limit evicts at once");
+    cr_assert_eq(m.cache_limit, 0);
+    const long live0 = sm_present() ? sm_live("SMBuffer") : 0;
+    for (int i = 0; i < 5; ++i)
+        cm_tensor_release(used_tensor(d, 3000));
+    m = meminfo(d);
+    cr_assert_eq(m.cached_bytes, 0);
+    cr_assert_eq(m.cache_hits, 0);
+    if (sm_present())
+        cr_assert_eq(sm_live("SMBuffer"), live0, "nothing kept");
+    CHECK(cm_device_set_cache_limit(d, 1 << 20, &previous));
+    cr_assert_eq(previous, 0);
+    cm_device_release(d);
+}
+
+Test(memory, the_memory_limit_fails_allocations_past_it) {
+    cm_device *d = metal();
+    uint64_t previous = 1;
+    CHECK(cm_device_set_memory_limit(d, 1 << 20, &previous));
+    cr_assert_eq(previous, 0);
+    cm_buffer *a = buffer(d, 512 << 10, CM_STORAGE_SHARED);
+    cm_buffer *b = NULL;
+    EXPECT_FAIL(cm_buffer_create(d, &(cm_buffer_desc){600 << 10, CM_STORAGE_SHARED}, &b),
+                CM_ERR_OUT_OF_MEMORY, "memory limit of 1048576 bytes");
+    cr_assert_null(b);
+    cr_assert(strstr(cm_last_error(), "desc->size = 614400") != NULL, "%s", cm_last_error());
+    cm_tensor *t = NULL;
+    const int64_t mib_of_floats = 1 << 18;
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
+                                                      .shape = &mib_of_floats},
+                                 &t),
+                CM_ERR_OUT_OF_MEMORY, "memory limit");
+    cr_assert_null(t);
+    cm_buffer_release(a); /* cached: the cache gives way to the next one */
+    b = buffer(d, 600 << 10, CM_STORAGE_SHARED);
+    cm_memory_info m = meminfo(d);
+    cr_assert_leq(m.active_bytes + m.cached_bytes, 1 << 20, "cache and active within the limit");
+    cm_buffer_release(b);
+    CHECK(cm_device_set_memory_limit(d, 0, &previous));
+    cr_assert_eq(previous, 1 << 20);
+    cm_buffer_release(buffer(d, 2 << 20, CM_STORAGE_SHARED));
+    cm_device_release(d);
+}
+
+Test(memory, peak_counts_and_resets) {
+    cm_device *d = metal();
+    cm_buffer *a = buffer(d, 64 << 10, CM_STORAGE_SHARED);
+    cm_buffer *b = buffer(d, 128 << 10, CM_STORAGE_SHARED);
+    cm_buffer_release(b);
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.active_bytes, 64 << 10);
+    cr_assert_eq(m.peak_bytes, 192 << 10);
+    CHECK(cm_device_reset_peak_memory(d));
+    cr_assert_eq(meminfo(d).peak_bytes, 64 << 10, "the peak restarts at the active bytes");
+    cm_buffer_release(a);
+    cr_assert_eq(meminfo(d).peak_bytes, 64 << 10);
+    cm_device_release(d);
+}
+
+Test(memory, a_buffer_whose_mtlbuffer_was_handed_out_is_not_reused) {
+    cm_device *d = metal();
+    cm_buffer *a = buffer(d, 8192, CM_STORAGE_SHARED);
+    cm_buffer_info info;
+    CHECK(cm_buffer_get_info(a, &info));
+    void *native = info.native;
+    cm_buffer_release(a);
+    cr_assert_eq(meminfo(d).cached_bytes, 0, "the program may hold the MTLBuffer");
+    cm_buffer *b = buffer(d, 8192, CM_STORAGE_SHARED);
+    cr_assert_eq(meminfo(d).cache_hits, 0);
+    cm_buffer_release(b);
+    (void)native;
+    cm_device_release(d);
+}
+
+/* Threads allocating, using and releasing at once on one device. */
+enum { THREADS = 4, ROUNDS = 30 };
+static cm_device *shared_device;
+
+static void *churn(void *arg) {
+    const int me = (int)(intptr_t)arg;
+    for (int r = 0; r < ROUNDS; ++r) {
+        cm_tensor *t = NULL;
+        const int64_t n = 1000 + 700 * ((r + me) % 5);
+        if (cm_tensor_create(shared_device,
+                             &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
+                             &t) != CM_OK)
+            return (void *)1;
+        const float v = (float)me;
+        float back = -1;
+        if (cm_fill(t, CM_FLOAT32, &v, NULL) != CM_OK ||
+            cm_tensor_get_element(t, &(int64_t){n - 1}, CM_FLOAT32, &back) != CM_OK ||
+            back != v)
+            return (void *)2;
+        cm_tensor_release(t);
+        if (r % 10 == 9 && me == 0)
+            (void)cm_device_clear_cache(shared_device);
+    }
+    return NULL;
+}
+
+Test(memory, threads_share_the_cache) {
+    shared_device = metal();
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; ++i)
+        cr_assert_eq(pthread_create(&th[i], NULL, churn, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < THREADS; ++i) {
+        void *ret = NULL;
+        pthread_join(th[i], &ret);
+        cr_assert_null(ret, "thread %d failed (%p): %s", i, ret, cm_last_error());
+    }
+    const cm_memory_info m = meminfo(shared_device);
+    cr_assert_eq(m.cache_hits + m.cache_misses, THREADS * ROUNDS);
+    cr_assert_eq(m.active_bytes, 0);
+    cr_assert_leq(m.allocations, m.cache_misses);
+    cm_device_release(shared_device);
+}
