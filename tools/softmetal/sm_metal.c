@@ -755,6 +755,7 @@ static void inflight_add(long n) {
 }
 
 SM_EXPORT void softmetal_quiesce(void) {
+  sm__dispatch_quiesce();
   pthread_mutex_lock(&g_inflight_mu);
   while (g_inflight) pthread_cond_wait(&g_inflight_cv, &g_inflight_mu);
   pthread_mutex_unlock(&g_inflight_mu);
