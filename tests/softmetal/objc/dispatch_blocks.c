@@ -2,8 +2,9 @@
 /* softmetal's dispatch (GCD) functions from C with blocks, built by clang
  * -fblocks: queues, async, sync, apply, groups, semaphores, retain and
  * release, an autorelease pool around every block. Exits 0 when every check
- * holds. The declarations are libdispatch's, with its object types as
- * pointers. */
+ * holds. It includes softmetal's own <dispatch/dispatch.h>. */
+#include <TargetConditionals.h>
+#include <dispatch/dispatch.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,34 +16,10 @@
 
 #include "softmetal.h"
 
-typedef void *dispatch_object_t;
-typedef void (^dispatch_block_t)(void);
-typedef uint64_t dispatch_time_t;
-#define DISPATCH_TIME_NOW 0ull
-#define DISPATCH_TIME_FOREVER (~0ull)
-#define NSEC_PER_MSEC 1000000ll
-extern const struct dispatch_queue_attr_s { void *isa; } _dispatch_queue_attr_concurrent;
-#define DISPATCH_QUEUE_SERIAL NULL
-#define DISPATCH_QUEUE_CONCURRENT ((const void *)&_dispatch_queue_attr_concurrent)
-dispatch_object_t dispatch_queue_create(const char *label, const void *attr);
-const char *dispatch_queue_get_label(dispatch_object_t queue);
-dispatch_object_t dispatch_get_global_queue(intptr_t identifier, uintptr_t flags);
-void dispatch_async(dispatch_object_t queue, dispatch_block_t block);
-void dispatch_sync(dispatch_object_t queue, dispatch_block_t block);
-void dispatch_async_f(dispatch_object_t queue, void *ctx, void (*work)(void *));
-void dispatch_apply(size_t iterations, dispatch_object_t queue, void (^block)(size_t));
-dispatch_time_t dispatch_time(dispatch_time_t when, int64_t delta);
-dispatch_object_t dispatch_group_create(void);
-void dispatch_group_enter(dispatch_object_t group);
-void dispatch_group_leave(dispatch_object_t group);
-intptr_t dispatch_group_wait(dispatch_object_t group, dispatch_time_t timeout);
-void dispatch_group_notify(dispatch_object_t group, dispatch_object_t queue, dispatch_block_t b);
-void dispatch_group_async(dispatch_object_t group, dispatch_object_t queue, dispatch_block_t b);
-dispatch_object_t dispatch_semaphore_create(intptr_t value);
-intptr_t dispatch_semaphore_wait(dispatch_object_t dsema, dispatch_time_t timeout);
-intptr_t dispatch_semaphore_signal(dispatch_object_t dsema);
-void dispatch_retain(dispatch_object_t object);
-void dispatch_release(dispatch_object_t object);
+#if !TARGET_OS_OSX || TARGET_OS_IPHONE || TARGET_CPU_X86_64 + TARGET_CPU_ARM64 != 1
+#error "<TargetConditionals.h>: softmetal is a Mac's Metal, on the compiler's CPU"
+#endif
+
 void *objc_autoreleasePoolPush(void);
 void objc_autoreleasePoolPop(void *token);
 
@@ -58,7 +35,7 @@ static int failures;
   } while (0)
 
 static dispatch_time_t after_ms(int64_t ms) {
-  return dispatch_time(DISPATCH_TIME_NOW, ms * NSEC_PER_MSEC);
+  return dispatch_time(DISPATCH_TIME_NOW, ms * (int64_t)NSEC_PER_MSEC);
 }
 
 /* An autoreleased NSString, as Foundation calls inside a block make them. */
@@ -72,7 +49,7 @@ static void *autoreleased_string(void) {
 
 static void serial_queue_runs_in_order_one_at_a_time(void) {
   enum { N = 2000 };
-  dispatch_object_t q = dispatch_queue_create("org.cmetal.test.serial", DISPATCH_QUEUE_SERIAL);
+  dispatch_queue_t q = dispatch_queue_create("org.cmetal.test.serial", DISPATCH_QUEUE_SERIAL);
   CHECK(strcmp(dispatch_queue_get_label(q), "org.cmetal.test.serial") == 0, "label");
   static int order[N];
   __block int n = 0;
@@ -94,10 +71,10 @@ static void serial_queue_runs_in_order_one_at_a_time(void) {
 
 /* Block a waits for b: only a queue that runs them at once finishes. */
 static void concurrent_queue_runs_blocks_at_once(void) {
-  dispatch_object_t q = dispatch_queue_create("org.cmetal.test.concurrent",
+  dispatch_queue_t q = dispatch_queue_create("org.cmetal.test.concurrent",
                                               DISPATCH_QUEUE_CONCURRENT);
-  dispatch_object_t g = dispatch_group_create();
-  dispatch_object_t sem = dispatch_semaphore_create(0);
+  dispatch_group_t g = dispatch_group_create();
+  dispatch_semaphore_t sem = dispatch_semaphore_create(0);
   __block intptr_t waited = -1;
   dispatch_group_async(g, q, ^{ waited = dispatch_semaphore_wait(sem, after_ms(10000)); });
   dispatch_group_async(g, q, ^{ dispatch_semaphore_signal(sem); });
@@ -114,7 +91,7 @@ static void apply_runs_every_iteration_once(void) {
   dispatch_apply(N, dispatch_get_global_queue(0, 0), ^(size_t i) { atomic_fetch_add(&hits[i], 1); });
   for (int i = 0; i < N; i++) CHECK(atomic_load(&hits[i]) == 1, "iteration %d ran %d times", i,
                                     atomic_load(&hits[i]));
-  dispatch_object_t serial = dispatch_queue_create(NULL, DISPATCH_QUEUE_SERIAL);
+  dispatch_queue_t serial = dispatch_queue_create(NULL, DISPATCH_QUEUE_SERIAL);
   __block size_t next = 0;
   __block int out_of_order = 0;
   dispatch_apply(100, serial, ^(size_t i) { out_of_order += i != next++; });
@@ -124,12 +101,12 @@ static void apply_runs_every_iteration_once(void) {
 }
 
 static void groups_wait_time_out_and_notify(void) {
-  dispatch_object_t g = dispatch_group_create();
-  dispatch_object_t q = dispatch_queue_create("org.cmetal.test.notify", NULL);
+  dispatch_group_t g = dispatch_group_create();
+  dispatch_queue_t q = dispatch_queue_create("org.cmetal.test.notify", NULL);
   CHECK(dispatch_group_wait(g, DISPATCH_TIME_NOW) == 0, "an empty group waits");
   dispatch_group_enter(g);
   CHECK(dispatch_group_wait(g, after_ms(50)) != 0, "a group entered and not left returned 0");
-  dispatch_object_t done = dispatch_semaphore_create(0);
+  dispatch_semaphore_t done = dispatch_semaphore_create(0);
   __block int notified = 0;
   dispatch_group_notify(g, q, ^{
     notified = 1;
@@ -146,7 +123,7 @@ static void groups_wait_time_out_and_notify(void) {
 }
 
 static void semaphores_count(void) {
-  dispatch_object_t s = dispatch_semaphore_create(1);
+  dispatch_semaphore_t s = dispatch_semaphore_create(1);
   CHECK(dispatch_semaphore_create(-1) == NULL, "a negative value gives NULL");
   CHECK(dispatch_semaphore_wait(s, DISPATCH_TIME_NOW) == 0, "the first wait takes the 1");
   CHECK(dispatch_semaphore_wait(s, DISPATCH_TIME_NOW) != 0, "the second times out");
@@ -162,8 +139,8 @@ static void f_work(void *ctx) { f_ran = *(int *)ctx; }
  * one), drained when the block returns. */
 static void blocks_run_in_autorelease_pools(void) {
   long before = softmetal_live_count("NSString");
-  dispatch_object_t g = dispatch_group_create();
-  dispatch_object_t q = dispatch_queue_create("org.cmetal.test.pools", DISPATCH_QUEUE_CONCURRENT);
+  dispatch_group_t g = dispatch_group_create();
+  dispatch_queue_t q = dispatch_queue_create("org.cmetal.test.pools", DISPATCH_QUEUE_CONCURRENT);
   __block atomic_int made = 0;
   for (int i = 0; i < 16; i++)
     dispatch_group_async(g, q, ^{
@@ -185,7 +162,7 @@ static void blocks_run_in_autorelease_pools(void) {
 static void objects_are_reference_counted(void) {
   softmetal_quiesce();
   long queues = softmetal_live_count("OS_dispatch_queue");
-  dispatch_object_t q = dispatch_queue_create("org.cmetal.test.rc", NULL);
+  dispatch_queue_t q = dispatch_queue_create("org.cmetal.test.rc", NULL);
   dispatch_retain(q);
   dispatch_release(q);
   CHECK(softmetal_live_count("OS_dispatch_queue") == queues + 1, "the queue is alive");
@@ -195,13 +172,30 @@ static void objects_are_reference_counted(void) {
   softmetal_quiesce();
   CHECK(ran == 1, "the block of a released queue ran");
   CHECK(softmetal_live_count("OS_dispatch_queue") == queues, "the queue is gone");
-  dispatch_object_t global = dispatch_get_global_queue(0, 0);
+  dispatch_queue_t global = dispatch_get_global_queue(0, 0);
   CHECK(global == dispatch_get_global_queue(0, 0), "one global queue per priority");
   CHECK(dispatch_get_global_queue(12345, 0) == NULL, "an unknown priority gives NULL");
   dispatch_retain(global);
   dispatch_release(global);
   dispatch_release(global); /* global queues are never freed */
   CHECK(dispatch_get_global_queue(0, 0) == global, "still there");
+}
+
+/* The destructor constants of <dispatch/dispatch.h>: FREE hands the bytes to
+ * free() when the object goes (ASan and valgrind see a leak otherwise). */
+static void data_destructors(void) {
+  char *bytes = malloc(64);
+  memset(bytes, 1, 64);
+  dispatch_data_t d = dispatch_data_create(bytes, 64, NULL, DISPATCH_DATA_DESTRUCTOR_FREE);
+  CHECK(d != NULL, "dispatch_data_create");
+  dispatch_retain(d);
+  dispatch_release(d);
+  dispatch_release(d);
+  __block int ran = 0;
+  char local[8] = {0};
+  d = dispatch_data_create(local, sizeof local, NULL, ^{ ran = 1; });
+  dispatch_release(d);
+  CHECK(ran == 1, "the destructor block ran when the data was released");
 }
 
 int main(void) {
@@ -213,6 +207,7 @@ int main(void) {
   semaphores_count();
   blocks_run_in_autorelease_pools();
   objects_are_reference_counted();
+  data_destructors();
   objc_autoreleasePoolPop(pool);
   softmetal_quiesce();
   long left = softmetal_live_count("OS_dispatch_group") + softmetal_live_count("OS_dispatch_queue") +
