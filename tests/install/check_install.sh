@@ -66,6 +66,14 @@ if deps "$tmp/static" | grep -Eq "$shared_re"; then
   echo "static consumer still needs the shared libcmetal" >&2; exit 1; fi
 echo "static: no shared libcmetal needed"
 
+# softmetal's headers and library through softmetal.pc, as a host program
+# built by clang with blocks uses them (when softmetal is built and installed).
+if [ "$run" = yes ] && [ -f "$libdir/pkgconfig/softmetal.pc" ] && command -v clang >/dev/null; then
+  clang -o "$tmp/softmetal_consumer" "$src/softmetal_consumer.c" \
+    $(pkg-config --cflags --libs softmetal) -Wl,-rpath,"$libdir"
+  "$tmp/softmetal_consumer"
+fi
+
 # find_package(cmetal). Not in a cross-build (--no-run): CMake's Darwin
 # platform, cross-configured from Linux, refuses an imported @rpath library
 # ("Attempting to use @rpath without CMAKE_SHARED_LIBRARY_RUNTIME_C_FLAG").

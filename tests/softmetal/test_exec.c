@@ -2,6 +2,7 @@
 /* Threadgroups on a pool of workers: in a seeded random order under
  * SOFTMETAL_SCHEDULE=random:SEED, concurrently with SOFTMETAL_THREADS > 1,
  * with device atomics exact across workers. */
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,19 @@ static const char SRC[] =
     "  if (l == 0) local[0] = 0;\n"
     "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
     "  atomic_fetch_add_explicit(n, 1u, memory_order_relaxed);\n"
+    "}\n"
+    /* Barriers and a SIMD-group function: a fiber switch per thread at each. */
+    "kernel void rounds(device uint *out [[buffer(0)]], uint i [[thread_position_in_grid]],\n"
+    "                   uint l [[thread_position_in_threadgroup]]) {\n"
+    "  threadgroup uint t[64];\n"
+    "  uint v = i * 7u + 1u;\n"
+    "  for (int r = 0; r < 4; r++) {\n"
+    "    t[l] = v;\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    v = v * 3u + t[63u - l] + simd_sum(v);\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  }\n"
+    "  out[i] = v;\n"
     "}\n"
     "kernel void saxpy(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
     "                  uint i [[thread_position_in_grid]]) {\n"
@@ -116,4 +130,45 @@ Test(exec, the_kernels_own_threadgroup_loop_covers_partial_threadgroups) {
   free(x);
   sm_release(bufs[0]);
   sm_release(bufs[1]);
+}
+
+/* SOFTMETAL_FIBER_SWITCH: softmetal's own switch (the default) and glibc's
+ * swapcontext run fibers to the same results, which the host computes. */
+static void run_rounds(const char *fiber_switch, uint32_t *out, size_t n) {
+  setenv("SOFTMETAL_FIBER_SWITCH", fiber_switch, 1);
+  id buf = sm_buffer(NULL, n * 4);
+  sm_dispatch(sm_lib, "rounds", &buf, 1, SM_SIZE(n, 1, 1), SM_SIZE(64, 1, 1), false, 0);
+  memcpy(out, sm_contents(buf), n * 4);
+  sm_release(buf);
+  unsetenv("SOFTMETAL_FIBER_SWITCH");
+}
+
+Test(exec, both_fiber_switches_run_barriers_and_simd_functions_alike) {
+  setenv("SOFTMETAL_THREADS", "2", 1);
+  setenv("SOFTMETAL_SCHEDULE", "random:3", 1);
+  enum { N = 64 * 32 };
+  static uint32_t own[N], ucontext[N], want[N];
+  for (uint32_t g = 0; g < N / 64; g++) { /* the host's answer */
+    uint32_t v[64], t[64];
+    for (uint32_t l = 0; l < 64; l++) v[l] = (g * 64 + l) * 7u + 1u;
+    for (int r = 0; r < 4; r++) {
+      uint32_t sum[2] = {0, 0};
+      for (uint32_t l = 0; l < 64; l++) t[l] = v[l], sum[l / 32] += v[l];
+      for (uint32_t l = 0; l < 64; l++) v[l] = v[l] * 3u + t[63 - l] + sum[l / 32];
+    }
+    memcpy(want + g * 64, v, sizeof v);
+  }
+  run_rounds("own", own, N);
+  run_rounds("ucontext", ucontext, N);
+  unsetenv("SOFTMETAL_SCHEDULE");
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(own[i], want[i], "own switch, out[%d]", i);
+    cr_assert_eq(ucontext[i], want[i], "swapcontext, out[%d]", i);
+  }
+}
+
+Test(exec, an_unknown_fiber_switch_aborts, .signal = SIGABRT) {
+  setenv("SOFTMETAL_FIBER_SWITCH", "fast", 1);
+  id buf = sm_buffer(NULL, 64 * 4);
+  sm_dispatch(sm_lib, "rounds", &buf, 1, SM_SIZE(64, 1, 1), SM_SIZE(64, 1, 1), false, 0);
 }

@@ -70,7 +70,6 @@ const void *const _dispatch_data_destructor_free = &g_free_tag;
 const void *const _dispatch_data_destructor_munmap = &g_munmap_tag;
 
 SM_EXPORT id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
-SM_EXPORT void dispatch_release(id object);
 
 id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor) {
   (void)queue;
@@ -96,11 +95,6 @@ id dispatch_data_create(const void *buffer, size_t size, void *queue, void *dest
     d->block = sm__block_copy(destructor);
   }
   return (id)d;
-}
-
-void dispatch_release(id object) {
-  if (object == nil) sm__fatal("dispatch_release: object = NULL");
-  sm__release(object);
 }
 
 static uint32_t read_u32(const unsigned char *p) {

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* softmetal kernel execution: a plain loop for kernels without barriers or
  * simdgroup functions, fibers (one per thread of a threadgroup) otherwise.
- * Fiber switches are announced to ASan, TSan and valgrind. */
+ * Fiber switches are announced to ASan, TSan and valgrind. They are
+ * sm_fiber.c's switches on x86-64 and aarch64 (no system call), swapcontext
+ * elsewhere or under SOFTMETAL_FIBER_SWITCH=ucontext. */
 #define _GNU_SOURCE /* MAP_ANONYMOUS, ucontext */
+#include "sm_fiber.h"
 #include "sm_internal.h"
 
 #include <pthread.h>
@@ -26,10 +29,12 @@
 #endif
 
 #if SM_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 /* Per fiber. ASan's swapcontext clears the shadow of the whole target stack
- * on every switch, so bigger stacks cost time there. */
+ * on every switch (sm_fiber.c's switch: when a fiber is prepared), so bigger
+ * stacks cost time there. */
 enum { STACK_SIZE = 128 * 1024 };
 
 #if defined(__SANITIZE_THREAD__)
@@ -71,6 +76,7 @@ typedef struct {
 
 typedef struct {
   ucontext_t ctx;
+  void *sp; /* sm_fiber.c's switch: where it continues */
   struct sm_thread t;
   int state;
   unsigned char *stack;
@@ -83,6 +89,8 @@ typedef struct {
 
 typedef struct {
   ucontext_t main;
+  void *main_sp;
+  bool ucontext; /* switch with swapcontext */
   fiber *fibers;
   uint32_t n;
   fiber *cur;
@@ -113,7 +121,11 @@ static void to_fiber(sched *s, fiber *f) {
 #if SM_TSAN
   __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
-  swapcontext(&s->main, &f->ctx);
+#if SM_FIBER_ASM
+  if (!s->ucontext) sm__fiber_switch(&s->main_sp, f->sp);
+  else
+#endif
+    swapcontext(&s->main, &f->ctx);
   sm__t_fault = NULL;
 #if SM_ASAN
   __sanitizer_finish_switch_fiber(s->main_fake_stack, NULL, NULL);
@@ -129,7 +141,11 @@ static void to_main(sched *s, fiber *f, bool exiting) {
 #if SM_TSAN
   __tsan_switch_to_fiber(s->main_tsan_fiber, 0);
 #endif
-  swapcontext(&f->ctx, &s->main);
+#if SM_FIBER_ASM
+  if (!s->ucontext) sm__fiber_switch(&f->sp, s->main_sp);
+  else
+#endif
+    swapcontext(&f->ctx, &s->main);
 #if SM_ASAN
   __sanitizer_finish_switch_fiber(f->fake_stack, &s->main_bottom, &s->main_size);
 #endif
@@ -242,6 +258,7 @@ typedef struct run_state {
   uint32_t *order; /* [max_threads] */
   bool seeded;     /* SOFTMETAL_SCHEDULE=random:SEED */
   uint64_t seed;
+  bool ucontext;   /* SOFTMETAL_FIBER_SWITCH=ucontext */
 } run_state;
 
 /* The message of a kernel fault: the kernel, the thread (or only its
@@ -327,8 +344,19 @@ static void thread_init(struct sm_thread *t, const run_state *r, const uint32_t 
   thread_place(t, r, lx, ly, lz);
 }
 
-__attribute__((noinline)) static void fiber_prepare(fiber *f) {
+__attribute__((noinline)) static void fiber_prepare(fiber *f, bool ucontext) {
   f->fake_stack = NULL;
+#if SM_FIBER_ASM
+  if (!ucontext) {
+#if SM_ASAN /* frames a fiber left behind (it ended inside them) stay poisoned */
+    __asan_unpoison_memory_region(f->stack + STACK_GUARD, STACK_SIZE - STACK_GUARD);
+#endif
+    f->sp = sm__fiber_stack_init(f->stack, STACK_SIZE, fiber_entry);
+    return;
+  }
+#else
+  (void)ucontext;
+#endif
   getcontext(&f->ctx);
   f->ctx.uc_stack.ss_sp = f->stack;
   f->ctx.uc_stack.ss_size = STACK_SIZE;
@@ -414,6 +442,7 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   s.r = r;
   s.fault.land = fiber_land;
   s.fault.arg = &s;
+  s.ucontext = r->ucontext;
   err[0] = 0;
 #if SM_TSAN
   s.main_tsan_fiber = __tsan_get_current_fiber();
@@ -431,7 +460,7 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
         f->t.simd_fail = fiber_simd_fail;
         f->t.sched = &s;
         f->state = F_READY;
-        fiber_prepare(f);
+        fiber_prepare(f, s.ucontext);
       }
   bool ok = true;
   for (;;) {
@@ -564,6 +593,16 @@ static void read_schedule(bool *seeded, uint64_t *seed_out) {
     }
   }
   sm__fatal("SOFTMETAL_SCHEDULE=%s: expected in-order or random:SEED (SEED a decimal number)", v);
+}
+
+/* SOFTMETAL_FIBER_SWITCH: unset or "own" (the default: sm_fiber.c's switch
+ * where there is one), or "ucontext" (glibc's swapcontext, a system call per
+ * switch; for comparisons). Anything else is a usage error. */
+static bool read_fiber_switch(void) {
+  const char *v = getenv("SOFTMETAL_FIBER_SWITCH");
+  if (!v || !*v || strcmp(v, "own") == 0) return !SM_FIBER_ASM;
+  if (strcmp(v, "ucontext") == 0) return true;
+  sm__fatal("SOFTMETAL_FIBER_SWITCH=%s: expected own or ucontext", v);
 }
 
 static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t errlen) {
@@ -737,6 +776,7 @@ typedef struct {
   uint64_t ngroups, chunk;
   bool seeded;
   uint64_t seed;
+  bool ucontext; /* SOFTMETAL_FIBER_SWITCH=ucontext */
   group_perm perm;
   atomic_uint_fast64_t next; /* first number not yet handed out */
   atomic_bool stop;          /* a threadgroup failed */
@@ -766,6 +806,7 @@ static void job_work(job *j) {
   r.d = d;
   r.k = d->pipeline->desc;
   r.seeded = j->seeded;
+  r.ucontext = j->ucontext;
   r.seed = j->seed;
   uint32_t max_threads = (uint32_t)(d->tg.width * d->tg.height * d->tg.depth);
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) r.tg_bytes += d->tg_len[i];
@@ -926,6 +967,7 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
     return false; /* a wrapped count would run part of the grid, or none of it */
   }
   read_schedule(&j.seeded, &j.seed);
+  j.ucontext = read_fiber_switch();
   if (j.seeded) perm_init(&j.perm, j.ngroups, j.seed);
   atomic_init(&j.next, 0);
   atomic_init(&j.stop, false);

@@ -346,8 +346,15 @@ void sm__hazard_observed(sm_cmdbuf *cb) {
 }
 
 /* ------------------------------------------------------------- concurrent passes */
-/* In a concurrent pass, a dispatch that uses a buffer an earlier dispatch
- * since the last barrier wrote (or writes one it read) races with it. */
+/* In a concurrent pass, a dispatch that uses what an earlier dispatch since
+ * the last barrier wrote (or writes what it read) races with it. The unit is
+ * a binding: a buffer and the offset it is bound at. softmetal knows where a
+ * binding starts, not how far the kernel reads or writes from there (any
+ * two ranges that run to the buffer's end overlap), so one buffer bound at
+ * two offsets is taken as two objects (as a program that keeps many tensors
+ * in one MTLBuffer and places its barriers by byte range uses it), and
+ * bound at one offset as one object. Metal reports none of these races; a
+ * refusal where the program's ranges are disjoint would break it. */
 bool sm__hazard_concurrent(sm_encoder *e, const char *sel, const dispatch_rec *r, char *err,
                            size_t len) {
   const struct sm_kernel_desc *k = r->pipeline->desc;
@@ -358,16 +365,18 @@ bool sm__hazard_concurrent(sm_encoder *e, const char *sel, const dispatch_rec *r
     bool write = k->written_mask >> i & 1u;
     for (size_t j = 0; j < e->nsince; j++) {
       struct since_barrier *s = &e->since[j];
-      if (s->buf != b || s->dispatch == no || !(s->write || write)) continue;
-      char name[96];
+      if (s->buf != b || s->off != r->offsets[i] || s->dispatch == no || !(s->write || write))
+        continue;
+      char name[96], at[48] = "";
       buffer_name(b, name, sizeof name);
+      if (r->offsets[i]) snprintf(at, sizeof at, " (offset %lu)", r->offsets[i]);
       snprintf(err, len, "concurrent dispatch hazard: in a computeCommandEncoderWithDispatchType: "
-                  "(MTLDispatchTypeConcurrent) pass, %s dispatch %u (kernel %s) %s buffer %s "
+                  "(MTLDispatchTypeConcurrent) pass, %s dispatch %u (kernel %s) %s buffer %s%s "
                   "at [[buffer(%u)]], which dispatch %u (kernel %s) %s, with no "
                   "memoryBarrierWithScope: (MTLBarrierScopeBuffers) or "
                   "memoryBarrierWithResources:count: between them; concurrent dispatches are "
                   "not ordered, tracked buffers or not", sel, no, k->name,
-                  write ? "writes" : "reads", name, i, s->dispatch, s->kernel,
+                  write ? "writes" : "reads", name, at, i, s->dispatch, s->kernel,
                   s->write ? "writes" : "reads");
       return false;
     }
@@ -378,7 +387,7 @@ bool sm__hazard_concurrent(sm_encoder *e, const char *sel, const dispatch_rec *r
       e->since = g;
       e->since_cap = cap;
     }
-    e->since[e->nsince++] = (struct since_barrier){b, write, no, k->name};
+    e->since[e->nsince++] = (struct since_barrier){b, r->offsets[i], write, no, k->name};
   }
   return true;
 }

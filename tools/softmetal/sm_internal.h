@@ -91,6 +91,10 @@ void *sm__pool_push(void);
 void sm__pool_pop(void *token);
 
 /* Blocks (clang Block ABI). */
+/* sm_dispatch.c: its classes; waits until no dispatched work is queued or
+ * running (softmetal_quiesce). */
+void sm__register_dispatch(void);
+void sm__dispatch_quiesce(void);
 void *sm__block_copy(const void *block);
 void sm__block_release(const void *block);
 void sm__block_invoke_dealloc(const void *block, void *ptr, NSUInteger len);

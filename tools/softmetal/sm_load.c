@@ -43,4 +43,5 @@ __attribute__((constructor)) static void softmetal_load(void) {
   sm__register_heap();
   sm__register_host();
   sm__register_argenc();
+  sm__register_dispatch();
 }

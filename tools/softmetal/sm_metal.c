@@ -293,12 +293,18 @@ static id device_new_buffer_bytes(id self, SEL cmd, const void *bytes, NSUIntege
 static id device_new_buffer_nocopy(id self, SEL cmd, void *ptr, NSUInteger length,
                                    NSUInteger options, const void *deallocator) {
   const char *sel = sel_getName(cmd);
-  if (!ptr || (uintptr_t)ptr % SM_PAGE) {
-    sm__refuse(sel, "pointer = %p must be aligned to the %d-byte page", ptr, SM_PAGE);
+  /* Metal checks against the page size of the machine it runs on (16 KiB on
+   * Apple silicon, 4 KiB on Intel Macs), which programs read with sysconf. */
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) page = SM_PAGE;
+  if (!ptr || (uintptr_t)ptr % (unsigned long)page) {
+    sm__refuse(sel, "pointer = %p must be aligned to the %ld-byte page (sysconf(_SC_PAGESIZE))",
+               ptr, page);
     return nil;
   }
-  if (length % SM_PAGE) {
-    sm__refuse(sel, "length = %lu must be a multiple of the %d-byte page", length, SM_PAGE);
+  if (length % (unsigned long)page) {
+    sm__refuse(sel, "length = %lu must be a multiple of the %ld-byte page "
+               "(sysconf(_SC_PAGESIZE))", length, page);
     return nil;
   }
   if (sm__options_storage(options) == ST_PRIVATE) {
@@ -772,6 +778,7 @@ static void inflight_add(long n) {
 }
 
 SM_EXPORT void softmetal_quiesce(void) {
+  sm__dispatch_quiesce();
   pthread_mutex_lock(&g_inflight_mu);
   while (g_inflight) pthread_cond_wait(&g_inflight_cv, &g_inflight_mu);
   pthread_mutex_unlock(&g_inflight_mu);
@@ -1301,6 +1308,7 @@ static void comp_set_tg_memory(id self, SEL cmd, NSUInteger length, NSUInteger i
     length = (length + 15) / 16 * 16; /* the limit is a multiple of 16 */
   }
   ((sm_encoder *)self)->tg_len[index] = length;
+  ((sm_encoder *)self)->tg_set |= 1u << index; /* 0 is a length too */
 }
 
 static bool size_mul(MTLSize a, MTLSize b, MTLSize *out) {
@@ -1357,7 +1365,7 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
                   k->name, i, i);
       return;
     }
-    if ((k->threadgroup_mask >> i & 1u) && !e->tg_len[i]) {
+    if ((k->threadgroup_mask >> i & 1u) && !(e->tg_set >> i & 1u)) {
       misuse(cb, "%s: kernel %s uses [[threadgroup(%u)]] but its length was not set "
                   "(setThreadgroupMemoryLength:atIndex:)", sel, k->name, i);
       return;

@@ -166,6 +166,7 @@ typedef struct {
   void *bytes[SM_MAX_BINDINGS];
   NSUInteger bytes_len[SM_MAX_BINDINGS];
   NSUInteger tg_len[SM_MAX_BINDINGS];
+  uint32_t tg_set;  /* indices given a length (0 included) */
   int pass;         /* its number in the command buffer */
   const char *sel;  /* the selector that made it */
   bool concurrent;  /* MTLDispatchTypeConcurrent */
@@ -173,6 +174,7 @@ typedef struct {
   /* Concurrent passes: what the dispatches since the last barrier use. */
   struct since_barrier {
     sm_buffer *buf; /* compared only */
+    NSUInteger off; /* the bound offset: where the object the kernel gets starts */
     bool write;
     unsigned dispatch;
     const char *kernel;

@@ -8,6 +8,11 @@
  * 2. A compute-bound kernel (a dependent chain of multiply-adds per thread,
  *    4096 threadgroups): one participant (SOFTMETAL_THREADS=1) against N
  *    (default: the online cores), wall time and process CPU time.
+ * 3. The same kind of kernel with threadgroup barriers (a fiber switch per
+ *    thread and barrier), N participants: softmetal's own fiber switch
+ *    against glibc's swapcontext (SOFTMETAL_FIBER_SWITCH=ucontext), runs
+ *    alternating: process CPU time (the figure on a shared machine), system
+ *    time and wall time of the run with the least CPU time.
  * Each figure is the best of R runs (default 5). Kernels are compiled (or
  * taken from the kernel cache) before any timing. */
 #define _POSIX_C_SOURCE 200809L
@@ -16,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,7 +51,26 @@ static const char SRC[] =
     "  float a = float(i & 255u) * 1e-3f, b = 0.5f;\n"
     "  for (int k = 0; k < 512; k++) b = b * 0.999f + a;\n"
     "  out[i] = b;\n"
+    "}\n"
+    "kernel void spin_sync(device float *out [[buffer(0)]], uint i [[thread_position_in_grid]],\n"
+    "                      uint l [[thread_index_in_threadgroup]]) {\n"
+    "  threadgroup float t[256];\n"
+    "  float a = float(i & 255u) * 1e-3f, b = 0.5f;\n"
+    "  for (int r = 0; r < 16; r++) {\n"
+    "    for (int k = 0; k < 32; k++) b = b * 0.999f + a;\n"
+    "    t[l] = b;\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "    b += t[255u - l] * 1e-6f;\n"
+    "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  }\n"
+    "  out[i] = b;\n"
     "}\n";
+
+static double sys_seconds(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec * 1e-6;
+}
 
 static double now(clockid_t c) {
   struct timespec t;
@@ -59,7 +84,7 @@ static id str(const char *s) {
 }
 
 typedef struct {
-  id dev, queue, lib, axpb, spin;
+  id dev, queue, lib, axpb, spin, spin_sync;
 } ctx;
 
 static id pipeline(ctx *c, const char *name) {
@@ -99,11 +124,13 @@ static void open_ctx(ctx *c, unsigned threads) {
   }
   c->axpb = pipeline(c, "axpb");
   c->spin = pipeline(c, "spin");
+  c->spin_sync = pipeline(c, "spin_sync");
 }
 
 static void close_ctx(ctx *c) {
   SEND0(void, c->axpb, "release");
   SEND0(void, c->spin, "release");
+  SEND0(void, c->spin_sync, "release");
   SEND0(void, c->lib, "release");
   SEND0(void, c->queue, "release");
   SEND0(void, c->dev, "release");
@@ -230,6 +257,35 @@ int sm_bench_exec_main(int argc, char **argv) {
   printf("compute-bound kernel, %zu threads: 1 participant %.3f s (CPU %.3f s); %u: %.3f s "
          "(CPU %.3f s); speed-up %.2fx\n",
          m, wall[0], cpu[0], parts[1], wall[1], cpu[1], wall[0] / wall[1]);
+
+  /* 3. barriers: own fiber switch against swapcontext, alternating */
+  size_t ms = 256 * 256;
+  id out = buffer(&c, ms * 4);
+  const char *mode[2] = {"ucontext", "own"};
+  double swall[2] = {1e30, 1e30}, ssys[2] = {1e30, 1e30}, scpu[2] = {1e30, 1e30};
+  float first = 0;
+  for (int r = 0; r <= reps; r++) {
+    for (int k = 0; k < 2; k++) {
+      setenv("SOFTMETAL_FIBER_SWITCH", mode[k], 1);
+      double s0 = sys_seconds();
+      double cp, t = run(&c, c.spin_sync, &out, 1, ms, &cp);
+      double st = sys_seconds() - s0;
+      float v = ((const float *)SEND0(void *, out, "contents"))[ms - 1];
+      if (r == 0 && k == 0) first = v;
+      if (v != first) {
+        fprintf(stderr, "softmetal-bench: the fiber switches disagree\n");
+        return 1;
+      }
+      if (r > 0 && cp < scpu[k]) scpu[k] = cp, swall[k] = t, ssys[k] = st; /* run 0 warms */
+    }
+  }
+  unsetenv("SOFTMETAL_FIBER_SWITCH");
+  SEND0(void, out, "release");
+  printf("kernel with barriers, %zu threads, 32 barriers each, %u participants (best CPU "
+         "time of %d): swapcontext CPU %.3f s (system %.3f s, wall %.3f s); own switch CPU "
+         "%.3f s (system %.3f s, wall %.3f s); CPU ratio %.2fx\n",
+         ms, threads, reps, scpu[0], ssys[0], swall[0], scpu[1], ssys[1], swall[1],
+         scpu[0] / scpu[1]);
   close_ctx(&c);
   objc_autoreleasePoolPop(pool);
   return 0;
