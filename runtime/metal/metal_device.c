@@ -380,7 +380,7 @@ static cm_status cm__device_wrap_metal(cm__id mtl, cm_device **out) {
     cm__id devices[CM__METAL_MAX_DEVICES];
     size_t n = 0;
     uint32_t index = 0;
-    if (cm__metal_enumerate(func, devices, &n) == CM_OK) {
+    if (cm__metal_enumerate(func, 1, devices, &n) == CM_OK) { /* every index */
         const uint64_t id = cm__msg_registryID(mtl);
         for (size_t i = 0; i < n; ++i) {
             if (cm__msg_registryID(devices[i]) == id && index == 0)
