@@ -222,8 +222,8 @@ Test(persona, simd_shuffles_reach_lanes_of_the_width_or_are_refused) {
     SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", out, 0ul,
          0ul);
-    SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-         SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1));
+    SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+         "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1));
     SEND0(void, enc, "endEncoding");
     SEND0(void, cb, "commit");
     SEND0(void, cb, "waitUntilCompleted");

@@ -26,7 +26,8 @@ static const char SRC[] =
     "#include <metal_stdlib>\n"
     "using namespace metal;\n"
     "kernel void tgsum(device uint *o [[buffer(0)]], threadgroup uint *t [[threadgroup(0)]],\n"
-    "                  uint i [[thread_index_in_threadgroup]], uint n [[threads_per_threadgroup]]) {\n"
+    "                  uint i [[thread_index_in_threadgroup]], uint n [[threads_per_threadgroup]]) "
+    "{\n"
     "  t[i] = i + 1;\n"
     "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
     "  if (i == 0) { uint s = 0; for (uint k = 0; k < n; k++) s += t[k]; o[0] = s; }\n"
@@ -62,8 +63,8 @@ static void tg_length_76(void) {
        0ul);
   SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:", 76ul,
        0ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreadgroups:threadsPerThreadgroup:",
-       SM_SIZE(1, 1, 1), SM_SIZE(19, 1, 1));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreadgroups:threadsPerThreadgroup:", SM_SIZE(1, 1, 1), SM_SIZE(19, 1, 1));
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
@@ -138,30 +139,31 @@ static void misuse(void) {
   } else {
     id enc = SEND0(id, cb, "computeCommandEncoder");
     SEND(void, (id, SEL, id), enc, "setComputePipelineState:", g_pipe);
-    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", g_buf,
-         0ul, 0ul);
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", g_buf, 0ul,
+         0ul);
     static char big[4097];
     if (g_case != 1)
       SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", g_buf,
            0ul, 1ul);
     if (g_case == 2)
-      SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), enc, "setBytes:length:atIndex:",
-           big, sizeof big, 2ul);
+      SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), enc,
+           "setBytes:length:atIndex:", big, sizeof big, 2ul);
     if (g_case == 4)
       SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
            SEND0(NSUInteger, sm_dev, "maxThreadgroupMemoryLength") + 16, 0ul);
-    SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-         SM_SIZE(4096, 1, 1), SM_SIZE(g_case == 0 ? 2048 : 64, 1, 1));
+    SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+         "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(4096, 1, 1),
+         SM_SIZE(g_case == 0 ? 2048 : 64, 1, 1));
     SEND0(void, enc, "endEncoding");
   }
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
   cr_assert_eq(sm_u(cb, "status"), 5 /* Error */, "case %d", g_case);
   const char *text = sm_error_text(SEND0(id, cb, "error"));
-  static const char *const want[] = {"threadsPerThreadgroup = {2048, 1, 1}",
-                                     "uses [[buffer(1)]] but nothing is bound",
-                                     "setBytes:length:atIndex:: length = 4097",
-                                     "must be multiples of 4", "the device's maxThreadgroupMemoryLength"};
+  static const char *const want[] = {
+      "threadsPerThreadgroup = {2048, 1, 1}", "uses [[buffer(1)]] but nothing is bound",
+      "setBytes:length:atIndex:: length = 4097", "must be multiples of 4",
+      "the device's maxThreadgroupMemoryLength"};
   cr_assert(strstr(text, want[g_case]), "case %d: %s", g_case, text);
 }
 
@@ -175,8 +177,10 @@ Test(validation, undefined_misuse_fails_the_command_buffer_or_asserts) {
                                      "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:",
                                      "setThreadgroupMemoryLength:atIndex:: length = "};
   for (g_case = 0; g_case < 5; g_case++) {
-    if (debug_layer()) expect_abort(misuse, rule[g_case]);
-    else misuse();
+    if (debug_layer())
+      expect_abort(misuse, rule[g_case]);
+    else
+      misuse();
   }
   sm_release(g_pipe);
   sm_release(g_buf);
@@ -201,18 +205,20 @@ static void unspecialized(void) {
 
 Test(validation, a_function_with_constants_needs_constant_values) {
   g_lib = library();
-  if (debug_layer()) expect_abort(unspecialized, "newFunctionWithName:constantValues:error:");
-  else unspecialized();
+  if (debug_layer())
+    expect_abort(unspecialized, "newFunctionWithName:constantValues:error:");
+  else
+    unspecialized();
   /* fetched with values (empty ones too, when every constant is optional)
    * it builds */
   id fresh = SEND0(id, sm_class_named("MTLFunctionConstantValues"), "alloc");
   id cv = SEND0(id, fresh, "init"); /* SEND0 evaluates its receiver twice */
   unsigned three = 3;
-  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv, "setConstantValue:type:atIndex:",
-       &three, 33ul /* UInt */, 0ul);
+  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv,
+       "setConstantValue:type:atIndex:", &three, 33ul /* UInt */, 0ul);
   id error = 0;
-  id fn = SEND(id, (id, SEL, id, id, id *), g_lib, "newFunctionWithName:constantValues:error:",
-               sm_str("scaled"), cv, &error);
+  id fn = SEND(id, (id, SEL, id, id, id *), g_lib,
+               "newFunctionWithName:constantValues:error:", sm_str("scaled"), cv, &error);
   cr_assert_not_null(fn, "%s", sm_error_text(error));
   id p = SEND(id, (id, SEL, id, id *), sm_dev, "newComputePipelineStateWithFunction:error:", fn,
               &error);
@@ -241,8 +247,8 @@ Test(validation, kernel_side_failures_fail_the_command_buffer_in_both_modes) {
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", out, 0ul,
        0ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       SM_SIZE(64, 1, 1), SM_SIZE(64, 1, 1));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(64, 1, 1), SM_SIZE(64, 1, 1));
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");

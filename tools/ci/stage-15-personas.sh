@@ -15,8 +15,16 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # several devices, 32 lanes); test_softmetal_persona_* cover the personas.
 suites='^(test_metal|test_tensor_metal|test_dlpack_metal|test_metal_ops|test_kernel|test_ops_matrix_metal|test_metal(_ops)?_without_debug_layer|readme_kernels|demo_metal|test_softmetal_validation)$'
 export CMETAL_TEST_SAMPLE=3
+failed=""
 for persona in paravirtual amd-discrete; do
   start=$SECONDS
-  (cd build/ci && SOFTMETAL_PERSONA=$persona ctest --output-on-failure -j"$jobs" -R "$suites" | tail -n 3)
-  echo "stage-personas: $persona passed in $((SECONDS - start)) s"
+  if (cd build/ci && SOFTMETAL_PERSONA=$persona ctest --output-on-failure -j"$jobs" -R "$suites" \
+        > "persona-$persona.txt" 2>&1); then
+    echo "stage-personas: $persona passed in $((SECONDS - start)) s"
+  else
+    grep -E '^\[FAIL\]|tests passed|\(Failed\)' "build/ci/persona-$persona.txt" || true
+    echo "stage-personas: $persona FAILED in $((SECONDS - start)) s (build/ci/persona-$persona.txt)"
+    failed="$failed $persona"
+  fi
 done
+[ -z "$failed" ] || { echo "stage-personas: failed under:$failed" >&2; exit 1; }

@@ -30,14 +30,14 @@ static const sm_persona PERSONAS[] = {
      * and below (no Apple6, no Mac2, no Metal3). Apple5 has neither the SIMD-
      * group permute functions (Apple6+, Mac2) nor the reductions (Apple7+,
      * Mac2) nor SIMD-group matrices (Apple7+); quad functions are Apple4+. */
-    {SM_PERSONA_PARAVIRTUAL, "paravirtual", "Apple Paravirtual device", true, true, 32, 1024,
-     32768, (NSUInteger)1 << 34, (uint64_t)8 << 30, 0},
+    {SM_PERSONA_PARAVIRTUAL, "paravirtual", "Apple Paravirtual device", true, true, 32, 1024, 32768,
+     (NSUInteger)1 << 34, (uint64_t)8 << 30, 0},
     /* A discrete AMD GPU of an Intel Mac: Mac2 (and Mac1), Common1..3, Metal3
      * (AMD 5000-series); 64-lane SIMD groups, no unified memory, 64 KiB of
      * threadgroup memory; SIMD permutes and reductions, no SIMD-group
      * matrices (Apple7+ only). */
-    {SM_PERSONA_AMD_DISCRETE, "amd-discrete", "AMD Radeon Pro 5500M", false, false, 64, 1024,
-     65536, (NSUInteger)3584 << 20, (uint64_t)8 << 30,
+    {SM_PERSONA_AMD_DISCRETE, "amd-discrete", "AMD Radeon Pro 5500M", false, false, 64, 1024, 65536,
+     (NSUInteger)3584 << 20, (uint64_t)8 << 30,
      SM_FEATURE_SIMD_PERMUTE | SM_FEATURE_SIMD_REDUCTION},
 };
 
@@ -103,8 +103,9 @@ void sm__lenient(unsigned rule, const char *what) {
   atomic_fetch_add(&g_lenient_uses, 1);
   unsigned bit = 1u << (rule & 31u);
   if (!(atomic_fetch_or(&g_warned, bit) & bit))
-    fprintf(stderr, "softmetal: warning: %s; Metal's API validation (MTL_DEBUG_LAYER=1) reports "
-                    "this, a Mac without it goes on as softmetal does now (warned once)\n",
+    fprintf(stderr,
+            "softmetal: warning: %s; Metal's API validation (MTL_DEBUG_LAYER=1) reports "
+            "this, a Mac without it goes on as softmetal does now (warned once)\n",
             what);
 }
 
