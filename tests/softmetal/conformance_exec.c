@@ -19,7 +19,7 @@ static id conf_lib(const char *src) {
   return lib;
 }
 
-/* 5.2.3.? Attributes for kernel function input arguments: on dispatchThreads
+/* 5.2, attributes for kernel function input arguments: on dispatchThreads
  * with a grid that is not a multiple of the threadgroup size, the edge
  * threadgroups are smaller: threads_per_threadgroup is the size of the
  * threadgroup that runs, dispatch_threads_per_threadgroup the size given at
@@ -79,7 +79,7 @@ Test(conformance_exec, attributes_on_a_non_uniform_grid) {
       for (int k = 0; k < AT_N; k++)
         if (r[k] != want[k] && !reported[k]) {
           reported[k] = true;
-          cr_expect_fail("MSL 5.2.3 (kernel input attributes): %s of thread (%u, %u) = %u, "
+          cr_expect_fail("MSL 5.2 (attributes for kernel function input arguments): %s of thread (%u, %u) = %u, "
                          "expected %u (grid %ux%u, threadgroup %ux%u, dispatchThreads)",
                          names[k], x, y, r[k], want[k], gw, gh, tw, th);
         }
@@ -88,7 +88,7 @@ Test(conformance_exec, attributes_on_a_non_uniform_grid) {
   sm_release(lib);
 }
 
-/* 5.2.3: on dispatchThreadgroups every threadgroup has the size given, the
+/* 5.2: on dispatchThreadgroups every threadgroup has the size given, the
  * grid is groups x size; built-ins may be declared ushort or of fewer
  * components than the grid has. */
 Test(conformance_exec, attributes_on_a_uniform_grid_and_their_types) {
@@ -113,7 +113,7 @@ Test(conformance_exec, attributes_on_a_uniform_grid_and_their_types) {
       const uint32_t want[10] = {x, y, 12, 4, x, (y % 2) * 4 + x % 4, 8, 8, 302, 1};
       const uint32_t *r = o + ((size_t)y * 12 + x) * 10;
       for (int k = 0; k < 10; k++)
-        cr_expect_eq(r[k], want[k], "MSL 5.2.3 (dispatchThreadgroups, ushort and narrower "
+        cr_expect_eq(r[k], want[k], "MSL 5.2 (kernel input attributes on dispatchThreadgroups, ushort and narrower "
                      "built-ins): thread (%u, %u) value %d = %u, expected %u", x, y, k, r[k],
                      want[k]);
     }
@@ -144,7 +144,7 @@ Test(conformance_exec, barrier_after_some_threads_returned) {
   sm_release(lib);
 }
 
-/* 6.15 Atomic functions: every type and operation of the text that Apple
+/* 6, atomic functions: every type and operation of the text that Apple
  * silicon has (atomic_float: fetch_add, fetch_sub, exchange, compare-exchange;
  * 64-bit atomic min/max only on some families: not here). 64 threads race on
  * each; the results do not depend on the order. */
@@ -202,34 +202,34 @@ Test(conformance_exec, atomics) {
   const uint32_t *gu = sm_contents(bufs[1]);
   const float *gf = sm_contents(bufs[2]);
   const uint32_t *olds = sm_contents(bufs[3]);
-  cr_expect_eq(gu[0], 64, "MSL 6.15.2 atomic_fetch_add (uint): %u", gu[0]);
+  cr_expect_eq(gu[0], 64, "MSL 6 (atomic functions) atomic_fetch_add (uint): %u", gu[0]);
   uint64_t seen = 0;
   for (int t = 0; t < 64; t++) seen |= olds[t] < 64 ? 1ull << olds[t] : 0;
-  cr_expect_eq(seen, ~0ull, "MSL 6.15.2 atomic_fetch_add returns each old value once");
-  cr_expect_eq(gi[0], -192, "MSL 6.15.2 atomic_fetch_sub (int): %d", gi[0]);
-  cr_expect_eq(gi[1], -10, "MSL 6.15.2 atomic_fetch_min (int, signed): %d", gi[1]);
-  cr_expect_eq(gi[2], 53, "MSL 6.15.2 atomic_fetch_max (int): %d", gi[2]);
-  cr_expect_eq(gi[3], -63, "MSL 6.15.2 atomic_fetch_min (int, negative): %d", gi[3]);
-  cr_expect_eq(gu[2], 5, "MSL 6.15.2 atomic_fetch_min (uint): %u", gu[2]);
-  cr_expect_eq(gu[3], 63, "MSL 6.15.2 atomic_fetch_max (uint): %u", gu[3]);
-  cr_expect_eq(gu[4], 0xffffffffu, "MSL 6.15.2 atomic_fetch_or: 0x%x", gu[4]);
-  cr_expect_eq(gu[5], 0, "MSL 6.15.2 atomic_fetch_and: 0x%x", gu[5]);
-  cr_expect_eq(gu[6], 0, "MSL 6.15.2 atomic_fetch_xor: 0x%x", gu[6]);
-  cr_expect_eq(gu[7], 42, "MSL 6.15.2 atomic_exchange stores: %u", gu[7]);
-  cr_expect_eq(olds[64], 7, "MSL 6.15.2 atomic_exchange returns the old value: %u", olds[64]);
-  cr_expect_eq(olds[65], 5, "MSL 6.15.2 compare_exchange_weak keeps expected on success");
-  cr_expect_eq(olds[66], 0, "MSL 6.15.2 compare_exchange_weak fails when the value differs");
-  cr_expect_eq(olds[67], 9, "MSL 6.15.2 compare_exchange_weak writes the value to expected: %u",
+  cr_expect_eq(seen, ~0ull, "MSL 6 (atomic functions) atomic_fetch_add returns each old value once");
+  cr_expect_eq(gi[0], -192, "MSL 6 (atomic functions) atomic_fetch_sub (int): %d", gi[0]);
+  cr_expect_eq(gi[1], -10, "MSL 6 (atomic functions) atomic_fetch_min (int, signed): %d", gi[1]);
+  cr_expect_eq(gi[2], 53, "MSL 6 (atomic functions) atomic_fetch_max (int): %d", gi[2]);
+  cr_expect_eq(gi[3], -63, "MSL 6 (atomic functions) atomic_fetch_min (int, negative): %d", gi[3]);
+  cr_expect_eq(gu[2], 5, "MSL 6 (atomic functions) atomic_fetch_min (uint): %u", gu[2]);
+  cr_expect_eq(gu[3], 63, "MSL 6 (atomic functions) atomic_fetch_max (uint): %u", gu[3]);
+  cr_expect_eq(gu[4], 0xffffffffu, "MSL 6 (atomic functions) atomic_fetch_or: 0x%x", gu[4]);
+  cr_expect_eq(gu[5], 0, "MSL 6 (atomic functions) atomic_fetch_and: 0x%x", gu[5]);
+  cr_expect_eq(gu[6], 0, "MSL 6 (atomic functions) atomic_fetch_xor: 0x%x", gu[6]);
+  cr_expect_eq(gu[7], 42, "MSL 6 (atomic functions) atomic_exchange stores: %u", gu[7]);
+  cr_expect_eq(olds[64], 7, "MSL 6 (atomic functions) atomic_exchange returns the old value: %u", olds[64]);
+  cr_expect_eq(olds[65], 5, "MSL 6 (atomic functions) compare_exchange_weak keeps expected on success");
+  cr_expect_eq(olds[66], 0, "MSL 6 (atomic functions) compare_exchange_weak fails when the value differs");
+  cr_expect_eq(olds[67], 9, "MSL 6 (atomic functions) compare_exchange_weak writes the value to expected: %u",
                olds[67]);
-  cr_expect_eq(gu[8], 9, "MSL 6.15.2 compare_exchange_weak stored desired: %u", gu[8]);
-  cr_expect_eq(gf[0], 32.0f, "MSL 6.15.2 atomic_float fetch_add: %g", gf[0]);
-  cr_expect_eq(gf[1], -16.0f, "MSL 6.15.2 atomic_float fetch_sub: %g", gf[1]);
-  cr_expect_eq(gf[2], 2.5f, "MSL 6.15.2 atomic_float compare_exchange_weak: %g", gf[2]);
-  cr_expect_eq(gf[3], 1.5f, "MSL 6.15.2 atomic_float exchange: %g", gf[3]);
-  cr_expect_eq(olds[68], conf_fbits(0.75f), "MSL 6.15.2 atomic_float exchange returns the old");
-  cr_expect_eq(olds[69], 1, "MSL 6.15 atomic_bool exchange returns the stored true");
-  cr_expect_eq(olds[70], 0, "MSL 6.15 atomic_bool load after the exchange");
-  cr_expect_eq(gu[9], 2 * 68, "MSL 6.15 threadgroup atomic_int, per threadgroup: %u", gu[9]);
+  cr_expect_eq(gu[8], 9, "MSL 6 (atomic functions) compare_exchange_weak stored desired: %u", gu[8]);
+  cr_expect_eq(gf[0], 32.0f, "MSL 6 (atomic functions) atomic_float fetch_add: %g", gf[0]);
+  cr_expect_eq(gf[1], -16.0f, "MSL 6 (atomic functions) atomic_float fetch_sub: %g", gf[1]);
+  cr_expect_eq(gf[2], 2.5f, "MSL 6 (atomic functions) atomic_float compare_exchange_weak: %g", gf[2]);
+  cr_expect_eq(gf[3], 1.5f, "MSL 6 (atomic functions) atomic_float exchange: %g", gf[3]);
+  cr_expect_eq(olds[68], conf_fbits(0.75f), "MSL 6 (atomic functions) atomic_float exchange returns the old");
+  cr_expect_eq(olds[69], 1, "MSL 6 (atomic functions) atomic_bool exchange returns the stored true");
+  cr_expect_eq(olds[70], 0, "MSL 6 (atomic functions) atomic_bool load after the exchange");
+  cr_expect_eq(gu[9], 2 * 68, "MSL 6 (atomic functions) threadgroup atomic_int, per threadgroup: %u", gu[9]);
   for (int i = 0; i < 4; i++) sm_release(bufs[i]);
   sm_release(lib);
 }

@@ -137,10 +137,10 @@ Test(conformance_types, chapter_2_data_types) {
       CI("2.3 (matrix array stride)", "sizeof(float3x3[2])", 96),
       CI("2.2.3 (packed array stride)", "sizeof(packed_float3[4])", 48),
       CI("2.2 (float3 array stride)", "sizeof(float3[4])", 64),
-      CI("2.12 (metal::array)", "sizeof(array<float, 3>)", 12),
-      CI("2.12 (metal::array size())", "array<int, 4>{{1, 2, 3, 4}}.size()", 4),
-      CF("6.x transpose", "transpose(m1234(f))[0][1]", 3.0f),
-      CF("6.x determinant", "determinant(m1234(f))", -2.0f),
+      CI("2 (arrays: metal::array)", "sizeof(array<float, 3>)", 12),
+      CI("2 (arrays: metal::array size())", "array<int, 4>{{1, 2, 3, 4}}.size()", 4),
+      CF("6 (matrix functions) transpose", "transpose(m1234(f))[0][1]", 3.0f),
+      CF("6 (matrix functions) determinant", "determinant(m1234(f))", -2.0f),
       CI("3 (vector ++ and --)", "vec_increment(u)", 3603),
   };
   int bad = conf_run(TYPES_EXTRA, c, CONF_N(c), 0);
