@@ -104,16 +104,16 @@ typedef void (*cm__acc_fn)(int64_t n, const char *p, int64_t s, void *acc);
 #define CM__SEXT(v) ((uint64_t)(int64_t)(v))
 
 #define CM__FLOAT_ACCS(E, T, LD)                               \
-    CM__ACC(cm__acc_sum_##E, T, double, d, LD, CM__ADD)            \
-    CM__ACC(cm__acc_max_##E, T, double, d, LD, CM__FMAX)           \
+    CM__ACC(cm__acc_sum_##E, T, double, d, LD, CM__ADD)        \
+    CM__ACC(cm__acc_max_##E, T, double, d, LD, CM__FMAX)       \
     CM__ACC(cm__acc_min_##E, T, double, d, LD, CM__FMIN)
 #define CM__SIGNED_ACCS(E, T)                                         \
-    CM__ACC(cm__acc_sum_##E, T, uint64_t, u, CM__SEXT, CM__ADD)           \
-    CM__ACC(cm__acc_max_##E, T, int64_t, i, CM__LD_INT, CM__IMAX)         \
+    CM__ACC(cm__acc_sum_##E, T, uint64_t, u, CM__SEXT, CM__ADD)       \
+    CM__ACC(cm__acc_max_##E, T, int64_t, i, CM__LD_INT, CM__IMAX)     \
     CM__ACC(cm__acc_min_##E, T, int64_t, i, CM__LD_INT, CM__IMIN)
 #define CM__UNSIGNED_ACCS(E, T)                                       \
-    CM__ACC(cm__acc_sum_##E, T, uint64_t, u, CM__LD_UINT, CM__ADD)        \
-    CM__ACC(cm__acc_max_##E, T, uint64_t, u, CM__LD_UINT, CM__IMAX)       \
+    CM__ACC(cm__acc_sum_##E, T, uint64_t, u, CM__LD_UINT, CM__ADD)    \
+    CM__ACC(cm__acc_max_##E, T, uint64_t, u, CM__LD_UINT, CM__IMAX)   \
     CM__ACC(cm__acc_min_##E, T, uint64_t, u, CM__LD_UINT, CM__IMIN)
 
 CM__SIGNED_ACCS(CM_BOOL, uint8_t)
@@ -131,7 +131,7 @@ CM__FLOAT_ACCS(CM_FLOAT32, float, CM__LD_SAME)
 CM__FLOAT_ACCS(CM_FLOAT64, double, CM__LD_SAME)
 
 #define CM__ACC_ROW(E, T, DOM, LD, KIND, SAT)                                            \
-    [E] = {{cm__acc_sum_##E, cm__acc_max_##E, cm__acc_min_##E},                                      \
+    [E] = {{cm__acc_sum_##E, cm__acc_max_##E, cm__acc_min_##E},                          \
            {cm__acc_sum_##E##_vec, cm__acc_max_##E##_vec, cm__acc_min_##E##_vec}},
 /* [dtype][scalar, vector][kind] */
 static const cm__acc_fn cm__acc_table[CM_DTYPE_COUNT][2][CM__RKINDS] = {
