@@ -127,8 +127,8 @@ Test(one_buffer, concurrent_dispatches_on_disjoint_tensors_need_no_barrier) {
   op(enc, 2, 5, 7.0f); /* t5 was read before the barrier */
   cr_assert_eq(run(cb, enc), Completed, "%s", error_of(cb));
   for (int i = 0; i < N; i++) {
-    cr_assert_eq(at(4, i), 10.0f * i);
-    cr_assert_eq(at(5, i), 21.0f * i);
+    cr_assert_eq(at(4, i), 10.0f * (float)i);
+    cr_assert_eq(at(5, i), 21.0f * (float)i);
   }
 }
 

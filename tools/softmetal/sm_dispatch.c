@@ -186,7 +186,7 @@ static void *worker_main(void *arg) {
       pthread_cond_wait(&g_pool.cv, &g_pool.mu);
       g_pool.idle--;
     }
-    if (!g_pool.head) break;
+    if (g_pool.stop) break;
     task *t = g_pool.head;
     g_pool.queued--;
     g_pool.head = t->next;
@@ -208,15 +208,17 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* At exit: the queued work runs, then the workers are joined (before
- * LeakSanitizer's check, as sm_metal.c's threads). */
+/* At exit, as with libdispatch, work not yet started is dropped and work
+ * that runs is not waited for. When none runs, the workers are joined
+ * (before LeakSanitizer's check, as sm_metal.c's threads); otherwise they
+ * are left to the process's end. */
 static void pool_exit(void) {
-  sm__dispatch_quiesce();
   pthread_mutex_lock(&g_pool.mu);
   g_pool.stop = true;
   pthread_cond_broadcast(&g_pool.cv);
-  unsigned n = g_pool.nthreads;
+  unsigned n = g_pool.busy ? 0 : g_pool.nthreads;
   pthread_mutex_unlock(&g_pool.mu);
+  if (!n) return;
   for (unsigned i = 0; i < n; i++) pthread_join(g_pool.threads[i], NULL);
   free(g_pool.threads);
   g_pool.threads = NULL;

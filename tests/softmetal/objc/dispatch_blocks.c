@@ -215,5 +215,12 @@ int main(void) {
   CHECK(left == 0, "%ld dispatch objects alive at the end", left);
   if (failures) fprintf(stderr, "dispatch_blocks: %d check(s) failed\n", failures);
   else printf("dispatch_blocks: every check passed\n");
+  /* Exit does not wait for a block that never finishes (ctest's timeout
+   * catches a hang). */
+  static dispatch_semaphore_t never;
+  never = dispatch_semaphore_create(0);
+  dispatch_async(dispatch_get_global_queue(0, 0), ^{
+    dispatch_semaphore_wait(never, DISPATCH_TIME_FOREVER);
+  });
   return failures ? 1 : 0;
 }
