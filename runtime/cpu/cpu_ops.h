@@ -24,6 +24,11 @@ void cm__cpu_copy_force_streaming(int mode);
 /* Conversion kernel from one dtype to another (cast). */
 cm__cpu_map1_fn cm__cpu_cast_kernel(cm_dtype from, cm_dtype to);
 
+/* Bytes ahead that contiguous kernels ask for lines on this CPU (4096 on
+ * Intel x86-64: into L1 there, and 4x as far into L2), 0 for none
+ * (cpu_reduce.c; cm__cpu_reduce_force_prefetch sets it for tests). */
+uintptr_t cm__cpu_prefetch_distance(void);
+
 /* Test hook: with `scalar_only`, float16 casts use the portable scalar
  * path even where the CPU has conversion instructions. Process-wide. */
 void cm__cpu_cast_force_scalar(bool scalar_only);

@@ -199,6 +199,9 @@ static uintptr_t cm__pf_distance(void) {
     }
     return (uintptr_t)(v - 1);
 }
+uintptr_t cm__cpu_prefetch_distance(void) {
+    return cm__pf_distance();
+}
 #define CM__PF_DECL const uintptr_t cm__pf = cm__pf_distance()
 #define CM__PREFETCH(p)                                                                 \
     do {                                                                                \
@@ -223,6 +226,9 @@ static uintptr_t cm__pf_distance(void) {
 #else
 void cm__cpu_reduce_force_prefetch(int distance) {
     (void)distance; /* no prefetching here */
+}
+uintptr_t cm__cpu_prefetch_distance(void) {
+    return 0;
 }
 #define CM__PF_DECL const int cm__pf = 0
 #define CM__PREFETCH(p) ((void)cm__pf)
