@@ -290,3 +290,15 @@ Test(cpu_cast, float32_to_float16_ties_specials_random) {
 Test(cpu_cast, float32_to_bfloat16_ties_specials_random) {
     from_f32_directed(CM_BFLOAT16, true);
 }
+
+/* The same directed cases with the casts' prefetching forced on (it runs
+ * only on Intel by default): at 4096, 64 and 192 bytes ahead. */
+Test(cpu_cast, float32_narrowing_with_prefetch_forced) {
+    static const int distances[3] = {4096, 64, 192};
+    for (int k = 0; k < 3; ++k) {
+        cm__cpu_reduce_force_prefetch(distances[k]);
+        from_f32_directed(CM_FLOAT16, false);
+        from_f32_directed(CM_BFLOAT16, true);
+    }
+    cm__cpu_reduce_force_prefetch(-1);
+}
