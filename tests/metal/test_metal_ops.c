@@ -283,10 +283,29 @@ Test(metal_ops, kernels_are_compiled_with_fast_math_off_without_math_mode) {
     expect_safe_math_library();
 }
 
+/* The SIMD width of a pipeline on this device: a trivial kernel's (32 on
+ * Apple GPUs, 64 on some AMD ones). */
+static uint32_t pipeline_simd_width(cm_device *d) {
+    cm_library *lib = NULL;
+    cm_kernel *k = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source =
+        "kernel void nop(device uint *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+        "    o[i] = i;\n}\n"}, &lib));
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "nop"}, &k));
+    cm_kernel_info info;
+    CHECK(cm_kernel_get_info(k, &info));
+    cm_kernel_release(k);
+    cm_library_release(lib);
+    cr_assert_gt(info.thread_execution_width, 0);
+    return info.thread_execution_width;
+}
+
 /* The threadgroup reduction gives the same results for any threadgroup
- * size that is a multiple of the SIMD width. */
+ * size that is a multiple of the SIMD width (sizes of another width are
+ * left out: 32 and 96 where SIMD groups have 64 lanes). */
 Test(metal_ops, reductions_agree_across_threadgroup_sizes) {
     cm_device *d = metal();
+    const uint32_t width = pipeline_simd_width(d);
     const int64_t shape[2] = {5, 1000};
     cm_tensor *x = make_view(d, CM_INT32, 2, shape, L_TRANSPOSED, 3, false, NULL);
     cm_tensor *f = make_view(d, CM_FLOAT32, 2, shape, L_NEGATIVE, 4, true, NULL);
@@ -295,6 +314,8 @@ Test(metal_ops, reductions_agree_across_threadgroup_sizes) {
     int64_t want_sum[5], want_max[5];
     float want_fsum[5];
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+        if (sizes[k] % width != 0) /* sizes[0] = 0, the default, always runs */
+            continue;
         cm__metal_set_threadgroup_override(sizes[k]);
         cm_tensor *s = new_tensor(d, CM_INT64, 1, n5), *m = new_tensor(d, CM_INT64, 1, n5),
                   *fs = new_tensor(d, CM_FLOAT32, 1, n5);
