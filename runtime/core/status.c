@@ -73,9 +73,9 @@ const char *cm_last_error(void) {
 }
 
 void cm__set_last_error(const char *text) {
+    if (text == cm_last_error())
+        return; /* already the message (and no copy onto itself) */
     const size_t len = strlen(text);
-    if (text == cm__long_error && cm__error_is_long)
-        return;
     cm__error_is_long = false;
     char *big = len >= sizeof cm__last_error ? cm__long_buffer() : NULL;
     if (big != NULL) {

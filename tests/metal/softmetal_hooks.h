@@ -9,10 +9,12 @@
 
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "softmetal.h"
 
@@ -92,6 +94,19 @@ static inline long sm_live(const char *class_name) {
     void *sym = softmetal_hook("softmetal_live_count");
     memcpy(&fn, &sym, sizeof fn);
     return fn(class_name);
+}
+
+/* Waits (at most 10 s) until *count reaches want, and returns it. A
+ * no-copy MTLBuffer's deallocator runs when Metal deallocates the buffer,
+ * which Apple does not tie to the release cmetal sends (a command buffer
+ * may hold it a while): on softmetal once its queues are quiet, elsewhere
+ * by polling. */
+static inline int sm_await_count(atomic_int *count, int want) {
+    if (sm_present())
+        sm_quiesce();
+    for (int i = 0; i < 10000 && atomic_load(count) < want; ++i)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return atomic_load(count);
 }
 
 #endif

@@ -208,14 +208,18 @@ Test(metal_ops, the_library_compiles_once_per_device) {
     cm_tensor *a = tensor_1d(d, CM_UINT8, 10, CM_STORAGE_DEFAULT);
     const int64_t v = 5;
     CHECK(cm_fill(a, CM_INT64, &v, NULL)); /* compiles (or loads) the library */
+    const bool sm = sm_present(); /* the counts are softmetal's; the values hold anywhere */
     struct softmetal_stats s0, s1;
-    sm_stats(&s0);
+    if (sm)
+        sm_stats(&s0);
     for (int i = 0; i < 10; ++i)
         CHECK(cm_unary(CM_UNARY_SQUARE, a, a, NULL));
     CHECK(cm_device_synchronize(d));
-    sm_stats(&s1);
-    cr_assert_eq(s1.kernel_compiles + s1.kernel_cache_hits,
-                 s0.kernel_compiles + s0.kernel_cache_hits, "pipelines are cached");
+    if (sm) {
+        sm_stats(&s1);
+        cr_assert_eq(s1.kernel_compiles + s1.kernel_cache_hits,
+                     s0.kernel_compiles + s0.kernel_cache_hits, "pipelines are cached");
+    }
     const int64_t last = 9;
     uint8_t got = 0;
     CHECK(cm_tensor_get_element(a, &last, CM_UINT8, &got));
@@ -233,23 +237,27 @@ Test(metal_ops, the_library_compiles_once_per_device) {
  * included, as Metal's default is fast math. */
 static void expect_safe_math_library(void) {
     cm_device *d = metal(); /* loads the framework */
+    const bool sm = sm_present(); /* the counts are softmetal's; NaN is checked anywhere */
     struct softmetal_stats s0, s1;
-    sm_stats(&s0);
+    if (sm)
+        sm_stats(&s0);
     cm_tensor *a = tensor_1d(d, CM_FLOAT32, 4, CM_STORAGE_DEFAULT);
     const double nan = NAN;
     CHECK(cm_fill(a, CM_FLOAT64, &nan, NULL)); /* builds this device's library */
     CHECK(cm_binary(CM_BINARY_MAX, a, a, a, NULL));
     CHECK(cm_device_synchronize(d));
-    sm_stats(&s1);
-    cr_assert_eq(s1.kernel_compiles + s1.kernel_cache_hits,
-                 s0.kernel_compiles + s0.kernel_cache_hits + 1, "one library built");
-    cr_assert_eq(s1.unsafe_math_libraries, s0.unsafe_math_libraries,
-                 "the kernel library was built with fast math on");
     const int64_t first = 0;
     float got = 0;
     CHECK(cm_tensor_get_element(a, &first, CM_FLOAT32, &got));
     cr_assert(isnan(got), "max(NaN, NaN) = %g", got);
-    cr_assert_eq(sm_live("MTLCompileOptions"), 0, "the options were released");
+    if (sm) {
+        sm_stats(&s1);
+        cr_assert_eq(s1.kernel_compiles + s1.kernel_cache_hits,
+                     s0.kernel_compiles + s0.kernel_cache_hits + 1, "one library built");
+        cr_assert_eq(s1.unsafe_math_libraries, s0.unsafe_math_libraries,
+                     "the kernel library was built with fast math on");
+        cr_assert_eq(sm_live("MTLCompileOptions"), 0, "the options were released");
+    }
     cm_tensor_release(a);
     cm_device_release(d);
 }
@@ -275,10 +283,29 @@ Test(metal_ops, kernels_are_compiled_with_fast_math_off_without_math_mode) {
     expect_safe_math_library();
 }
 
+/* The SIMD width of a pipeline on this device: a trivial kernel's (32 on
+ * Apple GPUs, 64 on some AMD ones). */
+static uint32_t pipeline_simd_width(cm_device *d) {
+    cm_library *lib = NULL;
+    cm_kernel *k = NULL;
+    CHECK(cm_library_create(d, &(cm_library_desc){.source =
+        "kernel void nop(device uint *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+        "    o[i] = i;\n}\n"}, &lib));
+    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "nop"}, &k));
+    cm_kernel_info info;
+    CHECK(cm_kernel_get_info(k, &info));
+    cm_kernel_release(k);
+    cm_library_release(lib);
+    cr_assert_gt(info.thread_execution_width, 0);
+    return info.thread_execution_width;
+}
+
 /* The threadgroup reduction gives the same results for any threadgroup
- * size that is a multiple of the SIMD width. */
+ * size that is a multiple of the SIMD width (sizes of another width are
+ * left out: 32 and 96 where SIMD groups have 64 lanes). */
 Test(metal_ops, reductions_agree_across_threadgroup_sizes) {
     cm_device *d = metal();
+    const uint32_t width = pipeline_simd_width(d);
     const int64_t shape[2] = {5, 1000};
     cm_tensor *x = make_view(d, CM_INT32, 2, shape, L_TRANSPOSED, 3, false, NULL);
     cm_tensor *f = make_view(d, CM_FLOAT32, 2, shape, L_NEGATIVE, 4, true, NULL);
@@ -287,6 +314,8 @@ Test(metal_ops, reductions_agree_across_threadgroup_sizes) {
     int64_t want_sum[5], want_max[5];
     float want_fsum[5];
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+        if (sizes[k] % width != 0) /* sizes[0] = 0, the default, always runs */
+            continue;
         cm__metal_set_threadgroup_override(sizes[k]);
         cm_tensor *s = new_tensor(d, CM_INT64, 1, n5), *m = new_tensor(d, CM_INT64, 1, n5),
                   *fs = new_tensor(d, CM_FLOAT32, 1, n5);
@@ -687,6 +716,7 @@ static void big_in_small_out(bool reduce) {
     cm_tensor *out[ROUNDS + 1];
     const float one = 1;
     long buffers0 = 0, bytes0 = 0, out_bytes = 0;
+    const bool sm = sm_present(); /* the counts are softmetal's; the values hold anywhere */
     for (int i = 0; i <= ROUNDS; ++i) {
         cm_tensor *big = tensor_1d(d, CM_FLOAT32, N, CM_STORAGE_SHARED);
         CHECK(cm_fill(big, CM_FLOAT32, &one, NULL));
@@ -701,7 +731,7 @@ static void big_in_small_out(bool reduce) {
             cm_tensor_release(head);
         }
         cm_tensor_release(big);
-        if (i == 0) { /* the first round compiles the kernels: the baseline */
+        if (i == 0 && sm) { /* the first round compiles the kernels: the baseline */
             CHECK(cm_device_synchronize(d));
             struct softmetal_stats s;
             sm_stats(&s);
@@ -716,15 +746,17 @@ static void big_in_small_out(bool reduce) {
         }
     }
     CHECK(cm_device_synchronize(d));
-    struct softmetal_stats s;
-    sm_stats(&s);
-    cr_assert_gt(out_bytes, 0);
-    cr_assert_eq(sm_live("SMBuffer"), buffers0 + ROUNDS,
-                 "%ld MTLBuffers beyond the %d outputs: released inputs are kept alive",
-                 sm_live("SMBuffer") - buffers0 - ROUNDS, ROUNDS);
-    cr_assert_eq(s.live_buffer_bytes, bytes0 + ROUNDS * out_bytes,
-                 "%ld bytes beyond the outputs' %ld", s.live_buffer_bytes - bytes0,
-                 ROUNDS * out_bytes);
+    if (sm) {
+        struct softmetal_stats s;
+        sm_stats(&s);
+        cr_assert_gt(out_bytes, 0);
+        cr_assert_eq(sm_live("SMBuffer"), buffers0 + ROUNDS,
+                     "%ld MTLBuffers beyond the %d outputs: released inputs are kept alive",
+                     sm_live("SMBuffer") - buffers0 - ROUNDS, ROUNDS);
+        cr_assert_eq(s.live_buffer_bytes, bytes0 + ROUNDS * out_bytes,
+                     "%ld bytes beyond the outputs' %ld", s.live_buffer_bytes - bytes0,
+                     ROUNDS * out_bytes);
+    }
     for (int i = 0; i <= ROUNDS; ++i) {
         float x = 0;
         CHECK(cm_tensor_get_element(out[i], reduce ? NULL : (int64_t[]){3}, CM_FLOAT32, &x));
@@ -769,8 +801,8 @@ Test(metal_ops, a_released_import_is_given_back_while_its_command_buffer_outputs
     CHECK(cm_reduce(CM_REDUCE_SUM, t, CM_AXIS_ALL, sum, NULL));
     cm_tensor_release(t);
     CHECK(cm_device_synchronize(d));
-    sm_quiesce(); /* softmetal's queue may hold a completed command buffer a moment */
-    cr_assert_eq(atomic_load(&import_deleted), 1,
+    /* Metal may hold a completed command buffer (and so the buffer) a moment */
+    cr_assert_eq(sm_await_count(&import_deleted, 1), 1,
                  "the deleter ran after release + synchronize, with the sum still alive");
     float x = 0;
     CHECK(cm_tensor_get_element(sum, NULL, CM_FLOAT32, &x));
