@@ -106,6 +106,17 @@ static cm_status cm__committed_reserve(const char *func, cm__metal_stream *s) {
     return CM_OK;
 }
 
+/* Sets obj's label to prefix + name; best effort (nothing on failure). */
+static void cm__label(cm__id obj, const char *prefix, const char *name) {
+    char text[128];
+    snprintf(text, sizeof text, "%s%s", prefix, name);
+    cm__id label = NULL;
+    if (cm__ns_string_from_utf8("cm__label", text, &label) == CM_OK) {
+        cm__msg_setLabel(obj, label);
+        cm__objc_release(label);
+    }
+}
+
 /* Makes the stream's open command buffer if there is none. `commandBuffer`
  * may block while the queue holds its maximum of uncompleted command
  * buffers, so it is sent without the stream's lock. Inside a pool; takes
@@ -118,6 +129,8 @@ static cm_status cm__metal_stream_open(const char *func, cm_stream *stream) {
         return status;
     pthread_mutex_unlock(&s->lock);
     cm__id cb = cm__objc_retain(cm__msg_commandBuffer(s->queue)); /* autoreleased */
+    if (cb != NULL) /* what opened it, for captures and traces */
+        cm__label(cb, "cmetal: ", func);
     pthread_mutex_lock(&s->lock);
     if (cb == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE, "the command queue gave no command buffer");
@@ -276,6 +289,8 @@ cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue) {
         return cm__fail_as("cm_stream_create", CM_ERR_DEVICE,
                            "newCommandQueue returned nil");
     }
+    if (queue == NULL) /* the program's own queue keeps its label */
+        cm__label(s->queue, "cmetal ", stream->is_default ? "default stream" : "stream");
     cm__mutex_init(&s->lock);
     stream->impl = s;
     return CM_OK;

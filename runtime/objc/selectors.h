@@ -24,6 +24,8 @@
 #define CM__OBJC_SELECTORS(X)                                                   \
     /* MTLDevice */                                                             \
     X(name, "name", id)                                                         \
+    X(label, "label", id)                                                       \
+    X(setLabel, "setLabel:", void_id)                                           \
     X(registryID, "registryID", u64)                                            \
     X(recommendedMaxWorkingSetSize, "recommendedMaxWorkingSetSize", u64)        \
     X(hasUnifiedMemory, "hasUnifiedMemory", boolean)                               \

@@ -172,3 +172,37 @@ Test(adopt, a_queue_or_event_of_another_device_is_refused) {
     cm_device_release(b);
     cm_device_release(a);
 }
+
+/* The label of a Metal object, "" when it has none. */
+static void label_of(cm__id obj, char *buf, size_t cap) {
+    void *pool = cm__objc_pool_push();
+    cm__ns_string_copy_utf8(cm__msg_label(obj), buf, cap);
+    cm__objc_pool_pop(pool);
+}
+
+Test(adopt, cmetal_labels_its_own_queues_and_leaves_the_programs) {
+    cm_device *d = NULL;
+    CHECK(cm_device_open(CM_DEVICE_METAL, 0, &d));
+    cm_stream *def = NULL, *s = NULL;
+    CHECK(cm_device_get_stream(d, &def));
+    CHECK(cm_stream_create(d, &s));
+    void *q = NULL;
+    char text[128];
+    CHECK(cm_stream_get_metal_queue(def, &q));
+    label_of(q, text, sizeof text);
+    cr_assert_str_eq(text, "cmetal default stream");
+    CHECK(cm_stream_get_metal_queue(s, &q));
+    label_of(q, text, sizeof text);
+    cr_assert_str_eq(text, "cmetal stream");
+    void *dev = NULL;
+    CHECK(cm_device_get_metal_device(d, &dev));
+    cm__id own = cm__msg_newCommandQueue(dev);
+    cm_stream *adopted = NULL;
+    CHECK(cm_stream_wrap_metal(d, own, &adopted));
+    label_of(own, text, sizeof text);
+    cr_assert_str_eq(text, "", "the program's queue keeps its own label");
+    cm_stream_release(adopted);
+    cm__objc_release(own);
+    cm_stream_release(s);
+    cm_device_release(d);
+}
