@@ -4,6 +4,7 @@
 #ifndef SM_TEST_H
 #define SM_TEST_H
 
+#include <criterion/criterion.h>
 #include <objc/runtime.h>
 #include <objc/message.h>
 #include <stdatomic.h>
@@ -11,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "softmetal.h"
 
@@ -138,5 +142,33 @@ static inline struct sm_test_block sm_block(void (*invoke)(void), struct sm_test
 }
 #define SM_DEALLOC_BLOCK(ctx) sm_block((void (*)(void))sm_dealloc_invoke, (ctx))
 #define SM_HANDLER_BLOCK(ctx) sm_block((void (*)(void))sm_handler_invoke, (ctx))
+
+/* Runs fn(arg) in a child process with its stderr to a pipe and checks that
+ * it aborts (SIGABRT); text (cap bytes) receives what it wrote, for the
+ * caller's checks of the message. */
+__attribute__((unused)) static void sm_expect_abort(void (*fn)(void *), void *arg, char *text,
+                                                    size_t cap) {
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    fn(arg);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  ssize_t r;
+  while (n < cap - 1 && (r = read(fds[0], text + n, cap - 1 - n)) > 0) n += (size_t)r;
+  text[n] = 0;
+  close(fds[0]);
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "no abort: %s", text);
+}
 
 #endif

@@ -814,32 +814,17 @@ Test(host, argument_encoder_implicit_ids_and_arrays) {
   sm_release(fn);
 }
 
-/* Runs fn(objs) in a child process (stderr to a pipe) and checks that it
- * aborts with a message containing want. */
+/* Runs fn(objs) in a child process and checks that it aborts with a
+ * message containing want. */
+struct host_abort { void (*fn)(id *); id *objs; };
+static void host_abort_run(void *arg) {
+  struct host_abort *h = arg;
+  h->fn(h->objs);
+}
 static void expect_abort(void (*fn)(id *), id *objs, const char *want) {
-  int fds[2];
-  cr_assert_eq(pipe(fds), 0);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    fn(objs);
-    _exit(0);
-  }
-  close(fds[1]);
+  struct host_abort h = {fn, objs};
   char text[4096];
-  size_t n = 0;
-  ssize_t r;
-  while (n < sizeof text - 1 && (r = read(fds[0], text + n, sizeof text - 1 - n)) > 0)
-    n += (size_t)r;
-  text[n] = 0;
-  close(fds[0]);
-  int st = 0;
-  cr_assert_eq(waitpid(pid, &st, 0), pid);
-  cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "no abort: %s", text);
+  sm_expect_abort(host_abort_run, &h, text, sizeof text);
   cr_assert(strstr(text, want), "'%s' not in: %s", want, text);
 }
 

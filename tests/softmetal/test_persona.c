@@ -249,34 +249,19 @@ Test(persona, simdgroup_matrices_need_apple7) {
   sm_release(lib);
 }
 
+static void exec_with_unknown_persona(void *unused) {
+  (void)unused;
+  setenv("SOFTMETAL_PERSONA", "intel-igpu", 1);
+  execl(SOFTMETAL_METALLIB, SOFTMETAL_METALLIB, "--help", (char *)NULL);
+  _exit(127);
+}
+
 /* An unknown persona stops the program when softmetal loads, naming the
  * variable and the value (softmetal-metallib loads libsoftmetal). */
 Test(persona, an_unknown_persona_aborts_naming_it) {
   /* tools/ci/qemu/run.sh sets CMETAL_QEMU: an aarch64 program cannot exec another */
   if (getenv("CMETAL_QEMU") != NULL) cr_skip_test("the tool would run as a host program");
-  int fds[2];
-  cr_assert_eq(pipe(fds), 0);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    setenv("SOFTMETAL_PERSONA", "intel-igpu", 1);
-    execl(SOFTMETAL_METALLIB, SOFTMETAL_METALLIB, "--help", (char *)NULL);
-    _exit(127);
-  }
-  close(fds[1]);
   char text[4096];
-  size_t n = 0;
-  ssize_t r;
-  while (n < sizeof text - 1 && (r = read(fds[0], text + n, sizeof text - 1 - n)) > 0)
-    n += (size_t)r;
-  text[n] = 0;
-  close(fds[0]);
-  int st = 0;
-  cr_assert_eq(waitpid(pid, &st, 0), pid);
-  cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "no abort: %s", text);
+  sm_expect_abort(exec_with_unknown_persona, NULL, text, sizeof text);
   cr_assert(strstr(text, "SOFTMETAL_PERSONA = 'intel-igpu'"), "%s", text);
 }

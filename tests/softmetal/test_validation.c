@@ -70,32 +70,14 @@ static void tg_length_76(void) {
   cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
 }
 
-/* Runs fn in a child process (stderr to a pipe); it must abort with a
- * message containing want. */
+/* Runs fn in a child process; it must abort with a message containing
+ * want. */
+struct void_fn { void (*fn)(void); };
+static void run_void(void *arg) { ((struct void_fn *)arg)->fn(); }
 static void expect_abort(void (*fn)(void), const char *want) {
-  int fds[2];
-  cr_assert_eq(pipe(fds), 0);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    fn();
-    _exit(0);
-  }
-  close(fds[1]);
+  struct void_fn f = {fn};
   char text[4096];
-  size_t n = 0;
-  ssize_t r;
-  while (n < sizeof text - 1 && (r = read(fds[0], text + n, sizeof text - 1 - n)) > 0)
-    n += (size_t)r;
-  text[n] = 0;
-  close(fds[0]);
-  int st = 0;
-  cr_assert_eq(waitpid(pid, &st, 0), pid);
-  cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "no abort: %s", text);
+  sm_expect_abort(run_void, &f, text, sizeof text);
   cr_assert(strstr(text, want), "'%s' not in: %s", want, text);
   cr_assert(strstr(text, "MTL_DEBUG_LAYER=1"), "%s", text);
 }
