@@ -109,6 +109,11 @@ static const char ATTRS[] =
     "kernel void shuffles(device uint *o [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {\n"
     "  o[i] = simd_shuffle_xor(i, 32u);\n"
     "}\n"
+    "kernel void early_return(device uint *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  if (i >= 16) return;\n"
+    "  threadgroup_barrier(mem_flags::mem_device);\n"
+    "  o[i] = i + 1;\n"
+    "}\n"
     "kernel void matrices(device float *o [[buffer(0)]]) {\n"
     "  simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8>(2.0f);\n"
     "  simdgroup_store(m, o);\n"
@@ -149,6 +154,37 @@ Test(persona, simdgroups_are_as_wide_as_the_device_says) {
     cr_assert_eq(o[4 * i + 3], (N + w - 1) / w + 1000 * w, "simdgroups, width [%u]", i);
   }
   sm_release(out);
+  sm_release(lib);
+}
+
+/* A barrier that returned threads skip: Apple GPUs release it once the
+ * threads still running arrive (MSL, threadgroup_barrier on Apple silicon);
+ * elsewhere it is undefined, and softmetal fails the command buffer. */
+Test(persona, returned_threads_release_a_barrier_only_on_apple_gpus) {
+  id lib = library();
+  id p = sm_pipeline(lib, "early_return");
+  id out = sm_buffer(NULL, 64 * 4);
+  memset(sm_contents(out), 0, 64 * 4);
+  id cb = SEND0(id, sm_queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", out, 0ul,
+       0ul);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
+       SM_SIZE(64, 1, 1), SM_SIZE(64, 1, 1));
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  const char *why = sm_error_text(SEND0(id, cb, "error"));
+  if (persona() == AMD) {
+    cr_assert_eq(sm_u(cb, "status"), 5 /* Error */);
+    cr_assert(strstr(why, "divergent") && strstr(why, "only on Apple GPUs"), "%s", why);
+  } else {
+    cr_assert_eq(sm_u(cb, "status"), 4 /* Completed */, "%s", why);
+    for (unsigned i = 0; i < 16; i++) cr_assert_eq(((unsigned *)sm_contents(out))[i], i + 1);
+  }
+  sm_release(out);
+  sm_release(p);
   sm_release(lib);
 }
 

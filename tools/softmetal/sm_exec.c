@@ -487,9 +487,11 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
     for (uint32_t base = 0; base < n; base += w)
       released |= release_simd_group(r, base, base + w < n ? base + w : n);
     if (released) continue;
-    /* Apple silicon: threads that have returned no longer execute the
-     * kernel, so a barrier waits only for the threads still running */
-    if (at_barrier && at_barrier + done == n) {
+    /* Apple GPUs: threads that have returned no longer execute the kernel,
+     * so a barrier waits only for the threads still running. Elsewhere
+     * (the amd-discrete persona) that is undefined: it fails below. */
+    const bool apple_gpu = sm__persona()->kind != SM_PERSONA_AMD_DISCRETE;
+    if (apple_gpu && at_barrier && at_barrier + done == n) {
       for (i = 0; i < n; i++)
         if (r->fibers[i].state == F_BARRIER) r->fibers[i].state = F_READY;
       continue;
@@ -499,8 +501,9 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
     snprintf(err, errlen,
              "dispatch of kernel %s: threadgroup (%u, %u, %u) of %u threads: divergent "
              "synchronization: %u threads wait at threadgroup_barrier, %u at a simdgroup "
-             "function, %u have exited; every thread must reach each barrier",
-             r->k->name, g[0], g[1], g[2], n, at_barrier, at_simd, done);
+             "function, %u have exited; every thread must reach each barrier%s",
+             r->k->name, g[0], g[1], g[2], n, at_barrier, at_simd, done,
+             apple_gpu ? "" : " (threads that have returned release a barrier only on Apple GPUs)");
     break;
   }
   if (ok && err[0]) ok = false; /* a SIMD-group function failed */
