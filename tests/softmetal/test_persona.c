@@ -109,6 +109,10 @@ static const char ATTRS[] =
     "kernel void shuffles(device uint *o [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {\n"
     "  o[i] = simd_shuffle_xor(i, 32u);\n"
     "}\n"
+    "kernel void all_meet(device uint *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  threadgroup_barrier(mem_flags::mem_device);\n"
+    "  o[i] = i + 1;\n"
+    "}\n"
     "kernel void early_return(device uint *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
     "  if (i >= 16) return;\n"
     "  threadgroup_barrier(mem_flags::mem_device);\n"
@@ -162,6 +166,13 @@ Test(persona, simdgroups_are_as_wide_as_the_device_says) {
  * elsewhere it is undefined, and softmetal fails the command buffer. */
 Test(persona, returned_threads_release_a_barrier_only_on_apple_gpus) {
   id lib = library();
+  { /* every persona: a barrier that every thread reaches */
+    id all = sm_buffer(NULL, 64 * 4);
+    id bufs[] = {all};
+    sm_dispatch(lib, "all_meet", bufs, 1, SM_SIZE(64, 1, 1), SM_SIZE(64, 1, 1), false, 0);
+    for (unsigned i = 0; i < 64; i++) cr_assert_eq(((unsigned *)sm_contents(all))[i], i + 1);
+    sm_release(all);
+  }
   id p = sm_pipeline(lib, "early_return");
   id out = sm_buffer(NULL, 64 * 4);
   memset(sm_contents(out), 0, 64 * 4);

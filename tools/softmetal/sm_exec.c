@@ -491,7 +491,7 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
      * so a barrier waits only for the threads still running. Elsewhere
      * (the amd-discrete persona) that is undefined: it fails below. */
     const bool apple_gpu = sm__persona()->kind != SM_PERSONA_AMD_DISCRETE;
-    if (apple_gpu && at_barrier && at_barrier + done == n) {
+    if (at_barrier && at_barrier + done == n && (done == 0 || apple_gpu)) {
       for (i = 0; i < n; i++)
         if (r->fibers[i].state == F_BARRIER) r->fibers[i].state = F_READY;
       continue;
