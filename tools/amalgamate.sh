@@ -65,9 +65,10 @@ sources() {
   done
 }
 
-# The MSL inputs, in msl/CMakeLists.txt's order.
+# The MSL inputs of one embedded source, in msl/CMakeLists.txt's order:
+# $1 names the list (CMETAL_MSL_INPUTS, CMETAL_MSL_SIMD_INPUTS).
 msl_inputs() {
-  awk '/set\(CMETAL_MSL_INPUTS/ {on = 1; next}
+  awk -v list="$1" '$0 ~ "set\\(" list "$" {on = 1; next}
        on { n = split($0, w, /[ \t)]+/)
             for (i = 1; i <= n; i++)
               if (w[i] ~ /^\$\{CMAKE_CURRENT_SOURCE_DIR\}\//) {
@@ -194,16 +195,21 @@ EOF
     [ -z "$cond" ] || printf '#endif /* %s */\n' "$cond"
   done
   # The MSL kernels, as msl/CMakeLists.txt embeds them (cmake/embed_text.cmake):
-  # the inputs joined, each followed by a newline, NUL-terminated.
-  printf '/* ======== msl/: %s */\n' "$(msl_inputs | tr '\n' ' ')"
+  # the inputs joined, each followed by a newline, NUL-terminated; the
+  # SIMD-group kernels are a second source.
   printf '#if !defined(CMETAL_NO_METAL)\n#line 1 "msl_source.c"\n'
-  printf '__attribute__((visibility("hidden"))) extern const char cm__msl_source[];\n'
-  printf 'const char cm__msl_source[] = {\n'
-  for m in $(msl_inputs); do
-    { cat "$m"; printf '\n'; } | od -An -v -tx1
-  done | awk '{ for (i = 1; i <= NF; i++) { line = line "0x" $i ","; if (++n == 16) { print line; line = ""; n = 0 } } }
-              END { if (line != "") print line }'
-  printf '0x00};\n#endif\n'
+  for pair in cm__msl_source:CMETAL_MSL_INPUTS cm__msl_simd_source:CMETAL_MSL_SIMD_INPUTS; do
+    symbol=${pair%%:*} list=${pair#*:}
+    printf '/* ======== msl/: %s */\n' "$(msl_inputs "$list" | tr '\n' ' ')"
+    printf '__attribute__((visibility("hidden"))) extern const char %s[];\n' "$symbol"
+    printf 'const char %s[] = {\n' "$symbol"
+    for m in $(msl_inputs "$list"); do
+      { cat "$m"; printf '\n'; } | od -An -v -tx1
+    done | awk '{ for (i = 1; i <= NF; i++) { line = line "0x" $i ","; if (++n == 16) { print line; line = ""; n = 0 } } }
+                END { if (line != "") print line }'
+    printf '0x00};\n'
+  done
+  printf '#endif\n'
 } >"$tmp"
 mv "$tmp" "$out/cmetal.c"
 rm -rf "$out/include/cmetal"

@@ -131,9 +131,26 @@ static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k)
     const bool simd = k == CM__KERNEL_REDUCE_THREADGROUP;
     cm__id *library = simd ? &d->simd_library : &d->library;
     uint64_t *serial = simd ? &d->simd_library_serial : &d->library_serial;
-    if (*library == NULL)
-        CM__TRY(cm__metal_library(func, d, simd ? cm__msl_simd_source : cm__msl_source,
-                                  &cm__ops_options, library, serial));
+    if (*library == NULL && !simd)
+        CM__TRY(cm__metal_library(func, d, cm__msl_source, &cm__ops_options, library, serial));
+    if (*library == NULL && simd) {
+        /* The SIMD-group kernels follow the kernels they build on: the
+         * library's source is both, joined here so the library embeds
+         * common.h and reduce.metal once. */
+        const size_t n0 = strlen(cm__msl_source), n1 = strlen(cm__msl_simd_source);
+        size_t n;
+        if (cm__add_overflow_size(n0, n1, &n) || cm__add_overflow_size(n, 1, &n))
+            return cm__fail_as(func, CM_ERR_OVERFLOW, "the SIMD kernels' source is too long");
+        char *source = cm__alloc(n, 1);
+        if (source == NULL)
+            return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the SIMD kernels' source");
+        memcpy(source, cm__msl_source, n0);
+        memcpy(source + n0, cm__msl_simd_source, n1 + 1);
+        const cm_status status =
+            cm__metal_library(func, d, source, &cm__ops_options, library, serial);
+        cm__free(source);
+        CM__TRY(status);
+    }
     cm_kernel_info info;
     cm_status status = cm__metal_pipeline(func, d, *library, *serial, cm__kernel_names[k],
                                           NULL, 0, &d->pipelines[k], &info, NULL);
@@ -372,7 +389,7 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
      * the device has SIMD-group functions and 32- or 64-lane SIMD groups,
      * else by threadgroup memory and barriers. */
     const bool use_group = count >= CM__REDUCE_THREADGROUP_MIN;
-    cm__kernel kernel, serial;
+    cm__kernel kernel = {0}, serial = {0};
     if (use_group) {
         bool simd = cm__metal_has_simd_reductions(&cm__mtl_dev(device)->info);
         if (simd) {

@@ -24,17 +24,25 @@ tools/amalgamate.sh build/amalgamation
 am=build/amalgamation/cmetal.c
 
 # ---- 1. the amalgamation's parts against CMake's
-# MSL: the same bytes as cmake/embed_text.cmake writes.
-# shellcheck disable=SC2016 # a literal ${...} of CMake
-msl_inputs=$(sed -n 's|^[ \t]*\${CMAKE_CURRENT_SOURCE_DIR}/\([^ )]*\).*|'"$root"'/msl/\1|p' \
-  msl/CMakeLists.txt | tr '\n' ';')
-cmake -DOUT="$root/build/amalgamation/msl_cmake.c" -DSYMBOL=cm__msl_source \
-  "-DINPUTS=${msl_inputs%;}" -P cmake/embed_text.cmake
+# MSL: the same bytes as cmake/embed_text.cmake writes, for each source.
 bytes_of() { grep -o '0x[0-9a-f][0-9a-f]' "$1" | tr -d '\n'; }
-if [ "$(bytes_of build/amalgamation/msl_cmake.c)" != \
-     "$(sed -n '/^const char cm__msl_source\[\] = {$/,/^0x00};$/p' "$am" | bytes_of /dev/stdin)" ]; then
-  echo "stage-25-firmware: the amalgamation's MSL differs from cmake/embed_text.cmake's" >&2; exit 1
-fi
+for pair in cm__msl_source:CMETAL_MSL_INPUTS cm__msl_simd_source:CMETAL_MSL_SIMD_INPUTS; do
+  symbol=${pair%%:*} list=${pair#*:}
+  # shellcheck disable=SC2016 # a literal ${...} of CMake
+  inputs=$(awk -v list="$list" '$0 ~ "set\\(" list "$" {on = 1; next}
+    on { n = split($0, w, /[ \t)]+/)
+         for (i = 1; i <= n; i++) if (w[i] ~ /^\$\{CMAKE_CURRENT_SOURCE_DIR\}\//) {
+           sub(/^\$\{CMAKE_CURRENT_SOURCE_DIR\}\//, "", w[i]); printf "%s/msl/%s;", root, w[i] }
+         if ($0 ~ /\)/) exit }' root="$root" msl/CMakeLists.txt)
+  [ -n "$inputs" ] || { echo "stage-25-firmware: no $list in msl/CMakeLists.txt" >&2; exit 1; }
+  cmake -DOUT="$root/build/amalgamation/$symbol.c" -DSYMBOL="$symbol" \
+    "-DINPUTS=${inputs%;}" -P cmake/embed_text.cmake
+  if [ "$(bytes_of "build/amalgamation/$symbol.c")" != \
+       "$(sed -n "/^const char $symbol\[\] = {\$/,/^0x00};\$/p" "$am" | bytes_of /dev/stdin)" ]; then
+    echo "stage-25-firmware: the amalgamation's $symbol differs from cmake/embed_text.cmake's" >&2
+    exit 1
+  fi
+done
 
 # ---- 2. plain builds of a vendored copy
 vendor=$(mktemp -d)
@@ -97,7 +105,7 @@ for dir in "${libs[@]}"; do
     grep -q "^CMETAL_$part:BOOL=OFF$" "$dir/CMakeCache.txt" && macros+=("CMETAL_NO_$part")
   done
   want=$(tools/amalgamate.sh --list "${macros[@]}" | sed 's|.*/||')
-  case " ${macros[*]:-} " in *" CMETAL_NO_METAL "*) ;; *) want="$want"$'\n'msl_source.c ;; esac
+  case " ${macros[*]:-} " in *" CMETAL_NO_METAL "*) ;; *) want="$want"$'\n'msl_source.c$'\n'msl_simd_source.c ;; esac
   have=$(ar t "$dir/libcmetal.a" | sed 's/\.o$//')
   if [ "$(sort <<<"$want")" != "$(sort <<<"$have")" ]; then
     echo "stage-25-firmware: $dir/libcmetal.a and tools/amalgamate.sh --list ${macros[*]:-}" \
