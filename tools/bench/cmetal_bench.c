@@ -141,9 +141,9 @@ typedef uint64_t ceil_v4 __attribute__((vector_size(32)));
  * 16 KiB ahead into L2, the fastest one-core reads tools/bench/read_roofline.c
  * found on a Xeon host; AVX2 where the CPU has it. */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define CEIL_AVX2 __attribute__((target("avx2")))
+#define CEIL_HAS_AVX2 1
 #else
-#define CEIL_AVX2
+#define CEIL_HAS_AVX2 0
 #endif
 #define CEIL_READ_BODY                                                       \
     ceil_v4 a[8] = {{0}};                                                    \
@@ -165,15 +165,17 @@ typedef uint64_t ceil_v4 __attribute__((vector_size(32)));
     for (; k < len; ++k)                                                     \
         s += (unsigned char)p[k];                                            \
     return s;
-CEIL_AVX2 static uint64_t ceil_read_avx2(const char *p, size_t len) {
+#if CEIL_HAS_AVX2
+__attribute__((target("avx2"))) static uint64_t ceil_read_avx2(const char *p, size_t len) {
     CEIL_READ_BODY
 }
+#endif
 static uint64_t ceil_read_plain(const char *p, size_t len) {
     CEIL_READ_BODY
 }
 
 static uint64_t ceil_read(const char *p, size_t len) {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#if CEIL_HAS_AVX2
     if (__builtin_cpu_supports("avx2"))
         return ceil_read_avx2(p, len);
 #endif
