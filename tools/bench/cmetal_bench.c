@@ -140,7 +140,10 @@ typedef uint64_t ceil_v4 __attribute__((vector_size(32)));
  * (no arithmetic in the way), each line asked for 2 KiB ahead into L1 and
  * 16 KiB ahead into L2, the fastest one-core reads tools/bench/read_roofline.c
  * found on a Xeon host; AVX2 where the CPU has it. */
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+/* __builtin_cpu_supports needs compiler-rt's CPU model, which not every
+ * macOS link has (zig's does not): Linux only. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+    defined(__linux__)
 #define CEIL_HAS_AVX2 1
 #else
 #define CEIL_HAS_AVX2 0
