@@ -82,6 +82,36 @@ CM_API cm_status cm_device_get_metal_device(const cm_device *device, void **out)
 /* The stream's id<MTLCommandQueue>. Ownership: borrowed. */
 CM_API cm_status cm_stream_get_metal_queue(const cm_stream *stream, void **out);
 
+/* A GPU capture (MTLCaptureManager) of a device's or one stream's work to
+ * a GPU trace document, for Xcode's Metal debugger. */
+typedef struct cm_capture_desc {
+    cm_device *device; /* capture all of this Metal device's work; or */
+    cm_stream *stream; /* only this stream's (its MTLCommandQueue); exactly one */
+    const char *path;  /* the document to write, ending in ".gputrace"; required */
+} cm_capture_desc;
+
+/* Begins a capture to desc->path (MTLCaptureDescriptor, destination
+ * GPUTraceDocument). Metal refuses to write a trace document unless the
+ * process runs with MTL_CAPTURE_ENABLED=1 in its environment (or
+ * MetalCaptureEnabled in the app's Info.plist) from its start; the error
+ * then names MTL_CAPTURE_ENABLED and quotes Metal's NSError. One capture at
+ * a time per process (Metal's capture manager is shared).
+ * Ownership: borrows desc and what it names for the call; Metal keeps the
+ * captured object until cm_capture_end. Thread-safety: any thread.
+ * Errors: CM_ERR_INVALID_ARGUMENT (NULL desc, neither or both of device
+ * and stream, a NULL or empty path, one not ending in ".gputrace", a
+ * capture already begun by cmetal), CM_ERR_UNSUPPORTED (not a Metal
+ * device; Metal refuses the capture: MTLCaptureErrorNotSupported),
+ * CM_ERR_DEVICE (another refusal, Metal's message quoted). */
+CM_API cm_status cm_capture_begin(const cm_capture_desc *desc);
+
+/* Ends the capture begun by cm_capture_begin (stopCapture); Metal writes
+ * the document. Submit the work to capture first (cm_stream_flush): work
+ * committed after this call is not in it.
+ * Errors: CM_ERR_INVALID_ARGUMENT when no capture was begun.
+ * Thread-safety: any thread. */
+CM_API cm_status cm_capture_end(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -64,6 +64,27 @@ CM_API cm_status cm_stream_synchronize(cm_stream *stream);
  * batching (N ops between two flushes commit once). 0 on the CPU. */
 CM_API cm_status cm_stream_get_submissions(const cm_stream *stream, uint64_t *out);
 
+/* The GPU time of a stream's completed command buffers. */
+typedef struct cm_stream_gpu_time {
+    uint64_t command_buffers; /* completed command buffers counted */
+    double seconds;           /* sum of their GPUEndTime - GPUStartTime */
+    /* GPUStartTime and GPUEndTime of the last one counted: host seconds
+     * (Metal's CFTimeInterval, on the host's monotonic clock); 0 before. */
+    double last_start, last_end;
+} cm_stream_gpu_time;
+
+/* The GPU time of the stream's command buffers (Metal's GPUStartTime and
+ * GPUEndTime), summed over those that completed without error. A command
+ * buffer is counted once the stream sees it complete: every one committed
+ * before a cm_stream_synchronize (or cm_device_synchronize) has been
+ * counted when it returns; one that failed is not counted. The time is
+ * the GPU's span for the whole command buffer (its kernels and the gaps
+ * between them), not the wall time of the host's wait. On the CPU device
+ * (synchronous work, no command buffers) everything is 0.
+ * Ownership: fills *out. Thread-safety: any thread; a consistent snapshot.
+ * Errors: CM_ERR_INVALID_ARGUMENT for a NULL stream or out. */
+CM_API cm_status cm_stream_get_gpu_time(const cm_stream *stream, cm_stream_gpu_time *out);
+
 /* A fence that signals when all work submitted to `stream` so far has
  * finished; submits batched work. On Metal it is an MTLSharedEvent and a
  * value. Ownership: returns +1. */

@@ -80,6 +80,7 @@ typedef struct cm__backend {
     /* Submits batched work, and waits for it when `wait`; errors as `func`. */
     cm_status (*stream_flush)(const char *func, cm_stream *stream, bool wait);
     uint64_t (*stream_submissions)(const cm_stream *stream);
+    void (*stream_gpu_time)(const cm_stream *stream, cm_stream_gpu_time *out);
     cm_status (*stream_signal)(cm_stream *stream, cm_fence *fence);
     cm_status (*stream_wait)(cm_stream *stream, const cm_fence *fence);
     cm_status (*fence_wait)(const cm_fence *fence, uint64_t timeout_ns);

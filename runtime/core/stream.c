@@ -154,6 +154,16 @@ cm_status cm_stream_get_submissions(const cm_stream *stream, uint64_t *out) {
     return CM_OK;
 }
 
+cm_status cm_stream_get_gpu_time(const cm_stream *stream, cm_stream_gpu_time *out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = (cm_stream_gpu_time){0};
+    CM__REQUIRE_NONNULL(stream);
+    const cm__backend *backend = stream->device->backend;
+    if (backend->stream_gpu_time != NULL)
+        backend->stream_gpu_time(stream, out);
+    return CM_OK;
+}
+
 cm_status cm_stream_signal(cm_stream *stream, cm_fence **out) {
     CM__REQUIRE_NONNULL(out);
     *out = NULL;

@@ -96,6 +96,7 @@ static const cm__backend cm__metal_backend = {
     .stream_destroy = cm__metal_stream_destroy,
     .stream_flush = cm__metal_flush,
     .stream_submissions = cm__metal_stream_submissions,
+    .stream_gpu_time = cm__metal_stream_gpu_time,
     .stream_signal = cm__metal_stream_signal,
     .stream_wait = cm__metal_stream_wait,
     .fence_wait = cm__metal_fence_wait,
@@ -450,4 +451,106 @@ cm_status cm_fence_wrap_metal(cm_device *device, void *shared_event, uint64_t va
     const cm_status status = cm__fence_wrap_metal(device, shared_event, value, out);
     cm__objc_pool_pop(pool);
     return status;
+}
+
+/* ------------------------------------------------------------ capture */
+
+enum { CM__MTL_CAPTURE_GPU_TRACE_DOCUMENT = 2 }; /* MTLCaptureDestination */
+enum { CM__MTL_CAPTURE_ERROR_NOT_SUPPORTED = 1 }; /* MTLCaptureError */
+
+/* Whether cmetal began the capture now running (Metal's manager is one per
+ * process). */
+static pthread_mutex_t cm__capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool cm__capturing;
+
+/* Starts the capture of `object` to path. Inside a pool. */
+static cm_status cm__capture_start(const char *func, cm__id object, const char *path) {
+    cm__class manager_class = CM__CLASS(MTLCaptureManager);
+    cm__class desc_class = CM__CLASS(MTLCaptureDescriptor);
+    if (manager_class == NULL || desc_class == NULL)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "this Metal has no MTLCaptureManager or MTLCaptureDescriptor");
+    cm__id manager = cm__msg_sharedCaptureManager((cm__id)manager_class);
+    cm__id text = NULL;
+    CM__TRY(cm__ns_string_from_utf8(func, path, &text));
+    cm__id url = cm__msg_fileURLWithPath((cm__id)CM__CLASS(NSURL), text); /* autoreleased */
+    cm__objc_release(text);
+    cm__id desc = cm__msg_alloc((cm__id)desc_class);
+    if (desc != NULL)
+        desc = cm__msg_init(desc);
+    if (manager == NULL || url == NULL || desc == NULL) {
+        cm__objc_release(desc);
+        return cm__fail_as(func, CM_ERR_DEVICE,
+                           "Metal gave no capture manager, descriptor or URL for path = \"%s\"",
+                           path);
+    }
+    cm__msg_setCaptureObject(desc, object);
+    cm__msg_setDestination(desc, CM__MTL_CAPTURE_GPU_TRACE_DOCUMENT);
+    cm__msg_setOutputURL(desc, url);
+    cm__id error = NULL; /* autoreleased */
+    const bool started = cm__msg_startCaptureWithDescriptor_error(manager, desc, &error);
+    cm__objc_release(desc);
+    if (started)
+        return CM_OK;
+    char why[256] = "no NSError";
+    const cm__int code = error != NULL ? cm__msg_code(error) : 0;
+    if (error != NULL)
+        cm__ns_string_copy_utf8(cm__msg_localizedDescription(error), why, sizeof why);
+    if (code == CM__MTL_CAPTURE_ERROR_NOT_SUPPORTED || error == NULL)
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                           "Metal refused to capture to path = \"%s\" (%s); a GPU trace "
+                           "document needs MTL_CAPTURE_ENABLED=1 in the environment (or "
+                           "MetalCaptureEnabled in the app's Info.plist) when the process "
+                           "starts", path, why);
+    return cm__fail_as(func, CM_ERR_DEVICE,
+                       "Metal refused to capture to path = \"%s\" (MTLCaptureError %ld: %s)",
+                       path, (long)code, why);
+}
+
+cm_status cm_capture_begin(const cm_capture_desc *desc) {
+    CM__REQUIRE_NONNULL(desc);
+    CM__REQUIRE_ARG((desc->device != NULL) != (desc->stream != NULL),
+                    "desc->device = %p and desc->stream = %p: give exactly one",
+                    (void *)desc->device, (void *)desc->stream);
+    CM__REQUIRE_ARG(desc->path != NULL && desc->path[0] != '\0',
+                    "desc->path = %s must name the .gputrace document to write",
+                    desc->path == NULL ? "NULL" : "\"\"");
+    static const char ext[] = ".gputrace";
+    const size_t len = strlen(desc->path);
+    CM__REQUIRE_ARG(len >= sizeof ext - 1 &&
+                        strcmp(desc->path + len - (sizeof ext - 1), ext) == 0,
+                    "desc->path = \"%s\" must end in \".gputrace\"", desc->path);
+    const cm_device *device = desc->device != NULL ? desc->device : desc->stream->device;
+    CM__TRY(cm__require_metal(__func__, device));
+    cm__id object = desc->device != NULL ? cm__mtl_dev(device)->device
+                                         : cm__mtl_stream(desc->stream)->queue;
+    pthread_mutex_lock(&cm__capture_lock);
+    cm_status status;
+    if (cm__capturing) {
+        status = cm__fail_as(__func__, CM_ERR_INVALID_ARGUMENT,
+                             "a capture begun by cm_capture_begin is running; end it first");
+    } else {
+        void *pool = cm__objc_pool_push();
+        status = cm__capture_start(__func__, object, desc->path);
+        cm__objc_pool_pop(pool);
+        cm__capturing = status == CM_OK;
+    }
+    pthread_mutex_unlock(&cm__capture_lock);
+    return status;
+}
+
+cm_status cm_capture_end(void) {
+    pthread_mutex_lock(&cm__capture_lock);
+    const bool was = cm__capturing;
+    if (was) {
+        void *pool = cm__objc_pool_push();
+        cm__msg_stopCapture(cm__msg_sharedCaptureManager((cm__id)CM__CLASS(MTLCaptureManager)));
+        cm__objc_pool_pop(pool);
+        cm__capturing = false;
+    }
+    pthread_mutex_unlock(&cm__capture_lock);
+    if (!was)
+        return cm__fail_as(__func__, CM_ERR_INVALID_ARGUMENT,
+                           "no capture is running (cm_capture_begin did not succeed)");
+    return CM_OK;
 }

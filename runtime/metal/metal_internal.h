@@ -159,6 +159,9 @@ typedef struct cm__metal_stream {
      * at first need. */
     cm__id untracked_fence;
     uint64_t submissions; /* command buffers committed */
+    /* GPUStartTime..GPUEndTime of the completed command buffers seen
+     * (cm_stream_get_gpu_time). */
+    cm_stream_gpu_time gpu_time;
     bool failed;          /* a command buffer failed; error not yet reported */
     char error[384];
 } cm__metal_stream;
@@ -313,6 +316,7 @@ void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl);
 cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue);
 void cm__metal_stream_destroy_unpooled(cm_stream *stream);
 uint64_t cm__metal_stream_submissions(const cm_stream *stream);
+void cm__metal_stream_gpu_time(const cm_stream *stream, cm_stream_gpu_time *out);
 cm_status cm__metal_stream_signal_unpooled(cm_stream *stream, cm_fence *fence);
 cm_status cm__metal_stream_wait(cm_stream *stream, const cm_fence *fence);
 bool cm__metal_fence_signaled_unpooled(const cm_fence *fence);

@@ -41,6 +41,21 @@ static void cm__note_if_failed(cm__metal_stream *s, cm__id cb) {
     cm__cb_error_text(cb, s->error, sizeof s->error);
 }
 
+/* Counts a command buffer that completed without error into the stream's
+ * GPU time. Metal gives 0 for a command buffer that has not run; a span
+ * that is not ordered is not counted. Stream lock held. */
+static void cm__note_gpu_time(cm__metal_stream *s, cm__id cb) {
+    if (cm__msg_status(cb) != CM__MTL_CB_COMPLETED)
+        return;
+    const double start = cm__msg_GPUStartTime(cb), end = cm__msg_GPUEndTime(cb);
+    if (!(start > 0 && end >= start))
+        return;
+    s->gpu_time.command_buffers++;
+    s->gpu_time.seconds += end - start;
+    s->gpu_time.last_start = start;
+    s->gpu_time.last_end = end;
+}
+
 /* Publishes the lowest number of a command buffer not seen complete.
  * Stream lock held. */
 static void cm__clock_update(cm__metal_stream *s) {
@@ -72,6 +87,7 @@ static void cm__prune_committed_through(cm__metal_stream *s, uint64_t through) {
         cm__id cb = s->committed[i].cb;
         if (s->committed[i].seq <= through && cm__msg_status(cb) >= CM__MTL_CB_COMPLETED) {
             cm__note_if_failed(s, cb);
+            cm__note_gpu_time(s, cb);
             cm__objc_release(cb);
         } else {
             s->committed[kept++] = s->committed[i];
@@ -317,6 +333,13 @@ uint64_t cm__metal_stream_submissions(const cm_stream *stream) {
     uint64_t n = s->submissions;
     pthread_mutex_unlock(&s->lock);
     return n;
+}
+
+void cm__metal_stream_gpu_time(const cm_stream *stream, cm_stream_gpu_time *out) {
+    cm__metal_stream *s = cm__mtl_stream(stream);
+    pthread_mutex_lock(&s->lock);
+    *out = s->gpu_time;
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Each fence gets a new shared event signalled to 1: simple, and fences of

@@ -62,3 +62,12 @@ cm_status cm_fence_wrap_metal(cm_device *device, void *shared_event, uint64_t va
         *out = NULL;
     return cm__no_metal(__func__);
 }
+
+cm_status cm_capture_begin(const cm_capture_desc *desc) {
+    (void)desc;
+    return cm__no_metal(__func__);
+}
+
+cm_status cm_capture_end(void) {
+    return cm__no_metal(__func__);
+}

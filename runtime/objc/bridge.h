@@ -252,7 +252,7 @@ static inline cm__mtl_size cm__send_size(cm__id self, cm__sel sel) {
     return ((cm__imp_)CM__OBJC_IMP(self, sel))(self, sel);
 #endif
 }
-/* Used by tests; x86_64 needs objc_msgSend_fpret only for long double. */
+/* CFTimeInterval; x86_64 needs objc_msgSend_fpret only for long double. */
 static inline double cm__send_double(cm__id self, cm__sel sel) {
     if (self == NULL)
         return 0.0;

@@ -100,6 +100,8 @@
     X(addCompletedHandler, "addCompletedHandler:", void_block)                  \
     X(encodeSignalEvent_value, "encodeSignalEvent:value:", void_id_u64)         \
     X(encodeWaitForEvent_value, "encodeWaitForEvent:value:", void_id_u64)       \
+    X(GPUStartTime, "GPUStartTime", double) /* CFTimeInterval */                \
+    X(GPUEndTime, "GPUEndTime", double)     /* CFTimeInterval */                \
     /* MTLCommandEncoder, MTLComputeCommandEncoder */                           \
     X(endEncoding, "endEncoding", void)                                         \
     X(updateFence, "updateFence:", void_id)                                     \
@@ -135,6 +137,15 @@
     /* MTLSharedEvent */                                                        \
     X(signaledValue, "signaledValue", u64)                                      \
     X(setSignaledValue, "setSignaledValue:", void_u64)                          \
+    /* MTLCaptureManager (sharedCaptureManager is a class method),             \
+     * MTLCaptureDescriptor (alloc, init); MTLCaptureDestination is NSInteger */ \
+    X(sharedCaptureManager, "sharedCaptureManager", id)                         \
+    X(startCaptureWithDescriptor_error, "startCaptureWithDescriptor:error:",    \
+      boolean_id_idp)                                                           \
+    X(stopCapture, "stopCapture", void)                                         \
+    X(setCaptureObject, "setCaptureObject:", void_id)                           \
+    X(setDestination, "setDestination:", void_int)                              \
+    X(setOutputURL, "setOutputURL:", void_id)                                   \
     /* NSString (stringWithCString:encoding: is a class method) */              \
     X(UTF8String, "UTF8String", cstr)                                           \
     X(initWithBytes_length_encoding, "initWithBytes:length:encoding:",          \
@@ -167,6 +178,8 @@
     X(MTLFunctionConstantValues, "MTLFunctionConstantValues") \
     X(MTLComputePipelineDescriptor, "MTLComputePipelineDescriptor") \
     X(MTLBinaryArchiveDescriptor, "MTLBinaryArchiveDescriptor") \
+    X(MTLCaptureManager, "MTLCaptureManager") \
+    X(MTLCaptureDescriptor, "MTLCaptureDescriptor") \
     X(NSArray, "NSArray")
 
 /* One macro per signature: CM__SIG_<sig>(M, ident) expands to
@@ -178,6 +191,7 @@
 #define CM__SIG_boolean(M, i) M(i, boolean, bool, return, (), (), "() -> BOOL")
 #define CM__SIG_uint(M, i) M(i, uint, cm__uint, return, (), (), "() -> NSUInteger")
 #define CM__SIG_int(M, i) M(i, int, cm__int, return, (), (), "() -> NSInteger")
+#define CM__SIG_double(M, i) M(i, double, double, return, (), (), "() -> double")
 #define CM__SIG_ptr(M, i) M(i, ptr, void *, return, (), (), "() -> void *")
 #define CM__SIG_cstr(M, i) \
     M(i, cstr, const char *, return, (), (), "() -> const char *")

@@ -43,8 +43,19 @@ typedef struct bm_row {
     const char *note;
 } bm_row;
 
-/* Seconds per op for `total` small adds, synchronising every `per_sync`. */
-static double bm_dispatch(cm_device *dev, int total, int per_sync) {
+/* The GPU time (GPUStartTime..GPUEndTime of its command buffers) the
+ * device's default stream has counted so far. */
+static double bm_gpu_seconds(cm_device *dev) {
+    cm_stream *s = NULL;
+    cm_stream_gpu_time g;
+    BM_TRY(cm_device_get_stream(dev, &s));
+    BM_TRY(cm_stream_get_gpu_time(s, &g));
+    return g.seconds;
+}
+
+/* Seconds per op for `total` small adds, synchronising every `per_sync`;
+ * *gpu: the GPU time per op of their command buffers. */
+static double bm_dispatch(cm_device *dev, int total, int per_sync, double *gpu) {
     const int64_t shape[1] = {256};
     cm_tensor_desc desc = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
     cm_tensor *a = NULL, *b = NULL;
@@ -54,6 +65,7 @@ static double bm_dispatch(cm_device *dev, int total, int per_sync) {
     BM_TRY(cm_fill(a, CM_FLOAT64, &one, NULL));
     BM_TRY(cm_binary(CM_BINARY_ADD, a, a, b, NULL)); /* warm-up: compiles the kernels */
     BM_TRY(cm_device_synchronize(dev));
+    const double g0 = bm_gpu_seconds(dev);
     const double t0 = bm_now();
     for (int i = 0; i < total; ++i) {
         BM_TRY(cm_binary(CM_BINARY_ADD, a, a, b, NULL));
@@ -62,6 +74,7 @@ static double bm_dispatch(cm_device *dev, int total, int per_sync) {
     }
     BM_TRY(cm_device_synchronize(dev));
     const double t = (bm_now() - t0) / total;
+    *gpu = (bm_gpu_seconds(dev) - g0) / total;
     cm_tensor_release(a);
     cm_tensor_release(b);
     return t;
@@ -70,7 +83,8 @@ static double bm_dispatch(cm_device *dev, int total, int per_sync) {
 /* Seconds per custom kernel dispatch (y = x + x over 256 f32) for `total`
  * dispatches, synchronising every `per_sync`; `body` uses a body-only
  * kernel (its source is generated and looked up at every call). */
-static double bm_kernel_dispatch(cm_device *dev, int total, int per_sync, bool body) {
+static double bm_kernel_dispatch(cm_device *dev, int total, int per_sync, bool body,
+                                 double *gpu) {
     const int64_t shape[1] = {256};
     cm_tensor_desc desc = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
     cm_tensor *a = NULL, *b = NULL;
@@ -94,6 +108,7 @@ static double bm_kernel_dispatch(cm_device *dev, int total, int per_sync, bool b
                                       .outputs = (cm_tensor *[]){b}, .grid = {256}};
     BM_TRY(body ? cm_body_kernel_dispatch(bk, NULL, &bd) : cm_kernel_dispatch(k, NULL, &dd));
     BM_TRY(cm_device_synchronize(dev));
+    const double g0 = bm_gpu_seconds(dev);
     const double t0 = bm_now();
     for (int i = 0; i < total; ++i) {
         BM_TRY(body ? cm_body_kernel_dispatch(bk, NULL, &bd) : cm_kernel_dispatch(k, NULL, &dd));
@@ -102,6 +117,7 @@ static double bm_kernel_dispatch(cm_device *dev, int total, int per_sync, bool b
     }
     BM_TRY(cm_device_synchronize(dev));
     const double t = (bm_now() - t0) / total;
+    *gpu = (bm_gpu_seconds(dev) - g0) / total;
     cm_body_kernel_release(bk);
     cm_kernel_release(k);
     cm_library_release(lib);
@@ -319,21 +335,29 @@ int bench_metal(bool json, long mib, int reps) {
     free(c.host);
     free(c.other);
 
-    const double d1 = bm_dispatch(dev, 256, 1), d64 = bm_dispatch(dev, 1024, 64);
+    double g1, g64, gk64, gb64; /* GPU time per op, from the command buffers */
+    const double d1 = bm_dispatch(dev, 256, 1, &g1), d64 = bm_dispatch(dev, 1024, 64, &g64);
     (void)bm_alloc_loop(dev, true, 4); /* compiles the fill */
     const double loop_off = bm_alloc_loop(dev, false, 100);
     const double loop_on = bm_alloc_loop(dev, true, 100);
-    const double k64 = bm_kernel_dispatch(dev, 1024, 64, false);
-    const double b64 = bm_kernel_dispatch(dev, 1024, 64, true);
+    const double k64 = bm_kernel_dispatch(dev, 1024, 64, false, &gk64);
+    const double b64 = bm_kernel_dispatch(dev, 1024, 64, true, &gb64);
     const bm_row rows[] = {
         {"dispatch, 1 op per sync", d1 * 1e6, "us/op", "add of 256 f32, commit + wait each"},
+        {"  GPU time, 1 op per sync", g1 * 1e6, "us/op",
+         "GPUStartTime..GPUEndTime of the command buffers"},
+        {"  GPU / wall, 1 op per sync", g1 / d1, "ratio", "the rest is cmetal and the host"},
         {"dispatch, 64 ops per sync", d64 * 1e6, "us/op", "one command buffer per 64 ops"},
+        {"  GPU time, 64 ops per sync", g64 * 1e6, "us/op", ""},
+        {"  GPU / wall, 64 ops per sync", g64 / d64, "ratio", ""},
         {"batching speed-up", d1 / d64, "x", "1-per-sync time / 64-per-sync time"},
         {"custom kernel dispatch, 64 per sync", k64 * 1e6, "us/op",
          "cm_kernel_dispatch of y = x + x, 256 f32"},
+        {"  GPU time, custom kernel", gk64 * 1e6, "us/op", ""},
         {"custom kernel / op dispatch", k64 / d64, "ratio", "beside the add op, 64 per sync"},
         {"body kernel dispatch, 64 per sync", b64 * 1e6, "us/op",
          "cm_body_kernel_dispatch: source generated and looked up per call"},
+        {"  GPU time, body kernel", gb64 * 1e6, "us/op", ""},
         {"body kernel / op dispatch", b64 / d64, "ratio", ""},
         {"kernel start, cold", start_cold * 1e3, "ms", "a new source: the framework compiles"},
         {"kernel start, warm", start_warm * 1e3, "ms",
