@@ -15,7 +15,7 @@
 # Left out (they run host programs on the build, not aarch64 code):
 # install_consumer, cmetal_info_json (run here by hand instead), tool_arguments
 # (it runs the tools as host programs; x86-64 checks their messages), readme_tour,
-# readme_kernels, headers_compile_alone, dlpack_interop (x86-64 Python); and,
+# readme_kernels, headers_compile_alone, dlpack_interop and bench_peers_smoke (x86-64 Python); and,
 # for CI time, test_ops_matrix_cpu (long double references: binary128 on
 # aarch64 Linux, double on a Mac, which the double-reference build runs) and
 # the third-party kernel corpus (outside the repository; skipped without it). test_kernel's tests that
@@ -52,7 +52,7 @@ export CMETAL_QEMU_TIMEOUT=400
 export CMETAL_TEST_SAMPLE=2
 rm -rf build/arm64/softmetal-cache build/arm64/tests/softmetal/kernel-cache
 (cd build/arm64 && ctest --output-on-failure -j"$jobs" --timeout 450 \
-   -E '^(install_consumer|cmetal_info_json|tool_arguments|readme_tour|readme_kernels|headers_compile_alone|dlpack_interop|test_ops_matrix_cpu|test_softmetal_corpus|test_softmetal_corpus_slow)$')
+   -E '^(install_consumer|cmetal_info_json|tool_arguments|readme_tour|readme_kernels|headers_compile_alone|dlpack_interop|bench_peers_smoke|test_ops_matrix_cpu|test_softmetal_corpus|test_softmetal_corpus_slow)$')
 
 # cmetal-info on softmetal, as aarch64: reports the Metal device, as JSON.
 CMETAL_METAL_FRAMEWORK=$root/build/arm64/tools/softmetal/libsoftmetal.so \
