@@ -45,6 +45,14 @@ static const char SRC[] =
     "  }\n"
     "  out[i] = v;\n"
     "}\n"
+    /* A stack frame per thread that lives across a barrier. */
+    "kernel void frames(device uint *out [[buffer(0)]], uint i [[thread_position_in_grid]],\n"
+    "                   uint l [[thread_position_in_threadgroup]]) {\n"
+    "  uint tmp[37];\n"
+    "  for (uint k = 0; k < 37u; k++) tmp[k] = i * k + l;\n"
+    "  threadgroup_barrier(mem_flags::mem_none);\n"
+    "  out[i] = tmp[(i * 5u) % 37u] + tmp[l % 37u];\n"
+    "}\n"
     "kernel void saxpy(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
     "                  uint i [[thread_position_in_grid]]) {\n"
     "  y[i] = 2.0f * x[i] + 1.0f;\n"
@@ -165,6 +173,23 @@ Test(exec, both_fiber_switches_run_barriers_and_simd_functions_alike) {
     cr_assert_eq(own[i], want[i], "own switch, out[%d]", i);
     cr_assert_eq(ucontext[i], want[i], "swapcontext, out[%d]", i);
   }
+}
+
+/* Many short fibers on two workers: memcheck once took the first frame of
+ * a fiber for a stack switch when the other worker had switched last, and
+ * reported its writes (tools/ci/stage-10-valgrind.sh runs this suite). */
+Test(exec, many_short_fibers_on_two_workers_keep_their_frames) {
+  setenv("SOFTMETAL_THREADS", "2", 1);
+  enum { TG = 256, N = TG * 64 };
+  id buf = sm_buffer(NULL, N * 4);
+  for (int rep = 0; rep < 2; rep++)
+    sm_dispatch(sm_lib, "frames", &buf, 1, SM_SIZE(N, 1, 1), SM_SIZE(TG, 1, 1), false, 0);
+  const uint32_t *out = sm_contents(buf);
+  for (uint32_t i = 0; i < N; i++) {
+    uint32_t l = i % TG, want = i * ((i * 5u) % 37u) + l + i * (l % 37u) + l;
+    cr_assert_eq(out[i], want, "out[%u]", i);
+  }
+  sm_release(buf);
 }
 
 Test(exec, an_unknown_fiber_switch_aborts, .signal = SIGABRT) {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* softmetal kernel execution: a plain loop for kernels without barriers or
  * simdgroup functions, fibers (one per thread of a threadgroup) otherwise.
- * Fiber switches are announced to ASan, TSan and valgrind. They are
- * sm_fiber.c's switches on x86-64 and aarch64 (no system call), swapcontext
+ * Fiber switches are announced to ASan and TSan; valgrind recognises them by
+ * their size (see setup_fibers). They are sm_fiber.c's switches on x86-64 and aarch64 (no system call), swapcontext
  * elsewhere or under SOFTMETAL_FIBER_SWITCH=ucontext. */
 #define _GNU_SOURCE /* MAP_ANONYMOUS, ucontext */
 #include "sm_fiber.h"
@@ -82,7 +82,6 @@ typedef struct {
   unsigned char *stack;
   void *fake_stack;
   void *tsan_fiber;
-  unsigned valgrind_id;
   void *entry_frame; /* fiber_entry's frame: where the site walk stops */
   call_site site;
 } fiber;
@@ -608,10 +607,31 @@ static bool read_fiber_switch(void) {
   sm__fatal("SOFTMETAL_FIBER_SWITCH=%s: expected own or ucontext", v);
 }
 
+/* Under valgrind the fiber stacks are not registered with
+ * VALGRIND_STACK_REGISTER: memcheck keeps one "current stack" for the whole
+ * process, so once another thread has switched stacks, a fiber's next
+ * stack-pointer change of an unusual size (a frame of 0xa8 bytes) is taken
+ * for a switch into a registered stack and the new frame stays inaccessible:
+ * false "Invalid write" reports that depend on scheduling. Instead each stack
+ * sits at the top of its own VG_SLOT of inaccessible address space, with a
+ * slot below and above the lot, so every switch moves the stack pointer by
+ * more than memcheck's --max-stackframe (2 MiB unless raised) and is
+ * recognised as one, while moves within a stack never are. */
+enum { VG_SLOT = 4 * 1024 * 1024 };
+
 static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t errlen) {
-  r->stacks_len = (size_t)max_threads * STACK_SIZE;
-  void *m = mmap(NULL, r->stacks_len, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  size_t slot = STACK_SIZE, pad = 0;
+  int prot = PROT_READ | PROT_WRITE;
+#if SM_VALGRIND
+  if (RUNNING_ON_VALGRIND) {
+    slot = VG_SLOT;
+    pad = VG_SLOT;
+    prot = PROT_NONE;
+  }
+#endif
+  /* max_threads <= 1024 (the pipeline's limit): no overflow. */
+  r->stacks_len = 2 * pad + (size_t)max_threads * slot;
+  void *m = mmap(NULL, r->stacks_len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   r->fibers = calloc(max_threads, sizeof *r->fibers);
   if (m == MAP_FAILED || !r->fibers) {
     if (m != MAP_FAILED) munmap(m, r->stacks_len);
@@ -622,12 +642,12 @@ static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t e
   }
   r->stacks = m;
   for (uint32_t i = 0; i < max_threads; i++) {
-    r->fibers[i].stack = r->stacks + (size_t)i * STACK_SIZE;
-    mprotect(r->fibers[i].stack, STACK_GUARD, PROT_NONE);
-#if SM_VALGRIND
-    r->fibers[i].valgrind_id =
-        VALGRIND_STACK_REGISTER(r->fibers[i].stack, r->fibers[i].stack + STACK_SIZE);
-#endif
+    unsigned char *stack = r->stacks + pad + (size_t)i * slot + (slot - STACK_SIZE);
+    r->fibers[i].stack = stack;
+    if (prot == PROT_NONE)
+      mprotect(stack + STACK_GUARD, STACK_SIZE - STACK_GUARD, PROT_READ | PROT_WRITE);
+    else
+      mprotect(stack, STACK_GUARD, PROT_NONE);
 #if SM_TSAN
     r->fibers[i].tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -637,14 +657,9 @@ static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t e
 
 static void teardown(run_state *r, uint32_t max_threads) {
   if (r->stacks) {
-    for (uint32_t i = 0; i < max_threads; i++) {
-#if SM_VALGRIND
-      VALGRIND_STACK_DEREGISTER(r->fibers[i].valgrind_id);
-#endif
 #if SM_TSAN
-      __tsan_destroy_fiber(r->fibers[i].tsan_fiber);
+    for (uint32_t i = 0; i < max_threads; i++) __tsan_destroy_fiber(r->fibers[i].tsan_fiber);
 #endif
-    }
     (void)max_threads;
     munmap(r->stacks, r->stacks_len);
   }
