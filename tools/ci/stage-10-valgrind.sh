@@ -55,14 +55,9 @@ check_suite() {
 }
 export -f check_suite
 
-# test_ops_matrix_cpu skips its exact-reference tests under valgrind (its
-# long double references); test_ops_matrix_cpu_double_ref runs every test
-# of the same source there, so only the latter runs here. For the same
-# reason test_dlpack_v1_header (test_dlpack's sources against the DLPack
-# 1.x header) is left to ASan, and so are the softmetal conformance suites
-# (test_softmetal_conformance_*): they check MSL answers through the same
-# library, pipeline and dispatch paths the other softmetal suites run here,
-# and would add about 190 s of valgrind time (valgrind-clean when added).
+# The suites: tools/ci/valgrind-suites.sh says which and why. They run
+# only here in the release build (tools/ci/test.sh leaves them out of its
+# ctest run): a failing test fails this stage as it would fail ctest.
 # The op matrix runs a third of its cases here (CMETAL_TEST_SAMPLE, picked
 # by a hash so every op, dtype, shape and layout still comes up): its
 # instrumented kernels made it a quarter of this stage. Every other build runs
@@ -70,7 +65,6 @@ export -f check_suite
 # alone at the end.
 export CMETAL_TEST_SAMPLE=3
 first='/test_ops_matrix_(metal|cpu_double_ref)$|/test_objc_(apple|gnu)$|/test_dlpack$'
-suites=$(grep -v -e '^$' -e '/test_ops_matrix_cpu$' -e '/test_dlpack_v1_header$' \
-  -e '/test_softmetal_conformance_' "$list")
+suites=$(tools/ci/valgrind-suites.sh "$list")
 { grep -E "$first" <<<"$suites" || true; grep -vE "$first" <<<"$suites" || true; } |
   xargs -d '\n' -P 2 -I{} bash -c 'check_suite "$1"' _ {}
