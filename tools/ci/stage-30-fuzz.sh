@@ -33,9 +33,11 @@ runs_for() {
   esac
 }
 
-status=0
-for t in $targets; do
-  cmake --build build/fuzz -j2 --target "fuzz_$t" >/dev/null
+# Each target runs on one core: two at a time, each printing its lines when
+# it is done.
+fuzz_target() {
+  local t=$1 work start runs cov_line what f
+  local -a budget
   work=build/fuzz/run-$t
   rm -rf "$work" && mkdir -p "$work/corpus" "$work/crashes"
   cp tests/fuzz/corpus/"$t"/* "$work/corpus/" 2>/dev/null || true
@@ -61,7 +63,17 @@ for t in $targets; do
       [ -f "$f" ] || continue
       echo "input $f (base64): $(base64 -w0 "$f")"
     done
-    status=1
+    return 1
   fi
-done
+}
+
+# shellcheck disable=SC2046 # one word per target
+cmake --build build/fuzz -j2 --target $(printf 'fuzz_%s ' $targets) >/dev/null
+export seed
+export -f fuzz_target runs_for
+status=0
+# xargs fails when any target failed; each report is printed whole.
+printf '%s\n' $targets |
+  xargs -P 2 -I{} bash -c 'fuzz_target "$1" > "build/fuzz/report-$1.txt" 2>&1' _ {} || status=1
+for t in $targets; do cat "build/fuzz/report-$t.txt"; done
 exit $status
