@@ -105,7 +105,7 @@ typedef struct cm__metal_device {
     cm__id pipelines[CM__KERNEL_COUNT];    /* id<MTLComputePipelineState>, +1 */
     cm__uint max_threads[CM__KERNEL_COUNT];
     cm__uint simd_width[CM__KERNEL_COUNT];
-    /* Every library and pipeline made on the device (metal_dispatch.c). */
+    /* Every library and pipeline made on the device (metal_pipeline.c). */
     pthread_mutex_t cache_lock;
     cm__metal_cached *cache;
     uint64_t cache_serial;
@@ -215,8 +215,8 @@ static inline cm__metal_buffer *cm__mtl_buf(const cm_buffer *b) {
  *   0. metal_alloc.c    the caching allocator of MTLBuffers
  *   1. metal_stream.c   streams, numbered command buffers, fences, buffers
  *                       and their tracking
- *   2. metal_dispatch.c libraries, pipelines and their cache; the encode
- *                       path of compute dispatches and blits
+ *   2. metal_pipeline.c libraries, pipelines and their cache
+ *      metal_encode.c   the encode path of compute dispatches and blits
  *   3. metal_ops.c      cmetal's ops over the kernels of msl/
  *      metal_transfer.c host access and private-storage transfers
  *   4. metal_kernel.c   the kernel backend table (cmetal/kernel.h)
@@ -329,7 +329,7 @@ void cm__metal_buffer_free_unpooled(cm_buffer *buffer);
 void cm__metal_buffer_publish(cm_buffer *buffer);
 void cm__metal_buffer_host_modified(cm_buffer *buffer, size_t offset, size_t size);
 
-/* ==== 2. pipelines and the encode path (metal_dispatch.c) ==== */
+/* ==== 2. pipelines (metal_pipeline.c) and the encode path (metal_encode.c) ==== */
 
 /* The device's cache of libraries and pipelines: init with the device,
  * destroy when it goes (releases them). Libraries and pipelines are cached

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The kernel backend table of the Metal device (cmetal/kernel.h):
- * libraries, kernels and dispatches over metal_dispatch.c, and the
- * pipeline cache on disk. */
+ * libraries, kernels and dispatches over metal_pipeline.c and
+ * metal_encode.c, and the pipeline cache on disk. */
 #include "metal_internal.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Ops on Metal: the msl/ kernels, compiled from the embedded source at
  * first use per device, one pipeline per kernel cached with the device,
- * all through the path of custom kernels (metal_dispatch.c): its library and
- * pipeline cache, and its dispatch encoder.
+ * all through the path of custom kernels: its library and pipeline cache
+ * (metal_pipeline.c), and its dispatch encoder (metal_encode.c).
  * run_op encodes a dispatch into the default stream's open command buffer
  * and never commits: ops between two syncs share one command buffer.
  *
