@@ -130,7 +130,7 @@ CM__FLOAT_ACCS(CM_BFLOAT16, uint16_t, CM__LD_BF16)
 CM__FLOAT_ACCS(CM_FLOAT32, float, CM__LD_SAME)
 CM__FLOAT_ACCS(CM_FLOAT64, double, CM__LD_SAME)
 
-#define CM__ACC_ROW(E, T, DOM, LD, KIND, SAT)                                            \
+#define CM__ACC_ROW(E, T, DOM, LD, KIND, SAT, MTL)                                          \
     [E] = {{cm__acc_sum_##E, cm__acc_max_##E, cm__acc_min_##E},                          \
            {cm__acc_sum_##E##_vec, cm__acc_max_##E##_vec, cm__acc_min_##E##_vec}},
 /* [dtype][scalar, vector][kind] */

@@ -4,6 +4,7 @@
 #define CMETAL_METAL_INTERNAL_H
 
 #include "core/backend.h"
+#include "core/convert.h"
 #include "objc/bridge.h"
 
 #include <pthread.h>
@@ -18,6 +19,37 @@ enum {
     CM__MTL_STORAGE_MODE_PRIVATE = 2,
     CM__MTL_STORAGE_MODE_MEMORYLESS = 3,
 };
+
+/* MTLDataType values (Metal/MTLDataType.h) of the dtypes; NONE (0,
+ * MTLDataTypeNone) where Metal has no such type. */
+enum {
+    CM__MTL_DATA_NONE = 0,
+    CM__MTL_DATA_FLOAT = 3,
+    CM__MTL_DATA_HALF = 16,
+    CM__MTL_DATA_INT = 29,
+    CM__MTL_DATA_UINT = 33,
+    CM__MTL_DATA_SHORT = 37,
+    CM__MTL_DATA_USHORT = 41,
+    CM__MTL_DATA_CHAR = 45,
+    CM__MTL_DATA_UCHAR = 49,
+    CM__MTL_DATA_BOOL = 53,
+    CM__MTL_DATA_LONG = 81,
+    CM__MTL_DATA_ULONG = 85,
+    CM__MTL_DATA_BFLOAT = 121,
+};
+
+/* The MTLDataType of a dtype, from the dtype table (core/convert.h):
+ * CM__MTL_DATA_NONE for a dtype Metal has not (the MSL kernels take the
+ * others). */
+static inline cm__uint cm__mtl_data_type(cm_dtype dt) {
+    switch (dt) {
+#define CM__MTL_CASE(E, T, DOM, LD, KIND, SAT, MTL) \
+    case E: return CM__MTL_DATA_##MTL;
+        CM__DTYPE_LIST(CM__MTL_CASE)
+#undef CM__MTL_CASE
+    default: return CM__MTL_DATA_NONE;
+    }
+}
 
 /* MTLHazardTrackingMode. */
 enum { CM__MTL_HAZARD_UNTRACKED = 1 };

@@ -12,22 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* MTLDataType values (Metal/MTLDataType.h). */
-enum {
-    CM__MTL_DATA_FLOAT = 3,
-    CM__MTL_DATA_HALF = 16,
-    CM__MTL_DATA_INT = 29,
-    CM__MTL_DATA_UINT = 33,
-    CM__MTL_DATA_SHORT = 37,
-    CM__MTL_DATA_USHORT = 41,
-    CM__MTL_DATA_CHAR = 45,
-    CM__MTL_DATA_UCHAR = 49,
-    CM__MTL_DATA_BOOL = 53,
-    CM__MTL_DATA_LONG = 81,
-    CM__MTL_DATA_ULONG = 85,
-    CM__MTL_DATA_BFLOAT = 121,
-};
-
 /* One cached library or pipeline. */
 struct cm__metal_cached {
     uint64_t hash;
@@ -280,24 +264,6 @@ cm_status cm__metal_library_data(const char *func, cm__metal_device *d, const vo
 }
 
 /* ------------------------------------------------------------ pipelines */
-
-static cm__uint cm__mtl_data_type(cm_dtype dt) {
-    switch (dt) {
-    case CM_BOOL: return CM__MTL_DATA_BOOL;
-    case CM_INT8: return CM__MTL_DATA_CHAR;
-    case CM_INT16: return CM__MTL_DATA_SHORT;
-    case CM_INT32: return CM__MTL_DATA_INT;
-    case CM_INT64: return CM__MTL_DATA_LONG;
-    case CM_UINT8: return CM__MTL_DATA_UCHAR;
-    case CM_UINT16: return CM__MTL_DATA_USHORT;
-    case CM_UINT32: return CM__MTL_DATA_UINT;
-    case CM_UINT64: return CM__MTL_DATA_ULONG;
-    case CM_FLOAT16: return CM__MTL_DATA_HALF;
-    case CM_BFLOAT16: return CM__MTL_DATA_BFLOAT;
-    case CM_FLOAT32: return CM__MTL_DATA_FLOAT;
-    default: return 0;
-    }
-}
 
 /* Whether fn declares function constants (functionConstantsDictionary,
  * macOS 10.12; a framework without it is taken to have none). */
