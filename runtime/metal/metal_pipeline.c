@@ -87,6 +87,48 @@ static cm__metal_cached *cm__cache_add(cm__metal_device *d, uint64_t hash, const
     return c;
 }
 
+/* Makes the object of a missing entry (+1 in made->object; made->info and
+ * made->sig for pipelines) from ctx; on failure releases what it made.
+ * cache_lock held. */
+typedef cm_status (*cm__cache_make_fn)(const char *func, cm__metal_device *d, const void *ctx,
+                                       cm__metal_cached *made);
+
+/* The one find-or-make of libraries and pipelines: the entry of `key`,
+ * made by make(ctx) on a miss, under cache_lock so that concurrent callers
+ * make it once. On success *out has its object (+1), serial and info, and
+ * *sig (when not NULL) its bindings. */
+static cm_status cm__cache_get(const char *func, cm__metal_device *d, const char *key, size_t n,
+                               cm__cache_make_fn make, const void *ctx, cm__metal_cached *out,
+                               cm__kernel_signature *sig) {
+    const uint64_t hash = cm__fnv1a(key, n);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
+    if (c == NULL) {
+        cm__metal_cached made = {.object = NULL};
+        status = make(func, d, ctx, &made);
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, n, made.object);
+            if (c == NULL) {
+                cm__objc_release(made.object);
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            } else {
+                c->info = made.info;
+                c->sig = made.sig;
+            }
+        }
+    }
+    if (status == CM_OK) {
+        out->object = cm__objc_retain(c->object);
+        out->serial = c->serial;
+        out->info = c->info;
+        if (sig != NULL)
+            *sig = c->sig;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    return status;
+}
+
 /* ------------------------------------------------------------ compile */
 
 /* New MTLCompileOptions (+1) for `o`. The language version is set first,
@@ -102,9 +144,7 @@ static cm_status cm__compile_options_new(const char *func, const cm__compile_opt
     cm__class cls = CM__CLASS(MTLCompileOptions);
     if (cls == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE, "the Metal framework has no MTLCompileOptions");
-    cm__id options = cm__msg_alloc((cm__id)cls);
-    if (options != NULL)
-        options = cm__msg_init(options);
+    cm__id options = cm__objc_new(cls);
     if (options == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE, "MTLCompileOptions alloc/init returned nil");
     if (o->language_version != 0) {
@@ -168,34 +208,25 @@ typedef struct cm__library_origin {
 static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data,
                                       size_t size, cm__id *out);
 
+/* Makes a library from a cm__library_origin. */
+static cm_status cm__library_make(const char *func, cm__metal_device *d, const void *ctx,
+                                  cm__metal_cached *made) {
+    const cm__library_origin *from = ctx;
+    return from->source != NULL
+               ? cm__metal_compile(func, d->device, from->source, from->options, &made->object)
+               : cm__metal_load_bytes(func, d->device, from->data, from->size, &made->object);
+}
+
 /* The device's library for `key` (+1 in *out), made from `from` on first
- * use; concurrent callers make it once. Takes the cache lock. */
+ * use. Takes the cache lock. */
 static cm_status cm__cached_library(const char *func, cm__metal_device *d, const char *key,
                                     size_t n, const cm__library_origin *from, cm__id *out,
                                     uint64_t *serial) {
-    const uint64_t hash = cm__fnv1a(key, n);
-    cm_status status = CM_OK;
-    pthread_mutex_lock(&d->cache_lock);
-    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
-    if (c == NULL) {
-        cm__id lib = NULL;
-        status = from->source != NULL
-                     ? cm__metal_compile(func, d->device, from->source, from->options, &lib)
-                     : cm__metal_load_bytes(func, d->device, from->data, from->size, &lib);
-        if (status == CM_OK) {
-            c = cm__cache_add(d, hash, key, n, lib);
-            if (c == NULL) {
-                cm__objc_release(lib);
-                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
-            }
-        }
-    }
-    if (status == CM_OK) {
-        *out = cm__objc_retain(c->object);
-        *serial = c->serial;
-    }
-    pthread_mutex_unlock(&d->cache_lock);
-    return status;
+    cm__metal_cached got;
+    CM__TRY(cm__cache_get(func, d, key, n, cm__library_make, from, &got, NULL));
+    *out = got.object;
+    *serial = got.serial;
+    return CM_OK;
 }
 
 cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *source,
@@ -304,10 +335,7 @@ static cm_status cm__function(const char *func, cm__id library, const char *name
         }
         cm__objc_release(fn);
     }
-    cm__class cls = CM__CLASS(MTLFunctionConstantValues);
-    cm__id values = cls != NULL ? cm__msg_alloc((cm__id)cls) : NULL;
-    if (values != NULL)
-        values = cm__msg_init(values);
+    cm__id values = cm__objc_new(CM__CLASS(MTLFunctionConstantValues));
     if (values == NULL) {
         cm__objc_release(ns_name);
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
@@ -406,9 +434,7 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
     cm__class array_cls = CM__CLASS(NSArray);
     if (cls == NULL || array_cls == NULL)
         return NULL;
-    cm__id desc = cm__msg_alloc((cm__id)cls);
-    if (desc != NULL)
-        desc = cm__msg_init(desc);
+    cm__id desc = cm__objc_new(cls);
     if (desc == NULL)
         return NULL;
     void *pool = cm__objc_pool_push();
@@ -433,6 +459,58 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
     return pipeline;
 }
 
+/* What a pipeline of the cache is made from, on a miss. */
+typedef struct cm__pipeline_origin {
+    cm__id library;
+    const char *name;
+    const cm_function_constant *constants;
+    uint32_t nconst;
+} cm__pipeline_origin;
+
+/* Makes a pipeline (through the binary archive when the device has one),
+ * its limits and its bindings from a cm__pipeline_origin. */
+static cm_status cm__pipeline_make(const char *func, cm__metal_device *d, const void *ctx,
+                                   cm__metal_cached *made) {
+    const cm__pipeline_origin *from = ctx;
+    const char *name = from->name;
+    cm__id fn = NULL;
+    cm_status status = cm__function(func, from->library, name, from->constants, from->nconst, &fn);
+    cm__id pipeline = NULL;
+    cm__kernel_signature bindings;
+    if (status == CM_OK && d->archive != NULL)
+        pipeline = cm__pipeline_from_archive(d, fn, &bindings);
+    if (status == CM_OK && pipeline == NULL) {
+        void *pool = cm__objc_pool_push();
+        cm__id error = NULL, reflection = NULL; /* autoreleased */
+        pipeline = cm__msg_newComputePipelineStateWithFunction_options_reflection_error(
+            d->device, fn, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
+        if (pipeline == NULL)
+            status = cm__pipeline_error(func, error, name, from->nconst);
+        else
+            cm__read_reflection(reflection, &bindings);
+        cm__objc_pool_pop(pool);
+    }
+    cm__objc_release(fn);
+    cm_kernel_info ki = {0};
+    if (status == CM_OK) {
+        ki.max_threads_per_threadgroup = (uint32_t)cm__msg_maxTotalThreadsPerThreadgroup(pipeline);
+        ki.thread_execution_width = (uint32_t)cm__msg_threadExecutionWidth(pipeline);
+        if (cm__msg_respondsToSelector(pipeline, CM__SEL(staticThreadgroupMemoryLength)))
+            ki.static_threadgroup_memory =
+                (uint32_t)cm__msg_staticThreadgroupMemoryLength(pipeline);
+        if (ki.max_threads_per_threadgroup == 0 || ki.thread_execution_width == 0)
+            status = cm__fail_as(func, CM_ERR_DEVICE, "pipeline %s reports no threads", name);
+    }
+    if (status != CM_OK) {
+        cm__objc_release(pipeline);
+        return status;
+    }
+    made->object = pipeline;
+    made->info = ki;
+    made->sig = bindings;
+    return CM_OK;
+}
+
 cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
                              uint64_t library_serial, const char *name,
                              const cm_function_constant *constants, uint32_t nconst,
@@ -454,58 +532,10 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
         memcpy(key + len + 8, constants[i].value, size);
         len += 8 + size;
     }
-    const uint64_t hash = cm__fnv1a(key, len);
-    cm_status status = CM_OK;
-    pthread_mutex_lock(&d->cache_lock);
-    cm__metal_cached *c = cm__cache_find(d, hash, key, len);
-    if (c == NULL) {
-        cm__id fn = NULL;
-        status = cm__function(func, library, name, constants, nconst, &fn);
-        cm__id pipeline = NULL;
-        cm__kernel_signature bindings;
-        if (status == CM_OK && d->archive != NULL)
-            pipeline = cm__pipeline_from_archive(d, fn, &bindings);
-        if (status == CM_OK && pipeline == NULL) {
-            void *pool = cm__objc_pool_push();
-            cm__id error = NULL, reflection = NULL; /* autoreleased */
-            pipeline = cm__msg_newComputePipelineStateWithFunction_options_reflection_error(
-                d->device, fn, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
-            if (pipeline == NULL)
-                status = cm__pipeline_error(func, error, name, nconst);
-            else
-                cm__read_reflection(reflection, &bindings);
-            cm__objc_pool_pop(pool);
-        }
-        cm__objc_release(fn);
-        cm_kernel_info ki = {0};
-        if (status == CM_OK) {
-            ki.max_threads_per_threadgroup = (uint32_t)cm__msg_maxTotalThreadsPerThreadgroup(pipeline);
-            ki.thread_execution_width = (uint32_t)cm__msg_threadExecutionWidth(pipeline);
-            if (cm__msg_respondsToSelector(pipeline, CM__SEL(staticThreadgroupMemoryLength)))
-                ki.static_threadgroup_memory =
-                    (uint32_t)cm__msg_staticThreadgroupMemoryLength(pipeline);
-            if (ki.max_threads_per_threadgroup == 0 || ki.thread_execution_width == 0)
-                status = cm__fail_as(func, CM_ERR_DEVICE, "pipeline %s reports no threads",
-                                     name);
-        }
-        if (status == CM_OK) {
-            c = cm__cache_add(d, hash, key, len, pipeline);
-            if (c == NULL) {
-                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
-            } else {
-                c->info = ki;
-                c->sig = bindings;
-            }
-        }
-        if (status != CM_OK)
-            cm__objc_release(pipeline);
-    }
-    if (status == CM_OK) {
-        *out = cm__objc_retain(c->object);
-        *info = c->info;
-        if (sig != NULL)
-            *sig = c->sig;
-    }
-    pthread_mutex_unlock(&d->cache_lock);
-    return status;
+    const cm__pipeline_origin from = {library, name, constants, nconst};
+    cm__metal_cached got;
+    CM__TRY(cm__cache_get(func, d, key, len, cm__pipeline_make, &from, &got, sig));
+    *out = got.object;
+    *info = got.info;
+    return CM_OK;
 }
