@@ -318,6 +318,16 @@ static bool cm__is_float(cm_dtype d) {
     return cm__dtype(d)->kind == CM_KIND_FLOAT;
 }
 
+/* The checks every op with one input starts with: out writable, in on
+ * out's device, and the stream (NULL: the default one) of that device. */
+static cm_status cm__check_one_input(const char *func, const char *out_name, const cm_tensor *out,
+                                     const char *in_name, const cm_tensor *in,
+                                     cm_stream **stream) {
+    CM__TRY(cm__check_out(func, out_name, out));
+    CM__TRY(cm__check_device(func, out_name, out, in_name, in));
+    return cm__op_stream(func, out, *stream, stream);
+}
+
 /* ------------------------------------------------------------ fill */
 
 cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value, cm_stream *stream) {
@@ -338,9 +348,7 @@ cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value, cm_strea
 
 static cm_status cm__copy_or_cast(const char *func, cm__op_kind kind, const cm_tensor *src,
                                   cm_tensor *dst, cm_stream *stream) {
-    CM__TRY(cm__check_out(func, "dst", dst));
-    CM__TRY(cm__check_device(func, "dst", dst, "src", src));
-    CM__TRY(cm__op_stream(func, dst, stream, &stream));
+    CM__TRY(cm__check_one_input(func, "dst", dst, "src", src, &stream));
     if (kind == CM__OP_COPY && src->dtype != dst->dtype)
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH,
                            "src dtype %s differs from dst dtype %s (cm_cast converts)",
@@ -380,9 +388,7 @@ cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream
     CM__REQUIRE_NONNULL(x);
     CM__REQUIRE_NONNULL(out);
     const char *func = __func__;
-    CM__TRY(cm__check_out(func, "out", out));
-    CM__TRY(cm__check_device(func, "out", out, "x", x));
-    CM__TRY(cm__op_stream(func, out, stream, &stream));
+    CM__TRY(cm__check_one_input(func, "out", out, "x", x, &stream));
     if (x->dtype != out->dtype)
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH, "x dtype %s differs from out dtype %s",
                            cm__dname(x->dtype), cm__dname(out->dtype));
@@ -451,9 +457,7 @@ cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor
     CM__REQUIRE_NONNULL(x);
     CM__REQUIRE_NONNULL(out);
     const char *func = __func__;
-    CM__TRY(cm__check_out(func, "out", out));
-    CM__TRY(cm__check_device(func, "out", out, "x", x));
-    CM__TRY(cm__op_stream(func, out, stream, &stream));
+    CM__TRY(cm__check_one_input(func, "out", out, "x", x, &stream));
     const int32_t nd = x->ndim;
     int32_t a = -1;
     if (axis != CM_AXIS_ALL) {
