@@ -15,7 +15,9 @@
 #include <metal_stdlib>
 using namespace metal;
 
-// cm_dtype values (include/cmetal/dtype.h).
+// cm_dtype values (include/cmetal/dtype.h): every dtype of CM__DTYPE_LIST
+// (runtime/core/convert.h) with an MTLDataType, checked with its size and
+// domain below by tests/core/test_tables.c.
 #define CM_BOOL 1
 #define CM_INT8 2
 #define CM_INT16 3
@@ -85,10 +87,11 @@ struct cm_reduce_args {
 
 inline uint cm_dtype_size(uint dt) {
     switch (dt) {
+    case CM_BOOL: case CM_INT8: case CM_UINT8: return 1;
     case CM_INT16: case CM_UINT16: case CM_FLOAT16: case CM_BFLOAT16: return 2;
     case CM_INT32: case CM_UINT32: case CM_FLOAT32: return 4;
     case CM_INT64: case CM_UINT64: return 8;
-    default: return 1;
+    default: return 1; // not reached: the host checks the dtype
     }
 }
 
@@ -229,9 +232,10 @@ struct cm_num {
 
 inline uint cm_domain(uint dt) {
     switch (dt) {
+    case CM_BOOL: case CM_INT8: case CM_INT16: case CM_INT32: case CM_INT64: return CM_DOM_I;
     case CM_UINT8: case CM_UINT16: case CM_UINT32: case CM_UINT64: return CM_DOM_U;
     case CM_FLOAT16: case CM_BFLOAT16: case CM_FLOAT32: return CM_DOM_F;
-    default: return CM_DOM_I;
+    default: return CM_DOM_I; // not reached
     }
 }
 

@@ -3,7 +3,8 @@
 // broadcast with stride 0). Integers compute in 64 bits and wrap when
 // stored; float16 and bfloat16 compute in float32 and round once.
 
-// cm_unary_op values (include/cmetal/ops.h).
+// cm_unary_op values (include/cmetal/ops.h; every op of
+// runtime/core/op_table.h, checked by tests/core/test_tables.c).
 #define CM_UNARY_NEG 1
 #define CM_UNARY_ABS 2
 #define CM_UNARY_SQUARE 3
@@ -51,7 +52,8 @@ inline float cm_unary_float(uint op, float x) {
     case CM_UNARY_TANH: return precise::tanh(x);
     case CM_UNARY_SIGMOID: return 1.0f / (1.0f + precise::exp(-x));
     case CM_UNARY_FLOOR: return floor(x);
-    default: return ceil(x);
+    case CM_UNARY_CEIL: return ceil(x);
+    default: return x; // not reached: the host checks the op
     }
 }
 
@@ -62,10 +64,11 @@ inline ulong cm_unary_int(uint op, ulong x, bool is_signed) {
     case CM_UNARY_ABS: return (is_signed && s < 0l) ? 0ul - x : x;
     case CM_UNARY_SQUARE: return x * x;
     case CM_UNARY_RELU: return (is_signed && s < 0l) ? 0ul : x;
-    default: // sign
+    case CM_UNARY_SIGN:
         if (!is_signed)
             return x != 0ul ? 1ul : 0ul;
         return s > 0l ? 1ul : s < 0l ? ~0ul : 0ul;
+    default: return x; // not reached: float-only ops take floats
     }
 }
 
@@ -86,6 +89,15 @@ kernel void cm_unary(device uchar *out [[buffer(0)]],
     }
 }
 
+// Whether the op compares (its result is bool).
+inline bool cm_binary_compares(uint op) {
+    switch (op) {
+    case CM_BINARY_EQ: case CM_BINARY_NE: case CM_BINARY_LT:
+    case CM_BINARY_LE: case CM_BINARY_GT: case CM_BINARY_GE: return true;
+    default: return false;
+    }
+}
+
 // Comparisons: NaN is unequal to everything.
 inline bool cm_compare(uint op, cm_num x, cm_num y) {
     if (x.dom == CM_DOM_F) {
@@ -97,7 +109,8 @@ inline bool cm_compare(uint op, cm_num x, cm_num y) {
         case CM_BINARY_LT: return x.f < y.f;
         case CM_BINARY_LE: return x.f <= y.f;
         case CM_BINARY_GT: return x.f > y.f;
-        default: return x.f >= y.f;
+        case CM_BINARY_GE: return x.f >= y.f;
+        default: return false; // not reached
         }
     }
     if (x.dom == CM_DOM_I) {
@@ -108,7 +121,8 @@ inline bool cm_compare(uint op, cm_num x, cm_num y) {
         case CM_BINARY_LT: return p < q;
         case CM_BINARY_LE: return p <= q;
         case CM_BINARY_GT: return p > q;
-        default: return p >= q;
+        case CM_BINARY_GE: return p >= q;
+        default: return false; // not reached
         }
     }
     switch (op) {
@@ -117,7 +131,8 @@ inline bool cm_compare(uint op, cm_num x, cm_num y) {
     case CM_BINARY_LT: return x.x < y.x;
     case CM_BINARY_LE: return x.x <= y.x;
     case CM_BINARY_GT: return x.x > y.x;
-    default: return x.x >= y.x;
+    case CM_BINARY_GE: return x.x >= y.x;
+    default: return false; // not reached
     }
 }
 
@@ -128,7 +143,8 @@ inline float cm_binary_float(uint op, float x, float y) {
     case CM_BINARY_MUL: return x * y;
     case CM_BINARY_DIV: return x / y;
     case CM_BINARY_MIN: return (cm_isnan(x) || x < y) ? x : y;
-    default: return (cm_isnan(x) || x > y) ? x : y;
+    case CM_BINARY_MAX: return (cm_isnan(x) || x > y) ? x : y;
+    default: return x; // not reached
     }
 }
 
@@ -146,7 +162,8 @@ inline ulong cm_binary_int(uint op, ulong x, ulong y, bool is_signed) {
             return x / y;
         return q == -1l ? 0ul - x : ulong(p / q);
     case CM_BINARY_MIN: return (is_signed ? p < q : x < y) ? x : y;
-    default: return (is_signed ? p > q : x > y) ? x : y;
+    case CM_BINARY_MAX: return (is_signed ? p > q : x > y) ? x : y;
+    default: return x; // not reached
     }
 }
 
@@ -158,7 +175,7 @@ kernel void cm_binary(device uchar *out [[buffer(0)]],
                       uint gsize [[threads_per_grid]]) {
     const uint dt = a.in0_dtype, size = cm_dtype_size(dt), dom = cm_domain(dt);
     const uint odt = a.out_dtype, osize = cm_dtype_size(odt);
-    const bool compare = a.code >= CM_BINARY_EQ;
+    const bool compare = cm_binary_compares(a.code);
     for (long i = long(gid); i < a.numel; i += long(gsize)) {
         const long o = cm_offset(i, a.ndim, a.shape, a.out_strides);
         const long s0 = cm_offset(i, a.ndim, a.shape, a.in0_strides);

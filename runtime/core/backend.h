@@ -345,8 +345,14 @@ cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *des
 cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape,
                             size_t itemsize, int64_t *strides_out, int64_t *numel_out);
 
-/* A new device with refcount 1 over `impl`, with its default stream. On
- * failure the backend still owns impl. */
+/* The constructor every backend's device goes through: `device` with
+ * refcount 1 over `impl`, with its default stream (made in
+ * `default_stream` when not NULL: a backend's static device, the CPU's;
+ * else allocated). On failure the backend still owns impl. */
+cm_status cm__device_init(cm_device *device, const cm__backend *backend, void *impl,
+                          cm_stream *default_stream);
+
+/* cm__device_init of a newly allocated device. */
 cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out);
 
 /* Destroys a device whose last reference went: its default stream (after
@@ -354,8 +360,11 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
 void cm__device_destroy(cm_device *device);
 
 /* A new stream of the device (the default one when is_default; over the
- * program's own queue `native` unless NULL), its backend state made and linked into the device's list (stream.c); and
- * its end: flushed and waited for, unlinked, backend state destroyed. */
+ * program's own queue `native` unless NULL), its backend state made and
+ * linked into the device's list (stream.c): cm__stream_init in place,
+ * cm__stream_new allocated; and its end: flushed and waited for,
+ * unlinked, backend state destroyed. */
+cm_status cm__stream_init(cm_stream *stream, cm_device *device, bool is_default, void *native);
 cm_status cm__stream_new(cm_device *device, bool is_default, void *native, cm_stream **out);
 
 /* A new fence of the device over a backend's event object (+1, taken on

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <cmetal/dtype.h>
+
 static inline uint32_t cm__f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -156,8 +158,12 @@ CM__SAT_FROM_F64(cm__f64_to_u64, uint64_t, -1.0, 18446744073709551616.0, 0, UINT
 
 /* ------------------------------------------------------------ dtype lists
  * X(enum, C storage type, load domain, load macro, store kind, saturating
- * float64 converter). Every element is loaded into one of four domains
- * that hold it exactly: F (float: float16, bfloat16, float32), D (double:
+ * float64 converter, MTLDataType): the one table of the dtypes. The last
+ * column names the dtype's MTLDataType (CM__MTL_DATA_<name> in
+ * runtime/metal/metal_internal.h), NONE where Metal has none: the MSL
+ * kernels of msl/ take exactly the dtypes that have one (msl/common.h is
+ * checked against this table by tests/core/test_tables.c). Every element
+ * is loaded into one of four domains that hold it exactly: F (float: float16, bfloat16, float32), D (double:
  * float64), I (int64: signed integers and bool), U (uint64: unsigned). A
  * conversion is CM__STORE_<kind>_<domain>(value): one rounding at most.
  * CM__DTYPE_LIST_WITH passes leading arguments through, for cross
@@ -168,35 +174,49 @@ CM__SAT_FROM_F64(cm__f64_to_u64, uint64_t, -1.0, 18446744073709551616.0, 0, UINT
 #define CM__LD_BF16(v) cm__bf16_to_f32(v)
 #define CM__LD_SAME(v) (v)
 
-#define CM__DTYPE_LIST(X)                                             \
-    X(CM_BOOL, uint8_t, I, CM__LD_INT, BOOL, cm__f64_to_u8)           \
-    X(CM_INT8, int8_t, I, CM__LD_INT, INT, cm__f64_to_i8)             \
-    X(CM_INT16, int16_t, I, CM__LD_INT, INT, cm__f64_to_i16)          \
-    X(CM_INT32, int32_t, I, CM__LD_INT, INT, cm__f64_to_i32)          \
-    X(CM_INT64, int64_t, I, CM__LD_INT, INT, cm__f64_to_i64)          \
-    X(CM_UINT8, uint8_t, U, CM__LD_UINT, INT, cm__f64_to_u8)          \
-    X(CM_UINT16, uint16_t, U, CM__LD_UINT, INT, cm__f64_to_u16)       \
-    X(CM_UINT32, uint32_t, U, CM__LD_UINT, INT, cm__f64_to_u32)       \
-    X(CM_UINT64, uint64_t, U, CM__LD_UINT, INT, cm__f64_to_u64)       \
-    X(CM_FLOAT16, uint16_t, F, CM__LD_F16, F16, cm__f64_to_u16)       \
-    X(CM_BFLOAT16, uint16_t, F, CM__LD_BF16, BF16, cm__f64_to_u16)    \
-    X(CM_FLOAT32, float, F, CM__LD_SAME, F32, cm__f64_to_u32)         \
-    X(CM_FLOAT64, double, D, CM__LD_SAME, F64, cm__f64_to_u64)
+#define CM__DTYPE_LIST(X)                                                                  \
+    X(CM_BOOL, uint8_t, I, CM__LD_INT, BOOL, cm__f64_to_u8, BOOL)                          \
+    X(CM_INT8, int8_t, I, CM__LD_INT, INT, cm__f64_to_i8, CHAR)                            \
+    X(CM_INT16, int16_t, I, CM__LD_INT, INT, cm__f64_to_i16, SHORT)                        \
+    X(CM_INT32, int32_t, I, CM__LD_INT, INT, cm__f64_to_i32, INT)                          \
+    X(CM_INT64, int64_t, I, CM__LD_INT, INT, cm__f64_to_i64, LONG)                         \
+    X(CM_UINT8, uint8_t, U, CM__LD_UINT, INT, cm__f64_to_u8, UCHAR)                        \
+    X(CM_UINT16, uint16_t, U, CM__LD_UINT, INT, cm__f64_to_u16, USHORT)                    \
+    X(CM_UINT32, uint32_t, U, CM__LD_UINT, INT, cm__f64_to_u32, UINT)                      \
+    X(CM_UINT64, uint64_t, U, CM__LD_UINT, INT, cm__f64_to_u64, ULONG)                     \
+    X(CM_FLOAT16, uint16_t, F, CM__LD_F16, F16, cm__f64_to_u16, HALF)                      \
+    X(CM_BFLOAT16, uint16_t, F, CM__LD_BF16, BF16, cm__f64_to_u16, BFLOAT)                 \
+    X(CM_FLOAT32, float, F, CM__LD_SAME, F32, cm__f64_to_u32, FLOAT)                       \
+    X(CM_FLOAT64, double, D, CM__LD_SAME, F64, cm__f64_to_u64, NONE)
 
-#define CM__DTYPE_LIST_WITH(X, ...)                                                \
-    X(__VA_ARGS__, CM_BOOL, uint8_t, I, CM__LD_INT, BOOL, cm__f64_to_u8)           \
-    X(__VA_ARGS__, CM_INT8, int8_t, I, CM__LD_INT, INT, cm__f64_to_i8)             \
-    X(__VA_ARGS__, CM_INT16, int16_t, I, CM__LD_INT, INT, cm__f64_to_i16)          \
-    X(__VA_ARGS__, CM_INT32, int32_t, I, CM__LD_INT, INT, cm__f64_to_i32)          \
-    X(__VA_ARGS__, CM_INT64, int64_t, I, CM__LD_INT, INT, cm__f64_to_i64)          \
-    X(__VA_ARGS__, CM_UINT8, uint8_t, U, CM__LD_UINT, INT, cm__f64_to_u8)          \
-    X(__VA_ARGS__, CM_UINT16, uint16_t, U, CM__LD_UINT, INT, cm__f64_to_u16)       \
-    X(__VA_ARGS__, CM_UINT32, uint32_t, U, CM__LD_UINT, INT, cm__f64_to_u32)       \
-    X(__VA_ARGS__, CM_UINT64, uint64_t, U, CM__LD_UINT, INT, cm__f64_to_u64)       \
-    X(__VA_ARGS__, CM_FLOAT16, uint16_t, F, CM__LD_F16, F16, cm__f64_to_u16)       \
-    X(__VA_ARGS__, CM_BFLOAT16, uint16_t, F, CM__LD_BF16, BF16, cm__f64_to_u16)    \
-    X(__VA_ARGS__, CM_FLOAT32, float, F, CM__LD_SAME, F32, cm__f64_to_u32)         \
-    X(__VA_ARGS__, CM_FLOAT64, double, D, CM__LD_SAME, F64, cm__f64_to_u64)
+/* The two copies of the table must agree: their enums, storage sizes and
+ * load domains are summed into one number each. */
+#define CM__DTYPE_SUM(E, T, DOM, LD, KIND, SAT, MTL) \
+    +(int)(E) * 1000 + (int)sizeof(T) * 10 + CM__DOM_##DOM
+#define CM__DTYPE_SUM_WITH(P, E, T, DOM, LD, KIND, SAT, MTL) \
+    CM__DTYPE_SUM(E, T, DOM, LD, KIND, SAT, MTL)
+#define CM__DOM_I 1
+#define CM__DOM_U 2
+#define CM__DOM_F 3
+#define CM__DOM_D 4
+
+#define CM__DTYPE_LIST_WITH(X, ...)                                                        \
+    X(__VA_ARGS__, CM_BOOL, uint8_t, I, CM__LD_INT, BOOL, cm__f64_to_u8, BOOL)             \
+    X(__VA_ARGS__, CM_INT8, int8_t, I, CM__LD_INT, INT, cm__f64_to_i8, CHAR)               \
+    X(__VA_ARGS__, CM_INT16, int16_t, I, CM__LD_INT, INT, cm__f64_to_i16, SHORT)           \
+    X(__VA_ARGS__, CM_INT32, int32_t, I, CM__LD_INT, INT, cm__f64_to_i32, INT)             \
+    X(__VA_ARGS__, CM_INT64, int64_t, I, CM__LD_INT, INT, cm__f64_to_i64, LONG)            \
+    X(__VA_ARGS__, CM_UINT8, uint8_t, U, CM__LD_UINT, INT, cm__f64_to_u8, UCHAR)           \
+    X(__VA_ARGS__, CM_UINT16, uint16_t, U, CM__LD_UINT, INT, cm__f64_to_u16, USHORT)       \
+    X(__VA_ARGS__, CM_UINT32, uint32_t, U, CM__LD_UINT, INT, cm__f64_to_u32, UINT)         \
+    X(__VA_ARGS__, CM_UINT64, uint64_t, U, CM__LD_UINT, INT, cm__f64_to_u64, ULONG)        \
+    X(__VA_ARGS__, CM_FLOAT16, uint16_t, F, CM__LD_F16, F16, cm__f64_to_u16, HALF)         \
+    X(__VA_ARGS__, CM_BFLOAT16, uint16_t, F, CM__LD_BF16, BF16, cm__f64_to_u16, BFLOAT)    \
+    X(__VA_ARGS__, CM_FLOAT32, float, F, CM__LD_SAME, F32, cm__f64_to_u32, FLOAT)          \
+    X(__VA_ARGS__, CM_FLOAT64, double, D, CM__LD_SAME, F64, cm__f64_to_u64, NONE)
+
+_Static_assert((0 CM__DTYPE_LIST(CM__DTYPE_SUM)) == (0 CM__DTYPE_LIST_WITH(CM__DTYPE_SUM_WITH, _)),
+               "CM__DTYPE_LIST and CM__DTYPE_LIST_WITH differ");
 
 /* CM__STORE_<kind>_<domain>(T, sat, v): v of the domain as a T. */
 #define CM__STORE_BOOL_F(T, sat, v) ((T)((v) != 0))

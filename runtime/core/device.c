@@ -18,21 +18,29 @@ const char *cm_device_type_name(cm_device_type type) {
 
 /* ------------------------------------------------------------ construction */
 
+cm_status cm__device_init(cm_device *device, const cm__backend *backend, void *impl,
+                          cm_stream *default_stream) {
+    cm__ref_init(&device->ref);
+    device->backend = backend;
+    device->impl = impl;
+    if (pthread_mutex_init(&device->streams_lock, NULL) != 0)
+        return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
+    device->default_stream = default_stream;
+    cm_status status = default_stream != NULL
+                           ? cm__stream_init(default_stream, device, true, NULL)
+                           : cm__stream_new(device, true, NULL, &device->default_stream);
+    if (status != CM_OK)
+        pthread_mutex_destroy(&device->streams_lock);
+    return status;
+}
+
 cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out) {
     cm_device *device = CM__NEW(cm_device);
     if (device == NULL)
         return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "no memory for a %s device",
                            cm_device_type_name(backend->type));
-    cm__ref_init(&device->ref);
-    device->backend = backend;
-    device->impl = impl;
-    if (pthread_mutex_init(&device->streams_lock, NULL) != 0) {
-        cm__free(device);
-        return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
-    }
-    cm_status status = cm__stream_new(device, true, NULL, &device->default_stream);
+    const cm_status status = cm__device_init(device, backend, impl, NULL);
     if (status != CM_OK) {
-        pthread_mutex_destroy(&device->streams_lock);
         cm__free(device);
         return status;
     }

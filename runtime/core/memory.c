@@ -32,24 +32,26 @@ cm_status cm_device_reset_peak_memory(cm_device *device) {
     return CM_OK;
 }
 
-cm_status cm_device_set_cache_limit(cm_device *device, uint64_t bytes, uint64_t *previous) {
-    CM__REQUIRE_NONNULL(device);
+/* Sets the cache limit (`cache`) or the memory limit; the old one into
+ * *previous unless NULL. */
+static cm_status cm__set_limit(const char *func, cm_device *device, bool cache, uint64_t bytes,
+                               uint64_t *previous) {
     const cm__memory_backend *memory;
-    CM__TRY(cm__memory_of(__func__, device, &memory));
-    const uint64_t old = memory->set_limit(device, true, bytes);
+    CM__TRY(cm__memory_of(func, device, &memory));
+    const uint64_t old = memory->set_limit(device, cache, bytes);
     if (previous != NULL)
         *previous = old;
     return CM_OK;
 }
 
+cm_status cm_device_set_cache_limit(cm_device *device, uint64_t bytes, uint64_t *previous) {
+    CM__REQUIRE_NONNULL(device);
+    return cm__set_limit(__func__, device, true, bytes, previous);
+}
+
 cm_status cm_device_set_memory_limit(cm_device *device, uint64_t bytes, uint64_t *previous) {
     CM__REQUIRE_NONNULL(device);
-    const cm__memory_backend *memory;
-    CM__TRY(cm__memory_of(__func__, device, &memory));
-    const uint64_t old = memory->set_limit(device, false, bytes);
-    if (previous != NULL)
-        *previous = old;
-    return CM_OK;
+    return cm__set_limit(__func__, device, false, bytes, previous);
 }
 
 cm_status cm_device_clear_cache(cm_device *device) {

@@ -4,6 +4,7 @@
  * device's backend. */
 #include "backend.h"
 #include "convert.h"
+#include "op_table.h"
 
 #include <cmetal/ops.h>
 
@@ -14,23 +15,20 @@
 
 /* ------------------------------------------------------------ names */
 
+#define CM__OP_NAME(K, NAME, name, CLASS) [K##NAME] = #name,
+#define CM__OP_CLASS(K, NAME, name, CLASS) [K##NAME] = CLASS,
 static const char *const cm__unary_names[CM_UNARY_COUNT] = {
-    [CM_UNARY_NEG] = "neg",         [CM_UNARY_ABS] = "abs",   [CM_UNARY_SQUARE] = "square",
-    [CM_UNARY_RELU] = "relu",       [CM_UNARY_SIGN] = "sign", [CM_UNARY_SQRT] = "sqrt",
-    [CM_UNARY_RSQRT] = "rsqrt",     [CM_UNARY_EXP] = "exp",   [CM_UNARY_LOG] = "log",
-    [CM_UNARY_SIN] = "sin",         [CM_UNARY_COS] = "cos",   [CM_UNARY_TANH] = "tanh",
-    [CM_UNARY_SIGMOID] = "sigmoid", [CM_UNARY_FLOOR] = "floor", [CM_UNARY_CEIL] = "ceil",
-};
+    CM__UNARY_OPS(CM__OP_NAME, CM_UNARY_)};
 static const char *const cm__binary_names[CM_BINARY_COUNT] = {
-    [CM_BINARY_ADD] = "add", [CM_BINARY_SUB] = "sub", [CM_BINARY_MUL] = "mul",
-    [CM_BINARY_DIV] = "div", [CM_BINARY_MIN] = "min", [CM_BINARY_MAX] = "max",
-    [CM_BINARY_EQ] = "eq",   [CM_BINARY_NE] = "ne",   [CM_BINARY_LT] = "lt",
-    [CM_BINARY_LE] = "le",   [CM_BINARY_GT] = "gt",   [CM_BINARY_GE] = "ge",
-};
+    CM__BINARY_OPS(CM__OP_NAME, CM_BINARY_)};
 static const char *const cm__reduce_names[CM_REDUCE_COUNT] = {
-    [CM_REDUCE_SUM] = "sum", [CM_REDUCE_MEAN] = "mean", [CM_REDUCE_MAX] = "max",
-    [CM_REDUCE_MIN] = "min",
-};
+    CM__REDUCE_OPS(CM__OP_NAME, CM_REDUCE_)};
+static const cm__op_class cm__unary_classes[CM_UNARY_COUNT] = {
+    CM__UNARY_OPS(CM__OP_CLASS, CM_UNARY_)};
+static const cm__op_class cm__binary_classes[CM_BINARY_COUNT] = {
+    CM__BINARY_OPS(CM__OP_CLASS, CM_BINARY_)};
+#undef CM__OP_NAME
+#undef CM__OP_CLASS
 
 const char *cm_unary_op_name(cm_unary_op op) {
     return (int)op > 0 && op < CM_UNARY_COUNT ? cm__unary_names[op] : "invalid";
@@ -44,7 +42,7 @@ const char *cm_reduce_op_name(cm_reduce_op op) {
 
 /* ------------------------------------------------------------ conversion */
 
-#define CM__STORE_CASE(DOM, E, T, SDOM_, LD, KIND, SAT) \
+#define CM__STORE_CASE(DOM, E, T, SDOM_, LD, KIND, SAT, MTL) \
     case E: {                                           \
         T r_ = CM__CONVERT(DOM, KIND, T, SAT, v);       \
         memcpy(dst, &r_, sizeof r_);                    \
@@ -64,7 +62,7 @@ CM__STORE_FN(U, uint64_t)
 
 void cm__convert_element(cm_dtype to, void *dst, cm_dtype from, const void *src) {
     switch (from) {
-#define CM__LOAD_CASE(E, T, DOM, LD, KIND, SAT) \
+#define CM__LOAD_CASE(E, T, DOM, LD, KIND, SAT, MTL) \
     case E: {                                   \
         T s_;                                   \
         memcpy(&s_, src, sizeof s_);            \
@@ -320,6 +318,16 @@ static bool cm__is_float(cm_dtype d) {
     return cm__dtype(d)->kind == CM_KIND_FLOAT;
 }
 
+/* The checks every op with one input starts with: out writable, in on
+ * out's device, and the stream (NULL: the default one) of that device. */
+static cm_status cm__check_one_input(const char *func, const char *out_name, const cm_tensor *out,
+                                     const char *in_name, const cm_tensor *in,
+                                     cm_stream **stream) {
+    CM__TRY(cm__check_out(func, out_name, out));
+    CM__TRY(cm__check_device(func, out_name, out, in_name, in));
+    return cm__op_stream(func, out, *stream, stream);
+}
+
 /* ------------------------------------------------------------ fill */
 
 cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value, cm_stream *stream) {
@@ -340,9 +348,7 @@ cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value, cm_strea
 
 static cm_status cm__copy_or_cast(const char *func, cm__op_kind kind, const cm_tensor *src,
                                   cm_tensor *dst, cm_stream *stream) {
-    CM__TRY(cm__check_out(func, "dst", dst));
-    CM__TRY(cm__check_device(func, "dst", dst, "src", src));
-    CM__TRY(cm__op_stream(func, dst, stream, &stream));
+    CM__TRY(cm__check_one_input(func, "dst", dst, "src", src, &stream));
     if (kind == CM__OP_COPY && src->dtype != dst->dtype)
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH,
                            "src dtype %s differs from dst dtype %s (cm_cast converts)",
@@ -373,7 +379,7 @@ cm_status cm_cast(const cm_tensor *src, cm_tensor *dst, cm_stream *stream) {
 /* ------------------------------------------------------------ elementwise */
 
 static bool cm__unary_float_only(cm_unary_op op) {
-    return op >= CM_UNARY_SQRT;
+    return cm__unary_classes[op] == CM__UN_FLOAT;
 }
 
 cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream *stream) {
@@ -382,9 +388,7 @@ cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream
     CM__REQUIRE_NONNULL(x);
     CM__REQUIRE_NONNULL(out);
     const char *func = __func__;
-    CM__TRY(cm__check_out(func, "out", out));
-    CM__TRY(cm__check_device(func, "out", out, "x", x));
-    CM__TRY(cm__op_stream(func, out, stream, &stream));
+    CM__TRY(cm__check_one_input(func, "out", out, "x", x, &stream));
     if (x->dtype != out->dtype)
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH, "x dtype %s differs from out dtype %s",
                            cm__dname(x->dtype), cm__dname(out->dtype));
@@ -405,7 +409,7 @@ cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream
 }
 
 static bool cm__binary_is_comparison(cm_binary_op op) {
-    return op >= CM_BINARY_EQ;
+    return cm__binary_classes[op] == CM__BIN_COMPARE;
 }
 
 cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_tensor *out,
@@ -429,7 +433,7 @@ cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_
     if (out->dtype != want)
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH, "out dtype %s must be %s for op = %s",
                            cm__dname(out->dtype), cm__dname(want), cm_binary_op_name(op));
-    if (a->dtype == CM_BOOL && !cmp && op != CM_BINARY_MIN && op != CM_BINARY_MAX)
+    if (a->dtype == CM_BOOL && cm__binary_classes[op] == CM__BIN_ARITH)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED, "op = %s is not defined for dtype bool",
                            cm_binary_op_name(op));
     cm__op o;
@@ -453,9 +457,7 @@ cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor
     CM__REQUIRE_NONNULL(x);
     CM__REQUIRE_NONNULL(out);
     const char *func = __func__;
-    CM__TRY(cm__check_out(func, "out", out));
-    CM__TRY(cm__check_device(func, "out", out, "x", x));
-    CM__TRY(cm__op_stream(func, out, stream, &stream));
+    CM__TRY(cm__check_one_input(func, "out", out, "x", x, &stream));
     const int32_t nd = x->ndim;
     int32_t a = -1;
     if (axis != CM_AXIS_ALL) {

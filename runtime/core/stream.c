@@ -64,21 +64,25 @@ cm_status cm__device_visit_stream(cm_device *device, const cm_stream *stream,
     return status;
 }
 
+cm_status cm__stream_init(cm_stream *stream, cm_device *device, bool is_default, void *native) {
+    cm__ref_init(&stream->ref);
+    stream->device = device;
+    stream->is_default = is_default;
+    if (device->backend->stream_init != NULL)
+        CM__TRY(device->backend->stream_init(stream, native));
+    cm__stream_link(stream);
+    return CM_OK;
+}
+
 cm_status cm__stream_new(cm_device *device, bool is_default, void *native, cm_stream **out) {
     cm_stream *stream = CM__NEW(cm_stream);
     if (stream == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
-    cm__ref_init(&stream->ref);
-    stream->device = device;
-    stream->is_default = is_default;
-    if (device->backend->stream_init != NULL) {
-        cm_status status = device->backend->stream_init(stream, native);
-        if (status != CM_OK) {
-            cm__free(stream);
-            return status;
-        }
+    const cm_status status = cm__stream_init(stream, device, is_default, native);
+    if (status != CM_OK) {
+        cm__free(stream);
+        return status;
     }
-    cm__stream_link(stream);
     *out = stream;
     return CM_OK;
 }

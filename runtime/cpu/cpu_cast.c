@@ -32,7 +32,7 @@
 #define CM__CAST_PF(p, i) ((void)cm__pf)
 #endif
 
-#define CM__CAST_FN(SE, ST, SDOM, SLD, SKIND, SSAT, DE, DT, DDOM, DLD, DKIND, DSAT)            \
+#define CM__CAST_FN(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL, DE, DT, DDOM, DLD, DKIND, DSAT, DMTL)            \
     static void cm__cast_##SE##_##DE(int64_t n, char *o, int64_t os, const char *a,           \
                                      int64_t as) {                                            \
         if (os == (int64_t)sizeof(DT) && as == (int64_t)sizeof(ST)) {                         \
@@ -47,8 +47,8 @@
             }                                                                                 \
         }                                                                                     \
     }
-#define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT) \
-    CM__DTYPE_LIST_WITH(CM__CAST_FN, SE, ST, SDOM, SLD, SKIND, SSAT)
+#define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL) \
+    CM__DTYPE_LIST_WITH(CM__CAST_FN, SE, ST, SDOM, SLD, SKIND, SSAT, SMTL)
 CM__DTYPE_LIST(CM__CAST_ROW)
 #undef CM__CAST_ROW
 #undef CM__CAST_FN
@@ -320,8 +320,8 @@ CM__FAST_CAST(CM_FLOAT32, float, CM_BFLOAT16, uint16_t, cm__fast_f32_to_bf16)
 CM__FAST_CAST(CM_BFLOAT16, uint16_t, CM_FLOAT32, float, cm__fast_bf16_to_f32)
 #undef CM__FAST_CAST
 
-#define CM__CAST_ENTRY(SE, DE, DT, DDOM, DLD, DKIND, DSAT) [DE] = cm__cast_##SE##_##DE,
-#define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT) \
+#define CM__CAST_ENTRY(SE, DE, DT, DDOM, DLD, DKIND, DSAT, DMTL) [DE] = cm__cast_##SE##_##DE,
+#define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL) \
     [SE] = {CM__DTYPE_LIST_WITH(CM__CAST_ENTRY, SE)},
 static const cm__cpu_map1_fn cm__cast_table[CM_DTYPE_COUNT][CM_DTYPE_COUNT] = {
     CM__DTYPE_LIST(CM__CAST_ROW)};

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The CPU device: one device, host memory aligned to 256 bytes. Opened
- * with one thread it is one static object; opened with more, each open
+ * with one thread it is one static object (made once by the device
+ * constructor); opened with more, each open
  * makes a new device over the same memory whose state is its pool of
  * worker threads (cpu_pool.c). */
 #include "cpu_ops.h"
@@ -85,24 +86,29 @@ cm_status cm__cpu_device_count(uint32_t *count) {
     return CM_OK;
 }
 
-/* The CPU device is one static object: every open returns it, and opening
- * it allocates nothing and takes no lock (DLPack imports open it). */
+/* The CPU device is one static object, made on the first open by the
+ * device constructor (cm__device_init, in place) and never freed: every
+ * open returns it, and opening it allocates nothing (DLPack imports open
+ * it). */
 static cm_device cm__cpu_device;
-static cm_stream cm__cpu_default_stream = {
-    .ref = {1}, .device = &cm__cpu_device, .is_default = true};
-static cm_device cm__cpu_device = {
-    .ref = {1},
-    .immortal = true,
-    .backend = &cm__cpu_backend,
-    .default_stream = &cm__cpu_default_stream,
-    .streams_lock = PTHREAD_MUTEX_INITIALIZER,
-    .streams = &cm__cpu_default_stream,
-};
+static cm_stream cm__cpu_default_stream;
+static pthread_once_t cm__cpu_device_once = PTHREAD_ONCE_INIT;
+static cm_status cm__cpu_device_status;
+
+static void cm__cpu_device_make(void) {
+    cm__cpu_device_status =
+        cm__device_init(&cm__cpu_device, &cm__cpu_backend, NULL, &cm__cpu_default_stream);
+    cm__cpu_device.immortal = true;
+}
 
 cm_status cm__cpu_device_open(uint32_t index, cm_device **out) {
     if (index != 0)
         return cm__fail_as("cm_device_open", CM_ERR_NO_DEVICE,
                            "index = %u: there is one CPU device, index 0", index);
+    pthread_once(&cm__cpu_device_once, cm__cpu_device_make);
+    if (cm__cpu_device_status != CM_OK)
+        return cm__fail_as("cm_device_open", cm__cpu_device_status,
+                           "the CPU device could not be made");
     *out = &cm__cpu_device;
     return CM_OK;
 }

@@ -6,6 +6,7 @@
 #include "cpu_ops.h"
 
 #include "core/convert.h"
+#include "core/op_table.h"
 
 #include <math.h>
 
@@ -210,51 +211,45 @@ static void cm__half_binary(cm__cpu_map2_fn f32, bool bf16, bool cmp, int64_t n,
                                const char *b, int64_t bs) {                               \
         cm__half_binary(cm__##op##_CM_FLOAT32, BF, CMP, n, o, os, a, as, b, bs);          \
     }
-#define CM__HALF_DEFS(E, BF)                                                              \
-    CM__HALF_BIN(add, E, BF, false) CM__HALF_BIN(sub, E, BF, false)                       \
-    CM__HALF_BIN(mul, E, BF, false) CM__HALF_BIN(div, E, BF, false)                       \
-    CM__HALF_BIN(min, E, BF, false) CM__HALF_BIN(max, E, BF, false)                       \
-    CM__HALF_BIN(eq, E, BF, true) CM__HALF_BIN(ne, E, BF, true)                           \
-    CM__HALF_BIN(lt, E, BF, true) CM__HALF_BIN(le, E, BF, true)                           \
-    CM__HALF_BIN(gt, E, BF, true) CM__HALF_BIN(ge, E, BF, true)                           \
-    CM__HALF_UN(neg, E, BF) CM__HALF_UN(abs, E, BF) CM__HALF_UN(square, E, BF)            \
-    CM__HALF_UN(relu, E, BF) CM__HALF_UN(sign, E, BF) CM__HALF_UN(sqrt, E, BF)            \
-    CM__HALF_UN(rsqrt, E, BF) CM__HALF_UN(exp, E, BF) CM__HALF_UN(log, E, BF)             \
-    CM__HALF_UN(sin, E, BF) CM__HALF_UN(cos, E, BF) CM__HALF_UN(tanh, E, BF)              \
-    CM__HALF_UN(sigmoid, E, BF) CM__HALF_UN(floor, E, BF) CM__HALF_UN(ceil, E, BF)
+/* Every op of the table (runtime/core/op_table.h) for a half type. */
+#define CM__HALF_UN_ROW(E, BF, NAME, name, CLASS) CM__HALF_UN(name, E, BF)
+#define CM__HALF_BIN_CMP_CM__BIN_ARITH false
+#define CM__HALF_BIN_CMP_CM__BIN_ORDER false
+#define CM__HALF_BIN_CMP_CM__BIN_COMPARE true
+#define CM__HALF_BIN_ROW(E, BF, NAME, name, CLASS) \
+    CM__HALF_BIN(name, E, BF, CM__HALF_BIN_CMP_##CLASS)
+#define CM__HALF_DEFS(E, BF) \
+    CM__BINARY_OPS(CM__HALF_BIN_ROW, E, BF) CM__UNARY_OPS(CM__HALF_UN_ROW, E, BF)
 
 CM__HALF_DEFS(CM_FLOAT16, false)
 CM__HALF_DEFS(CM_BFLOAT16, true)
 
 /* ------------------------------------------------------------ tables */
 
-#define CM__BIN_ARITH_ROW(E)                                                              \
-    [CM_BINARY_ADD][E] = cm__add_##E, [CM_BINARY_SUB][E] = cm__sub_##E,                   \
-    [CM_BINARY_MUL][E] = cm__mul_##E, [CM_BINARY_DIV][E] = cm__div_##E,
-#define CM__BIN_ORDER_ROW(E)                                                              \
-    [CM_BINARY_MIN][E] = cm__min_##E, [CM_BINARY_MAX][E] = cm__max_##E,                   \
-    [CM_BINARY_EQ][E] = cm__eq_##E, [CM_BINARY_NE][E] = cm__ne_##E,                       \
-    [CM_BINARY_LT][E] = cm__lt_##E, [CM_BINARY_LE][E] = cm__le_##E,                       \
-    [CM_BINARY_GT][E] = cm__gt_##E, [CM_BINARY_GE][E] = cm__ge_##E,
-#define CM__BIN_ROW(E) CM__BIN_ARITH_ROW(E) CM__BIN_ORDER_ROW(E)
+/* A row per dtype, an entry per op of the table that the dtype takes
+ * (its class, runtime/core/op_table.h): bool takes the order and
+ * comparison ops, integers every op but the float-only unary ones. */
+#define CM__ENTRY(K, E, NAME, name) [K##NAME][E] = cm__##name##_##E,
+#define CM__BIN_BOOL_CM__BIN_ARITH(E, NAME, name)
+#define CM__BIN_BOOL_CM__BIN_ORDER(E, NAME, name) CM__ENTRY(CM_BINARY_, E, NAME, name)
+#define CM__BIN_BOOL_CM__BIN_COMPARE(E, NAME, name) CM__ENTRY(CM_BINARY_, E, NAME, name)
+#define CM__BIN_BOOL(E, NAME, name, CLASS) CM__BIN_BOOL_##CLASS(E, NAME, name)
+#define CM__BIN_ANY(E, NAME, name, CLASS) CM__ENTRY(CM_BINARY_, E, NAME, name)
+#define CM__BIN_ROW(E) CM__BINARY_OPS(CM__BIN_ANY, E)
 
 static const cm__cpu_map2_fn cm__binary_table[CM_BINARY_COUNT][CM_DTYPE_COUNT] = {
-    CM__BIN_ORDER_ROW(CM_BOOL)
+    CM__BINARY_OPS(CM__BIN_BOOL, CM_BOOL)
     CM__BIN_ROW(CM_INT8) CM__BIN_ROW(CM_INT16) CM__BIN_ROW(CM_INT32) CM__BIN_ROW(CM_INT64)
     CM__BIN_ROW(CM_UINT8) CM__BIN_ROW(CM_UINT16) CM__BIN_ROW(CM_UINT32)
     CM__BIN_ROW(CM_UINT64) CM__BIN_ROW(CM_FLOAT16) CM__BIN_ROW(CM_BFLOAT16)
     CM__BIN_ROW(CM_FLOAT32) CM__BIN_ROW(CM_FLOAT64)};
 
-#define CM__UN_INT_ROW(E)                                                                 \
-    [CM_UNARY_NEG][E] = cm__neg_##E, [CM_UNARY_ABS][E] = cm__abs_##E,                     \
-    [CM_UNARY_SQUARE][E] = cm__square_##E, [CM_UNARY_RELU][E] = cm__relu_##E,             \
-    [CM_UNARY_SIGN][E] = cm__sign_##E,
-#define CM__UN_FLOAT_ROW(E)                                                               \
-    CM__UN_INT_ROW(E)[CM_UNARY_SQRT][E] = cm__sqrt_##E, [CM_UNARY_RSQRT][E] = cm__rsqrt_##E, \
-    [CM_UNARY_EXP][E] = cm__exp_##E, [CM_UNARY_LOG][E] = cm__log_##E,                     \
-    [CM_UNARY_SIN][E] = cm__sin_##E, [CM_UNARY_COS][E] = cm__cos_##E,                     \
-    [CM_UNARY_TANH][E] = cm__tanh_##E, [CM_UNARY_SIGMOID][E] = cm__sigmoid_##E,           \
-    [CM_UNARY_FLOOR][E] = cm__floor_##E, [CM_UNARY_CEIL][E] = cm__ceil_##E,
+#define CM__UN_INT_CM__UN_ANY(E, NAME, name) CM__ENTRY(CM_UNARY_, E, NAME, name)
+#define CM__UN_INT_CM__UN_FLOAT(E, NAME, name)
+#define CM__UN_INT_ENTRY(E, NAME, name, CLASS) CM__UN_INT_##CLASS(E, NAME, name)
+#define CM__UN_FLOAT_ENTRY(E, NAME, name, CLASS) CM__ENTRY(CM_UNARY_, E, NAME, name)
+#define CM__UN_INT_ROW(E) CM__UNARY_OPS(CM__UN_INT_ENTRY, E)
+#define CM__UN_FLOAT_ROW(E) CM__UNARY_OPS(CM__UN_FLOAT_ENTRY, E)
 
 static const cm__cpu_map1_fn cm__unary_table[CM_UNARY_COUNT][CM_DTYPE_COUNT] = {
     CM__UN_INT_ROW(CM_INT8) CM__UN_INT_ROW(CM_INT16) CM__UN_INT_ROW(CM_INT32)

@@ -55,4 +55,15 @@ typedef void (*cm__cpu_nd_body)(cm__cpu_nd *part, void *ctx);
 void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes,
                       cm__cpu_nd_body body, void *ctx);
 
+/* Bytes ahead that contiguous kernels ask for lines on this CPU (4096 on
+ * Intel x86-64: into L1 there, and 4x as far into L2), 0 for none
+ * (cpu_nd.c; cm__cpu_reduce_force_prefetch sets it for tests). */
+uintptr_t cm__cpu_prefetch_distance(void);
+
+/* Test hook: the contiguous and column kernels ask for lines `distance`
+ * bytes ahead (and 4 x distance) on x86-64 whatever the CPU's vendor; 0
+ * none; negative: back to the CPU's choice (4096 on Intel, none elsewhere).
+ * The bits must not change. Process-wide; a no-op elsewhere. */
+void cm__cpu_reduce_force_prefetch(int distance);
+
 #endif /* CMETAL_CPU_ND_H */

@@ -24,11 +24,6 @@ void cm__cpu_copy_force_streaming(int mode);
 /* Conversion kernel from one dtype to another (cast). */
 cm__cpu_map1_fn cm__cpu_cast_kernel(cm_dtype from, cm_dtype to);
 
-/* Bytes ahead that contiguous kernels ask for lines on this CPU (4096 on
- * Intel x86-64: into L1 there, and 4x as far into L2), 0 for none
- * (cpu_reduce.c; cm__cpu_reduce_force_prefetch sets it for tests). */
-uintptr_t cm__cpu_prefetch_distance(void);
-
 /* Test hook: with `scalar_only`, float16 casts use the portable scalar
  * path even where the CPU has conversion instructions. Process-wide. */
 void cm__cpu_cast_force_scalar(bool scalar_only);
@@ -36,12 +31,6 @@ void cm__cpu_cast_force_scalar(bool scalar_only);
 /* Test hook: with `portable`, reductions use their portable loops even
  * where the CPU has AVX2 and F16C (the bits must not change). Process-wide. */
 void cm__cpu_reduce_force_portable(bool portable);
-
-/* Test hook: the contiguous and column kernels ask for lines `distance`
- * bytes ahead (and 4 x distance) on x86-64 whatever the CPU's vendor; 0
- * none; negative: back to the CPU's choice (4096 on Intel, none elsewhere).
- * The bits must not change. Process-wide; a no-op elsewhere. */
-void cm__cpu_reduce_force_prefetch(int distance);
 
 /* The float16 conversion instructions casts use now ("f16c", "neon"), or
  * NULL where the CPU has none or the scalar path is forced. */

@@ -130,7 +130,7 @@ CM__FLOAT_ACCS(CM_BFLOAT16, uint16_t, CM__LD_BF16)
 CM__FLOAT_ACCS(CM_FLOAT32, float, CM__LD_SAME)
 CM__FLOAT_ACCS(CM_FLOAT64, double, CM__LD_SAME)
 
-#define CM__ACC_ROW(E, T, DOM, LD, KIND, SAT)                                            \
+#define CM__ACC_ROW(E, T, DOM, LD, KIND, SAT, MTL)                                          \
     [E] = {{cm__acc_sum_##E, cm__acc_max_##E, cm__acc_min_##E},                          \
            {cm__acc_sum_##E##_vec, cm__acc_max_##E##_vec, cm__acc_min_##E##_vec}},
 /* [dtype][scalar, vector][kind] */
@@ -171,38 +171,10 @@ typedef uint8_t cm__v32u8 __attribute__((vector_size(32)));
 typedef int16_t cm__v16i16 __attribute__((vector_size(32)));
 typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
 #endif
-/* Contiguous kernels ask for the line cm__pf_distance() bytes ahead into
- * L1 (prefetcht0) and the line four times as far ahead into L2
- * (prefetcht2): on Intel server cores one stream of loads is otherwise
- * bound by memory latency (a Xeon host read float32 sums at 0.36 of
- * memcpy without, 0.66 with 4 KiB; adding the far request, 16 KiB ahead,
- * 0.66-0.69 -> 0.71-0.74 in one session; tools/bench/read_roofline.c's
- * plain reads there: t0 alone 0.69-0.71, with a t2 8-16 KiB ahead
- * 0.73-0.76), while AMD's own prefetchers did better alone. 0: none. */
+/* Contiguous kernels ask for the line cm__cpu_prefetch_distance() bytes
+ * ahead into L1 and four times as far into L2 (cpu_nd.c says why). */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#include <cpuid.h>
-static atomic_int cm__pf_state; /* distance + 1; 0 not asked yet */
-void cm__cpu_reduce_force_prefetch(int distance) {
-    atomic_store_explicit(&cm__pf_state, distance < 0 ? 0 : distance + 1, memory_order_relaxed);
-}
-static uintptr_t cm__pf_distance(void) {
-    atomic_int *const state = &cm__pf_state;
-    int v = atomic_load_explicit(state, memory_order_relaxed);
-    if (v == 0) {
-        /* cpuid's vendor (leaf 0): libgcc's __builtin_cpu_is is not
-         * everywhere (macOS targets lack its __cpu_model) */
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        const bool intel = __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u /* Genu */ &&
-                           d == 0x49656e69u /* ineI */ && c == 0x6c65746eu /* ntel */;
-        v = (intel ? 4096 : 0) + 1;
-        atomic_store_explicit(state, v, memory_order_relaxed);
-    }
-    return (uintptr_t)(v - 1);
-}
-uintptr_t cm__cpu_prefetch_distance(void) {
-    return cm__pf_distance();
-}
-#define CM__PF_DECL const uintptr_t cm__pf = cm__pf_distance()
+#define CM__PF_DECL const uintptr_t cm__pf = cm__cpu_prefetch_distance()
 #define CM__PREFETCH(p)                                                                 \
     do {                                                                                \
         if (cm__pf != 0) {                                                              \
@@ -224,12 +196,6 @@ uintptr_t cm__cpu_prefetch_distance(void) {
             }                                                                           \
     } while (0)
 #else
-void cm__cpu_reduce_force_prefetch(int distance) {
-    (void)distance; /* no prefetching here */
-}
-uintptr_t cm__cpu_prefetch_distance(void) {
-    return 0;
-}
 #define CM__PF_DECL const int cm__pf = 0
 #define CM__PREFETCH(p) ((void)cm__pf)
 #define CM__PREFETCH_ROWS(base, rows, rs, o) ((void)cm__pf)

@@ -475,9 +475,7 @@ static cm_status cm__capture_start(const char *func, cm__id object, const char *
     CM__TRY(cm__ns_string_from_utf8(func, path, &text));
     cm__id url = cm__msg_fileURLWithPath((cm__id)CM__CLASS(NSURL), text); /* autoreleased */
     cm__objc_release(text);
-    cm__id desc = cm__msg_alloc((cm__id)desc_class);
-    if (desc != NULL)
-        desc = cm__msg_init(desc);
+    cm__id desc = cm__objc_new(desc_class);
     if (manager == NULL || url == NULL || desc == NULL) {
         cm__objc_release(desc);
         return cm__fail_as(func, CM_ERR_DEVICE,

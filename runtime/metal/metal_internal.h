@@ -4,6 +4,7 @@
 #define CMETAL_METAL_INTERNAL_H
 
 #include "core/backend.h"
+#include "core/convert.h"
 #include "objc/bridge.h"
 
 #include <pthread.h>
@@ -18,6 +19,37 @@ enum {
     CM__MTL_STORAGE_MODE_PRIVATE = 2,
     CM__MTL_STORAGE_MODE_MEMORYLESS = 3,
 };
+
+/* MTLDataType values (Metal/MTLDataType.h) of the dtypes; NONE (0,
+ * MTLDataTypeNone) where Metal has no such type. */
+enum {
+    CM__MTL_DATA_NONE = 0,
+    CM__MTL_DATA_FLOAT = 3,
+    CM__MTL_DATA_HALF = 16,
+    CM__MTL_DATA_INT = 29,
+    CM__MTL_DATA_UINT = 33,
+    CM__MTL_DATA_SHORT = 37,
+    CM__MTL_DATA_USHORT = 41,
+    CM__MTL_DATA_CHAR = 45,
+    CM__MTL_DATA_UCHAR = 49,
+    CM__MTL_DATA_BOOL = 53,
+    CM__MTL_DATA_LONG = 81,
+    CM__MTL_DATA_ULONG = 85,
+    CM__MTL_DATA_BFLOAT = 121,
+};
+
+/* The MTLDataType of a dtype, from the dtype table (core/convert.h):
+ * CM__MTL_DATA_NONE for a dtype Metal has not (the MSL kernels take the
+ * others). */
+static inline cm__uint cm__mtl_data_type(cm_dtype dt) {
+    switch (dt) {
+#define CM__MTL_CASE(E, T, DOM, LD, KIND, SAT, MTL) \
+    case E: return CM__MTL_DATA_##MTL;
+        CM__DTYPE_LIST(CM__MTL_CASE)
+#undef CM__MTL_CASE
+    default: return CM__MTL_DATA_NONE;
+    }
+}
 
 /* MTLHazardTrackingMode. */
 enum { CM__MTL_HAZARD_UNTRACKED = 1 };
@@ -105,7 +137,7 @@ typedef struct cm__metal_device {
     cm__id pipelines[CM__KERNEL_COUNT];    /* id<MTLComputePipelineState>, +1 */
     cm__uint max_threads[CM__KERNEL_COUNT];
     cm__uint simd_width[CM__KERNEL_COUNT];
-    /* Every library and pipeline made on the device (metal_dispatch.c). */
+    /* Every library and pipeline made on the device (metal_pipeline.c). */
     pthread_mutex_t cache_lock;
     cm__metal_cached *cache;
     uint64_t cache_serial;
@@ -210,17 +242,17 @@ static inline cm__metal_buffer *cm__mtl_buf(const cm_buffer *b) {
 }
 
 
-/* The layers of the Metal device, bottom to top; each file sees only the
- * layers below it (ARCHITECTURE.md):
+/* The layers of the Metal device, bottom to top; each file calls only the
+ * files below it (ARCHITECTURE.md; tools/ci/check-layers.sh checks):
  *   0. metal_alloc.c    the caching allocator of MTLBuffers
  *   1. metal_stream.c   streams, numbered command buffers, fences, buffers
  *                       and their tracking
- *   2. metal_dispatch.c libraries, pipelines and their cache; the encode
- *                       path of compute dispatches and blits
- *   3. metal_ops.c      cmetal's ops over the kernels of msl/
- *      metal_transfer.c host access and private-storage transfers
- *   4. metal_kernel.c   the kernel backend table (cmetal/kernel.h)
- *      metal_device.c   the backend table, devices, cmetal/metal.h */
+ *   2. metal_pipeline.c libraries, pipelines and their cache
+ *   3. metal_encode.c   the encode path of compute dispatches and blits
+ *   4. metal_ops.c      cmetal's ops over the kernels of msl/
+ *   5. metal_transfer.c host access and private-storage transfers
+ *   6. metal_kernel.c   the kernel backend table (cmetal/kernel.h)
+ *   7. metal_device.c   the backend table, devices, cmetal/metal.h */
 
 /* ==== 0. the caching allocator (metal_alloc.c) ==== */
 
@@ -329,7 +361,7 @@ void cm__metal_buffer_free_unpooled(cm_buffer *buffer);
 void cm__metal_buffer_publish(cm_buffer *buffer);
 void cm__metal_buffer_host_modified(cm_buffer *buffer, size_t offset, size_t size);
 
-/* ==== 2. pipelines and the encode path (metal_dispatch.c) ==== */
+/* ==== 2. pipelines (metal_pipeline.c), 3. the encode path (metal_encode.c) ==== */
 
 /* The device's cache of libraries and pipelines: init with the device,
  * destroy when it goes (releases them). Libraries and pipelines are cached
@@ -380,7 +412,7 @@ typedef struct cm__metal_span {
 cm_status cm__metal_blit(const char *func, cm_device *device, cm__metal_span dst,
                          cm__metal_span src, size_t size);
 
-/* ==== 3. ops (metal_ops.c) and transfers (metal_transfer.c) ==== */
+/* ==== 4. ops (metal_ops.c), 5. transfers (metal_transfer.c) ==== */
 
 /* Kernel state of a device (metal_ops.c): init right after the device is
  * allocated, destroy when it goes (releases the library and pipelines). */
@@ -425,7 +457,7 @@ cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset, v
 uint64_t cm__metal_staging_made(cm_device *device);
 void cm__metal_set_transfer_fault(uint64_t chunk);
 
-/* ==== 4. the backend tables (metal_kernel.c, metal_device.c) ==== */
+/* ==== 6., 7. the backend tables (metal_kernel.c, metal_device.c) ==== */
 
 /* The backend's table for cmetal/kernel.h (metal_kernel.c). */
 extern const cm__kernel_backend cm__metal_kernel_backend;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The kernel backend table of the Metal device (cmetal/kernel.h):
- * libraries, kernels and dispatches over metal_dispatch.c, and the
- * pipeline cache on disk. */
+ * libraries, kernels and dispatches over metal_pipeline.c and
+ * metal_encode.c, and the pipeline cache on disk. */
 #include "metal_internal.h"
 
 #include <errno.h>
@@ -77,12 +77,7 @@ static cm_status cm__kb_dispatch(cm_kernel *kernel, const cm__kernel_launch *d) 
 /* A new binary archive (+1) of the device, loaded from path when path is
  * not NULL; NULL when the framework refuses it. */
 static cm__id cm__archive_new(cm__id device, const char *path) {
-    cm__class cls = CM__CLASS(MTLBinaryArchiveDescriptor);
-    if (cls == NULL)
-        return NULL;
-    cm__id desc = cm__msg_alloc((cm__id)cls);
-    if (desc != NULL)
-        desc = cm__msg_init(desc);
+    cm__id desc = cm__objc_new(CM__CLASS(MTLBinaryArchiveDescriptor));
     if (desc == NULL)
         return NULL;
     void *pool = cm__objc_pool_push();

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Ops on Metal: the msl/ kernels, compiled from the embedded source at
  * first use per device, one pipeline per kernel cached with the device,
- * all through the path of custom kernels (metal_dispatch.c): its library and
- * pipeline cache, and its dispatch encoder.
+ * all through the path of custom kernels: its library and pipeline cache
+ * (metal_pipeline.c), and its dispatch encoder (metal_encode.c).
  * run_op encodes a dispatch into the default stream's open command buffer
  * and never commits: ops between two syncs share one command buffer.
  *
@@ -299,11 +299,12 @@ static const char *cm__operand_name(const cm__op *op, int which) {
 static cm_status cm__refuse_float64(const cm__op *op) {
     for (int which = -1; which < op->nin; ++which) {
         const cm_dtype dt = which < 0 ? op->out.dtype : op->in[which].dtype;
-        if (dt == CM_FLOAT64)
+        if (cm__mtl_data_type(dt) == CM__MTL_DATA_NONE)
             return cm__fail_as(op->func, CM_ERR_UNSUPPORTED,
-                               "%s dtype float64: Metal has no float64 (cast to float32 on "
-                               "the CPU device first)",
-                               cm__operand_name(op, which));
+                               "%s dtype %s: Metal has no %s (cast to float32 on the CPU "
+                               "device first)",
+                               cm__operand_name(op, which), cm__dtype(dt)->name,
+                               cm__dtype(dt)->name);
     }
     return CM_OK;
 }

@@ -404,6 +404,12 @@ CM__OBJC_SELECTORS(CM__MSG_DEFINE)
 #undef CM__MSG_DEFINE
 #undef CM__MSG_DEFINE_
 
+/* [[cls alloc] init] (+1); NULL when cls is NULL or either returns nil. */
+static inline cm__id cm__objc_new(cm__class cls) {
+    cm__id obj = cls != NULL ? cm__msg_alloc((cm__id)cls) : NULL;
+    return obj != NULL ? cm__msg_init(obj) : NULL;
+}
+
 /* ---------------------------------------------------------------- memory */
 /* retain: +1 on obj, returns obj. release: -1. autorelease: hands our +1 to
  * the innermost pool, which releases it at pop. All take nil. */

@@ -1,32 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* The middle of the Metal device: one way to compile a library, make a
- * pipeline, and encode a pass (a compute dispatch or a blit), for
- * cmetal/kernel.h and for cmetal's own ops. Libraries and pipelines are
- * cached per device under cache_lock, by key (source and options; library,
- * function name and constant values) and live as long as the device. Sees
- * the stream layer (metal_stream.c) only. */
+/* Libraries and pipelines of the Metal device: one way to compile a
+ * library and make a pipeline, for cmetal/kernel.h and for cmetal's own
+ * ops. Libraries and pipelines are cached per device under cache_lock, by
+ * key (source and options; library, function name and constant values)
+ * and live as long as the device; pipelines are recorded into the binary
+ * archive when the device has one. Sees the bridge only. */
 #include "metal_internal.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-
-/* MTLDataType values (Metal/MTLDataType.h). */
-enum {
-    CM__MTL_DATA_FLOAT = 3,
-    CM__MTL_DATA_HALF = 16,
-    CM__MTL_DATA_INT = 29,
-    CM__MTL_DATA_UINT = 33,
-    CM__MTL_DATA_SHORT = 37,
-    CM__MTL_DATA_USHORT = 41,
-    CM__MTL_DATA_CHAR = 45,
-    CM__MTL_DATA_UCHAR = 49,
-    CM__MTL_DATA_BOOL = 53,
-    CM__MTL_DATA_LONG = 81,
-    CM__MTL_DATA_ULONG = 85,
-    CM__MTL_DATA_BFLOAT = 121,
-};
 
 /* One cached library or pipeline. */
 struct cm__metal_cached {
@@ -103,6 +87,48 @@ static cm__metal_cached *cm__cache_add(cm__metal_device *d, uint64_t hash, const
     return c;
 }
 
+/* Makes the object of a missing entry (+1 in made->object; made->info and
+ * made->sig for pipelines) from ctx; on failure releases what it made.
+ * cache_lock held. */
+typedef cm_status (*cm__cache_make_fn)(const char *func, cm__metal_device *d, const void *ctx,
+                                       cm__metal_cached *made);
+
+/* The one find-or-make of libraries and pipelines: the entry of `key`,
+ * made by make(ctx) on a miss, under cache_lock so that concurrent callers
+ * make it once. On success *out has its object (+1), serial and info, and
+ * *sig (when not NULL) its bindings. */
+static cm_status cm__cache_get(const char *func, cm__metal_device *d, const char *key, size_t n,
+                               cm__cache_make_fn make, const void *ctx, cm__metal_cached *out,
+                               cm__kernel_signature *sig) {
+    const uint64_t hash = cm__fnv1a(key, n);
+    cm_status status = CM_OK;
+    pthread_mutex_lock(&d->cache_lock);
+    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
+    if (c == NULL) {
+        cm__metal_cached made = {.object = NULL};
+        status = make(func, d, ctx, &made);
+        if (status == CM_OK) {
+            c = cm__cache_add(d, hash, key, n, made.object);
+            if (c == NULL) {
+                cm__objc_release(made.object);
+                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
+            } else {
+                c->info = made.info;
+                c->sig = made.sig;
+            }
+        }
+    }
+    if (status == CM_OK) {
+        out->object = cm__objc_retain(c->object);
+        out->serial = c->serial;
+        out->info = c->info;
+        if (sig != NULL)
+            *sig = c->sig;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    return status;
+}
+
 /* ------------------------------------------------------------ compile */
 
 /* New MTLCompileOptions (+1) for `o`. The language version is set first,
@@ -118,9 +144,7 @@ static cm_status cm__compile_options_new(const char *func, const cm__compile_opt
     cm__class cls = CM__CLASS(MTLCompileOptions);
     if (cls == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE, "the Metal framework has no MTLCompileOptions");
-    cm__id options = cm__msg_alloc((cm__id)cls);
-    if (options != NULL)
-        options = cm__msg_init(options);
+    cm__id options = cm__objc_new(cls);
     if (options == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE, "MTLCompileOptions alloc/init returned nil");
     if (o->language_version != 0) {
@@ -184,34 +208,25 @@ typedef struct cm__library_origin {
 static cm_status cm__metal_load_bytes(const char *func, cm__id device, const void *data,
                                       size_t size, cm__id *out);
 
+/* Makes a library from a cm__library_origin. */
+static cm_status cm__library_make(const char *func, cm__metal_device *d, const void *ctx,
+                                  cm__metal_cached *made) {
+    const cm__library_origin *from = ctx;
+    return from->source != NULL
+               ? cm__metal_compile(func, d->device, from->source, from->options, &made->object)
+               : cm__metal_load_bytes(func, d->device, from->data, from->size, &made->object);
+}
+
 /* The device's library for `key` (+1 in *out), made from `from` on first
- * use; concurrent callers make it once. Takes the cache lock. */
+ * use. Takes the cache lock. */
 static cm_status cm__cached_library(const char *func, cm__metal_device *d, const char *key,
                                     size_t n, const cm__library_origin *from, cm__id *out,
                                     uint64_t *serial) {
-    const uint64_t hash = cm__fnv1a(key, n);
-    cm_status status = CM_OK;
-    pthread_mutex_lock(&d->cache_lock);
-    cm__metal_cached *c = cm__cache_find(d, hash, key, n);
-    if (c == NULL) {
-        cm__id lib = NULL;
-        status = from->source != NULL
-                     ? cm__metal_compile(func, d->device, from->source, from->options, &lib)
-                     : cm__metal_load_bytes(func, d->device, from->data, from->size, &lib);
-        if (status == CM_OK) {
-            c = cm__cache_add(d, hash, key, n, lib);
-            if (c == NULL) {
-                cm__objc_release(lib);
-                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
-            }
-        }
-    }
-    if (status == CM_OK) {
-        *out = cm__objc_retain(c->object);
-        *serial = c->serial;
-    }
-    pthread_mutex_unlock(&d->cache_lock);
-    return status;
+    cm__metal_cached got;
+    CM__TRY(cm__cache_get(func, d, key, n, cm__library_make, from, &got, NULL));
+    *out = got.object;
+    *serial = got.serial;
+    return CM_OK;
 }
 
 cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *source,
@@ -281,24 +296,6 @@ cm_status cm__metal_library_data(const char *func, cm__metal_device *d, const vo
 
 /* ------------------------------------------------------------ pipelines */
 
-static cm__uint cm__mtl_data_type(cm_dtype dt) {
-    switch (dt) {
-    case CM_BOOL: return CM__MTL_DATA_BOOL;
-    case CM_INT8: return CM__MTL_DATA_CHAR;
-    case CM_INT16: return CM__MTL_DATA_SHORT;
-    case CM_INT32: return CM__MTL_DATA_INT;
-    case CM_INT64: return CM__MTL_DATA_LONG;
-    case CM_UINT8: return CM__MTL_DATA_UCHAR;
-    case CM_UINT16: return CM__MTL_DATA_USHORT;
-    case CM_UINT32: return CM__MTL_DATA_UINT;
-    case CM_UINT64: return CM__MTL_DATA_ULONG;
-    case CM_FLOAT16: return CM__MTL_DATA_HALF;
-    case CM_BFLOAT16: return CM__MTL_DATA_BFLOAT;
-    case CM_FLOAT32: return CM__MTL_DATA_FLOAT;
-    default: return 0;
-    }
-}
-
 /* Whether fn declares function constants (functionConstantsDictionary,
  * macOS 10.12; a framework without it is taken to have none). */
 static bool cm__has_function_constants(cm__id fn) {
@@ -338,10 +335,7 @@ static cm_status cm__function(const char *func, cm__id library, const char *name
         }
         cm__objc_release(fn);
     }
-    cm__class cls = CM__CLASS(MTLFunctionConstantValues);
-    cm__id values = cls != NULL ? cm__msg_alloc((cm__id)cls) : NULL;
-    if (values != NULL)
-        values = cm__msg_init(values);
+    cm__id values = cm__objc_new(CM__CLASS(MTLFunctionConstantValues));
     if (values == NULL) {
         cm__objc_release(ns_name);
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
@@ -440,9 +434,7 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
     cm__class array_cls = CM__CLASS(NSArray);
     if (cls == NULL || array_cls == NULL)
         return NULL;
-    cm__id desc = cm__msg_alloc((cm__id)cls);
-    if (desc != NULL)
-        desc = cm__msg_init(desc);
+    cm__id desc = cm__objc_new(cls);
     if (desc == NULL)
         return NULL;
     void *pool = cm__objc_pool_push();
@@ -467,6 +459,58 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
     return pipeline;
 }
 
+/* What a pipeline of the cache is made from, on a miss. */
+typedef struct cm__pipeline_origin {
+    cm__id library;
+    const char *name;
+    const cm_function_constant *constants;
+    uint32_t nconst;
+} cm__pipeline_origin;
+
+/* Makes a pipeline (through the binary archive when the device has one),
+ * its limits and its bindings from a cm__pipeline_origin. */
+static cm_status cm__pipeline_make(const char *func, cm__metal_device *d, const void *ctx,
+                                   cm__metal_cached *made) {
+    const cm__pipeline_origin *from = ctx;
+    const char *name = from->name;
+    cm__id fn = NULL;
+    cm_status status = cm__function(func, from->library, name, from->constants, from->nconst, &fn);
+    cm__id pipeline = NULL;
+    cm__kernel_signature bindings;
+    if (status == CM_OK && d->archive != NULL)
+        pipeline = cm__pipeline_from_archive(d, fn, &bindings);
+    if (status == CM_OK && pipeline == NULL) {
+        void *pool = cm__objc_pool_push();
+        cm__id error = NULL, reflection = NULL; /* autoreleased */
+        pipeline = cm__msg_newComputePipelineStateWithFunction_options_reflection_error(
+            d->device, fn, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
+        if (pipeline == NULL)
+            status = cm__pipeline_error(func, error, name, from->nconst);
+        else
+            cm__read_reflection(reflection, &bindings);
+        cm__objc_pool_pop(pool);
+    }
+    cm__objc_release(fn);
+    cm_kernel_info ki = {0};
+    if (status == CM_OK) {
+        ki.max_threads_per_threadgroup = (uint32_t)cm__msg_maxTotalThreadsPerThreadgroup(pipeline);
+        ki.thread_execution_width = (uint32_t)cm__msg_threadExecutionWidth(pipeline);
+        if (cm__msg_respondsToSelector(pipeline, CM__SEL(staticThreadgroupMemoryLength)))
+            ki.static_threadgroup_memory =
+                (uint32_t)cm__msg_staticThreadgroupMemoryLength(pipeline);
+        if (ki.max_threads_per_threadgroup == 0 || ki.thread_execution_width == 0)
+            status = cm__fail_as(func, CM_ERR_DEVICE, "pipeline %s reports no threads", name);
+    }
+    if (status != CM_OK) {
+        cm__objc_release(pipeline);
+        return status;
+    }
+    made->object = pipeline;
+    made->info = ki;
+    made->sig = bindings;
+    return CM_OK;
+}
+
 cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
                              uint64_t library_serial, const char *name,
                              const cm_function_constant *constants, uint32_t nconst,
@@ -488,176 +532,10 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
         memcpy(key + len + 8, constants[i].value, size);
         len += 8 + size;
     }
-    const uint64_t hash = cm__fnv1a(key, len);
-    cm_status status = CM_OK;
-    pthread_mutex_lock(&d->cache_lock);
-    cm__metal_cached *c = cm__cache_find(d, hash, key, len);
-    if (c == NULL) {
-        cm__id fn = NULL;
-        status = cm__function(func, library, name, constants, nconst, &fn);
-        cm__id pipeline = NULL;
-        cm__kernel_signature bindings;
-        if (status == CM_OK && d->archive != NULL)
-            pipeline = cm__pipeline_from_archive(d, fn, &bindings);
-        if (status == CM_OK && pipeline == NULL) {
-            void *pool = cm__objc_pool_push();
-            cm__id error = NULL, reflection = NULL; /* autoreleased */
-            pipeline = cm__msg_newComputePipelineStateWithFunction_options_reflection_error(
-                d->device, fn, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
-            if (pipeline == NULL)
-                status = cm__pipeline_error(func, error, name, nconst);
-            else
-                cm__read_reflection(reflection, &bindings);
-            cm__objc_pool_pop(pool);
-        }
-        cm__objc_release(fn);
-        cm_kernel_info ki = {0};
-        if (status == CM_OK) {
-            ki.max_threads_per_threadgroup = (uint32_t)cm__msg_maxTotalThreadsPerThreadgroup(pipeline);
-            ki.thread_execution_width = (uint32_t)cm__msg_threadExecutionWidth(pipeline);
-            if (cm__msg_respondsToSelector(pipeline, CM__SEL(staticThreadgroupMemoryLength)))
-                ki.static_threadgroup_memory =
-                    (uint32_t)cm__msg_staticThreadgroupMemoryLength(pipeline);
-            if (ki.max_threads_per_threadgroup == 0 || ki.thread_execution_width == 0)
-                status = cm__fail_as(func, CM_ERR_DEVICE, "pipeline %s reports no threads",
-                                     name);
-        }
-        if (status == CM_OK) {
-            c = cm__cache_add(d, hash, key, len, pipeline);
-            if (c == NULL) {
-                status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the cache");
-            } else {
-                c->info = ki;
-                c->sig = bindings;
-            }
-        }
-        if (status != CM_OK)
-            cm__objc_release(pipeline);
-    }
-    if (status == CM_OK) {
-        *out = cm__objc_retain(c->object);
-        *info = c->info;
-        if (sig != NULL)
-            *sig = c->sig;
-    }
-    pthread_mutex_unlock(&d->cache_lock);
-    return status;
-}
-
-/* ------------------------------------------------------------ passes */
-
-/* The cm_buffers a pass touches (a buffer may stand more than once), and
- * whether it writes each. */
-#define CM__PASS_MAX_BUFFERS (2 * CM_KERNEL_MAX_BUFFERS)
-
-/* One pass being encoded into a stream's open command buffer. */
-typedef struct cm__metal_pass {
-    cm_stream *stream;
-    void *pool;
-    cm__id cb;    /* the open command buffer, +0 */
-    cm__id enc;   /* the pass's encoder, +0, or NULL */
-    cm__id fence; /* the stream's fence for untracked buffers, +0, or NULL */
-    cm_buffer *touched[CM__PASS_MAX_BUFFERS];
-    bool writes[CM__PASS_MAX_BUFFERS];
-    int ntouched;
-} cm__metal_pass;
-
-/* Starts a compute pass (or a blit pass) on the stream over p->touched:
- * takes the stream's lock, makes the encoder and, when a touched buffer
- * is untracked, waits for the stream's fence (Metal orders nothing for
- * untracked buffers: MLX's, wrapped ones). Always pair with
- * cm__pass_end, whatever the status. */
-static cm_status cm__pass_begin(const char *func, cm_stream *stream, bool blit,
-                                cm__metal_pass *p) {
-    p->stream = stream;
-    p->enc = NULL;
-    p->fence = NULL;
-    cm_status status = cm__metal_encode_begin(func, stream, &p->cb, &p->pool);
-    if (status == CM_OK)
-        status = cm__metal_pass_fence(func, stream, p->touched, p->ntouched, &p->fence);
-    if (status == CM_OK) {
-        p->enc = blit ? cm__msg_blitCommandEncoder(p->cb) : cm__msg_computeCommandEncoder(p->cb);
-        if (p->enc == NULL)
-            status = cm__fail_as(func, CM_ERR_DEVICE, "%s returned nil",
-                                 blit ? "blitCommandEncoder" : "computeCommandEncoder");
-    }
-    if (p->enc != NULL && p->fence != NULL)
-        cm__msg_waitForFence(p->enc, p->fence);
-    return status;
-}
-
-/* Ends the pass: updates the fence, ends the encoder and tracks the
- * touched buffers on the stream (when the encoder was made), then gives
- * back the stream's lock. */
-static void cm__pass_end(cm__metal_pass *p) {
-    if (p->enc != NULL) {
-        if (p->fence != NULL)
-            cm__msg_updateFence(p->enc, p->fence);
-        cm__msg_endEncoding(p->enc);
-        for (int i = 0; i < p->ntouched; ++i)
-            cm__metal_track(p->stream, p->touched[i], p->writes[i]);
-    }
-    cm__metal_encode_end(p->stream, p->pool);
-}
-
-static void cm__pass_touch(cm__metal_pass *p, cm_buffer *buffer, bool write) {
-    if (buffer != NULL && p->ntouched < CM__PASS_MAX_BUFFERS) {
-        p->touched[p->ntouched] = buffer;
-        p->writes[p->ntouched++] = write;
-    }
-}
-
-cm_status cm__metal_dispatch(cm__id pipeline, const cm__kernel_launch *launch) {
-    const cm__kernel_bind *binds = launch->args;
-    const uint32_t nbinds = launch->nargs;
-    const uint64_t *grid = launch->grid;
-    const uint32_t *group = launch->group;
-    cm__metal_pass p = {.ntouched = 0};
-    for (uint32_t i = 0; i < nbinds; ++i)
-        cm__pass_touch(&p, binds[i].buffer, binds[i].type == CM_ARG_OUTPUT);
-    cm_status status = cm__pass_begin(launch->func, launch->stream, false, &p);
-    if (status == CM_OK) {
-        cm__msg_setComputePipelineState(p.enc, pipeline);
-        for (uint32_t i = 0; i < nbinds; ++i) {
-            const cm__kernel_bind *b = &binds[i];
-            switch (b->type) {
-            case CM_ARG_INPUT:
-            case CM_ARG_OUTPUT:
-                cm__msg_setBuffer_offset_atIndex(
-                    p.enc, b->buffer != NULL ? b->buffer->native : b->native, b->offset,
-                    b->index);
-                break;
-            case CM_ARG_BYTES:
-                cm__msg_setBytes_length_atIndex(p.enc, b->data, b->size, b->index);
-                break;
-            case CM_ARG_THREADGROUP:
-                cm__msg_setThreadgroupMemoryLength_atIndex(p.enc, b->size, b->index);
-                break;
-            default: break;
-            }
-        }
-        const cm__mtl_size g = {grid[0], grid[1], grid[2]};
-        const cm__mtl_size tg = {group[0], group[1], group[2]};
-        if (launch->unit == CM_GRID_THREADGROUPS)
-            cm__msg_dispatchThreadgroups_threadsPerThreadgroup(p.enc, g, tg);
-        else
-            cm__msg_dispatchThreads_threadsPerThreadgroup(p.enc, g, tg);
-    }
-    cm__pass_end(&p);
-    return status;
-}
-
-cm_status cm__metal_blit(const char *func, cm_device *device, cm__metal_span dst,
-                         cm__metal_span src, size_t size) {
-    cm__metal_pass p = {.ntouched = 0};
-    cm__pass_touch(&p, src.buffer, false);
-    cm__pass_touch(&p, dst.buffer, src.native != NULL);
-    cm_status status = cm__pass_begin(func, device->default_stream, true, &p);
-    if (status == CM_OK && src.native != NULL)
-        cm__msg_copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size(
-            p.enc, src.native, src.offset, dst.native, dst.offset, size);
-    else if (status == CM_OK)
-        cm__msg_synchronizeResource(p.enc, dst.native);
-    cm__pass_end(&p);
-    return status;
+    const cm__pipeline_origin from = {library, name, constants, nconst};
+    cm__metal_cached got;
+    CM__TRY(cm__cache_get(func, d, key, len, cm__pipeline_make, &from, &got, sig));
+    *out = got.object;
+    *info = got.info;
+    return CM_OK;
 }
