@@ -975,9 +975,7 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
   atomic_init(&j.next, 0);
   atomic_init(&j.stop, false);
   pthread_mutex_init(&j.mu, NULL);
-  sm__fault_init();
-  sm_altstack alt;
-  sm__altstack_push(&alt);
+  sm__fault_init(); /* the signal stack: the queue's thread has one */
   bool pooled = false;
   pthread_mutex_lock(&g_pool.mu);
   pool_start();
@@ -1000,7 +998,6 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
     while (g_pool.running) pthread_cond_wait(&g_pool.done_cv, &g_pool.mu);
     pthread_mutex_unlock(&g_pool.mu);
   }
-  sm__altstack_pop(&alt);
   pthread_mutex_destroy(&j.mu);
   return !j.failed;
 }

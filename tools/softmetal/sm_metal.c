@@ -788,6 +788,10 @@ SM_EXPORT void softmetal_quiesce(void) {
 static void *queue_main(void *arg) {
   objc_thread_add();
   t_queue_thread = true;
+  /* Kernels run on this thread: its signal stack for their faults, made
+   * once rather than per dispatch. */
+  sm_altstack alt;
+  sm__altstack_push(&alt);
   queue_core *core = arg;
   pthread_mutex_lock(&core->mu);
   for (;;) {
@@ -808,6 +812,7 @@ static void *queue_main(void *arg) {
     inflight_add(-1);
   }
   pthread_mutex_unlock(&core->mu);
+  sm__altstack_pop(&alt);
   objc_thread_remove();
   return NULL;
 }
