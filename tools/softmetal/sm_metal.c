@@ -658,10 +658,14 @@ static void cmdbuf_complete(queue_core *core, sm_cmdbuf *cb) {
   bool late = splitmix64(&core->rng) & 1;
   pthread_mutex_unlock(&core->mu);
   if (!late) run_handlers(cb);
+  /* Each broadcast here and below comes after the unlock, so that a thread
+   * it wakes does not at once sleep again on the mutex. */
   pthread_mutex_lock(&core->mu);
   cb->waitable = true;
+  pthread_mutex_unlock(&core->mu);
   pthread_cond_broadcast(&core->done_cv);
   if (late) {
+    pthread_mutex_lock(&core->mu);
     /* Let a waiter return first; if none is waiting, give one 0.2 ms to come. */
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -671,9 +675,9 @@ static void cmdbuf_complete(queue_core *core, sm_cmdbuf *cb) {
            (cb->waiting > 0 || pthread_cond_timedwait(&core->done_cv, &core->mu, &until) == 0)) {
       if (cb->waiting > 0) pthread_cond_wait(&core->done_cv, &core->mu);
     }
+    pthread_mutex_unlock(&core->mu);
+    run_handlers(cb);
   }
-  pthread_mutex_unlock(&core->mu);
-  if (late) run_handlers(cb);
 }
 
 static void core_free(queue_core *c) {
@@ -997,8 +1001,8 @@ static void cb_commit(id self, SEL cmd) {
   if (core->tail) core->tail->next = cb;
   else core->head = cb;
   core->tail = cb;
-  pthread_cond_broadcast(&core->cv);
   pthread_mutex_unlock(&core->mu);
+  pthread_cond_broadcast(&core->cv); /* the caller's reference keeps cb and its queue */
 }
 
 static void cb_wait(id self, SEL cmd) {
@@ -1013,8 +1017,8 @@ static void cb_wait(id self, SEL cmd) {
   while (!cb->waitable) pthread_cond_wait(&core->done_cv, &core->mu);
   cb->waiting--;
   cb->returned++;
-  pthread_cond_broadcast(&core->done_cv);
   pthread_mutex_unlock(&core->mu);
+  pthread_cond_broadcast(&core->done_cv);
   sm__hazard_observed(cb);
 }
 
