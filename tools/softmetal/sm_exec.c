@@ -607,6 +607,78 @@ static bool read_fiber_switch(void) {
   sm__fatal("SOFTMETAL_FIBER_SWITCH=%s: expected own or ucontext", v);
 }
 
+/* What a participant keeps from one dispatch to the next (per thread, freed
+ * when the thread ends): the buffers, fibers and fiber stacks job_work would
+ * otherwise allocate and free every time. */
+typedef struct {
+  unsigned char *tg_block;
+  size_t tg_cap;
+  unsigned char *simd_slots;
+  size_t simd_cap;
+  bool simd_dirty; /* written since zeroed (a kernel reached a SIMD-group function) */
+  sm_tg_arena *tg_arena;
+  uint32_t *order;
+  uint32_t order_cap;
+  fiber *fibers;         /* [nfibers], each known to TSan */
+  unsigned char *stacks;
+  size_t stacks_len;
+  uint32_t nfibers;
+} exec_cache;
+
+static void drop_fibers(exec_cache *c) {
+  if (c->stacks) {
+    for (uint32_t i = 0; i < c->nfibers; i++) {
+#if SM_TSAN
+      __tsan_destroy_fiber(c->fibers[i].tsan_fiber);
+#endif
+    }
+    munmap(c->stacks, c->stacks_len);
+  }
+  free(c->fibers);
+  c->fibers = NULL;
+  c->stacks = NULL;
+  c->stacks_len = 0;
+  c->nfibers = 0;
+}
+
+static void cache_free(void *arg) {
+  exec_cache *c = arg;
+  drop_fibers(c);
+  free(c->tg_block);
+  free(c->simd_slots);
+  sm__tg_arena_free(c->tg_arena);
+  free(c->order);
+  free(c);
+}
+
+static pthread_key_t g_cache_key;
+static void cache_key_make(void) {
+  if (pthread_key_create(&g_cache_key, cache_free) != 0) sm__fatal("softmetal: pthread_key_create failed");
+}
+
+/* This thread's cache, or NULL when out of memory. */
+static exec_cache *cache_get(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, cache_key_make);
+  exec_cache *c = pthread_getspecific(g_cache_key);
+  if (c) return c;
+  c = calloc(1, sizeof *c);
+  if (c && pthread_setspecific(g_cache_key, c) != 0) {
+    free(c);
+    c = NULL;
+  }
+  return c;
+}
+
+/* Grows *p to hold n bytes (contents not kept); false when out of memory. */
+static bool cache_room(unsigned char **p, size_t *cap, size_t n) {
+  if (*cap >= n && *p) return true;
+  free(*p);
+  *p = malloc(n ? n : 1);
+  *cap = *p ? n : 0;
+  return *p != NULL;
+}
+
 /* Under valgrind the fiber stacks are not registered with
  * VALGRIND_STACK_REGISTER: memcheck keeps one "current stack" for the whole
  * process, so once another thread has switched stacks, a fiber's next
@@ -619,7 +691,15 @@ static bool read_fiber_switch(void) {
  * recognised as one, while moves within a stack never are. */
 enum { VG_SLOT = 4 * 1024 * 1024 };
 
-static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t errlen) {
+static bool setup_fibers(run_state *r, exec_cache *c, uint32_t max_threads, char *err,
+                         size_t errlen) {
+  if (c->nfibers >= max_threads) { /* the stacks of an earlier dispatch */
+    r->fibers = c->fibers;
+    r->stacks = c->stacks;
+    r->stacks_len = c->stacks_len;
+    return true;
+  }
+  drop_fibers(c);
   size_t slot = STACK_SIZE, pad = 0;
   int prot = PROT_READ | PROT_WRITE;
 #if SM_VALGRIND
@@ -635,6 +715,8 @@ static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t e
   r->fibers = calloc(max_threads, sizeof *r->fibers);
   if (m == MAP_FAILED || !r->fibers) {
     if (m != MAP_FAILED) munmap(m, r->stacks_len);
+    free(r->fibers);
+    r->fibers = NULL;
     r->stacks = NULL;
     snprintf(err, errlen, "dispatch of kernel %s: cannot allocate %u fiber stacks",
              r->k->name, max_threads);
@@ -652,22 +734,11 @@ static bool setup_fibers(run_state *r, uint32_t max_threads, char *err, size_t e
     r->fibers[i].tsan_fiber = __tsan_create_fiber(0);
 #endif
   }
+  c->fibers = r->fibers;
+  c->stacks = r->stacks;
+  c->stacks_len = r->stacks_len;
+  c->nfibers = max_threads;
   return true;
-}
-
-static void teardown(run_state *r, uint32_t max_threads) {
-  if (r->stacks) {
-#if SM_TSAN
-    for (uint32_t i = 0; i < max_threads; i++) __tsan_destroy_fiber(r->fibers[i].tsan_fiber);
-#endif
-    (void)max_threads;
-    munmap(r->stacks, r->stacks_len);
-  }
-  free(r->fibers);
-  free(r->tg_block);
-  free(r->simd_slots);
-  sm__tg_arena_free(r->tg_arena);
-  free(r->order);
 }
 
 /* The size of threadgroup g (partial at the grid's far edges). */
@@ -828,19 +899,42 @@ static void job_work(job *j) {
   r.seed = j->seed;
   uint32_t max_threads = (uint32_t)(d->tg.width * d->tg.height * d->tg.depth);
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) r.tg_bytes += d->tg_len[i];
-  r.tg_block = malloc(r.tg_bytes ? r.tg_bytes : 1);
-  r.simd_slots = calloc(2 * (size_t)max_threads, SM_SIMD_SLOT);
-  r.tg_arena = sm__tg_arena_new();
   bool fibers = r.k->needs_fibers != 0;
-  if (fibers || r.seeded) r.order = malloc(max_threads * sizeof *r.order);
-  bool ok = r.tg_block && r.simd_slots && r.tg_arena && (r.order || !(fibers || r.seeded));
+  /* This thread's buffers from earlier dispatches, grown where too small;
+   * the SIMD-group slots start zeroed, as calloc's. */
+  exec_cache *c = cache_get();
+  const size_t simd_bytes = 2 * (size_t)max_threads * SM_SIMD_SLOT;
+  bool ok = c && cache_room(&c->tg_block, &c->tg_cap, r.tg_bytes);
+  if (ok && (c->simd_cap < simd_bytes || !c->simd_slots)) {
+    free(c->simd_slots);
+    c->simd_slots = calloc(1, simd_bytes);
+    c->simd_cap = c->simd_slots ? simd_bytes : 0;
+    c->simd_dirty = false;
+    ok = c->simd_slots != NULL;
+  } else if (ok && c->simd_dirty) {
+    memset(c->simd_slots, 0, c->simd_cap);
+    c->simd_dirty = false;
+  }
+  if (ok && !c->tg_arena) ok = (c->tg_arena = sm__tg_arena_new()) != NULL;
+  if (ok && (fibers || r.seeded) && c->order_cap < max_threads) {
+    free(c->order);
+    c->order = malloc(max_threads * sizeof *c->order);
+    c->order_cap = c->order ? max_threads : 0;
+    ok = c->order != NULL;
+  }
+  if (ok) {
+    r.tg_block = c->tg_block;
+    r.simd_slots = c->simd_slots;
+    r.tg_arena = c->tg_arena;
+    r.order = c->order;
+  }
   if (!ok) snprintf(err, sizeof err, "dispatch of kernel %s: out of memory", r.k->name);
   size_t at = 0;
   for (unsigned i = 0; ok && i < SM_MAX_BINDINGS; i++) {
     r.tgmem[i] = d->tg_len[i] ? r.tg_block + at : NULL;
     at += d->tg_len[i];
   }
-  if (ok && fibers) ok = setup_fibers(&r, max_threads, err, sizeof err);
+  if (ok && fibers) ok = setup_fibers(&r, c, max_threads, err, sizeof err);
   bool whole = !fibers && !r.seeded && r.k->group_fn;
   while (ok && !atomic_load_explicit(&j->stop, memory_order_relaxed)) {
     uint64_t first = atomic_fetch_add(&j->next, j->chunk);
@@ -862,7 +956,8 @@ static void job_work(job *j) {
     }
   }
   if (!ok) job_fail(j, err);
-  teardown(&r, max_threads);
+  /* A kernel that reached a SIMD-group function wrote its slot. */
+  if (c && (fibers || !ok)) c->simd_dirty = true;
 }
 
 /* The pool: SOFTMETAL_THREADS participants (default: the online cores),
@@ -990,9 +1085,7 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
   atomic_init(&j.next, 0);
   atomic_init(&j.stop, false);
   pthread_mutex_init(&j.mu, NULL);
-  sm__fault_init();
-  sm_altstack alt;
-  sm__altstack_push(&alt);
+  sm__fault_init(); /* the signal stack: the queue's thread has one */
   bool pooled = false;
   pthread_mutex_lock(&g_pool.mu);
   pool_start();
@@ -1015,7 +1108,6 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
     while (g_pool.running) pthread_cond_wait(&g_pool.done_cv, &g_pool.mu);
     pthread_mutex_unlock(&g_pool.mu);
   }
-  sm__altstack_pop(&alt);
   pthread_mutex_destroy(&j.mu);
   return !j.failed;
 }

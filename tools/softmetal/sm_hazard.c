@@ -149,22 +149,30 @@ void sm__hazard_queue_gone(sm_queue *q) {
 typedef struct {
   sm_buffer *buf;
   bool write;
-  char op[128];
 } hz_use;
+
+/* The command's description in hazard messages, written only where one
+ * needs it (the command's untracked buffers). */
+static void command_op(const command *c, char *out, size_t len) {
+  if (c->kind == CMD_DISPATCH)
+    snprintf(out, len, "%s, kernel %s", c->op_sel, c->dispatch->pipeline->desc->name);
+  else
+    snprintf(out, len, "%s", c->op_sel);
+}
 
 /* The buffers command c uses, with whether it may write them. */
 static size_t command_uses(const command *c, hz_use *u) {
   size_t n = 0;
   switch (c->kind) {
   case CMD_COPY:
-    u[n++] = (hz_use){c->src, false, ""};
-    u[n++] = (hz_use){c->dst, true, ""};
+    u[n++] = (hz_use){c->src, false};
+    u[n++] = (hz_use){c->dst, true};
     break;
   case CMD_FILL:
-    u[n++] = (hz_use){c->dst, true, ""};
+    u[n++] = (hz_use){c->dst, true};
     break;
   case CMD_SYNC:
-    u[n++] = (hz_use){c->dst, false, ""};
+    u[n++] = (hz_use){c->dst, false};
     break;
   case CMD_DISPATCH: {
     const dispatch_rec *d = c->dispatch;
@@ -174,28 +182,25 @@ static size_t command_uses(const command *c, hz_use *u) {
       bool write = k->written_mask >> i & 1u;
       size_t j = 0;
       while (j < n && u[j].buf != d->buffers[i]) j++;
-      if (j == n) u[n++] = (hz_use){d->buffers[i], write, ""};
+      if (j == n) u[n++] = (hz_use){d->buffers[i], write};
       else u[j].write |= write;
     }
     if (d->indirect) {
       size_t j = 0;
       while (j < n && u[j].buf != d->indirect) j++;
-      if (j == n) u[n++] = (hz_use){d->indirect, false, ""};
+      if (j == n) u[n++] = (hz_use){d->indirect, false};
     }
     for (unsigned i = 0; i < d->nused; i++) {
       size_t j = 0;
       while (j < n && u[j].buf != d->used[i]) j++;
-      if (j == n) u[n++] = (hz_use){d->used[i], d->used_write[i], ""};
+      if (j == n) u[n++] = (hz_use){d->used[i], d->used_write[i]};
       else u[j].write |= d->used_write[i];
     }
-    for (size_t j = 0; j < n; j++)
-      snprintf(u[j].op, sizeof u[j].op, "%s, kernel %s", c->op_sel, k->name);
     return n;
   }
   default:
     return 0;
   }
-  for (size_t j = 0; j < n; j++) snprintf(u[j].op, sizeof u[j].op, "%s", c->op_sel);
   return n;
 }
 
@@ -226,8 +231,9 @@ static bool pass_check(sm_cmdbuf *cb, sm_pass *p, size_t a, size_t z, char *err,
         if (h->pass == p) {
           mine = h;
         } else if ((h->write || uses[u].write) && !pass_ordered(h->pass, p)) {
-          char name[96];
+          char name[96], op[128];
           buffer_name(b, name, sizeof name);
+          command_op(&cb->cmds[i], op, sizeof op);
           snprintf(err, len,
                    "untracked buffer hazard: %s (%s) %s buffer %s, which %s (%s) %s, and "
                    "nothing orders the two passes: buffers with "
@@ -235,7 +241,7 @@ static bool pass_check(sm_cmdbuf *cb, sm_pass *p, size_t a, size_t z, char *err,
                    "use an MTLFence (updateFence: in the first pass, waitForFence: in the "
                    "second), a shared event, or wait for the first command buffer to "
                    "complete before committing the second",
-                   p->what, uses[u].op, uses[u].write ? "writes" : "reads", name,
+                   p->what, op, uses[u].write ? "writes" : "reads", name,
                    h->pass->what, h->op, h->write ? "wrote" : "read");
           return false;
         } else if (uses[u].write || h->pass->done) {
@@ -260,7 +266,7 @@ static bool pass_check(sm_cmdbuf *cb, sm_pass *p, size_t a, size_t z, char *err,
       hz_access *h = &b->hz[b->nhz++];
       h->pass = pass_ref(p);
       h->write = uses[u].write;
-      snprintf(h->op, sizeof h->op, "%s", uses[u].op);
+      command_op(&cb->cmds[i], h->op, sizeof h->op);
     }
   }
   return true;

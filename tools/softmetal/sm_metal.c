@@ -658,10 +658,14 @@ static void cmdbuf_complete(queue_core *core, sm_cmdbuf *cb) {
   bool late = splitmix64(&core->rng) & 1;
   pthread_mutex_unlock(&core->mu);
   if (!late) run_handlers(cb);
+  /* Each broadcast here and below comes after the unlock, so that a thread
+   * it wakes does not at once sleep again on the mutex. */
   pthread_mutex_lock(&core->mu);
   cb->waitable = true;
+  pthread_mutex_unlock(&core->mu);
   pthread_cond_broadcast(&core->done_cv);
   if (late) {
+    pthread_mutex_lock(&core->mu);
     /* Let a waiter return first; if none is waiting, give one 0.2 ms to come. */
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -671,9 +675,9 @@ static void cmdbuf_complete(queue_core *core, sm_cmdbuf *cb) {
            (cb->waiting > 0 || pthread_cond_timedwait(&core->done_cv, &core->mu, &until) == 0)) {
       if (cb->waiting > 0) pthread_cond_wait(&core->done_cv, &core->mu);
     }
+    pthread_mutex_unlock(&core->mu);
+    run_handlers(cb);
   }
-  pthread_mutex_unlock(&core->mu);
-  if (late) run_handlers(cb);
 }
 
 static void core_free(queue_core *c) {
@@ -788,6 +792,10 @@ SM_EXPORT void softmetal_quiesce(void) {
 static void *queue_main(void *arg) {
   objc_thread_add();
   t_queue_thread = true;
+  /* Kernels run on this thread: its signal stack for their faults, made
+   * once rather than per dispatch. */
+  sm_altstack alt;
+  sm__altstack_push(&alt);
   queue_core *core = arg;
   pthread_mutex_lock(&core->mu);
   for (;;) {
@@ -808,6 +816,7 @@ static void *queue_main(void *arg) {
     inflight_add(-1);
   }
   pthread_mutex_unlock(&core->mu);
+  sm__altstack_pop(&alt);
   objc_thread_remove();
   return NULL;
 }
@@ -932,6 +941,23 @@ static NSUInteger cb_status(id self, SEL cmd) {
   return st;
 }
 
+/* sel_getName takes the runtime's lock on GNU libobjc; the encoding calls
+ * name their selector on every call (for messages and the hazard checks),
+ * so this thread keeps the names it has seen (a SEL's name never changes). */
+static const char *sel_name(SEL s) {
+  static _Thread_local struct {
+    SEL sel;
+    const char *name;
+  } seen[64];
+  if (!s) return sel_getName(s);
+  size_t h = ((uintptr_t)s >> 4) % 64;
+  if (seen[h].sel != s) {
+    seen[h].name = sel_getName(s);
+    seen[h].sel = s;
+  }
+  return seen[h].name;
+}
+
 static void cb_require_open(sm_cmdbuf *cb, const char *sel) {
   NSUInteger st = atomic_load(&cb->status);
   if (st >= CB_COMMITTED)
@@ -953,8 +979,8 @@ static void cb_enqueue(id self, SEL cmd) {
 
 static void cb_commit(id self, SEL cmd) {
   sm_cmdbuf *cb = (sm_cmdbuf *)self;
-  cb_require_open(cb, sel_getName(cmd));
-  cb_require_no_encoder(cb, sel_getName(cmd));
+  cb_require_open(cb, sel_name(cmd));
+  cb_require_no_encoder(cb, sel_name(cmd));
   char err[1024];
   if (!cb->encode_error && !sm__hazard_commit(cb, err, sizeof err)) encode_fail(cb, "%s", err);
   sm_queue *q = cb->queue;
@@ -975,8 +1001,8 @@ static void cb_commit(id self, SEL cmd) {
   if (core->tail) core->tail->next = cb;
   else core->head = cb;
   core->tail = cb;
-  pthread_cond_broadcast(&core->cv);
   pthread_mutex_unlock(&core->mu);
+  pthread_cond_broadcast(&core->cv); /* the caller's reference keeps cb and its queue */
 }
 
 static void cb_wait(id self, SEL cmd) {
@@ -984,15 +1010,15 @@ static void cb_wait(id self, SEL cmd) {
   NSUInteger st = atomic_load(&cb->status);
   if (st < CB_COMMITTED)
     sm__fatal("-[SMCommandBuffer %s]: command buffer not committed (status %lu %s): "
-              "this would wait forever", sel_getName(cmd), st, status_name(st));
+              "this would wait forever", sel_name(cmd), st, status_name(st));
   queue_core *core = cb->queue->core;
   pthread_mutex_lock(&core->mu);
   cb->waiting++;
   while (!cb->waitable) pthread_cond_wait(&core->done_cv, &core->mu);
   cb->waiting--;
   cb->returned++;
-  pthread_cond_broadcast(&core->done_cv);
   pthread_mutex_unlock(&core->mu);
+  pthread_cond_broadcast(&core->done_cv);
   sm__hazard_observed(cb);
 }
 
@@ -1051,13 +1077,13 @@ static sm_class compute_class = {"SMComputeCommandEncoder", sizeof(sm_encoder), 
 
 static id cb_make_encoder(id self, SEL cmd, sm_class *k, bool concurrent) {
   sm_cmdbuf *cb = (sm_cmdbuf *)self;
-  cb_require_open(cb, sel_getName(cmd));
-  cb_require_no_encoder(cb, sel_getName(cmd));
+  cb_require_open(cb, sel_name(cmd));
+  cb_require_no_encoder(cb, sel_name(cmd));
   sm_encoder *e = sm__new(k);
   if (!e) return nil;
   e->cb = (sm_cmdbuf *)sm__retain(self);
   e->pass = cb->npasses++;
-  e->sel = sel_getName(cmd);
+  e->sel = sel_name(cmd);
   e->concurrent = concurrent;
   cb->active_encoder = (id)e;
   return sm__autorelease((id)e);
@@ -1081,7 +1107,7 @@ static command *enc_cmd(id self, SEL cmd, int kind) {
   command *c = cmd_push(e->cb, kind);
   c->pass = e->pass;
   c->enc_sel = e->sel;
-  c->op_sel = sel_getName(cmd);
+  c->op_sel = sel_name(cmd);
   return c;
 }
 
@@ -1090,8 +1116,8 @@ static sm_cmdbuf *enc_open(id self, SEL cmd) {
   sm_encoder *e = (sm_encoder *)self;
   if (e->ended)
     sm__fatal("-[%s %s]: encoder already ended (endEncoding was called)",
-              e->hdr.cls->name, sel_getName(cmd));
-  cb_require_open(e->cb, sel_getName(cmd));
+              e->hdr.cls->name, sel_name(cmd));
+  cb_require_open(e->cb, sel_name(cmd));
   return e->cb;
 }
 
@@ -1201,8 +1227,11 @@ static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
                 pipeline ? object_getClassName(pipeline) : "nil");
     return;
   }
-  id (*device_of)(id, SEL) = (id(*)(id, SEL))(void (*)(void))sm__lookup(pipeline, "device");
-  sm_device *its = (sm_device *)device_of(pipeline, sel_registerName("device"));
+  static SEL device_sel; /* registered once: sel_registerName takes the runtime's lock */
+  SEL dsel = __atomic_load_n(&device_sel, __ATOMIC_ACQUIRE);
+  if (!dsel) __atomic_store_n(&device_sel, dsel = sel_registerName("device"), __ATOMIC_RELEASE);
+  id (*device_of)(id, SEL) = (id(*)(id, SEL))(void (*)(void))objc_msg_lookup(pipeline, dsel);
+  sm_device *its = (sm_device *)device_of(pipeline, dsel);
   if (its != cb->queue->device) {
     misuse(cb, "%s: pipelineState belongs to device '%s', not to the command queue's "
                 "device '%s'", sel_getName(cmd), its ? device_label(its) : "nil",
@@ -1247,7 +1276,7 @@ static bool index_ok(sm_cmdbuf *cb, const char *sel, NSUInteger index) {
 static void comp_set_buffer(id self, SEL cmd, id buf, NSUInteger offset, NSUInteger index) {
   sm_cmdbuf *cb = enc_open(self, cmd);
   sm_encoder *e = (sm_encoder *)self;
-  const char *sel = sel_getName(cmd);
+  const char *sel = sel_name(cmd);
   if (!index_ok(cb, sel, index)) return;
   sm_buffer *b = NULL;
   if (buf) {
@@ -1271,7 +1300,7 @@ static void comp_set_bytes(id self, SEL cmd, const void *bytes, NSUInteger lengt
                            NSUInteger index) {
   sm_cmdbuf *cb = enc_open(self, cmd);
   sm_encoder *e = (sm_encoder *)self;
-  const char *sel = sel_getName(cmd);
+  const char *sel = sel_name(cmd);
   if (!index_ok(cb, sel, index)) return;
   if (length == 0 || length > MAX_SET_BYTES || !bytes) {
     misuse(cb, "%s: length = %lu must be in 1..%d with non-NULL bytes (index %lu)", sel,
@@ -1320,7 +1349,7 @@ static bool size_mul(MTLSize a, MTLSize b, MTLSize *out) {
 static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, bool threads) {
   sm_cmdbuf *cb = enc_open(self, cmd);
   sm_encoder *e = (sm_encoder *)self;
-  const char *sel = sel_getName(cmd);
+  const char *sel = sel_name(cmd);
   sm_pipeline *p = e->pipeline;
   if (!p) {
     misuse(cb, "%s: no compute pipeline state set (setComputePipelineState:)", sel);
