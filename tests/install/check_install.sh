@@ -72,6 +72,11 @@ if [ "$run" = yes ] && [ -f "$libdir/pkgconfig/softmetal.pc" ] && command -v cla
   clang -o "$tmp/softmetal_consumer" "$src/softmetal_consumer.c" \
     $(pkg-config --cflags --libs softmetal) -Wl,-rpath,"$libdir"
   "$tmp/softmetal_consumer"
+  # An Objective-C Metal program: softmetal's Foundation and Metal headers
+  # and softmetal.pc's flags, nothing else.
+  clang -fobjc-runtime=gcc -o "$tmp/metal_program" "$src/../softmetal/objc/metal_program.m" \
+    $(pkg-config --cflags --libs softmetal) -Wl,-rpath,"$libdir"
+  "$tmp/metal_program"
 fi
 
 # find_package(cmetal). Not in a cross-build (--no-run): CMake's Darwin

@@ -44,12 +44,15 @@ atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
  * -ffloat16-excess-precision=none: half (_Float16) arithmetic rounds to half
  * at each operation, as MSL's, instead of keeping float between them.
  * Integer division by zero faults on x86-64 (SIGFPE, sm_fault.c); elsewhere
- * (aarch64 gives 0) a check traps instead, which sm_fault.c recognises. */
+ * (aarch64 gives 0) a check traps instead, which sm_fault.c recognises.
+ * -fmax-type-align=8: an access through a pointer assumes at most 8-byte
+ * alignment (no aligned 16-byte vector moves), so a vector at an address
+ * aligned only to its element works, as on Apple GPUs (metal_stdlib's vec). */
 static const char *const CXX_FLAGS[] = {
     "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
     "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
     "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
-    "-mllvm", "-enable-tail-merge=false", "-fsigned-char",
+    "-mllvm", "-enable-tail-merge=false", "-fsigned-char", "-fmax-type-align=8",
     "-Xclang", "-ffloat16-excess-precision=none", "-fdeclspec", /* swizzles: metal_stdlib */
 #if !defined(__x86_64__)
     "-fsanitize=integer-divide-by-zero", "-fsanitize-trap=integer-divide-by-zero",
