@@ -30,7 +30,7 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
         cm__free(device);
         return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
     }
-    cm_status status = cm__stream_new(device, true, NULL, &device->default_stream);
+    cm_status status = cm__stream_new(device, true, NULL, NULL, &device->default_stream);
     if (status != CM_OK) {
         pthread_mutex_destroy(&device->streams_lock);
         cm__free(device);
