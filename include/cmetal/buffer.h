@@ -40,6 +40,8 @@ enum {
 typedef struct cm_buffer_desc {
     size_t size;             /* bytes; 0 is allowed */
     cm_storage_mode storage; /* default shared */
+    const char *label;       /* UTF-8, for debuggers and captures (Metal: the
+                                MTLBuffer's label); NULL: none */
 } cm_buffer_desc;
 
 /* Called exactly once when memory wrapped by cmetal is no longer used by
@@ -72,8 +74,13 @@ typedef struct cm_buffer_info {
 /* Allocates `desc->size` bytes (CPU: aligned to at least 256 bytes, the
  * DLPack recommendation). Contents are unspecified. A NULL desc means size
  * 0 and shared storage.
- * Ownership: returns +1 in *out; the buffer retains `device`.
- * Errors: CM_ERR_INVALID_ARGUMENT (NULL device/out, bad storage),
+ * Label: on Metal desc->label becomes the MTLBuffer's `label`; a buffer
+ * served from the cache (cmetal/memory.h) takes the new label, or none when
+ * desc->label is NULL (never a previous user's). The CPU keeps no label.
+ * Ownership: returns +1 in *out; the buffer retains `device`; desc->label
+ * is copied (Metal copies the string).
+ * Errors: CM_ERR_INVALID_ARGUMENT (NULL device/out, bad storage, a label
+ * that is not UTF-8),
  * CM_ERR_UNSUPPORTED (storage mode the device lacks), CM_ERR_OUT_OF_MEMORY
  * (including sizes the device can never hold). On failure *out is NULL. */
 CM_API cm_status cm_buffer_create(cm_device *device, const cm_buffer_desc *desc,

@@ -176,10 +176,15 @@ typedef struct cm_kernel_desc {
     const char *name;                       /* the kernel function; required */
     const cm_function_constant *constants;  /* may be NULL when constant_count is 0 */
     uint32_t constant_count;
+    const char *label;                      /* UTF-8, the pipeline's label (set
+                                               through its
+                                               MTLComputePipelineDescriptor);
+                                               NULL: none */
 } cm_kernel_desc;
 
 /* The compute pipeline of `desc->name` in `library`, specialised with the
- * constants (cached per device).
+ * constants (cached per device; the label is part of the key, so kernels
+ * of one function with different labels have their own pipelines).
  * Ownership: returns +1; the kernel retains the library.
  * The pipeline is made with its reflection (MTLPipelineOptionArgumentInfo):
  * the buffer and threadgroup bindings it uses, and which buffers it may

@@ -34,6 +34,18 @@
  *   stay within the limit.
  * - When Metal refuses a new MTLBuffer, the cache is released and the
  *   allocation tried once more.
+ * - Residency: where the device has residency sets (it answers
+ *   newResidencySetWithDescriptor:error:, macOS 15, and supports GPU family
+ *   Apple6, which Metal's validation layer requires), the device keeps one
+ *   MTLResidencySet labelled "cmetal allocations". Each MTLBuffer made for
+ *   cm_buffer_create is added to it (committed, requestResidency) while
+ *   the resident bytes stay within the wired limit, and taken out when it
+ *   is released (cached buffers stay in; an evicted or uncached one goes).
+ *   The set is attached to the queues cmetal makes (addResidencySet:) and
+ *   used by each command buffer cmetal makes on an adopted queue
+ *   (useResidencySet:, so the program's queue is left as it was). Wrapped
+ *   buffers are not added. Where the device has no residency sets nothing
+ *   of this happens: residency_set is false and the wired limit is 0.
  * Counted sizes are the size classes (what the MTLBuffers hold). The CPU
  * device has no cache: these functions fail there with
  * CM_ERR_UNSUPPORTED. */
@@ -59,6 +71,10 @@ typedef struct cm_memory_info {
                               Metal answered) */
     uint64_t cache_hits;   /* buffers served from the cache */
     uint64_t cache_misses; /* buffers that needed a new MTLBuffer */
+    uint64_t resident_bytes; /* MTLBuffers in the residency set */
+    uint64_t wired_limit;  /* bytes the residency set may hold; 0: nothing is
+                              added (always 0 without residency sets) */
+    bool residency_set;    /* the device has a residency set (macOS 15) */
 } cm_memory_info;
 
 /* Ownership (every function below): borrows the device for the call;
@@ -86,6 +102,18 @@ CM_API cm_status cm_device_set_cache_limit(cm_device *device, uint64_t bytes,
  * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */
 CM_API cm_status cm_device_set_memory_limit(cm_device *device, uint64_t bytes,
                                             uint64_t *previous);
+
+/* Sets the wired limit: the most bytes of MTLBuffers the residency set
+ * holds (0: none). The default is the device's
+ * recommendedMaxWorkingSetSize. A new MTLBuffer that would pass it stays
+ * out of the set (it works all the same; Metal makes it resident when a
+ * command buffer uses it); a limit below what is resident takes buffers
+ * out of the set until it fits. The previous limit goes to *previous
+ * unless previous is NULL.
+ * Errors: as cm_device_get_memory_info, and CM_ERR_UNSUPPORTED where the
+ * device has no residency sets. Thread-safety: any thread. */
+CM_API cm_status cm_device_set_wired_limit(cm_device *device, uint64_t bytes,
+                                           uint64_t *previous);
 
 /* Releases every cached MTLBuffer now; the cache keeps its limit.
  * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */

@@ -7,6 +7,7 @@
 #define CMETAL_METAL_H
 
 #include <cmetal/buffer.h>
+#include <cmetal/kernel.h>
 #include <cmetal/stream.h>
 
 #ifdef __cplusplus
@@ -81,6 +82,22 @@ CM_API cm_status cm_device_get_metal_device(const cm_device *device, void **out)
 
 /* The stream's id<MTLCommandQueue>. Ownership: borrowed. */
 CM_API cm_status cm_stream_get_metal_queue(const cm_stream *stream, void **out);
+
+/* The kernel's id<MTLComputePipelineState> (labelled with
+ * cm_kernel_desc.label). Ownership: borrowed, valid while the kernel
+ * lives. Errors: CM_ERR_UNSUPPORTED on a non-Metal device.
+ * Thread-safety: any thread. */
+CM_API cm_status cm_kernel_get_metal_pipeline(const cm_kernel *kernel, void **out);
+
+/* The device's id<MTLResidencySet> holding the MTLBuffers of
+ * cm_buffer_create (cmetal/memory.h, "Residency"): a program may attach it
+ * to its own queues (addResidencySet:). Do not add or remove allocations:
+ * cmetal commits the set as its buffers come and go.
+ * Ownership: borrowed, valid while the device lives.
+ * Errors: CM_ERR_UNSUPPORTED on a non-Metal device and where the device
+ * has no residency sets (before macOS 15, GPU families below Apple6).
+ * Thread-safety: any thread. */
+CM_API cm_status cm_device_get_metal_residency_set(const cm_device *device, void **out);
 
 /* A GPU capture (MTLCaptureManager) of a device's or one stream's work to
  * a GPU trace document, for Xcode's Metal debugger. */

@@ -39,10 +39,24 @@ extern "C" {
 typedef struct cm_stream cm_stream;
 typedef struct cm_fence cm_fence;
 
-/* A new stream on `device` (Metal: with its own MTLCommandQueue).
+/* A new stream on `device` (Metal: with its own MTLCommandQueue, labelled
+ * "cmetal stream"). cm_stream_create_with_desc with a NULL desc.
  * Ownership: returns +1; the stream retains the device.
  * Errors: CM_ERR_INVALID_ARGUMENT, CM_ERR_OUT_OF_MEMORY, CM_ERR_DEVICE. */
 CM_API cm_status cm_stream_create(cm_device *device, cm_stream **out);
+
+typedef struct cm_stream_desc {
+    const char *label; /* UTF-8: the MTLCommandQueue's label; NULL: "cmetal stream" */
+} cm_stream_desc;
+
+/* cm_stream_create with a desc (NULL: the defaults). desc->label becomes
+ * the queue's `label`; the stream's command buffers are labelled by what
+ * opened them ("cmetal: cm_add"), whatever the queue's label.
+ * Ownership: as cm_stream_create; desc->label is copied.
+ * Errors: as cm_stream_create, and CM_ERR_INVALID_ARGUMENT for a label
+ * that is not UTF-8. Thread-safety: any thread. */
+CM_API cm_status cm_stream_create_with_desc(cm_device *device, const cm_stream_desc *desc,
+                                            cm_stream **out);
 
 /* The device's default stream. Ownership: borrowed; valid while the device
  * lives (retain it to keep it longer). */

@@ -41,6 +41,8 @@ typedef struct cm_tensor_desc {
     uint64_t byte_offset;     /* of element 0, a multiple of the element size */
     uint32_t flags;           /* CM_TENSOR_READ_ONLY */
     cm_storage_mode storage;  /* cm_tensor_create only: the new buffer's storage */
+    const char *label;        /* cm_tensor_create only: the new buffer's label
+                                 (cm_buffer_desc.label); NULL: none */
 } cm_tensor_desc;
 
 typedef struct cm_tensor_info {

@@ -27,6 +27,9 @@ typedef struct cm__memory_backend {
     /* Sets the cache limit (cache) or the memory limit; returns the old. */
     uint64_t (*set_limit)(cm_device *device, bool cache, uint64_t bytes);
     void (*clear)(cm_device *device);
+    /* Sets the wired limit, the old one in *old; false (nothing done)
+     * where the device has no residency set. */
+    bool (*set_wired_limit)(cm_device *device, uint64_t bytes, uint64_t *old);
 } cm__memory_backend;
 
 typedef struct cm__backend {
@@ -35,8 +38,9 @@ typedef struct cm__backend {
     void (*destroy)(cm_device *device);
     cm_status (*get_info)(const cm_device *device, cm_device_info *out);
     /* Allocates buffer->size bytes of buffer->storage (already resolved and
-     * checked against the device) and sets host and native. */
-    cm_status (*buffer_alloc)(cm_device *device, cm_buffer *buffer);
+     * checked against the device) and sets host and native; `label` (may
+     * be NULL: none) names the native object where the backend has one. */
+    cm_status (*buffer_alloc)(cm_device *device, cm_buffer *buffer, const char *label);
     /* Makes the buffer use desc's memory, or a copy of it (then sets
      * CM_BUFFER_COPIED). Must not call desc->release. */
     cm_status (*buffer_wrap_host)(cm_device *device, cm_buffer *buffer,
@@ -74,8 +78,8 @@ typedef struct cm__backend {
      * signaled. */
     /* `native`: the program's own queue to adopt and retain (Metal: an
      * id<MTLCommandQueue> of the device, already checked), or NULL for a
-     * new one. */
-    cm_status (*stream_init)(cm_stream *stream, void *native);
+     * new one, labelled `label` (NULL: the backend's own label). */
+    cm_status (*stream_init)(cm_stream *stream, void *native, const char *label);
     void (*stream_destroy)(cm_stream *stream); /* after waiting for its work */
     /* Submits batched work, and waits for it when `wait`; errors as `func`. */
     cm_status (*stream_flush)(const char *func, cm_stream *stream, bool wait);
@@ -313,6 +317,7 @@ typedef struct cm__buffer_source {
     cm__buffer_kind kind;
     size_t size;                     /* ALLOC */
     cm_storage_mode storage;         /* ALLOC: resolved, never DEFAULT */
+    const char *label;               /* ALLOC: may be NULL */
     const cm_host_memory_desc *host; /* HOST: checked by the caller */
     void *native;                    /* NATIVE: non-NULL */
     const char *native_arg;          /* NATIVE: its name, for messages */
@@ -360,12 +365,14 @@ cm_status cm__device_new(const cm__backend *backend, void *impl, cm_device **out
 void cm__device_destroy(cm_device *device);
 
 /* A new stream of the device (the default one when is_default; over the
- * program's own queue `native` unless NULL), its backend state made and
- * linked into the device's list (stream.c): cm__stream_init in place,
- * cm__stream_new allocated; and its end: flushed and waited for,
- * unlinked, backend state destroyed. */
-cm_status cm__stream_init(cm_stream *stream, cm_device *device, bool is_default, void *native);
-cm_status cm__stream_new(cm_device *device, bool is_default, void *native, cm_stream **out);
+ * program's own queue `native` unless NULL; labelled `label` unless NULL),
+ * its backend state made and linked into the device's list (stream.c):
+ * cm__stream_init in place, cm__stream_new allocated; and its end: flushed
+ * and waited for, unlinked, backend state destroyed. */
+cm_status cm__stream_init(cm_stream *stream, cm_device *device, bool is_default, void *native,
+                          const char *label);
+cm_status cm__stream_new(cm_device *device, bool is_default, void *native, const char *label,
+                         cm_stream **out);
 
 /* A new fence of the device over a backend's event object (+1, taken on
  * success) signaled at `value`; +1 in *out, retains the device. Errors

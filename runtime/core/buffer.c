@@ -37,7 +37,7 @@ cm_status cm__buffer_make(const char *func, cm_device *device, const cm__buffer_
     case CM__BUFFER_ALLOC:
         buffer->size = src->size;
         buffer->storage = src->storage;
-        status = device->backend->buffer_alloc(device, buffer);
+        status = device->backend->buffer_alloc(device, buffer, src->label);
         break;
     case CM__BUFFER_HOST:
         buffer->size = src->host->size;
@@ -83,7 +83,8 @@ cm_status cm_buffer_create(cm_device *device, const cm_buffer_desc *desc, cm_buf
         d.storage = CM_STORAGE_SHARED;
     CM__REQUIRE_ARG(d.storage >= CM_STORAGE_SHARED && d.storage <= CM_STORAGE_PRIVATE,
                     "desc->storage = %d is not a cm_storage_mode", (int)d.storage);
-    const cm__buffer_source src = {.kind = CM__BUFFER_ALLOC, .size = d.size, .storage = d.storage};
+    const cm__buffer_source src = {
+        .kind = CM__BUFFER_ALLOC, .size = d.size, .storage = d.storage, .label = d.label};
     return cm__buffer_make(__func__, device, &src, 0, out);
 }
 

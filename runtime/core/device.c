@@ -27,8 +27,8 @@ cm_status cm__device_init(cm_device *device, const cm__backend *backend, void *i
         return cm__fail_as("cm_device_open", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
     device->default_stream = default_stream;
     cm_status status = default_stream != NULL
-                           ? cm__stream_init(default_stream, device, true, NULL)
-                           : cm__stream_new(device, true, NULL, &device->default_stream);
+                           ? cm__stream_init(default_stream, device, true, NULL, NULL)
+                           : cm__stream_new(device, true, NULL, NULL, &device->default_stream);
     if (status != CM_OK)
         pthread_mutex_destroy(&device->streams_lock);
     return status;

@@ -61,3 +61,17 @@ cm_status cm_device_clear_cache(cm_device *device) {
     memory->clear(device);
     return CM_OK;
 }
+
+cm_status cm_device_set_wired_limit(cm_device *device, uint64_t bytes, uint64_t *previous) {
+    CM__REQUIRE_NONNULL(device);
+    const cm__memory_backend *memory;
+    CM__TRY(cm__memory_of(__func__, device, &memory));
+    uint64_t old = 0;
+    if (!memory->set_wired_limit(device, bytes, &old))
+        return cm__fail(CM_ERR_UNSUPPORTED,
+                        "the device has no residency sets (newResidencySetWithDescriptor:error:, "
+                        "macOS 15 and GPU family Apple6 or later): nothing is wired");
+    if (previous != NULL)
+        *previous = old;
+    return CM_OK;
+}

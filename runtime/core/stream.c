@@ -64,21 +64,23 @@ cm_status cm__device_visit_stream(cm_device *device, const cm_stream *stream,
     return status;
 }
 
-cm_status cm__stream_init(cm_stream *stream, cm_device *device, bool is_default, void *native) {
+cm_status cm__stream_init(cm_stream *stream, cm_device *device, bool is_default, void *native,
+                          const char *label) {
     cm__ref_init(&stream->ref);
     stream->device = device;
     stream->is_default = is_default;
     if (device->backend->stream_init != NULL)
-        CM__TRY(device->backend->stream_init(stream, native));
+        CM__TRY(device->backend->stream_init(stream, native, label));
     cm__stream_link(stream);
     return CM_OK;
 }
 
-cm_status cm__stream_new(cm_device *device, bool is_default, void *native, cm_stream **out) {
+cm_status cm__stream_new(cm_device *device, bool is_default, void *native, const char *label,
+                         cm_stream **out) {
     cm_stream *stream = CM__NEW(cm_stream);
     if (stream == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
-    const cm_status status = cm__stream_init(stream, device, is_default, native);
+    const cm_status status = cm__stream_init(stream, device, is_default, native, label);
     if (status != CM_OK) {
         cm__free(stream);
         return status;
@@ -98,10 +100,15 @@ void cm__stream_destroy(cm_stream *stream) {
 }
 
 cm_status cm_stream_create(cm_device *device, cm_stream **out) {
+    return cm_stream_create_with_desc(device, NULL, out);
+}
+
+cm_status cm_stream_create_with_desc(cm_device *device, const cm_stream_desc *desc,
+                                     cm_stream **out) {
     CM__REQUIRE_NONNULL(out);
     *out = NULL;
     CM__REQUIRE_NONNULL(device);
-    CM__TRY(cm__stream_new(device, false, NULL, out));
+    CM__TRY(cm__stream_new(device, false, NULL, desc != NULL ? desc->label : NULL, out));
     cm_device_retain(device);
     return CM_OK;
 }

@@ -191,7 +191,8 @@ cm_status cm_tensor_create(cm_device *device, const cm_tensor_desc *desc, cm_ten
                     "desc->shape = NULL with desc->ndim = %d must not be NULL", desc->ndim);
     int64_t numel;
     CM__TRY(cm__shape_compact(__func__, desc->ndim, desc->shape, info->size, NULL, &numel));
-    cm_buffer_desc bd = {.size = (size_t)numel * info->size, .storage = desc->storage};
+    cm_buffer_desc bd = {
+        .size = (size_t)numel * info->size, .storage = desc->storage, .label = desc->label};
     cm_buffer *buffer = NULL;
     CM__TRY(cm_buffer_create(device, &bd, &buffer));
     cm_status status = cm__tensor_make(__func__, buffer, desc->dtype, desc->ndim, desc->shape,

@@ -2,8 +2,12 @@
 /* The bottom of the Metal device: the caching allocator of the MTLBuffers
  * of cm_buffer_create (cmetal/memory.h). Released MTLBuffers wait in a
  * cache by storage mode and size class; the least recently cached go
- * first when the cache passes its limit. Sends only newBufferWithLength:
- * options: and release. */
+ * first when the cache passes its limit. Where the device has residency
+ * sets (macOS 15, GPU family Apple6 and later), every MTLBuffer made here
+ * is in the device's one MTLResidencySet, within the wired limit, from
+ * when it is made until it is released (cached ones stay in). Sends
+ * newBufferWithLength:options:, setLabel:, the residency set's messages
+ * and release. */
 #include "metal_internal.h"
 
 #include <inttypes.h>
@@ -41,13 +45,74 @@ static unsigned cm__storage_slot(cm_storage_mode storage) {
     return storage == CM_STORAGE_MANAGED ? 1u : storage == CM_STORAGE_PRIVATE ? 2u : 0u;
 }
 
-void cm__metal_alloc_init(cm__metal_alloc *a, uint64_t recommended_working_set) {
+cm_status cm__metal_set_label(const char *func, const char *arg, cm__id obj, const char *label) {
+    cm__id text = NULL;
+    if (label != NULL && cm__ns_string_from_utf8(func, label, &text) != CM_OK)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "%s = \"%.64s\" is not UTF-8", arg,
+                           label);
+    cm__msg_setLabel(obj, text);
+    cm__objc_release(text);
+    return CM_OK;
+}
+
+/* MTLGPUFamilyApple6 (Apple's MTLDevice.h): Metal's validation layer
+ * refuses residency sets on devices without it. */
+#define CM__MTL_GPU_FAMILY_APPLE6 1006
+
+/* The device's new residency set (+1), or NULL where it has none. */
+static cm__id cm__residency_new(cm__id device) {
+    cm__class cls = CM__CLASS(MTLResidencySetDescriptor);
+    if (cls == NULL ||
+        !cm__msg_respondsToSelector(device, CM__SEL(newResidencySetWithDescriptor_error)) ||
+        !cm__msg_supportsFamily(device, CM__MTL_GPU_FAMILY_APPLE6))
+        return NULL;
+    void *pool = cm__objc_pool_push();
+    cm__id set = NULL;
+    cm__id desc = cm__msg_alloc((cm__id)cls);
+    if (desc != NULL)
+        desc = cm__msg_init(desc);
+    if (desc != NULL) {
+        (void)cm__metal_set_label(__func__, "label", desc, "cmetal allocations");
+        cm__id error = NULL; /* autoreleased */
+        set = cm__msg_newResidencySetWithDescriptor_error(device, desc, &error);
+        cm__objc_release(desc);
+    }
+    cm__objc_pool_pop(pool);
+    return set;
+}
+
+void cm__metal_alloc_init(cm__metal_alloc *a, cm__id device, uint64_t recommended_working_set) {
     pthread_mutex_init(&a->lock, NULL);
     const uint64_t cap = (uint64_t)1 << 30;
     const uint64_t eighth = recommended_working_set / 8;
     a->cache_limit = recommended_working_set == 0 ? (uint64_t)256 << 20
                      : eighth < cap                ? eighth
                                                    : cap;
+    a->residency = cm__residency_new(device);
+    if (a->residency != NULL) /* the device's advice of what fits resident */
+        a->wired_limit = recommended_working_set;
+}
+
+/* Puts a new MTLBuffer in the residency set when it fits the wired
+ * limit. Lock held. */
+static void cm__resident_add(cm__metal_alloc *a, cm__id mtl, size_t length) {
+    if (a->residency == NULL || a->resident > a->wired_limit ||
+        length > a->wired_limit - a->resident)
+        return;
+    cm__msg_addAllocation(a->residency, mtl);
+    cm__msg_commit(a->residency);
+    cm__msg_requestResidency(a->residency);
+    a->resident += length;
+}
+
+/* Takes an MTLBuffer about to be released out of the residency set (its
+ * change is committed by the caller). Lock held; true when it was in. */
+static bool cm__resident_remove(cm__metal_alloc *a, cm__id mtl, size_t length) {
+    if (a->residency == NULL || !cm__msg_containsAllocation(a->residency, mtl))
+        return false;
+    cm__msg_removeAllocation(a->residency, mtl);
+    a->resident -= length;
+    return true;
 }
 
 /* Takes e out of both lists. Lock held. */
@@ -80,8 +145,18 @@ static void cm__evict_to(cm__metal_alloc *a, uint64_t keep, cm__metal_pooled **o
     }
 }
 
-/* Releases what cm__evict_to took, without the lock. */
-static void cm__release_evicted(cm__metal_pooled *e) {
+/* Releases what cm__evict_to took (out of the residency set under the
+ * lock, then released without it). */
+static void cm__release_evicted(cm__metal_alloc *a, cm__metal_pooled *e) {
+    if (e != NULL && a->residency != NULL) {
+        bool removed = false;
+        pthread_mutex_lock(&a->lock);
+        for (cm__metal_pooled *p = e; p != NULL; p = p->older)
+            removed |= cm__resident_remove(a, p->mtl, p->length);
+        if (removed)
+            cm__msg_commit(a->residency);
+        pthread_mutex_unlock(&a->lock);
+    }
     while (e != NULL) {
         cm__metal_pooled *next = e->older;
         cm__objc_release(e->mtl);
@@ -93,14 +168,15 @@ static void cm__release_evicted(cm__metal_pooled *e) {
 void cm__metal_alloc_destroy(cm__metal_alloc *a) {
     cm__metal_pooled *evicted = NULL;
     cm__evict_to(a, 0, &evicted);
-    cm__release_evicted(evicted);
+    cm__release_evicted(a, evicted);
+    cm__objc_release(a->residency);
     pthread_mutex_destroy(&a->lock);
 }
 
-cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id device, size_t size,
-                               cm_storage_mode storage, uint64_t max_length, cm__id *out,
-                               size_t *length) {
-    *out = NULL;
+/* cm__metal_alloc_take without the label; *hit when from the cache. */
+static cm_status cm__alloc_take(const char *func, cm__metal_alloc *a, cm__id device, size_t size,
+                                cm_storage_mode storage, uint64_t max_length, cm__id *out,
+                                size_t *length, bool *hit_out) {
     const size_t n = size > 0 ? size : 1;
     unsigned index = 0;
     size_t len = n;
@@ -137,10 +213,11 @@ cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id devi
     if (a->active > a->peak)
         a->peak = a->active;
     pthread_mutex_unlock(&a->lock);
-    cm__release_evicted(evicted);
+    cm__release_evicted(a, evicted);
     if (hit != NULL) {
         *out = hit->mtl;
         *length = len;
+        *hit_out = true;
         cm__free(hit);
         return CM_OK;
     }
@@ -152,15 +229,17 @@ cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id devi
         cm__evict_to(a, 0, &evicted);
         pthread_mutex_unlock(&a->lock);
         if (evicted != NULL) {
-            cm__release_evicted(evicted);
+            cm__release_evicted(a, evicted);
             mtl = cm__msg_newBufferWithLength_options(device, len, options);
         }
     }
     pthread_mutex_lock(&a->lock);
-    if (mtl != NULL)
+    if (mtl != NULL) {
         ++a->allocations;
-    else
+        cm__resident_add(a, mtl, len);
+    } else {
         a->active -= len;
+    }
     pthread_mutex_unlock(&a->lock);
     if (mtl == NULL)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
@@ -169,6 +248,25 @@ cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id devi
     *out = mtl;
     *length = len;
     return CM_OK;
+}
+
+cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id device, size_t size,
+                               cm_storage_mode storage, uint64_t max_length, const char *label,
+                               cm__id *out, size_t *length) {
+    *out = NULL;
+    cm__id text = NULL; /* the label, checked before anything is taken */
+    if (label != NULL && cm__ns_string_from_utf8(func, label, &text) != CM_OK)
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->label = \"%.64s\" is not UTF-8",
+                           label);
+    bool hit = false;
+    const cm_status status = cm__alloc_take(func, a, device, size, storage, max_length, out,
+                                            length, &hit);
+    /* A cached buffer's old label goes (setLabel:nil); a new one is
+     * labelled only when asked. */
+    if (status == CM_OK && (text != NULL || hit))
+        cm__msg_setLabel(*out, text);
+    cm__objc_release(text);
+    return status;
 }
 
 void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length,
@@ -202,10 +300,12 @@ void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length,
         mtl = NULL;
         e = NULL;
     }
+    if (mtl != NULL && cm__resident_remove(a, mtl, length))
+        cm__msg_commit(a->residency);
     pthread_mutex_unlock(&a->lock);
     cm__free(e);
     cm__objc_release(mtl);
-    cm__release_evicted(evicted);
+    cm__release_evicted(a, evicted);
 }
 
 /* ------------------------------------------------------------ memory.h */
@@ -226,6 +326,9 @@ static void cm__memory_info(const cm_device *device, cm_memory_info *out) {
         .allocations = a->allocations,
         .cache_hits = a->hits,
         .cache_misses = a->misses,
+        .resident_bytes = a->resident,
+        .wired_limit = a->wired_limit,
+        .residency_set = a->residency != NULL,
     };
     pthread_mutex_unlock(&a->lock);
 }
@@ -250,9 +353,31 @@ static uint64_t cm__memory_set_limit(cm_device *device, bool cache, uint64_t byt
     else if (bytes != 0)
         cm__evict_to(a, bytes > a->active ? bytes - a->active : 0, &evicted);
     pthread_mutex_unlock(&a->lock);
-    cm__release_evicted(evicted);
+    cm__release_evicted(a, evicted);
     cm__objc_pool_pop(pool);
     return old;
+}
+
+static bool cm__memory_set_wired_limit(cm_device *device, uint64_t bytes, uint64_t *old) {
+    cm__metal_alloc *a = cm__alloc_of(device);
+    if (a->residency == NULL)
+        return false;
+    void *pool = cm__objc_pool_push();
+    pthread_mutex_lock(&a->lock);
+    *old = a->wired_limit;
+    a->wired_limit = bytes;
+    if (a->resident > bytes) { /* take allocations out until it fits */
+        cm__id all = cm__msg_allAllocations(a->residency); /* autoreleased */
+        const cm__uint n = all != NULL ? cm__msg_count(all) : 0;
+        for (cm__uint i = 0; i < n && a->resident > bytes; ++i) {
+            cm__id mtl = cm__msg_objectAtIndex(all, i);
+            (void)cm__resident_remove(a, mtl, cm__msg_length(mtl));
+        }
+        cm__msg_commit(a->residency);
+    }
+    pthread_mutex_unlock(&a->lock);
+    cm__objc_pool_pop(pool);
+    return true;
 }
 
 static void cm__memory_clear(cm_device *device) {
@@ -262,7 +387,7 @@ static void cm__memory_clear(cm_device *device) {
     pthread_mutex_lock(&a->lock);
     cm__evict_to(a, 0, &evicted);
     pthread_mutex_unlock(&a->lock);
-    cm__release_evicted(evicted);
+    cm__release_evicted(a, evicted);
     cm__objc_pool_pop(pool);
 }
 
@@ -271,4 +396,5 @@ const cm__memory_backend cm__metal_memory_backend = {
     .reset_peak = cm__memory_reset_peak,
     .set_limit = cm__memory_set_limit,
     .clear = cm__memory_clear,
+    .set_wired_limit = cm__memory_set_wired_limit,
 };

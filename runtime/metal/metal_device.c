@@ -31,8 +31,9 @@ static void cm__metal_destroy_unpooled(cm_device *device) {
 /* Every entry point that sends messages runs inside its own autorelease
  * pool, so loops on threads without one never grow memory. */
 
-static CM__OBJC_POOLED(cm_status, cm__metal_stream_init, (cm_stream *stream, void *native),
-                       cm__metal_stream_init_unpooled(stream, native))
+static CM__OBJC_POOLED(cm_status, cm__metal_stream_init,
+                       (cm_stream *stream, void *native, const char *label),
+                       cm__metal_stream_init_unpooled(stream, native, label))
 
 static CM__OBJC_POOLED_VOID(cm__metal_stream_destroy, (cm_stream *stream),
                             cm__metal_stream_destroy_unpooled(stream))
@@ -50,8 +51,9 @@ static CM__OBJC_POOLED(cm_status, cm__metal_fence_wait,
 static CM__OBJC_POOLED_VOID(cm__metal_fence_destroy, (cm_fence *fence),
                             cm__metal_fence_destroy_unpooled(fence))
 
-static CM__OBJC_POOLED(cm_status, cm__metal_buffer_alloc, (cm_device *device, cm_buffer *buffer),
-                       cm__metal_buffer_alloc_unpooled(device, buffer))
+static CM__OBJC_POOLED(cm_status, cm__metal_buffer_alloc,
+                       (cm_device *device, cm_buffer *buffer, const char *label),
+                       cm__metal_buffer_alloc_unpooled(device, buffer, label))
 
 static CM__OBJC_POOLED(cm_status, cm__metal_buffer_wrap_host,
                        (cm_device *device, cm_buffer *buffer, const cm_host_memory_desc *desc),
@@ -253,7 +255,7 @@ static cm_status cm__metal_device_make(const char *func, cm__id dev, uint32_t in
     pthread_mutex_init(&d->staging_lock, NULL);
     cm__metal_kernels_init(d);
     cm__read_info(dev, &d->info);
-    cm__metal_alloc_init(&d->alloc, d->info.recommended_working_set);
+    cm__metal_alloc_init(&d->alloc, dev, d->info.recommended_working_set);
     cm_status status = cm__device_new(&cm__metal_backend, d, out);
     if (status != CM_OK)
         cm__metal_destroy_unpooled(&(cm_device){.impl = d});
@@ -335,6 +337,28 @@ cm_status cm_stream_get_metal_queue(const cm_stream *stream, void **out) {
     return CM_OK;
 }
 
+cm_status cm_kernel_get_metal_pipeline(const cm_kernel *kernel, void **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(kernel);
+    CM__TRY(cm__require_metal(__func__, kernel->library->device));
+    *out = kernel->impl;
+    return CM_OK;
+}
+
+cm_status cm_device_get_metal_residency_set(const cm_device *device, void **out) {
+    CM__REQUIRE_NONNULL(out);
+    *out = NULL;
+    CM__REQUIRE_NONNULL(device);
+    CM__TRY(cm__require_metal(__func__, device));
+    *out = cm__mtl_dev(device)->alloc.residency;
+    if (*out == NULL)
+        return cm__fail(CM_ERR_UNSUPPORTED,
+                        "the device has no residency sets (newResidencySetWithDescriptor:error:, "
+                        "macOS 15 and GPU family Apple6 or later)");
+    return CM_OK;
+}
+
 /* ------------------------------------------------------------ adoption */
 
 /* Whether obj answers every selector of sels (n of them); else fails as
@@ -408,7 +432,7 @@ static cm_status cm__stream_wrap_metal(cm_device *device, cm__id queue, cm_strea
     const char *const names[] = {"commandBuffer", "device"};
     CM__TRY(cm__require_selectors(func, "queue", queue, "id<MTLCommandQueue>", sels, names, 2));
     CM__TRY(cm__require_same_device(func, "queue", queue, device));
-    CM__TRY(cm__stream_new(device, false, queue, out));
+    CM__TRY(cm__stream_new(device, false, queue, NULL, out));
     cm_device_retain(device);
     return CM_OK;
 }

@@ -5,6 +5,8 @@
  * (metal_stream.c) only. */
 #include "metal_internal.h"
 
+#include <stdio.h>
+
 /* The cm_buffers a pass touches (a buffer may stand more than once), and
  * whether it writes each. */
 #define CM__PASS_MAX_BUFFERS (2 * CM_KERNEL_MAX_BUFFERS)
@@ -39,6 +41,11 @@ static cm_status cm__pass_begin(const char *func, cm_stream *stream, bool blit,
         if (p->enc == NULL)
             status = cm__fail_as(func, CM_ERR_DEVICE, "%s returned nil",
                                  blit ? "blitCommandEncoder" : "computeCommandEncoder");
+    }
+    if (p->enc != NULL) { /* what it runs, for captures and traces */
+        char text[96];
+        snprintf(text, sizeof text, "cmetal: %s", func);
+        (void)cm__metal_set_label(func, "label", p->enc, text);
     }
     if (p->enc != NULL && p->fence != NULL)
         cm__msg_waitForFence(p->enc, p->fence);

@@ -122,6 +122,11 @@ typedef struct cm__metal_alloc {
     uint64_t cache_limit, memory_limit; /* 0: cache off; no memory limit */
     uint64_t active, peak, cached;      /* bytes, in size classes */
     uint64_t allocations, hits, misses;
+    /* The residency set of the MTLBuffers made here (macOS 15, GPU family
+     * Apple6 and later), +1, or NULL where the device has none: then
+     * nothing is ever added. Its sends happen under `lock`. */
+    cm__id residency;
+    uint64_t wired_limit, resident; /* bytes; 0: none added; in the set */
 } cm__metal_alloc;
 
 typedef struct cm__metal_device {
@@ -174,6 +179,9 @@ typedef struct cm__metal_committed {
 
 typedef struct cm__metal_stream {
     cm__id queue;         /* id<MTLCommandQueue>, +1 */
+    /* The device's residency set (+0) that each command buffer uses: only
+     * on an adopted queue (cmetal's own queues have it added). */
+    cm__id residency;
     cm__metal_clock *clock; /* +1; the stream's own, for its buffers */
     pthread_mutex_t lock; /* guards everything below */
     cm__id open;          /* the command buffer being filled, +1, or NULL */
@@ -267,21 +275,30 @@ static inline cm__uint cm__storage_options(cm_storage_mode mode) {
 }
 
 /* Init with the device (the default cache limit from its recommended
- * working set, 0 when unknown); destroy when it goes (releases the cache). */
-void cm__metal_alloc_init(cm__metal_alloc *a, uint64_t recommended_working_set);
+ * working set, 0 when unknown; its residency set where it has one);
+ * destroy when it goes (releases the cache and the set). */
+void cm__metal_alloc_init(cm__metal_alloc *a, cm__id device, uint64_t recommended_working_set);
 void cm__metal_alloc_destroy(cm__metal_alloc *a);
+
+/* Sets obj's label to `label` (NULL: none). Errors as `func`, naming the
+ * label as `arg`: CM_ERR_INVALID_ARGUMENT when it is not UTF-8. */
+cm_status cm__metal_set_label(const char *func, const char *arg, cm__id obj, const char *label);
 
 /* An MTLBuffer (+1 in *out) of at least `size` bytes (0 counts as 1) of the
  * storage mode for a new cm_buffer: a cached one of the size class, else a
- * new one of `device`; *length is what it holds, to give back. Errors as
- * `func`: CM_ERR_OUT_OF_MEMORY past the memory limit or when Metal refuses
- * (after releasing the cache and trying again). */
+ * new one of `device` (added to the residency set within the wired
+ * limit); *length is what it holds, to give back. It is labelled `label`
+ * (NULL: none, also clearing a cached one's). Errors as `func`:
+ * CM_ERR_OUT_OF_MEMORY past the memory limit or when Metal refuses (after
+ * releasing the cache and trying again); CM_ERR_INVALID_ARGUMENT for a
+ * label that is not UTF-8 (nothing taken). */
 cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id device, size_t size,
-                               cm_storage_mode storage, uint64_t max_length, cm__id *out,
-                               size_t *length);
+                               cm_storage_mode storage, uint64_t max_length, const char *label,
+                               cm__id *out, size_t *length);
 
 /* Gives back what take handed out, once the device is done with it: into
- * the cache when `reusable` and the cache has room, else released. */
+ * the cache when `reusable` and the cache has room (staying in the
+ * residency set), else released (and taken out of the set). */
 void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length,
                           cm_storage_mode storage, bool reusable);
 
@@ -345,7 +362,7 @@ void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl);
 
 /* The backend entries of this layer, without their autorelease pool
  * (metal_device.c gives each one). */
-cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue);
+cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue, const char *label);
 void cm__metal_stream_destroy_unpooled(cm_stream *stream);
 uint64_t cm__metal_stream_submissions(const cm_stream *stream);
 void cm__metal_stream_gpu_time(const cm_stream *stream, cm_stream_gpu_time *out);
@@ -354,7 +371,8 @@ cm_status cm__metal_stream_wait(cm_stream *stream, const cm_fence *fence);
 bool cm__metal_fence_signaled_unpooled(const cm_fence *fence);
 cm_status cm__metal_fence_wait_unpooled(const cm_fence *fence, uint64_t timeout_ns);
 void cm__metal_fence_destroy_unpooled(cm_fence *fence);
-cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer);
+cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer,
+                                         const char *label);
 cm_status cm__metal_buffer_wrap_host_unpooled(cm_device *device, cm_buffer *buffer,
                                               const cm_host_memory_desc *desc);
 void cm__metal_buffer_free_unpooled(cm_buffer *buffer);
@@ -384,12 +402,14 @@ cm_status cm__metal_library_data(const char *func, cm__metal_device *d, const vo
                                  size_t size, cm__id *out, uint64_t *serial);
 
 /* The pipeline of function `name` of a cached library with the constants
- * (+1 in *out), made on first use, its limits and (sig not NULL) its
- * bindings from Metal's reflection. */
+ * (+1 in *out), labelled `label` (NULL: none; part of the cache key), made
+ * on first use, its limits and (sig not NULL) its bindings from Metal's
+ * reflection. */
 cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
                              uint64_t library_serial, const char *name,
                              const cm_function_constant *constants, uint32_t nconst,
-                             cm__id *out, cm_kernel_info *info, cm__kernel_signature *sig);
+                             const char *label, cm__id *out, cm_kernel_info *info,
+                             cm__kernel_signature *sig);
 
 /* Encodes the launch (checked arguments only, nargs <= 2 *
  * CM_KERNEL_MAX_BUFFERS; a binding's native is an id<MTLBuffer>) of the

@@ -62,7 +62,7 @@ static cm_status cm__kb_kernel_create(const char *func, cm_library *library,
                                       cm_kernel_info *info, cm__kernel_signature *sig) {
     cm__metal_lib *lib = library->impl;
     return cm__metal_pipeline(func, cm__mtl_dev(library->device), lib->library, lib->serial,
-                              desc->name, desc->constants, desc->constant_count,
+                              desc->name, desc->constants, desc->constant_count, desc->label,
                               (cm__id *)out, info, sig);
 }
 

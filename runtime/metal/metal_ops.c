@@ -153,7 +153,7 @@ static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k)
     }
     cm_kernel_info info;
     cm_status status = cm__metal_pipeline(func, d, *library, *serial, cm__kernel_names[k],
-                                          NULL, 0, &d->pipelines[k], &info, NULL);
+                                          NULL, 0, NULL, &d->pipelines[k], &info, NULL);
     if (status != CM_OK)
         return status;
     d->max_threads[k] = info.max_threads_per_threadgroup;

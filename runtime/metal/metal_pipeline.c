@@ -424,11 +424,13 @@ static cm_status cm__pipeline_error(const char *func, cm__id error, const char *
     return cm__fail_ns_error(func, CM_ERR_COMPILE, error, what);
 }
 
-/* The pipeline of fn made with the device's binary archive (taken from it
- * when it holds fn's code), which then records it for the next save; NULL
- * when that fails, and the caller compiles without the archive: a stale or
- * refused archive never fails the user's work. cache_lock held. */
-static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
+/* The pipeline of fn made through a descriptor: labelled `label` (when not
+ * NULL: a pipeline state's label is read-only) and with the device's
+ * binary archive when it has one (taken from it when it holds fn's code),
+ * which then records it for the next save; NULL when that fails, and the
+ * caller compiles without the descriptor: a stale or refused archive never
+ * fails the user's work. cache_lock held. */
+static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn, const char *label,
                                         cm__kernel_signature *sig) {
     cm__class cls = CM__CLASS(MTLComputePipelineDescriptor);
     cm__class array_cls = CM__CLASS(NSArray);
@@ -439,10 +441,14 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
         return NULL;
     void *pool = cm__objc_pool_push();
     cm__id pipeline = NULL;
-    cm__id archives = cm__msg_arrayWithObjects_count((cm__id)array_cls, &d->archive, 1);
-    if (archives != NULL) {
+    cm__id archives = d->archive != NULL
+                          ? cm__msg_arrayWithObjects_count((cm__id)array_cls, &d->archive, 1)
+                          : NULL;
+    if ((archives != NULL || d->archive == NULL) &&
+        (label == NULL || cm__metal_set_label(__func__, "label", desc, label) == CM_OK)) {
         cm__msg_setComputeFunction(desc, fn);
-        cm__msg_setBinaryArchives(desc, archives);
+        if (archives != NULL)
+            cm__msg_setBinaryArchives(desc, archives);
         cm__id error = NULL, reflection = NULL; /* autoreleased */
         pipeline = cm__msg_newComputePipelineStateWithDescriptor_options_reflection_error(
             d->device, desc, CM__MTL_PIPELINE_OPTION_ARGUMENT_INFO, &reflection, &error);
@@ -450,7 +456,7 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn,
             cm__read_reflection(reflection, sig);
         /* Recording may fail (Metal archives take no specialised
          * functions): the pipeline is made all the same. */
-        if (pipeline != NULL)
+        if (pipeline != NULL && archives != NULL)
             (void)cm__msg_addComputePipelineFunctionsWithDescriptor_error(d->archive, desc,
                                                                           &error);
     }
@@ -465,6 +471,7 @@ typedef struct cm__pipeline_origin {
     const char *name;
     const cm_function_constant *constants;
     uint32_t nconst;
+    const char *label; /* NULL: none */
 } cm__pipeline_origin;
 
 /* Makes a pipeline (through the binary archive when the device has one),
@@ -477,8 +484,8 @@ static cm_status cm__pipeline_make(const char *func, cm__metal_device *d, const 
     cm_status status = cm__function(func, from->library, name, from->constants, from->nconst, &fn);
     cm__id pipeline = NULL;
     cm__kernel_signature bindings;
-    if (status == CM_OK && d->archive != NULL)
-        pipeline = cm__pipeline_from_archive(d, fn, &bindings);
+    if (status == CM_OK && (d->archive != NULL || from->label != NULL))
+        pipeline = cm__pipeline_from_archive(d, fn, from->label, &bindings);
     if (status == CM_OK && pipeline == NULL) {
         void *pool = cm__objc_pool_push();
         cm__id error = NULL, reflection = NULL; /* autoreleased */
@@ -514,13 +521,16 @@ static cm_status cm__pipeline_make(const char *func, cm__metal_device *d, const 
 cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id library,
                              uint64_t library_serial, const char *name,
                              const cm_function_constant *constants, uint32_t nconst,
-                             cm__id *out, cm_kernel_info *info, cm__kernel_signature *sig) {
+                             const char *label, cm__id *out, cm_kernel_info *info,
+                             cm__kernel_signature *sig) {
     *out = NULL;
-    /* Key: library serial, name, then (index, dtype, value bytes) per constant. */
+    /* Key: library serial, name, label, then (index, dtype, value bytes)
+     * per constant. */
     char key[2048];
-    int n = snprintf(key, sizeof key, "P%" PRIu64 ":%s", library_serial, name);
+    int n = snprintf(key, sizeof key, "P%" PRIu64 ":%s%c%s", library_serial, name,
+                     label != NULL ? '\x01' : '\0', label != NULL ? label : "");
     if (n < 0 || (size_t)n >= sizeof key)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->name is too long");
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->name with desc->label is too long");
     size_t len = (size_t)n + 1;
     for (uint32_t i = 0; i < nconst; ++i) {
         const size_t size = cm__dtype(constants[i].dtype)->size;
@@ -532,7 +542,7 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
         memcpy(key + len + 8, constants[i].value, size);
         len += 8 + size;
     }
-    const cm__pipeline_origin from = {library, name, constants, nconst};
+    const cm__pipeline_origin from = {library, name, constants, nconst, label};
     cm__metal_cached got;
     CM__TRY(cm__cache_get(func, d, key, len, cm__pipeline_make, &from, &got, sig));
     *out = got.object;

@@ -147,6 +147,8 @@ static cm_status cm__metal_stream_open(const char *func, cm_stream *stream) {
     cm__id cb = cm__objc_retain(cm__msg_commandBuffer(s->queue)); /* autoreleased */
     if (cb != NULL) /* what opened it, for captures and traces */
         cm__label(cb, "cmetal: ", func);
+    if (cb != NULL && s->residency != NULL)
+        cm__msg_useResidencySet(cb, s->residency);
     pthread_mutex_lock(&s->lock);
     if (cb == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE, "the command queue gave no command buffer");
@@ -285,7 +287,7 @@ cm_status cm__metal_wait_through(const char *func, cm_stream *stream, uint64_t t
     return status;
 }
 
-cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue) {
+cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue, const char *label) {
     cm__metal_stream *s = CM__NEW(cm__metal_stream);
     if (s == NULL)
         return cm__fail_as("cm_stream_create", CM_ERR_OUT_OF_MEMORY, "no memory for a stream");
@@ -305,8 +307,24 @@ cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue) {
         return cm__fail_as("cm_stream_create", CM_ERR_DEVICE,
                            "newCommandQueue returned nil");
     }
-    if (queue == NULL) /* the program's own queue keeps its label */
+    cm_status status = CM_OK;
+    if (queue == NULL && label != NULL)
+        status = cm__metal_set_label("cm_stream_create", "desc->label", s->queue, label);
+    else if (queue == NULL) /* the program's own queue keeps its label */
         cm__label(s->queue, "cmetal ", stream->is_default ? "default stream" : "stream");
+    if (status != CM_OK) {
+        cm__objc_release(s->queue);
+        cm__clock_release(s->clock);
+        cm__free(s);
+        return status;
+    }
+    /* The device's residency set: on its own queues for good; on the
+     * program's queue only through cmetal's command buffers. */
+    cm__id residency = cm__mtl_dev(stream->device)->alloc.residency;
+    if (residency != NULL && queue == NULL)
+        cm__msg_addResidencySet(s->queue, residency);
+    else if (residency != NULL)
+        s->residency = residency;
     cm__mutex_init(&s->lock);
     stream->impl = s;
     return CM_OK;
@@ -428,7 +446,8 @@ void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl) {
     buffer->host = buffer->storage == CM_STORAGE_PRIVATE ? NULL : cm__msg_contents(mtl);
 }
 
-cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer) {
+cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer,
+                                         const char *label) {
     cm__metal_device *d = cm__mtl_dev(device);
     if (buffer->size > d->info.max_buffer_length)
         return cm__fail_as("cm_buffer_create", CM_ERR_OUT_OF_MEMORY,
@@ -440,7 +459,7 @@ cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer) 
     size_t length = 0;
     const cm_status status =
         cm__metal_alloc_take("cm_buffer_create", &d->alloc, d->device, buffer->size,
-                             buffer->storage, d->info.max_buffer_length, &mtl, &length);
+                             buffer->storage, d->info.max_buffer_length, label, &mtl, &length);
     if (status != CM_OK) {
         cm__buffer_impl_free(buffer);
         return status;

@@ -38,6 +38,20 @@ cm_status cm_stream_get_metal_queue(const cm_stream *stream, void **out) {
     return cm__no_metal(__func__);
 }
 
+cm_status cm_kernel_get_metal_pipeline(const cm_kernel *kernel, void **out) {
+    (void)kernel;
+    if (out != NULL)
+        *out = NULL;
+    return cm__no_metal(__func__);
+}
+
+cm_status cm_device_get_metal_residency_set(const cm_device *device, void **out) {
+    (void)device;
+    if (out != NULL)
+        *out = NULL;
+    return cm__no_metal(__func__);
+}
+
 cm_status cm_device_wrap_metal(void *mtl_device, cm_device **out) {
     (void)mtl_device;
     if (out != NULL)

@@ -318,6 +318,10 @@ static inline bool cm__send_boolean_int(cm__id self, cm__sel sel, cm__int a) {
     typedef cm__objc_bool (*cm__imp_)(cm__id, cm__sel, cm__int);
     return ((cm__imp_)CM__OBJC_IMP(self, sel))(self, sel, a) != 0;
 }
+static inline bool cm__send_boolean_id(cm__id self, cm__sel sel, cm__id a) {
+    typedef cm__objc_bool (*cm__imp_)(cm__id, cm__sel, cm__id);
+    return ((cm__imp_)CM__OBJC_IMP(self, sel))(self, sel, a) != 0;
+}
 static inline bool cm__send_boolean_sel(cm__id self, cm__sel sel, cm__sel a) {
     typedef cm__objc_bool (*cm__imp_)(cm__id, cm__sel, cm__sel);
     return ((cm__imp_)CM__OBJC_IMP(self, sel))(self, sel, a) != 0;

@@ -55,6 +55,14 @@
       id_id_uint_idp_idp)                                                       \
     X(newBinaryArchiveWithDescriptor_error, "newBinaryArchiveWithDescriptor:error:", \
       id_id_idp)                                                                \
+    X(newResidencySetWithDescriptor_error,                                      \
+      "newResidencySetWithDescriptor:error:", id_id_idp) /* macOS 15 */         \
+    /* MTLResidencySet (commit as MTLCommandBuffer's) */                        \
+    X(addAllocation, "addAllocation:", void_id)                                 \
+    X(removeAllocation, "removeAllocation:", void_id)                           \
+    X(containsAllocation, "containsAllocation:", boolean_id)                    \
+    X(allAllocations, "allAllocations", id)                                     \
+    X(requestResidency, "requestResidency", void)                               \
     /* MTLComputePipelineDescriptor, MTLBinaryArchiveDescriptor */              \
     X(setComputeFunction, "setComputeFunction:", void_id)                       \
     X(setBinaryArchives, "setBinaryArchives:", void_id)                         \
@@ -90,6 +98,7 @@
     X(commandBuffer, "commandBuffer", id)                                       \
     X(commandBufferWithUnretainedReferences,                                    \
       "commandBufferWithUnretainedReferences", id)                              \
+    X(addResidencySet, "addResidencySet:", void_id) /* macOS 15 */              \
     /* MTLCommandBuffer */                                                      \
     X(computeCommandEncoder, "computeCommandEncoder", id)                       \
     X(blitCommandEncoder, "blitCommandEncoder", id)                             \
@@ -98,6 +107,7 @@
     X(status, "status", uint)                                                   \
     X(error, "error", id)                                                       \
     X(addCompletedHandler, "addCompletedHandler:", void_block)                  \
+    X(useResidencySet, "useResidencySet:", void_id) /* macOS 15 */              \
     X(encodeSignalEvent_value, "encodeSignalEvent:value:", void_id_u64)         \
     X(encodeWaitForEvent_value, "encodeWaitForEvent:value:", void_id_u64)       \
     X(GPUStartTime, "GPUStartTime", double) /* CFTimeInterval */                \
@@ -177,6 +187,7 @@
     X(MTLCompileOptions, "MTLCompileOptions") \
     X(MTLFunctionConstantValues, "MTLFunctionConstantValues") \
     X(MTLComputePipelineDescriptor, "MTLComputePipelineDescriptor") \
+    X(MTLResidencySetDescriptor, "MTLResidencySetDescriptor") \
     X(MTLBinaryArchiveDescriptor, "MTLBinaryArchiveDescriptor") \
     X(MTLCaptureManager, "MTLCaptureManager") \
     X(MTLCaptureDescriptor, "MTLCaptureDescriptor") \
@@ -232,6 +243,8 @@
       (, a, b), "(const char *, NSUInteger) -> id")
 #define CM__SIG_boolean_int(M, i) \
     M(i, boolean_int, bool, return, (, cm__int a), (, a), "(NSInteger) -> BOOL")
+#define CM__SIG_boolean_id(M, i) \
+    M(i, boolean_id, bool, return, (, cm__id a), (, a), "(id) -> BOOL")
 #define CM__SIG_boolean_sel(M, i) \
     M(i, boolean_sel, bool, return, (, cm__sel a), (, a), "(SEL) -> BOOL")
 #define CM__SIG_void_boolean(M, i)                                          \

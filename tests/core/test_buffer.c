@@ -104,12 +104,12 @@ Test(buffer, huge_sizes_fail_cleanly) {
 Test(buffer, storage_modes_the_cpu_lacks_are_unsupported) {
     cm_device *d = cpu();
     cm_buffer *b = NULL;
-    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){16, CM_STORAGE_PRIVATE}, &b),
+    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = CM_STORAGE_PRIVATE}, &b),
                  CM_ERR_UNSUPPORTED);
     cr_assert(strstr(cm_last_error(), "desc->storage = private"), "%s", cm_last_error());
-    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){16, CM_STORAGE_MANAGED}, &b),
+    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = CM_STORAGE_MANAGED}, &b),
                  CM_ERR_UNSUPPORTED);
-    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){16, (cm_storage_mode)9}, &b),
+    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = (cm_storage_mode)9}, &b),
                  CM_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(cm_last_error(), "desc->storage = 9"));
     cr_assert_eq(cm_buffer_create(NULL, NULL, &b), CM_ERR_INVALID_ARGUMENT);

@@ -23,8 +23,9 @@ static cm_status fake_info(const cm_device *device, cm_device_info *out) {
     out->type = CM_DEVICE_METAL;
     return CM_OK;
 }
-static cm_status fake_alloc(cm_device *device, cm_buffer *buffer) {
+static cm_status fake_alloc(cm_device *device, cm_buffer *buffer, const char *label) {
     (void)device;
+    (void)label;
     buffer->host = cm__alloc_raw(buffer->size, 64);
     return buffer->host || buffer->size == 0 ? CM_OK : CM_ERR_OUT_OF_MEMORY;
 }

@@ -136,7 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                                 CM_STORAGE_PRIVATE};
         const cm_storage_mode mode = modes[fuzz_u8(&in) % 3];
         mtl_length = fuzz_u16(&in) % 1024 + 1;
-        if (cm_buffer_create(metal_device(), &(cm_buffer_desc){mtl_length, mode}, &mtl) != CM_OK)
+        if (cm_buffer_create(metal_device(), &(cm_buffer_desc){.size = mtl_length, .storage = mode}, &mtl) != CM_OK)
             __builtin_trap();
     } else if (t.device.device_type == kDLMetal) {
         t.device.device_type = kDLCUDA;

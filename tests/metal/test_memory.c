@@ -37,7 +37,7 @@ static cm_tensor *used_tensor(cm_device *d, int64_t n) {
 
 static cm_buffer *buffer(cm_device *d, size_t size, cm_storage_mode storage) {
     cm_buffer *b = NULL;
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){size, storage}, &b));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = size, .storage = storage}, &b));
     return b;
 }
 
@@ -252,7 +252,7 @@ Test(memory, the_memory_limit_fails_allocations_past_it) {
     cr_assert_eq(previous, 0);
     cm_buffer *a = buffer(d, 512 << 10, CM_STORAGE_SHARED);
     cm_buffer *b = NULL;
-    EXPECT_FAIL(cm_buffer_create(d, &(cm_buffer_desc){600 << 10, CM_STORAGE_SHARED}, &b),
+    EXPECT_FAIL(cm_buffer_create(d, &(cm_buffer_desc){.size = 600 << 10, .storage = CM_STORAGE_SHARED}, &b),
                 CM_ERR_OUT_OF_MEMORY, "memory limit of 1048576 bytes");
     cr_assert_null(b);
     cr_assert(strstr(cm_last_error(), "desc->size = 614400") != NULL, "%s", cm_last_error());

@@ -89,7 +89,7 @@ Test(metal, every_storage_mode_round_trips_bytes) {
     const cm_storage_mode modes[] = {CM_STORAGE_SHARED, CM_STORAGE_MANAGED, CM_STORAGE_PRIVATE};
     for (int m = 0; m < 3; ++m) {
         cm_buffer *b = NULL;
-        cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){4096, modes[m]}, &b), CM_OK, "%s",
+        cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 4096, .storage = modes[m]}, &b), CM_OK, "%s",
                      cm_last_error());
         cm_buffer_info info;
         cm_buffer_get_info(b, &info);
@@ -115,7 +115,7 @@ Test(metal, private_transfers_work_at_any_offset_and_size) {
     cm_device *d = metal();
     for (size_t buffer_size = 13; buffer_size <= 16; ++buffer_size) {
         cm_buffer *b = NULL;
-        CHECK(cm_buffer_create(d, &(cm_buffer_desc){buffer_size, CM_STORAGE_PRIVATE}, &b));
+        CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = buffer_size, .storage = CM_STORAGE_PRIVATE}, &b));
         unsigned char model[16];
         for (size_t i = 0; i < buffer_size && i < sizeof model; ++i) /* GCC -O3 */
             model[i] = (unsigned char)(200 + i);
@@ -161,7 +161,7 @@ Test(metal, private_transfers_split_in_chunks_keep_every_byte) {
     cm_device *d = metal();
     const size_t C = STAGING_CHUNK, buffer_size = 3 * C + 64;
     cm_buffer *b = NULL;
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){buffer_size, CM_STORAGE_PRIVATE}, &b));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = buffer_size, .storage = CM_STORAGE_PRIVATE}, &b));
     unsigned char *model = malloc(buffer_size), *in = malloc(buffer_size),
                   *out = malloc(buffer_size + 1);
     cr_assert(model != NULL && in != NULL && out != NULL);
@@ -201,7 +201,7 @@ Test(metal, warm_private_transfers_make_no_staging_buffer) {
     cm_device *d = metal();
     const size_t big = (size_t)80 << 20;
     cm_buffer *b = NULL;
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){big, CM_STORAGE_PRIVATE}, &b));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = big, .storage = CM_STORAGE_PRIVATE}, &b));
     unsigned char *host = malloc(big), *back = malloc(big);
     cr_assert(host != NULL && back != NULL);
     fill_pattern(host, big, 7);
@@ -240,7 +240,7 @@ Test(metal, a_failed_chunk_fails_the_transfer_once_and_leaks_nothing) {
     cm_device *d = metal();
     const size_t size = 2 * STAGING_CHUNK + 100;
     cm_buffer *b = NULL;
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){size + 1, CM_STORAGE_PRIVATE}, &b));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = size + 1, .storage = CM_STORAGE_PRIVATE}, &b));
     unsigned char *host = malloc(size), *back = malloc(size);
     cr_assert(host != NULL && back != NULL);
     fill_pattern(host, size, 3);
@@ -288,7 +288,7 @@ static void *transfer_thread(void *p) {
     cm_buffer *b = NULL;
     unsigned char *in = malloc(size), *out = malloc(size);
     job->ok = in != NULL && out != NULL &&
-              cm_buffer_create(job->device, &(cm_buffer_desc){size + 3, CM_STORAGE_PRIVATE},
+              cm_buffer_create(job->device, &(cm_buffer_desc){.size = size + 3, .storage = CM_STORAGE_PRIVATE},
                                &b) == CM_OK;
     for (int r = 0; r < 6 && job->ok; ++r) {
         fill_pattern(in, size, job->seed * 100 + (unsigned)r);
@@ -480,7 +480,7 @@ Test(metal, a_full_session_leaks_no_metal_object) {
     cm_stream *s = NULL;
     cm_stream_create(d, &s);
     cm_buffer *b = NULL;
-    cm_buffer_create(d, &(cm_buffer_desc){1024, CM_STORAGE_PRIVATE}, &b);
+    cm_buffer_create(d, &(cm_buffer_desc){.size = 1024, .storage = CM_STORAGE_PRIVATE}, &b);
     char bytes[1024] = {1};
     cr_assert_eq(cm_buffer_write(b, 0, bytes, sizeof bytes), CM_OK);
     cr_assert_eq(cm_buffer_read(b, 0, bytes, sizeof bytes), CM_OK);

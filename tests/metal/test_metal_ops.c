@@ -492,7 +492,7 @@ static void *transfer_loop(void *arg) {
     memcpy(&pop, &sym, sizeof pop);
     void *outer = push();
     cm_buffer *b = NULL;
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){64, CM_STORAGE_PRIVATE}, &b));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 64, .storage = CM_STORAGE_PRIVATE}, &b));
     unsigned char in[64], out[64];
     memset(in, 7, sizeof in);
     CHECK(cm_buffer_write(b, 0, in, sizeof in)); /* first use: kernels compiled */

@@ -43,7 +43,7 @@ static void *worker(void *p) {
         REQUIRE(back == v);
         cm_buffer *b = NULL;
         const cm_storage_mode mode = (cm_storage_mode)(1 + rand_r(&seed) % 3);
-        REQUIRE(cm_buffer_create(device, &(cm_buffer_desc){(size_t)n * 4, mode}, &b) == CM_OK);
+        REQUIRE(cm_buffer_create(device, &(cm_buffer_desc){.size = (size_t)n * 4, .storage = mode}, &b) == CM_OK);
         REQUIRE(cm_buffer_write(b, 0, &v, sizeof v) == CM_OK);
         atomic_fetch_add(&requests, 2);
         cm_memory_info m;

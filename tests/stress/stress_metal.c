@@ -45,7 +45,7 @@ static void *worker(void *p) {
     REQUIRE(cm_stream_create(device, &stream) == CM_OK);
     for (int r = 0; r < ROUNDS; ++r) {
         cm_buffer *b = NULL;
-        REQUIRE(cm_buffer_create(device, &(cm_buffer_desc){256, CM_STORAGE_PRIVATE}, &b) == CM_OK);
+        REQUIRE(cm_buffer_create(device, &(cm_buffer_desc){.size = 256, .storage = CM_STORAGE_PRIVATE}, &b) == CM_OK);
         unsigned char in[256], out[256];
         for (int i = 0; i < 256; ++i)
             in[i] = (unsigned char)(i ^ r ^ me);

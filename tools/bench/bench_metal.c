@@ -244,7 +244,7 @@ static double bm_alloc(cm_device *dev, cm_storage_mode storage, size_t size, int
     const double t0 = bm_now();
     for (int i = 0; i < reps; ++i) {
         cm_buffer *buf = NULL;
-        BM_TRY(cm_buffer_create(dev, &(cm_buffer_desc){size, storage}, &buf));
+        BM_TRY(cm_buffer_create(dev, &(cm_buffer_desc){.size = size, .storage = storage}, &buf));
         cm_buffer_release(buf);
     }
     return (bm_now() - t0) / reps;
@@ -324,7 +324,7 @@ int bench_metal(bool json, long mib, int reps) {
     }
     memset(c.host, 1, bytes);
     memset(c.other, 2, bytes);
-    BM_TRY(cm_buffer_create(dev, &(cm_buffer_desc){bytes, CM_STORAGE_PRIVATE}, &c.buf));
+    BM_TRY(cm_buffer_create(dev, &(cm_buffer_desc){.size = bytes, .storage = CM_STORAGE_PRIVATE}, &c.buf));
     c.mode = 0;
     const double t_memcpy = bm_best(reps, bm_copy_once, &c);
     c.mode = 1;

@@ -30,7 +30,7 @@ static void probe(cm_device_type type, uint32_t index, device_report *r) {
     r->present = cm_device_get_info(d, &r->info) == CM_OK;
     for (int m = CM_STORAGE_SHARED; m <= CM_STORAGE_PRIVATE; ++m) {
         cm_buffer *b = NULL;
-        r->storage[m] = cm_buffer_create(d, &(cm_buffer_desc){64, (cm_storage_mode)m}, &b) == CM_OK;
+        r->storage[m] = cm_buffer_create(d, &(cm_buffer_desc){.size = 64, .storage = (cm_storage_mode)m}, &b) == CM_OK;
         cm_buffer_release(b);
     }
     cm_device_release(d);

@@ -642,6 +642,11 @@ static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger o
     sm__release(p);
     return nil;
   }
+  if (p && ((sm_obj *)descriptor)->label) { /* the descriptor's label names the pipeline */
+    id old = ((sm_obj *)p)->label;
+    ((sm_obj *)p)->label = sm__string_copy(((sm_obj *)descriptor)->label);
+    if (old) sm__release(old);
+  }
   return p;
 }
 
