@@ -183,7 +183,7 @@ static void root_dealloc(id self, SEL cmd) {
   sm_obj *s = (sm_obj *)self;
   sm_class *k = (sm_class *)s->cls;
   if (k->destroy) k->destroy(s);
-  if (atomic_load(&s->host)) sm__host_free(s);
+  if (atomic_load(&s->host) && sm__host_free_hook) sm__host_free_hook(s);
   sm__release(s->label);
   atomic_fetch_sub(&k->live, 1);
   atomic_fetch_add(&g_deallocs, 1);
@@ -626,7 +626,7 @@ static id error_user_info(id self, SEL cmd) {
   id info = atomic_load(&e->user_info);
   if (info) return info;
   id key = sm__string("NSLocalizedDescription");
-  id made = sm__dictionary_new(&key, &e->description, 1);
+  id made = sm__dictionary_hook ? sm__dictionary_hook(&key, &e->description, 1) : nil;
   sm__release(key);
   id expected = nil;
   if (!atomic_compare_exchange_strong(&e->user_info, &expected, made)) {
@@ -796,6 +796,13 @@ static id array_object_at(id self, SEL cmd, NSUInteger i) {
     sm__fatal("-[NSArray %s]: index %lu beyond bounds (count %lu)", sel_getName(cmd), i,
               a->n);
   return a->items[i];
+}
+
+static id array_with_objects(id self, SEL cmd, const id *objects, NSUInteger count) {
+  (void)self;
+  for (NSUInteger i = 0; i < count; i++)
+    if (objects[i] == nil) sm__fatal("+[NSArray %s]: objects[%lu] is nil", sel_getName(cmd), i);
+  return sm__autorelease(sm__array((id *)objects, count));
 }
 
 /* ------------------------------------------------------------- blocks */
@@ -980,6 +987,7 @@ static void register_foundation(void) {
              "Q@:^v^@Q");
   sm__class_method(c, "array", SM_IMP(array_empty), "@@:");
   sm__class_method(c, "arrayWithObject:", SM_IMP(array_with_object), "@@:@");
+  sm__class_method(c, "arrayWithObjects:count:", SM_IMP(array_with_objects), "@@:^@Q");
   sm__class_end(&sm__array_class);
   g_mutable_array = objc_allocateClassPair(c, "NSMutableArray", 0);
   if (!g_mutable_array) sm__fatal("class NSMutableArray already exists in this process");

@@ -167,10 +167,6 @@ static id device_new_heap(id self, SEL cmd, id desc) {
   return (id)h;
 }
 
-void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size);
-bool sm__host_heap_slot(id buffer, id *heap, NSUInteger *off, NSUInteger *size);
-void sm__host_set_aliasable(id buffer);
-bool sm__host_aliasable(id buffer);
 
 /* Offset of a free, aligned block of size bytes, or -1 (under h->mu). */
 static long heap_fit(sm_heap *h, NSUInteger size, NSUInteger align) {
@@ -203,7 +199,6 @@ static void heap_take(sm_heap *h, NSUInteger off, NSUInteger size) {
 }
 
 /* A heap buffer went away (or became aliasable): its bytes are free again. */
-void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool aliasable_only);
 void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_aliasable) {
   sm_heap *h = (sm_heap *)heap;
   pthread_mutex_lock(&h->mu);
@@ -226,7 +221,6 @@ void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_alia
 }
 
 /* A buffer of the heap is going (its dealloc, sm_host.c). */
-void sm__heap_buffer_gone(id heap, id buffer);
 void sm__heap_buffer_gone(id heap, id buffer) {
   sm_heap *h = (sm_heap *)heap;
   pthread_mutex_lock(&h->mu);
@@ -241,7 +235,6 @@ void sm__heap_buffer_gone(id heap, id buffer) {
 /* useHeap: (sm_host.c): the heap's buffers may be read by the encoder's
  * later dispatches (Apple: "accessed as readonly ... through an argument
  * buffer"), so its untracked ones become reads in the hazard checks. */
-void sm__heap_use(id heap, id encoder);
 void sm__heap_use(id heap, id encoder) {
   sm_heap *h = (sm_heap *)heap;
   pthread_mutex_lock(&h->mu);
@@ -415,7 +408,6 @@ static BOOL buffer_is_aliasable(id self, SEL cmd) {
   return sm__host_aliasable(self);
 }
 static pthread_mutex_t g_purge_mu = PTHREAD_MUTEX_INITIALIZER;
-NSUInteger *sm__host_purgeable(id buffer); /* the buffer's state cell */
 static NSUInteger buffer_set_purgeable(id self, SEL cmd, NSUInteger v) {
   id heap;
   NSUInteger off, size;
@@ -462,9 +454,7 @@ static void rset_destroy(sm_obj *o) {
 }
 static sm_class rset_class = {"SMResidencySet", sizeof(sm_rset), rset_destroy, Nil, 0};
 
-bool sm__is_residency_set(id o);
 bool sm__is_residency_set(id o) { return sm__is(o, &rset_class); }
-id sm__residency_set_device(id o);
 id sm__residency_set_device(id o) { return ((sm_rset *)o)->device; }
 
 static id device_new_rset(id self, SEL cmd, id desc, id *error) {

@@ -78,11 +78,8 @@ static struct sm_host *host_of(id o) {
 }
 static struct sm_host *host_if(id o) { return o ? atomic_load(&((sm_obj *)o)->host) : NULL; }
 
-void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_aliasable);
-void sm__heap_buffer_gone(id heap, id buffer);
-void sm__heap_use(id heap, id encoder);
-
-void sm__host_free(sm_obj *o) {
+/* Frees the host record of o (the root dealloc's sm__host_free_hook). */
+static void host_free(sm_obj *o) {
   struct sm_host *h = atomic_exchange(&o->host, NULL);
   if (!h) return;
   for (size_t i = 0; i < h->ngroups; i++) free(h->groups[i]);
@@ -109,11 +106,6 @@ void sm__host_free(sm_obj *o) {
 }
 
 /* Heap buffers (sm_heap.c). */
-void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size);
-bool sm__host_heap_slot(id buffer, id *heap, NSUInteger *off, NSUInteger *size);
-void sm__host_set_aliasable(id buffer);
-bool sm__host_aliasable(id buffer);
-NSUInteger *sm__host_purgeable(id buffer);
 void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size) {
   struct sm_host *h = host_of(buffer);
   h->heap = heap;
@@ -193,7 +185,7 @@ static void append_groups(struct sm_host *h, char *out, size_t len, size_t *at, 
   }
   pthread_mutex_unlock(&h->mu);
 }
-void sm__host_debug_groups(id cmdbuf, id encoder, char *out, size_t len) {
+static void host_debug_groups(id cmdbuf, id encoder, char *out, size_t len) {
   size_t at = strlen(out);
   bool any = false;
   append_groups(host_if(cmdbuf), out, len, &at, &any);
@@ -222,7 +214,7 @@ static void cb_pop_group(id self, SEL cmd) {
 /* ------------------------------------------------------------- command buffer times */
 /* Host times (seconds of CLOCK_MONOTONIC, as CFTimeInterval) of the command
  * buffer's execution on its queue thread; 0 until it has completed. */
-void sm__host_cb_scheduled(id cb) {
+static void host_cb_scheduled(id cb) {
   struct sm_host *h = host_of(cb);
   pthread_mutex_lock(&h->mu);
   h->kernel_start = now_seconds();
@@ -246,7 +238,7 @@ void sm__host_cb_scheduled(id cb) {
   h->gpu_start = now_seconds();
   pthread_mutex_unlock(&h->mu);
 }
-void sm__host_cb_finished(id cb) {
+static void host_cb_finished(id cb) {
   struct sm_host *h = host_of(cb);
   pthread_mutex_lock(&h->mu);
   h->gpu_end = now_seconds();
@@ -299,8 +291,6 @@ static NSUInteger cb_error_options(id self, SEL cmd) {
 }
 
 /* ------------------------------------------------------------- residency on queues */
-bool sm__is_residency_set(id o);
-id sm__residency_set_device(id o);
 static void rsets_add(id self, SEL cmd, const id *sets, NSUInteger count) {
   if (count && !sets) sm__fatal("-[%s %s]: residencySets = NULL", cls_name(self), sel_getName(cmd));
   id dev = send_id(self, "device");
@@ -522,7 +512,6 @@ static id device_new_mtl_event(id self, SEL cmd) {
 
 /* Libraries from files: softmetal's container (softmetal-metallib), through
  * newLibraryWithData:error:. */
-SM_EXPORT id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
 enum { LIB_ERROR_FILE_NOT_FOUND = 6 };
 static void set_error(id *error, id e) {
   if (error) *error = sm__autorelease(e);
@@ -720,7 +709,7 @@ static void event_fire(id event, uint64_t value) {
   }
   if (more) event_fire(event, value);
 }
-void sm__host_event_signaled(id event, uint64_t value) { event_fire(event, value); }
+static void host_event_signaled(id event, uint64_t value) { event_fire(event, value); }
 
 static uint64_t event_value(id e) {
   return ((uint64_t(*)(id, SEL))(void (*)(void))sm__lookup(e, "signaledValue"))(
@@ -1072,11 +1061,6 @@ static id device_new_library_macros(id self, SEL cmd, id source, id options, id 
   return lib;
 }
 
-/* -[NSURL fileSystemRepresentation]: the path's bytes (file URLs only). */
-static const char *url_fs_path(id self, SEL cmd) {
-  (void)cmd;
-  return sm__string_utf8(send_id(self, "path"));
-}
 
 /* ------------------------------------------------------------- registration */
 static void add(const char *cls, const char *sel, IMP imp, const char *types) {
@@ -1086,6 +1070,9 @@ static void add(const char *cls, const char *sel, IMP imp, const char *types) {
 }
 
 void sm__register_host(void) {
+  sm__host_free_hook = host_free;
+  sm__host_hooks = (sm_host_hooks){host_cb_scheduled, host_cb_finished, host_event_signaled,
+                                   host_debug_groups};
   /* command buffers */
   add("SMCommandBuffer", "pushDebugGroup:", SM_IMP(cb_push_group), "v@:@");
   add("SMCommandBuffer", "popDebugGroup", SM_IMP(cb_pop_group), "v@:");
@@ -1223,7 +1210,6 @@ void sm__register_host(void) {
   sm__method(c, "groups", SM_IMP(linked_get), "@@:");
   sm__method(c, "setGroups:", SM_IMP(linked_set), "v@:@");
   sm__class_end(&linked_class);
-  add("NSURL", "fileSystemRepresentation", SM_IMP(url_fs_path), "r*@:");
   /* compile options */
   add("MTLCompileOptions", "preprocessorMacros", SM_IMP(opts_macros), "@@:");
   add("MTLCompileOptions", "setPreprocessorMacros:", SM_IMP(opts_set_macros), "v@:@");

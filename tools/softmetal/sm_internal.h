@@ -132,8 +132,12 @@ void sm__register_archive(void); /* sm_archive.c: after the device class registe
 void sm__register_host(void);    /* sm_host.c, sm_heap.c: after every other class */
 void sm__register_heap(void);
 void sm__register_ns(void);      /* sm_ns.c: after the Foundation core */
-/* Frees the host-API state of an object (root dealloc). */
-void sm__host_free(sm_obj *o);
+/* Calls up from the object model (sm_hooks.c), set by the file above that
+ * owns them when it registers: the root dealloc frees an object's host
+ * record through sm__host_free_hook (sm_host.c), NSError's userInfo is made
+ * by sm__dictionary_hook (sm_ns.c). */
+extern void (*sm__host_free_hook)(sm_obj *o);
+extern id (*sm__dictionary_hook)(id *keys, id *values, size_t n);
 void sm__register_reflect(void); /* sm_reflect.c: from sm__register_archive */
 /* Pipeline reflection (sm_reflect.c): checks options (MTLPipelineOption) and,
  * when reflection is not NULL, stores an autoreleased
@@ -165,7 +169,14 @@ bool sm__function_code_key(id function, unsigned char key[32]);
  * holds the file of kind and key, and `path` does not exist, writes it
  * there (as the kernel cache's file) and returns true. */
 enum { SM_ARCHIVE_CODE = 0, SM_ARCHIVE_COMPILER = 1, SM_ARCHIVE_LIBRARY = 2 };
-bool sm__archive_restore(uint32_t kind, const unsigned char key[32], const char *path);
+/* The compiler (below the archives) calls it through a hook (sm_hooks.c)
+ * that sm__register_archive sets. */
+extern bool (*sm__archive_restore_hook)(uint32_t kind, const unsigned char key[32],
+                                        const char *path);
+static inline bool sm__archive_restore(uint32_t kind, const unsigned char key[32],
+                                       const char *path) {
+  return sm__archive_restore_hook && sm__archive_restore_hook(kind, key, path);
+}
 extern atomic_long sm__archive_restores;
 
 /* sm_metal.c's services to the host API (sm_host.c, sm_heap.c). */
@@ -174,6 +185,38 @@ NSUInteger sm__buffer_reserved(id buffer);      /* bytes a device buffer counts 
 /* What kernels dereference for buffer (its GPU-side copy; never gpuAddress)
  * and its length; NULL when buffer is not a softmetal buffer. */
 void *sm__buffer_gpu(id buffer, NSUInteger *length);
+/* Heaps and residency sets (sm_heap.c), for the host API (sm_host.c). */
+/* A heap buffer went away (mark_aliasable false) or became aliasable: its
+ * bytes are free again. */
+void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_aliasable);
+void sm__heap_buffer_gone(id heap, id buffer); /* a buffer of the heap is going */
+void sm__heap_use(id heap, id encoder);        /* useHeap: */
+bool sm__is_residency_set(id o);
+id sm__residency_set_device(id o);
+/* A heap buffer's state in its host record (sm_host.c), for sm_heap.c:
+ * its heap (retained), offset and size; aliasable; its purgeable state cell. */
+void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size);
+bool sm__host_heap_slot(id buffer, id *heap, NSUInteger *off, NSUInteger *size);
+void sm__host_set_aliasable(id buffer);
+bool sm__host_aliasable(id buffer);
+NSUInteger *sm__host_purgeable(id buffer);
+/* NSURL (sm_ns.c): file URLs only, what fileURLWithPath: makes. */
+typedef struct {
+  sm_obj hdr;
+  id path; /* NSString */
+} sm_url;
+extern sm_class sm__url_class;
+/* dispatch_data_t (sm_data.c): its bytes, copied or the caller's. */
+typedef struct {
+  sm_obj hdr;
+  void *bytes;
+  size_t size;
+  int owner; /* 0 copy, 1 free, 2 munmap, 3 block */
+  void *block; /* copied destructor block */
+} sm_dispatch_data;
+extern sm_class sm__dispatch_data_class;
+SM_EXPORT id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
+void sm__register_data(void); /* after the Foundation core */
 /* Argument buffers (sm_argenc.c, sm_msl.c). The layout of the struct that
  * buffer index of function points to, its code generated first; NULL with
  * *diag (malloc'd) on failure, NULL with *diag NULL when it is no such struct. */
@@ -196,12 +239,29 @@ void sm__cmdbuf_fail(id cmdbuf, const char *msg);
 void sm__encoder_dispatch_indirect(id encoder, SEL cmd, id buffer, NSUInteger offset,
                                    MTLSize threads_per_group);
 
-/* sm_host.c's hooks, called by sm_metal.c. */
-void sm__host_cb_scheduled(id cmdbuf); /* queue thread: before its first command runs */
-void sm__host_cb_finished(id cmdbuf);  /* queue thread: after its last, before its status */
-void sm__host_event_signaled(id event, uint64_t value); /* after the value is set */
-/* Appends " (debug groups: ...)" naming the open debug groups, if any. */
-void sm__host_debug_groups(id cmdbuf, id encoder, char *out, size_t len);
+/* sm_host.c's callbacks, called by sm_metal.c (below it) through
+ * sm__host_hooks (sm_hooks.c), which sm__register_host fills; a NULL one is
+ * skipped. */
+typedef struct {
+  void (*cb_scheduled)(id cmdbuf); /* queue thread: before its first command runs */
+  void (*cb_finished)(id cmdbuf);  /* queue thread: after its last, before its status */
+  void (*event_signaled)(id event, uint64_t value); /* after the value is set */
+  /* Appends " (debug groups: ...)" naming the open debug groups, if any. */
+  void (*debug_groups)(id cmdbuf, id encoder, char *out, size_t len);
+} sm_host_hooks;
+extern sm_host_hooks sm__host_hooks;
+static inline void sm__host_cb_scheduled(id cmdbuf) {
+  if (sm__host_hooks.cb_scheduled) sm__host_hooks.cb_scheduled(cmdbuf);
+}
+static inline void sm__host_cb_finished(id cmdbuf) {
+  if (sm__host_hooks.cb_finished) sm__host_hooks.cb_finished(cmdbuf);
+}
+static inline void sm__host_event_signaled(id event, uint64_t value) {
+  if (sm__host_hooks.event_signaled) sm__host_hooks.event_signaled(event, value);
+}
+static inline void sm__host_debug_groups(id cmdbuf, id encoder, char *out, size_t len) {
+  if (sm__host_hooks.debug_groups) sm__host_hooks.debug_groups(cmdbuf, encoder, out, len);
+}
 
 /* Messages to our own objects, through the runtime (exact prototypes). */
 static inline IMP sm__lookup(id o, const char *sel) {

@@ -37,6 +37,7 @@ __attribute__((constructor)) static void softmetal_load(void) {
   sm__error_domain(&MTLCaptureErrorDomain, "MTLCaptureErrorDomain");
   sm__error_domain(&MTLCounterErrorDomain, "MTLCounterErrorDomain");
   sm__register_ns();
+  sm__register_data();
   sm__register_metal();
   sm__register_msl();
   sm__register_archive();
