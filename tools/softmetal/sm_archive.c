@@ -553,30 +553,38 @@ static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger o
   return p;
 }
 
+const sm_method_def sm__device_archive_methods[] = {
+  SM_METHOD("newLibraryWithData:error:", device_new_library_data, "@@:@^@"),
+  SM_METHOD("newBinaryArchiveWithDescriptor:error:", device_new_archive, "@@:@^@"),
+  SM_METHOD("newComputePipelineStateWithDescriptor:options:reflection:error:", device_new_pipeline_desc, "@@:@Q^@^@"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def archive_desc_methods[] = {
+  SM_METHOD("setUrl:", archive_desc_set_url, "v@:@"),
+  SM_METHOD("url", archive_desc_url, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def archive_methods[] = {
+  SM_METHOD("addComputePipelineFunctionsWithDescriptor:error:", archive_add_compute, "C@:@^@"),
+  SM_METHOD("serializeToURL:error:", archive_serialize, "C@:@^@"),
+  SM_METHOD("device", archive_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def pipeline_desc_methods[] = {
+  SM_METHOD("setComputeFunction:", pipeline_desc_set_function, "v@:@"),
+  SM_METHOD("computeFunction", pipeline_desc_function, "@@:"),
+  SM_METHOD("setBinaryArchives:", pipeline_desc_set_archives, "v@:@"),
+  SM_METHOD("binaryArchives", pipeline_desc_archives, "@@:"),
+  {NULL, NULL, NULL},
+};
+
 void sm__register_archive(void) {
   sm__archive_restore_hook = archive_restore;
-  Class c = sm__class_begin(&archive_desc_class);
-  sm__method(c, "setUrl:", SM_IMP(archive_desc_set_url), "v@:@");
-  sm__method(c, "url", SM_IMP(archive_desc_url), "@@:");
-  sm__class_end(&archive_desc_class);
-  c = sm__class_begin(&archive_class);
-  sm__method(c, "addComputePipelineFunctionsWithDescriptor:error:",
-             SM_IMP(archive_add_compute), "C@:@^@");
-  sm__method(c, "serializeToURL:error:", SM_IMP(archive_serialize), "C@:@^@");
-  sm__method(c, "device", SM_IMP(archive_device), "@@:");
-  sm__class_end(&archive_class);
-  c = sm__class_begin(&pipeline_desc_class);
-  sm__method(c, "setComputeFunction:", SM_IMP(pipeline_desc_set_function), "v@:@");
-  sm__method(c, "computeFunction", SM_IMP(pipeline_desc_function), "@@:");
-  sm__method(c, "setBinaryArchives:", SM_IMP(pipeline_desc_set_archives), "v@:@");
-  sm__method(c, "binaryArchives", SM_IMP(pipeline_desc_archives), "@@:");
-  sm__class_end(&pipeline_desc_class);
-  Class device = objc_getClass("SMDevice");
-  if (device == Nil) sm__fatal("softmetal: SMDevice is not registered before the archive methods");
-  sm__method(device, "newLibraryWithData:error:", SM_IMP(device_new_library_data), "@@:@^@");
-  sm__method(device, "newBinaryArchiveWithDescriptor:error:", SM_IMP(device_new_archive),
-             "@@:@^@");
-  sm__method(device, "newComputePipelineStateWithDescriptor:options:reflection:error:",
-             SM_IMP(device_new_pipeline_desc), "@@:@Q^@^@");
+  SM_CLASS_DEFINE(&archive_desc_class, Nil, archive_desc_methods);
+  SM_CLASS_DEFINE(&archive_class, Nil, archive_methods);
+  SM_CLASS_DEFINE(&pipeline_desc_class, Nil, pipeline_desc_methods);
   sm__register_reflect();
 }

@@ -88,6 +88,20 @@ Class sm__class_begin(sm_class *k) { return sm__class_begin_super(k, g_root); }
 
 void sm__class_end(sm_class *k) { objc_registerClassPair(k->objc); }
 
+void sm__methods(Class c, const sm_method_def *table) {
+  for (; table && table->sel; table++) {
+    if (table->sel[0] == '+') sm__class_method(c, table->sel + 1, table->imp, table->types);
+    else sm__method(c, table->sel, table->imp, table->types);
+  }
+}
+
+Class sm__class_define(sm_class *k, Class super, const sm_method_def *const *tables) {
+  Class c = sm__class_begin_super(k, super ? super : g_root);
+  for (; *tables; tables++) sm__methods(c, *tables);
+  sm__class_end(k);
+  return c;
+}
+
 static sm_class *class_info(Class c) {
   for (int i = 0; i < g_nclasses; i++)
     if (g_classes[i]->objc == c) return g_classes[i];

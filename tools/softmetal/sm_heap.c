@@ -590,72 +590,85 @@ static void rset_end(id self, SEL cmd) {
 static id rset_device(id self, SEL cmd) { (void)cmd; return ((sm_rset *)self)->device; }
 
 /* ------------------------------------------------------------- registration */
+const sm_method_def sm__device_heap_methods[] = {
+  SM_METHOD("newHeapWithDescriptor:", device_new_heap, "@@:@"),
+  SM_METHOD("heapBufferSizeAndAlignWithLength:options:", device_heap_size_align, "{?=QQ}@:QQ"),
+  SM_METHOD("newResidencySetWithDescriptor:error:", device_new_rset, "@@:@^@"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__buffer_heap_methods[] = {
+  SM_METHOD("heap", buffer_heap, "@@:"),
+  SM_METHOD("heapOffset", buffer_heap_offset, "Q@:"),
+  SM_METHOD("allocatedSize", buffer_allocated, "Q@:"),
+  SM_METHOD("makeAliasable", buffer_make_aliasable, "v@:"),
+  SM_METHOD("isAliasable", buffer_is_aliasable, "C@:"),
+  SM_METHOD("setPurgeableState:", buffer_set_purgeable, "Q@:Q"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def heap_desc_methods[] = {
+  SM_METHOD("init", hdesc_init, "@@:"),
+  SM_METHOD("size", hdesc_size, "Q@:"),
+  SM_METHOD("setSize:", hdesc_set_size, "v@:Q"),
+  SM_METHOD("storageMode", hdesc_storage, "Q@:"),
+  SM_METHOD("setStorageMode:", hdesc_set_storage, "v@:Q"),
+  SM_METHOD("cpuCacheMode", hdesc_cache, "Q@:"),
+  SM_METHOD("setCpuCacheMode:", hdesc_set_cache, "v@:Q"),
+  SM_METHOD("hazardTrackingMode", hdesc_hazard, "Q@:"),
+  SM_METHOD("setHazardTrackingMode:", hdesc_set_hazard, "v@:Q"),
+  SM_METHOD("type", hdesc_type, "q@:"),
+  SM_METHOD("setType:", hdesc_set_type, "v@:q"),
+  SM_METHOD("resourceOptions", hdesc_options, "Q@:"),
+  SM_METHOD("setResourceOptions:", hdesc_set_options, "v@:Q"),
+  SM_METHOD("copy", hdesc_copy, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def heap_methods[] = {
+  SM_METHOD("newBufferWithLength:options:", heap_new_buffer, "@@:QQ"),
+  SM_METHOD("newBufferWithLength:options:offset:", heap_new_buffer_at, "@@:QQQ"),
+  SM_METHOD("maxAvailableSizeWithAlignment:", heap_max_available, "Q@:Q"),
+  SM_METHOD("size", heap_size, "Q@:"),
+  SM_METHOD("usedSize", heap_used, "Q@:"),
+  SM_METHOD("currentAllocatedSize", heap_size, "Q@:"),
+  SM_METHOD("allocatedSize", heap_size, "Q@:"),
+  SM_METHOD("storageMode", heap_storage, "Q@:"),
+  SM_METHOD("cpuCacheMode", heap_cache, "Q@:"),
+  SM_METHOD("hazardTrackingMode", heap_hazard, "Q@:"),
+  SM_METHOD("resourceOptions", heap_options, "Q@:"),
+  SM_METHOD("type", heap_type, "q@:"),
+  SM_METHOD("setPurgeableState:", heap_set_purgeable, "Q@:Q"),
+  SM_METHOD("device", heap_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def rs_desc_methods[] = {
+  SM_METHOD("initialCapacity", rsd_capacity, "Q@:"),
+  SM_METHOD("setInitialCapacity:", rsd_set_capacity, "v@:Q"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def rset_methods[] = {
+  SM_METHOD("addAllocation:", rset_add, "v@:@"),
+  SM_METHOD("addAllocations:count:", rset_add_many, "v@:^@Q"),
+  SM_METHOD("removeAllocation:", rset_remove, "v@:@"),
+  SM_METHOD("removeAllocations:count:", rset_remove_many, "v@:^@Q"),
+  SM_METHOD("removeAllAllocations", rset_remove_all, "v@:"),
+  SM_METHOD("containsAllocation:", rset_contains, "C@:@"),
+  SM_METHOD("allocationCount", rset_count, "Q@:"),
+  SM_METHOD("allAllocations", rset_all, "@@:"),
+  SM_METHOD("commit", rset_commit, "v@:"),
+  SM_METHOD("allocatedSize", rset_allocated, "Q@:"),
+  SM_METHOD("requestResidency", rset_request, "v@:"),
+  SM_METHOD("endResidency", rset_end, "v@:"),
+  SM_METHOD("device", rset_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
 void sm__register_heap(void) {
-  Class c = sm__class_begin(&heap_desc_class);
-  sm__method(c, "init", SM_IMP(hdesc_init), "@@:");
-  sm__method(c, "size", SM_IMP(hdesc_size), "Q@:");
-  sm__method(c, "setSize:", SM_IMP(hdesc_set_size), "v@:Q");
-  sm__method(c, "storageMode", SM_IMP(hdesc_storage), "Q@:");
-  sm__method(c, "setStorageMode:", SM_IMP(hdesc_set_storage), "v@:Q");
-  sm__method(c, "cpuCacheMode", SM_IMP(hdesc_cache), "Q@:");
-  sm__method(c, "setCpuCacheMode:", SM_IMP(hdesc_set_cache), "v@:Q");
-  sm__method(c, "hazardTrackingMode", SM_IMP(hdesc_hazard), "Q@:");
-  sm__method(c, "setHazardTrackingMode:", SM_IMP(hdesc_set_hazard), "v@:Q");
-  sm__method(c, "type", SM_IMP(hdesc_type), "q@:");
-  sm__method(c, "setType:", SM_IMP(hdesc_set_type), "v@:q");
-  sm__method(c, "resourceOptions", SM_IMP(hdesc_options), "Q@:");
-  sm__method(c, "setResourceOptions:", SM_IMP(hdesc_set_options), "v@:Q");
-  sm__method(c, "copy", SM_IMP(hdesc_copy), "@@:");
-  sm__class_end(&heap_desc_class);
-
-  c = sm__class_begin(&heap_class);
-  sm__method(c, "newBufferWithLength:options:", SM_IMP(heap_new_buffer), "@@:QQ");
-  sm__method(c, "newBufferWithLength:options:offset:", SM_IMP(heap_new_buffer_at), "@@:QQQ");
-  sm__method(c, "maxAvailableSizeWithAlignment:", SM_IMP(heap_max_available), "Q@:Q");
-  sm__method(c, "size", SM_IMP(heap_size), "Q@:");
-  sm__method(c, "usedSize", SM_IMP(heap_used), "Q@:");
-  sm__method(c, "currentAllocatedSize", SM_IMP(heap_size), "Q@:");
-  sm__method(c, "allocatedSize", SM_IMP(heap_size), "Q@:");
-  sm__method(c, "storageMode", SM_IMP(heap_storage), "Q@:");
-  sm__method(c, "cpuCacheMode", SM_IMP(heap_cache), "Q@:");
-  sm__method(c, "hazardTrackingMode", SM_IMP(heap_hazard), "Q@:");
-  sm__method(c, "resourceOptions", SM_IMP(heap_options), "Q@:");
-  sm__method(c, "type", SM_IMP(heap_type), "q@:");
-  sm__method(c, "setPurgeableState:", SM_IMP(heap_set_purgeable), "Q@:Q");
-  sm__method(c, "device", SM_IMP(heap_device), "@@:");
-  sm__class_end(&heap_class);
-
-  c = sm__class_begin(&rs_desc_class);
-  sm__method(c, "initialCapacity", SM_IMP(rsd_capacity), "Q@:");
-  sm__method(c, "setInitialCapacity:", SM_IMP(rsd_set_capacity), "v@:Q");
-  sm__class_end(&rs_desc_class);
-
-  c = sm__class_begin(&rset_class);
-  sm__method(c, "addAllocation:", SM_IMP(rset_add), "v@:@");
-  sm__method(c, "addAllocations:count:", SM_IMP(rset_add_many), "v@:^@Q");
-  sm__method(c, "removeAllocation:", SM_IMP(rset_remove), "v@:@");
-  sm__method(c, "removeAllocations:count:", SM_IMP(rset_remove_many), "v@:^@Q");
-  sm__method(c, "removeAllAllocations", SM_IMP(rset_remove_all), "v@:");
-  sm__method(c, "containsAllocation:", SM_IMP(rset_contains), "C@:@");
-  sm__method(c, "allocationCount", SM_IMP(rset_count), "Q@:");
-  sm__method(c, "allAllocations", SM_IMP(rset_all), "@@:");
-  sm__method(c, "commit", SM_IMP(rset_commit), "v@:");
-  sm__method(c, "allocatedSize", SM_IMP(rset_allocated), "Q@:");
-  sm__method(c, "requestResidency", SM_IMP(rset_request), "v@:");
-  sm__method(c, "endResidency", SM_IMP(rset_end), "v@:");
-  sm__method(c, "device", SM_IMP(rset_device), "@@:");
-  sm__class_end(&rset_class);
-
-  Class device = objc_getClass("SMDevice");
-  sm__method(device, "newHeapWithDescriptor:", SM_IMP(device_new_heap), "@@:@");
-  sm__method(device, "heapBufferSizeAndAlignWithLength:options:", SM_IMP(device_heap_size_align),
-             "{?=QQ}@:QQ");
-  sm__method(device, "newResidencySetWithDescriptor:error:", SM_IMP(device_new_rset), "@@:@^@");
-  Class buffer = objc_getClass("SMBuffer");
-  sm__method(buffer, "heap", SM_IMP(buffer_heap), "@@:");
-  sm__method(buffer, "heapOffset", SM_IMP(buffer_heap_offset), "Q@:");
-  sm__method(buffer, "allocatedSize", SM_IMP(buffer_allocated), "Q@:");
-  sm__method(buffer, "makeAliasable", SM_IMP(buffer_make_aliasable), "v@:");
-  sm__method(buffer, "isAliasable", SM_IMP(buffer_is_aliasable), "C@:");
-  sm__method(buffer, "setPurgeableState:", SM_IMP(buffer_set_purgeable), "Q@:Q");
+  SM_CLASS_DEFINE(&heap_desc_class, Nil, heap_desc_methods);
+  SM_CLASS_DEFINE(&heap_class, Nil, heap_methods);
+  SM_CLASS_DEFINE(&rs_desc_class, Nil, rs_desc_methods);
+  SM_CLASS_DEFINE(&rset_class, Nil, rset_methods);
 }

@@ -54,6 +54,21 @@ Class sm__class_begin_super(sm_class *k, Class super); /* a subclass of super */
 void sm__class_end(sm_class *k);
 void sm__method(Class c, const char *sel, IMP imp, const char *types);
 void sm__class_method(Class c, const char *sel, IMP imp, const char *types);
+/* A method table: entries {selector, implementation, type encoding}, a
+ * class method's selector written with a leading '+', ended by {NULL}. */
+typedef struct {
+  const char *sel;
+  IMP imp;
+  const char *types;
+} sm_method_def;
+#define SM_METHOD(sel, fn, types) {sel, SM_IMP(fn), types}
+void sm__methods(Class c, const sm_method_def *table);
+/* Defines class k, a subclass of super (NSObject when Nil), with the methods
+ * of each table of the NULL-ended list tables, and registers it. A selector
+ * given twice is fatal: no method replaces another. */
+Class sm__class_define(sm_class *k, Class super, const sm_method_def *const *tables);
+#define SM_CLASS_DEFINE(k, super, ...) \
+  sm__class_define(k, super, (const sm_method_def *const[]){__VA_ARGS__, NULL})
 
 /* A new instance with rc 1 (+1), zeroed beyond the header. */
 void *sm__new(sm_class *k);
@@ -144,7 +159,32 @@ void sm__register_reflect(void); /* sm_reflect.c: from sm__register_archive */
  * MTLComputePipelineReflection of pipeline (nil for a nil pipeline). False
  * when out of memory. */
 bool sm__reflect_into(id pipeline, NSUInteger options, id *reflection, const char *sel);
-void sm__add_device_msl_methods(Class device); /* before the device class registers */
+/* Classes whose methods come from several files (the device is the factory
+ * of every object): each file that implements some of a class's methods
+ * exports them as a table, and sm_classes.c (above them all) defines the
+ * class once from every table, before any other file's classes register.
+ * No file adds a method to a class after its definition. */
+void sm__register_classes(void);
+extern sm_class *const sm__device_k, *const sm__buffer_k, *const sm__shared_event_k,
+    *const sm__queue_k, *const sm__cmdbuf_k, *const sm__blit_k, *const sm__compute_k; /* sm_metal.c */
+extern sm_class *const sm__options_k, *const sm__library_k, *const sm__function_k; /* sm_msl.c */
+extern const sm_method_def sm__device_metal_methods[], sm__device_msl_methods[],
+    sm__device_archive_methods[], sm__device_reflect_methods[], sm__device_heap_methods[],
+    sm__device_argenc_methods[], sm__device_host_methods[];
+extern const sm_method_def sm__buffer_metal_methods[], sm__buffer_heap_methods[];
+extern const sm_method_def sm__shared_event_metal_methods[], sm__shared_event_host_methods[];
+extern const sm_method_def sm__queue_metal_methods[], sm__queue_host_methods[];
+extern const sm_method_def sm__cmdbuf_metal_methods[], sm__cmdbuf_host_methods[];
+/* sm__encoder_host_methods: both encoders; sm__compute_host_methods: compute only. */
+extern const sm_method_def sm__blit_metal_methods[], sm__compute_metal_methods[],
+    sm__encoder_host_methods[], sm__compute_host_methods[];
+extern const sm_method_def sm__options_msl_methods[], sm__options_host_methods[];
+const sm_method_def *sm__options_math_methods(void); /* NULL under SOFTMETAL_NO_MATH_MODE=1 */
+extern const sm_method_def sm__library_msl_methods[], sm__library_host_methods[];
+extern const sm_method_def sm__function_msl_methods[], sm__function_argenc_methods[];
+/* -[MTLDevice newLibraryWithSource:options:error:] without the compile
+ * options' preprocessor macros (sm_msl.c); the method itself is sm_host.c's. */
+id sm__device_new_library(id self, SEL cmd, id source, id options, id *error);
 
 /* The kernel cache's files of a function (sm_compile.c), each under the
  * SHA-256 of its key material: its generated code, its library's checked
