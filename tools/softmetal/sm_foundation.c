@@ -294,11 +294,8 @@ static void pool_thread_exit(void *arg) {
 void *sm__pool_push(void) {
   pool_stack *p = &t_pools;
   if (p->depth == p->mark_cap) {
-    size_t cap = p->mark_cap ? p->mark_cap * 2 : 16;
-    size_t *m = realloc(p->marks, cap * sizeof *m);
-    if (!m) sm__fatal("objc_autoreleasePoolPush: out of memory");
-    p->marks = m;
-    p->mark_cap = cap;
+    if (!sm__grow(&p->marks, &p->mark_cap, sizeof *p->marks, 16))
+      sm__fatal("objc_autoreleasePoolPush: out of memory");
     pthread_setspecific(g_pool_key, p);
   }
   p->marks[p->depth++] = p->n;
@@ -328,11 +325,8 @@ id sm__autorelease(id o) {
     sm__fatal("-[%s autorelease]: no autorelease pool in place on this thread "
               "(the object would leak)", ((sm_obj *)o)->cls->name);
   if (p->n == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 64;
-    id *items = realloc(p->items, cap * sizeof *items);
-    if (!items) sm__fatal("-[%s autorelease]: out of memory", ((sm_obj *)o)->cls->name);
-    p->items = items;
-    p->cap = cap;
+    if (!sm__grow(&p->items, &p->cap, sizeof *p->items, 64))
+      sm__fatal("-[%s autorelease]: out of memory", ((sm_obj *)o)->cls->name);
   }
   p->items[p->n++] = o;
   atomic_fetch_add(&g_autoreleases, 1);
@@ -768,11 +762,8 @@ static void marray_add(id self, SEL cmd, id o) {
   sm_array *a = (sm_array *)self;
   if (!o) sm__fatal("-[NSMutableArray %s]: object is nil", sel_getName(cmd));
   if (a->n == a->cap) {
-    NSUInteger cap = a->cap * 2;
-    id *items = realloc(a->items, cap * sizeof *items);
-    if (!items) sm__fatal("-[NSMutableArray %s]: out of memory", sel_getName(cmd));
-    a->items = items;
-    a->cap = cap;
+    if (!sm__grow(&a->items, &a->cap, sizeof *a->items, 1))
+      sm__fatal("-[NSMutableArray %s]: out of memory", sel_getName(cmd));
   }
   a->items[a->n++] = sm__retain(o);
   a->mutations++;

@@ -184,11 +184,8 @@ static long heap_fit(sm_heap *h, NSUInteger size, NSUInteger align) {
 
 static void heap_take(sm_heap *h, NSUInteger off, NSUInteger size) {
   if (h->n == h->cap) {
-    size_t cap = h->cap ? h->cap * 2 : 8;
-    heap_range *r = realloc(h->ranges, cap * sizeof *r);
-    if (!r) sm__fatal("-[SMHeap newBufferWithLength:options:]: out of memory");
-    h->ranges = r;
-    h->cap = cap;
+    if (!sm__grow(&h->ranges, &h->cap, sizeof *h->ranges, 8))
+      sm__fatal("-[SMHeap newBufferWithLength:options:]: out of memory");
   }
   size_t i = 0;
   while (i < h->n && h->ranges[i].off < off) i++;
@@ -288,11 +285,8 @@ static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, b
   sm__host_set_heap_slot(b, sm__retain(self), (NSUInteger)off, sa.size);
   pthread_mutex_lock(&h->mu);
   if (h->nlive == h->live_cap) {
-    size_t cap = h->live_cap ? h->live_cap * 2 : 8;
-    id *g = realloc(h->live, cap * sizeof *g);
-    if (!g) sm__fatal("-[SMHeap %s]: out of memory", sel);
-    h->live = g;
-    h->live_cap = cap;
+    if (!sm__grow(&h->live, &h->live_cap, sizeof *h->live, 8))
+      sm__fatal("-[SMHeap %s]: out of memory", sel);
   }
   h->live[h->nlive++] = b;
   pthread_mutex_unlock(&h->mu);
@@ -496,11 +490,8 @@ static void rset_add_many(id self, SEL cmd, const id *allocs, NSUInteger count) 
   for (NSUInteger i = 0; i < count; i++) {
     if (rset_find(r, allocs[i]) != (size_t)-1) continue;
     if (r->n == r->cap) {
-      size_t cap = r->cap ? r->cap * 2 : 16;
-      id *g = realloc(r->all, cap * sizeof *g);
-      if (!g) sm__fatal("-[SMResidencySet %s]: out of memory", sel_getName(cmd));
-      r->all = g;
-      r->cap = cap;
+      if (!sm__grow(&r->all, &r->cap, sizeof *r->all, 16))
+        sm__fatal("-[SMResidencySet %s]: out of memory", sel_getName(cmd));
     }
     r->all[r->n++] = sm__retain(allocs[i]);
   }

@@ -151,11 +151,8 @@ static void group_push(id self, SEL cmd, id name) {
   char *copy = strdup(sm__string_utf8(name));
   pthread_mutex_lock(&h->mu);
   if (h->ngroups == h->gcap) {
-    size_t cap = h->gcap ? h->gcap * 2 : 4;
-    char **g = realloc(h->groups, cap * sizeof *g);
-    if (!g || !copy) sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
-    h->groups = g;
-    h->gcap = cap;
+    if (!sm__grow(&h->groups, &h->gcap, sizeof *h->groups, 4) || !copy)
+      sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
   }
   h->groups[h->ngroups++] = copy;
   pthread_mutex_unlock(&h->mu);
@@ -309,11 +306,8 @@ static void rsets_add(id self, SEL cmd, const id *sets, NSUInteger count) {
     for (size_t k = 0; k < h->nrsets; k++) have |= h->rsets[k] == sets[i];
     if (have) continue;
     if (h->nrsets == h->rscap) {
-      size_t cap = h->rscap ? h->rscap * 2 : 4;
-      id *g = realloc(h->rsets, cap * sizeof *g);
-      if (!g) sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
-      h->rsets = g;
-      h->rscap = cap;
+      if (!sm__grow(&h->rsets, &h->rscap, sizeof *h->rsets, 4))
+        sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
     }
     h->rsets[h->nrsets++] = sm__retain(sets[i]);
   }
@@ -676,11 +670,8 @@ static void listener_post(sm_listener *l, const void *block, id event, uint64_t 
     l->started = true;
   }
   if (c->n == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : 8;
-    listener_item *g = realloc(c->items, cap * sizeof *g);
-    if (!g) sm__fatal("MTLSharedEventListener: out of memory");
-    c->items = g;
-    c->cap = cap;
+    if (!sm__grow(&c->items, &c->cap, sizeof *c->items, 8))
+      sm__fatal("MTLSharedEventListener: out of memory");
   }
   c->items[c->n++] = (listener_item){block, sm__retain(event), value};
   pthread_cond_broadcast(&c->cv);
@@ -723,11 +714,8 @@ static void event_notify(id self, SEL cmd, id listener, uint64_t value, const vo
   struct sm_host *h = host_of(self);
   pthread_mutex_lock(&h->mu);
   if (h->nnotes == h->ncap) {
-    size_t cap = h->ncap ? h->ncap * 2 : 4;
-    notify_rec *g = realloc(h->notes, cap * sizeof *g);
-    if (!g) sm__fatal("-[SMSharedEvent %s]: out of memory", sel_getName(cmd));
-    h->notes = g;
-    h->ncap = cap;
+    if (!sm__grow(&h->notes, &h->ncap, sizeof *h->notes, 4))
+      sm__fatal("-[SMSharedEvent %s]: out of memory", sel_getName(cmd));
   }
   h->notes[h->nnotes++] = (notify_rec){sm__block_copy(block), sm__retain(listener), value};
   pthread_mutex_unlock(&h->mu);
@@ -1221,7 +1209,7 @@ void sm__register_host(void) {
   SM_CLASS_DEFINE(&cb_desc_class, Nil, cb_desc_methods);
   SM_CLASS_DEFINE(&arch_class, Nil, arch_methods);
   /* events: SMEvent, an MTLEvent, is SMSharedEvent without its shared-only methods */
-  Class shared = objc_getClass("SMSharedEvent");
+  Class shared = sm__shared_event_k->objc;
   g_event_class = objc_allocateClassPair(shared, "SMEvent", 0);
   if (!g_event_class) sm__fatal("class SMEvent already exists in this process");
   static const char *const shared_only[] = {"signaledValue", "setSignaledValue:",

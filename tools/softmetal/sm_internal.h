@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "softmetal.h"
@@ -69,6 +70,24 @@ void sm__methods(Class c, const sm_method_def *table);
 Class sm__class_define(sm_class *k, Class super, const sm_method_def *const *tables);
 #define SM_CLASS_DEFINE(k, super, ...) \
   sm__class_define(k, super, (const sm_method_def *const[]){__VA_ARGS__, NULL})
+
+/* Grows the array *items_ptr points to (an array of elements elem bytes
+ * each, *cap of them) to twice *cap, or to first when *cap is 0. True when
+ * it grew; false, nothing changed, when memory is short or the size would
+ * overflow. items_ptr is the address of the array's pointer (any type). */
+static inline bool sm__grow(void *items_ptr, size_t *cap, size_t elem, size_t first) {
+  size_t n = *cap ? *cap : first;
+  if (*cap && n > SIZE_MAX / 2 / elem) return false;
+  if (*cap) n *= 2;
+  else if (n > SIZE_MAX / elem) return false;
+  void *items;
+  memcpy(&items, items_ptr, sizeof items);
+  void *grown = realloc(items, n * elem);
+  if (!grown) return false;
+  memcpy(items_ptr, &grown, sizeof grown);
+  *cap = n;
+  return true;
+}
 
 /* A new instance with rc 1 (+1), zeroed beyond the header. */
 void *sm__new(sm_class *k);

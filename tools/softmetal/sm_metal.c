@@ -516,11 +516,8 @@ static void misuse(sm_cmdbuf *cb, const char *fmt, ...) {
 
 static command *cmd_push(sm_cmdbuf *cb, int kind) {
   if (cb->ncmds == cb->cap) {
-    size_t cap = cb->cap ? cb->cap * 2 : 8;
-    command *c = realloc(cb->cmds, cap * sizeof *c);
-    if (!c) sm__fatal("command buffer: out of memory");
-    cb->cmds = c;
-    cb->cap = cap;
+    if (!sm__grow(&cb->cmds, &cb->cap, sizeof *cb->cmds, 8))
+      sm__fatal("command buffer: out of memory");
   }
   command *c = &cb->cmds[cb->ncmds++];
   memset(c, 0, sizeof *c);
