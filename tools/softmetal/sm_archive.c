@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* softmetal's library container: what newLibraryWithData:error: loads in
  * place of Apple's .metallib (which holds GPU code that cannot run on the
- * CPU), plus the libdispatch data objects that carry it; and binary
- * archives (MTLBinaryArchive), with NSURL and the pipeline descriptor
- * they need (at the end of this file).
+ * CPU), from the libdispatch data objects (sm_data.c) that carry it; and binary
+ * archives (MTLBinaryArchive), with the pipeline descriptor they need
+ * (at the end of this file).
  *
  * Container (little-endian), written by softmetal-metallib:
  *   bytes 0..7   "SMMTLLIB"
@@ -33,70 +33,6 @@ static const char magic[8] = {'S', 'M', 'M', 'T', 'L', 'L', 'I', 'B'};
 #define LIB_ERROR_DOMAIN "MTLLibraryErrorDomain"
 enum { LIB_ERROR_UNSUPPORTED = 1 };
 
-/* dispatch_data_t: immutable bytes, a copy (DISPATCH_DATA_DESTRUCTOR_DEFAULT,
- * NULL) or the caller's, handed back when the object goes: with free()
- * (DISPATCH_DATA_DESTRUCTOR_FREE), munmap() (..._MUNMAP) or a destructor
- * block, which runs on the thread that releases the object (softmetal has no
- * dispatch queues; the queue argument is not used). */
-typedef struct {
-  sm_obj hdr;
-  void *bytes;
-  size_t size;
-  int owner; /* 0 copy, 1 free, 2 munmap, 3 block */
-  void *block; /* copied destructor block */
-} sm_dispatch_data;
-
-static void data_destroy(sm_obj *o) {
-  sm_dispatch_data *d = (sm_dispatch_data *)o;
-  if (d->owner == 0 || d->owner == 1) free(d->bytes);
-  else if (d->owner == 2) munmap(d->bytes, d->size);
-  else if (d->owner == 3) {
-    typedef struct {
-      void *isa;
-      int flags, reserved;
-      void (*invoke)(void *);
-    } blk;
-    ((blk *)d->block)->invoke(d->block);
-    sm__block_release(d->block);
-  }
-}
-static sm_class data_class = {"OS_dispatch_data", sizeof(sm_dispatch_data), data_destroy, Nil, 0};
-
-/* libdispatch's destructor constants (dispatch/data.h): blocks compared by address. */
-static const struct { void *isa; int flags, reserved; } g_free_tag, g_munmap_tag;
-SM_EXPORT const void *const _dispatch_data_destructor_free;
-SM_EXPORT const void *const _dispatch_data_destructor_munmap;
-const void *const _dispatch_data_destructor_free = &g_free_tag;
-const void *const _dispatch_data_destructor_munmap = &g_munmap_tag;
-
-SM_EXPORT id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
-
-id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor) {
-  (void)queue;
-  if (size > 0 && buffer == NULL)
-    sm__fatal("dispatch_data_create: buffer = NULL with size = %zu", size);
-  sm_dispatch_data *d = sm__new(&data_class);
-  if (d == NULL) return nil;
-  d->size = size;
-  if (destructor == NULL) {
-    d->bytes = malloc(size > 0 ? size : 1);
-    if (d->bytes == NULL) {
-      sm__release((id)d);
-      return nil;
-    }
-    if (size > 0) memcpy(d->bytes, buffer, size);
-    return (id)d;
-  }
-  d->bytes = (void *)buffer;
-  if (destructor == &g_free_tag) d->owner = 1;
-  else if (destructor == &g_munmap_tag) d->owner = 2;
-  else {
-    d->owner = 3;
-    d->block = sm__block_copy(destructor);
-  }
-  return (id)d;
-}
-
 static uint32_t read_u32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -113,7 +49,7 @@ static id fail(id *error, const char *sel, const char *why) {
 
 static id device_new_library_data(id self, SEL cmd, id data, id *error) {
   const char *sel = sel_getName(cmd);
-  if (data == nil || !sm__is(data, &data_class))
+  if (data == nil || !sm__is(data, &sm__dispatch_data_class))
     sm__fatal("-[SMDevice %s]: data is %s, not a dispatch_data_t", sel,
               data == nil ? "nil" : object_getClassName(data));
   const sm_dispatch_data *d = (const sm_dispatch_data *)data;
@@ -156,35 +92,6 @@ static id device_new_library_data(id self, SEL cmd, id data, id *error) {
   sm__release(options);
   sm__release(source);
   return library;
-}
-
-/* ------------------------------------------------------------- NSURL */
-/* File URLs only: what fileURLWithPath: makes. */
-typedef struct {
-  sm_obj hdr;
-  id path; /* NSString */
-} sm_url;
-
-static void url_destroy(sm_obj *o) { sm__release(((sm_url *)o)->path); }
-static sm_class url_class = {"NSURL", sizeof(sm_url), url_destroy, Nil, 0};
-
-static id url_file_with_path(id self, SEL cmd, id path) {
-  (void)self;
-  if (!sm__is_string(path))
-    sm__fatal("+[NSURL %s]: path is %s, not an NSString", sel_getName(cmd),
-              path ? object_getClassName(path) : "nil");
-  sm_url *u = sm__new(&url_class);
-  if (!u) return nil;
-  u->path = sm__string_copy(path);
-  return sm__autorelease((id)u);
-}
-static id url_path(id self, SEL cmd) { (void)cmd; return ((sm_url *)self)->path; }
-
-static id array_with_objects(id self, SEL cmd, const id *objects, NSUInteger count) {
-  (void)self;
-  for (NSUInteger i = 0; i < count; i++)
-    if (objects[i] == nil) sm__fatal("+[NSArray %s]: objects[%lu] is nil", sel_getName(cmd), i);
-  return sm__autorelease(sm__array((id *)objects, count));
 }
 
 /* ------------------------------------------------------------- binary archives */
@@ -427,7 +334,8 @@ static id device_new_archive(id self, SEL cmd, id descriptor, id *error) {
   return (id)a;
 }
 
-bool sm__archive_restore(uint32_t kind, const unsigned char key[32], const char *path) {
+/* sm__archive_restore_hook: see sm_internal.h. */
+static bool archive_restore(uint32_t kind, const unsigned char key[32], const char *path) {
   bool done = false;
   pthread_mutex_lock(&g_archive_lock);
   for (sm_archive *a = g_archives; a && !done; a = a->next)
@@ -524,7 +432,7 @@ static BOOL archive_add_compute(id self, SEL cmd, id descriptor, id *error) {
 
 static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
   const char *sel = sel_getName(cmd);
-  if (!sm__is(url, &url_class))
+  if (!sm__is(url, &sm__url_class))
     sm__fatal("-[SMBinaryArchive %s]: url is %s, not a file NSURL", sel,
               url ? object_getClassName(url) : "nil");
   const char *path = sm__string_utf8(((sm_url *)url)->path);
@@ -563,7 +471,7 @@ static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
 static id archive_device(id self, SEL cmd) { (void)cmd; return ((sm_archive *)self)->device; }
 
 static void archive_desc_set_url(id self, SEL cmd, id url) {
-  if (url && !sm__is(url, &url_class))
+  if (url && !sm__is(url, &sm__url_class))
     sm__fatal("-[MTLBinaryArchiveDescriptor %s]: url is %s, not an NSURL", sel_getName(cmd),
               object_getClassName(url));
   sm_archive_desc *d = (sm_archive_desc *)self;
@@ -650,37 +558,38 @@ static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger o
   return p;
 }
 
+const sm_method_def sm__device_archive_methods[] = {
+  SM_METHOD("newLibraryWithData:error:", device_new_library_data, "@@:@^@"),
+  SM_METHOD("newBinaryArchiveWithDescriptor:error:", device_new_archive, "@@:@^@"),
+  SM_METHOD("newComputePipelineStateWithDescriptor:options:reflection:error:", device_new_pipeline_desc, "@@:@Q^@^@"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def archive_desc_methods[] = {
+  SM_METHOD("setUrl:", archive_desc_set_url, "v@:@"),
+  SM_METHOD("url", archive_desc_url, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def archive_methods[] = {
+  SM_METHOD("addComputePipelineFunctionsWithDescriptor:error:", archive_add_compute, "C@:@^@"),
+  SM_METHOD("serializeToURL:error:", archive_serialize, "C@:@^@"),
+  SM_METHOD("device", archive_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def pipeline_desc_methods[] = {
+  SM_METHOD("setComputeFunction:", pipeline_desc_set_function, "v@:@"),
+  SM_METHOD("computeFunction", pipeline_desc_function, "@@:"),
+  SM_METHOD("setBinaryArchives:", pipeline_desc_set_archives, "v@:@"),
+  SM_METHOD("binaryArchives", pipeline_desc_archives, "@@:"),
+  {NULL, NULL, NULL},
+};
+
 void sm__register_archive(void) {
-  Class c = sm__class_begin(&data_class);
-  sm__class_end(&data_class);
-  c = sm__class_begin(&url_class);
-  sm__class_method(c, "fileURLWithPath:", SM_IMP(url_file_with_path), "@@:@");
-  sm__method(c, "path", SM_IMP(url_path), "@@:");
-  sm__class_end(&url_class);
-  c = sm__class_begin(&archive_desc_class);
-  sm__method(c, "setUrl:", SM_IMP(archive_desc_set_url), "v@:@");
-  sm__method(c, "url", SM_IMP(archive_desc_url), "@@:");
-  sm__class_end(&archive_desc_class);
-  c = sm__class_begin(&archive_class);
-  sm__method(c, "addComputePipelineFunctionsWithDescriptor:error:",
-             SM_IMP(archive_add_compute), "C@:@^@");
-  sm__method(c, "serializeToURL:error:", SM_IMP(archive_serialize), "C@:@^@");
-  sm__method(c, "device", SM_IMP(archive_device), "@@:");
-  sm__class_end(&archive_class);
-  c = sm__class_begin(&pipeline_desc_class);
-  sm__method(c, "setComputeFunction:", SM_IMP(pipeline_desc_set_function), "v@:@");
-  sm__method(c, "computeFunction", SM_IMP(pipeline_desc_function), "@@:");
-  sm__method(c, "setBinaryArchives:", SM_IMP(pipeline_desc_set_archives), "v@:@");
-  sm__method(c, "binaryArchives", SM_IMP(pipeline_desc_archives), "@@:");
-  sm__class_end(&pipeline_desc_class);
-  sm__class_method(sm__array_class.objc, "arrayWithObjects:count:", SM_IMP(array_with_objects),
-                   "@@:^@Q");
-  Class device = objc_getClass("SMDevice");
-  if (device == Nil) sm__fatal("softmetal: SMDevice is not registered before the archive methods");
-  sm__method(device, "newLibraryWithData:error:", SM_IMP(device_new_library_data), "@@:@^@");
-  sm__method(device, "newBinaryArchiveWithDescriptor:error:", SM_IMP(device_new_archive),
-             "@@:@^@");
-  sm__method(device, "newComputePipelineStateWithDescriptor:options:reflection:error:",
-             SM_IMP(device_new_pipeline_desc), "@@:@Q^@^@");
+  sm__archive_restore_hook = archive_restore;
+  SM_CLASS_DEFINE(&archive_desc_class, Nil, archive_desc_methods);
+  SM_CLASS_DEFINE(&archive_class, Nil, archive_methods);
+  SM_CLASS_DEFINE(&pipeline_desc_class, Nil, pipeline_desc_methods);
   sm__register_reflect();
 }

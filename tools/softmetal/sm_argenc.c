@@ -198,24 +198,28 @@ static id dev_new_encoder_args(id self, SEL cmd, id arguments) {
             sel_getName(cmd));
 }
 
-static void add(const char *cls, const char *sel, IMP imp, const char *types) {
-  Class c = objc_getClass(cls);
-  if (!c) sm__fatal("class %s is not registered", cls);
-  sm__method(c, sel, imp, types);
-}
+const sm_method_def sm__function_argenc_methods[] = {
+  SM_METHOD("newArgumentEncoderWithBufferIndex:", fn_new_encoder, "@@:Q"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__device_argenc_methods[] = {
+  SM_METHOD("newArgumentEncoderWithArguments:", dev_new_encoder_args, "@@:@"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def argenc_methods[] = {
+  SM_METHOD("encodedLength", enc_length, "Q@:"),
+  SM_METHOD("alignment", enc_alignment, "Q@:"),
+  SM_METHOD("device", enc_device, "@@:"),
+  SM_METHOD("setArgumentBuffer:offset:", enc_set_arg_buffer, "v@:@Q"),
+  SM_METHOD("setArgumentBuffer:startOffset:arrayElement:", enc_set_arg_buffer_elem, "v@:@QQ"),
+  SM_METHOD("setBuffer:offset:atIndex:", enc_set_buffer, "v@:@QQ"),
+  SM_METHOD("setBuffers:offsets:withRange:", enc_set_buffers, "v@:^@^Q{_NSRange=QQ}"),
+  SM_METHOD("constantDataAtIndex:", enc_constant_data, "^v@:Q"),
+  {NULL, NULL, NULL},
+};
 
 void sm__register_argenc(void) {
-  Class c = sm__class_begin(&argenc_class);
-  sm__method(c, "encodedLength", SM_IMP(enc_length), "Q@:");
-  sm__method(c, "alignment", SM_IMP(enc_alignment), "Q@:");
-  sm__method(c, "device", SM_IMP(enc_device), "@@:");
-  sm__method(c, "setArgumentBuffer:offset:", SM_IMP(enc_set_arg_buffer), "v@:@Q");
-  sm__method(c, "setArgumentBuffer:startOffset:arrayElement:", SM_IMP(enc_set_arg_buffer_elem),
-             "v@:@QQ");
-  sm__method(c, "setBuffer:offset:atIndex:", SM_IMP(enc_set_buffer), "v@:@QQ");
-  sm__method(c, "setBuffers:offsets:withRange:", SM_IMP(enc_set_buffers), "v@:^@^Q{_NSRange=QQ}");
-  sm__method(c, "constantDataAtIndex:", SM_IMP(enc_constant_data), "^v@:Q");
-  sm__class_end(&argenc_class);
-  add("SMFunction", "newArgumentEncoderWithBufferIndex:", SM_IMP(fn_new_encoder), "@@:Q");
-  add("SMDevice", "newArgumentEncoderWithArguments:", SM_IMP(dev_new_encoder_args), "@@:@");
+  SM_CLASS_DEFINE(&argenc_class, Nil, argenc_methods);
 }

@@ -88,6 +88,20 @@ Class sm__class_begin(sm_class *k) { return sm__class_begin_super(k, g_root); }
 
 void sm__class_end(sm_class *k) { objc_registerClassPair(k->objc); }
 
+void sm__methods(Class c, const sm_method_def *table) {
+  for (; table && table->sel; table++) {
+    if (table->sel[0] == '+') sm__class_method(c, table->sel + 1, table->imp, table->types);
+    else sm__method(c, table->sel, table->imp, table->types);
+  }
+}
+
+Class sm__class_define(sm_class *k, Class super, const sm_method_def *const *tables) {
+  Class c = sm__class_begin_super(k, super ? super : g_root);
+  for (; *tables; tables++) sm__methods(c, *tables);
+  sm__class_end(k);
+  return c;
+}
+
 static sm_class *class_info(Class c) {
   for (int i = 0; i < g_nclasses; i++)
     if (g_classes[i]->objc == c) return g_classes[i];
@@ -183,7 +197,7 @@ static void root_dealloc(id self, SEL cmd) {
   sm_obj *s = (sm_obj *)self;
   sm_class *k = (sm_class *)s->cls;
   if (k->destroy) k->destroy(s);
-  if (atomic_load(&s->host)) sm__host_free(s);
+  if (atomic_load(&s->host) && sm__host_free_hook) sm__host_free_hook(s);
   sm__release(s->label);
   atomic_fetch_sub(&k->live, 1);
   atomic_fetch_add(&g_deallocs, 1);
@@ -280,11 +294,8 @@ static void pool_thread_exit(void *arg) {
 void *sm__pool_push(void) {
   pool_stack *p = &t_pools;
   if (p->depth == p->mark_cap) {
-    size_t cap = p->mark_cap ? p->mark_cap * 2 : 16;
-    size_t *m = realloc(p->marks, cap * sizeof *m);
-    if (!m) sm__fatal("objc_autoreleasePoolPush: out of memory");
-    p->marks = m;
-    p->mark_cap = cap;
+    if (!sm__grow(&p->marks, &p->mark_cap, sizeof *p->marks, 16))
+      sm__fatal("objc_autoreleasePoolPush: out of memory");
     pthread_setspecific(g_pool_key, p);
   }
   p->marks[p->depth++] = p->n;
@@ -314,11 +325,8 @@ id sm__autorelease(id o) {
     sm__fatal("-[%s autorelease]: no autorelease pool in place on this thread "
               "(the object would leak)", ((sm_obj *)o)->cls->name);
   if (p->n == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 64;
-    id *items = realloc(p->items, cap * sizeof *items);
-    if (!items) sm__fatal("-[%s autorelease]: out of memory", ((sm_obj *)o)->cls->name);
-    p->items = items;
-    p->cap = cap;
+    if (!sm__grow(&p->items, &p->cap, sizeof *p->items, 64))
+      sm__fatal("-[%s autorelease]: out of memory", ((sm_obj *)o)->cls->name);
   }
   p->items[p->n++] = o;
   atomic_fetch_add(&g_autoreleases, 1);
@@ -626,7 +634,7 @@ static id error_user_info(id self, SEL cmd) {
   id info = atomic_load(&e->user_info);
   if (info) return info;
   id key = sm__string("NSLocalizedDescription");
-  id made = sm__dictionary_new(&key, &e->description, 1);
+  id made = sm__dictionary_hook ? sm__dictionary_hook(&key, &e->description, 1) : nil;
   sm__release(key);
   id expected = nil;
   if (!atomic_compare_exchange_strong(&e->user_info, &expected, made)) {
@@ -754,11 +762,8 @@ static void marray_add(id self, SEL cmd, id o) {
   sm_array *a = (sm_array *)self;
   if (!o) sm__fatal("-[NSMutableArray %s]: object is nil", sel_getName(cmd));
   if (a->n == a->cap) {
-    NSUInteger cap = a->cap * 2;
-    id *items = realloc(a->items, cap * sizeof *items);
-    if (!items) sm__fatal("-[NSMutableArray %s]: out of memory", sel_getName(cmd));
-    a->items = items;
-    a->cap = cap;
+    if (!sm__grow(&a->items, &a->cap, sizeof *a->items, 1))
+      sm__fatal("-[NSMutableArray %s]: out of memory", sel_getName(cmd));
   }
   a->items[a->n++] = sm__retain(o);
   a->mutations++;
@@ -796,6 +801,13 @@ static id array_object_at(id self, SEL cmd, NSUInteger i) {
     sm__fatal("-[NSArray %s]: index %lu beyond bounds (count %lu)", sel_getName(cmd), i,
               a->n);
   return a->items[i];
+}
+
+static id array_with_objects(id self, SEL cmd, const id *objects, NSUInteger count) {
+  (void)self;
+  for (NSUInteger i = 0; i < count; i++)
+    if (objects[i] == nil) sm__fatal("+[NSArray %s]: objects[%lu] is nil", sel_getName(cmd), i);
+  return sm__autorelease(sm__array((id *)objects, count));
 }
 
 /* ------------------------------------------------------------- blocks */
@@ -980,6 +992,7 @@ static void register_foundation(void) {
              "Q@:^v^@Q");
   sm__class_method(c, "array", SM_IMP(array_empty), "@@:");
   sm__class_method(c, "arrayWithObject:", SM_IMP(array_with_object), "@@:@");
+  sm__class_method(c, "arrayWithObjects:count:", SM_IMP(array_with_objects), "@@:^@Q");
   sm__class_end(&sm__array_class);
   g_mutable_array = objc_allocateClassPair(c, "NSMutableArray", 0);
   if (!g_mutable_array) sm__fatal("class NSMutableArray already exists in this process");

@@ -33,11 +33,7 @@ static uint64_t g_hz_seq, g_hz_mark;
 
 static void pv_push(pass_vec *v, sm_pass *p) {
   if (v->n == v->cap) {
-    size_t cap = v->cap ? v->cap * 2 : 8;
-    sm_pass **q = realloc(v->p, cap * sizeof *q);
-    if (!q) sm__fatal("hazard tracking: out of memory");
-    v->p = q;
-    v->cap = cap;
+    if (!sm__grow(&v->p, &v->cap, sizeof *v->p, 8)) sm__fatal("hazard tracking: out of memory");
   }
   v->p[v->n++] = p;
 }
@@ -257,11 +253,8 @@ static bool pass_check(sm_cmdbuf *cb, sm_pass *p, size_t a, size_t z, char *err,
         continue;
       }
       if (b->nhz == b->hz_cap) {
-        size_t cap = b->hz_cap ? b->hz_cap * 2 : 4;
-        hz_access *h = realloc(b->hz, cap * sizeof *h);
-        if (!h) sm__fatal("hazard tracking: out of memory");
-        b->hz = h;
-        b->hz_cap = cap;
+        if (!sm__grow(&b->hz, &b->hz_cap, sizeof *b->hz, 4))
+          sm__fatal("hazard tracking: out of memory");
       }
       hz_access *h = &b->hz[b->nhz++];
       h->pass = pass_ref(p);
@@ -387,11 +380,8 @@ bool sm__hazard_concurrent(sm_encoder *e, const char *sel, const dispatch_rec *r
       return false;
     }
     if (e->nsince == e->since_cap) {
-      size_t cap = e->since_cap ? e->since_cap * 2 : 8;
-      struct since_barrier *g = realloc(e->since, cap * sizeof *g);
-      if (!g) sm__fatal("%s: out of memory", sel);
-      e->since = g;
-      e->since_cap = cap;
+      if (!sm__grow(&e->since, &e->since_cap, sizeof *e->since, 8))
+        sm__fatal("%s: out of memory", sel);
     }
     e->since[e->nsince++] = (struct since_barrier){b, r->offsets[i], write, no, k->name};
   }

@@ -167,10 +167,6 @@ static id device_new_heap(id self, SEL cmd, id desc) {
   return (id)h;
 }
 
-void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size);
-bool sm__host_heap_slot(id buffer, id *heap, NSUInteger *off, NSUInteger *size);
-void sm__host_set_aliasable(id buffer);
-bool sm__host_aliasable(id buffer);
 
 /* Offset of a free, aligned block of size bytes, or -1 (under h->mu). */
 static long heap_fit(sm_heap *h, NSUInteger size, NSUInteger align) {
@@ -188,11 +184,8 @@ static long heap_fit(sm_heap *h, NSUInteger size, NSUInteger align) {
 
 static void heap_take(sm_heap *h, NSUInteger off, NSUInteger size) {
   if (h->n == h->cap) {
-    size_t cap = h->cap ? h->cap * 2 : 8;
-    heap_range *r = realloc(h->ranges, cap * sizeof *r);
-    if (!r) sm__fatal("-[SMHeap newBufferWithLength:options:]: out of memory");
-    h->ranges = r;
-    h->cap = cap;
+    if (!sm__grow(&h->ranges, &h->cap, sizeof *h->ranges, 8))
+      sm__fatal("-[SMHeap newBufferWithLength:options:]: out of memory");
   }
   size_t i = 0;
   while (i < h->n && h->ranges[i].off < off) i++;
@@ -203,7 +196,6 @@ static void heap_take(sm_heap *h, NSUInteger off, NSUInteger size) {
 }
 
 /* A heap buffer went away (or became aliasable): its bytes are free again. */
-void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool aliasable_only);
 void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_aliasable) {
   sm_heap *h = (sm_heap *)heap;
   pthread_mutex_lock(&h->mu);
@@ -226,7 +218,6 @@ void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_alia
 }
 
 /* A buffer of the heap is going (its dealloc, sm_host.c). */
-void sm__heap_buffer_gone(id heap, id buffer);
 void sm__heap_buffer_gone(id heap, id buffer) {
   sm_heap *h = (sm_heap *)heap;
   pthread_mutex_lock(&h->mu);
@@ -241,7 +232,6 @@ void sm__heap_buffer_gone(id heap, id buffer) {
 /* useHeap: (sm_host.c): the heap's buffers may be read by the encoder's
  * later dispatches (Apple: "accessed as readonly ... through an argument
  * buffer"), so its untracked ones become reads in the hazard checks. */
-void sm__heap_use(id heap, id encoder);
 void sm__heap_use(id heap, id encoder) {
   sm_heap *h = (sm_heap *)heap;
   pthread_mutex_lock(&h->mu);
@@ -295,11 +285,8 @@ static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, b
   sm__host_set_heap_slot(b, sm__retain(self), (NSUInteger)off, sa.size);
   pthread_mutex_lock(&h->mu);
   if (h->nlive == h->live_cap) {
-    size_t cap = h->live_cap ? h->live_cap * 2 : 8;
-    id *g = realloc(h->live, cap * sizeof *g);
-    if (!g) sm__fatal("-[SMHeap %s]: out of memory", sel);
-    h->live = g;
-    h->live_cap = cap;
+    if (!sm__grow(&h->live, &h->live_cap, sizeof *h->live, 8))
+      sm__fatal("-[SMHeap %s]: out of memory", sel);
   }
   h->live[h->nlive++] = b;
   pthread_mutex_unlock(&h->mu);
@@ -415,7 +402,6 @@ static BOOL buffer_is_aliasable(id self, SEL cmd) {
   return sm__host_aliasable(self);
 }
 static pthread_mutex_t g_purge_mu = PTHREAD_MUTEX_INITIALIZER;
-NSUInteger *sm__host_purgeable(id buffer); /* the buffer's state cell */
 static NSUInteger buffer_set_purgeable(id self, SEL cmd, NSUInteger v) {
   id heap;
   NSUInteger off, size;
@@ -462,9 +448,7 @@ static void rset_destroy(sm_obj *o) {
 }
 static sm_class rset_class = {"SMResidencySet", sizeof(sm_rset), rset_destroy, Nil, 0};
 
-bool sm__is_residency_set(id o);
 bool sm__is_residency_set(id o) { return sm__is(o, &rset_class); }
-id sm__residency_set_device(id o);
 id sm__residency_set_device(id o) { return ((sm_rset *)o)->device; }
 
 static id device_new_rset(id self, SEL cmd, id desc, id *error) {
@@ -506,11 +490,8 @@ static void rset_add_many(id self, SEL cmd, const id *allocs, NSUInteger count) 
   for (NSUInteger i = 0; i < count; i++) {
     if (rset_find(r, allocs[i]) != (size_t)-1) continue;
     if (r->n == r->cap) {
-      size_t cap = r->cap ? r->cap * 2 : 16;
-      id *g = realloc(r->all, cap * sizeof *g);
-      if (!g) sm__fatal("-[SMResidencySet %s]: out of memory", sel_getName(cmd));
-      r->all = g;
-      r->cap = cap;
+      if (!sm__grow(&r->all, &r->cap, sizeof *r->all, 16))
+        sm__fatal("-[SMResidencySet %s]: out of memory", sel_getName(cmd));
     }
     r->all[r->n++] = sm__retain(allocs[i]);
   }
@@ -600,72 +581,85 @@ static void rset_end(id self, SEL cmd) {
 static id rset_device(id self, SEL cmd) { (void)cmd; return ((sm_rset *)self)->device; }
 
 /* ------------------------------------------------------------- registration */
+const sm_method_def sm__device_heap_methods[] = {
+  SM_METHOD("newHeapWithDescriptor:", device_new_heap, "@@:@"),
+  SM_METHOD("heapBufferSizeAndAlignWithLength:options:", device_heap_size_align, "{?=QQ}@:QQ"),
+  SM_METHOD("newResidencySetWithDescriptor:error:", device_new_rset, "@@:@^@"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__buffer_heap_methods[] = {
+  SM_METHOD("heap", buffer_heap, "@@:"),
+  SM_METHOD("heapOffset", buffer_heap_offset, "Q@:"),
+  SM_METHOD("allocatedSize", buffer_allocated, "Q@:"),
+  SM_METHOD("makeAliasable", buffer_make_aliasable, "v@:"),
+  SM_METHOD("isAliasable", buffer_is_aliasable, "C@:"),
+  SM_METHOD("setPurgeableState:", buffer_set_purgeable, "Q@:Q"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def heap_desc_methods[] = {
+  SM_METHOD("init", hdesc_init, "@@:"),
+  SM_METHOD("size", hdesc_size, "Q@:"),
+  SM_METHOD("setSize:", hdesc_set_size, "v@:Q"),
+  SM_METHOD("storageMode", hdesc_storage, "Q@:"),
+  SM_METHOD("setStorageMode:", hdesc_set_storage, "v@:Q"),
+  SM_METHOD("cpuCacheMode", hdesc_cache, "Q@:"),
+  SM_METHOD("setCpuCacheMode:", hdesc_set_cache, "v@:Q"),
+  SM_METHOD("hazardTrackingMode", hdesc_hazard, "Q@:"),
+  SM_METHOD("setHazardTrackingMode:", hdesc_set_hazard, "v@:Q"),
+  SM_METHOD("type", hdesc_type, "q@:"),
+  SM_METHOD("setType:", hdesc_set_type, "v@:q"),
+  SM_METHOD("resourceOptions", hdesc_options, "Q@:"),
+  SM_METHOD("setResourceOptions:", hdesc_set_options, "v@:Q"),
+  SM_METHOD("copy", hdesc_copy, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def heap_methods[] = {
+  SM_METHOD("newBufferWithLength:options:", heap_new_buffer, "@@:QQ"),
+  SM_METHOD("newBufferWithLength:options:offset:", heap_new_buffer_at, "@@:QQQ"),
+  SM_METHOD("maxAvailableSizeWithAlignment:", heap_max_available, "Q@:Q"),
+  SM_METHOD("size", heap_size, "Q@:"),
+  SM_METHOD("usedSize", heap_used, "Q@:"),
+  SM_METHOD("currentAllocatedSize", heap_size, "Q@:"),
+  SM_METHOD("allocatedSize", heap_size, "Q@:"),
+  SM_METHOD("storageMode", heap_storage, "Q@:"),
+  SM_METHOD("cpuCacheMode", heap_cache, "Q@:"),
+  SM_METHOD("hazardTrackingMode", heap_hazard, "Q@:"),
+  SM_METHOD("resourceOptions", heap_options, "Q@:"),
+  SM_METHOD("type", heap_type, "q@:"),
+  SM_METHOD("setPurgeableState:", heap_set_purgeable, "Q@:Q"),
+  SM_METHOD("device", heap_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def rs_desc_methods[] = {
+  SM_METHOD("initialCapacity", rsd_capacity, "Q@:"),
+  SM_METHOD("setInitialCapacity:", rsd_set_capacity, "v@:Q"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def rset_methods[] = {
+  SM_METHOD("addAllocation:", rset_add, "v@:@"),
+  SM_METHOD("addAllocations:count:", rset_add_many, "v@:^@Q"),
+  SM_METHOD("removeAllocation:", rset_remove, "v@:@"),
+  SM_METHOD("removeAllocations:count:", rset_remove_many, "v@:^@Q"),
+  SM_METHOD("removeAllAllocations", rset_remove_all, "v@:"),
+  SM_METHOD("containsAllocation:", rset_contains, "C@:@"),
+  SM_METHOD("allocationCount", rset_count, "Q@:"),
+  SM_METHOD("allAllocations", rset_all, "@@:"),
+  SM_METHOD("commit", rset_commit, "v@:"),
+  SM_METHOD("allocatedSize", rset_allocated, "Q@:"),
+  SM_METHOD("requestResidency", rset_request, "v@:"),
+  SM_METHOD("endResidency", rset_end, "v@:"),
+  SM_METHOD("device", rset_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
 void sm__register_heap(void) {
-  Class c = sm__class_begin(&heap_desc_class);
-  sm__method(c, "init", SM_IMP(hdesc_init), "@@:");
-  sm__method(c, "size", SM_IMP(hdesc_size), "Q@:");
-  sm__method(c, "setSize:", SM_IMP(hdesc_set_size), "v@:Q");
-  sm__method(c, "storageMode", SM_IMP(hdesc_storage), "Q@:");
-  sm__method(c, "setStorageMode:", SM_IMP(hdesc_set_storage), "v@:Q");
-  sm__method(c, "cpuCacheMode", SM_IMP(hdesc_cache), "Q@:");
-  sm__method(c, "setCpuCacheMode:", SM_IMP(hdesc_set_cache), "v@:Q");
-  sm__method(c, "hazardTrackingMode", SM_IMP(hdesc_hazard), "Q@:");
-  sm__method(c, "setHazardTrackingMode:", SM_IMP(hdesc_set_hazard), "v@:Q");
-  sm__method(c, "type", SM_IMP(hdesc_type), "q@:");
-  sm__method(c, "setType:", SM_IMP(hdesc_set_type), "v@:q");
-  sm__method(c, "resourceOptions", SM_IMP(hdesc_options), "Q@:");
-  sm__method(c, "setResourceOptions:", SM_IMP(hdesc_set_options), "v@:Q");
-  sm__method(c, "copy", SM_IMP(hdesc_copy), "@@:");
-  sm__class_end(&heap_desc_class);
-
-  c = sm__class_begin(&heap_class);
-  sm__method(c, "newBufferWithLength:options:", SM_IMP(heap_new_buffer), "@@:QQ");
-  sm__method(c, "newBufferWithLength:options:offset:", SM_IMP(heap_new_buffer_at), "@@:QQQ");
-  sm__method(c, "maxAvailableSizeWithAlignment:", SM_IMP(heap_max_available), "Q@:Q");
-  sm__method(c, "size", SM_IMP(heap_size), "Q@:");
-  sm__method(c, "usedSize", SM_IMP(heap_used), "Q@:");
-  sm__method(c, "currentAllocatedSize", SM_IMP(heap_size), "Q@:");
-  sm__method(c, "allocatedSize", SM_IMP(heap_size), "Q@:");
-  sm__method(c, "storageMode", SM_IMP(heap_storage), "Q@:");
-  sm__method(c, "cpuCacheMode", SM_IMP(heap_cache), "Q@:");
-  sm__method(c, "hazardTrackingMode", SM_IMP(heap_hazard), "Q@:");
-  sm__method(c, "resourceOptions", SM_IMP(heap_options), "Q@:");
-  sm__method(c, "type", SM_IMP(heap_type), "q@:");
-  sm__method(c, "setPurgeableState:", SM_IMP(heap_set_purgeable), "Q@:Q");
-  sm__method(c, "device", SM_IMP(heap_device), "@@:");
-  sm__class_end(&heap_class);
-
-  c = sm__class_begin(&rs_desc_class);
-  sm__method(c, "initialCapacity", SM_IMP(rsd_capacity), "Q@:");
-  sm__method(c, "setInitialCapacity:", SM_IMP(rsd_set_capacity), "v@:Q");
-  sm__class_end(&rs_desc_class);
-
-  c = sm__class_begin(&rset_class);
-  sm__method(c, "addAllocation:", SM_IMP(rset_add), "v@:@");
-  sm__method(c, "addAllocations:count:", SM_IMP(rset_add_many), "v@:^@Q");
-  sm__method(c, "removeAllocation:", SM_IMP(rset_remove), "v@:@");
-  sm__method(c, "removeAllocations:count:", SM_IMP(rset_remove_many), "v@:^@Q");
-  sm__method(c, "removeAllAllocations", SM_IMP(rset_remove_all), "v@:");
-  sm__method(c, "containsAllocation:", SM_IMP(rset_contains), "C@:@");
-  sm__method(c, "allocationCount", SM_IMP(rset_count), "Q@:");
-  sm__method(c, "allAllocations", SM_IMP(rset_all), "@@:");
-  sm__method(c, "commit", SM_IMP(rset_commit), "v@:");
-  sm__method(c, "allocatedSize", SM_IMP(rset_allocated), "Q@:");
-  sm__method(c, "requestResidency", SM_IMP(rset_request), "v@:");
-  sm__method(c, "endResidency", SM_IMP(rset_end), "v@:");
-  sm__method(c, "device", SM_IMP(rset_device), "@@:");
-  sm__class_end(&rset_class);
-
-  Class device = objc_getClass("SMDevice");
-  sm__method(device, "newHeapWithDescriptor:", SM_IMP(device_new_heap), "@@:@");
-  sm__method(device, "heapBufferSizeAndAlignWithLength:options:", SM_IMP(device_heap_size_align),
-             "{?=QQ}@:QQ");
-  sm__method(device, "newResidencySetWithDescriptor:error:", SM_IMP(device_new_rset), "@@:@^@");
-  Class buffer = objc_getClass("SMBuffer");
-  sm__method(buffer, "heap", SM_IMP(buffer_heap), "@@:");
-  sm__method(buffer, "heapOffset", SM_IMP(buffer_heap_offset), "Q@:");
-  sm__method(buffer, "allocatedSize", SM_IMP(buffer_allocated), "Q@:");
-  sm__method(buffer, "makeAliasable", SM_IMP(buffer_make_aliasable), "v@:");
-  sm__method(buffer, "isAliasable", SM_IMP(buffer_is_aliasable), "C@:");
-  sm__method(buffer, "setPurgeableState:", SM_IMP(buffer_set_purgeable), "Q@:Q");
+  SM_CLASS_DEFINE(&heap_desc_class, Nil, heap_desc_methods);
+  SM_CLASS_DEFINE(&heap_class, Nil, heap_methods);
+  SM_CLASS_DEFINE(&rs_desc_class, Nil, rs_desc_methods);
+  SM_CLASS_DEFINE(&rset_class, Nil, rset_methods);
 }

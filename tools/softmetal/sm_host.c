@@ -78,11 +78,8 @@ static struct sm_host *host_of(id o) {
 }
 static struct sm_host *host_if(id o) { return o ? atomic_load(&((sm_obj *)o)->host) : NULL; }
 
-void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_aliasable);
-void sm__heap_buffer_gone(id heap, id buffer);
-void sm__heap_use(id heap, id encoder);
-
-void sm__host_free(sm_obj *o) {
+/* Frees the host record of o (the root dealloc's sm__host_free_hook). */
+static void host_free(sm_obj *o) {
   struct sm_host *h = atomic_exchange(&o->host, NULL);
   if (!h) return;
   for (size_t i = 0; i < h->ngroups; i++) free(h->groups[i]);
@@ -109,11 +106,6 @@ void sm__host_free(sm_obj *o) {
 }
 
 /* Heap buffers (sm_heap.c). */
-void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size);
-bool sm__host_heap_slot(id buffer, id *heap, NSUInteger *off, NSUInteger *size);
-void sm__host_set_aliasable(id buffer);
-bool sm__host_aliasable(id buffer);
-NSUInteger *sm__host_purgeable(id buffer);
 void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size) {
   struct sm_host *h = host_of(buffer);
   h->heap = heap;
@@ -159,11 +151,8 @@ static void group_push(id self, SEL cmd, id name) {
   char *copy = strdup(sm__string_utf8(name));
   pthread_mutex_lock(&h->mu);
   if (h->ngroups == h->gcap) {
-    size_t cap = h->gcap ? h->gcap * 2 : 4;
-    char **g = realloc(h->groups, cap * sizeof *g);
-    if (!g || !copy) sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
-    h->groups = g;
-    h->gcap = cap;
+    if (!sm__grow(&h->groups, &h->gcap, sizeof *h->groups, 4) || !copy)
+      sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
   }
   h->groups[h->ngroups++] = copy;
   pthread_mutex_unlock(&h->mu);
@@ -193,7 +182,7 @@ static void append_groups(struct sm_host *h, char *out, size_t len, size_t *at, 
   }
   pthread_mutex_unlock(&h->mu);
 }
-void sm__host_debug_groups(id cmdbuf, id encoder, char *out, size_t len) {
+static void host_debug_groups(id cmdbuf, id encoder, char *out, size_t len) {
   size_t at = strlen(out);
   bool any = false;
   append_groups(host_if(cmdbuf), out, len, &at, &any);
@@ -222,7 +211,7 @@ static void cb_pop_group(id self, SEL cmd) {
 /* ------------------------------------------------------------- command buffer times */
 /* Host times (seconds of CLOCK_MONOTONIC, as CFTimeInterval) of the command
  * buffer's execution on its queue thread; 0 until it has completed. */
-void sm__host_cb_scheduled(id cb) {
+static void host_cb_scheduled(id cb) {
   struct sm_host *h = host_of(cb);
   pthread_mutex_lock(&h->mu);
   h->kernel_start = now_seconds();
@@ -246,7 +235,7 @@ void sm__host_cb_scheduled(id cb) {
   h->gpu_start = now_seconds();
   pthread_mutex_unlock(&h->mu);
 }
-void sm__host_cb_finished(id cb) {
+static void host_cb_finished(id cb) {
   struct sm_host *h = host_of(cb);
   pthread_mutex_lock(&h->mu);
   h->gpu_end = now_seconds();
@@ -299,8 +288,6 @@ static NSUInteger cb_error_options(id self, SEL cmd) {
 }
 
 /* ------------------------------------------------------------- residency on queues */
-bool sm__is_residency_set(id o);
-id sm__residency_set_device(id o);
 static void rsets_add(id self, SEL cmd, const id *sets, NSUInteger count) {
   if (count && !sets) sm__fatal("-[%s %s]: residencySets = NULL", cls_name(self), sel_getName(cmd));
   id dev = send_id(self, "device");
@@ -319,11 +306,8 @@ static void rsets_add(id self, SEL cmd, const id *sets, NSUInteger count) {
     for (size_t k = 0; k < h->nrsets; k++) have |= h->rsets[k] == sets[i];
     if (have) continue;
     if (h->nrsets == h->rscap) {
-      size_t cap = h->rscap ? h->rscap * 2 : 4;
-      id *g = realloc(h->rsets, cap * sizeof *g);
-      if (!g) sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
-      h->rsets = g;
-      h->rscap = cap;
+      if (!sm__grow(&h->rsets, &h->rscap, sizeof *h->rsets, 4))
+        sm__fatal("-[%s %s]: out of memory", cls_name(self), sel_getName(cmd));
     }
     h->rsets[h->nrsets++] = sm__retain(sets[i]);
   }
@@ -522,7 +506,6 @@ static id device_new_mtl_event(id self, SEL cmd) {
 
 /* Libraries from files: softmetal's container (softmetal-metallib), through
  * newLibraryWithData:error:. */
-SM_EXPORT id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
 enum { LIB_ERROR_FILE_NOT_FOUND = 6 };
 static void set_error(id *error, id e) {
   if (error) *error = sm__autorelease(e);
@@ -687,11 +670,8 @@ static void listener_post(sm_listener *l, const void *block, id event, uint64_t 
     l->started = true;
   }
   if (c->n == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : 8;
-    listener_item *g = realloc(c->items, cap * sizeof *g);
-    if (!g) sm__fatal("MTLSharedEventListener: out of memory");
-    c->items = g;
-    c->cap = cap;
+    if (!sm__grow(&c->items, &c->cap, sizeof *c->items, 8))
+      sm__fatal("MTLSharedEventListener: out of memory");
   }
   c->items[c->n++] = (listener_item){block, sm__retain(event), value};
   pthread_cond_broadcast(&c->cv);
@@ -720,7 +700,7 @@ static void event_fire(id event, uint64_t value) {
   }
   if (more) event_fire(event, value);
 }
-void sm__host_event_signaled(id event, uint64_t value) { event_fire(event, value); }
+static void host_event_signaled(id event, uint64_t value) { event_fire(event, value); }
 
 static uint64_t event_value(id e) {
   return ((uint64_t(*)(id, SEL))(void (*)(void))sm__lookup(e, "signaledValue"))(
@@ -734,11 +714,8 @@ static void event_notify(id self, SEL cmd, id listener, uint64_t value, const vo
   struct sm_host *h = host_of(self);
   pthread_mutex_lock(&h->mu);
   if (h->nnotes == h->ncap) {
-    size_t cap = h->ncap ? h->ncap * 2 : 4;
-    notify_rec *g = realloc(h->notes, cap * sizeof *g);
-    if (!g) sm__fatal("-[SMSharedEvent %s]: out of memory", sel_getName(cmd));
-    h->notes = g;
-    h->ncap = cap;
+    if (!sm__grow(&h->notes, &h->ncap, sizeof *h->notes, 4))
+      sm__fatal("-[SMSharedEvent %s]: out of memory", sel_getName(cmd));
   }
   h->notes[h->nnotes++] = (notify_rec){sm__block_copy(block), sm__retain(listener), value};
   pthread_mutex_unlock(&h->mu);
@@ -1028,7 +1005,6 @@ static BOOL opts_logging(id self, SEL cmd) {
 static void opts_set_logging(id self, SEL cmd, BOOL v) { (void)cmd; host_of(self)->logging = v; }
 /* preprocessorMacros: defined before the source, #line 1 after them, as
  * softmetal-metallib's -D. */
-static IMP g_new_library;
 struct macro_buf {
   char *text;
   size_t n, cap;
@@ -1053,10 +1029,9 @@ static void macro_add(id key, id value, void *ctx) {
   m->n += (size_t)snprintf(m->text + m->n, m->cap - m->n, "#define %s %s\n", k, v);
 }
 static id device_new_library_macros(id self, SEL cmd, id source, id options, id *error) {
-  id (*orig)(id, SEL, id, id, id *) = (id(*)(id, SEL, id, id, id *))(void (*)(void))g_new_library;
   struct sm_host *h = host_if(options);
   if (!h || !h->macros || !send_u(h->macros, "count") || !sm__is_string(source))
-    return orig(self, cmd, source, options, error);
+    return sm__device_new_library(self, cmd, source, options, error);
   struct macro_buf m = {NULL, 0, 0, sel_getName(cmd)};
   sm__dictionary_each(h->macros, macro_add, &m);
   const char *src = sm__string_utf8(source);
@@ -1067,92 +1042,174 @@ static id device_new_library_macros(id self, SEL cmd, id source, id options, id 
   free(m.text);
   id full = sm__string(text);
   free(text);
-  id lib = orig(self, cmd, full, options, error);
+  id lib = sm__device_new_library(self, cmd, full, options, error);
   sm__release(full);
   return lib;
 }
 
-/* -[NSURL fileSystemRepresentation]: the path's bytes (file URLs only). */
-static const char *url_fs_path(id self, SEL cmd) {
-  (void)cmd;
-  return sm__string_utf8(send_id(self, "path"));
-}
 
 /* ------------------------------------------------------------- registration */
-static void add(const char *cls, const char *sel, IMP imp, const char *types) {
-  Class c = objc_getClass(cls);
-  if (!c) sm__fatal("class %s is not registered", cls);
-  sm__method(c, sel, imp, types);
-}
+const sm_method_def sm__cmdbuf_host_methods[] = {
+  SM_METHOD("pushDebugGroup:", cb_push_group, "v@:@"),
+  SM_METHOD("popDebugGroup", cb_pop_group, "v@:"),
+  SM_METHOD("GPUStartTime", cb_gpu_start, "d@:"),
+  SM_METHOD("GPUEndTime", cb_gpu_end, "d@:"),
+  SM_METHOD("kernelStartTime", cb_kernel_start, "d@:"),
+  SM_METHOD("kernelEndTime", cb_kernel_end, "d@:"),
+  SM_METHOD("addScheduledHandler:", cb_add_scheduled, "v@:@?"),
+  SM_METHOD("waitUntilScheduled", cb_wait_scheduled, "v@:"),
+  SM_METHOD("errorOptions", cb_error_options, "Q@:"),
+  SM_METHOD("useResidencySet:", cb_use_rset, "v@:@"),
+  SM_METHOD("useResidencySets:count:", cb_use_rsets, "v@:^@Q"), /* queues */
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__queue_host_methods[] = {
+  SM_METHOD("addResidencySet:", rset_add_one, "v@:@"),
+  SM_METHOD("addResidencySets:count:", rsets_add, "v@:^@Q"),
+  SM_METHOD("removeResidencySet:", rset_remove_one, "v@:@"),
+  SM_METHOD("removeResidencySets:count:", rsets_remove, "v@:^@Q"),
+  SM_METHOD("commandBufferWithDescriptor:", queue_cb_with_desc, "@@:@"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__encoder_host_methods[] = {
+  SM_METHOD("pushDebugGroup:", group_push, "v@:@"),
+  SM_METHOD("popDebugGroup", group_pop, "v@:"),
+  SM_METHOD("insertDebugSignpost:", signpost, "v@:@"),
+  SM_METHOD("device", enc_device, "@@:"),
+  SM_METHOD("commandBuffer", enc_cmdbuf, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__compute_host_methods[] = {
+  SM_METHOD("setBuffers:offsets:withRange:", enc_set_buffers, "v@:^@^Q{_NSRange=QQ}"),
+  SM_METHOD("setBufferOffset:atIndex:", enc_set_buffer_offset, "v@:QQ"),
+  SM_METHOD("dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:", enc_dispatch_indirect, "v@:@Q{MTLSize=QQQ}"),
+  SM_METHOD("useResource:usage:", enc_use_resource, "v@:@Q"),
+  SM_METHOD("useResources:count:usage:", enc_use_resources, "v@:^@QQ"),
+  SM_METHOD("useHeap:", enc_use_heap, "v@:@"),
+  SM_METHOD("useHeaps:count:", enc_use_heaps, "v@:^@Q"), /* devices */
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__device_host_methods[] = {
+  /* the one newLibraryWithSource:options:error: (sm_msl.c compiles) */
+  SM_METHOD("newLibraryWithSource:options:error:", device_new_library_macros, "@@:@@^@"),
+  SM_METHOD("architecture", device_architecture, "@@:"),
+  SM_METHOD("maxThreadgroupMemoryLength", device_max_tg_memory, "Q@:"),
+  SM_METHOD("isLowPower", device_no, "C@:"),
+  SM_METHOD("isHeadless", device_no, "C@:"),
+  SM_METHOD("isRemovable", device_no, "C@:"),
+  SM_METHOD("location", device_zero, "Q@:"), /* MTLDeviceLocationBuiltIn */
+  SM_METHOD("locationNumber", device_zero, "Q@:"),
+  SM_METHOD("supportsFunctionPointers", device_no, "C@:"),
+  SM_METHOD("supportsDynamicLibraries", device_no, "C@:"),
+  SM_METHOD("supportsRaytracing", device_no, "C@:"),
+  SM_METHOD("argumentBuffersSupport", device_arg_tier, "Q@:"),
+  SM_METHOD("newEvent", device_new_mtl_event, "@@:"),
+  SM_METHOD("newLibraryWithFile:error:", device_library_file, "@@:@^@"),
+  SM_METHOD("newLibraryWithURL:error:", device_library_url, "@@:@^@"), /* Only SMDevice has this selector (see register_literals in sm_foundation.c). */
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__library_host_methods[] = {
+  SM_METHOD("newFunctionWithDescriptor:error:", library_function_desc, "@@:@^@"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__options_host_methods[] = {
+  SM_METHOD("preprocessorMacros", opts_macros, "@@:"),
+  SM_METHOD("setPreprocessorMacros:", opts_set_macros, "v@:@"),
+  SM_METHOD("optimizationLevel", opts_opt_level, "q@:"),
+  SM_METHOD("setOptimizationLevel:", opts_set_opt_level, "v@:q"),
+  SM_METHOD("enableLogging", opts_logging, "C@:"),
+  SM_METHOD("setEnableLogging:", opts_set_logging, "v@:C"), /* mathFloatingPointFunctions: sm_msl.c (it changes the compile) */
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__shared_event_host_methods[] = {
+  SM_METHOD("notifyListener:atValue:block:", event_notify, "v@:@Q@?"),
+  SM_METHOD("waitUntilSignaledValue:timeoutMS:", event_wait_timeout, "C@:QQ"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def cb_desc_methods[] = {
+  SM_METHOD("init", cbd_init, "@@:"),
+  SM_METHOD("retainedReferences", cbd_retained, "C@:"),
+  SM_METHOD("setRetainedReferences:", cbd_set_retained, "v@:C"),
+  SM_METHOD("errorOptions", cbd_error_options, "Q@:"),
+  SM_METHOD("setErrorOptions:", cbd_set_error_options, "v@:Q"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def arch_methods[] = {
+  SM_METHOD("name", arch_name, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def listener_methods[] = {
+  SM_METHOD("init", listener_init, "@@:"),
+  SM_METHOD("initWithDispatchQueue:", listener_init_queue, "@@:@"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def cdesc_methods[] = {
+  SM_METHOD("init", cdesc_init, "@@:"),
+  SM_METHOD("captureObject", cdesc_object, "@@:"),
+  SM_METHOD("setCaptureObject:", cdesc_set_object, "v@:@"),
+  SM_METHOD("destination", cdesc_destination, "q@:"),
+  SM_METHOD("setDestination:", cdesc_set_destination, "v@:q"),
+  SM_METHOD("outputURL", cdesc_url, "@@:"),
+  SM_METHOD("setOutputURL:", cdesc_set_url, "v@:@"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def scope_methods[] = {
+  SM_METHOD("beginScope", scope_begin, "v@:"),
+  SM_METHOD("endScope", scope_end, "v@:"),
+  SM_METHOD("device", scope_device, "@@:"),
+  SM_METHOD("commandQueue", scope_queue, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def capture_methods[] = {
+  SM_METHOD("+sharedCaptureManager", capture_shared, "@@:"),
+  SM_METHOD("supportsDestination:", capture_supports, "C@:q"),
+  SM_METHOD("startCaptureWithDescriptor:error:", capture_start, "C@:@^@"),
+  SM_METHOD("startCaptureWithDevice:", capture_start_legacy, "v@:@"),
+  SM_METHOD("startCaptureWithCommandQueue:", capture_start_legacy, "v@:@"),
+  SM_METHOD("startCaptureWithScope:", capture_start_legacy, "v@:@"),
+  SM_METHOD("stopCapture", capture_noop, "v@:"),
+  SM_METHOD("isCapturing", capture_is_capturing, "C@:"),
+  SM_METHOD("newCaptureScopeWithDevice:", capture_new_scope, "@@:@"),
+  SM_METHOD("newCaptureScopeWithCommandQueue:", capture_new_scope, "@@:@"),
+  SM_METHOD("defaultCaptureScope", capture_default_scope, "@@:"),
+  SM_METHOD("setDefaultCaptureScope:", capture_set_default_scope, "v@:@"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def fdesc_methods[] = {
+  SM_METHOD("+functionDescriptor", fdesc_make, "@@:"),
+  SM_METHOD("name", fdesc_name, "@@:"),
+  SM_METHOD("setName:", fdesc_set_name, "v@:@"),
+  SM_METHOD("specializedName", fdesc_specialized, "@@:"),
+  SM_METHOD("setSpecializedName:", fdesc_set_specialized, "v@:@"),
+  SM_METHOD("constantValues", fdesc_values, "@@:"),
+  SM_METHOD("setConstantValues:", fdesc_set_values, "v@:@"),
+  SM_METHOD("options", fdesc_options, "Q@:"),
+  SM_METHOD("setOptions:", fdesc_set_options, "v@:Q"),
+  {NULL, NULL, NULL},
+};
 
 void sm__register_host(void) {
-  /* command buffers */
-  add("SMCommandBuffer", "pushDebugGroup:", SM_IMP(cb_push_group), "v@:@");
-  add("SMCommandBuffer", "popDebugGroup", SM_IMP(cb_pop_group), "v@:");
-  add("SMCommandBuffer", "GPUStartTime", SM_IMP(cb_gpu_start), "d@:");
-  add("SMCommandBuffer", "GPUEndTime", SM_IMP(cb_gpu_end), "d@:");
-  add("SMCommandBuffer", "kernelStartTime", SM_IMP(cb_kernel_start), "d@:");
-  add("SMCommandBuffer", "kernelEndTime", SM_IMP(cb_kernel_end), "d@:");
-  add("SMCommandBuffer", "addScheduledHandler:", SM_IMP(cb_add_scheduled), "v@:@?");
-  add("SMCommandBuffer", "waitUntilScheduled", SM_IMP(cb_wait_scheduled), "v@:");
-  add("SMCommandBuffer", "errorOptions", SM_IMP(cb_error_options), "Q@:");
-  add("SMCommandBuffer", "useResidencySet:", SM_IMP(cb_use_rset), "v@:@");
-  add("SMCommandBuffer", "useResidencySets:count:", SM_IMP(cb_use_rsets), "v@:^@Q");
-  /* queues */
-  add("SMCommandQueue", "addResidencySet:", SM_IMP(rset_add_one), "v@:@");
-  add("SMCommandQueue", "addResidencySets:count:", SM_IMP(rsets_add), "v@:^@Q");
-  add("SMCommandQueue", "removeResidencySet:", SM_IMP(rset_remove_one), "v@:@");
-  add("SMCommandQueue", "removeResidencySets:count:", SM_IMP(rsets_remove), "v@:^@Q");
-  add("SMCommandQueue", "commandBufferWithDescriptor:", SM_IMP(queue_cb_with_desc), "@@:@");
-  Class c = sm__class_begin(&cb_desc_class);
-  sm__method(c, "init", SM_IMP(cbd_init), "@@:");
-  sm__method(c, "retainedReferences", SM_IMP(cbd_retained), "C@:");
-  sm__method(c, "setRetainedReferences:", SM_IMP(cbd_set_retained), "v@:C");
-  sm__method(c, "errorOptions", SM_IMP(cbd_error_options), "Q@:");
-  sm__method(c, "setErrorOptions:", SM_IMP(cbd_set_error_options), "v@:Q");
-  sm__class_end(&cb_desc_class);
-  /* encoders */
-  static const char *const encoders[] = {"SMComputeCommandEncoder", "SMBlitCommandEncoder"};
-  for (int i = 0; i < 2; i++) {
-    add(encoders[i], "pushDebugGroup:", SM_IMP(group_push), "v@:@");
-    add(encoders[i], "popDebugGroup", SM_IMP(group_pop), "v@:");
-    add(encoders[i], "insertDebugSignpost:", SM_IMP(signpost), "v@:@");
-    add(encoders[i], "device", SM_IMP(enc_device), "@@:");
-    add(encoders[i], "commandBuffer", SM_IMP(enc_cmdbuf), "@@:");
-  }
-  const char *ce = encoders[0];
-  add(ce, "setBuffers:offsets:withRange:", SM_IMP(enc_set_buffers), "v@:^@^Q{_NSRange=QQ}");
-  add(ce, "setBufferOffset:atIndex:", SM_IMP(enc_set_buffer_offset), "v@:QQ");
-  add(ce, "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:",
-      SM_IMP(enc_dispatch_indirect), "v@:@Q{MTLSize=QQQ}");
-  add(ce, "useResource:usage:", SM_IMP(enc_use_resource), "v@:@Q");
-  add(ce, "useResources:count:usage:", SM_IMP(enc_use_resources), "v@:^@QQ");
-  add(ce, "useHeap:", SM_IMP(enc_use_heap), "v@:@");
-  add(ce, "useHeaps:count:", SM_IMP(enc_use_heaps), "v@:^@Q");
-  /* devices */
-  c = sm__class_begin(&arch_class);
-  sm__method(c, "name", SM_IMP(arch_name), "@@:");
-  sm__class_end(&arch_class);
-  add("SMDevice", "architecture", SM_IMP(device_architecture), "@@:");
-  add("SMDevice", "maxThreadgroupMemoryLength", SM_IMP(device_max_tg_memory), "Q@:");
-  add("SMDevice", "isLowPower", SM_IMP(device_no), "C@:");
-  add("SMDevice", "isHeadless", SM_IMP(device_no), "C@:");
-  add("SMDevice", "isRemovable", SM_IMP(device_no), "C@:");
-  add("SMDevice", "location", SM_IMP(device_zero), "Q@:"); /* MTLDeviceLocationBuiltIn */
-  add("SMDevice", "locationNumber", SM_IMP(device_zero), "Q@:");
-  add("SMDevice", "supportsFunctionPointers", SM_IMP(device_no), "C@:");
-  add("SMDevice", "supportsDynamicLibraries", SM_IMP(device_no), "C@:");
-  add("SMDevice", "supportsRaytracing", SM_IMP(device_no), "C@:");
-  add("SMDevice", "argumentBuffersSupport", SM_IMP(device_arg_tier), "Q@:");
-  add("SMDevice", "newEvent", SM_IMP(device_new_mtl_event), "@@:");
-  add("SMDevice", "newLibraryWithFile:error:", SM_IMP(device_library_file), "@@:@^@");
-  add("SMDevice", "newLibraryWithURL:error:", SM_IMP(device_library_url), "@@:@^@");
-  /* Only SMDevice has this selector (see register_literals in sm_foundation.c). */
-  Class dev = objc_getClass("SMDevice");
-  g_new_library = class_replaceMethod(dev, sel_registerName("newLibraryWithSource:options:error:"),
-                                      SM_IMP(device_new_library_macros), "@@:@@^@");
-  /* events */
-  Class shared = objc_getClass("SMSharedEvent");
+  sm__host_free_hook = host_free;
+  sm__host_hooks = (sm_host_hooks){host_cb_scheduled, host_cb_finished, host_event_signaled,
+                                   host_debug_groups};
+  SM_CLASS_DEFINE(&cb_desc_class, Nil, cb_desc_methods);
+  SM_CLASS_DEFINE(&arch_class, Nil, arch_methods);
+  /* events: SMEvent, an MTLEvent, is SMSharedEvent without its shared-only methods */
+  Class shared = sm__shared_event_k->objc;
   g_event_class = objc_allocateClassPair(shared, "SMEvent", 0);
   if (!g_event_class) sm__fatal("class SMEvent already exists in this process");
   static const char *const shared_only[] = {"signaledValue", "setSignaledValue:",
@@ -1161,56 +1218,12 @@ void sm__register_host(void) {
   for (int i = 0; i < 4; i++)
     sm__method(g_event_class, shared_only[i], SM_IMP(not_an_mtlevent), "v@:");
   objc_registerClassPair(g_event_class);
-  sm__method(shared, "notifyListener:atValue:block:", SM_IMP(event_notify), "v@:@Q@?");
-  sm__method(shared, "waitUntilSignaledValue:timeoutMS:", SM_IMP(event_wait_timeout), "C@:QQ");
-  c = sm__class_begin(&listener_class);
-  sm__method(c, "init", SM_IMP(listener_init), "@@:");
-  sm__method(c, "initWithDispatchQueue:", SM_IMP(listener_init_queue), "@@:@");
-  sm__class_end(&listener_class);
-  /* capture */
-  c = sm__class_begin(&cdesc_class);
-  sm__method(c, "init", SM_IMP(cdesc_init), "@@:");
-  sm__method(c, "captureObject", SM_IMP(cdesc_object), "@@:");
-  sm__method(c, "setCaptureObject:", SM_IMP(cdesc_set_object), "v@:@");
-  sm__method(c, "destination", SM_IMP(cdesc_destination), "q@:");
-  sm__method(c, "setDestination:", SM_IMP(cdesc_set_destination), "v@:q");
-  sm__method(c, "outputURL", SM_IMP(cdesc_url), "@@:");
-  sm__method(c, "setOutputURL:", SM_IMP(cdesc_set_url), "v@:@");
-  sm__class_end(&cdesc_class);
-  c = sm__class_begin(&scope_class);
-  sm__method(c, "beginScope", SM_IMP(scope_begin), "v@:");
-  sm__method(c, "endScope", SM_IMP(scope_end), "v@:");
-  sm__method(c, "device", SM_IMP(scope_device), "@@:");
-  sm__method(c, "commandQueue", SM_IMP(scope_queue), "@@:");
-  sm__class_end(&scope_class);
-  c = sm__class_begin(&capture_class);
-  sm__class_method(c, "sharedCaptureManager", SM_IMP(capture_shared), "@@:");
-  sm__method(c, "supportsDestination:", SM_IMP(capture_supports), "C@:q");
-  sm__method(c, "startCaptureWithDescriptor:error:", SM_IMP(capture_start), "C@:@^@");
-  sm__method(c, "startCaptureWithDevice:", SM_IMP(capture_start_legacy), "v@:@");
-  sm__method(c, "startCaptureWithCommandQueue:", SM_IMP(capture_start_legacy), "v@:@");
-  sm__method(c, "startCaptureWithScope:", SM_IMP(capture_start_legacy), "v@:@");
-  sm__method(c, "stopCapture", SM_IMP(capture_noop), "v@:");
-  sm__method(c, "isCapturing", SM_IMP(capture_is_capturing), "C@:");
-  sm__method(c, "newCaptureScopeWithDevice:", SM_IMP(capture_new_scope), "@@:@");
-  sm__method(c, "newCaptureScopeWithCommandQueue:", SM_IMP(capture_new_scope), "@@:@");
-  sm__method(c, "defaultCaptureScope", SM_IMP(capture_default_scope), "@@:");
-  sm__method(c, "setDefaultCaptureScope:", SM_IMP(capture_set_default_scope), "v@:@");
-  sm__class_end(&capture_class);
-  /* functions */
-  c = sm__class_begin(&fdesc_class);
-  sm__class_method(c, "functionDescriptor", SM_IMP(fdesc_make), "@@:");
-  sm__method(c, "name", SM_IMP(fdesc_name), "@@:");
-  sm__method(c, "setName:", SM_IMP(fdesc_set_name), "v@:@");
-  sm__method(c, "specializedName", SM_IMP(fdesc_specialized), "@@:");
-  sm__method(c, "setSpecializedName:", SM_IMP(fdesc_set_specialized), "v@:@");
-  sm__method(c, "constantValues", SM_IMP(fdesc_values), "@@:");
-  sm__method(c, "setConstantValues:", SM_IMP(fdesc_set_values), "v@:@");
-  sm__method(c, "options", SM_IMP(fdesc_options), "Q@:");
-  sm__method(c, "setOptions:", SM_IMP(fdesc_set_options), "v@:Q");
-  sm__class_end(&fdesc_class);
-  add("SMLibrary", "newFunctionWithDescriptor:error:", SM_IMP(library_function_desc), "@@:@^@");
-  c = sm__class_begin(&linked_class);
+  SM_CLASS_DEFINE(&listener_class, Nil, listener_methods);
+  SM_CLASS_DEFINE(&cdesc_class, Nil, cdesc_methods);
+  SM_CLASS_DEFINE(&scope_class, Nil, scope_methods);
+  SM_CLASS_DEFINE(&capture_class, Nil, capture_methods);
+  SM_CLASS_DEFINE(&fdesc_class, Nil, fdesc_methods);
+  Class c = sm__class_begin(&linked_class);
   sm__class_method(c, "linkedFunctions", SM_IMP(linked_make), "@@:");
   static const char *const lists[] = {"Functions", "BinaryFunctions", "PrivateFunctions"};
   for (int i = 0; i < 3; i++) {
@@ -1223,13 +1236,4 @@ void sm__register_host(void) {
   sm__method(c, "groups", SM_IMP(linked_get), "@@:");
   sm__method(c, "setGroups:", SM_IMP(linked_set), "v@:@");
   sm__class_end(&linked_class);
-  add("NSURL", "fileSystemRepresentation", SM_IMP(url_fs_path), "r*@:");
-  /* compile options */
-  add("MTLCompileOptions", "preprocessorMacros", SM_IMP(opts_macros), "@@:");
-  add("MTLCompileOptions", "setPreprocessorMacros:", SM_IMP(opts_set_macros), "v@:@");
-  add("MTLCompileOptions", "optimizationLevel", SM_IMP(opts_opt_level), "q@:");
-  add("MTLCompileOptions", "setOptimizationLevel:", SM_IMP(opts_set_opt_level), "v@:q");
-  add("MTLCompileOptions", "enableLogging", SM_IMP(opts_logging), "C@:");
-  add("MTLCompileOptions", "setEnableLogging:", SM_IMP(opts_set_logging), "v@:C");
-  /* mathFloatingPointFunctions: sm_msl.c (it changes the compile) */
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "softmetal.h"
@@ -54,6 +55,39 @@ Class sm__class_begin_super(sm_class *k, Class super); /* a subclass of super */
 void sm__class_end(sm_class *k);
 void sm__method(Class c, const char *sel, IMP imp, const char *types);
 void sm__class_method(Class c, const char *sel, IMP imp, const char *types);
+/* A method table: entries {selector, implementation, type encoding}, a
+ * class method's selector written with a leading '+', ended by {NULL}. */
+typedef struct {
+  const char *sel;
+  IMP imp;
+  const char *types;
+} sm_method_def;
+#define SM_METHOD(sel, fn, types) {sel, SM_IMP(fn), types}
+void sm__methods(Class c, const sm_method_def *table);
+/* Defines class k, a subclass of super (NSObject when Nil), with the methods
+ * of each table of the NULL-ended list tables, and registers it. A selector
+ * given twice is fatal: no method replaces another. */
+Class sm__class_define(sm_class *k, Class super, const sm_method_def *const *tables);
+#define SM_CLASS_DEFINE(k, super, ...) \
+  sm__class_define(k, super, (const sm_method_def *const[]){__VA_ARGS__, NULL})
+
+/* Grows the array *items_ptr points to (an array of elements elem bytes
+ * each, *cap of them) to twice *cap, or to first when *cap is 0. True when
+ * it grew; false, nothing changed, when memory is short or the size would
+ * overflow. items_ptr is the address of the array's pointer (any type). */
+static inline bool sm__grow(void *items_ptr, size_t *cap, size_t elem, size_t first) {
+  size_t n = *cap ? *cap : first;
+  if (*cap && n > SIZE_MAX / 2 / elem) return false;
+  if (*cap) n *= 2;
+  else if (n > SIZE_MAX / elem) return false;
+  void *items;
+  memcpy(&items, items_ptr, sizeof items);
+  void *grown = realloc(items, n * elem);
+  if (!grown) return false;
+  memcpy(items_ptr, &grown, sizeof grown);
+  *cap = n;
+  return true;
+}
 
 /* A new instance with rc 1 (+1), zeroed beyond the header. */
 void *sm__new(sm_class *k);
@@ -132,15 +166,44 @@ void sm__register_archive(void); /* sm_archive.c: after the device class registe
 void sm__register_host(void);    /* sm_host.c, sm_heap.c: after every other class */
 void sm__register_heap(void);
 void sm__register_ns(void);      /* sm_ns.c: after the Foundation core */
-/* Frees the host-API state of an object (root dealloc). */
-void sm__host_free(sm_obj *o);
+/* Calls up from the object model (sm_hooks.c), set by the file above that
+ * owns them when it registers: the root dealloc frees an object's host
+ * record through sm__host_free_hook (sm_host.c), NSError's userInfo is made
+ * by sm__dictionary_hook (sm_ns.c). */
+extern void (*sm__host_free_hook)(sm_obj *o);
+extern id (*sm__dictionary_hook)(id *keys, id *values, size_t n);
 void sm__register_reflect(void); /* sm_reflect.c: from sm__register_archive */
 /* Pipeline reflection (sm_reflect.c): checks options (MTLPipelineOption) and,
  * when reflection is not NULL, stores an autoreleased
  * MTLComputePipelineReflection of pipeline (nil for a nil pipeline). False
  * when out of memory. */
 bool sm__reflect_into(id pipeline, NSUInteger options, id *reflection, const char *sel);
-void sm__add_device_msl_methods(Class device); /* before the device class registers */
+/* Classes whose methods come from several files (the device is the factory
+ * of every object): each file that implements some of a class's methods
+ * exports them as a table, and sm_classes.c (above them all) defines the
+ * class once from every table, before any other file's classes register.
+ * No file adds a method to a class after its definition. */
+void sm__register_classes(void);
+extern sm_class *const sm__device_k, *const sm__buffer_k, *const sm__shared_event_k,
+    *const sm__queue_k, *const sm__cmdbuf_k, *const sm__blit_k, *const sm__compute_k; /* sm_metal.c */
+extern sm_class *const sm__options_k, *const sm__library_k, *const sm__function_k; /* sm_msl.c */
+extern const sm_method_def sm__device_metal_methods[], sm__device_msl_methods[],
+    sm__device_archive_methods[], sm__device_reflect_methods[], sm__device_heap_methods[],
+    sm__device_argenc_methods[], sm__device_host_methods[];
+extern const sm_method_def sm__buffer_metal_methods[], sm__buffer_heap_methods[];
+extern const sm_method_def sm__shared_event_metal_methods[], sm__shared_event_host_methods[];
+extern const sm_method_def sm__queue_metal_methods[], sm__queue_host_methods[];
+extern const sm_method_def sm__cmdbuf_metal_methods[], sm__cmdbuf_host_methods[];
+/* sm__encoder_host_methods: both encoders; sm__compute_host_methods: compute only. */
+extern const sm_method_def sm__blit_metal_methods[], sm__compute_metal_methods[],
+    sm__encoder_host_methods[], sm__compute_host_methods[];
+extern const sm_method_def sm__options_msl_methods[], sm__options_host_methods[];
+const sm_method_def *sm__options_math_methods(void); /* NULL under SOFTMETAL_NO_MATH_MODE=1 */
+extern const sm_method_def sm__library_msl_methods[], sm__library_host_methods[];
+extern const sm_method_def sm__function_msl_methods[], sm__function_argenc_methods[];
+/* -[MTLDevice newLibraryWithSource:options:error:] without the compile
+ * options' preprocessor macros (sm_msl.c); the method itself is sm_host.c's. */
+id sm__device_new_library(id self, SEL cmd, id source, id options, id *error);
 
 /* The kernel cache's files of a function (sm_compile.c), each under the
  * SHA-256 of its key material: its generated code, its library's checked
@@ -165,7 +228,14 @@ bool sm__function_code_key(id function, unsigned char key[32]);
  * holds the file of kind and key, and `path` does not exist, writes it
  * there (as the kernel cache's file) and returns true. */
 enum { SM_ARCHIVE_CODE = 0, SM_ARCHIVE_COMPILER = 1, SM_ARCHIVE_LIBRARY = 2 };
-bool sm__archive_restore(uint32_t kind, const unsigned char key[32], const char *path);
+/* The compiler (below the archives) calls it through a hook (sm_hooks.c)
+ * that sm__register_archive sets. */
+extern bool (*sm__archive_restore_hook)(uint32_t kind, const unsigned char key[32],
+                                        const char *path);
+static inline bool sm__archive_restore(uint32_t kind, const unsigned char key[32],
+                                       const char *path) {
+  return sm__archive_restore_hook && sm__archive_restore_hook(kind, key, path);
+}
 extern atomic_long sm__archive_restores;
 
 /* sm_metal.c's services to the host API (sm_host.c, sm_heap.c). */
@@ -174,6 +244,38 @@ NSUInteger sm__buffer_reserved(id buffer);      /* bytes a device buffer counts 
 /* What kernels dereference for buffer (its GPU-side copy; never gpuAddress)
  * and its length; NULL when buffer is not a softmetal buffer. */
 void *sm__buffer_gpu(id buffer, NSUInteger *length);
+/* Heaps and residency sets (sm_heap.c), for the host API (sm_host.c). */
+/* A heap buffer went away (mark_aliasable false) or became aliasable: its
+ * bytes are free again. */
+void sm__heap_give_back(id heap, NSUInteger off, NSUInteger size, bool mark_aliasable);
+void sm__heap_buffer_gone(id heap, id buffer); /* a buffer of the heap is going */
+void sm__heap_use(id heap, id encoder);        /* useHeap: */
+bool sm__is_residency_set(id o);
+id sm__residency_set_device(id o);
+/* A heap buffer's state in its host record (sm_host.c), for sm_heap.c:
+ * its heap (retained), offset and size; aliasable; its purgeable state cell. */
+void sm__host_set_heap_slot(id buffer, id heap, NSUInteger off, NSUInteger size);
+bool sm__host_heap_slot(id buffer, id *heap, NSUInteger *off, NSUInteger *size);
+void sm__host_set_aliasable(id buffer);
+bool sm__host_aliasable(id buffer);
+NSUInteger *sm__host_purgeable(id buffer);
+/* NSURL (sm_ns.c): file URLs only, what fileURLWithPath: makes. */
+typedef struct {
+  sm_obj hdr;
+  id path; /* NSString */
+} sm_url;
+extern sm_class sm__url_class;
+/* dispatch_data_t (sm_data.c): its bytes, copied or the caller's. */
+typedef struct {
+  sm_obj hdr;
+  void *bytes;
+  size_t size;
+  int owner; /* 0 copy, 1 free, 2 munmap, 3 block */
+  void *block; /* copied destructor block */
+} sm_dispatch_data;
+extern sm_class sm__dispatch_data_class;
+SM_EXPORT id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
+void sm__register_data(void); /* after the Foundation core */
 /* Argument buffers (sm_argenc.c, sm_msl.c). The layout of the struct that
  * buffer index of function points to, its code generated first; NULL with
  * *diag (malloc'd) on failure, NULL with *diag NULL when it is no such struct. */
@@ -196,12 +298,29 @@ void sm__cmdbuf_fail(id cmdbuf, const char *msg);
 void sm__encoder_dispatch_indirect(id encoder, SEL cmd, id buffer, NSUInteger offset,
                                    MTLSize threads_per_group);
 
-/* sm_host.c's hooks, called by sm_metal.c. */
-void sm__host_cb_scheduled(id cmdbuf); /* queue thread: before its first command runs */
-void sm__host_cb_finished(id cmdbuf);  /* queue thread: after its last, before its status */
-void sm__host_event_signaled(id event, uint64_t value); /* after the value is set */
-/* Appends " (debug groups: ...)" naming the open debug groups, if any. */
-void sm__host_debug_groups(id cmdbuf, id encoder, char *out, size_t len);
+/* sm_host.c's callbacks, called by sm_metal.c (below it) through
+ * sm__host_hooks (sm_hooks.c), which sm__register_host fills; a NULL one is
+ * skipped. */
+typedef struct {
+  void (*cb_scheduled)(id cmdbuf); /* queue thread: before its first command runs */
+  void (*cb_finished)(id cmdbuf);  /* queue thread: after its last, before its status */
+  void (*event_signaled)(id event, uint64_t value); /* after the value is set */
+  /* Appends " (debug groups: ...)" naming the open debug groups, if any. */
+  void (*debug_groups)(id cmdbuf, id encoder, char *out, size_t len);
+} sm_host_hooks;
+extern sm_host_hooks sm__host_hooks;
+static inline void sm__host_cb_scheduled(id cmdbuf) {
+  if (sm__host_hooks.cb_scheduled) sm__host_hooks.cb_scheduled(cmdbuf);
+}
+static inline void sm__host_cb_finished(id cmdbuf) {
+  if (sm__host_hooks.cb_finished) sm__host_hooks.cb_finished(cmdbuf);
+}
+static inline void sm__host_event_signaled(id event, uint64_t value) {
+  if (sm__host_hooks.event_signaled) sm__host_hooks.event_signaled(event, value);
+}
+static inline void sm__host_debug_groups(id cmdbuf, id encoder, char *out, size_t len) {
+  if (sm__host_hooks.debug_groups) sm__host_hooks.debug_groups(cmdbuf, encoder, out, len);
+}
 
 /* Messages to our own objects, through the runtime (exact prototypes). */
 static inline IMP sm__lookup(id o, const char *sel) {

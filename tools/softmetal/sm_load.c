@@ -37,6 +37,8 @@ __attribute__((constructor)) static void softmetal_load(void) {
   sm__error_domain(&MTLCaptureErrorDomain, "MTLCaptureErrorDomain");
   sm__error_domain(&MTLCounterErrorDomain, "MTLCounterErrorDomain");
   sm__register_ns();
+  sm__register_data();
+  sm__register_classes(); /* the classes several files implement */
   sm__register_metal();
   sm__register_msl();
   sm__register_archive();

@@ -516,11 +516,8 @@ static void misuse(sm_cmdbuf *cb, const char *fmt, ...) {
 
 static command *cmd_push(sm_cmdbuf *cb, int kind) {
   if (cb->ncmds == cb->cap) {
-    size_t cap = cb->cap ? cb->cap * 2 : 8;
-    command *c = realloc(cb->cmds, cap * sizeof *c);
-    if (!c) sm__fatal("command buffer: out of memory");
-    cb->cmds = c;
-    cb->cap = cap;
+    if (!sm__grow(&cb->cmds, &cb->cap, sizeof *cb->cmds, 8))
+      sm__fatal("command buffer: out of memory");
   }
   command *c = &cb->cmds[cb->ncmds++];
   memset(c, 0, sizeof *c);
@@ -1510,99 +1507,109 @@ static void comp_barrier_resources(id self, SEL cmd, const id *resources, NSUInt
 }
 
 /* ------------------------------------------------------------- registration */
+const sm_method_def sm__device_metal_methods[] = {
+  SM_METHOD("name", device_name, "@@:"),
+  SM_METHOD("registryID", device_registry_id, "Q@:"),
+  SM_METHOD("hasUnifiedMemory", device_unified, "C@:"),
+  SM_METHOD("maxBufferLength", device_max_buffer, "Q@:"),
+  SM_METHOD("recommendedMaxWorkingSetSize", device_working_set, "Q@:"),
+  SM_METHOD("currentAllocatedSize", device_allocated, "Q@:"),
+  SM_METHOD("maxThreadsPerThreadgroup", device_max_threads, "{MTLSize=QQQ}@:"),
+  SM_METHOD("supportsFamily:", device_supports_family, "C@:q"),
+  SM_METHOD("newBufferWithLength:options:", device_new_buffer, "@@:QQ"),
+  SM_METHOD("newBufferWithBytes:length:options:", device_new_buffer_bytes, "@@:r^vQQ"),
+  SM_METHOD("newBufferWithBytesNoCopy:length:options:deallocator:", device_new_buffer_nocopy, "@@:^vQQ@?"),
+  SM_METHOD("newCommandQueue", device_new_queue, "@@:"),
+  SM_METHOD("newCommandQueueWithMaxCommandBufferCount:", device_new_queue_max, "@@:Q"),
+  SM_METHOD("newSharedEvent", device_new_event, "@@:"),
+  SM_METHOD("newFence", device_new_fence, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__buffer_metal_methods[] = {
+  SM_METHOD("contents", buffer_contents, "^v@:"),
+  SM_METHOD("length", buffer_length, "Q@:"),
+  SM_METHOD("storageMode", buffer_storage, "Q@:"),
+  SM_METHOD("resourceOptions", buffer_resource_options, "Q@:"),
+  SM_METHOD("hazardTrackingMode", buffer_hazard_mode, "Q@:"),
+  SM_METHOD("gpuAddress", buffer_gpu_address, "Q@:"),
+  SM_METHOD("didModifyRange:", buffer_did_modify, "v@:{_NSRange=QQ}"),
+  SM_METHOD("device", buffer_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__shared_event_metal_methods[] = {
+  SM_METHOD("signaledValue", event_value, "Q@:"),
+  SM_METHOD("setSignaledValue:", event_set_value, "v@:Q"),
+  SM_METHOD("device", event_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__queue_metal_methods[] = {
+  SM_METHOD("commandBuffer", queue_cmdbuf, "@@:"),
+  SM_METHOD("commandBufferWithUnretainedReferences", queue_cmdbuf_unretained, "@@:"),
+  SM_METHOD("device", queue_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__cmdbuf_metal_methods[] = {
+  SM_METHOD("status", cb_status, "Q@:"),
+  SM_METHOD("retainedReferences", cb_retained_refs, "C@:"),
+  SM_METHOD("commandQueue", cb_queue, "@@:"),
+  SM_METHOD("device", cb_device, "@@:"),
+  SM_METHOD("enqueue", cb_enqueue, "v@:"),
+  SM_METHOD("commit", cb_commit, "v@:"),
+  SM_METHOD("waitUntilCompleted", cb_wait, "v@:"),
+  SM_METHOD("error", cb_error, "@@:"),
+  SM_METHOD("addCompletedHandler:", cb_add_completed, "v@:@?"),
+  SM_METHOD("encodeSignalEvent:value:", cb_signal, "v@:@Q"),
+  SM_METHOD("encodeWaitForEvent:value:", cb_wait_event, "v@:@Q"),
+  SM_METHOD("blitCommandEncoder", cb_blit_encoder, "@@:"),
+  SM_METHOD("computeCommandEncoder", cb_compute_encoder, "@@:"),
+  SM_METHOD("computeCommandEncoderWithDispatchType:", cb_compute_encoder_type, "@@:Q"),
+  {NULL, NULL, NULL},
+};
+
+static const sm_method_def fence_methods[] = {
+  SM_METHOD("device", fence_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__blit_metal_methods[] = {
+  SM_METHOD("copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", blit_copy, "v@:@Q@QQ"),
+  SM_METHOD("fillBuffer:range:value:", blit_fill, "v@:@{_NSRange=QQ}C"),
+  SM_METHOD("synchronizeResource:", blit_sync, "v@:@"),
+  SM_METHOD("updateFence:", enc_update_fence, "v@:@"),
+  SM_METHOD("waitForFence:", enc_wait_fence, "v@:@"),
+  SM_METHOD("endEncoding", enc_end, "v@:"),
+  {NULL, NULL, NULL},
+};
+
+const sm_method_def sm__compute_metal_methods[] = {
+  SM_METHOD("setComputePipelineState:", comp_set_pipeline, "v@:@"),
+  SM_METHOD("setBuffer:offset:atIndex:", comp_set_buffer, "v@:@QQ"),
+  SM_METHOD("setBytes:length:atIndex:", comp_set_bytes, "v@:r^vQQ"),
+  SM_METHOD("setThreadgroupMemoryLength:atIndex:", comp_set_tg_memory, "v@:QQ"),
+  SM_METHOD("dispatchThreads:threadsPerThreadgroup:", comp_dispatch_threads, "v@:{MTLSize=QQQ}{MTLSize=QQQ}"),
+  SM_METHOD("dispatchThreadgroups:threadsPerThreadgroup:", comp_dispatch_groups, "v@:{MTLSize=QQQ}{MTLSize=QQQ}"),
+  SM_METHOD("updateFence:", enc_update_fence, "v@:@"),
+  SM_METHOD("waitForFence:", enc_wait_fence, "v@:@"),
+  SM_METHOD("memoryBarrierWithScope:", comp_barrier_scope, "v@:Q"),
+  SM_METHOD("memoryBarrierWithResources:count:", comp_barrier_resources, "v@:^@Q"),
+  SM_METHOD("dispatchType", comp_dispatch_type, "Q@:"),
+  SM_METHOD("endEncoding", enc_end, "v@:"),
+  {NULL, NULL, NULL},
+};
+
+/* Composite classes: sm_classes.c defines them from every file's table. */
+sm_class *const sm__device_k = &device_class;
+sm_class *const sm__buffer_k = &buffer_class;
+sm_class *const sm__shared_event_k = &event_class;
+sm_class *const sm__queue_k = &queue_class;
+sm_class *const sm__cmdbuf_k = &cmdbuf_class;
+sm_class *const sm__blit_k = &blit_class;
+sm_class *const sm__compute_k = &compute_class;
+
 void sm__register_metal(void) {
-  Class c = sm__class_begin(&device_class);
-  sm__method(c, "name", SM_IMP(device_name), "@@:");
-  sm__method(c, "registryID", SM_IMP(device_registry_id), "Q@:");
-  sm__method(c, "hasUnifiedMemory", SM_IMP(device_unified), "C@:");
-  sm__method(c, "maxBufferLength", SM_IMP(device_max_buffer), "Q@:");
-  sm__method(c, "recommendedMaxWorkingSetSize", SM_IMP(device_working_set), "Q@:");
-  sm__method(c, "currentAllocatedSize", SM_IMP(device_allocated), "Q@:");
-  sm__method(c, "maxThreadsPerThreadgroup", SM_IMP(device_max_threads), "{MTLSize=QQQ}@:");
-  sm__method(c, "supportsFamily:", SM_IMP(device_supports_family), "C@:q");
-  sm__method(c, "newBufferWithLength:options:", SM_IMP(device_new_buffer), "@@:QQ");
-  sm__method(c, "newBufferWithBytes:length:options:", SM_IMP(device_new_buffer_bytes),
-             "@@:r^vQQ");
-  sm__method(c, "newBufferWithBytesNoCopy:length:options:deallocator:",
-             SM_IMP(device_new_buffer_nocopy), "@@:^vQQ@?");
-  sm__method(c, "newCommandQueue", SM_IMP(device_new_queue), "@@:");
-  sm__method(c, "newCommandQueueWithMaxCommandBufferCount:", SM_IMP(device_new_queue_max),
-             "@@:Q");
-  sm__method(c, "newSharedEvent", SM_IMP(device_new_event), "@@:");
-  sm__method(c, "newFence", SM_IMP(device_new_fence), "@@:");
-  sm__add_device_msl_methods(c);
-  sm__class_end(&device_class);
-
-  c = sm__class_begin(&buffer_class);
-  sm__method(c, "contents", SM_IMP(buffer_contents), "^v@:");
-  sm__method(c, "length", SM_IMP(buffer_length), "Q@:");
-  sm__method(c, "storageMode", SM_IMP(buffer_storage), "Q@:");
-  sm__method(c, "resourceOptions", SM_IMP(buffer_resource_options), "Q@:");
-  sm__method(c, "hazardTrackingMode", SM_IMP(buffer_hazard_mode), "Q@:");
-  sm__method(c, "gpuAddress", SM_IMP(buffer_gpu_address), "Q@:");
-  sm__method(c, "didModifyRange:", SM_IMP(buffer_did_modify), "v@:{_NSRange=QQ}");
-  sm__method(c, "device", SM_IMP(buffer_device), "@@:");
-  sm__class_end(&buffer_class);
-
-  c = sm__class_begin(&event_class);
-  sm__method(c, "signaledValue", SM_IMP(event_value), "Q@:");
-  sm__method(c, "setSignaledValue:", SM_IMP(event_set_value), "v@:Q");
-  sm__method(c, "device", SM_IMP(event_device), "@@:");
-  sm__class_end(&event_class);
-
-  c = sm__class_begin(&queue_class);
-  sm__method(c, "commandBuffer", SM_IMP(queue_cmdbuf), "@@:");
-  sm__method(c, "commandBufferWithUnretainedReferences", SM_IMP(queue_cmdbuf_unretained), "@@:");
-  sm__method(c, "device", SM_IMP(queue_device), "@@:");
-  sm__class_end(&queue_class);
-
-  c = sm__class_begin(&cmdbuf_class);
-  sm__method(c, "status", SM_IMP(cb_status), "Q@:");
-  sm__method(c, "retainedReferences", SM_IMP(cb_retained_refs), "C@:");
-  sm__method(c, "commandQueue", SM_IMP(cb_queue), "@@:");
-  sm__method(c, "device", SM_IMP(cb_device), "@@:");
-  sm__method(c, "enqueue", SM_IMP(cb_enqueue), "v@:");
-  sm__method(c, "commit", SM_IMP(cb_commit), "v@:");
-  sm__method(c, "waitUntilCompleted", SM_IMP(cb_wait), "v@:");
-  sm__method(c, "error", SM_IMP(cb_error), "@@:");
-  sm__method(c, "addCompletedHandler:", SM_IMP(cb_add_completed), "v@:@?");
-  sm__method(c, "encodeSignalEvent:value:", SM_IMP(cb_signal), "v@:@Q");
-  sm__method(c, "encodeWaitForEvent:value:", SM_IMP(cb_wait_event), "v@:@Q");
-  sm__method(c, "blitCommandEncoder", SM_IMP(cb_blit_encoder), "@@:");
-  sm__method(c, "computeCommandEncoder", SM_IMP(cb_compute_encoder), "@@:");
-  sm__method(c, "computeCommandEncoderWithDispatchType:", SM_IMP(cb_compute_encoder_type),
-             "@@:Q");
-  sm__class_end(&cmdbuf_class);
-
-  c = sm__class_begin(&fence_class);
-  sm__method(c, "device", SM_IMP(fence_device), "@@:");
-  sm__class_end(&fence_class);
-
-  c = sm__class_begin(&blit_class);
-  sm__method(c, "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:",
-             SM_IMP(blit_copy), "v@:@Q@QQ");
-  sm__method(c, "fillBuffer:range:value:", SM_IMP(blit_fill), "v@:@{_NSRange=QQ}C");
-  sm__method(c, "synchronizeResource:", SM_IMP(blit_sync), "v@:@");
-  sm__method(c, "updateFence:", SM_IMP(enc_update_fence), "v@:@");
-  sm__method(c, "waitForFence:", SM_IMP(enc_wait_fence), "v@:@");
-  sm__method(c, "endEncoding", SM_IMP(enc_end), "v@:");
-  sm__class_end(&blit_class);
-
-  c = sm__class_begin(&compute_class);
-  sm__method(c, "setComputePipelineState:", SM_IMP(comp_set_pipeline), "v@:@");
-  sm__method(c, "setBuffer:offset:atIndex:", SM_IMP(comp_set_buffer), "v@:@QQ");
-  sm__method(c, "setBytes:length:atIndex:", SM_IMP(comp_set_bytes), "v@:r^vQQ");
-  sm__method(c, "setThreadgroupMemoryLength:atIndex:", SM_IMP(comp_set_tg_memory), "v@:QQ");
-  sm__method(c, "dispatchThreads:threadsPerThreadgroup:", SM_IMP(comp_dispatch_threads),
-             "v@:{MTLSize=QQQ}{MTLSize=QQQ}");
-  sm__method(c, "dispatchThreadgroups:threadsPerThreadgroup:", SM_IMP(comp_dispatch_groups),
-             "v@:{MTLSize=QQQ}{MTLSize=QQQ}");
-  sm__method(c, "updateFence:", SM_IMP(enc_update_fence), "v@:@");
-  sm__method(c, "waitForFence:", SM_IMP(enc_wait_fence), "v@:@");
-  sm__method(c, "memoryBarrierWithScope:", SM_IMP(comp_barrier_scope), "v@:Q");
-  sm__method(c, "memoryBarrierWithResources:count:", SM_IMP(comp_barrier_resources),
-             "v@:^@Q");
-  sm__method(c, "dispatchType", SM_IMP(comp_dispatch_type), "Q@:");
-  sm__method(c, "endEncoding", SM_IMP(enc_end), "v@:");
-  sm__class_end(&compute_class);
+  SM_CLASS_DEFINE(&fence_class, Nil, fence_methods);
 }

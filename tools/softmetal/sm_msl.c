@@ -183,7 +183,7 @@ static void set_error(id *error, id e) {
   else sm__release(e);
 }
 
-static id device_new_library(id self, SEL cmd, id source, id options, id *error) {
+id sm__device_new_library(id self, SEL cmd, id source, id options, id *error) {
   if (options && !sm__is(options, &options_class))
     sm__fatal("-[SMDevice %s]: options is a %s, not an MTLCompileOptions", sel_getName(cmd),
               object_getClassName(options));
@@ -721,65 +721,82 @@ static NSUInteger pipeline_static_tg(id self, SEL cmd) {
   return ((sm_pipeline *)self)->static_tg;
 }
 
-void sm__register_msl(void) {
-  Class c = sm__class_begin(&options_class);
-  sm__method(c, "init", SM_IMP(options_init), "@@:");
-  sm__method(c, "fastMathEnabled", SM_IMP(options_fast_math), "C@:");
-  sm__method(c, "setFastMathEnabled:", SM_IMP(options_set_fast_math), "v@:C");
-  sm__method(c, "languageVersion", SM_IMP(options_language_version), "Q@:");
-  sm__method(c, "setLanguageVersion:", SM_IMP(options_set_language_version), "v@:Q");
-  /* SOFTMETAL_NO_MATH_MODE=1: options as before macOS 15, fastMathEnabled only. */
+const sm_method_def sm__options_msl_methods[] = {
+  SM_METHOD("init", options_init, "@@:"),
+  SM_METHOD("fastMathEnabled", options_fast_math, "C@:"),
+  SM_METHOD("setFastMathEnabled:", options_set_fast_math, "v@:C"),
+  SM_METHOD("languageVersion", options_language_version, "Q@:"),
+  SM_METHOD("setLanguageVersion:", options_set_language_version, "v@:Q"),
+  {NULL, NULL, NULL},
+};
+/* Not under SOFTMETAL_NO_MATH_MODE=1 (sm__options_math_methods). */
+static const sm_method_def options_math_methods[] = {
+  SM_METHOD("mathMode", options_math_mode, "q@:"),
+  SM_METHOD("setMathMode:", options_set_math_mode, "v@:q"),
+  SM_METHOD("mathFloatingPointFunctions", options_fp_functions, "q@:"),
+  SM_METHOD("setMathFloatingPointFunctions:", options_set_fp_functions, "v@:q"),
+  {NULL, NULL, NULL},
+};
+/* SOFTMETAL_NO_MATH_MODE=1: options as before macOS 15, fastMathEnabled only. */
+const sm_method_def *sm__options_math_methods(void) {
   const char *old_os = getenv("SOFTMETAL_NO_MATH_MODE");
   g_no_math_mode = old_os && strcmp(old_os, "1") == 0;
-  if (!g_no_math_mode) {
-    sm__method(c, "mathMode", SM_IMP(options_math_mode), "q@:");
-    sm__method(c, "setMathMode:", SM_IMP(options_set_math_mode), "v@:q");
-    sm__method(c, "mathFloatingPointFunctions", SM_IMP(options_fp_functions), "q@:");
-    sm__method(c, "setMathFloatingPointFunctions:", SM_IMP(options_set_fp_functions), "v@:q");
-  }
-  sm__class_end(&options_class);
+  return g_no_math_mode ? NULL : options_math_methods;
+}
 
-  c = sm__class_begin(&library_class);
-  sm__method(c, "newFunctionWithName:", SM_IMP(library_new_function), "@@:@");
-  sm__method(c, "functionNames", SM_IMP(library_function_names), "@@:");
-  sm__method(c, "device", SM_IMP(library_device), "@@:");
-  sm__class_end(&library_class);
+const sm_method_def sm__library_msl_methods[] = {
+  SM_METHOD("newFunctionWithName:", library_new_function, "@@:@"),
+  SM_METHOD("functionNames", library_function_names, "@@:"),
+  SM_METHOD("device", library_device, "@@:"),
+  SM_METHOD("newFunctionWithName:constantValues:error:", library_new_function_constants, "@@:@@^@"),
+  {NULL, NULL, NULL},
+};
 
-  sm__method(c, "newFunctionWithName:constantValues:error:",
-             SM_IMP(library_new_function_constants), "@@:@@^@");
-  c = sm__class_begin(&values_class);
-  sm__method(c, "init", SM_IMP(values_init), "@@:");
-  sm__method(c, "setConstantValue:type:atIndex:", SM_IMP(values_set_index), "v@:^vQQ");
-  sm__method(c, "setConstantValue:type:withName:", SM_IMP(values_set_name), "v@:^vQ@");
-  sm__method(c, "setConstantValues:type:withRange:", SM_IMP(values_set_range), "v@:^vQ{_NSRange=QQ}");
-  sm__method(c, "reset", SM_IMP(values_reset), "v@:");
-  sm__class_end(&values_class);
+static const sm_method_def values_methods[] = {
+  SM_METHOD("init", values_init, "@@:"),
+  SM_METHOD("setConstantValue:type:atIndex:", values_set_index, "v@:^vQQ"),
+  SM_METHOD("setConstantValue:type:withName:", values_set_name, "v@:^vQ@"),
+  SM_METHOD("setConstantValues:type:withRange:", values_set_range, "v@:^vQ{_NSRange=QQ}"),
+  SM_METHOD("reset", values_reset, "v@:"),
+  {NULL, NULL, NULL},
+};
 
-  c = sm__class_begin(&function_class);
-  sm__method(c, "name", SM_IMP(function_name), "@@:");
-  sm__method(c, "device", SM_IMP(function_device), "@@:");
-  sm__method(c, "functionConstantsDictionary", SM_IMP(function_constants), "@@:");
-  sm__class_end(&function_class);
+const sm_method_def sm__function_msl_methods[] = {
+  SM_METHOD("name", function_name, "@@:"),
+  SM_METHOD("device", function_device, "@@:"),
+  SM_METHOD("functionConstantsDictionary", function_constants, "@@:"),
+  {NULL, NULL, NULL},
+};
 
-  c = sm__class_begin(&fn_constant_class);
-  sm__method(c, "name", SM_IMP(fn_constant_name), "@@:");
-  sm__method(c, "type", SM_IMP(fn_constant_type), "Q@:");
-  sm__method(c, "index", SM_IMP(fn_constant_index), "Q@:");
-  sm__method(c, "required", SM_IMP(fn_constant_required), "C@:");
-  sm__class_end(&fn_constant_class);
+static const sm_method_def fn_constant_methods[] = {
+  SM_METHOD("name", fn_constant_name, "@@:"),
+  SM_METHOD("type", fn_constant_type, "Q@:"),
+  SM_METHOD("index", fn_constant_index, "Q@:"),
+  SM_METHOD("required", fn_constant_required, "C@:"),
+  {NULL, NULL, NULL},
+};
 
-  c = sm__class_begin(&sm__pipeline_class);
-  sm__method(c, "maxTotalThreadsPerThreadgroup", SM_IMP(pipeline_max_threads), "Q@:");
-  sm__method(c, "threadExecutionWidth", SM_IMP(pipeline_width), "Q@:");
+static const sm_method_def pipeline_methods[] = {
+  SM_METHOD("maxTotalThreadsPerThreadgroup", pipeline_max_threads, "Q@:"),
+  SM_METHOD("threadExecutionWidth", pipeline_width, "Q@:"),
   /* metal-cpp MTLComputePipeline.hpp: NS::UInteger staticThreadgroupMemoryLength() const */
-  sm__method(c, "staticThreadgroupMemoryLength", SM_IMP(pipeline_static_tg), "Q@:");
-  sm__method(c, "device", SM_IMP(pipeline_device), "@@:");
-  sm__class_end(&sm__pipeline_class);
+  SM_METHOD("staticThreadgroupMemoryLength", pipeline_static_tg, "Q@:"),
+  SM_METHOD("device", pipeline_device, "@@:"),
+  {NULL, NULL, NULL},
+};
+
+void sm__register_msl(void) {
+  SM_CLASS_DEFINE(&values_class, Nil, values_methods);
+  SM_CLASS_DEFINE(&fn_constant_class, Nil, fn_constant_methods);
+  SM_CLASS_DEFINE(&sm__pipeline_class, Nil, pipeline_methods);
 }
 
-void sm__add_device_msl_methods(Class device) {
-  sm__method(device, "newLibraryWithSource:options:error:", SM_IMP(device_new_library),
-             "@@:@@^@");
-  sm__method(device, "newComputePipelineStateWithFunction:error:", SM_IMP(device_new_pipeline),
-             "@@:@^@");
-}
+/* newLibraryWithSource:options:error: is sm_host.c's (its preprocessor
+ * macros first), which compiles through sm__device_new_library. */
+const sm_method_def sm__device_msl_methods[] = {
+  SM_METHOD("newComputePipelineStateWithFunction:error:", device_new_pipeline, "@@:@^@"),
+  {NULL, NULL, NULL},
+};
+sm_class *const sm__options_k = &options_class;
+sm_class *const sm__library_k = &library_class;
+sm_class *const sm__function_k = &function_class;

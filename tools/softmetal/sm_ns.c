@@ -643,6 +643,29 @@ static unsigned long long process_memory(id self, SEL cmd) {
   return pages > 0 && size > 0 ? (unsigned long long)pages * (unsigned long long)size : 0;
 }
 
+/* ------------------------------------------------------------- NSURL */
+
+static void url_destroy(sm_obj *o) { sm__release(((sm_url *)o)->path); }
+sm_class sm__url_class = {"NSURL", sizeof(sm_url), url_destroy, Nil, 0};
+
+static id url_file_with_path(id self, SEL cmd, id path) {
+  (void)self;
+  if (!sm__is_string(path))
+    sm__fatal("+[NSURL %s]: path is %s, not an NSString", sel_getName(cmd),
+              path ? object_getClassName(path) : "nil");
+  sm_url *u = sm__new(&sm__url_class);
+  if (!u) return nil;
+  u->path = sm__string_copy(path);
+  return sm__autorelease((id)u);
+}
+static id url_path(id self, SEL cmd) { (void)cmd; return ((sm_url *)self)->path; }
+
+/* -[NSURL fileSystemRepresentation]: the path's bytes (file URLs only). */
+static const char *url_fs_path(id self, SEL cmd) {
+  (void)cmd;
+  return sm__string_utf8(((sm_url *)self)->path);
+}
+
 /* ------------------------------------------------------------- NSBundle */
 /* The main bundle is the executable's directory. */
 static char *exe_dir(void) {
@@ -918,7 +941,13 @@ static id bundle_for_class(id cls, SEL cmd, Class c) {
 
 /* ------------------------------------------------------------- registration */
 void sm__register_ns(void) {
-  Class c = sm__class_begin(&dict_class);
+  sm__dictionary_hook = sm__dictionary_new;
+  Class c = sm__class_begin(&sm__url_class);
+  sm__class_method(c, "fileURLWithPath:", SM_IMP(url_file_with_path), "@@:@");
+  sm__method(c, "path", SM_IMP(url_path), "@@:");
+  sm__method(c, "fileSystemRepresentation", SM_IMP(url_fs_path), "r*@:");
+  sm__class_end(&sm__url_class);
+  c = sm__class_begin(&dict_class);
   sm__class_method(c, "dictionary", SM_IMP(dict_empty), "@@:");
   sm__class_method(c, "dictionaryWithObjects:forKeys:count:", SM_IMP(dict_with), "@@:^@^@Q");
   sm__class_method(c, "dictionaryWithObject:forKey:", SM_IMP(dict_with_pair), "@@:@@");

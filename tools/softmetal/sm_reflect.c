@@ -178,6 +178,11 @@ static void threadgroup_methods(Class c) {
   sm__method(c, "threadgroupMemoryDataSize", SM_IMP(b_zero), "Q@:");
 }
 
+const sm_method_def sm__device_reflect_methods[] = {
+  SM_METHOD("newComputePipelineStateWithFunction:options:reflection:error:", device_new_pipeline_reflect, "@@:@Q^@^@"),
+  {NULL, NULL, NULL},
+};
+
 void sm__register_reflect(void) {
   Class c = sm__class_begin(&buffer_binding_class);
   common_methods(c, false);
@@ -196,8 +201,4 @@ void sm__register_reflect(void) {
   sm__method(c, "bindings", SM_IMP(r_bindings), "@@:");
   sm__method(c, "arguments", SM_IMP(r_arguments), "@@:");
   sm__class_end(&reflection_class);
-  Class device = objc_getClass("SMDevice");
-  if (device == Nil) sm__fatal("softmetal: SMDevice is not registered before the reflection methods");
-  sm__method(device, "newComputePipelineStateWithFunction:options:reflection:error:",
-             SM_IMP(device_new_pipeline_reflect), "@@:@Q^@^@");
 }
