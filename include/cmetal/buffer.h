@@ -51,14 +51,14 @@ typedef struct cm_buffer_desc {
 typedef void (*cm_release_fn)(void *context);
 
 typedef struct cm_host_memory_desc {
-    void *data;              /* host memory; may be NULL only when size is 0 */
-    size_t size;             /* bytes */
-    uint32_t flags;          /* CM_BUFFER_READ_ONLY */
-    cm_copy_policy copy;     /* Metal devices: if the memory cannot be mapped
+    void *data;            /* host memory; may be NULL only when size is 0 */
+    size_t size;           /* bytes */
+    uint32_t flags;        /* CM_BUFFER_READ_ONLY */
+    cm_copy_policy copy;   /* Metal devices: if the memory cannot be mapped
                                 without a copy (16 KiB page alignment), copy it
                                 or fail; the CPU device never copies unless
                                 CM_COPY_ALWAYS */
-    cm_release_fn release;   /* may be NULL */
+    cm_release_fn release; /* may be NULL */
     void *release_context;
 } cm_host_memory_desc;
 
@@ -83,8 +83,7 @@ typedef struct cm_buffer_info {
  * that is not UTF-8),
  * CM_ERR_UNSUPPORTED (storage mode the device lacks), CM_ERR_OUT_OF_MEMORY
  * (including sizes the device can never hold). On failure *out is NULL. */
-CM_API cm_status cm_buffer_create(cm_device *device, const cm_buffer_desc *desc,
-                                  cm_buffer **out);
+CM_API cm_status cm_buffer_create(cm_device *device, const cm_buffer_desc *desc, cm_buffer **out);
 
 /* Wraps caller-owned host memory without copying where the device can
  * (see desc->copy). On success, cmetal owns one use of the memory and calls
@@ -131,10 +130,8 @@ CM_API cm_status cm_buffer_get_info(const cm_buffer *buffer, cm_buffer_info *out
  * released rather than pooled.
  * Thread-safety: concurrent transfers to overlapping ranges race, as memcpy
  * would. */
-CM_API cm_status cm_buffer_write(cm_buffer *buffer, size_t offset, const void *data,
-                                 size_t size);
-CM_API cm_status cm_buffer_read(const cm_buffer *buffer, size_t offset, void *data,
-                                size_t size);
+CM_API cm_status cm_buffer_write(cm_buffer *buffer, size_t offset, const void *data, size_t size);
+CM_API cm_status cm_buffer_read(const cm_buffer *buffer, size_t offset, void *data, size_t size);
 
 /* The buffer's device, borrowed (valid while the buffer lives). */
 CM_API cm_status cm_buffer_get_device(const cm_buffer *buffer, cm_device **out);

@@ -45,8 +45,8 @@ typedef struct cm_device_info {
                                          host's memory decides) */
     uint64_t recommended_working_set; /* bytes; 0 when unknown */
     uint64_t max_threads_per_threadgroup[3];
-    uint32_t gpu_families;            /* CM_GPU_FAMILY_* the device supports (Metal) */
-    uint32_t cpu_threads;             /* CPU: threads its large ops use (the
+    uint32_t gpu_families; /* CM_GPU_FAMILY_* the device supports (Metal) */
+    uint32_t cpu_threads;  /* CPU: threads its large ops use (the
                                          caller's included); 1 by default, 0
                                          on Metal */
 } cm_device_info;

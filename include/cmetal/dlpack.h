@@ -248,8 +248,7 @@ CM_API cm_status cm_dlpack_import(DLManagedTensor *managed, const cm_dlpack_impo
  * and call nothing.
  * Thread-safety: safe from any thread. */
 CM_API cm_status cm_dlpack_import_versioned(DLManagedTensorVersioned *managed,
-                                            const cm_dlpack_import_desc *desc,
-                                            cm_tensor **out);
+                                            const cm_dlpack_import_desc *desc, cm_tensor **out);
 
 #ifdef __cplusplus
 }

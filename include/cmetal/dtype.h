@@ -15,7 +15,7 @@ extern "C" {
  * part of the ABI and never renumbered. */
 typedef enum cm_dtype {
     CM_DTYPE_INVALID = 0,
-    CM_BOOL = 1,     /* one byte, 0 or 1 (DLPack kDLBool, 8 bits) */
+    CM_BOOL = 1, /* one byte, 0 or 1 (DLPack kDLBool, 8 bits) */
     CM_INT8 = 2,
     CM_INT16 = 3,
     CM_INT32 = 4,
@@ -24,8 +24,8 @@ typedef enum cm_dtype {
     CM_UINT16 = 7,
     CM_UINT32 = 8,
     CM_UINT64 = 9,
-    CM_FLOAT16 = 10, /* IEEE 754 binary16 */
-    CM_BFLOAT16 = 11,/* upper half of a binary32 */
+    CM_FLOAT16 = 10,  /* IEEE 754 binary16 */
+    CM_BFLOAT16 = 11, /* upper half of a binary32 */
     CM_FLOAT32 = 12,
     CM_FLOAT64 = 13, /* on Metal devices storage only: see below */
     CM_DTYPE_COUNT = 14
@@ -48,13 +48,13 @@ typedef enum cm_dtype_kind {
 } cm_dtype_kind;
 
 typedef struct cm_dtype_info {
-    const char *name;   /* "float16": static string, the NumPy name */
-    size_t size;        /* bytes per element */
+    const char *name; /* "float16": static string, the NumPy name */
+    size_t size;      /* bytes per element */
     cm_dtype_kind kind;
-    uint8_t dl_code;    /* DLPack DLDataTypeCode: kDLInt 0, kDLUInt 1, kDLFloat 2,
+    uint8_t dl_code;   /* DLPack DLDataTypeCode: kDLInt 0, kDLUInt 1, kDLFloat 2,
                            kDLBfloat 4, kDLBool 6 */
-    uint8_t dl_bits;    /* 8 * size */
-    uint16_t dl_lanes;  /* always 1: vector lanes are not element types here */
+    uint8_t dl_bits;   /* 8 * size */
+    uint16_t dl_lanes; /* always 1: vector lanes are not element types here */
 } cm_dtype_info;
 
 /* Fills *out for a valid dtype.
@@ -66,8 +66,7 @@ CM_API cm_status cm_dtype_get_info(cm_dtype dtype, cm_dtype_info *out);
  * Errors: CM_ERR_UNSUPPORTED naming the triple when cmetal has no such
  * element type (complex, float8, lanes != 1, opaque handles...);
  * CM_ERR_INVALID_ARGUMENT for a NULL out. Thread-safety: pure. */
-CM_API cm_status cm_dtype_from_dlpack(uint8_t code, uint8_t bits, uint16_t lanes,
-                                      cm_dtype *out);
+CM_API cm_status cm_dtype_from_dlpack(uint8_t code, uint8_t bits, uint16_t lanes, cm_dtype *out);
 
 /* Maps a NumPy-style name ("float32", "bool", "bfloat16") to a cm_dtype.
  * Errors: CM_ERR_INVALID_ARGUMENT naming the string. */

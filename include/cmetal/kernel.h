@@ -68,10 +68,10 @@ typedef struct cm_macro {
 } cm_macro;
 
 typedef struct cm_library_desc {
-    const char *source;       /* MSL, NUL-terminated UTF-8; required */
-    cm_math_mode math_mode;   /* default safe */
-    uint32_t language_version;/* CM_MSL_VERSION(...); 0: the OS's newest */
-    const cm_macro *macros;   /* macro_count macros; may be NULL when 0 */
+    const char *source;        /* MSL, NUL-terminated UTF-8; required */
+    cm_math_mode math_mode;    /* default safe */
+    uint32_t language_version; /* CM_MSL_VERSION(...); 0: the OS's newest */
+    const cm_macro *macros;    /* macro_count macros; may be NULL when 0 */
     uint32_t macro_count;
 } cm_library_desc;
 
@@ -173,10 +173,10 @@ typedef struct cm_function_constant {
 } cm_function_constant;
 
 typedef struct cm_kernel_desc {
-    const char *name;                       /* the kernel function; required */
-    const cm_function_constant *constants;  /* may be NULL when constant_count is 0 */
+    const char *name;                      /* the kernel function; required */
+    const cm_function_constant *constants; /* may be NULL when constant_count is 0 */
     uint32_t constant_count;
-    const char *label;                      /* UTF-8, the pipeline's label (set
+    const char *label; /* UTF-8, the pipeline's label (set
                                                through its
                                                MTLComputePipelineDescriptor);
                                                NULL: none */
@@ -197,8 +197,7 @@ typedef struct cm_kernel_desc {
  * desc->constants, and softmetal names each missing constant with its
  * index and type).
  * Thread-safety: any thread. */
-CM_API cm_status cm_kernel_create(cm_library *library, const cm_kernel_desc *desc,
-                                  cm_kernel **out);
+CM_API cm_status cm_kernel_create(cm_library *library, const cm_kernel_desc *desc, cm_kernel **out);
 
 CM_API cm_status cm_kernel_retain(cm_kernel *kernel);
 CM_API cm_status cm_kernel_release(cm_kernel *kernel);
@@ -216,11 +215,11 @@ CM_API cm_status cm_kernel_get_info(const cm_kernel *kernel, cm_kernel_info *out
 
 /* One argument of a dispatch. */
 typedef enum cm_arg_type {
-    CM_ARG_NONE = 0,        /* ignored entry */
-    CM_ARG_INPUT = 1,       /* tensor the kernel only reads: [[buffer(index)]] */
-    CM_ARG_OUTPUT = 2,      /* tensor the kernel writes (and may read) */
-    CM_ARG_BYTES = 3,       /* `size` bytes at `data` (setBytes): scalars, small structs */
-    CM_ARG_THREADGROUP = 4  /* `size` bytes of [[threadgroup(index)]] memory */
+    CM_ARG_NONE = 0,       /* ignored entry */
+    CM_ARG_INPUT = 1,      /* tensor the kernel only reads: [[buffer(index)]] */
+    CM_ARG_OUTPUT = 2,     /* tensor the kernel writes (and may read) */
+    CM_ARG_BYTES = 3,      /* `size` bytes at `data` (setBytes): scalars, small structs */
+    CM_ARG_THREADGROUP = 4 /* `size` bytes of [[threadgroup(index)]] memory */
 } cm_arg_type;
 
 /* The most bytes one CM_ARG_BYTES argument may have (Metal's setBytes). */
@@ -263,17 +262,17 @@ typedef struct cm_kernel_arg {
  *       .grid = {n}});
  * CM_ARG_BYTES_OF takes an lvalue (its address and sizeof are used);
  * CM_ARGS sets .args and .arg_count; CM_ARG_COUNT counts its arguments. */
-#define CM_ARG_IN(i, t) \
+#define CM_ARG_IN(i, t)                                                                            \
     ((cm_kernel_arg){.type = CM_ARG_INPUT, .index = (uint32_t)(i), .tensor = (t)})
-#define CM_ARG_OUT(i, t) \
+#define CM_ARG_OUT(i, t)                                                                           \
     ((cm_kernel_arg){.type = CM_ARG_OUTPUT, .index = (uint32_t)(i), .tensor = (t)})
-#define CM_ARG_BYTES_OF(i, v) \
+#define CM_ARG_BYTES_OF(i, v)                                                                      \
     ((cm_kernel_arg){.type = CM_ARG_BYTES, .index = (uint32_t)(i), .data = &(v), .size = sizeof(v)})
-#define CM_ARG_TG(i, n) \
+#define CM_ARG_TG(i, n)                                                                            \
     ((cm_kernel_arg){.type = CM_ARG_THREADGROUP, .index = (uint32_t)(i), .size = (size_t)(n)})
-#define CM_ARG_COUNT(...) \
+#define CM_ARG_COUNT(...)                                                                          \
     ((uint32_t)(sizeof((const cm_kernel_arg[]){__VA_ARGS__}) / sizeof(cm_kernel_arg)))
-#define CM_ARGS(...) \
+#define CM_ARGS(...)                                                                               \
     .args = (const cm_kernel_arg[]){__VA_ARGS__}, .arg_count = CM_ARG_COUNT(__VA_ARGS__)
 
 typedef enum cm_grid_unit {
@@ -283,11 +282,11 @@ typedef enum cm_grid_unit {
 } cm_grid_unit;
 
 typedef struct cm_dispatch_desc {
-    const cm_kernel_arg *args;  /* may be NULL when arg_count is 0 */
+    const cm_kernel_arg *args; /* may be NULL when arg_count is 0 */
     uint32_t arg_count;
-    cm_grid_unit grid_unit;     /* default threads */
-    uint64_t grid[3];           /* 0 in y or z means 1; grid[0] = 0: nothing runs */
-    uint32_t threadgroup[3];    /* threads per threadgroup; 0 in y or z means 1;
+    cm_grid_unit grid_unit;  /* default threads */
+    uint64_t grid[3];        /* 0 in y or z means 1; grid[0] = 0: nothing runs */
+    uint32_t threadgroup[3]; /* threads per threadgroup; 0 in y or z means 1;
                                    threadgroup[0] = 0: max_threads_per_threadgroup
                                    / (y * z) rounded down to a multiple of the
                                    execution width (when over it); then, with
@@ -334,21 +333,21 @@ CM_API cm_status cm_kernel_dispatch(cm_kernel *kernel, cm_stream *stream,
  * dtype, value NULL: `typedef float T;`) or a constant (value one element of
  * dtype: `constant int N = 4;`). */
 typedef struct cm_template_arg {
-    const char *name;   /* an identifier; required */
-    cm_dtype dtype;     /* required */
-    const void *value;  /* NULL for a type argument */
+    const char *name;  /* an identifier; required */
+    cm_dtype dtype;    /* required */
+    const void *value; /* NULL for a type argument */
 } cm_template_arg;
 
 typedef struct cm_body_kernel_desc {
-    const char *name;                /* kernel name, an identifier; required */
-    const char *const *input_names;  /* input_count identifiers */
+    const char *name;               /* kernel name, an identifier; required */
+    const char *const *input_names; /* input_count identifiers */
     uint32_t input_count;
     const char *const *output_names; /* output_count identifiers; >= 1 */
     uint32_t output_count;
-    const char *body;                /* the statements of the kernel; required */
-    const char *header;              /* code put before the kernel; may be NULL */
-    cm_math_mode math_mode;          /* default safe */
-    bool atomic_outputs;             /* outputs as `device atomic_T *` (MLX's
+    const char *body;       /* the statements of the kernel; required */
+    const char *header;     /* code put before the kernel; may be NULL */
+    cm_math_mode math_mode; /* default safe */
+    bool atomic_outputs;    /* outputs as `device atomic_T *` (MLX's
                                         atomic_outputs): T int, uint or float
                                         for int32, uint32, float32 outputs */
 } cm_body_kernel_desc;
@@ -383,13 +382,13 @@ CM_API cm_status cm_body_kernel_retain(cm_body_kernel *kernel);
 CM_API cm_status cm_body_kernel_release(cm_body_kernel *kernel);
 
 typedef struct cm_body_dispatch_desc {
-    const cm_tensor *const *inputs;   /* input_count tensors */
-    cm_tensor *const *outputs;        /* output_count tensors, not read-only */
+    const cm_tensor *const *inputs;       /* input_count tensors */
+    cm_tensor *const *outputs;            /* output_count tensors, not read-only */
     const cm_template_arg *template_args; /* may be NULL when the count is 0 */
     uint32_t template_arg_count;
-    const double *init_value;         /* non-NULL: every output is first filled
+    const double *init_value; /* non-NULL: every output is first filled
                                          with *init_value (as cm_fill) */
-    cm_grid_unit grid_unit;           /* as cm_dispatch_desc */
+    cm_grid_unit grid_unit;   /* as cm_dispatch_desc */
     uint64_t grid[3];
     uint32_t threadgroup[3];
 } cm_body_dispatch_desc;
@@ -416,8 +415,9 @@ CM_API cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stre
  * (buf may be NULL when cap is 0) and the length without the NUL to
  * *length. Errors: CM_ERR_INVALID_ARGUMENT as cm_body_kernel_dispatch.
  * Thread-safety: any thread. */
-CM_API cm_status cm_body_kernel_get_source(cm_body_kernel *kernel, const cm_body_dispatch_desc *desc,
-                                           char *buf, size_t cap, size_t *length);
+CM_API cm_status cm_body_kernel_get_source(cm_body_kernel *kernel,
+                                           const cm_body_dispatch_desc *desc, char *buf, size_t cap,
+                                           size_t *length);
 
 #ifdef __cplusplus
 }

@@ -61,20 +61,20 @@ extern "C" {
 #endif
 
 typedef struct cm_memory_info {
-    uint64_t active_bytes; /* held by live buffers made by cm_buffer_create */
-    uint64_t peak_bytes;   /* the most active_bytes since the device was
+    uint64_t active_bytes;   /* held by live buffers made by cm_buffer_create */
+    uint64_t peak_bytes;     /* the most active_bytes since the device was
                               opened or cm_device_reset_peak_memory */
-    uint64_t cached_bytes; /* held by the cache */
-    uint64_t cache_limit;  /* bytes; 0: the cache is off */
-    uint64_t memory_limit; /* bytes; 0: none */
-    uint64_t allocations;  /* MTLBuffers made for buffers (cache misses that
+    uint64_t cached_bytes;   /* held by the cache */
+    uint64_t cache_limit;    /* bytes; 0: the cache is off */
+    uint64_t memory_limit;   /* bytes; 0: none */
+    uint64_t allocations;    /* MTLBuffers made for buffers (cache misses that
                               Metal answered) */
-    uint64_t cache_hits;   /* buffers served from the cache */
-    uint64_t cache_misses; /* buffers that needed a new MTLBuffer */
+    uint64_t cache_hits;     /* buffers served from the cache */
+    uint64_t cache_misses;   /* buffers that needed a new MTLBuffer */
     uint64_t resident_bytes; /* MTLBuffers in the residency set */
-    uint64_t wired_limit;  /* bytes the residency set may hold; 0: nothing is
+    uint64_t wired_limit;    /* bytes the residency set may hold; 0: nothing is
                               added (always 0 without residency sets) */
-    bool residency_set;    /* the device has a residency set (macOS 15) */
+    bool residency_set;      /* the device has a residency set (macOS 15) */
 } cm_memory_info;
 
 /* Ownership (every function below): borrows the device for the call;
@@ -93,15 +93,13 @@ CM_API cm_status cm_device_reset_peak_memory(cm_device *device);
  * least recently cached buffers past it at once; the previous limit goes
  * to *previous unless previous is NULL.
  * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */
-CM_API cm_status cm_device_set_cache_limit(cm_device *device, uint64_t bytes,
-                                           uint64_t *previous);
+CM_API cm_status cm_device_set_cache_limit(cm_device *device, uint64_t bytes, uint64_t *previous);
 
 /* Sets the memory limit in bytes (0: none). Buffers already live stay;
  * later allocations past it fail. The previous limit goes to *previous
  * unless previous is NULL.
  * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */
-CM_API cm_status cm_device_set_memory_limit(cm_device *device, uint64_t bytes,
-                                            uint64_t *previous);
+CM_API cm_status cm_device_set_memory_limit(cm_device *device, uint64_t bytes, uint64_t *previous);
 
 /* Sets the wired limit: the most bytes of MTLBuffers the residency set
  * holds (0: none). The default is the device's
@@ -112,8 +110,7 @@ CM_API cm_status cm_device_set_memory_limit(cm_device *device, uint64_t bytes,
  * unless previous is NULL.
  * Errors: as cm_device_get_memory_info, and CM_ERR_UNSUPPORTED where the
  * device has no residency sets. Thread-safety: any thread. */
-CM_API cm_status cm_device_set_wired_limit(cm_device *device, uint64_t bytes,
-                                           uint64_t *previous);
+CM_API cm_status cm_device_set_wired_limit(cm_device *device, uint64_t bytes, uint64_t *previous);
 
 /* Releases every cached MTLBuffer now; the cache keeps its limit.
  * Errors: as cm_device_get_memory_info. Thread-safety: any thread. */

@@ -68,8 +68,7 @@ extern "C" {
  * converted to the tensor's dtype by the conversion rules above. Pass an
  * int64 or uint64 to set any integer exactly, a float64 for floats.
  * Errors: CM_ERR_INVALID_ARGUMENT (NULL, bad dtype), CM_ERR_READ_ONLY. */
-CM_API cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value,
-                         cm_stream *stream);
+CM_API cm_status cm_fill(cm_tensor *tensor, cm_dtype dtype, const void *value, cm_stream *stream);
 
 /* dst[i] = src[i] for every multi-index i. src and dst have equal shapes
  * and dtypes and any layouts: strided, transposed, negative strides, or a
@@ -95,7 +94,7 @@ typedef enum cm_unary_op {
     CM_UNARY_SIGN = 5,   /* -1, 0 or 1; NaN stays NaN; -0.0 and 0.0 give 0.0 */
     /* Floating dtypes only. */
     CM_UNARY_SQRT = 6,
-    CM_UNARY_RSQRT = 7,  /* 1 / sqrt(x) */
+    CM_UNARY_RSQRT = 7, /* 1 / sqrt(x) */
     CM_UNARY_EXP = 8,
     CM_UNARY_LOG = 9,
     CM_UNARY_SIN = 10,
@@ -115,8 +114,7 @@ typedef enum cm_unary_op {
  * Errors: CM_ERR_INVALID_ARGUMENT (op, shapes, overlap, devices),
  * CM_ERR_DTYPE_MISMATCH, CM_ERR_UNSUPPORTED (op undefined for the dtype),
  * CM_ERR_READ_ONLY. */
-CM_API cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out,
-                          cm_stream *stream);
+CM_API cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream *stream);
 
 typedef enum cm_binary_op {
     CM_BINARY_INVALID = 0,
@@ -150,8 +148,8 @@ typedef enum cm_binary_op {
  * Errors: CM_ERR_INVALID_ARGUMENT (op, shapes that do not broadcast to
  * out's, overlap, devices), CM_ERR_DTYPE_MISMATCH, CM_ERR_UNSUPPORTED,
  * CM_ERR_READ_ONLY. */
-CM_API cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b,
-                           cm_tensor *out, cm_stream *stream);
+CM_API cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_tensor *out,
+                           cm_stream *stream);
 
 typedef enum cm_reduce_op {
     CM_REDUCE_INVALID = 0,

@@ -25,8 +25,7 @@ extern "C" {
 #define CM_VERSION_MINOR 1
 #define CM_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, as returned by cm_version(). */
-#define CM_VERSION_NUMBER \
-    (CM_VERSION_MAJOR * 10000 + CM_VERSION_MINOR * 100 + CM_VERSION_PATCH)
+#define CM_VERSION_NUMBER (CM_VERSION_MAJOR * 10000 + CM_VERSION_MINOR * 100 + CM_VERSION_PATCH)
 
 #if defined(_WIN32) && defined(CMETAL_SHARED_BUILD)
 #define CM_API __declspec(dllexport)
@@ -38,21 +37,21 @@ extern "C" {
 
 /* X(name, value, short description). Values are never renumbered; new codes
  * are only appended. */
-#define CM_STATUS_LIST(X)                                                    \
-    X(CM_OK, 0, "success")                                                   \
-    X(CM_ERR_INVALID_ARGUMENT, 1, "invalid argument")                        \
-    X(CM_ERR_OUT_OF_MEMORY, 2, "out of memory")                              \
-    X(CM_ERR_OUT_OF_BOUNDS, 3, "out of bounds")                              \
-    X(CM_ERR_OVERFLOW, 4, "size or offset overflows")                        \
-    X(CM_ERR_UNSUPPORTED, 5, "unsupported on this device or build")          \
-    X(CM_ERR_READ_ONLY, 6, "write to read-only data")                        \
-    X(CM_ERR_NOT_HOST_VISIBLE, 7, "storage is not visible to the host")      \
-    X(CM_ERR_DTYPE_MISMATCH, 8, "dtype mismatch")                            \
-    X(CM_ERR_NO_DEVICE, 9, "no such device")                                 \
-    X(CM_ERR_DEVICE, 10, "device or driver error")                           \
-    X(CM_ERR_VERSION, 11, "incompatible version")                            \
-    X(CM_ERR_COPY_REQUIRED, 12, "a copy is required but was not allowed")    \
-    X(CM_ERR_COMPILE, 13, "kernel compilation failed")                       \
+#define CM_STATUS_LIST(X)                                                                          \
+    X(CM_OK, 0, "success")                                                                         \
+    X(CM_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                              \
+    X(CM_ERR_OUT_OF_MEMORY, 2, "out of memory")                                                    \
+    X(CM_ERR_OUT_OF_BOUNDS, 3, "out of bounds")                                                    \
+    X(CM_ERR_OVERFLOW, 4, "size or offset overflows")                                              \
+    X(CM_ERR_UNSUPPORTED, 5, "unsupported on this device or build")                                \
+    X(CM_ERR_READ_ONLY, 6, "write to read-only data")                                              \
+    X(CM_ERR_NOT_HOST_VISIBLE, 7, "storage is not visible to the host")                            \
+    X(CM_ERR_DTYPE_MISMATCH, 8, "dtype mismatch")                                                  \
+    X(CM_ERR_NO_DEVICE, 9, "no such device")                                                       \
+    X(CM_ERR_DEVICE, 10, "device or driver error")                                                 \
+    X(CM_ERR_VERSION, 11, "incompatible version")                                                  \
+    X(CM_ERR_COPY_REQUIRED, 12, "a copy is required but was not allowed")                          \
+    X(CM_ERR_COMPILE, 13, "kernel compilation failed")                                             \
     X(CM_ERR_INTERNAL, 14, "internal error")
 
 typedef enum cm_status {

@@ -113,19 +113,19 @@ struct cm_fence {
     cm__refcount ref;
     cm_device *device; /* retained */
     uint64_t value;
-    void *event;       /* id<MTLSharedEvent> on Metal, NULL otherwise */
+    void *event; /* id<MTLSharedEvent> on Metal, NULL otherwise */
     void *impl;
 };
 
 struct cm_device {
     cm__refcount ref;
-    bool immortal;             /* static, never freed: retain/release do nothing (the CPU) */
+    bool immortal; /* static, never freed: retain/release do nothing (the CPU) */
     const cm__backend *backend;
-    uint32_t index;            /* as cm_device_open numbers devices of its type */
-    void *impl;                /* backend state */
-    cm_stream *default_stream; /* owned; does not retain the device */
+    uint32_t index;               /* as cm_device_open numbers devices of its type */
+    void *impl;                   /* backend state */
+    cm_stream *default_stream;    /* owned; does not retain the device */
     pthread_mutex_t streams_lock; /* guards `streams` */
-    cm_stream *streams;        /* every live stream, the default one included */
+    cm_stream *streams;           /* every live stream, the default one included */
 };
 
 struct cm_buffer {
@@ -133,10 +133,10 @@ struct cm_buffer {
     cm_device *device; /* retained */
     size_t size;
     cm_storage_mode storage;
-    uint32_t flags;    /* CM_BUFFER_* */
-    void *host;        /* NULL when the host cannot see the memory */
-    void *native;      /* backend object (id<MTLBuffer>) or NULL */
-    void *impl;        /* backend bookkeeping */
+    uint32_t flags; /* CM_BUFFER_* */
+    void *host;     /* NULL when the host cannot see the memory */
+    void *native;   /* backend object (id<MTLBuffer>) or NULL */
+    void *impl;     /* backend bookkeeping */
     /* Set once `native` has been handed to the program (cm_buffer_get_info,
      * a kDLMetal export): it may hold the object, so it is never reused. */
     atomic_bool native_shared;
@@ -149,8 +149,8 @@ struct cm_tensor {
     cm_buffer *buffer; /* retained */
     cm_dtype dtype;
     int32_t ndim;
-    uint32_t flags;    /* CM_TENSOR_*, includes the buffer's read-only flag */
-    bool in_buffer;    /* allocated in its buffer's block, freed with the buffer */
+    uint32_t flags; /* CM_TENSOR_*, includes the buffer's read-only flag */
+    bool in_buffer; /* allocated in its buffer's block, freed with the buffer */
     uint64_t byte_offset;
     int64_t shape[CM_MAX_NDIM];
     int64_t strides[CM_MAX_NDIM];
@@ -185,26 +185,26 @@ typedef enum cm__op_kind {
 typedef struct cm__operand {
     cm_buffer *buffer; /* borrowed; same device as the op */
     cm_dtype dtype;
-    uint64_t byte_offset;           /* of the element at index 0 */
-    int64_t strides[CM_MAX_NDIM];   /* elements, over cm__op.shape */
+    uint64_t byte_offset;         /* of the element at index 0 */
+    int64_t strides[CM_MAX_NDIM]; /* elements, over cm__op.shape */
 } cm__operand;
 
 struct cm__op {
-    const char *func;    /* the public function, for error messages */
-    cm_stream *stream;   /* borrowed; of the op's device */
+    const char *func;  /* the public function, for error messages */
+    cm_stream *stream; /* borrowed; of the op's device */
     cm__op_kind kind;
     int32_t code;
     int32_t ndim;
     int64_t shape[CM_MAX_NDIM];
-    int64_t numel;       /* product of shape, > 0 */
-    int32_t axis;        /* reduce: the reduced axis of shape, or -1 for all */
-    int32_t nin;         /* inputs used: 0 (fill), 1 or 2 */
+    int64_t numel; /* product of shape, > 0 */
+    int32_t axis;  /* reduce: the reduced axis of shape, or -1 for all */
+    int32_t nin;   /* inputs used: 0 (fill), 1 or 2 */
     cm__operand out;
     cm__operand in[2];
     union {
         uint8_t bytes[8];
         uint64_t align_;
-    } value;             /* fill: one element of out.dtype */
+    } value; /* fill: one element of out.dtype */
 };
 
 /* ---------------------------------------------------------------- kernels
@@ -220,22 +220,22 @@ typedef struct cm__compile_options {
 /* One checked dispatch argument, as the core's kernel launch gives it and
  * as a backend's encoder reads it (the backend's own ops fill it too). */
 typedef struct cm__kernel_bind {
-    cm_arg_type type;   /* INPUT, OUTPUT, BYTES or THREADGROUP */
+    cm_arg_type type; /* INPUT, OUTPUT, BYTES or THREADGROUP */
     uint32_t index;
-    cm_buffer *buffer;  /* INPUT, OUTPUT: borrowed, of the kernel's device;
+    cm_buffer *buffer; /* INPUT, OUTPUT: borrowed, of the kernel's device;
                          * tracked (written for OUTPUT) */
-    void *native;       /* INPUT, OUTPUT when buffer is NULL: a backend's own
+    void *native;      /* INPUT, OUTPUT when buffer is NULL: a backend's own
                          * untracked buffer object (Metal: a scratch
                          * id<MTLBuffer>); never set by the core */
-    uint64_t offset;    /* INPUT, OUTPUT: bytes */
-    const void *data;   /* BYTES */
-    size_t size;        /* BYTES, THREADGROUP */
+    uint64_t offset;   /* INPUT, OUTPUT: bytes */
+    const void *data;  /* BYTES */
+    size_t size;       /* BYTES, THREADGROUP */
 } cm__kernel_bind;
 
 /* One checked kernel launch: grid and threadgroup sizes are >= 1 and fit. */
 typedef struct cm__kernel_launch {
     const char *func;
-    cm_stream *stream;  /* borrowed, of the kernel's device */
+    cm_stream *stream; /* borrowed, of the kernel's device */
     const cm__kernel_bind *args;
     uint32_t nargs;
     cm_grid_unit unit;
@@ -252,7 +252,7 @@ typedef struct cm__kernel_signature {
     uint32_t buffers;      /* [[buffer(i)]] parameters the kernel uses */
     uint32_t written;      /* of those, the ones it may write (device, not const) */
     uint32_t threadgroups; /* [[threadgroup(i)]] parameters it uses */
-    char buffer_names[CM_KERNEL_MAX_BUFFERS][CM__BINDING_NAME_MAX];      /* "" if unknown */
+    char buffer_names[CM_KERNEL_MAX_BUFFERS][CM__BINDING_NAME_MAX]; /* "" if unknown */
     char threadgroup_names[CM_KERNEL_MAX_BUFFERS][CM__BINDING_NAME_MAX];
 } cm__kernel_signature;
 
@@ -283,8 +283,8 @@ struct cm__kernel_backend {
 
 struct cm_library {
     cm__refcount ref;
-    cm_device *device;  /* retained */
-    void *impl;         /* backend library, +1 */
+    cm_device *device; /* retained */
+    void *impl;        /* backend library, +1 */
 };
 
 struct cm_kernel {
@@ -340,15 +340,14 @@ cm_status cm__buffer_make(const char *func, cm_device *device, const cm__buffer_
  * lives until the buffer dies. The layout must already be valid for
  * desc->size bytes (checked by the caller). Errors are reported as
  * cm_buffer_wrap_host; desc->release is never called on failure. */
-cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *desc,
-                               cm_dtype dtype, int32_t ndim, const int64_t *shape,
-                               const int64_t *strides, uint64_t byte_offset, uint32_t flags,
-                               cm_tensor **out);
+cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *desc, cm_dtype dtype,
+                               int32_t ndim, const int64_t *shape, const int64_t *strides,
+                               uint64_t byte_offset, uint32_t flags, cm_tensor **out);
 
 /* Element count and compact row-major strides for a shape, overflow-checked
  * (also against the byte size numel * itemsize fitting in int64). */
-cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape,
-                            size_t itemsize, int64_t *strides_out, int64_t *numel_out);
+cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape, size_t itemsize,
+                            int64_t *strides_out, int64_t *numel_out);
 
 /* The constructor every backend's device goes through: `device` with
  * refcount 1 over `impl`, with its default stream (made in

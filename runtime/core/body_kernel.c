@@ -57,8 +57,7 @@ static cm_status cm__copy_names(const char *func, const char *what, const char *
     if (n == 0)
         return CM_OK;
     if (names == NULL)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->%s = NULL with %u names",
-                           what, n);
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->%s = NULL with %u names", what, n);
     *out = cm__alloc(sizeof(char *) * n, _Alignof(char *));
     if (*out == NULL)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for names");
@@ -86,7 +85,7 @@ cm_status cm_body_kernel_create(cm_device *device, const cm_body_kernel_desc *de
                     desc->name != NULL ? desc->name : "(null)");
     CM__REQUIRE_ARG(desc->body != NULL, "desc->body = NULL: give the kernel's statements");
     CM__REQUIRE_ARG(desc->output_count >= 1, "desc->output_count = 0: a kernel writes at "
-                    "least one output");
+                                             "least one output");
     CM__REQUIRE_ARG(desc->input_count + (uint64_t)desc->output_count <= CM_KERNEL_MAX_BUFFERS,
                     "desc->input_count + output_count = %" PRIu64 " is over %d buffers",
                     desc->input_count + (uint64_t)desc->output_count, CM_KERNEL_MAX_BUFFERS);
@@ -99,8 +98,8 @@ cm_status cm_body_kernel_create(cm_device *device, const cm_body_kernel_desc *de
                                 &k->inputs);
     k->ninputs = desc->input_count;
     if (status == CM_OK)
-        status = cm__copy_names(__func__, "output_names", desc->output_names,
-                                desc->output_count, &k->outputs);
+        status = cm__copy_names(__func__, "output_names", desc->output_names, desc->output_count,
+                                &k->outputs);
     k->noutputs = desc->output_count;
     const uint32_t total = k->ninputs + k->noutputs;
     for (uint32_t i = 0; status == CM_OK && i < total; ++i)
@@ -108,8 +107,10 @@ cm_status cm_body_kernel_create(cm_device *device, const cm_body_kernel_desc *de
             const char *a = i < k->ninputs ? k->inputs[i] : k->outputs[i - k->ninputs];
             const char *b = j < k->ninputs ? k->inputs[j] : k->outputs[j - k->ninputs];
             if (strcmp(a, b) == 0)
-                status = cm__fail(CM_ERR_INVALID_ARGUMENT, "the name \"%s\" is used twice "
-                                  "among the inputs and outputs", a);
+                status = cm__fail(CM_ERR_INVALID_ARGUMENT,
+                                  "the name \"%s\" is used twice "
+                                  "among the inputs and outputs",
+                                  a);
         }
     if (status == CM_OK) {
         k->name = cm__strdup(desc->name);
@@ -146,20 +147,14 @@ cm_status cm_body_kernel_release(cm_body_kernel *kernel) {
     return cm_device_release(device);
 }
 
-
 static const struct {
     const char *name, *type;
 } cm__body_attributes[] = {
-    {"thread_position_in_grid", "uint3"},
-    {"threads_per_grid", "uint3"},
-    {"thread_position_in_threadgroup", "uint3"},
-    {"threadgroup_position_in_grid", "uint3"},
-    {"threads_per_threadgroup", "uint3"},
-    {"threadgroups_per_grid", "uint3"},
-    {"thread_index_in_threadgroup", "uint"},
-    {"thread_index_in_simdgroup", "uint"},
-    {"simdgroup_index_in_threadgroup", "uint"},
-    {"threads_per_simdgroup", "uint"},
+    {"thread_position_in_grid", "uint3"},        {"threads_per_grid", "uint3"},
+    {"thread_position_in_threadgroup", "uint3"}, {"threadgroup_position_in_grid", "uint3"},
+    {"threads_per_threadgroup", "uint3"},        {"threadgroups_per_grid", "uint3"},
+    {"thread_index_in_threadgroup", "uint"},     {"thread_index_in_simdgroup", "uint"},
+    {"simdgroup_index_in_threadgroup", "uint"},  {"threads_per_simdgroup", "uint"},
     {"simdgroups_per_threadgroup", "uint"},
 };
 
@@ -190,8 +185,8 @@ static cm_status cm__body_source(const char *func, const cm_body_kernel *k,
         const cm_tensor *t = in ? desc->inputs[j] : desc->outputs[j];
         const char *what = in ? "inputs" : "outputs";
         if (t == NULL)
-            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->%s[%u] = NULL (%s)", what,
-                               j, in ? k->inputs[j] : k->outputs[j]);
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->%s[%u] = NULL (%s)", what, j,
+                               in ? k->inputs[j] : k->outputs[j]);
         if (cm__msl_type(t->dtype) == NULL)
             return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                                "desc->%s[%u] (%s) has dtype %s, which Metal kernels do not "
@@ -277,7 +272,7 @@ static cm_status cm__body_source(const char *func, const cm_body_kernel *k,
 /* The kernel of `source`: a variant made before, or a new one. +0 in *out
  * (the body kernel owns it). */
 static cm_status cm__body_variant_get(const char *func, cm_body_kernel *k, const char *source,
-                                  cm_kernel **out) {
+                                      cm_kernel **out) {
     pthread_mutex_lock(&k->lock);
     for (cm__body_variant *v = k->variants; v != NULL; v = v->next)
         if (strcmp(v->source, source) == 0) {
@@ -287,8 +282,7 @@ static cm_status cm__body_variant_get(const char *func, cm_body_kernel *k, const
         }
     cm_library *lib = NULL;
     cm_kernel *kernel = NULL;
-    cm_status status =
-        cm__library_new(func, k->device, source, &k->options, NULL, 0, &lib);
+    cm_status status = cm__library_new(func, k->device, source, &k->options, NULL, 0, &lib);
     if (status == CM_OK) {
         status = cm_kernel_create(lib, &(cm_kernel_desc){.name = k->name}, &kernel);
         if (status != CM_OK) {
@@ -368,8 +362,8 @@ cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,
     for (uint32_t i = 0; i < total; ++i) {
         const bool in = i < kernel->ninputs;
         const cm_tensor *t = in ? desc->inputs[i] : desc->outputs[i - kernel->ninputs];
-        args[n++] = (cm_kernel_arg){.type = in ? CM_ARG_INPUT : CM_ARG_OUTPUT,
-                                    .index = index++, .tensor = t};
+        args[n++] = (cm_kernel_arg){
+            .type = in ? CM_ARG_INPUT : CM_ARG_OUTPUT, .index = index++, .tensor = t};
     }
     for (uint32_t i = 0; i < total; ++i) {
         const bool in = i < kernel->ninputs;
@@ -377,18 +371,22 @@ cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,
         /* setBytes needs at least one element: a 0-d tensor binds {1}. */
         static const int64_t one = 1;
         if (layouts[i].shape) {
-            args[n++] = (cm_kernel_arg){.type = CM_ARG_BYTES, .index = index++,
-                                        .data = t->ndim > 0 ? (const void *)t->shape : &one,
-                                        .size = sizeof(int64_t) * (t->ndim > 0 ? (size_t)t->ndim : 1)};
+            args[n++] =
+                (cm_kernel_arg){.type = CM_ARG_BYTES,
+                                .index = index++,
+                                .data = t->ndim > 0 ? (const void *)t->shape : &one,
+                                .size = sizeof(int64_t) * (t->ndim > 0 ? (size_t)t->ndim : 1)};
         }
         if (layouts[i].strides)
-            args[n++] = (cm_kernel_arg){.type = CM_ARG_BYTES, .index = index++,
-                                        .data = t->ndim > 0 ? (const void *)t->strides : &one,
-                                        .size = sizeof(int64_t) * (t->ndim > 0 ? (size_t)t->ndim : 1)};
+            args[n++] =
+                (cm_kernel_arg){.type = CM_ARG_BYTES,
+                                .index = index++,
+                                .data = t->ndim > 0 ? (const void *)t->strides : &one,
+                                .size = sizeof(int64_t) * (t->ndim > 0 ? (size_t)t->ndim : 1)};
         if (layouts[i].ndim) {
             ndims[i] = t->ndim;
-            args[n++] = (cm_kernel_arg){.type = CM_ARG_BYTES, .index = index++, .data = &ndims[i],
-                                        .size = sizeof(int32_t)};
+            args[n++] = (cm_kernel_arg){
+                .type = CM_ARG_BYTES, .index = index++, .data = &ndims[i], .size = sizeof(int32_t)};
         }
     }
     cm__kernel_launch d;
@@ -406,4 +404,3 @@ cm_status cm_body_kernel_dispatch(cm_body_kernel *kernel, cm_stream *stream,
         }
     return cm__launch(k, &d);
 }
-

@@ -53,8 +53,8 @@ cm_status cm__buffer_make(const char *func, cm_device *device, const cm__buffer_
         buffer->flags = src->flags | CM_BUFFER_FOREIGN;
         buffer->release = src->release;
         buffer->release_context = src->release_context;
-        status = device->backend->buffer_wrap_native(func, src->native_arg, device, buffer,
-                                                      src->native);
+        status =
+            device->backend->buffer_wrap_native(func, src->native_arg, device, buffer, src->native);
         break;
     }
     if (status != CM_OK) {
@@ -88,8 +88,7 @@ cm_status cm_buffer_create(cm_device *device, const cm_buffer_desc *desc, cm_buf
     return cm__buffer_make(__func__, device, &src, 0, out);
 }
 
-cm_status cm_buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc,
-                              cm_buffer **out) {
+cm_status cm_buffer_wrap_host(cm_device *device, const cm_host_memory_desc *desc, cm_buffer **out) {
     CM__REQUIRE_NONNULL(out);
     *out = NULL;
     CM__REQUIRE_NONNULL(device);
@@ -163,7 +162,6 @@ cm_status cm_buffer_get_device(const cm_buffer *buffer, cm_device **out) {
     *out = buffer->device;
     return CM_OK;
 }
-
 
 static cm_status cm__transfer(const char *func, cm_buffer *buffer, size_t offset, void *data,
                               size_t size, bool to_device) {

@@ -138,18 +138,15 @@ static inline double cm__i64_to_f64_sticky(int64_t v) {
 }
 
 /* float64 -> integers: truncate, saturate, NaN -> 0. */
-#define CM__SAT_FROM_F64(name, T, lo, hi_excl, minv, maxv)   \
-    static inline T name(double x) {                         \
-        return x != x         ? (T)0                         \
-               : x >= hi_excl ? (T)(maxv)                    \
-               : x <= lo      ? (T)(minv)                    \
-                              : (T)x;                        \
+#define CM__SAT_FROM_F64(name, T, lo, hi_excl, minv, maxv)                                         \
+    static inline T name(double x) {                                                               \
+        return x != x ? (T)0 : x >= hi_excl ? (T)(maxv) : x <= lo ? (T)(minv) : (T)x;              \
     }
 CM__SAT_FROM_F64(cm__f64_to_i8, int8_t, -128.0, 128.0, INT8_MIN, INT8_MAX)
 CM__SAT_FROM_F64(cm__f64_to_i16, int16_t, -32768.0, 32768.0, INT16_MIN, INT16_MAX)
 CM__SAT_FROM_F64(cm__f64_to_i32, int32_t, -2147483648.0, 2147483648.0, INT32_MIN, INT32_MAX)
-CM__SAT_FROM_F64(cm__f64_to_i64, int64_t, -9223372036854775808.0, 9223372036854775808.0,
-                 INT64_MIN, INT64_MAX)
+CM__SAT_FROM_F64(cm__f64_to_i64, int64_t, -9223372036854775808.0, 9223372036854775808.0, INT64_MIN,
+                 INT64_MAX)
 CM__SAT_FROM_F64(cm__f64_to_u8, uint8_t, -1.0, 256.0, 0, UINT8_MAX)
 CM__SAT_FROM_F64(cm__f64_to_u16, uint16_t, -1.0, 65536.0, 0, UINT16_MAX)
 CM__SAT_FROM_F64(cm__f64_to_u32, uint32_t, -1.0, 4294967296.0, 0, UINT32_MAX)
@@ -174,45 +171,45 @@ CM__SAT_FROM_F64(cm__f64_to_u64, uint64_t, -1.0, 18446744073709551616.0, 0, UINT
 #define CM__LD_BF16(v) cm__bf16_to_f32(v)
 #define CM__LD_SAME(v) (v)
 
-#define CM__DTYPE_LIST(X)                                                                  \
-    X(CM_BOOL, uint8_t, I, CM__LD_INT, BOOL, cm__f64_to_u8, BOOL)                          \
-    X(CM_INT8, int8_t, I, CM__LD_INT, INT, cm__f64_to_i8, CHAR)                            \
-    X(CM_INT16, int16_t, I, CM__LD_INT, INT, cm__f64_to_i16, SHORT)                        \
-    X(CM_INT32, int32_t, I, CM__LD_INT, INT, cm__f64_to_i32, INT)                          \
-    X(CM_INT64, int64_t, I, CM__LD_INT, INT, cm__f64_to_i64, LONG)                         \
-    X(CM_UINT8, uint8_t, U, CM__LD_UINT, INT, cm__f64_to_u8, UCHAR)                        \
-    X(CM_UINT16, uint16_t, U, CM__LD_UINT, INT, cm__f64_to_u16, USHORT)                    \
-    X(CM_UINT32, uint32_t, U, CM__LD_UINT, INT, cm__f64_to_u32, UINT)                      \
-    X(CM_UINT64, uint64_t, U, CM__LD_UINT, INT, cm__f64_to_u64, ULONG)                     \
-    X(CM_FLOAT16, uint16_t, F, CM__LD_F16, F16, cm__f64_to_u16, HALF)                      \
-    X(CM_BFLOAT16, uint16_t, F, CM__LD_BF16, BF16, cm__f64_to_u16, BFLOAT)                 \
-    X(CM_FLOAT32, float, F, CM__LD_SAME, F32, cm__f64_to_u32, FLOAT)                       \
+#define CM__DTYPE_LIST(X)                                                                          \
+    X(CM_BOOL, uint8_t, I, CM__LD_INT, BOOL, cm__f64_to_u8, BOOL)                                  \
+    X(CM_INT8, int8_t, I, CM__LD_INT, INT, cm__f64_to_i8, CHAR)                                    \
+    X(CM_INT16, int16_t, I, CM__LD_INT, INT, cm__f64_to_i16, SHORT)                                \
+    X(CM_INT32, int32_t, I, CM__LD_INT, INT, cm__f64_to_i32, INT)                                  \
+    X(CM_INT64, int64_t, I, CM__LD_INT, INT, cm__f64_to_i64, LONG)                                 \
+    X(CM_UINT8, uint8_t, U, CM__LD_UINT, INT, cm__f64_to_u8, UCHAR)                                \
+    X(CM_UINT16, uint16_t, U, CM__LD_UINT, INT, cm__f64_to_u16, USHORT)                            \
+    X(CM_UINT32, uint32_t, U, CM__LD_UINT, INT, cm__f64_to_u32, UINT)                              \
+    X(CM_UINT64, uint64_t, U, CM__LD_UINT, INT, cm__f64_to_u64, ULONG)                             \
+    X(CM_FLOAT16, uint16_t, F, CM__LD_F16, F16, cm__f64_to_u16, HALF)                              \
+    X(CM_BFLOAT16, uint16_t, F, CM__LD_BF16, BF16, cm__f64_to_u16, BFLOAT)                         \
+    X(CM_FLOAT32, float, F, CM__LD_SAME, F32, cm__f64_to_u32, FLOAT)                               \
     X(CM_FLOAT64, double, D, CM__LD_SAME, F64, cm__f64_to_u64, NONE)
 
 /* The two copies of the table must agree: their enums, storage sizes and
  * load domains are summed into one number each. */
-#define CM__DTYPE_SUM(E, T, DOM, LD, KIND, SAT, MTL) \
+#define CM__DTYPE_SUM(E, T, DOM, LD, KIND, SAT, MTL)                                               \
     +(int)(E) * 1000 + (int)sizeof(T) * 10 + CM__DOM_##DOM
-#define CM__DTYPE_SUM_WITH(P, E, T, DOM, LD, KIND, SAT, MTL) \
+#define CM__DTYPE_SUM_WITH(P, E, T, DOM, LD, KIND, SAT, MTL)                                       \
     CM__DTYPE_SUM(E, T, DOM, LD, KIND, SAT, MTL)
 #define CM__DOM_I 1
 #define CM__DOM_U 2
 #define CM__DOM_F 3
 #define CM__DOM_D 4
 
-#define CM__DTYPE_LIST_WITH(X, ...)                                                        \
-    X(__VA_ARGS__, CM_BOOL, uint8_t, I, CM__LD_INT, BOOL, cm__f64_to_u8, BOOL)             \
-    X(__VA_ARGS__, CM_INT8, int8_t, I, CM__LD_INT, INT, cm__f64_to_i8, CHAR)               \
-    X(__VA_ARGS__, CM_INT16, int16_t, I, CM__LD_INT, INT, cm__f64_to_i16, SHORT)           \
-    X(__VA_ARGS__, CM_INT32, int32_t, I, CM__LD_INT, INT, cm__f64_to_i32, INT)             \
-    X(__VA_ARGS__, CM_INT64, int64_t, I, CM__LD_INT, INT, cm__f64_to_i64, LONG)            \
-    X(__VA_ARGS__, CM_UINT8, uint8_t, U, CM__LD_UINT, INT, cm__f64_to_u8, UCHAR)           \
-    X(__VA_ARGS__, CM_UINT16, uint16_t, U, CM__LD_UINT, INT, cm__f64_to_u16, USHORT)       \
-    X(__VA_ARGS__, CM_UINT32, uint32_t, U, CM__LD_UINT, INT, cm__f64_to_u32, UINT)         \
-    X(__VA_ARGS__, CM_UINT64, uint64_t, U, CM__LD_UINT, INT, cm__f64_to_u64, ULONG)        \
-    X(__VA_ARGS__, CM_FLOAT16, uint16_t, F, CM__LD_F16, F16, cm__f64_to_u16, HALF)         \
-    X(__VA_ARGS__, CM_BFLOAT16, uint16_t, F, CM__LD_BF16, BF16, cm__f64_to_u16, BFLOAT)    \
-    X(__VA_ARGS__, CM_FLOAT32, float, F, CM__LD_SAME, F32, cm__f64_to_u32, FLOAT)          \
+#define CM__DTYPE_LIST_WITH(X, ...)                                                                \
+    X(__VA_ARGS__, CM_BOOL, uint8_t, I, CM__LD_INT, BOOL, cm__f64_to_u8, BOOL)                     \
+    X(__VA_ARGS__, CM_INT8, int8_t, I, CM__LD_INT, INT, cm__f64_to_i8, CHAR)                       \
+    X(__VA_ARGS__, CM_INT16, int16_t, I, CM__LD_INT, INT, cm__f64_to_i16, SHORT)                   \
+    X(__VA_ARGS__, CM_INT32, int32_t, I, CM__LD_INT, INT, cm__f64_to_i32, INT)                     \
+    X(__VA_ARGS__, CM_INT64, int64_t, I, CM__LD_INT, INT, cm__f64_to_i64, LONG)                    \
+    X(__VA_ARGS__, CM_UINT8, uint8_t, U, CM__LD_UINT, INT, cm__f64_to_u8, UCHAR)                   \
+    X(__VA_ARGS__, CM_UINT16, uint16_t, U, CM__LD_UINT, INT, cm__f64_to_u16, USHORT)               \
+    X(__VA_ARGS__, CM_UINT32, uint32_t, U, CM__LD_UINT, INT, cm__f64_to_u32, UINT)                 \
+    X(__VA_ARGS__, CM_UINT64, uint64_t, U, CM__LD_UINT, INT, cm__f64_to_u64, ULONG)                \
+    X(__VA_ARGS__, CM_FLOAT16, uint16_t, F, CM__LD_F16, F16, cm__f64_to_u16, HALF)                 \
+    X(__VA_ARGS__, CM_BFLOAT16, uint16_t, F, CM__LD_BF16, BF16, cm__f64_to_u16, BFLOAT)            \
+    X(__VA_ARGS__, CM_FLOAT32, float, F, CM__LD_SAME, F32, cm__f64_to_u32, FLOAT)                  \
     X(__VA_ARGS__, CM_FLOAT64, double, D, CM__LD_SAME, F64, cm__f64_to_u64, NONE)
 
 _Static_assert((0 CM__DTYPE_LIST(CM__DTYPE_SUM)) == (0 CM__DTYPE_LIST_WITH(CM__DTYPE_SUM_WITH, _)),

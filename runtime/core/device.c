@@ -55,7 +55,6 @@ void cm__device_destroy(cm_device *device) {
     cm__free(device);
 }
 
-
 cm_status cm_device_retain(cm_device *device) {
     CM__REQUIRE_NONNULL(device);
     if (!device->immortal)

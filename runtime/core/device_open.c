@@ -73,8 +73,8 @@ cm_status cm_device_open_desc(const cm_device_desc *desc, cm_device **out) {
                         (int)desc->type);
     if (type == CM_DEVICE_CPU && desc->cpu_threads > CM_CPU_MAX_THREADS)
         return cm__fail(CM_ERR_INVALID_ARGUMENT,
-                        "desc->cpu_threads = %u exceeds CM_CPU_MAX_THREADS (%d)",
-                        desc->cpu_threads, CM_CPU_MAX_THREADS);
+                        "desc->cpu_threads = %u exceeds CM_CPU_MAX_THREADS (%d)", desc->cpu_threads,
+                        CM_CPU_MAX_THREADS);
     if (type == CM_DEVICE_METAL && desc->cpu_threads != 0)
         return cm__fail(CM_ERR_INVALID_ARGUMENT,
                         "desc->cpu_threads = %u: threads apply to the CPU device only, "

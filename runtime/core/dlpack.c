@@ -150,7 +150,7 @@ static void cm__dl_spare_free(void *marker) {
     cm__dlpack_export *e = cm__dl_spare;
     cm__dl_spare = NULL;
     cm__dl_spare_keyed = false; /* a later destructor's round trip keys it again */
-    free(e); /* made by the default allocator: malloc */
+    free(e);                    /* made by the default allocator: malloc */
 }
 
 static void cm__dl_key_make(void) {
@@ -249,7 +249,9 @@ static cm_status cm__export_target(const cm_tensor *tensor, const cm_dlpack_expo
 static cm_status cm__copy_on_device(const char *func, const cm_tensor *tensor, uint32_t flags,
                                     cm_tensor **out) {
     cm_device *device = tensor->buffer->device;
-    cm_tensor_desc td = {.dtype = tensor->dtype, .ndim = tensor->ndim, .shape = tensor->shape,
+    cm_tensor_desc td = {.dtype = tensor->dtype,
+                         .ndim = tensor->ndim,
+                         .shape = tensor->shape,
                          .storage = tensor->buffer->storage};
     cm_tensor *copy = NULL;
     CM__TRY(cm_tensor_create(device, &td, &copy));
@@ -320,8 +322,7 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
             return cm__fail(CM_ERR_COPY_REQUIRED,
                             "the tensor's %s storage on the %s device has no host address, so "
                             "a kDLCPU export needs a copy, and desc->copy is CM_COPY_NEVER",
-                            cm__storage_mode_name(b->storage),
-                            cm_device_type_name(backend->type));
+                            cm__storage_mode_name(b->storage), cm_device_type_name(backend->type));
         copy = true;
     }
     /* Pending device work finishes first (unless the caller waits on a
@@ -343,10 +344,9 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
         } else {
             cm_device *cpu = NULL;
             CM__TRY(cm__dlpack_cpu_device(__func__, b->device, &cpu));
-            cm_status status = cm__copy_new(__func__, cpu,
-                                            (const uint8_t *)b->host + tensor->byte_offset,
-                                            tensor->dtype, tensor->ndim, tensor->shape,
-                                            tensor->strides, 0, &copied);
+            cm_status status = cm__copy_new(
+                __func__, cpu, (const uint8_t *)b->host + tensor->byte_offset, tensor->dtype,
+                tensor->ndim, tensor->shape, tensor->strides, 0, &copied);
             cm_device_release(cpu);
             CM__TRY(status);
         }
@@ -402,8 +402,8 @@ cm_status cm_dlpack_export(const cm_tensor *tensor, const cm_dlpack_export_desc 
     const bool metal = target == kDLMetal;
     if (metal) /* the consumer may keep the MTLBuffer: never reuse it */
         atomic_store(&source->buffer->native_shared, true);
-    dl->data = metal ? source->buffer->native
-                     : (uint8_t *)source->buffer->host + source->byte_offset;
+    dl->data =
+        metal ? source->buffer->native : (uint8_t *)source->buffer->host + source->byte_offset;
     dl->device.device_type = metal ? kDLMetal : kDLCPU;
     dl->device.device_id = metal ? (int32_t)source->buffer->device->index : 0;
     dl->ndim = ndim;
@@ -465,14 +465,22 @@ static cm_dtype cm__dl_dtype(uint8_t code, uint8_t bits) {
     enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
     switch (code) {
     case DL_INT:
-        return bits == 8 ? CM_INT8 : bits == 16 ? CM_INT16 : bits == 32 ? CM_INT32
-             : bits == 64 ? CM_INT64 : CM_DTYPE_INVALID;
+        return bits == 8    ? CM_INT8
+               : bits == 16 ? CM_INT16
+               : bits == 32 ? CM_INT32
+               : bits == 64 ? CM_INT64
+                            : CM_DTYPE_INVALID;
     case DL_UINT:
-        return bits == 8 ? CM_UINT8 : bits == 16 ? CM_UINT16 : bits == 32 ? CM_UINT32
-             : bits == 64 ? CM_UINT64 : CM_DTYPE_INVALID;
+        return bits == 8    ? CM_UINT8
+               : bits == 16 ? CM_UINT16
+               : bits == 32 ? CM_UINT32
+               : bits == 64 ? CM_UINT64
+                            : CM_DTYPE_INVALID;
     case DL_FLOAT:
-        return bits == 16 ? CM_FLOAT16 : bits == 32 ? CM_FLOAT32 : bits == 64 ? CM_FLOAT64
-             : CM_DTYPE_INVALID;
+        return bits == 16   ? CM_FLOAT16
+               : bits == 32 ? CM_FLOAT32
+               : bits == 64 ? CM_FLOAT64
+                            : CM_DTYPE_INVALID;
     case DL_BFLOAT: return bits == 16 ? CM_BFLOAT16 : CM_DTYPE_INVALID;
     case DL_BOOL: return bits == 8 ? CM_BOOL : CM_DTYPE_INVALID;
     default: return CM_DTYPE_INVALID;
@@ -491,8 +499,7 @@ static cm_status cm__dl_check_dtype(const char *func, DLDataType dt, cm_dtype *o
     if (dt.bits == 0)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "dl_tensor.dtype.bits = 0 must be > 0");
     if (dt.lanes == 0)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "dl_tensor.dtype.lanes = 0 must be > 0");
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "dl_tensor.dtype.lanes = 0 must be > 0");
     if (dt.lanes != 1)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                            "dl_tensor.dtype.lanes = %u: cmetal has no vector element types",
@@ -510,8 +517,7 @@ static cm_status cm__dl_check_dtype(const char *func, DLDataType dt, cm_dtype *o
 static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *v) {
     const int32_t ndim = (int32_t)t->ndim;
     if (ndim < 0)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "dl_tensor.ndim = %d must be >= 0",
-                           ndim);
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "dl_tensor.ndim = %d must be >= 0", ndim);
     if (ndim > CM_MAX_NDIM)
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
                            "dl_tensor.ndim = %d exceeds cmetal's maximum of %d dimensions", ndim,
@@ -534,8 +540,7 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
                            t->byte_offset, cm__dtype(v->dtype)->name, v->itemsize);
     if (t->byte_offset > (uint64_t)INT64_MAX)
         return cm__fail_as(func, CM_ERR_OVERFLOW,
-                           "dl_tensor.byte_offset = %" PRIu64 " exceeds INT64_MAX",
-                           t->byte_offset);
+                           "dl_tensor.byte_offset = %" PRIu64 " exceeds INT64_MAX", t->byte_offset);
     if (t->strides == NULL) {
         CM__TRY(cm__shape_compact(func, ndim, t->shape, v->itemsize, v->strides, &v->numel));
     } else {
@@ -577,7 +582,8 @@ static cm_status cm__dl_check(const char *func, const DLTensor *t, cm__dl_view *
         if (cm__mul_overflow_i64(v->strides[k], t->shape[k] - 1, &reach) ||
             cm__add_overflow_i64(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
             return cm__fail_as(func, CM_ERR_OVERFLOW,
-                               "dl_tensor.strides[%d] = %" PRId64 " with dl_tensor.shape[%d] = %" PRId64
+                               "dl_tensor.strides[%d] = %" PRId64
+                               " with dl_tensor.shape[%d] = %" PRId64
                                " overflows the address range",
                                k, v->strides[k], k, t->shape[k]);
     }
@@ -681,8 +687,10 @@ static cm_status cm__dl_import_metal(const char *func, void *managed, const DLTe
         if (status != CM_OK) {
             char why[400];
             snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, cm_last_error());
-            return cm__fail_as(func, status, "dl_tensor.device = (kDLMetal, %d) needs a Metal "
-                               "device: %s", t->device.device_id, why);
+            return cm__fail_as(func, status,
+                               "dl_tensor.device = (kDLMetal, %d) needs a Metal "
+                               "device: %s",
+                               t->device.device_id, why);
         }
     }
     const uint32_t flags = read_only ? CM_TENSOR_READ_ONLY : 0u;
@@ -697,13 +705,12 @@ static cm_status cm__dl_import_metal(const char *func, void *managed, const DLTe
         status = cm__dl_owner_new(func, release, managed, &owner);
         if (status == CM_OK) {
             /* Through the device's table, as cm_buffer_wrap_metal does. */
-            const cm__buffer_source src = {
-                .kind = CM__BUFFER_NATIVE,
-                .native = t->data,
-                .native_arg = "dl_tensor.data",
-                .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
-                .release = owner != NULL ? cm__dl_owner_release : NULL,
-                .release_context = owner};
+            const cm__buffer_source src = {.kind = CM__BUFFER_NATIVE,
+                                           .native = t->data,
+                                           .native_arg = "dl_tensor.data",
+                                           .flags = read_only ? CM_BUFFER_READ_ONLY : 0u,
+                                           .release = owner != NULL ? cm__dl_owner_release : NULL,
+                                           .release_context = owner};
             status = cm__buffer_make(func, device, &src, 0, &buffer);
             if (status != CM_OK)
                 cm__free(owner); /* never called on failure */
@@ -782,11 +789,11 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
             .release = release,
             .release_context = managed,
         };
-        status = cm__tensor_wrap_host(device, &hd, v.dtype, ndim, shape, v.strides, v.offset,
-                                      flags, out);
+        status = cm__tensor_wrap_host(device, &hd, v.dtype, ndim, shape, v.strides, v.offset, flags,
+                                      out);
         if (status == CM_ERR_OUT_OF_MEMORY)
-            status = cm__fail_as(func, status,
-                                 "no memory for the buffer over the producer's memory");
+            status =
+                cm__fail_as(func, status, "no memory for the buffer over the producer's memory");
         if (status == CM_ERR_COPY_REQUIRED && d->copy == CM_COPY_NEVER) {
             /* The device's reason, said of the import's own arguments. */
             char why[512];
@@ -798,8 +805,7 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
                                  "dl_tensor.data = %p (%zu bytes spanned by the view) on the %s "
                                  "device: importing without a copy (desc->copy = "
                                  "CM_COPY_NEVER) %s",
-                                 t->data, v.size, cm_device_type_name(device->backend->type),
-                                 rule);
+                                 t->data, v.size, cm_device_type_name(device->backend->type), rule);
         }
         if (status != CM_ERR_COPY_REQUIRED || d->copy == CM_COPY_NEVER) {
             cm_device_release(device); /* the buffer holds its own reference */
@@ -808,8 +814,8 @@ static cm_status cm__dl_import(const char *func, void *managed, const DLTensor *
     }
 
     /* A compact copy; the producer is done with once it exists. */
-    status = cm__copy_new(func, device, (const uint8_t *)v.base + v.offset, v.dtype, ndim,
-                          shape, v.strides, flags, out);
+    status = cm__copy_new(func, device, (const uint8_t *)v.base + v.offset, v.dtype, ndim, shape,
+                          v.strides, flags, out);
     cm_device_release(device);
     if (status != CM_OK)
         return status;
@@ -849,8 +855,8 @@ static cm_tensor *cm__dl_own_export(cm__dlpack_export *e, const DLTensor *t, boo
 
 static cm_status cm__dl_check_desc(const char *func, const cm_dlpack_import_desc *d) {
     if (d->copy < CM_COPY_IF_NEEDED || d->copy > CM_COPY_ALWAYS)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "desc->copy = %d is not a cm_copy_policy", (int)d->copy);
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->copy = %d is not a cm_copy_policy",
+                           (int)d->copy);
     return CM_OK;
 }
 
@@ -862,16 +868,16 @@ cm_status cm_dlpack_import(DLManagedTensor *managed, const cm_dlpack_import_desc
     const cm_dlpack_import_desc d = desc != NULL ? *desc : (cm_dlpack_import_desc){0};
     CM__TRY(cm__dl_check_desc(__func__, &d));
     if (managed->deleter == cm__dlpack_delete_legacy) {
-        cm_tensor *own = cm__dl_own_export(managed->manager_ctx, &managed->dl_tensor,
-                                           d.read_only, &d);
+        cm_tensor *own =
+            cm__dl_own_export(managed->manager_ctx, &managed->dl_tensor, d.read_only, &d);
         if (own != NULL) {
             *out = own;
             return CM_OK;
         }
     }
     return cm__dl_import(__func__, managed, &managed->dl_tensor,
-                         managed->deleter != NULL ? cm__dl_release_legacy : NULL, d.read_only,
-                         &d, out);
+                         managed->deleter != NULL ? cm__dl_release_legacy : NULL, d.read_only, &d,
+                         out);
 }
 
 cm_status cm_dlpack_import_versioned(DLManagedTensorVersioned *managed,
@@ -899,14 +905,14 @@ cm_status cm_dlpack_import_versioned(DLManagedTensorVersioned *managed,
                         managed->flags);
     const bool read_only = d.read_only || (managed->flags & DLPACK_FLAG_BITMASK_READ_ONLY);
     if (managed->deleter == cm__dlpack_delete_versioned) {
-        cm_tensor *own = cm__dl_own_export(managed->manager_ctx, &managed->dl_tensor, read_only,
-                                           &d);
+        cm_tensor *own =
+            cm__dl_own_export(managed->manager_ctx, &managed->dl_tensor, read_only, &d);
         if (own != NULL) {
             *out = own;
             return CM_OK;
         }
     }
     return cm__dl_import(__func__, managed, &managed->dl_tensor,
-                         managed->deleter != NULL ? cm__dl_release_versioned : NULL, read_only,
-                         &d, out);
+                         managed->deleter != NULL ? cm__dl_release_versioned : NULL, read_only, &d,
+                         out);
 }

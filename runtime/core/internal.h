@@ -21,8 +21,7 @@
 
 /* Records "function: message" as the calling thread's last error and
  * returns `status`. The function name is taken from the caller. */
-cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...)
-    CM__PRINTF(3, 4);
+cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...) CM__PRINTF(3, 4);
 #define cm__fail(status, ...) cm__fail_at(__func__, (status), __VA_ARGS__)
 
 /* Same, but with an explicit public function name, for helpers that report
@@ -34,21 +33,20 @@ cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...)
 void cm__set_last_error(const char *text);
 
 /* One-line error paths. */
-#define CM__TRY(expr)                        \
-    do {                                     \
-        cm_status cm__s_ = (expr);           \
-        if (CM__UNLIKELY(cm__s_ != CM_OK))   \
-            return cm__s_;                   \
+#define CM__TRY(expr)                                                                              \
+    do {                                                                                           \
+        cm_status cm__s_ = (expr);                                                                 \
+        if (CM__UNLIKELY(cm__s_ != CM_OK))                                                         \
+            return cm__s_;                                                                         \
     } while (0)
 
-#define CM__REQUIRE_ARG(cond, ...)                                  \
-    do {                                                            \
-        if (CM__UNLIKELY(!(cond)))                                  \
-            return cm__fail(CM_ERR_INVALID_ARGUMENT, __VA_ARGS__);  \
+#define CM__REQUIRE_ARG(cond, ...)                                                                 \
+    do {                                                                                           \
+        if (CM__UNLIKELY(!(cond)))                                                                 \
+            return cm__fail(CM_ERR_INVALID_ARGUMENT, __VA_ARGS__);                                 \
     } while (0)
 
-#define CM__REQUIRE_NONNULL(ptr) \
-    CM__REQUIRE_ARG((ptr) != NULL, "%s = NULL must not be NULL", #ptr)
+#define CM__REQUIRE_NONNULL(ptr) CM__REQUIRE_ARG((ptr) != NULL, "%s = NULL must not be NULL", #ptr)
 
 /* Checked arithmetic: return true on overflow. */
 static inline bool cm__mul_overflow_size(size_t a, size_t b, size_t *out) {

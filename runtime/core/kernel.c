@@ -22,7 +22,6 @@ const cm__kernel_backend *cm__kernels_of(const char *func, const cm_device *devi
     return k;
 }
 
-
 /* ------------------------------------------------------------ options */
 
 /* Exactly the MTLLanguageVersion values of Apple's headers (MTLLibrary.h)
@@ -39,15 +38,15 @@ static bool cm__is_msl_version(uint32_t v) {
 }
 
 cm_status cm__resolve_options(const char *func, cm_math_mode mode, uint32_t version,
-                                     cm__compile_options *out) {
+                              cm__compile_options *out) {
     switch (mode) {
     case CM_MATH_MODE_DEFAULT:
     case CM_MATH_MODE_SAFE: out->math_mode = CM_MATH_MODE_SAFE; break;
     case CM_MATH_MODE_RELAXED:
     case CM_MATH_MODE_FAST: out->math_mode = mode; break;
     default:
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "math_mode = %d is not a cm_math_mode", (int)mode);
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "math_mode = %d is not a cm_math_mode",
+                           (int)mode);
     }
     if (version != 0 && !cm__is_msl_version(version))
         return cm__fail_as(func, CM_ERR_UNSUPPORTED,
@@ -65,8 +64,8 @@ cm_status cm__resolve_options(const char *func, cm_math_mode mode, uint32_t vers
 /* A library compiled from `source` or, when source is NULL, from `size`
  * bytes at `data`. */
 cm_status cm__library_new(const char *func, cm_device *device, const char *source,
-                                 const cm__compile_options *options, const void *data,
-                                 size_t size, cm_library **out) {
+                          const cm__compile_options *options, const void *data, size_t size,
+                          cm_library **out) {
     const cm__kernel_backend *k = cm__kernels_of(func, device);
     if (k == NULL)
         return CM_ERR_UNSUPPORTED;
@@ -103,14 +102,15 @@ cm_status cm_library_create(cm_device *device, const cm_library_desc *desc, cm_l
         const cm_macro *m = &desc->macros[i];
         if (!cm__is_identifier(m->name)) {
             cm__free(src.data);
-            return cm__fail(CM_ERR_INVALID_ARGUMENT, "desc->macros[%" PRIu32 "].name = \"%s\" "
-                            "is not an identifier", i, m->name ? m->name : "(null)");
+            return cm__fail(CM_ERR_INVALID_ARGUMENT,
+                            "desc->macros[%" PRIu32 "].name = \"%s\" "
+                            "is not an identifier",
+                            i, m->name ? m->name : "(null)");
         }
         if (m->value != NULL && strpbrk(m->value, "\r\n") != NULL) {
             cm__free(src.data);
             return cm__fail(CM_ERR_INVALID_ARGUMENT,
-                            "desc->macros[%" PRIu32 "].value of %s has a line break", i,
-                            m->name);
+                            "desc->macros[%" PRIu32 "].value of %s has a line break", i, m->name);
         }
         cm__text_fmt(&src, "#define %s ", m->name);
         cm__text_str(&src, m->value != NULL ? m->value : "1");
@@ -123,8 +123,7 @@ cm_status cm_library_create(cm_device *device, const cm_library_desc *desc, cm_l
         cm__free(src.data);
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for the source");
     }
-    cm_status status =
-        cm__library_new(__func__, device, src.data, &options, NULL, 0, out);
+    cm_status status = cm__library_new(__func__, device, src.data, &options, NULL, 0, out);
     cm__free(src.data);
     return status;
 }
@@ -214,8 +213,7 @@ cm_status cm_kernel_create(cm_library *library, const cm_kernel_desc *desc, cm_k
     CM__REQUIRE_ARG(cm__is_identifier(desc->name), "desc->name = \"%s\" is not a function name",
                     desc->name != NULL ? desc->name : "(null)");
     CM__REQUIRE_ARG(desc->constant_count == 0 || desc->constants != NULL,
-                    "desc->constants = NULL with constant_count = %" PRIu32,
-                    desc->constant_count);
+                    "desc->constants = NULL with constant_count = %" PRIu32, desc->constant_count);
     for (uint32_t i = 0; i < desc->constant_count; ++i) {
         const cm_function_constant *c = &desc->constants[i];
         CM__REQUIRE_ARG(cm__constant_dtype_ok(c->dtype),
@@ -233,8 +231,8 @@ cm_status cm_kernel_create(cm_library *library, const cm_kernel_desc *desc, cm_k
     cm_kernel *kernel = CM__NEW(cm_kernel);
     if (kernel == NULL)
         return cm__fail(CM_ERR_OUT_OF_MEMORY, "no memory for a kernel");
-    cm_status status = k->kernel_create(__func__, library, desc, &kernel->impl, &kernel->info,
-                                        &kernel->signature);
+    cm_status status =
+        k->kernel_create(__func__, library, desc, &kernel->impl, &kernel->info, &kernel->signature);
     if (status != CM_OK) {
         cm__free(kernel);
         return status;
@@ -342,11 +340,10 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
         b->index = a->index;
         if (a->type == CM_ARG_THREADGROUP) {
             if (a->index >= CM_KERNEL_MAX_BUFFERS || (groups >> a->index & 1u))
-                return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                                   "args[%" PRIu32 "].index = %" PRIu32 ": threadgroup index %s",
-                                   i, a->index,
-                                   a->index >= CM_KERNEL_MAX_BUFFERS ? "must be < 31"
-                                                                     : "is bound twice");
+                return cm__fail_as(
+                    func, CM_ERR_INVALID_ARGUMENT,
+                    "args[%" PRIu32 "].index = %" PRIu32 ": threadgroup index %s", i, a->index,
+                    a->index >= CM_KERNEL_MAX_BUFFERS ? "must be < 31" : "is bound twice");
             if (a->size == 0 || a->size % 16 != 0)
                 return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                                    "args[%" PRIu32 "].size = %zu: threadgroup memory is a "
@@ -363,11 +360,10 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
             continue;
         }
         if (a->index >= CM_KERNEL_MAX_BUFFERS || (buffers >> a->index & 1u))
-            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                               "args[%" PRIu32 "].index = %" PRIu32 ": buffer index %s", i,
-                               a->index,
-                               a->index >= CM_KERNEL_MAX_BUFFERS ? "must be < 31"
-                                                                 : "is bound twice");
+            return cm__fail_as(
+                func, CM_ERR_INVALID_ARGUMENT,
+                "args[%" PRIu32 "].index = %" PRIu32 ": buffer index %s", i, a->index,
+                a->index >= CM_KERNEL_MAX_BUFFERS ? "must be < 31" : "is bound twice");
         buffers |= 1u << a->index;
         switch (a->type) {
         case CM_ARG_BYTES:
@@ -392,8 +388,8 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
         case CM_ARG_OUTPUT: {
             const cm_tensor *t = a->tensor;
             if (t == NULL)
-                return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                                   "args[%" PRIu32 "].tensor = NULL", i);
+                return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "args[%" PRIu32 "].tensor = NULL",
+                                   i);
             if (!cm__kernel_same_device(t->buffer->device, device))
                 return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                                    "args[%" PRIu32 "].tensor is on a %s device, not the "
@@ -430,8 +426,7 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
         }
         default:
             return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                               "args[%" PRIu32 "].type = %d is not a cm_arg_type", i,
-                               (int)a->type);
+                               "args[%" PRIu32 "].type = %d is not a cm_arg_type", i, (int)a->type);
         }
     }
     if (tg_total > CM_KERNEL_MAX_THREADGROUP_MEMORY)
@@ -459,8 +454,7 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
                 return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                                    "kernel \"%s\" uses [[threadgroup(%" PRIu32 ")]]%s%s%s but no "
                                    "CM_ARG_THREADGROUP argument binds index %" PRIu32,
-                                   kernel->name, k, cm__binding_name(sig->threadgroup_names[k]),
-                                   k);
+                                   kernel->name, k, cm__binding_name(sig->threadgroup_names[k]), k);
         }
     }
     *nbinds = n;
@@ -470,9 +464,9 @@ static cm_status cm__check_args(const char *func, const cm_kernel *kernel, cm_de
 /* Checks a dispatch into *d (binds: its argument storage) without
  * encoding anything. */
 cm_status cm__launch_prepare(const char *func, cm_kernel *kernel, cm_stream *stream,
-                                    const cm_kernel_arg *args, uint32_t nargs, cm_grid_unit unit,
-                                    const uint64_t grid[3], const uint32_t group[3],
-                                    cm__kernel_launch *d, cm__kernel_bind *binds) {
+                             const cm_kernel_arg *args, uint32_t nargs, cm_grid_unit unit,
+                             const uint64_t grid[3], const uint32_t group[3], cm__kernel_launch *d,
+                             cm__kernel_bind *binds) {
     cm_device *device = kernel->library->device;
     if (stream == NULL)
         stream = device->default_stream;
@@ -508,4 +502,3 @@ cm_status cm_kernel_dispatch(cm_kernel *kernel, cm_stream *stream, const cm_disp
                                desc->grid_unit, desc->grid, desc->threadgroup, &d, binds));
     return cm__launch(kernel, &d);
 }
-

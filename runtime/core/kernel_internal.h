@@ -23,8 +23,8 @@ cm_status cm__library_new(const char *func, cm_device *device, const char *sourc
  * CM_KERNEL_MAX_BUFFERS entries) without encoding anything. */
 cm_status cm__launch_prepare(const char *func, cm_kernel *kernel, cm_stream *stream,
                              const cm_kernel_arg *args, uint32_t nargs, cm_grid_unit unit,
-                             const uint64_t grid[3], const uint32_t group[3],
-                             cm__kernel_launch *d, cm__kernel_bind *binds);
+                             const uint64_t grid[3], const uint32_t group[3], cm__kernel_launch *d,
+                             cm__kernel_bind *binds);
 
 /* Runs a checked launch on the kernel's backend (an empty grid runs
  * nothing). */

@@ -32,41 +32,41 @@ typedef enum cm__op_class {
     CM__RED,
 } cm__op_class;
 
-#define CM__UNARY_OPS(X, ...)                     \
-    X(__VA_ARGS__, NEG, neg, CM__UN_ANY)          \
-    X(__VA_ARGS__, ABS, abs, CM__UN_ANY)          \
-    X(__VA_ARGS__, SQUARE, square, CM__UN_ANY)    \
-    X(__VA_ARGS__, RELU, relu, CM__UN_ANY)        \
-    X(__VA_ARGS__, SIGN, sign, CM__UN_ANY)        \
-    X(__VA_ARGS__, SQRT, sqrt, CM__UN_FLOAT)      \
-    X(__VA_ARGS__, RSQRT, rsqrt, CM__UN_FLOAT)    \
-    X(__VA_ARGS__, EXP, exp, CM__UN_FLOAT)        \
-    X(__VA_ARGS__, LOG, log, CM__UN_FLOAT)        \
-    X(__VA_ARGS__, SIN, sin, CM__UN_FLOAT)        \
-    X(__VA_ARGS__, COS, cos, CM__UN_FLOAT)        \
-    X(__VA_ARGS__, TANH, tanh, CM__UN_FLOAT)      \
-    X(__VA_ARGS__, SIGMOID, sigmoid, CM__UN_FLOAT) \
-    X(__VA_ARGS__, FLOOR, floor, CM__UN_FLOAT)    \
+#define CM__UNARY_OPS(X, ...)                                                                      \
+    X(__VA_ARGS__, NEG, neg, CM__UN_ANY)                                                           \
+    X(__VA_ARGS__, ABS, abs, CM__UN_ANY)                                                           \
+    X(__VA_ARGS__, SQUARE, square, CM__UN_ANY)                                                     \
+    X(__VA_ARGS__, RELU, relu, CM__UN_ANY)                                                         \
+    X(__VA_ARGS__, SIGN, sign, CM__UN_ANY)                                                         \
+    X(__VA_ARGS__, SQRT, sqrt, CM__UN_FLOAT)                                                       \
+    X(__VA_ARGS__, RSQRT, rsqrt, CM__UN_FLOAT)                                                     \
+    X(__VA_ARGS__, EXP, exp, CM__UN_FLOAT)                                                         \
+    X(__VA_ARGS__, LOG, log, CM__UN_FLOAT)                                                         \
+    X(__VA_ARGS__, SIN, sin, CM__UN_FLOAT)                                                         \
+    X(__VA_ARGS__, COS, cos, CM__UN_FLOAT)                                                         \
+    X(__VA_ARGS__, TANH, tanh, CM__UN_FLOAT)                                                       \
+    X(__VA_ARGS__, SIGMOID, sigmoid, CM__UN_FLOAT)                                                 \
+    X(__VA_ARGS__, FLOOR, floor, CM__UN_FLOAT)                                                     \
     X(__VA_ARGS__, CEIL, ceil, CM__UN_FLOAT)
 
-#define CM__BINARY_OPS(X, ...)                  \
-    X(__VA_ARGS__, ADD, add, CM__BIN_ARITH)     \
-    X(__VA_ARGS__, SUB, sub, CM__BIN_ARITH)     \
-    X(__VA_ARGS__, MUL, mul, CM__BIN_ARITH)     \
-    X(__VA_ARGS__, DIV, div, CM__BIN_ARITH)     \
-    X(__VA_ARGS__, MIN, min, CM__BIN_ORDER)     \
-    X(__VA_ARGS__, MAX, max, CM__BIN_ORDER)     \
-    X(__VA_ARGS__, EQ, eq, CM__BIN_COMPARE)     \
-    X(__VA_ARGS__, NE, ne, CM__BIN_COMPARE)     \
-    X(__VA_ARGS__, LT, lt, CM__BIN_COMPARE)     \
-    X(__VA_ARGS__, LE, le, CM__BIN_COMPARE)     \
-    X(__VA_ARGS__, GT, gt, CM__BIN_COMPARE)     \
+#define CM__BINARY_OPS(X, ...)                                                                     \
+    X(__VA_ARGS__, ADD, add, CM__BIN_ARITH)                                                        \
+    X(__VA_ARGS__, SUB, sub, CM__BIN_ARITH)                                                        \
+    X(__VA_ARGS__, MUL, mul, CM__BIN_ARITH)                                                        \
+    X(__VA_ARGS__, DIV, div, CM__BIN_ARITH)                                                        \
+    X(__VA_ARGS__, MIN, min, CM__BIN_ORDER)                                                        \
+    X(__VA_ARGS__, MAX, max, CM__BIN_ORDER)                                                        \
+    X(__VA_ARGS__, EQ, eq, CM__BIN_COMPARE)                                                        \
+    X(__VA_ARGS__, NE, ne, CM__BIN_COMPARE)                                                        \
+    X(__VA_ARGS__, LT, lt, CM__BIN_COMPARE)                                                        \
+    X(__VA_ARGS__, LE, le, CM__BIN_COMPARE)                                                        \
+    X(__VA_ARGS__, GT, gt, CM__BIN_COMPARE)                                                        \
     X(__VA_ARGS__, GE, ge, CM__BIN_COMPARE)
 
-#define CM__REDUCE_OPS(X, ...)          \
-    X(__VA_ARGS__, SUM, sum, CM__RED)   \
-    X(__VA_ARGS__, MEAN, mean, CM__RED) \
-    X(__VA_ARGS__, MAX, max, CM__RED)   \
+#define CM__REDUCE_OPS(X, ...)                                                                     \
+    X(__VA_ARGS__, SUM, sum, CM__RED)                                                              \
+    X(__VA_ARGS__, MEAN, mean, CM__RED)                                                            \
+    X(__VA_ARGS__, MAX, max, CM__RED)                                                              \
     X(__VA_ARGS__, MIN, min, CM__RED)
 
 /* Every enum value from 1 to COUNT - 1 has a row: a value added to the

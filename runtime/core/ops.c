@@ -17,8 +17,7 @@
 
 #define CM__OP_NAME(K, NAME, name, CLASS) [K##NAME] = #name,
 #define CM__OP_CLASS(K, NAME, name, CLASS) [K##NAME] = CLASS,
-static const char *const cm__unary_names[CM_UNARY_COUNT] = {
-    CM__UNARY_OPS(CM__OP_NAME, CM_UNARY_)};
+static const char *const cm__unary_names[CM_UNARY_COUNT] = {CM__UNARY_OPS(CM__OP_NAME, CM_UNARY_)};
 static const char *const cm__binary_names[CM_BINARY_COUNT] = {
     CM__BINARY_OPS(CM__OP_NAME, CM_BINARY_)};
 static const char *const cm__reduce_names[CM_REDUCE_COUNT] = {
@@ -42,18 +41,18 @@ const char *cm_reduce_op_name(cm_reduce_op op) {
 
 /* ------------------------------------------------------------ conversion */
 
-#define CM__STORE_CASE(DOM, E, T, SDOM_, LD, KIND, SAT, MTL) \
-    case E: {                                           \
-        T r_ = CM__CONVERT(DOM, KIND, T, SAT, v);       \
-        memcpy(dst, &r_, sizeof r_);                    \
-        return;                                         \
+#define CM__STORE_CASE(DOM, E, T, SDOM_, LD, KIND, SAT, MTL)                                       \
+    case E: {                                                                                      \
+        T r_ = CM__CONVERT(DOM, KIND, T, SAT, v);                                                  \
+        memcpy(dst, &r_, sizeof r_);                                                               \
+        return;                                                                                    \
     }
-#define CM__STORE_FN(DOM, VT)                                          \
-    static void cm__store_from_##DOM(cm_dtype to, void *dst, VT v) {   \
-        switch (to) {                                                  \
-            CM__DTYPE_LIST_WITH(CM__STORE_CASE, DOM)                   \
-        default: break;                                                \
-        }                                                              \
+#define CM__STORE_FN(DOM, VT)                                                                      \
+    static void cm__store_from_##DOM(cm_dtype to, void *dst, VT v) {                               \
+        switch (to) {                                                                              \
+            CM__DTYPE_LIST_WITH(CM__STORE_CASE, DOM)                                               \
+        default: break;                                                                            \
+        }                                                                                          \
     }
 CM__STORE_FN(F, float)
 CM__STORE_FN(D, double)
@@ -62,12 +61,12 @@ CM__STORE_FN(U, uint64_t)
 
 void cm__convert_element(cm_dtype to, void *dst, cm_dtype from, const void *src) {
     switch (from) {
-#define CM__LOAD_CASE(E, T, DOM, LD, KIND, SAT, MTL) \
-    case E: {                                   \
-        T s_;                                   \
-        memcpy(&s_, src, sizeof s_);            \
-        cm__store_from_##DOM(to, dst, LD(s_));  \
-        return;                                 \
+#define CM__LOAD_CASE(E, T, DOM, LD, KIND, SAT, MTL)                                               \
+    case E: {                                                                                      \
+        T s_;                                                                                      \
+        memcpy(&s_, src, sizeof s_);                                                               \
+        cm__store_from_##DOM(to, dst, LD(s_));                                                     \
+        return;                                                                                    \
     }
         CM__DTYPE_LIST(CM__LOAD_CASE)
 #undef CM__LOAD_CASE
@@ -115,8 +114,8 @@ static cm_status cm__check_out(const char *func, const char *name, const cm_tens
 /* One device, or two handles of it: every CPU device (the shared one and
  * those opened with threads) runs on the same host memory. */
 static bool cm__same_device(const cm_device *x, const cm_device *y) {
-    return x == y || (x->backend == y->backend &&
-                      (x->impl == y->impl || x->backend->type == CM_DEVICE_CPU));
+    return x == y ||
+           (x->backend == y->backend && (x->impl == y->impl || x->backend->type == CM_DEVICE_CPU));
 }
 
 static cm_status cm__check_device(const char *func, const char *out_name, const cm_tensor *out,
@@ -242,8 +241,8 @@ static bool cm__interleaved(const cm_tensor *a, const cm_tensor *b) {
  * when `identical_ok`. `in_strides` are the input's strides broadcast to
  * out's shape. */
 static cm_status cm__check_alias(const char *func, const char *out_name, const cm_tensor *out,
-                                 const char *name, const cm_tensor *in,
-                                 const int64_t *in_strides, bool identical_ok) {
+                                 const char *name, const cm_tensor *in, const int64_t *in_strides,
+                                 bool identical_ok) {
     if (out->buffer->host == NULL || in->buffer->host == NULL) {
         if (out->buffer != in->buffer)
             return CM_OK;
@@ -321,8 +320,7 @@ static bool cm__is_float(cm_dtype d) {
 /* The checks every op with one input starts with: out writable, in on
  * out's device, and the stream (NULL: the default one) of that device. */
 static cm_status cm__check_one_input(const char *func, const char *out_name, const cm_tensor *out,
-                                     const char *in_name, const cm_tensor *in,
-                                     cm_stream **stream) {
+                                     const char *in_name, const cm_tensor *in, cm_stream **stream) {
     CM__TRY(cm__check_out(func, out_name, out));
     CM__TRY(cm__check_device(func, out_name, out, in_name, in));
     return cm__op_stream(func, out, *stream, stream);
@@ -383,8 +381,7 @@ static bool cm__unary_float_only(cm_unary_op op) {
 }
 
 cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream *stream) {
-    CM__REQUIRE_ARG((int)op > 0 && op < CM_UNARY_COUNT, "op = %d is not a cm_unary_op",
-                    (int)op);
+    CM__REQUIRE_ARG((int)op > 0 && op < CM_UNARY_COUNT, "op = %d is not a cm_unary_op", (int)op);
     CM__REQUIRE_NONNULL(x);
     CM__REQUIRE_NONNULL(out);
     const char *func = __func__;
@@ -393,9 +390,8 @@ cm_status cm_unary(cm_unary_op op, const cm_tensor *x, cm_tensor *out, cm_stream
         return cm__fail_as(func, CM_ERR_DTYPE_MISMATCH, "x dtype %s differs from out dtype %s",
                            cm__dname(x->dtype), cm__dname(out->dtype));
     if (x->dtype == CM_BOOL || (cm__unary_float_only(op) && !cm__is_float(x->dtype)))
-        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
-                           "op = %s is not defined for x dtype %s%s", cm_unary_op_name(op),
-                           cm__dname(x->dtype),
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED, "op = %s is not defined for x dtype %s%s",
+                           cm_unary_op_name(op), cm__dname(x->dtype),
                            x->dtype == CM_BOOL ? "" : " (cast to a floating dtype first)");
     CM__TRY(cm__check_same_shape(func, "x", x, "out", out));
     cm__op o;
@@ -414,8 +410,7 @@ static bool cm__binary_is_comparison(cm_binary_op op) {
 
 cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_tensor *out,
                     cm_stream *stream) {
-    CM__REQUIRE_ARG((int)op > 0 && op < CM_BINARY_COUNT, "op = %d is not a cm_binary_op",
-                    (int)op);
+    CM__REQUIRE_ARG((int)op > 0 && op < CM_BINARY_COUNT, "op = %d is not a cm_binary_op", (int)op);
     CM__REQUIRE_NONNULL(a);
     CM__REQUIRE_NONNULL(b);
     CM__REQUIRE_NONNULL(out);
@@ -452,8 +447,7 @@ cm_status cm_binary(cm_binary_op op, const cm_tensor *a, const cm_tensor *b, cm_
 
 cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor *out,
                     cm_stream *stream) {
-    CM__REQUIRE_ARG((int)op > 0 && op < CM_REDUCE_COUNT, "op = %d is not a cm_reduce_op",
-                    (int)op);
+    CM__REQUIRE_ARG((int)op > 0 && op < CM_REDUCE_COUNT, "op = %d is not a cm_reduce_op", (int)op);
     CM__REQUIRE_NONNULL(x);
     CM__REQUIRE_NONNULL(out);
     const char *func = __func__;
@@ -491,8 +485,7 @@ cm_status cm_reduce(cm_reduce_op op, const cm_tensor *x, int32_t axis, cm_tensor
                            "out shape %s does not match x shape %s reduced over %s (with or "
                            "without keeping size-1 axes)",
                            cm__fmt_shape(so, sizeof so, out->ndim, out->shape),
-                           cm__fmt_shape(sx, sizeof sx, nd, x->shape),
-                           over);
+                           cm__fmt_shape(sx, sizeof sx, nd, x->shape), over);
     }
     CM__TRY(cm__check_alias(func, "out", out, "x", x, NULL, false));
     const int64_t n = cm__numel(x);

@@ -48,9 +48,8 @@ static char *cm__long_buffer(void) {
 
 const char *cm_status_name(cm_status status) {
     switch (status) {
-#define CM__STATUS_NAME(name, value, text) \
-    case name:                             \
-        return #name;
+#define CM__STATUS_NAME(name, value, text)                                                         \
+    case name: return #name;
         CM_STATUS_LIST(CM__STATUS_NAME)
 #undef CM__STATUS_NAME
     }
@@ -59,9 +58,8 @@ const char *cm_status_name(cm_status status) {
 
 const char *cm_status_str(cm_status status) {
     switch (status) {
-#define CM__STATUS_TEXT(name, value, text) \
-    case name:                             \
-        return text;
+#define CM__STATUS_TEXT(name, value, text)                                                         \
+    case name: return text;
         CM_STATUS_LIST(CM__STATUS_TEXT)
 #undef CM__STATUS_TEXT
     }
@@ -98,8 +96,7 @@ cm_status cm__fail_at(const char *func, cm_status status, const char *fmt, ...) 
     va_end(ap);
     /* Too long for the fixed buffer: whole into the long one (cut at
      * CM__ERROR_MAX), or left cut here when there is none. */
-    char *big = m >= 0 && (size_t)n + (size_t)m >= sizeof cm__last_error ? cm__long_buffer()
-                                                                         : NULL;
+    char *big = m >= 0 && (size_t)n + (size_t)m >= sizeof cm__last_error ? cm__long_buffer() : NULL;
     if (big != NULL) {
         memcpy(big, cm__last_error, (size_t)n);
         vsnprintf(big + n, CM__ERROR_MAX - (size_t)n, fmt, again);
@@ -116,8 +113,7 @@ uint32_t cm_version(void) {
 #define CM__STR2(x) #x
 #define CM__STR(x) CM__STR2(x)
 const char *cm_version_string(void) {
-    return CM__STR(CM_VERSION_MAJOR) "." CM__STR(CM_VERSION_MINOR) "." CM__STR(
-        CM_VERSION_PATCH);
+    return CM__STR(CM_VERSION_MAJOR) "." CM__STR(CM_VERSION_MINOR) "." CM__STR(CM_VERSION_PATCH);
 }
 
 #ifndef CMETAL_OBJC_RUNTIME_NAME

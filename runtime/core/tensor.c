@@ -10,8 +10,8 @@
 
 /* ------------------------------------------------------------ layouts */
 
-cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape,
-                            size_t itemsize, int64_t *strides_out, int64_t *numel_out) {
+cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape, size_t itemsize,
+                            int64_t *strides_out, int64_t *numel_out) {
     int64_t numel = 1;
     bool overflow = false;
     for (int32_t k = ndim - 1; k >= 0; --k) {
@@ -39,7 +39,8 @@ cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape
     int64_t bytes;
     if (overflow || cm__mul_overflow_i64(numel, (int64_t)itemsize, &bytes))
         return cm__fail_as(func, CM_ERR_OVERFLOW,
-                           "shape has more elements than fit in %zu-byte addressing", sizeof(int64_t));
+                           "shape has more elements than fit in %zu-byte addressing",
+                           sizeof(int64_t));
     if (numel_out != NULL)
         *numel_out = numel;
     return CM_OK;
@@ -49,15 +50,15 @@ cm_status cm__shape_compact(const char *func, int32_t ndim, const int64_t *shape
  * computes the element count and the byte extent [begin, end). */
 static cm_status cm__layout_check(const char *func, size_t size, cm_dtype dtype, int32_t ndim,
                                   const int64_t *shape, const int64_t *strides,
-                                  uint64_t byte_offset, int64_t *numel_out,
-                                  uint64_t *begin_out, uint64_t *end_out) {
+                                  uint64_t byte_offset, int64_t *numel_out, uint64_t *begin_out,
+                                  uint64_t *end_out) {
     const cm_dtype_info *info = cm__dtype(dtype);
     if (info == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "dtype = %d is not a cm_dtype",
                            (int)dtype);
     if (ndim < 0 || ndim > CM_MAX_NDIM)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "ndim = %d must be between 0 and %d", ndim, CM_MAX_NDIM);
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "ndim = %d must be between 0 and %d",
+                           ndim, CM_MAX_NDIM);
     if (ndim > 0 && shape == NULL)
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
                            "shape = NULL with ndim = %d must not be NULL", ndim);
@@ -104,9 +105,12 @@ static cm_status cm__layout_check(const char *func, size_t size, cm_dtype dtype,
                            "the view reaches byte %" PRIu64 " of a %zu-byte buffer "
                            "(byte_offset = %" PRIu64 ", %" PRId64 " elements)",
                            end, size, byte_offset, numel);
-    if (numel_out) *numel_out = numel;
-    if (begin_out) *begin_out = begin;
-    if (end_out) *end_out = end;
+    if (numel_out)
+        *numel_out = numel;
+    if (begin_out)
+        *begin_out = begin;
+    if (end_out)
+        *end_out = end;
     return CM_OK;
 }
 
@@ -148,10 +152,9 @@ typedef struct cm__buffer_with_tensor {
     cm_tensor tensor;
 } cm__buffer_with_tensor;
 
-cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *desc,
-                               cm_dtype dtype, int32_t ndim, const int64_t *shape,
-                               const int64_t *strides, uint64_t byte_offset, uint32_t flags,
-                               cm_tensor **out) {
+cm_status cm__tensor_wrap_host(cm_device *device, const cm_host_memory_desc *desc, cm_dtype dtype,
+                               int32_t ndim, const int64_t *shape, const int64_t *strides,
+                               uint64_t byte_offset, uint32_t flags, cm_tensor **out) {
     cm_buffer *buffer = NULL;
     const cm__buffer_source src = {.kind = CM__BUFFER_HOST, .host = desc};
     CM__TRY(cm__buffer_make("cm_buffer_wrap_host", device, &src,
@@ -182,7 +185,8 @@ cm_status cm_tensor_create(cm_device *device, const cm_tensor_desc *desc, cm_ten
     CM__REQUIRE_ARG(desc->strides == NULL,
                     "desc->strides must be NULL: a new tensor is compact row-major");
     CM__REQUIRE_ARG(desc->byte_offset == 0,
-                    "desc->byte_offset = %" PRIu64 " must be 0 for a new tensor", desc->byte_offset);
+                    "desc->byte_offset = %" PRIu64 " must be 0 for a new tensor",
+                    desc->byte_offset);
     const cm_dtype_info *info = cm__dtype(desc->dtype);
     CM__REQUIRE_ARG(info != NULL, "desc->dtype = %d is not a cm_dtype", (int)desc->dtype);
     CM__REQUIRE_ARG(desc->ndim >= 0 && desc->ndim <= CM_MAX_NDIM,
@@ -195,8 +199,8 @@ cm_status cm_tensor_create(cm_device *device, const cm_tensor_desc *desc, cm_ten
         .size = (size_t)numel * info->size, .storage = desc->storage, .label = desc->label};
     cm_buffer *buffer = NULL;
     CM__TRY(cm_buffer_create(device, &bd, &buffer));
-    cm_status status = cm__tensor_make(__func__, buffer, desc->dtype, desc->ndim, desc->shape,
-                                       NULL, 0, desc->flags, out);
+    cm_status status = cm__tensor_make(__func__, buffer, desc->dtype, desc->ndim, desc->shape, NULL,
+                                       0, desc->flags, out);
     cm_buffer_release(buffer);
     return status;
 }
@@ -267,8 +271,8 @@ cm_status cm_tensor_get_info(const cm_tensor *tensor, cm_tensor_info *out) {
 static cm_status cm__axis(const char *func, const char *name, int32_t axis, int32_t ndim,
                           int32_t *out) {
     if (axis < -ndim || axis >= ndim)
-        return cm__fail_as(func, CM_ERR_OUT_OF_BOUNDS,
-                           "%s = %d is out of range for a %d-d tensor", name, axis, ndim);
+        return cm__fail_as(func, CM_ERR_OUT_OF_BOUNDS, "%s = %d is out of range for a %d-d tensor",
+                           name, axis, ndim);
     *out = axis < 0 ? axis + ndim : axis;
     return CM_OK;
 }
@@ -295,9 +299,9 @@ static cm_status cm__view(const char *func, const cm_tensor *src, const cm__layo
                            l->byte_offset, l->flags, out);
 }
 
-#define CM__VIEW_PROLOGUE()          \
-    CM__REQUIRE_NONNULL(out);        \
-    *out = NULL;                     \
+#define CM__VIEW_PROLOGUE()                                                                        \
+    CM__REQUIRE_NONNULL(out);                                                                      \
+    *out = NULL;                                                                                   \
     CM__REQUIRE_NONNULL(src)
 
 static bool cm__layout_empty(const cm__layout *l) {
@@ -312,17 +316,16 @@ static bool cm__layout_empty(const cm__layout *l) {
  * a zero-size axis), so the element need not exist. For a non-empty view
  * the caller has checked that the element exists, so the layout check has
  * already bounded this product; it is computed checked all the same. */
-static cm_status cm__advance(const char *func, cm__layout *l, const cm_tensor *src,
-                             int64_t index, int64_t stride) {
+static cm_status cm__advance(const char *func, cm__layout *l, const cm_tensor *src, int64_t index,
+                             int64_t stride) {
     if (cm__layout_empty(l))
         return CM_OK;
     int64_t itemsize = (int64_t)cm__dtype(src->dtype)->size, step = 0, moved = 0;
-    if (cm__mul_overflow_i64(index, stride, &step) ||
-        cm__mul_overflow_i64(step, itemsize, &step) ||
+    if (cm__mul_overflow_i64(index, stride, &step) || cm__mul_overflow_i64(step, itemsize, &step) ||
         cm__add_overflow_i64((int64_t)l->byte_offset, step, &moved) || moved < 0)
         return cm__fail_as(func, CM_ERR_OVERFLOW,
-                           "element %" PRId64 " at stride %" PRId64 " lies outside the view",
-                           index, stride);
+                           "element %" PRId64 " at stride %" PRId64 " lies outside the view", index,
+                           stride);
     l->byte_offset = (uint64_t)moved;
     return CM_OK;
 }
@@ -370,8 +373,9 @@ cm_status cm_tensor_slice(const cm_tensor *src, int32_t axis, int64_t start, int
     if (count > 1 && !cm__mul_overflow_i64(src->strides[a], step, &stride))
         l.strides[a] = stride;
     else if (count > 1 && !cm__layout_empty(&l))
-        return cm__fail(CM_ERR_OVERFLOW, "step = %" PRId64 " times strides[%d] = %" PRId64
-                        " overflows", step, a, src->strides[a]);
+        return cm__fail(CM_ERR_OVERFLOW,
+                        "step = %" PRId64 " times strides[%d] = %" PRId64 " overflows", step, a,
+                        src->strides[a]);
     return cm__view(__func__, src, &l, out);
 }
 
@@ -382,8 +386,8 @@ cm_status cm_tensor_select(const cm_tensor *src, int32_t axis, int64_t index, cm
     const int64_t len = src->shape[a];
     if (index < -len || index >= len)
         return cm__fail(CM_ERR_OUT_OF_BOUNDS,
-                        "index = %" PRId64 " is out of range for axis %d of size %" PRId64,
-                        index, a, len);
+                        "index = %" PRId64 " is out of range for axis %d of size %" PRId64, index,
+                        a, len);
     if (index < 0)
         index += len;
     cm__layout l = cm__layout_of(src);
@@ -414,8 +418,7 @@ cm_status cm_tensor_permute(const cm_tensor *src, const int32_t *axes, cm_tensor
     return cm__view(__func__, src, &l, out);
 }
 
-cm_status cm_tensor_transpose(const cm_tensor *src, int32_t axis0, int32_t axis1,
-                              cm_tensor **out) {
+cm_status cm_tensor_transpose(const cm_tensor *src, int32_t axis0, int32_t axis1, cm_tensor **out) {
     CM__VIEW_PROLOGUE();
     int32_t a = 0, b = 0;
     CM__TRY(cm__axis(__func__, "axis0", axis0, src->ndim, &a));
@@ -468,8 +471,8 @@ static cm_status cm__infer_shape(const char *func, int32_t ndim, const int64_t *
 cm_status cm_tensor_reshape(const cm_tensor *src, int32_t ndim, const int64_t *shape,
                             cm_tensor **out) {
     CM__VIEW_PROLOGUE();
-    CM__REQUIRE_ARG(ndim >= 0 && ndim <= CM_MAX_NDIM, "ndim = %d must be between 0 and %d",
-                    ndim, CM_MAX_NDIM);
+    CM__REQUIRE_ARG(ndim >= 0 && ndim <= CM_MAX_NDIM, "ndim = %d must be between 0 and %d", ndim,
+                    CM_MAX_NDIM);
     CM__REQUIRE_ARG(shape != NULL || ndim == 0, "shape = NULL with ndim = %d must not be NULL",
                     ndim);
     int64_t numel;
@@ -531,8 +534,8 @@ cm_status cm_tensor_broadcast_to(const cm_tensor *src, int32_t ndim, const int64
                     CM_MAX_NDIM);
     CM__REQUIRE_ARG(shape != NULL || ndim == 0, "shape = NULL with ndim = %d must not be NULL",
                     ndim);
-    cm__layout l = {.ndim = ndim, .flags = src->flags | CM_TENSOR_READ_ONLY,
-                    .byte_offset = src->byte_offset};
+    cm__layout l = {
+        .ndim = ndim, .flags = src->flags | CM_TENSOR_READ_ONLY, .byte_offset = src->byte_offset};
     const int32_t lead = ndim - src->ndim;
     for (int32_t k = 0; k < ndim; ++k) {
         CM__REQUIRE_ARG(shape[k] >= 0, "shape[%d] = %" PRId64 " must be >= 0", k, shape[k]);
@@ -622,7 +625,8 @@ static void cm__host_modified(const cm_tensor *t) {
         return;
     uint64_t begin = 0, end = 0;
     if (cm__layout_check(__func__, t->buffer->size, t->dtype, t->ndim, t->shape, t->strides,
-                         t->byte_offset, NULL, &begin, &end) == CM_OK && end > begin)
+                         t->byte_offset, NULL, &begin, &end) == CM_OK &&
+        end > begin)
         backend->buffer_host_modified(t->buffer, (size_t)begin, (size_t)(end - begin));
 }
 

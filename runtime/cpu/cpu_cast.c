@@ -20,34 +20,33 @@
 #endif
 #if CM__CAST_PREFETCH && (defined(__GNUC__) || defined(__clang__))
 #define CM__CAST_PF_DECL const uintptr_t cm__pf = cm__cpu_prefetch_distance()
-#define CM__CAST_PF(p, i)                                                                \
-    do {                                                                                \
-        if (cm__pf != 0 && (i) % 16 == 0) {                                             \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);          \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);      \
-        }                                                                               \
+#define CM__CAST_PF(p, i)                                                                          \
+    do {                                                                                           \
+        if (cm__pf != 0 && (i) % 16 == 0) {                                                        \
+            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);                     \
+            __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);                 \
+        }                                                                                          \
     } while (0)
 #else
 #define CM__CAST_PF_DECL const int cm__pf = 0
 #define CM__CAST_PF(p, i) ((void)cm__pf)
 #endif
 
-#define CM__CAST_FN(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL, DE, DT, DDOM, DLD, DKIND, DSAT, DMTL)            \
-    static void cm__cast_##SE##_##DE(int64_t n, char *o, int64_t os, const char *a,           \
-                                     int64_t as) {                                            \
-        if (os == (int64_t)sizeof(DT) && as == (int64_t)sizeof(ST)) {                         \
-            DT *d_ = (DT *)(void *)o;                                                         \
-            const ST *s_ = (const ST *)(const void *)a;                                       \
-            for (int64_t i = 0; i < n; ++i)                                                   \
-                d_[i] = CM__CONVERT(SDOM, DKIND, DT, DSAT, SLD(s_[i]));                       \
-        } else {                                                                              \
-            for (int64_t i = 0; i < n; ++i) {                                                 \
-                const ST v_ = *(const ST *)(const void *)(a + i * as);                        \
-                *(DT *)(void *)(o + i * os) = CM__CONVERT(SDOM, DKIND, DT, DSAT, SLD(v_));    \
-            }                                                                                 \
-        }                                                                                     \
+#define CM__CAST_FN(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL, DE, DT, DDOM, DLD, DKIND, DSAT, DMTL)    \
+    static void cm__cast_##SE##_##DE(int64_t n, char *o, int64_t os, const char *a, int64_t as) {  \
+        if (os == (int64_t)sizeof(DT) && as == (int64_t)sizeof(ST)) {                              \
+            DT *d_ = (DT *)(void *)o;                                                              \
+            const ST *s_ = (const ST *)(const void *)a;                                            \
+            for (int64_t i = 0; i < n; ++i)                                                        \
+                d_[i] = CM__CONVERT(SDOM, DKIND, DT, DSAT, SLD(s_[i]));                            \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; ++i) {                                                      \
+                const ST v_ = *(const ST *)(const void *)(a + i * as);                             \
+                *(DT *)(void *)(o + i * os) = CM__CONVERT(SDOM, DKIND, DT, DSAT, SLD(v_));         \
+            }                                                                                      \
+        }                                                                                          \
     }
-#define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL) \
+#define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL)                                         \
     CM__DTYPE_LIST_WITH(CM__CAST_FN, SE, ST, SDOM, SLD, SKIND, SSAT, SMTL)
 CM__DTYPE_LIST(CM__CAST_ROW)
 #undef CM__CAST_ROW
@@ -71,9 +70,9 @@ void cm__cpu_cast_force_scalar(bool scalar_only) {
     atomic_store_explicit(&cm__cast_scalar_only, scalar_only, memory_order_relaxed);
 }
 
-#define CM__SCALAR_LOOP(n, o, a, CONV)      \
-    for (int64_t i_ = 0; i_ < (n); ++i_)    \
-        (o)[i_] = CONV((a)[i_])
+#define CM__SCALAR_LOOP(n, o, a, CONV)                                                             \
+    for (int64_t i_ = 0; i_ < (n); ++i_)                                                           \
+    (o)[i_] = CONV((a)[i_])
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -306,13 +305,12 @@ CM__CLONES static void cm__fast_bf16_to_f32(int64_t n, float *o, const uint16_t 
     CM__SCALAR_LOOP(n - i, o + i, a + i, cm__bf16_to_f32);
 }
 
-#define CM__FAST_CAST(SE, ST, DE, DT, FAST)                                                  \
-    static void cm__castf_##SE##_##DE(int64_t n, char *o, int64_t os, const char *a,         \
-                                      int64_t as) {                                          \
-        if (os == (int64_t)sizeof(DT) && as == (int64_t)sizeof(ST))                          \
-            FAST(n, (DT *)(void *)o, (const ST *)(const void *)a);                           \
-        else                                                                                 \
-            cm__cast_##SE##_##DE(n, o, os, a, as);                                           \
+#define CM__FAST_CAST(SE, ST, DE, DT, FAST)                                                        \
+    static void cm__castf_##SE##_##DE(int64_t n, char *o, int64_t os, const char *a, int64_t as) { \
+        if (os == (int64_t)sizeof(DT) && as == (int64_t)sizeof(ST))                                \
+            FAST(n, (DT *)(void *)o, (const ST *)(const void *)a);                                 \
+        else                                                                                       \
+            cm__cast_##SE##_##DE(n, o, os, a, as);                                                 \
     }
 CM__FAST_CAST(CM_FLOAT32, float, CM_FLOAT16, uint16_t, cm__fast_f32_to_f16)
 CM__FAST_CAST(CM_FLOAT16, uint16_t, CM_FLOAT32, float, cm__fast_f16_to_f32)
@@ -321,7 +319,7 @@ CM__FAST_CAST(CM_BFLOAT16, uint16_t, CM_FLOAT32, float, cm__fast_bf16_to_f32)
 #undef CM__FAST_CAST
 
 #define CM__CAST_ENTRY(SE, DE, DT, DDOM, DLD, DKIND, DSAT, DMTL) [DE] = cm__cast_##SE##_##DE,
-#define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL) \
+#define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL)                                         \
     [SE] = {CM__DTYPE_LIST_WITH(CM__CAST_ENTRY, SE)},
 static const cm__cpu_map1_fn cm__cast_table[CM_DTYPE_COUNT][CM_DTYPE_COUNT] = {
     CM__DTYPE_LIST(CM__CAST_ROW)};

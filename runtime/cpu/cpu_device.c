@@ -42,8 +42,7 @@ static cm_status cm__cpu_alloc(const char *func, size_t size, void **out) {
     return CM_OK;
 }
 
-static cm_status cm__cpu_buffer_alloc(cm_device *device, cm_buffer *buffer,
-                                      const char *label) {
+static cm_status cm__cpu_buffer_alloc(cm_device *device, cm_buffer *buffer, const char *label) {
     (void)device;
     (void)label; /* host memory has no object to name */
     if (buffer->storage != CM_STORAGE_SHARED)

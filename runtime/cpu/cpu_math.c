@@ -12,115 +12,117 @@
 
 /* ------------------------------------------------------------ generators */
 
-#define CM__BIN(name, T, R, EXPR)                                                         \
-    static void name(int64_t n, char *o, int64_t os, const char *a, int64_t as,           \
-                     const char *b, int64_t bs) {                                         \
-        const int64_t tz = (int64_t)sizeof(T);                                            \
-        if (os == (int64_t)sizeof(R) && as == tz && bs == tz) {                           \
-            R *po = (R *)(void *)o;                                                       \
-            const T *pa = (const T *)(const void *)a, *pb = (const T *)(const void *)b;   \
-            for (int64_t i = 0; i < n; ++i) {                                             \
-                const T x = pa[i], y = pb[i];                                             \
-                po[i] = (R)(EXPR);                                                        \
-            }                                                                             \
-        } else if (os == (int64_t)sizeof(R) && as == tz && bs == 0) {                     \
-            R *po = (R *)(void *)o;                                                       \
-            const T *pa = (const T *)(const void *)a;                                     \
-            const T y = *(const T *)(const void *)b;                                      \
-            for (int64_t i = 0; i < n; ++i) {                                             \
-                const T x = pa[i];                                                        \
-                po[i] = (R)(EXPR);                                                        \
-            }                                                                             \
-        } else if (os == (int64_t)sizeof(R) && as == 0 && bs == tz) {                     \
-            R *po = (R *)(void *)o;                                                       \
-            const T *pb = (const T *)(const void *)b;                                     \
-            const T x = *(const T *)(const void *)a;                                      \
-            for (int64_t i = 0; i < n; ++i) {                                             \
-                const T y = pb[i];                                                        \
-                po[i] = (R)(EXPR);                                                        \
-            }                                                                             \
-        } else {                                                                          \
-            for (int64_t i = 0; i < n; ++i) {                                             \
-                const T x = *(const T *)(const void *)(a + i * as);                       \
-                const T y = *(const T *)(const void *)(b + i * bs);                       \
-                *(R *)(void *)(o + i * os) = (R)(EXPR);                                   \
-            }                                                                             \
-        }                                                                                 \
+#define CM__BIN(name, T, R, EXPR)                                                                  \
+    static void name(int64_t n, char *o, int64_t os, const char *a, int64_t as, const char *b,     \
+                     int64_t bs) {                                                                 \
+        const int64_t tz = (int64_t)sizeof(T);                                                     \
+        if (os == (int64_t)sizeof(R) && as == tz && bs == tz) {                                    \
+            R *po = (R *)(void *)o;                                                                \
+            const T *pa = (const T *)(const void *)a, *pb = (const T *)(const void *)b;            \
+            for (int64_t i = 0; i < n; ++i) {                                                      \
+                const T x = pa[i], y = pb[i];                                                      \
+                po[i] = (R)(EXPR);                                                                 \
+            }                                                                                      \
+        } else if (os == (int64_t)sizeof(R) && as == tz && bs == 0) {                              \
+            R *po = (R *)(void *)o;                                                                \
+            const T *pa = (const T *)(const void *)a;                                              \
+            const T y = *(const T *)(const void *)b;                                               \
+            for (int64_t i = 0; i < n; ++i) {                                                      \
+                const T x = pa[i];                                                                 \
+                po[i] = (R)(EXPR);                                                                 \
+            }                                                                                      \
+        } else if (os == (int64_t)sizeof(R) && as == 0 && bs == tz) {                              \
+            R *po = (R *)(void *)o;                                                                \
+            const T *pb = (const T *)(const void *)b;                                              \
+            const T x = *(const T *)(const void *)a;                                               \
+            for (int64_t i = 0; i < n; ++i) {                                                      \
+                const T y = pb[i];                                                                 \
+                po[i] = (R)(EXPR);                                                                 \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; ++i) {                                                      \
+                const T x = *(const T *)(const void *)(a + i * as);                                \
+                const T y = *(const T *)(const void *)(b + i * bs);                                \
+                *(R *)(void *)(o + i * os) = (R)(EXPR);                                            \
+            }                                                                                      \
+        }                                                                                          \
     }
 
-#define CM__UN(name, T, EXPR)                                                             \
-    static void name(int64_t n, char *o, int64_t os, const char *a, int64_t as) {         \
-        if (os == (int64_t)sizeof(T) && as == (int64_t)sizeof(T)) {                       \
-            T *po = (T *)(void *)o;                                                       \
-            const T *pa = (const T *)(const void *)a;                                     \
-            for (int64_t i = 0; i < n; ++i) {                                             \
-                const T x = pa[i];                                                        \
-                po[i] = (T)(EXPR);                                                        \
-            }                                                                             \
-        } else {                                                                          \
-            for (int64_t i = 0; i < n; ++i) {                                             \
-                const T x = *(const T *)(const void *)(a + i * as);                       \
-                *(T *)(void *)(o + i * os) = (T)(EXPR);                                   \
-            }                                                                             \
-        }                                                                                 \
+#define CM__UN(name, T, EXPR)                                                                      \
+    static void name(int64_t n, char *o, int64_t os, const char *a, int64_t as) {                  \
+        if (os == (int64_t)sizeof(T) && as == (int64_t)sizeof(T)) {                                \
+            T *po = (T *)(void *)o;                                                                \
+            const T *pa = (const T *)(const void *)a;                                              \
+            for (int64_t i = 0; i < n; ++i) {                                                      \
+                const T x = pa[i];                                                                 \
+                po[i] = (T)(EXPR);                                                                 \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; ++i) {                                                      \
+                const T x = *(const T *)(const void *)(a + i * as);                                \
+                *(T *)(void *)(o + i * os) = (T)(EXPR);                                            \
+            }                                                                                      \
+        }                                                                                          \
     }
 
-#define CM__CMP_DEFS(E, T)                                 \
-    CM__BIN(cm__eq_##E, T, uint8_t, x == y)                \
-    CM__BIN(cm__ne_##E, T, uint8_t, x != y)                \
-    CM__BIN(cm__lt_##E, T, uint8_t, x < y)                 \
-    CM__BIN(cm__le_##E, T, uint8_t, x <= y)                \
-    CM__BIN(cm__gt_##E, T, uint8_t, x > y)                 \
+#define CM__CMP_DEFS(E, T)                                                                         \
+    CM__BIN(cm__eq_##E, T, uint8_t, x == y)                                                        \
+    CM__BIN(cm__ne_##E, T, uint8_t, x != y)                                                        \
+    CM__BIN(cm__lt_##E, T, uint8_t, x < y)                                                         \
+    CM__BIN(cm__le_##E, T, uint8_t, x <= y)                                                        \
+    CM__BIN(cm__gt_##E, T, uint8_t, x > y)                                                         \
     CM__BIN(cm__ge_##E, T, uint8_t, x >= y)
 
 /* Integers wrap through the unsigned type U (no signed overflow). */
-#define CM__INT_DEFS(E, T, U, SIGNED)                                                   \
-    CM__BIN(cm__add_##E, T, T, (U)x + (U)y)                                             \
-    CM__BIN(cm__sub_##E, T, T, (U)x - (U)y)                                             \
-    CM__BIN(cm__mul_##E, T, T, (U)x * (U)y)                                             \
-    CM__BIN(cm__div_##E, T, T,                                                          \
-            y == 0 ? (T)0 : (SIGNED && y == (T)-1) ? (T)(0u - (U)x) : (T)(x / y))       \
-    CM__BIN(cm__min_##E, T, T, x < y ? x : y)                                           \
-    CM__BIN(cm__max_##E, T, T, x > y ? x : y)                                           \
-    CM__CMP_DEFS(E, T)                                                                  \
-    CM__UN(cm__neg_##E, T, 0u - (U)x)                                                   \
-    CM__UN(cm__square_##E, T, (U)x * (U)x)
+#define CM__INT_DEFS(E, T, U, SIGNED)                                                              \
+    CM__BIN(cm__add_##E, T, T, (U)x + (U)y)                                                        \
+    CM__BIN(cm__sub_##E, T, T, (U)x - (U)y)                                                        \
+    CM__BIN(cm__mul_##E, T, T, (U)x *(U)y)                                                         \
+    CM__BIN(cm__div_##E, T, T,                                                                     \
+            y == 0                     ? (T)0                                                      \
+            : (SIGNED && y == (T) - 1) ? (T)(0u - (U)x)                                            \
+                                       : (T)(x / y))                                               \
+    CM__BIN(cm__min_##E, T, T, x < y ? x : y)                                                      \
+    CM__BIN(cm__max_##E, T, T, x > y ? x : y)                                                      \
+    CM__CMP_DEFS(E, T)                                                                             \
+    CM__UN(cm__neg_##E, T, 0u - (U)x)                                                              \
+    CM__UN(cm__square_##E, T, (U)x *(U)x)
 
-#define CM__SIGNED_DEFS(E, T, U)                             \
-    CM__INT_DEFS(E, T, U, 1)                                 \
-    CM__UN(cm__abs_##E, T, x < 0 ? (T)(0u - (U)x) : x)       \
-    CM__UN(cm__relu_##E, T, x > 0 ? x : 0)                   \
+#define CM__SIGNED_DEFS(E, T, U)                                                                   \
+    CM__INT_DEFS(E, T, U, 1)                                                                       \
+    CM__UN(cm__abs_##E, T, x < 0 ? (T)(0u - (U)x) : x)                                             \
+    CM__UN(cm__relu_##E, T, x > 0 ? x : 0)                                                         \
     CM__UN(cm__sign_##E, T, (x > 0) - (x < 0))
 
-#define CM__UNSIGNED_DEFS(E, T, U)          \
-    CM__INT_DEFS(E, T, U, 0)                \
-    CM__UN(cm__abs_##E, T, x)               \
-    CM__UN(cm__relu_##E, T, x)              \
+#define CM__UNSIGNED_DEFS(E, T, U)                                                                 \
+    CM__INT_DEFS(E, T, U, 0)                                                                       \
+    CM__UN(cm__abs_##E, T, x)                                                                      \
+    CM__UN(cm__relu_##E, T, x)                                                                     \
     CM__UN(cm__sign_##E, T, x != 0)
 
 /* Floats: min/max propagate NaN; SUF is the libm suffix (f or empty). */
-#define CM__FLOAT_DEFS(E, T, SUF)                                                         \
-    CM__BIN(cm__add_##E, T, T, x + y)                                                     \
-    CM__BIN(cm__sub_##E, T, T, x - y)                                                     \
-    CM__BIN(cm__mul_##E, T, T, x * y)                                                     \
-    CM__BIN(cm__div_##E, T, T, x / y)                                                     \
-    CM__BIN(cm__min_##E, T, T, (x != x || x < y) ? x : y)                                 \
-    CM__BIN(cm__max_##E, T, T, (x != x || x > y) ? x : y)                                 \
-    CM__CMP_DEFS(E, T)                                                                    \
-    CM__UN(cm__neg_##E, T, -x)                                                            \
-    CM__UN(cm__abs_##E, T, fabs##SUF(x))                                                  \
-    CM__UN(cm__square_##E, T, x * x)                                                      \
-    CM__UN(cm__relu_##E, T, (x != x || x > 0) ? x : (T)0)                                 \
-    CM__UN(cm__sign_##E, T, x > 0 ? (T)1 : x < 0 ? (T)-1 : x == x ? (T)0 : x)             \
-    CM__UN(cm__sqrt_##E, T, sqrt##SUF(x))                                                 \
-    CM__UN(cm__rsqrt_##E, T, (T)1 / sqrt##SUF(x))                                         \
-    CM__UN(cm__exp_##E, T, exp##SUF(x))                                                   \
-    CM__UN(cm__log_##E, T, log##SUF(x))                                                   \
-    CM__UN(cm__sin_##E, T, sin##SUF(x))                                                   \
-    CM__UN(cm__cos_##E, T, cos##SUF(x))                                                   \
-    CM__UN(cm__tanh_##E, T, tanh##SUF(x))                                                 \
-    CM__UN(cm__sigmoid_##E, T, (T)1 / ((T)1 + exp##SUF(-x)))                              \
-    CM__UN(cm__floor_##E, T, floor##SUF(x))                                               \
+#define CM__FLOAT_DEFS(E, T, SUF)                                                                  \
+    CM__BIN(cm__add_##E, T, T, x + y)                                                              \
+    CM__BIN(cm__sub_##E, T, T, x - y)                                                              \
+    CM__BIN(cm__mul_##E, T, T, x *y)                                                               \
+    CM__BIN(cm__div_##E, T, T, x / y)                                                              \
+    CM__BIN(cm__min_##E, T, T, (x != x || x < y) ? x : y)                                          \
+    CM__BIN(cm__max_##E, T, T, (x != x || x > y) ? x : y)                                          \
+    CM__CMP_DEFS(E, T)                                                                             \
+    CM__UN(cm__neg_##E, T, -x)                                                                     \
+    CM__UN(cm__abs_##E, T, fabs##SUF(x))                                                           \
+    CM__UN(cm__square_##E, T, x *x)                                                                \
+    CM__UN(cm__relu_##E, T, (x != x || x > 0) ? x : (T)0)                                          \
+    CM__UN(cm__sign_##E, T, x > 0 ? (T)1 : x < 0 ? (T) - 1 : x == x ? (T)0 : x)                    \
+    CM__UN(cm__sqrt_##E, T, sqrt##SUF(x))                                                          \
+    CM__UN(cm__rsqrt_##E, T, (T)1 / sqrt##SUF(x))                                                  \
+    CM__UN(cm__exp_##E, T, exp##SUF(x))                                                            \
+    CM__UN(cm__log_##E, T, log##SUF(x))                                                            \
+    CM__UN(cm__sin_##E, T, sin##SUF(x))                                                            \
+    CM__UN(cm__cos_##E, T, cos##SUF(x))                                                            \
+    CM__UN(cm__tanh_##E, T, tanh##SUF(x))                                                          \
+    CM__UN(cm__sigmoid_##E, T, (T)1 / ((T)1 + exp##SUF(-x)))                                       \
+    CM__UN(cm__floor_##E, T, floor##SUF(x))                                                        \
     CM__UN(cm__ceil_##E, T, ceil##SUF(x))
 
 CM__SIGNED_DEFS(CM_INT8, int8_t, uint32_t)
@@ -171,8 +173,8 @@ static void cm__half_store(char *dst, int64_t ds, const float *src, int64_t n, b
         return;
     }
     for (int64_t i = 0; i < n; ++i)
-        *(uint16_t *)(void *)(dst + i * ds) = bf16 ? cm__f32_to_bf16(src[i])
-                                                   : cm__f32_to_f16(src[i]);
+        *(uint16_t *)(void *)(dst + i * ds) =
+            bf16 ? cm__f32_to_bf16(src[i]) : cm__f32_to_f16(src[i]);
 }
 
 static void cm__half_unary(cm__cpu_map1_fn f32, bool bf16, int64_t n, char *o, int64_t os,
@@ -202,23 +204,23 @@ static void cm__half_binary(cm__cpu_map2_fn f32, bool bf16, bool cmp, int64_t n,
     }
 }
 
-#define CM__HALF_UN(op, E, BF)                                                            \
-    static void cm__##op##_##E(int64_t n, char *o, int64_t os, const char *a, int64_t as) { \
-        cm__half_unary(cm__##op##_CM_FLOAT32, BF, n, o, os, a, as);                       \
+#define CM__HALF_UN(op, E, BF)                                                                     \
+    static void cm__##op##_##E(int64_t n, char *o, int64_t os, const char *a, int64_t as) {        \
+        cm__half_unary(cm__##op##_CM_FLOAT32, BF, n, o, os, a, as);                                \
     }
-#define CM__HALF_BIN(op, E, BF, CMP)                                                      \
-    static void cm__##op##_##E(int64_t n, char *o, int64_t os, const char *a, int64_t as, \
-                               const char *b, int64_t bs) {                               \
-        cm__half_binary(cm__##op##_CM_FLOAT32, BF, CMP, n, o, os, a, as, b, bs);          \
+#define CM__HALF_BIN(op, E, BF, CMP)                                                               \
+    static void cm__##op##_##E(int64_t n, char *o, int64_t os, const char *a, int64_t as,          \
+                               const char *b, int64_t bs) {                                        \
+        cm__half_binary(cm__##op##_CM_FLOAT32, BF, CMP, n, o, os, a, as, b, bs);                   \
     }
 /* Every op of the table (runtime/core/op_table.h) for a half type. */
 #define CM__HALF_UN_ROW(E, BF, NAME, name, CLASS) CM__HALF_UN(name, E, BF)
 #define CM__HALF_BIN_CMP_CM__BIN_ARITH false
 #define CM__HALF_BIN_CMP_CM__BIN_ORDER false
 #define CM__HALF_BIN_CMP_CM__BIN_COMPARE true
-#define CM__HALF_BIN_ROW(E, BF, NAME, name, CLASS) \
+#define CM__HALF_BIN_ROW(E, BF, NAME, name, CLASS)                                                 \
     CM__HALF_BIN(name, E, BF, CM__HALF_BIN_CMP_##CLASS)
-#define CM__HALF_DEFS(E, BF) \
+#define CM__HALF_DEFS(E, BF)                                                                       \
     CM__BINARY_OPS(CM__HALF_BIN_ROW, E, BF) CM__UNARY_OPS(CM__HALF_UN_ROW, E, BF)
 
 CM__HALF_DEFS(CM_FLOAT16, false)
@@ -238,11 +240,10 @@ CM__HALF_DEFS(CM_BFLOAT16, true)
 #define CM__BIN_ROW(E) CM__BINARY_OPS(CM__BIN_ANY, E)
 
 static const cm__cpu_map2_fn cm__binary_table[CM_BINARY_COUNT][CM_DTYPE_COUNT] = {
-    CM__BINARY_OPS(CM__BIN_BOOL, CM_BOOL)
-    CM__BIN_ROW(CM_INT8) CM__BIN_ROW(CM_INT16) CM__BIN_ROW(CM_INT32) CM__BIN_ROW(CM_INT64)
-    CM__BIN_ROW(CM_UINT8) CM__BIN_ROW(CM_UINT16) CM__BIN_ROW(CM_UINT32)
-    CM__BIN_ROW(CM_UINT64) CM__BIN_ROW(CM_FLOAT16) CM__BIN_ROW(CM_BFLOAT16)
-    CM__BIN_ROW(CM_FLOAT32) CM__BIN_ROW(CM_FLOAT64)};
+    CM__BINARY_OPS(CM__BIN_BOOL, CM_BOOL) CM__BIN_ROW(CM_INT8) CM__BIN_ROW(CM_INT16)
+        CM__BIN_ROW(CM_INT32) CM__BIN_ROW(CM_INT64) CM__BIN_ROW(CM_UINT8) CM__BIN_ROW(CM_UINT16)
+            CM__BIN_ROW(CM_UINT32) CM__BIN_ROW(CM_UINT64) CM__BIN_ROW(CM_FLOAT16)
+                CM__BIN_ROW(CM_BFLOAT16) CM__BIN_ROW(CM_FLOAT32) CM__BIN_ROW(CM_FLOAT64)};
 
 #define CM__UN_INT_CM__UN_ANY(E, NAME, name) CM__ENTRY(CM_UNARY_, E, NAME, name)
 #define CM__UN_INT_CM__UN_FLOAT(E, NAME, name)
@@ -253,9 +254,10 @@ static const cm__cpu_map2_fn cm__binary_table[CM_BINARY_COUNT][CM_DTYPE_COUNT] =
 
 static const cm__cpu_map1_fn cm__unary_table[CM_UNARY_COUNT][CM_DTYPE_COUNT] = {
     CM__UN_INT_ROW(CM_INT8) CM__UN_INT_ROW(CM_INT16) CM__UN_INT_ROW(CM_INT32)
-    CM__UN_INT_ROW(CM_INT64) CM__UN_INT_ROW(CM_UINT8) CM__UN_INT_ROW(CM_UINT16)
-    CM__UN_INT_ROW(CM_UINT32) CM__UN_INT_ROW(CM_UINT64) CM__UN_FLOAT_ROW(CM_FLOAT16)
-    CM__UN_FLOAT_ROW(CM_BFLOAT16) CM__UN_FLOAT_ROW(CM_FLOAT32) CM__UN_FLOAT_ROW(CM_FLOAT64)};
+        CM__UN_INT_ROW(CM_INT64) CM__UN_INT_ROW(CM_UINT8) CM__UN_INT_ROW(CM_UINT16)
+            CM__UN_INT_ROW(CM_UINT32) CM__UN_INT_ROW(CM_UINT64) CM__UN_FLOAT_ROW(CM_FLOAT16)
+                CM__UN_FLOAT_ROW(CM_BFLOAT16) CM__UN_FLOAT_ROW(CM_FLOAT32)
+                    CM__UN_FLOAT_ROW(CM_FLOAT64)};
 
 cm__cpu_map1_fn cm__cpu_unary_kernel(cm_unary_op op, cm_dtype dtype) {
     return cm__unary_table[op][dtype];

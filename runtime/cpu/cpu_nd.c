@@ -129,14 +129,14 @@ static void cm__split_task(void *ctx, int64_t t) {
     const cm__split *c = ctx;
     cm__cpu_nd part = *c->nd;
     const int64_t begin = t * c->chunk;
-    const int64_t end = part.shape[c->axis] - begin < c->chunk ? part.shape[c->axis]
-                                                               : begin + c->chunk;
+    const int64_t end =
+        part.shape[c->axis] - begin < c->chunk ? part.shape[c->axis] : begin + c->chunk;
     cm__cpu_nd_slice(&part, c->axis, begin, end);
     c->body(&part, c->ctx);
 }
 
-void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes,
-                      cm__cpu_nd_body body, void *ctx) {
+void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes, cm__cpu_nd_body body,
+                      void *ctx) {
     const int64_t threads = (int64_t)cm__cpu_pool_threads(pool);
     int32_t axis = -1;
     if (threads > 1 && bytes >= CM__CPU_PARALLEL_MIN_BYTES) {
@@ -154,8 +154,8 @@ void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes,
     }
     const int64_t n = nd->shape[axis];
     const int64_t parts = n < threads ? n : threads;
-    cm__split c = {.nd = nd, .axis = axis, .chunk = cm__div_up_i64(n, parts), .body = body,
-                   .ctx = ctx};
+    cm__split c = {
+        .nd = nd, .axis = axis, .chunk = cm__div_up_i64(n, parts), .body = body, .ctx = ctx};
     cm__cpu_pool_run(pool, cm__div_up_i64(n, c.chunk), cm__split_task, &c);
 }
 

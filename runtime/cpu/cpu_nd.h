@@ -52,8 +52,8 @@ typedef void (*cm__cpu_nd_body)(cm__cpu_nd *part, void *ctx);
  * at least as long as the thread count, or else the longest) into one
  * part per thread, run by the pool. The body must give each element of
  * the output the same value whatever part it is in. */
-void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes,
-                      cm__cpu_nd_body body, void *ctx);
+void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes, cm__cpu_nd_body body,
+                      void *ctx);
 
 /* Bytes ahead that contiguous kernels ask for lines on this CPU (4096 on
  * Intel x86-64: into L1 there, and 4x as far into L2), 0 for none

@@ -11,16 +11,16 @@
 
 /* ------------------------------------------------------------ fill */
 
-#define CM__TYPED_LOOP(T, n, dst, ds, STMT_VALUE)                        \
-    do {                                                                \
-        if ((ds) == (int64_t)sizeof(T)) {                               \
-            T *d_ = (T *)(void *)(dst);                                 \
-            for (int64_t i_ = 0; i_ < (n); ++i_)                        \
-                d_[i_] = STMT_VALUE;                                    \
-        } else {                                                        \
-            for (int64_t i_ = 0; i_ < (n); ++i_)                        \
-                *(T *)(void *)((dst) + i_ * (ds)) = STMT_VALUE;         \
-        }                                                               \
+#define CM__TYPED_LOOP(T, n, dst, ds, STMT_VALUE)                                                  \
+    do {                                                                                           \
+        if ((ds) == (int64_t)sizeof(T)) {                                                          \
+            T *d_ = (T *)(void *)(dst);                                                            \
+            for (int64_t i_ = 0; i_ < (n); ++i_)                                                   \
+                d_[i_] = STMT_VALUE;                                                               \
+        } else {                                                                                   \
+            for (int64_t i_ = 0; i_ < (n); ++i_)                                                   \
+                *(T *)(void *)((dst) + i_ * (ds)) = STMT_VALUE;                                    \
+        }                                                                                          \
     } while (0)
 
 typedef struct cm__fill_ctx {
@@ -80,15 +80,15 @@ static void cm__copy_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
     }
     const char *src = p[1];
     const int64_t ss = s[1];
-#define CM__COPY_CASE(T)                                                            \
-    if (ss == 0) {                                                                  \
-        const T v_ = *(const T *)(const void *)src;                                 \
-        CM__TYPED_LOOP(T, n, p[0], s[0], v_);                                       \
-    } else if (ss == isz) {                                                         \
-        const T *s_ = (const T *)(const void *)src;                                 \
-        CM__TYPED_LOOP(T, n, p[0], s[0], s_[i_]);                                   \
-    } else {                                                                        \
-        CM__TYPED_LOOP(T, n, p[0], s[0], *(const T *)(const void *)(src + i_ * ss)); \
+#define CM__COPY_CASE(T)                                                                           \
+    if (ss == 0) {                                                                                 \
+        const T v_ = *(const T *)(const void *)src;                                                \
+        CM__TYPED_LOOP(T, n, p[0], s[0], v_);                                                      \
+    } else if (ss == isz) {                                                                        \
+        const T *s_ = (const T *)(const void *)src;                                                \
+        CM__TYPED_LOOP(T, n, p[0], s[0], s_[i_]);                                                  \
+    } else {                                                                                       \
+        CM__TYPED_LOOP(T, n, p[0], s[0], *(const T *)(const void *)(src + i_ * ss));               \
     }
     switch (size) {
     case 1: CM__COPY_CASE(uint8_t) break;
@@ -294,34 +294,32 @@ static int64_t cm__tile_side(size_t size) {
  * vector in, N buffer rows out. log2(N) rounds of pairing row k with row
  * k + N/2 (low halves interleaved to 2k, high halves to 2k + 1) transpose
  * it. */
-#define CM__MICRO_TILE(T, LO, HI)                                                        \
-    static inline void cm__micro_tile_##T(char *restrict out, int64_t out_row,          \
-                                          const char *restrict in, int64_t in_row) {    \
-        typedef T vec_ __attribute__((vector_size(CM__VECTOR_BYTES)));                   \
-        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                      \
-        vec_ v[N_], w[N_];                                                               \
-        CM__UNROLL for (int r = 0; r < N_; ++r)                                          \
-            memcpy(&v[r], in + r * in_row, sizeof v[r]);                                 \
-        CM__UNROLL for (int round = 1; round < N_; round *= 2) {                         \
-            CM__UNROLL for (int k = 0; k < N_ / 2; ++k) {                                \
-                w[2 * k] = __builtin_shufflevector(v[k], v[k + N_ / 2], LO);             \
-                w[2 * k + 1] = __builtin_shufflevector(v[k], v[k + N_ / 2], HI);         \
-            }                                                                            \
-            memcpy(v, w, sizeof v);                                                      \
-        }                                                                                \
-        CM__UNROLL for (int r = 0; r < N_; ++r)                                          \
-            memcpy(out + r * out_row, &v[r], sizeof v[r]);                               \
+#define CM__MICRO_TILE(T, LO, HI)                                                                  \
+    static inline void cm__micro_tile_##T(char *restrict out, int64_t out_row,                     \
+                                          const char *restrict in, int64_t in_row) {               \
+        typedef T vec_ __attribute__((vector_size(CM__VECTOR_BYTES)));                             \
+        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                                \
+        vec_ v[N_], w[N_];                                                                         \
+        CM__UNROLL for (int r = 0; r < N_; ++r) memcpy(&v[r], in + r * in_row, sizeof v[r]);       \
+        CM__UNROLL for (int round = 1; round < N_; round *= 2) {                                   \
+            CM__UNROLL for (int k = 0; k < N_ / 2; ++k) {                                          \
+                w[2 * k] = __builtin_shufflevector(v[k], v[k + N_ / 2], LO);                       \
+                w[2 * k + 1] = __builtin_shufflevector(v[k], v[k + N_ / 2], HI);                   \
+            }                                                                                      \
+            memcpy(v, w, sizeof v);                                                                \
+        }                                                                                          \
+        CM__UNROLL for (int r = 0; r < N_; ++r) memcpy(out + r * out_row, &v[r], sizeof v[r]);     \
     }
 #else
 /* Without vector shuffles: the same micro-tile, element by element. */
-#define CM__MICRO_TILE(T, LO, HI)                                                        \
-    static inline void cm__micro_tile_##T(char *restrict out, int64_t out_row,          \
-                                          const char *restrict in, int64_t in_row) {    \
-        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                      \
-        for (int r = 0; r < N_; ++r)                                                     \
-            for (int c = 0; c < N_; ++c)                                                 \
-                memcpy(out + c * out_row + r * (int64_t)sizeof(T),                       \
-                       in + r * in_row + c * (int64_t)sizeof(T), sizeof(T));             \
+#define CM__MICRO_TILE(T, LO, HI)                                                                  \
+    static inline void cm__micro_tile_##T(char *restrict out, int64_t out_row,                     \
+                                          const char *restrict in, int64_t in_row) {               \
+        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                                \
+        for (int r = 0; r < N_; ++r)                                                               \
+            for (int c = 0; c < N_; ++c)                                                           \
+                memcpy(out + c * out_row + r * (int64_t)sizeof(T),                                 \
+                       in + r * in_row + c * (int64_t)sizeof(T), sizeof(T));                       \
     }
 #endif
 CM__MICRO_TILE(uint8_t, CM__LO_1, CM__HI_1)
@@ -338,28 +336,28 @@ static int64_t cm__buffer_row(size_t size) {
 
 /* buf[i][j] = src[j][i] over an ni x nj tile; buf rows are `row` elements
  * apart, src rows (j) scol bytes, src elements (i) contiguous. */
-#define CM__TILE_TO_BUFFER(T)                                                            \
-    static void cm__tile_to_buffer_##T(T *buf, int64_t row, const char *src,             \
-                                       int64_t scol, int64_t ni, int64_t nj) {           \
-        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                      \
-        const int64_t brow = row * (int64_t)sizeof(T);                                   \
-        int64_t j = 0;                                                                   \
-        for (; j + N_ <= nj; j += N_) {                                                  \
-            const char *s = src + j * scol;                                              \
-            int64_t i = 0;                                                               \
-            for (; i + N_ <= ni; i += N_)                                                \
-                cm__micro_tile_##T((char *)(buf + i * row + j), brow,                    \
-                                   s + i * (int64_t)sizeof(T), scol);                    \
-            for (; i < ni; ++i) /* the ragged bottom rows of this column strip */       \
-                for (int64_t c = 0; c < N_; ++c)                                         \
-                    buf[i * row + j + c] =                                               \
-                        *(const T *)(const void *)(s + c * scol + i * (int64_t)sizeof(T)); \
-        }                                                                                \
-        for (; j < nj; ++j) { /* the ragged right columns */                            \
-            const T *s = (const T *)(const void *)(src + j * scol);                      \
-            for (int64_t i = 0; i < ni; ++i)                                             \
-                buf[i * row + j] = s[i];                                                 \
-        }                                                                                \
+#define CM__TILE_TO_BUFFER(T)                                                                      \
+    static void cm__tile_to_buffer_##T(T *buf, int64_t row, const char *src, int64_t scol,         \
+                                       int64_t ni, int64_t nj) {                                   \
+        enum { N_ = CM__VECTOR_BYTES / sizeof(T) };                                                \
+        const int64_t brow = row * (int64_t)sizeof(T);                                             \
+        int64_t j = 0;                                                                             \
+        for (; j + N_ <= nj; j += N_) {                                                            \
+            const char *s = src + j * scol;                                                        \
+            int64_t i = 0;                                                                         \
+            for (; i + N_ <= ni; i += N_)                                                          \
+                cm__micro_tile_##T((char *)(buf + i * row + j), brow, s + i * (int64_t)sizeof(T),  \
+                                   scol);                                                          \
+            for (; i < ni; ++i) /* the ragged bottom rows of this column strip */                  \
+                for (int64_t c = 0; c < N_; ++c)                                                   \
+                    buf[i * row + j + c] =                                                         \
+                        *(const T *)(const void *)(s + c * scol + i * (int64_t)sizeof(T));         \
+        }                                                                                          \
+        for (; j < nj; ++j) { /* the ragged right columns */                                       \
+            const T *s = (const T *)(const void *)(src + j * scol);                                \
+            for (int64_t i = 0; i < ni; ++i)                                                       \
+                buf[i * row + j] = s[i];                                                           \
+        }                                                                                          \
     }
 CM__TILE_TO_BUFFER(uint8_t)
 CM__TILE_TO_BUFFER(uint16_t)
@@ -438,7 +436,7 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
         return false;
     unsigned char *buf = cm__alloc_raw(bytes, 64);
     if (buf == NULL)
-        return false; /* the element loop needs no memory */
+        return false;            /* the element loop needs no memory */
     if (nd->strides[1][j] < 0) { /* walk axis j backwards in both operands */
         for (int32_t o = 0; o < 2; ++o) {
             nd->base[o] += (nd->shape[j] - 1) * nd->strides[o][j];
@@ -456,8 +454,12 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
     size_t dst_bytes = size;
     for (int32_t k = 0; k <= last; ++k)
         dst_bytes *= (size_t)nd->shape[k];
-    cm__tile_ctx c = {.size = size, .rows = rows, .cols = nd->shape[last], .drow = drow,
-                      .scol = nd->strides[1][last], .buf = buf,
+    cm__tile_ctx c = {.size = size,
+                      .rows = rows,
+                      .cols = nd->shape[last],
+                      .drow = drow,
+                      .scol = nd->strides[1][last],
+                      .buf = buf,
                       .streaming = cm__use_streaming(dst_bytes)};
     cm__cpu_nd outer = *nd;
     outer.ndim = last - 1;
@@ -603,8 +605,7 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         cm__cpu_nd_split(pool, &nd, bytes, cm__map2_part, &c);
         return CM_OK;
     }
-    case CM__OP_REDUCE:
-        return cm__cpu_reduce(op, &nd, pool);
+    case CM__OP_REDUCE: return cm__cpu_reduce(op, &nd, pool);
     }
     return cm__fail_as(op->func, CM_ERR_INTERNAL, "the CPU device has no kernel for op %d/%d",
                        (int)op->kind, (int)op->code);

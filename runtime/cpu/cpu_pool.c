@@ -22,9 +22,9 @@ struct cm__cpu_pool {
     pthread_cond_t done;      /* pending reached 0 */
     bool tried;               /* workers were started (or failed to start) */
     bool quit;
-    uint32_t started;         /* workers running */
-    uint32_t pending;         /* workers not yet done with the job */
-    uint64_t generation;      /* counts jobs */
+    uint32_t started;    /* workers running */
+    uint32_t pending;    /* workers not yet done with the job */
+    uint64_t generation; /* counts jobs */
     cm__cpu_task_fn fn;
     void *ctx;
     int64_t ntasks;
@@ -74,12 +74,14 @@ cm_status cm__cpu_pool_create(uint32_t nthreads, cm__cpu_pool **out) {
     atomic_init(&pool->next, 0);
     if (pthread_mutex_init(&pool->job_lock, NULL) != 0) {
         cm__free(pool);
-        return cm__fail_as("cm_device_open_desc", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
+        return cm__fail_as("cm_device_open_desc", CM_ERR_OUT_OF_MEMORY,
+                           "pthread_mutex_init failed");
     }
     if (pthread_mutex_init(&pool->lock, NULL) != 0) {
         pthread_mutex_destroy(&pool->job_lock);
         cm__free(pool);
-        return cm__fail_as("cm_device_open_desc", CM_ERR_OUT_OF_MEMORY, "pthread_mutex_init failed");
+        return cm__fail_as("cm_device_open_desc", CM_ERR_OUT_OF_MEMORY,
+                           "pthread_mutex_init failed");
     }
     if (pthread_cond_init(&pool->wake, NULL) != 0) {
         pthread_mutex_destroy(&pool->lock);

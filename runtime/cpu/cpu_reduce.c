@@ -58,62 +58,62 @@ typedef void (*cm__acc_fn)(int64_t n, const char *p, int64_t s, void *acc);
 
 /* Scalar and vector accumulators over elements of T, loaded as AT into
  * acc field FIELD. */
-#define CM__ACC(name, T, AT, FIELD, LOAD, STEP)                                           \
-    static void name(int64_t n, const char *p, int64_t s, void *acc_) {                   \
-        cm__acc *acc = acc_;                                                              \
-        AT m = acc->FIELD;                                                                \
-        if (s == (int64_t)sizeof(T)) {                                                    \
-            const T *q = (const T *)(const void *)p;                                      \
-            int64_t i = 0;                                                                \
-            if (n >= 8) { /* eight independent chains: no add-latency bound */           \
-                AT k[8];                                                                  \
-                for (int j = 0; j < 8; ++j)                                               \
-                    k[j] = (AT)LOAD(q[j]);                                                \
-                for (i = 8; i + 8 <= n; i += 8)                                           \
-                    for (int j = 0; j < 8; ++j) {                                         \
-                        const AT x = (AT)LOAD(q[i + j]);                                  \
-                        k[j] = STEP(k[j], x);                                             \
-                    }                                                                     \
-                for (int j = 0; j < 8; ++j)                                               \
-                    m = STEP(m, k[j]);                                                    \
-            }                                                                             \
-            for (; i < n; ++i) {                                                          \
-                const AT x = (AT)LOAD(q[i]);                                              \
-                m = STEP(m, x);                                                           \
-            }                                                                             \
-        } else {                                                                          \
-            for (int64_t i = 0; i < n; ++i) {                                             \
-                const AT x = (AT)LOAD(*(const T *)(const void *)(p + i * s));             \
-                m = STEP(m, x);                                                           \
-            }                                                                             \
-        }                                                                                 \
-        acc->FIELD = m;                                                                   \
-    }                                                                                     \
-    static void name##_vec(int64_t n, const char *p, int64_t s, void *acc_) {             \
-        (void)s; /* contiguous */                                                         \
-        AT *a = ((cm__vacc *)acc_)->FIELD;                                                \
-        const T *q = (const T *)(const void *)p;                                          \
-        for (int64_t i = 0; i < n; ++i) {                                                 \
-            const AT x = (AT)LOAD(q[i]);                                                  \
-            a[i] = STEP(a[i], x);                                                         \
-        }                                                                                 \
+#define CM__ACC(name, T, AT, FIELD, LOAD, STEP)                                                    \
+    static void name(int64_t n, const char *p, int64_t s, void *acc_) {                            \
+        cm__acc *acc = acc_;                                                                       \
+        AT m = acc->FIELD;                                                                         \
+        if (s == (int64_t)sizeof(T)) {                                                             \
+            const T *q = (const T *)(const void *)p;                                               \
+            int64_t i = 0;                                                                         \
+            if (n >= 8) { /* eight independent chains: no add-latency bound */                     \
+                AT k[8];                                                                           \
+                for (int j = 0; j < 8; ++j)                                                        \
+                    k[j] = (AT)LOAD(q[j]);                                                         \
+                for (i = 8; i + 8 <= n; i += 8)                                                    \
+                    for (int j = 0; j < 8; ++j) {                                                  \
+                        const AT x = (AT)LOAD(q[i + j]);                                           \
+                        k[j] = STEP(k[j], x);                                                      \
+                    }                                                                              \
+                for (int j = 0; j < 8; ++j)                                                        \
+                    m = STEP(m, k[j]);                                                             \
+            }                                                                                      \
+            for (; i < n; ++i) {                                                                   \
+                const AT x = (AT)LOAD(q[i]);                                                       \
+                m = STEP(m, x);                                                                    \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; ++i) {                                                      \
+                const AT x = (AT)LOAD(*(const T *)(const void *)(p + i * s));                      \
+                m = STEP(m, x);                                                                    \
+            }                                                                                      \
+        }                                                                                          \
+        acc->FIELD = m;                                                                            \
+    }                                                                                              \
+    static void name##_vec(int64_t n, const char *p, int64_t s, void *acc_) {                      \
+        (void)s; /* contiguous */                                                                  \
+        AT *a = ((cm__vacc *)acc_)->FIELD;                                                         \
+        const T *q = (const T *)(const void *)p;                                                   \
+        for (int64_t i = 0; i < n; ++i) {                                                          \
+            const AT x = (AT)LOAD(q[i]);                                                           \
+            a[i] = STEP(a[i], x);                                                                  \
+        }                                                                                          \
     }
 
 #define CM__ADD(m, x) ((m) + (x))
 /* Integers sum as uint64 (wrapping); signed ones sign-extend first. */
 #define CM__SEXT(v) ((uint64_t)(int64_t)(v))
 
-#define CM__FLOAT_ACCS(E, T, LD)                               \
-    CM__ACC(cm__acc_sum_##E, T, double, d, LD, CM__ADD)        \
-    CM__ACC(cm__acc_max_##E, T, double, d, LD, CM__FMAX)       \
+#define CM__FLOAT_ACCS(E, T, LD)                                                                   \
+    CM__ACC(cm__acc_sum_##E, T, double, d, LD, CM__ADD)                                            \
+    CM__ACC(cm__acc_max_##E, T, double, d, LD, CM__FMAX)                                           \
     CM__ACC(cm__acc_min_##E, T, double, d, LD, CM__FMIN)
-#define CM__SIGNED_ACCS(E, T)                                         \
-    CM__ACC(cm__acc_sum_##E, T, uint64_t, u, CM__SEXT, CM__ADD)       \
-    CM__ACC(cm__acc_max_##E, T, int64_t, i, CM__LD_INT, CM__IMAX)     \
+#define CM__SIGNED_ACCS(E, T)                                                                      \
+    CM__ACC(cm__acc_sum_##E, T, uint64_t, u, CM__SEXT, CM__ADD)                                    \
+    CM__ACC(cm__acc_max_##E, T, int64_t, i, CM__LD_INT, CM__IMAX)                                  \
     CM__ACC(cm__acc_min_##E, T, int64_t, i, CM__LD_INT, CM__IMIN)
-#define CM__UNSIGNED_ACCS(E, T)                                       \
-    CM__ACC(cm__acc_sum_##E, T, uint64_t, u, CM__LD_UINT, CM__ADD)    \
-    CM__ACC(cm__acc_max_##E, T, uint64_t, u, CM__LD_UINT, CM__IMAX)   \
+#define CM__UNSIGNED_ACCS(E, T)                                                                    \
+    CM__ACC(cm__acc_sum_##E, T, uint64_t, u, CM__LD_UINT, CM__ADD)                                 \
+    CM__ACC(cm__acc_max_##E, T, uint64_t, u, CM__LD_UINT, CM__IMAX)                                \
     CM__ACC(cm__acc_min_##E, T, uint64_t, u, CM__LD_UINT, CM__IMIN)
 
 CM__SIGNED_ACCS(CM_BOOL, uint8_t)
@@ -130,8 +130,8 @@ CM__FLOAT_ACCS(CM_BFLOAT16, uint16_t, CM__LD_BF16)
 CM__FLOAT_ACCS(CM_FLOAT32, float, CM__LD_SAME)
 CM__FLOAT_ACCS(CM_FLOAT64, double, CM__LD_SAME)
 
-#define CM__ACC_ROW(E, T, DOM, LD, KIND, SAT, MTL)                                          \
-    [E] = {{cm__acc_sum_##E, cm__acc_max_##E, cm__acc_min_##E},                          \
+#define CM__ACC_ROW(E, T, DOM, LD, KIND, SAT, MTL)                                                 \
+    [E] = {{cm__acc_sum_##E, cm__acc_max_##E, cm__acc_min_##E},                                    \
            {cm__acc_sum_##E##_vec, cm__acc_max_##E##_vec, cm__acc_min_##E##_vec}},
 /* [dtype][scalar, vector][kind] */
 static const cm__acc_fn cm__acc_table[CM_DTYPE_COUNT][2][CM__RKINDS] = {
@@ -140,8 +140,8 @@ static const cm__acc_fn cm__acc_table[CM_DTYPE_COUNT][2][CM__RKINDS] = {
 /* ------------------------------------------------------------ fast kernels */
 
 #define CM__LANES 16
-#define CM__LEAF 512 /* elements per leaf: 32 per lane */
-#define CM__VROWS 32 /* rows per block of the vector form's float sums */
+#define CM__LEAF 512   /* elements per leaf: 32 per lane */
+#define CM__VROWS 32   /* rows per block of the vector form's float sums */
 #define CM__VCOLS 8192 /* columns per chunk of the vector form's float sums */
 
 /* The tree over the lanes: lane j += lane j + w for w = 8, 4, 2, 1. */
@@ -175,25 +175,25 @@ typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
  * ahead into L1 and four times as far into L2 (cpu_nd.c says why). */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define CM__PF_DECL const uintptr_t cm__pf = cm__cpu_prefetch_distance()
-#define CM__PREFETCH(p)                                                                 \
-    do {                                                                                \
-        if (cm__pf != 0) {                                                              \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);          \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);      \
-        }                                                                               \
+#define CM__PREFETCH(p)                                                                            \
+    do {                                                                                           \
+        if (cm__pf != 0) {                                                                         \
+            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);                     \
+            __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);                 \
+        }                                                                                          \
     } while (0)
 /* Column max/min (CM__COLS_MM): each of `rows` rows (stride rs) asks for
  * its line at byte offset o + cm__pf into L1 and o + 4 cm__pf into L2,
  * once per 64 bytes. (The float column sums' eight rows a pass read
  * slower with it on a Xeon host: float16 0.49 -> 0.31 of memcpy.) */
-#define CM__PREFETCH_ROWS(base, rows, rs, o)                                            \
-    do {                                                                                \
-        if (cm__pf != 0 && ((o) & 63) == 0)                                             \
-            for (int64_t pr_ = 0; pr_ < (rows); ++pr_) {                                \
-                const uintptr_t a_ = (uintptr_t)(base) + (uintptr_t)(pr_ * (rs)) + (o); \
-                __builtin_prefetch((const void *)(a_ + cm__pf), 0, 3);                  \
-                __builtin_prefetch((const void *)(a_ + 4 * cm__pf), 0, 1);              \
-            }                                                                           \
+#define CM__PREFETCH_ROWS(base, rows, rs, o)                                                       \
+    do {                                                                                           \
+        if (cm__pf != 0 && ((o) & 63) == 0)                                                        \
+            for (int64_t pr_ = 0; pr_ < (rows); ++pr_) {                                           \
+                const uintptr_t a_ = (uintptr_t)(base) + (uintptr_t)(pr_ * (rs)) + (o);            \
+                __builtin_prefetch((const void *)(a_ + cm__pf), 0, 3);                             \
+                __builtin_prefetch((const void *)(a_ + 4 * cm__pf), 0, 1);                         \
+            }                                                                                      \
     } while (0)
 #else
 #define CM__PF_DECL const int cm__pf = 0
@@ -209,38 +209,38 @@ typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
 /* A leaf of m <= CM__LEAF contiguous floats or doubles (T, loaded as
  * four-lane vectors VT, widened by WIDEN). */
 #ifdef CM__VEC
-#define CM__LEAF_F(name, T, VT, WIDEN)                                                  \
-    CM__CLONES static double name(int64_t m, const T *q) {                              \
-        double l[CM__LANES];                                                            \
-        int64_t i = 0;                                                                  \
-        CM__PF_DECL;                                                                    \
-        cm__v4d a[4] = {{0}, {0}, {0}, {0}};                                            \
-        for (; i + CM__LANES <= m; i += CM__LANES) {                                    \
-            for (size_t o = 0; o < CM__LANES * sizeof(T); o += 64) /* each line */       \
-                CM__PREFETCH((const char *)(q + i) + o);                                \
-            for (int j = 0; j < 4; ++j) {                                               \
-                VT x;                                                                   \
-                memcpy(&x, q + i + 4 * j, sizeof x);                                    \
-                a[j] += WIDEN(x);                                                       \
-            }                                                                           \
-        }                                                                               \
-        memcpy(l, a, sizeof l);                                                         \
-        for (int j = 0; i < m; ++i, ++j)                                                \
-            l[j] += (double)q[i];                                                       \
-        return cm__lane_tree(l);                                                        \
+#define CM__LEAF_F(name, T, VT, WIDEN)                                                             \
+    CM__CLONES static double name(int64_t m, const T *q) {                                         \
+        double l[CM__LANES];                                                                       \
+        int64_t i = 0;                                                                             \
+        CM__PF_DECL;                                                                               \
+        cm__v4d a[4] = {{0}, {0}, {0}, {0}};                                                       \
+        for (; i + CM__LANES <= m; i += CM__LANES) {                                               \
+            for (size_t o = 0; o < CM__LANES * sizeof(T); o += 64) /* each line */                 \
+                CM__PREFETCH((const char *)(q + i) + o);                                           \
+            for (int j = 0; j < 4; ++j) {                                                          \
+                VT x;                                                                              \
+                memcpy(&x, q + i + 4 * j, sizeof x);                                               \
+                a[j] += WIDEN(x);                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        memcpy(l, a, sizeof l);                                                                    \
+        for (int j = 0; i < m; ++i, ++j)                                                           \
+            l[j] += (double)q[i];                                                                  \
+        return cm__lane_tree(l);                                                                   \
     }
 #define CM__WIDEN_F32(x) __builtin_convertvector(x, cm__v4d)
 #define CM__WIDEN_F64(x) (x)
 #else
-#define CM__LEAF_F(name, T, VT, WIDEN)                                                  \
-    static double name(int64_t m, const T *q) {                                         \
-        double l[CM__LANES];                                                            \
-        int64_t i = 0;                                                                  \
-        for (int j = 0; j < CM__LANES; ++j)                                             \
-            l[j] = 0.0;                                                                 \
-        for (; i < m; ++i)                                                              \
-            l[i % CM__LANES] += (double)q[i];                                           \
-        return cm__lane_tree(l);                                                        \
+#define CM__LEAF_F(name, T, VT, WIDEN)                                                             \
+    static double name(int64_t m, const T *q) {                                                    \
+        double l[CM__LANES];                                                                       \
+        int64_t i = 0;                                                                             \
+        for (int j = 0; j < CM__LANES; ++j)                                                        \
+            l[j] = 0.0;                                                                            \
+        for (; i < m; ++i)                                                                         \
+            l[i % CM__LANES] += (double)q[i];                                                      \
+        return cm__lane_tree(l);                                                                   \
     }
 #endif
 CM__LEAF_F(cm__leaf_f32, float, cm__v4f, CM__WIDEN_F32)
@@ -320,43 +320,43 @@ static bool cm__avx2_usable(void) {
 /* cm__leaf_quads over float16 or bfloat16 read in place: LOAD16 gives a
  * row of 16 lanes as two vectors of float32, in lane order PERM (the
  * lanes each float64 vector holds, in order). */
-#define CM__AVX_LEAF_H(name, LOAD16, LD, PERM)                                          \
-    __attribute__((target("avx2,f16c"))) static double name(int64_t m, const uint16_t *q) { \
-        static const int perm[CM__LANES] = PERM;                                        \
-        __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                    \
-        int64_t i = 0;                                                                  \
-        CM__PF_DECL;                                                                    \
-        for (; i + CM__QUAD <= m; i += CM__QUAD) {                                      \
-            CM__PREFETCH(q + i);                                                        \
-            CM__PREFETCH(q + i + 32);                                                   \
-            __m256 l0, h0, l1, h1, l2, h2, l3, h3;                                      \
-            LOAD16(q + i, l0, h0);                                                      \
-            LOAD16(q + i + 16, l1, h1);                                                 \
-            LOAD16(q + i + 32, l2, h2);                                                 \
-            LOAD16(q + i + 48, l3, h3);                                                 \
-            const __m256 lo = _mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)); \
-            const __m256 hi = _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3)); \
-            a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));        \
-            a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));      \
-            a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));        \
-            a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));      \
-        }                                                                               \
-        double v[CM__LANES], l[CM__LANES];                                              \
-        _mm256_storeu_pd(v, a0);                                                        \
-        _mm256_storeu_pd(v + 4, a1);                                                    \
-        _mm256_storeu_pd(v + 8, a2);                                                    \
-        _mm256_storeu_pd(v + 12, a3);                                                   \
-        for (int j = 0; j < CM__LANES; ++j)                                             \
-            l[perm[j]] = v[j];                                                          \
-        for (; i < m; ++i)                                                              \
-            l[i % CM__LANES] += (double)LD(q[i]);                                       \
-        return cm__lane_tree(l);                                                        \
+#define CM__AVX_LEAF_H(name, LOAD16, LD, PERM)                                                     \
+    __attribute__((target("avx2,f16c"))) static double name(int64_t m, const uint16_t *q) {        \
+        static const int perm[CM__LANES] = PERM;                                                   \
+        __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;                               \
+        int64_t i = 0;                                                                             \
+        CM__PF_DECL;                                                                               \
+        for (; i + CM__QUAD <= m; i += CM__QUAD) {                                                 \
+            CM__PREFETCH(q + i);                                                                   \
+            CM__PREFETCH(q + i + 32);                                                              \
+            __m256 l0, h0, l1, h1, l2, h2, l3, h3;                                                 \
+            LOAD16(q + i, l0, h0);                                                                 \
+            LOAD16(q + i + 16, l1, h1);                                                            \
+            LOAD16(q + i + 32, l2, h2);                                                            \
+            LOAD16(q + i + 48, l3, h3);                                                            \
+            const __m256 lo = _mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3));         \
+            const __m256 hi = _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3));         \
+            a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo)));                   \
+            a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)));                 \
+            a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));                   \
+            a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));                 \
+        }                                                                                          \
+        double v[CM__LANES], l[CM__LANES];                                                         \
+        _mm256_storeu_pd(v, a0);                                                                   \
+        _mm256_storeu_pd(v + 4, a1);                                                               \
+        _mm256_storeu_pd(v + 8, a2);                                                               \
+        _mm256_storeu_pd(v + 12, a3);                                                              \
+        for (int j = 0; j < CM__LANES; ++j)                                                        \
+            l[perm[j]] = v[j];                                                                     \
+        for (; i < m; ++i)                                                                         \
+            l[i % CM__LANES] += (double)LD(q[i]);                                                  \
+        return cm__lane_tree(l);                                                                   \
     }
-#define CM__AVX_LOAD_F16(p, lo, hi)                                                     \
-    ((lo) = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p))),      \
+#define CM__AVX_LOAD_F16(p, lo, hi)                                                                \
+    ((lo) = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p))),                  \
      (hi) = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((p) + 8))))
-#define CM__AVX_BF16(p)                                                                 \
-    _mm256_castsi256_ps(_mm256_slli_epi32(                                              \
+#define CM__AVX_BF16(p)                                                                            \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                                         \
         _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
 #define CM__AVX_LOAD_BF16(p, lo, hi) ((lo) = CM__AVX_BF16(p), (hi) = CM__AVX_BF16((p) + 8))
 /* float32: each conversion reads its four floats itself (fewer
@@ -383,19 +383,18 @@ __attribute__((target("avx2"))) static double cm__leaf_f32_avx(int64_t m, const 
 }
 /* bfloat16 for the leaves: 16 elements in one load, the even ones shifted
  * up and the odd ones masked (no shuffles), so lanes come even then odd. */
-#define CM__AVX_LOAD_BF16_EO(p, ev, od)                                                 \
-    do {                                                                                \
-        const __m256i x_ = _mm256_loadu_si256((const __m256i *)(const void *)(p));      \
-        (ev) = _mm256_castsi256_ps(_mm256_slli_epi32(x_, 16));                          \
-        (od) = _mm256_castsi256_ps(_mm256_and_si256(x_, _mm256_set1_epi32(-65536)));    \
+#define CM__AVX_LOAD_BF16_EO(p, ev, od)                                                            \
+    do {                                                                                           \
+        const __m256i x_ = _mm256_loadu_si256((const __m256i *)(const void *)(p));                 \
+        (ev) = _mm256_castsi256_ps(_mm256_slli_epi32(x_, 16));                                     \
+        (od) = _mm256_castsi256_ps(_mm256_and_si256(x_, _mm256_set1_epi32(-65536)));               \
     } while (0)
 #define CM__PERM_NATURAL {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 #define CM__PERM_EVEN_ODD {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15}
 CM__AVX_LEAF_H(cm__leaf_f16_avx, CM__AVX_LOAD_F16, cm__f16_to_f32, CM__PERM_NATURAL)
 CM__AVX_LEAF_H(cm__leaf_bf16_avx, CM__AVX_LOAD_BF16_EO, cm__bf16_to_f32, CM__PERM_EVEN_ODD)
 
-__attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const float *q,
-                                                             double *a) {
+__attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const float *q, double *a) {
     int64_t j = 0;
     for (; j + 8 <= m; j += 8) {
         const __m256 x = _mm256_loadu_ps(q + j);
@@ -418,58 +417,57 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
  * store of cur for eight rows. (Sixteen columns of 32 rows in registers,
  * 32 streams of one line each, read 0.1-0.2 of memcpy slower on a Xeon
  * and at about half the speed on an AMD EPYC; tools/bench/README.md has the figures.) */
-#define CM__VPASS_AVX(name, T, LOAD8, LD, QUADS)                                        \
-    __attribute__((target("avx2,f16c"), always_inline)) static inline void name##_pass( \
-        int64_t m, const char *p, int64_t rs, double *cur, bool first, int nq, int ns) { \
-        int64_t j = 0;                                                                  \
-        for (; j + 8 <= m; j += 8) {                                                    \
-            __m256d a = first ? _mm256_setzero_pd() : _mm256_loadu_pd(cur + j);         \
-            __m256d b = first ? _mm256_setzero_pd() : _mm256_loadu_pd(cur + j + 4);     \
-            const char *r = p;                                                          \
-            for (int k = 0; k < nq; ++k, r += 4 * rs) {                                 \
-                const __m256 s = _mm256_add_ps(                                         \
-                    _mm256_add_ps(LOAD8((const T *)(const void *)r + j),                \
-                                  LOAD8((const T *)(const void *)(r + rs) + j)),        \
-                    _mm256_add_ps(LOAD8((const T *)(const void *)(r + 2 * rs) + j),     \
-                                  LOAD8((const T *)(const void *)(r + 3 * rs) + j)));   \
-                a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(s)));       \
-                b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1)));     \
-            }                                                                           \
-            for (int k = 0; k < ns; ++k, r += rs) {                                     \
-                const __m256 x = LOAD8((const T *)(const void *)r + j);                 \
-                a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));       \
-                b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));     \
-            }                                                                           \
-            _mm256_storeu_pd(cur + j, a);                                               \
-            _mm256_storeu_pd(cur + j + 4, b);                                           \
-        }                                                                               \
-        for (; j < m; ++j) {                                                            \
-            double a = first ? 0.0 : cur[j];                                            \
-            const char *r = p;                                                          \
-            for (int k = 0; k < nq; ++k, r += 4 * rs) {                                 \
-                float x[4];                                                             \
-                for (int t = 0; t < 4; ++t)                                             \
-                    x[t] = LD(((const T *)(const void *)(r + t * rs))[j]);              \
-                a += (double)((x[0] + x[1]) + (x[2] + x[3]));                           \
-            }                                                                           \
-            for (int k = 0; k < ns; ++k, r += rs)                                       \
-                a += (double)LD(((const T *)(const void *)r)[j]);                       \
-            cur[j] = a;                                                                 \
-        }                                                                               \
-    }                                                                                   \
-    __attribute__((target("avx2,f16c"))) static void name(int64_t m, int64_t rows,      \
-                                                          const char *p, int64_t rs,    \
-                                                          double *cur) {                \
-        const int64_t quads = QUADS ? rows / 4 * 4 : 0;                                 \
-        int64_t i = 0;                                                                  \
-        for (; i + 8 <= quads; i += 8)                                                  \
-            name##_pass(m, p + i * rs, rs, cur, i == 0, 2, 0);                          \
-        for (; i + 4 <= quads; i += 4)                                                  \
-            name##_pass(m, p + i * rs, rs, cur, i == 0, 1, 0);                          \
-        for (; i + 8 <= rows; i += 8)                                                   \
-            name##_pass(m, p + i * rs, rs, cur, i == 0, 0, 8);                          \
-        if (i < rows)                                                                   \
-            name##_pass(m, p + i * rs, rs, cur, i == 0, 0, (int)(rows - i));            \
+#define CM__VPASS_AVX(name, T, LOAD8, LD, QUADS)                                                   \
+    __attribute__((target("avx2,f16c"), always_inline)) static inline void name##_pass(            \
+        int64_t m, const char *p, int64_t rs, double *cur, bool first, int nq, int ns) {           \
+        int64_t j = 0;                                                                             \
+        for (; j + 8 <= m; j += 8) {                                                               \
+            __m256d a = first ? _mm256_setzero_pd() : _mm256_loadu_pd(cur + j);                    \
+            __m256d b = first ? _mm256_setzero_pd() : _mm256_loadu_pd(cur + j + 4);                \
+            const char *r = p;                                                                     \
+            for (int k = 0; k < nq; ++k, r += 4 * rs) {                                            \
+                const __m256 s = _mm256_add_ps(                                                    \
+                    _mm256_add_ps(LOAD8((const T *)(const void *)r + j),                           \
+                                  LOAD8((const T *)(const void *)(r + rs) + j)),                   \
+                    _mm256_add_ps(LOAD8((const T *)(const void *)(r + 2 * rs) + j),                \
+                                  LOAD8((const T *)(const void *)(r + 3 * rs) + j)));              \
+                a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(s)));                  \
+                b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1)));                \
+            }                                                                                      \
+            for (int k = 0; k < ns; ++k, r += rs) {                                                \
+                const __m256 x = LOAD8((const T *)(const void *)r + j);                            \
+                a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));                  \
+                b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));                \
+            }                                                                                      \
+            _mm256_storeu_pd(cur + j, a);                                                          \
+            _mm256_storeu_pd(cur + j + 4, b);                                                      \
+        }                                                                                          \
+        for (; j < m; ++j) {                                                                       \
+            double a = first ? 0.0 : cur[j];                                                       \
+            const char *r = p;                                                                     \
+            for (int k = 0; k < nq; ++k, r += 4 * rs) {                                            \
+                float x[4];                                                                        \
+                for (int t = 0; t < 4; ++t)                                                        \
+                    x[t] = LD(((const T *)(const void *)(r + t * rs))[j]);                         \
+                a += (double)((x[0] + x[1]) + (x[2] + x[3]));                                      \
+            }                                                                                      \
+            for (int k = 0; k < ns; ++k, r += rs)                                                  \
+                a += (double)LD(((const T *)(const void *)r)[j]);                                  \
+            cur[j] = a;                                                                            \
+        }                                                                                          \
+    }                                                                                              \
+    __attribute__((target("avx2,f16c"))) static void name(int64_t m, int64_t rows, const char *p,  \
+                                                          int64_t rs, double *cur) {               \
+        const int64_t quads = QUADS ? rows / 4 * 4 : 0;                                            \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= quads; i += 8)                                                             \
+            name##_pass(m, p + i * rs, rs, cur, i == 0, 2, 0);                                     \
+        for (; i + 4 <= quads; i += 4)                                                             \
+            name##_pass(m, p + i * rs, rs, cur, i == 0, 1, 0);                                     \
+        for (; i + 8 <= rows; i += 8)                                                              \
+            name##_pass(m, p + i * rs, rs, cur, i == 0, 0, 8);                                     \
+        if (i < rows)                                                                              \
+            name##_pass(m, p + i * rs, rs, cur, i == 0, 0, (int)(rows - i));                       \
     }
 #define CM__AVX_LOAD8_F32(q) _mm256_loadu_ps(q)
 #define CM__AVX_LOAD8_F16(q) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(q)))
@@ -636,67 +634,67 @@ static double cm__pairs_fold(const cm__pairs *c) {
  * it on a Xeon). */
 #ifdef CM__VEC
 /* a, or x where x comes later and wins: a not NaN and x NaN or beyond a */
-#define CM__FMM_PICK(a, x, OP)                                                          \
-    __extension__({                                                                     \
-        const cm__v8i32 t_ = (((x) OP(a)) | ((x) != (x))) & ((a) == (a));              \
-        (cm__v8f)(((cm__v8i32)(x) & t_) | ((cm__v8i32)(a) & ~t_));                      \
+#define CM__FMM_PICK(a, x, OP)                                                                     \
+    __extension__({                                                                                \
+        const cm__v8i32 t_ = (((x)OP(a)) | ((x) != (x))) & ((a) == (a));                           \
+        (cm__v8f)(((cm__v8i32)(x) & t_) | ((cm__v8i32)(a) & ~t_));                                 \
     })
-#define CM__FMM_F32(name, OP)                                                           \
-    CM__CLONES static float name(int64_t n, const float *q, float init) {               \
-        float l[CM__LANES];                                                             \
-        int64_t i = 0;                                                                  \
-        CM__PF_DECL;                                                                    \
-        cm__v8f a0 = {init, init, init, init, init, init, init, init}, a1 = a0;        \
-        for (; i + 2 * CM__LANES <= n; i += 2 * CM__LANES) {                            \
-            CM__PREFETCH(q + i);                                                        \
-            CM__PREFETCH(q + i + CM__LANES);                                            \
-            cm__v8f x0, x1, y0, y1;                                                     \
-            memcpy(&x0, q + i, sizeof x0);                                              \
-            memcpy(&x1, q + i + 8, sizeof x1);                                          \
-            memcpy(&y0, q + i + 16, sizeof y0);                                         \
-            memcpy(&y1, q + i + 24, sizeof y1);                                         \
-            x0 = CM__FMM_PICK(x0, y0, OP);                                              \
-            x1 = CM__FMM_PICK(x1, y1, OP);                                              \
-            a0 = CM__FMM_PICK(a0, x0, OP);                                              \
-            a1 = CM__FMM_PICK(a1, x1, OP);                                              \
-        }                                                                               \
-        for (; i + CM__LANES <= n; i += CM__LANES) {                                    \
-            cm__v8f x0, x1;                                                             \
-            memcpy(&x0, q + i, sizeof x0);                                              \
-            memcpy(&x1, q + i + 8, sizeof x1);                                          \
-            a0 = CM__FMM_PICK(a0, x0, OP);                                              \
-            a1 = CM__FMM_PICK(a1, x1, OP);                                              \
-        }                                                                               \
-        memcpy(l, &a0, sizeof a0);                                                      \
-        memcpy(l + 8, &a1, sizeof a1);                                                  \
-        for (int j = 0; i < n; ++i, ++j) {                                              \
-            const float x = q[i];                                                       \
-            if (l[j] == l[j] && (x != x || x OP l[j]))                                  \
-                l[j] = x;                                                               \
-        }                                                                               \
-        float m = l[0];                                                                 \
-        for (int j = 1; j < CM__LANES; ++j)                                             \
-            if (m == m && (l[j] != l[j] || l[j] OP m))                                  \
-                m = l[j];                                                               \
-        return m;                                                                       \
+#define CM__FMM_F32(name, OP)                                                                      \
+    CM__CLONES static float name(int64_t n, const float *q, float init) {                          \
+        float l[CM__LANES];                                                                        \
+        int64_t i = 0;                                                                             \
+        CM__PF_DECL;                                                                               \
+        cm__v8f a0 = {init, init, init, init, init, init, init, init}, a1 = a0;                    \
+        for (; i + 2 * CM__LANES <= n; i += 2 * CM__LANES) {                                       \
+            CM__PREFETCH(q + i);                                                                   \
+            CM__PREFETCH(q + i + CM__LANES);                                                       \
+            cm__v8f x0, x1, y0, y1;                                                                \
+            memcpy(&x0, q + i, sizeof x0);                                                         \
+            memcpy(&x1, q + i + 8, sizeof x1);                                                     \
+            memcpy(&y0, q + i + 16, sizeof y0);                                                    \
+            memcpy(&y1, q + i + 24, sizeof y1);                                                    \
+            x0 = CM__FMM_PICK(x0, y0, OP);                                                         \
+            x1 = CM__FMM_PICK(x1, y1, OP);                                                         \
+            a0 = CM__FMM_PICK(a0, x0, OP);                                                         \
+            a1 = CM__FMM_PICK(a1, x1, OP);                                                         \
+        }                                                                                          \
+        for (; i + CM__LANES <= n; i += CM__LANES) {                                               \
+            cm__v8f x0, x1;                                                                        \
+            memcpy(&x0, q + i, sizeof x0);                                                         \
+            memcpy(&x1, q + i + 8, sizeof x1);                                                     \
+            a0 = CM__FMM_PICK(a0, x0, OP);                                                         \
+            a1 = CM__FMM_PICK(a1, x1, OP);                                                         \
+        }                                                                                          \
+        memcpy(l, &a0, sizeof a0);                                                                 \
+        memcpy(l + 8, &a1, sizeof a1);                                                             \
+        for (int j = 0; i < n; ++i, ++j) {                                                         \
+            const float x = q[i];                                                                  \
+            if (l[j] == l[j] && (x != x || x OP l[j]))                                             \
+                l[j] = x;                                                                          \
+        }                                                                                          \
+        float m = l[0];                                                                            \
+        for (int j = 1; j < CM__LANES; ++j)                                                        \
+            if (m == m && (l[j] != l[j] || l[j] OP m))                                             \
+                m = l[j];                                                                          \
+        return m;                                                                                  \
     }
 #else
-#define CM__FMM_F32(name, OP)                                                           \
-    static float name(int64_t n, const float *q, float init) {                          \
-        float l[CM__LANES];                                                             \
-        for (int j = 0; j < CM__LANES; ++j)                                             \
-            l[j] = init;                                                                \
-        for (int64_t i = 0; i < n; ++i) {                                               \
-            const float x = q[i];                                                       \
-            const int j = (int)(i % CM__LANES);                                         \
-            if (l[j] == l[j] && (x != x || x OP l[j]))                                  \
-                l[j] = x;                                                               \
-        }                                                                               \
-        float m = l[0];                                                                 \
-        for (int j = 1; j < CM__LANES; ++j)                                             \
-            if (m == m && (l[j] != l[j] || l[j] OP m))                                  \
-                m = l[j];                                                               \
-        return m;                                                                       \
+#define CM__FMM_F32(name, OP)                                                                      \
+    static float name(int64_t n, const float *q, float init) {                                     \
+        float l[CM__LANES];                                                                        \
+        for (int j = 0; j < CM__LANES; ++j)                                                        \
+            l[j] = init;                                                                           \
+        for (int64_t i = 0; i < n; ++i) {                                                          \
+            const float x = q[i];                                                                  \
+            const int j = (int)(i % CM__LANES);                                                    \
+            if (l[j] == l[j] && (x != x || x OP l[j]))                                             \
+                l[j] = x;                                                                          \
+        }                                                                                          \
+        float m = l[0];                                                                            \
+        for (int j = 1; j < CM__LANES; ++j)                                                        \
+            if (m == m && (l[j] != l[j] || l[j] OP m))                                             \
+                m = l[j];                                                                          \
+        return m;                                                                                  \
     }
 #endif
 CM__FMM_F32(cm__max_f32, >)
@@ -705,99 +703,99 @@ CM__FMM_F32(cm__min_f32, <)
 /* Integer sums of contiguous elements, modulo 2^64: 32- and 64-bit ones
  * widen to 64-bit lanes. */
 #ifdef CM__VEC
-#define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT)                                           \
-    CM__CLONES static uint64_t name(int64_t n, const T *q) {                              \
-        uint64_t s = 0;                                                                   \
-        int64_t i = 0;                                                                    \
-        CM__PF_DECL;                                                                      \
-        cm__v4u64 a0 = {0}, a1 = {0};                                                     \
-        for (; i + 8 <= n; i += 8) {                                                      \
-            CM__PREFETCH(q + i);                                                        \
-            VIN x0, x1;                                                                   \
-            memcpy(&x0, q + i, sizeof x0);                                                \
-            memcpy(&x1, q + i + 4, sizeof x1);                                            \
-            a0 += (cm__v4u64)__builtin_convertvector(x0, VWIDE);                          \
-            a1 += (cm__v4u64)__builtin_convertvector(x1, VWIDE);                          \
-        }                                                                                 \
-        uint64_t l[8];                                                                    \
-        memcpy(l, &a0, sizeof a0);                                                        \
-        memcpy(l + 4, &a1, sizeof a1);                                                    \
-        for (int j = 0; j < 8; ++j)                                                       \
-            s += l[j];                                                                    \
-        for (; i < n; ++i)                                                                \
-            s += (uint64_t)(EXT)q[i];                                                     \
-        return s;                                                                         \
+#define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT)                                                    \
+    CM__CLONES static uint64_t name(int64_t n, const T *q) {                                       \
+        uint64_t s = 0;                                                                            \
+        int64_t i = 0;                                                                             \
+        CM__PF_DECL;                                                                               \
+        cm__v4u64 a0 = {0}, a1 = {0};                                                              \
+        for (; i + 8 <= n; i += 8) {                                                               \
+            CM__PREFETCH(q + i);                                                                   \
+            VIN x0, x1;                                                                            \
+            memcpy(&x0, q + i, sizeof x0);                                                         \
+            memcpy(&x1, q + i + 4, sizeof x1);                                                     \
+            a0 += (cm__v4u64) __builtin_convertvector(x0, VWIDE);                                  \
+            a1 += (cm__v4u64) __builtin_convertvector(x1, VWIDE);                                  \
+        }                                                                                          \
+        uint64_t l[8];                                                                             \
+        memcpy(l, &a0, sizeof a0);                                                                 \
+        memcpy(l + 4, &a1, sizeof a1);                                                             \
+        for (int j = 0; j < 8; ++j)                                                                \
+            s += l[j];                                                                             \
+        for (; i < n; ++i)                                                                         \
+            s += (uint64_t)(EXT)q[i];                                                              \
+        return s;                                                                                  \
     }
 /* Max (OP >) or min (OP <) of n >= 1 contiguous integers. */
-#define CM__IMM(name, T, VT, MT, OP)                                                      \
-    CM__CLONES static T name(int64_t n, const T *q, T init) {                             \
-        enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                      \
-        T l[2 * NL];                                                                      \
-        int64_t i = 0;                                                                    \
-        CM__PF_DECL;                                                                      \
-        for (int j = 0; j < 2 * NL; ++j)                                                  \
-            l[j] = init;                                                                  \
-        VT a0, a1;                                                                        \
-        memcpy(&a0, l, sizeof a0);                                                        \
-        memcpy(&a1, l + NL, sizeof a1);                                                   \
-        for (; i + 2 * NL <= n; i += 2 * NL) {                                            \
-            CM__PREFETCH(q + i);                                                        \
-            VT x0, x1;                                                                    \
-            memcpy(&x0, q + i, sizeof x0);                                                \
-            memcpy(&x1, q + i + NL, sizeof x1);                                           \
-            const MT k0 = x0 OP a0, k1 = x1 OP a1;                                        \
-            a0 = (VT)(((MT)x0 & k0) | ((MT)a0 & ~k0));                                    \
-            a1 = (VT)(((MT)x1 & k1) | ((MT)a1 & ~k1));                                    \
-        }                                                                                 \
-        memcpy(l, &a0, sizeof a0);                                                        \
-        memcpy(l + NL, &a1, sizeof a1);                                                   \
-        T m = init;                                                                       \
-        for (int j = 0; j < 2 * NL; ++j)                                                  \
-            m = l[j] OP m ? l[j] : m;                                                     \
-        for (; i < n; ++i)                                                                \
-            m = q[i] OP m ? q[i] : m;                                                     \
-        return m;                                                                         \
+#define CM__IMM(name, T, VT, MT, OP)                                                               \
+    CM__CLONES static T name(int64_t n, const T *q, T init) {                                      \
+        enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                               \
+        T l[2 * NL];                                                                               \
+        int64_t i = 0;                                                                             \
+        CM__PF_DECL;                                                                               \
+        for (int j = 0; j < 2 * NL; ++j)                                                           \
+            l[j] = init;                                                                           \
+        VT a0, a1;                                                                                 \
+        memcpy(&a0, l, sizeof a0);                                                                 \
+        memcpy(&a1, l + NL, sizeof a1);                                                            \
+        for (; i + 2 * NL <= n; i += 2 * NL) {                                                     \
+            CM__PREFETCH(q + i);                                                                   \
+            VT x0, x1;                                                                             \
+            memcpy(&x0, q + i, sizeof x0);                                                         \
+            memcpy(&x1, q + i + NL, sizeof x1);                                                    \
+            const MT k0 = x0 OP a0, k1 = x1 OP a1;                                                 \
+            a0 = (VT)(((MT)x0 & k0) | ((MT)a0 & ~k0));                                             \
+            a1 = (VT)(((MT)x1 & k1) | ((MT)a1 & ~k1));                                             \
+        }                                                                                          \
+        memcpy(l, &a0, sizeof a0);                                                                 \
+        memcpy(l + NL, &a1, sizeof a1);                                                            \
+        T m = init;                                                                                \
+        for (int j = 0; j < 2 * NL; ++j)                                                           \
+            m = l[j] OP m ? l[j] : m;                                                              \
+        for (; i < n; ++i)                                                                         \
+            m = q[i] OP m ? q[i] : m;                                                              \
+        return m;                                                                                  \
     }
 #else
-#define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT)                                           \
-    static uint64_t name(int64_t n, const T *q) {                                         \
-        uint64_t s = 0;                                                                   \
-        for (int64_t i = 0; i < n; ++i)                                                   \
-            s += (uint64_t)(EXT)q[i];                                                     \
-        return s;                                                                         \
+#define CM__ISUM_WIDE(name, T, VIN, VWIDE, EXT)                                                    \
+    static uint64_t name(int64_t n, const T *q) {                                                  \
+        uint64_t s = 0;                                                                            \
+        for (int64_t i = 0; i < n; ++i)                                                            \
+            s += (uint64_t)(EXT)q[i];                                                              \
+        return s;                                                                                  \
     }
-#define CM__IMM(name, T, VT, MT, OP)                                                      \
-    static T name(int64_t n, const T *q, T init) {                                        \
-        T m = init;                                                                       \
-        for (int64_t i = 0; i < n; ++i)                                                   \
-            m = q[i] OP m ? q[i] : m;                                                     \
-        return m;                                                                         \
+#define CM__IMM(name, T, VT, MT, OP)                                                               \
+    static T name(int64_t n, const T *q, T init) {                                                 \
+        T m = init;                                                                                \
+        for (int64_t i = 0; i < n; ++i)                                                            \
+            m = q[i] OP m ? q[i] : m;                                                              \
+        return m;                                                                                  \
     }
 #endif
 
 /* 8- and 16-bit sums: 32 lanes of 32 bits over chunks of 2^15 (exact),
  * plain arrays (GCC widens these well, and not 8-byte vector types). */
-#define CM__ISUM_SMALL(name, T, ELEM, EXT)                                                \
-    CM__CLONES static uint64_t name(int64_t n, const T *q) {                              \
-        uint64_t s = 0;                                                                   \
-        while (n > 0) {                                                                   \
-            const int64_t m = n < 32768 ? n : 32768;                                      \
-            int64_t i = 0;                                                                \
-            CM__PF_DECL;                                                                  \
-            ELEM l[32] = {0};                                                             \
-            for (; i + 32 <= m; i += 32) {                                                  \
-                CM__PREFETCH(q + i);                                                    \
-                for (int j = 0; j < 32; ++j)                                              \
-                    l[j] += (ELEM)q[i + j];                                               \
-            }                                                                           \
-            for (int j = 0; j < 32; ++j)                                                  \
-                s += (uint64_t)(EXT)l[j];                                                 \
-            for (; i < m; ++i)                                                            \
-                s += (uint64_t)(EXT)q[i];                                                 \
-            q += m;                                                                       \
-            n -= m;                                                                       \
-        }                                                                                 \
-        return s;                                                                         \
+#define CM__ISUM_SMALL(name, T, ELEM, EXT)                                                         \
+    CM__CLONES static uint64_t name(int64_t n, const T *q) {                                       \
+        uint64_t s = 0;                                                                            \
+        while (n > 0) {                                                                            \
+            const int64_t m = n < 32768 ? n : 32768;                                               \
+            int64_t i = 0;                                                                         \
+            CM__PF_DECL;                                                                           \
+            ELEM l[32] = {0};                                                                      \
+            for (; i + 32 <= m; i += 32) {                                                         \
+                CM__PREFETCH(q + i);                                                               \
+                for (int j = 0; j < 32; ++j)                                                       \
+                    l[j] += (ELEM)q[i + j];                                                        \
+            }                                                                                      \
+            for (int j = 0; j < 32; ++j)                                                           \
+                s += (uint64_t)(EXT)l[j];                                                          \
+            for (; i < m; ++i)                                                                     \
+                s += (uint64_t)(EXT)q[i];                                                          \
+            q += m;                                                                                \
+            n -= m;                                                                                \
+        }                                                                                          \
+        return s;                                                                                  \
     }
 
 CM__ISUM_SMALL(cm__isum_i8_lanes, int8_t, int32_t, int64_t)
@@ -807,7 +805,7 @@ CM__ISUM_SMALL(cm__isum_u8_lanes, uint8_t, uint32_t, uint64_t)
  * in one instruction; signed bytes are biased to x + 128 first (the bias,
  * 128 per element, is taken off the total; exact modulo 2^64). */
 __attribute__((target("avx2"))) static uint64_t cm__isum_8_avx(int64_t n, const uint8_t *q,
-                                                                bool sgn) {
+                                                               bool sgn) {
     const __m256i zero = _mm256_setzero_si256();
     const __m256i bias = _mm256_set1_epi8(sgn ? (char)-128 : 0);
     __m256i a0 = zero, a1 = zero;
@@ -851,8 +849,8 @@ CM__ISUM_WIDE(cm__isum_u32, uint32_t, cm__v4u32, cm__v4u64, uint64_t)
 CM__ISUM_WIDE(cm__isum_i64, int64_t, cm__v4i64, cm__v4i64, int64_t)
 CM__ISUM_WIDE(cm__isum_u64, uint64_t, cm__v4u64, cm__v4u64, uint64_t)
 
-#define CM__IMM_PAIR(E, T, VT, MT)                 \
-    CM__IMM(cm__imax_##E, T, VT, MT, >)            \
+#define CM__IMM_PAIR(E, T, VT, MT)                                                                 \
+    CM__IMM(cm__imax_##E, T, VT, MT, >)                                                            \
     CM__IMM(cm__imin_##E, T, VT, MT, <)
 CM__IMM_PAIR(i8, int8_t, cm__v32i8, cm__v32i8)
 CM__IMM_PAIR(u8, uint8_t, cm__v32u8, cm__v32i8)
@@ -864,26 +862,26 @@ CM__IMM_PAIR(i64, int64_t, cm__v4i64, cm__v4i64)
 CM__IMM_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64)
 
 /* The contiguous integer kernels as cm__acc_fn (s is the element size). */
-#define CM__IFAST(E, SUF, T, FIELD, AT, TMIN, TMAX)                                      \
-    static void cm__fsum_##E(int64_t n, const char *p, int64_t s, void *acc) {           \
-        (void)s;                                                                         \
-        ((cm__acc *)acc)->u += cm__isum_##SUF(n, (const T *)(const void *)p);            \
-    }                                                                                    \
-    static void cm__fmax_##E(int64_t n, const char *p, int64_t s, void *acc_) {          \
-        (void)s;                                                                         \
-        cm__acc *acc = acc_;                                                             \
-        if (n > 0) {                                                                     \
-            const AT v = (AT)cm__imax_##SUF(n, (const T *)(const void *)p, TMIN);        \
-            acc->FIELD = CM__IMAX(acc->FIELD, v);                                        \
-        }                                                                                \
-    }                                                                                    \
-    static void cm__fmin_##E(int64_t n, const char *p, int64_t s, void *acc_) {          \
-        (void)s;                                                                         \
-        cm__acc *acc = acc_;                                                             \
-        if (n > 0) {                                                                     \
-            const AT v = (AT)cm__imin_##SUF(n, (const T *)(const void *)p, TMAX);        \
-            acc->FIELD = CM__IMIN(acc->FIELD, v);                                        \
-        }                                                                                \
+#define CM__IFAST(E, SUF, T, FIELD, AT, TMIN, TMAX)                                                \
+    static void cm__fsum_##E(int64_t n, const char *p, int64_t s, void *acc) {                     \
+        (void)s;                                                                                   \
+        ((cm__acc *)acc)->u += cm__isum_##SUF(n, (const T *)(const void *)p);                      \
+    }                                                                                              \
+    static void cm__fmax_##E(int64_t n, const char *p, int64_t s, void *acc_) {                    \
+        (void)s;                                                                                   \
+        cm__acc *acc = acc_;                                                                       \
+        if (n > 0) {                                                                               \
+            const AT v = (AT)cm__imax_##SUF(n, (const T *)(const void *)p, TMIN);                  \
+            acc->FIELD = CM__IMAX(acc->FIELD, v);                                                  \
+        }                                                                                          \
+    }                                                                                              \
+    static void cm__fmin_##E(int64_t n, const char *p, int64_t s, void *acc_) {                    \
+        (void)s;                                                                                   \
+        cm__acc *acc = acc_;                                                                       \
+        if (n > 0) {                                                                               \
+            const AT v = (AT)cm__imin_##SUF(n, (const T *)(const void *)p, TMAX);                  \
+            acc->FIELD = CM__IMIN(acc->FIELD, v);                                                  \
+        }                                                                                          \
     }
 CM__IFAST(CM_BOOL, u8, uint8_t, i, int64_t, 0, UINT8_MAX)
 CM__IFAST(CM_INT8, i8, int8_t, i, int64_t, INT8_MIN, INT8_MAX)
@@ -908,8 +906,7 @@ static void cm__fminmax_run(cm_dtype d, bool max, int64_t n, const char *p, int6
             q = (const float *)(const void *)(p + i * s);
             m = n - i; /* all of it at once */
         } else {
-            cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p + i * s,
-                                               s);
+            cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p + i * s, s);
         }
         const double v = max ? cm__max_f32(m, q, init) : cm__min_f32(m, q, init);
         acc->d = max ? CM__FMAX(acc->d, v) : CM__FMIN(acc->d, v);
@@ -952,23 +949,23 @@ static void cm__side_walk(cm__acc_fn fn, int64_t n, const char *p, int64_t isz, 
 /* The contiguous integer kernels, [dtype][kind]; NULL for floats. */
 #define CM__IFAST_ROW(E) [E] = {cm__fsum_##E, cm__fmax_##E, cm__fmin_##E},
 static const cm__acc_fn cm__ifast_table[CM_DTYPE_COUNT][CM__RKINDS] = {
-    CM__IFAST_ROW(CM_BOOL) CM__IFAST_ROW(CM_INT8) CM__IFAST_ROW(CM_INT16)
-    CM__IFAST_ROW(CM_INT32) CM__IFAST_ROW(CM_INT64) CM__IFAST_ROW(CM_UINT8)
-    CM__IFAST_ROW(CM_UINT16) CM__IFAST_ROW(CM_UINT32) CM__IFAST_ROW(CM_UINT64)};
+    CM__IFAST_ROW(CM_BOOL) CM__IFAST_ROW(CM_INT8) CM__IFAST_ROW(CM_INT16) CM__IFAST_ROW(CM_INT32)
+        CM__IFAST_ROW(CM_INT64) CM__IFAST_ROW(CM_UINT8) CM__IFAST_ROW(CM_UINT16)
+            CM__IFAST_ROW(CM_UINT32) CM__IFAST_ROW(CM_UINT64)};
 
 /* How one reduction starts and ends for the input dtype. */
 typedef struct cm__red {
-    int kind;        /* CM__RSUM, CM__RMAX, CM__RMIN */
+    int kind; /* CM__RSUM, CM__RMAX, CM__RMIN */
     bool mean;
-    int64_t count;   /* elements per output, for mean */
+    int64_t count;      /* elements per output, for mean */
     cm_dtype acc_dtype; /* CM_FLOAT64, CM_INT64 or CM_UINT64 */
-    char field;      /* the cm__acc member used: 'd', 'i' or 'u' */
+    char field;         /* the cm__acc member used: 'd', 'i' or 'u' */
     cm__acc init;
     cm_dtype out_dtype;
     cm__acc_fn scalar, vector;
-    cm__acc_fn fast;    /* contiguous integers, or NULL */
+    cm__acc_fn fast; /* contiguous integers, or NULL */
     cm_dtype in;
-    int64_t isz;        /* the input's element size */
+    int64_t isz; /* the input's element size */
 } cm__red;
 
 static void cm__red_setup(cm__red *r, const cm__op *op, int64_t count) {
@@ -979,7 +976,7 @@ static void cm__red_setup(cm__red *r, const cm__op *op, int64_t count) {
     memset(r, 0, sizeof *r);
     r->mean = op->code == CM_REDUCE_MEAN;
     r->count = count;
-    r->kind = op->code == CM_REDUCE_MAX ? CM__RMAX
+    r->kind = op->code == CM_REDUCE_MAX   ? CM__RMAX
               : op->code == CM_REDUCE_MIN ? CM__RMIN
                                           : CM__RSUM;
     r->acc_dtype = is_float ? CM_FLOAT64 : is_signed ? CM_INT64 : CM_UINT64;
@@ -1030,9 +1027,9 @@ static void cm__red_store(const cm__red *r, char *dst, cm__acc acc) {
 
 typedef struct cm__red_ctx {
     const cm__red *r;
-    cm__cpu_nd inner;   /* reduced axes, operand 0 = input */
+    cm__cpu_nd inner; /* reduced axes, operand 0 = input */
     cm__acc acc;
-    cm__pairs pairs;    /* float sums: one partial sum per run */
+    cm__pairs pairs; /* float sums: one partial sum per run */
 } cm__red_ctx;
 
 /* Float max and min of n elements at p (stride s) read in blocks of
@@ -1096,9 +1093,9 @@ typedef struct cm__vec_ctx {
     const cm__red *r;
     int64_t rn, rs;
     cm__vacc *acc;
-    double *st;         /* float sums: levels x w partial rows */
-    float *t;           /* float sums: 4 x w float32 (float16, bfloat16 rows) */
-    int64_t w;          /* float sums: columns per chunk */
+    double *st; /* float sums: levels x w partial rows */
+    float *t;   /* float sums: 4 x w float32 (float16, bfloat16 rows) */
+    int64_t w;  /* float sums: columns per chunk */
 } cm__vec_ctx;
 
 /* a[j] += q[j] for j < m, in float64. */
@@ -1184,9 +1181,9 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
             if (r->in == CM_FLOAT16 || r->in == CM_BFLOAT16)
                 for (; i + 4 <= end; i += 4) {
                     for (int k = 0; k < 4; ++k)
-                        cm__cpu_cast_kernel(r->in, CM_FLOAT32)(
-                            m, (char *)(t + k * w), (int64_t)sizeof(float),
-                            col + (i + k) * c->rs, s[1]);
+                        cm__cpu_cast_kernel(r->in, CM_FLOAT32)(m, (char *)(t + k * w),
+                                                               (int64_t)sizeof(float),
+                                                               col + (i + k) * c->rs, s[1]);
                     cm__vadd_quads(m, t, w, cur);
                 }
             for (; i < end; ++i) {
@@ -1233,47 +1230,47 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
  * 0.53-0.56 -> 0.57-0.67 of memcpy in one session). */
 #ifdef CM__VEC
 #define CM__COLS_ROWS 4
-#define CM__COLS_MM(name, T, VT, MT, OP, AT, FLOAT)                                      \
-    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, T init, \
-                                T *acc) {                                               \
-        enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                    \
-        for (int64_t j = 0; j < m; ++j)                                                 \
-            acc[j] = init;                                                              \
-        for (int64_t i = 0; i < rn; i += CM__COLS_ROWS) {                               \
-            const T *r[CM__COLS_ROWS];                                                  \
-            for (int t = 0; t < CM__COLS_ROWS; ++t)                                     \
-                r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs); \
-            int64_t j = 0;                                                              \
-            CM__PF_DECL;                                                                \
-            for (; j + NL <= m; j += NL) {                                              \
-                CM__PREFETCH_ROWS(p + i * rs, rn - i < CM__COLS_ROWS ? rn - i : CM__COLS_ROWS, \
-                                  rs, (uintptr_t)j * sizeof(T));                        \
-                VT a;                                                                   \
-                memcpy(&a, acc + j, sizeof a);                                          \
-                for (int t = 0; t < CM__COLS_ROWS; ++t) {                               \
-                    VT x;                                                               \
-                    memcpy(&x, r[t] + j, sizeof x);                                     \
-                    MT k = x OP a;                                                      \
-                    if (FLOAT)                                                          \
-                        k = (k | (x != x)) & (a == a);                                  \
-                    a = (VT)(((MT)x & k) | ((MT)a & ~k));                               \
-                }                                                                       \
-                memcpy(acc + j, &a, sizeof a);                                          \
-            }                                                                           \
-            for (; j < m; ++j) {                                                        \
-                T a = acc[j];                                                           \
-                for (int t = 0; t < CM__COLS_ROWS; ++t) {                               \
-                    const T x = r[t][j];                                                \
-                    if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))          \
-                        a = x;                                                          \
-                }                                                                       \
-                acc[j] = a;                                                             \
-            }                                                                           \
-        }                                                                               \
+#define CM__COLS_MM(name, T, VT, MT, OP, AT, FLOAT)                                                \
+    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, T init,          \
+                                T *acc) {                                                          \
+        enum { NL = (int)(sizeof(VT) / sizeof(T)) };                                               \
+        for (int64_t j = 0; j < m; ++j)                                                            \
+            acc[j] = init;                                                                         \
+        for (int64_t i = 0; i < rn; i += CM__COLS_ROWS) {                                          \
+            const T *r[CM__COLS_ROWS];                                                             \
+            for (int t = 0; t < CM__COLS_ROWS; ++t)                                                \
+                r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs);          \
+            int64_t j = 0;                                                                         \
+            CM__PF_DECL;                                                                           \
+            for (; j + NL <= m; j += NL) {                                                         \
+                CM__PREFETCH_ROWS(p + i * rs, rn - i < CM__COLS_ROWS ? rn - i : CM__COLS_ROWS, rs, \
+                                  (uintptr_t)j * sizeof(T));                                       \
+                VT a;                                                                              \
+                memcpy(&a, acc + j, sizeof a);                                                     \
+                for (int t = 0; t < CM__COLS_ROWS; ++t) {                                          \
+                    VT x;                                                                          \
+                    memcpy(&x, r[t] + j, sizeof x);                                                \
+                    MT k = x OP a;                                                                 \
+                    if (FLOAT)                                                                     \
+                        k = (k | (x != x)) & (a == a);                                             \
+                    a = (VT)(((MT)x & k) | ((MT)a & ~k));                                          \
+                }                                                                                  \
+                memcpy(acc + j, &a, sizeof a);                                                     \
+            }                                                                                      \
+            for (; j < m; ++j) {                                                                   \
+                T a = acc[j];                                                                      \
+                for (int t = 0; t < CM__COLS_ROWS; ++t) {                                          \
+                    const T x = r[t][j];                                                           \
+                    if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))                     \
+                        a = x;                                                                     \
+                }                                                                                  \
+                acc[j] = a;                                                                        \
+            }                                                                                      \
+        }                                                                                          \
     }
 typedef int32_t cm__v8m32 __attribute__((vector_size(32)));
-#define CM__COLS_PAIR(E, T, VT, MT, AT, FLOAT)                                         \
-    CM__COLS_MM(cm__cmax_##E, T, VT, MT, >, AT, FLOAT)                                  \
+#define CM__COLS_PAIR(E, T, VT, MT, AT, FLOAT)                                                     \
+    CM__COLS_MM(cm__cmax_##E, T, VT, MT, >, AT, FLOAT)                                             \
     CM__COLS_MM(cm__cmin_##E, T, VT, MT, <, AT, FLOAT)
 CM__COLS_PAIR(f32, float, cm__v8f, cm__v8m32, double, 1)
 CM__COLS_PAIR(i8, int8_t, cm__v32i8, cm__v32i8, int64_t, 0)
@@ -1300,12 +1297,12 @@ static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char 
                             cm__vacc *v) {
     const bool mx = r->kind == CM__RMAX;
     void *scratch = cm__cols_scratch(r, v);
-#define CM__COLS_CASE(E, SUF, T, FIELD, TMIN, TMAX)                                     \
-    case E:                                                                             \
-        if (mx)                                                                         \
-            cm__cmax_##SUF(m, rn, p, rs, (T)(TMIN), (T *)scratch);                      \
-        else                                                                            \
-            cm__cmin_##SUF(m, rn, p, rs, (T)(TMAX), (T *)scratch);                      \
+#define CM__COLS_CASE(E, SUF, T, FIELD, TMIN, TMAX)                                                \
+    case E:                                                                                        \
+        if (mx)                                                                                    \
+            cm__cmax_##SUF(m, rn, p, rs, (T)(TMIN), (T *)scratch);                                 \
+        else                                                                                       \
+            cm__cmin_##SUF(m, rn, p, rs, (T)(TMAX), (T *)scratch);                                 \
         return true;
     switch (r->in) {
         CM__COLS_CASE(CM_FLOAT32, f32, float, d, -INFINITY, INFINITY)
@@ -1325,8 +1322,8 @@ static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char 
 
 /* Columns per chunk of the vector form. */
 static int64_t cm__vec_width(const cm__red *r) {
-    if (r->kind == CM__RSUM || r->in == CM_FLOAT64 || r->in == CM_FLOAT16 ||
-        r->in == CM_BFLOAT16 || r->isz >= 4)
+    if (r->kind == CM__RSUM || r->in == CM_FLOAT64 || r->in == CM_FLOAT16 || r->in == CM_BFLOAT16 ||
+        r->isz >= 4)
         return CM__VBLOCK;
     return ((int64_t)32 << 10) / r->isz; /* 1- and 2-byte integers: 32 KiB of a row */
 }
@@ -1388,24 +1385,23 @@ static cm__acc cm__vec_result(const cm__red *r, cm__vacc *v, bool mm, int64_t j)
  * columns of rn rows (stride rs), four rows a pass (four streams of
  * loads, one accumulator load and store for four rows); exact modulo 2^64
  * in any order. */
-#define CM__ISUM_COLS(name, T, EXT)                                                     \
-    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs,        \
-                                uint64_t *a) {                                          \
-        int64_t i = 0;                                                                  \
-        for (; i + 4 <= rn; i += 4) {                                                   \
-            const T *r0 = (const T *)(const void *)(p + i * rs);                        \
-            const T *r1 = (const T *)(const void *)(p + (i + 1) * rs);                  \
-            const T *r2 = (const T *)(const void *)(p + (i + 2) * rs);                  \
-            const T *r3 = (const T *)(const void *)(p + (i + 3) * rs);                  \
-            for (int64_t j = 0; j < m; ++j)                                             \
-                a[j] += ((uint64_t)(EXT)r0[j] + (uint64_t)(EXT)r1[j]) +                 \
-                        ((uint64_t)(EXT)r2[j] + (uint64_t)(EXT)r3[j]);                  \
-        }                                                                               \
-        for (; i < rn; ++i) {                                                           \
-            const T *r0 = (const T *)(const void *)(p + i * rs);                        \
-            for (int64_t j = 0; j < m; ++j)                                             \
-                a[j] += (uint64_t)(EXT)r0[j];                                           \
-        }                                                                               \
+#define CM__ISUM_COLS(name, T, EXT)                                                                \
+    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, uint64_t *a) {   \
+        int64_t i = 0;                                                                             \
+        for (; i + 4 <= rn; i += 4) {                                                              \
+            const T *r0 = (const T *)(const void *)(p + i * rs);                                   \
+            const T *r1 = (const T *)(const void *)(p + (i + 1) * rs);                             \
+            const T *r2 = (const T *)(const void *)(p + (i + 2) * rs);                             \
+            const T *r3 = (const T *)(const void *)(p + (i + 3) * rs);                             \
+            for (int64_t j = 0; j < m; ++j)                                                        \
+                a[j] += ((uint64_t)(EXT)r0[j] + (uint64_t)(EXT)r1[j]) +                            \
+                        ((uint64_t)(EXT)r2[j] + (uint64_t)(EXT)r3[j]);                             \
+        }                                                                                          \
+        for (; i < rn; ++i) {                                                                      \
+            const T *r0 = (const T *)(const void *)(p + i * rs);                                   \
+            for (int64_t j = 0; j < m; ++j)                                                        \
+                a[j] += (uint64_t)(EXT)r0[j];                                                      \
+        }                                                                                          \
     }
 /* 8- and 16-bit elements: blocks of up to CM__NARROW_ROWS rows summed in
  * 32-bit lanes first (t, m of them; no block can overflow them: 32768 x
@@ -1414,30 +1410,30 @@ static cm__acc cm__vec_result(const cm__red *r, cm__vacc *v, bool mm, int64_t j)
  * sums down the rows of a 256 MiB matrix read at 0.17 of memcpy on a Xeon
  * with 64-bit lanes alone. */
 #define CM__NARROW_ROWS 32768
-#define CM__ISUM_COLS_NARROW(name, T, T32, EXT)                                         \
-    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs,        \
-                                uint64_t *a, T32 *t) {                                  \
-        for (int64_t i0 = 0; i0 < rn; i0 += CM__NARROW_ROWS) {                          \
-            const int64_t i1 = rn - i0 < CM__NARROW_ROWS ? rn : i0 + CM__NARROW_ROWS;    \
-            for (int64_t j = 0; j < m; ++j)                                             \
-                t[j] = 0;                                                               \
-            int64_t i = i0;                                                             \
-            for (; i + 4 <= i1; i += 4) {                                               \
-                const T *r0 = (const T *)(const void *)(p + i * rs);                    \
-                const T *r1 = (const T *)(const void *)(p + (i + 1) * rs);              \
-                const T *r2 = (const T *)(const void *)(p + (i + 2) * rs);              \
-                const T *r3 = (const T *)(const void *)(p + (i + 3) * rs);              \
-                for (int64_t j = 0; j < m; ++j)                                         \
-                    t[j] += ((T32)r0[j] + (T32)r1[j]) + ((T32)r2[j] + (T32)r3[j]);      \
-            }                                                                           \
-            for (; i < i1; ++i) {                                                       \
-                const T *r0 = (const T *)(const void *)(p + i * rs);                    \
-                for (int64_t j = 0; j < m; ++j)                                         \
-                    t[j] += (T32)r0[j];                                                 \
-            }                                                                           \
-            for (int64_t j = 0; j < m; ++j)                                             \
-                a[j] += (uint64_t)(EXT)t[j];                                            \
-        }                                                                               \
+#define CM__ISUM_COLS_NARROW(name, T, T32, EXT)                                                    \
+    CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, uint64_t *a,     \
+                                T32 *t) {                                                          \
+        for (int64_t i0 = 0; i0 < rn; i0 += CM__NARROW_ROWS) {                                     \
+            const int64_t i1 = rn - i0 < CM__NARROW_ROWS ? rn : i0 + CM__NARROW_ROWS;              \
+            for (int64_t j = 0; j < m; ++j)                                                        \
+                t[j] = 0;                                                                          \
+            int64_t i = i0;                                                                        \
+            for (; i + 4 <= i1; i += 4) {                                                          \
+                const T *r0 = (const T *)(const void *)(p + i * rs);                               \
+                const T *r1 = (const T *)(const void *)(p + (i + 1) * rs);                         \
+                const T *r2 = (const T *)(const void *)(p + (i + 2) * rs);                         \
+                const T *r3 = (const T *)(const void *)(p + (i + 3) * rs);                         \
+                for (int64_t j = 0; j < m; ++j)                                                    \
+                    t[j] += ((T32)r0[j] + (T32)r1[j]) + ((T32)r2[j] + (T32)r3[j]);                 \
+            }                                                                                      \
+            for (; i < i1; ++i) {                                                                  \
+                const T *r0 = (const T *)(const void *)(p + i * rs);                               \
+                for (int64_t j = 0; j < m; ++j)                                                    \
+                    t[j] += (T32)r0[j];                                                            \
+            }                                                                                      \
+            for (int64_t j = 0; j < m; ++j)                                                        \
+                a[j] += (uint64_t)(EXT)t[j];                                                       \
+        }                                                                                          \
     }
 CM__ISUM_COLS_NARROW(cm__csum_b8, uint8_t, uint32_t, uint64_t)
 CM__ISUM_COLS_NARROW(cm__csum_i8, int8_t, int32_t, int64_t)
@@ -1526,9 +1522,8 @@ static void cm__red_kept(cm__cpu_nd *kept, void *ctx) {
             double small[72 * 8];
             float small_t[4 * 8];
             c.w = CM__VCOLS;
-            c.st = cm__alloc_raw((size_t)levels * CM__VCOLS * sizeof(double) +
-                                     4 * CM__VCOLS * sizeof(float),
-                                 64);
+            c.st = cm__alloc_raw(
+                (size_t)levels * CM__VCOLS * sizeof(double) + 4 * CM__VCOLS * sizeof(float), 64);
             if (c.st != NULL) {
                 c.t = (float *)(void *)(c.st + (size_t)levels * CM__VCOLS);
             } else {
@@ -1570,15 +1565,15 @@ static void cm__red_kept(cm__cpu_nd *kept, void *ctx) {
 
 typedef struct cm__par {
     const cm__red *r;
-    cm__cpu_nd red;     /* one reduction's input (operand 0) */
-    const char *base;   /* float sums of one run: its start */
+    cm__cpu_nd red;   /* one reduction's input (operand 0) */
+    const char *base; /* float sums of one run: its start */
     int64_t stride;
-    int64_t nodes;      /* subtrees or runs of this round */
-    int64_t first;      /* runs: the index of the first of this batch */
-    int64_t chunk;      /* runs or slabs per task */
+    int64_t nodes; /* subtrees or runs of this round */
+    int64_t first; /* runs: the index of the first of this batch */
+    int64_t chunk; /* runs or slabs per task */
     int64_t off[1 << CM__SUBTREE_DEPTH_MAX], len[1 << CM__SUBTREE_DEPTH_MAX];
     double sum[CM__RUN_BATCH > (1 << CM__SUBTREE_DEPTH_MAX) ? CM__RUN_BATCH
-                                                             : (1 << CM__SUBTREE_DEPTH_MAX)];
+                                                            : (1 << CM__SUBTREE_DEPTH_MAX)];
     cm__acc part[CM_CPU_MAX_THREADS];
 } cm__par;
 
@@ -1766,8 +1761,8 @@ static cm__acc cm__combine(const cm__red *r, cm__acc a, cm__acc x) {
 /* The reduction of kept (out, in; one axis, contiguous in the input) over
  * red (one strided axis) by slabs of rows; false when it does not apply
  * or finds no memory (the caller then splits the columns). */
-static bool cm__red_rows_parallel(const cm__red *r, const cm__cpu_nd *kept,
-                                  const cm__cpu_nd *red, cm__cpu_pool *pool) {
+static bool cm__red_rows_parallel(const cm__red *r, const cm__cpu_nd *kept, const cm__cpu_nd *red,
+                                  cm__cpu_pool *pool) {
     const int64_t threads = (int64_t)cm__cpu_pool_threads(pool);
     if ((r->field == 'd' && r->kind == CM__RSUM) || kept->ndim != 1 || red->ndim != 1 ||
         kept->strides[1][0] != r->isz || red->strides[0][0] == r->isz)
@@ -1777,13 +1772,16 @@ static bool cm__red_rows_parallel(const cm__red *r, const cm__cpu_nd *kept,
      * under 64 KiB of each row per thread. */
     if (rn < 4 * threads || m * r->isz / threads >= ((int64_t)64 << 10))
         return false;
-    cm__rows_ctx c = {.r = r, .m = m, .rn = rn, .rs = red->strides[0][0],
-                      .base = kept->base[1], .chunk = cm__div_up_i64(rn, threads)};
+    cm__rows_ctx c = {.r = r,
+                      .m = m,
+                      .rn = rn,
+                      .rs = red->strides[0][0],
+                      .base = kept->base[1],
+                      .chunk = cm__div_up_i64(rn, threads)};
     const int64_t ntasks = cm__div_up_i64(rn, c.chunk);
     size_t part = 0, vacc = 0;
     if (cm__mul_overflow_size((size_t)ntasks * (size_t)m, sizeof(cm__acc), &part) ||
-        part > CM__ROWS_PART_MAX ||
-        cm__mul_overflow_size((size_t)ntasks, sizeof(cm__vacc), &vacc))
+        part > CM__ROWS_PART_MAX || cm__mul_overflow_size((size_t)ntasks, sizeof(cm__vacc), &vacc))
         return false;
     c.part = cm__alloc_raw(part, 64);
     c.vacc = cm__alloc_raw(vacc, 64);
@@ -1839,8 +1837,7 @@ cm_status cm__cpu_reduce(const cm__op *op, cm__cpu_nd *nd, cm__cpu_pool *pool) {
     if (cm__mul_overflow_i64(op->numel, r.isz, &bytes))
         bytes = INT64_MAX;
     cm__kept_ctx k = {.r = &r, .red = &red};
-    if (threads > 1 && bytes >= CM__CPU_PARALLEL_MIN_BYTES && outputs < threads &&
-        red.ndim >= 1) {
+    if (threads > 1 && bytes >= CM__CPU_PARALLEL_MIN_BYTES && outputs < threads && red.ndim >= 1) {
         cm__par *par = cm__alloc(sizeof *par, 64);
         if (par != NULL) {
             par->r = &r;

@@ -86,8 +86,8 @@ void cm__metal_alloc_init(cm__metal_alloc *a, cm__id device, uint64_t recommende
     const uint64_t cap = (uint64_t)1 << 30;
     const uint64_t eighth = recommended_working_set / 8;
     a->cache_limit = recommended_working_set == 0 ? (uint64_t)256 << 20
-                     : eighth < cap                ? eighth
-                                                   : cap;
+                     : eighth < cap               ? eighth
+                                                  : cap;
     a->residency = cm__residency_new(device);
     if (a->residency != NULL) /* the device's advice of what fits resident */
         a->wired_limit = recommended_working_set;
@@ -259,8 +259,8 @@ cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id devi
         return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->label = \"%.64s\" is not UTF-8",
                            label);
     bool hit = false;
-    const cm_status status = cm__alloc_take(func, a, device, size, storage, max_length, out,
-                                            length, &hit);
+    const cm_status status =
+        cm__alloc_take(func, a, device, size, storage, max_length, out, length, &hit);
     /* A cached buffer's old label goes (setLabel:nil); a new one is
      * labelled only when asked. */
     if (status == CM_OK && (text != NULL || hit))
@@ -269,13 +269,12 @@ cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id devi
     return status;
 }
 
-void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length,
-                          cm_storage_mode storage, bool reusable) {
+void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length, cm_storage_mode storage,
+                          bool reusable) {
     unsigned index = 0;
     size_t class_length = 0;
     /* Only a class's own length is cached (not an exact-size one). */
-    reusable = reusable && cm__size_class(length, &index, &class_length) &&
-               class_length == length;
+    reusable = reusable && cm__size_class(length, &index, &class_length) && class_length == length;
     cm__metal_pooled *e = reusable ? CM__NEW(cm__metal_pooled) : NULL;
     cm__metal_pooled *evicted = NULL;
     pthread_mutex_lock(&a->lock);
@@ -366,7 +365,7 @@ static bool cm__memory_set_wired_limit(cm_device *device, uint64_t bytes, uint64
     pthread_mutex_lock(&a->lock);
     *old = a->wired_limit;
     a->wired_limit = bytes;
-    if (a->resident > bytes) { /* take allocations out until it fits */
+    if (a->resident > bytes) {                             /* take allocations out until it fits */
         cm__id all = cm__msg_allAllocations(a->residency); /* autoreleased */
         const cm__uint n = all != NULL ? cm__msg_count(all) : 0;
         for (cm__uint i = 0; i < n && a->resident > bytes; ++i) {

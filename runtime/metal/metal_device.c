@@ -32,81 +32,90 @@ static void cm__metal_destroy_unpooled(cm_device *device) {
  * pool, so loops on threads without one never grow memory. */
 
 static CM__OBJC_POOLED(cm_status, cm__metal_stream_init,
-                       (cm_stream *stream, void *native, const char *label),
+                       (cm_stream * stream, void *native, const char *label),
                        cm__metal_stream_init_unpooled(stream, native, label))
 
-static CM__OBJC_POOLED_VOID(cm__metal_stream_destroy, (cm_stream *stream),
-                            cm__metal_stream_destroy_unpooled(stream))
+    static CM__OBJC_POOLED_VOID(cm__metal_stream_destroy, (cm_stream * stream),
+                                cm__metal_stream_destroy_unpooled(stream))
 
-static CM__OBJC_POOLED(cm_status, cm__metal_stream_signal, (cm_stream *stream, cm_fence *fence),
-                       cm__metal_stream_signal_unpooled(stream, fence))
+        static CM__OBJC_POOLED(cm_status, cm__metal_stream_signal,
+                               (cm_stream * stream, cm_fence *fence),
+                               cm__metal_stream_signal_unpooled(stream, fence))
 
-static CM__OBJC_POOLED(bool, cm__metal_fence_signaled, (const cm_fence *fence),
-                       cm__metal_fence_signaled_unpooled(fence))
+            static CM__OBJC_POOLED(bool, cm__metal_fence_signaled, (const cm_fence *fence),
+                                   cm__metal_fence_signaled_unpooled(fence))
 
-static CM__OBJC_POOLED(cm_status, cm__metal_fence_wait,
-                       (const cm_fence *fence, uint64_t timeout_ns),
-                       cm__metal_fence_wait_unpooled(fence, timeout_ns))
+                static CM__OBJC_POOLED(cm_status, cm__metal_fence_wait,
+                                       (const cm_fence *fence, uint64_t timeout_ns),
+                                       cm__metal_fence_wait_unpooled(fence, timeout_ns))
 
-static CM__OBJC_POOLED_VOID(cm__metal_fence_destroy, (cm_fence *fence),
-                            cm__metal_fence_destroy_unpooled(fence))
+                    static CM__OBJC_POOLED_VOID(cm__metal_fence_destroy, (cm_fence * fence),
+                                                cm__metal_fence_destroy_unpooled(fence))
 
-static CM__OBJC_POOLED(cm_status, cm__metal_buffer_alloc,
-                       (cm_device *device, cm_buffer *buffer, const char *label),
-                       cm__metal_buffer_alloc_unpooled(device, buffer, label))
+                        static CM__OBJC_POOLED(cm_status, cm__metal_buffer_alloc,
+                                               (cm_device * device, cm_buffer *buffer,
+                                                const char *label),
+                                               cm__metal_buffer_alloc_unpooled(device, buffer,
+                                                                               label))
 
-static CM__OBJC_POOLED(cm_status, cm__metal_buffer_wrap_host,
-                       (cm_device *device, cm_buffer *buffer, const cm_host_memory_desc *desc),
-                       cm__metal_buffer_wrap_host_unpooled(device, buffer, desc))
+                            static CM__OBJC_POOLED(cm_status, cm__metal_buffer_wrap_host,
+                                                   (cm_device * device, cm_buffer *buffer,
+                                                    const cm_host_memory_desc *desc),
+                                                   cm__metal_buffer_wrap_host_unpooled(device,
+                                                                                       buffer,
+                                                                                       desc))
 
-static cm_status cm__metal_buffer_wrap_native_unpooled(const char *func, const char *arg,
-                                                       cm_device *device, cm_buffer *buffer,
-                                                       cm__id mtl);
+                                static cm_status
+    cm__metal_buffer_wrap_native_unpooled(const char *func, const char *arg, cm_device *device,
+                                          cm_buffer *buffer, cm__id mtl);
 
 static CM__OBJC_POOLED(cm_status, cm__metal_buffer_wrap_native,
-                       (const char *func, const char *arg, cm_device *device,
-                        cm_buffer *buffer, void *native),
+                       (const char *func, const char *arg, cm_device *device, cm_buffer *buffer,
+                        void *native),
                        cm__metal_buffer_wrap_native_unpooled(func, arg, device, buffer, native))
 
-static CM__OBJC_POOLED_VOID(cm__metal_buffer_free, (cm_buffer *buffer),
-                            cm__metal_buffer_free_unpooled(buffer))
+    static CM__OBJC_POOLED_VOID(cm__metal_buffer_free, (cm_buffer * buffer),
+                                cm__metal_buffer_free_unpooled(buffer))
 
-static CM__OBJC_POOLED(cm_status, cm__metal_buffer_prepare_host, (cm_buffer *buffer, bool write),
-                       cm__metal_buffer_prepare_host_unpooled(buffer, write))
+        static CM__OBJC_POOLED(cm_status, cm__metal_buffer_prepare_host,
+                               (cm_buffer * buffer, bool write),
+                               cm__metal_buffer_prepare_host_unpooled(buffer, write))
 
-static CM__OBJC_POOLED(cm_status, cm__metal_buffer_transfer,
-                       (cm_buffer *buffer, size_t offset, void *host, size_t size, bool to_device),
-                       cm__metal_buffer_transfer_unpooled(buffer, offset, host, size, to_device))
+            static CM__OBJC_POOLED(cm_status, cm__metal_buffer_transfer,
+                                   (cm_buffer * buffer, size_t offset, void *host, size_t size,
+                                    bool to_device),
+                                   cm__metal_buffer_transfer_unpooled(buffer, offset, host, size,
+                                                                      to_device))
 
-static CM__OBJC_POOLED_VOID(cm__metal_destroy, (cm_device *device),
-                            cm__metal_destroy_unpooled(device))
+                static CM__OBJC_POOLED_VOID(cm__metal_destroy, (cm_device * device),
+                                            cm__metal_destroy_unpooled(device))
 
-static const cm__backend cm__metal_backend = {
-    .type = CM_DEVICE_METAL,
-    .destroy = cm__metal_destroy,
-    .get_info = cm__metal_get_info,
-    .buffer_alloc = cm__metal_buffer_alloc,
-    .buffer_wrap_host = cm__metal_buffer_wrap_host,
-    .buffer_wrap_native = cm__metal_buffer_wrap_native,
-    .buffer_free = cm__metal_buffer_free,
-    .buffer_prepare_host = cm__metal_buffer_prepare_host,
-    .buffer_host_modified = cm__metal_buffer_host_modified,
-    .buffer_publish = cm__metal_buffer_publish,
-    .buffer_transfer = cm__metal_buffer_transfer,
-    .memory = &cm__metal_memory_backend,
-    .stream_init = cm__metal_stream_init,
-    .stream_destroy = cm__metal_stream_destroy,
-    .stream_flush = cm__metal_flush,
-    .stream_submissions = cm__metal_stream_submissions,
-    .stream_gpu_time = cm__metal_stream_gpu_time,
-    .stream_signal = cm__metal_stream_signal,
-    .stream_wait = cm__metal_stream_wait,
-    .fence_wait = cm__metal_fence_wait,
-    .fence_signaled = cm__metal_fence_signaled,
-    .fence_destroy = cm__metal_fence_destroy,
-    .run_op = cm__metal_run_op,
+                    static const cm__backend cm__metal_backend = {
+                        .type = CM_DEVICE_METAL,
+                        .destroy = cm__metal_destroy,
+                        .get_info = cm__metal_get_info,
+                        .buffer_alloc = cm__metal_buffer_alloc,
+                        .buffer_wrap_host = cm__metal_buffer_wrap_host,
+                        .buffer_wrap_native = cm__metal_buffer_wrap_native,
+                        .buffer_free = cm__metal_buffer_free,
+                        .buffer_prepare_host = cm__metal_buffer_prepare_host,
+                        .buffer_host_modified = cm__metal_buffer_host_modified,
+                        .buffer_publish = cm__metal_buffer_publish,
+                        .buffer_transfer = cm__metal_buffer_transfer,
+                        .memory = &cm__metal_memory_backend,
+                        .stream_init = cm__metal_stream_init,
+                        .stream_destroy = cm__metal_stream_destroy,
+                        .stream_flush = cm__metal_flush,
+                        .stream_submissions = cm__metal_stream_submissions,
+                        .stream_gpu_time = cm__metal_stream_gpu_time,
+                        .stream_signal = cm__metal_stream_signal,
+                        .stream_wait = cm__metal_stream_wait,
+                        .fence_wait = cm__metal_fence_wait,
+                        .fence_signaled = cm__metal_fence_signaled,
+                        .fence_destroy = cm__metal_fence_destroy,
+                        .run_op = cm__metal_run_op,
 #ifndef CMETAL_NO_KERNELS /* -DCMETAL_KERNELS=OFF leaves out metal_kernel.c */
-    .kernels = &cm__metal_kernel_backend,
+                        .kernels = &cm__metal_kernel_backend,
 #endif
 };
 
@@ -122,8 +131,10 @@ static void cm__read_info(cm__id dev, cm_device_info *info) {
     static const struct {
         cm__int family;
         uint32_t flag;
-    } families[] = {{1007, CM_GPU_FAMILY_APPLE7}, {1008, CM_GPU_FAMILY_APPLE8},
-                    {1009, CM_GPU_FAMILY_APPLE9}, {2002, CM_GPU_FAMILY_MAC2},
+    } families[] = {{1007, CM_GPU_FAMILY_APPLE7},
+                    {1008, CM_GPU_FAMILY_APPLE8},
+                    {1009, CM_GPU_FAMILY_APPLE9},
+                    {2002, CM_GPU_FAMILY_MAC2},
                     {5001, CM_GPU_FAMILY_METAL3}};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; ++i)
         if (cm__msg_supportsFamily(dev, families[i].family))
@@ -238,8 +249,8 @@ static cm_status cm__metal_device_open_unpooled(uint32_t index, cm_device **out)
         if (devices[i] != dev)
             cm__objc_release(devices[i]);
     if (dev == NULL)
-        return cm__fail_as(func, CM_ERR_NO_DEVICE, "index = %u: there are %zu Metal devices",
-                           index, n);
+        return cm__fail_as(func, CM_ERR_NO_DEVICE, "index = %u: there are %zu Metal devices", index,
+                           n);
     return cm__metal_device_make(func, dev, index, out);
 }
 
@@ -290,8 +301,7 @@ static cm_status cm__metal_buffer_wrap_native_unpooled(const char *func, const c
                                                        cm__id mtl) {
     const cm__id own = cm__mtl_dev(device)->device;
     const cm__id owner = cm__msg_device(mtl);
-    if (owner != own &&
-        (owner == NULL || cm__msg_registryID(owner) != cm__msg_registryID(own))) {
+    if (owner != own && (owner == NULL || cm__msg_registryID(owner) != cm__msg_registryID(own))) {
         char theirs[128], ours[128];
         cm__device_name(owner, theirs, sizeof theirs);
         cm__device_name(own, ours, sizeof ours);
@@ -307,8 +317,8 @@ static cm_status cm__metal_buffer_wrap_native_unpooled(const char *func, const c
     case CM__MTL_STORAGE_MODE_MANAGED: buffer->storage = CM_STORAGE_MANAGED; break;
     case CM__MTL_STORAGE_MODE_PRIVATE: buffer->storage = CM_STORAGE_PRIVATE; break;
     default:
-        return cm__fail_as(func, CM_ERR_UNSUPPORTED,
-                           "%s has storageMode %lu (memoryless)", arg, mode);
+        return cm__fail_as(func, CM_ERR_UNSUPPORTED, "%s has storageMode %lu (memoryless)", arg,
+                           mode);
     }
     CM__TRY(cm__buffer_impl(func, buffer));
     /* Untracked (MLX's buffers are): cmetal orders the passes itself. */
@@ -397,8 +407,8 @@ static cm_status cm__device_wrap_metal(cm__id mtl, cm_device **out) {
     CM__TRY(cm__metal_load_as(func));
     const cm__sel sels[] = {CM__SEL(newCommandQueue), CM__SEL(newBufferWithLength_options),
                             CM__SEL(newSharedEvent), CM__SEL(registryID)};
-    const char *const names[] = {"newCommandQueue", "newBufferWithLength:options:",
-                                 "newSharedEvent", "registryID"};
+    const char *const names[] = {"newCommandQueue",
+                                 "newBufferWithLength:options:", "newSharedEvent", "registryID"};
     CM__TRY(cm__require_selectors(func, "mtl_device", mtl, "id<MTLDevice>", sels, names, 4));
     /* Numbered as cm_device_open numbers it (DLPack's device_id), when the
      * device is one of the system's. */
@@ -454,8 +464,8 @@ static cm_status cm__fence_wrap_metal(cm_device *device, cm__id event, uint64_t 
     static const char func[] = "cm_fence_wrap_metal";
     const cm__sel sels[] = {CM__SEL(signaledValue), CM__SEL(setSignaledValue), CM__SEL(device)};
     const char *const names[] = {"signaledValue", "setSignaledValue:", "device"};
-    CM__TRY(cm__require_selectors(func, "shared_event", event, "id<MTLSharedEvent>", sels, names,
-                                  3));
+    CM__TRY(
+        cm__require_selectors(func, "shared_event", event, "id<MTLSharedEvent>", sels, names, 3));
     CM__TRY(cm__require_same_device(func, "shared_event", event, device));
     cm__id retained = cm__objc_retain(event);
     const cm_status status = cm__fence_make(func, device, retained, value, out);
@@ -479,7 +489,7 @@ cm_status cm_fence_wrap_metal(cm_device *device, void *shared_event, uint64_t va
 
 /* ------------------------------------------------------------ capture */
 
-enum { CM__MTL_CAPTURE_GPU_TRACE_DOCUMENT = 2 }; /* MTLCaptureDestination */
+enum { CM__MTL_CAPTURE_GPU_TRACE_DOCUMENT = 2 };  /* MTLCaptureDestination */
 enum { CM__MTL_CAPTURE_ERROR_NOT_SUPPORTED = 1 }; /* MTLCaptureError */
 
 /* Whether cmetal began the capture now running (Metal's manager is one per
@@ -523,10 +533,11 @@ static cm_status cm__capture_start(const char *func, cm__id object, const char *
                            "Metal refused to capture to path = \"%s\" (%s); a GPU trace "
                            "document needs MTL_CAPTURE_ENABLED=1 in the environment (or "
                            "MetalCaptureEnabled in the app's Info.plist) when the process "
-                           "starts", path, why);
+                           "starts",
+                           path, why);
     return cm__fail_as(func, CM_ERR_DEVICE,
-                       "Metal refused to capture to path = \"%s\" (MTLCaptureError %ld: %s)",
-                       path, (long)code, why);
+                       "Metal refused to capture to path = \"%s\" (MTLCaptureError %ld: %s)", path,
+                       (long)code, why);
 }
 
 cm_status cm_capture_begin(const cm_capture_desc *desc) {
@@ -539,13 +550,12 @@ cm_status cm_capture_begin(const cm_capture_desc *desc) {
                     desc->path == NULL ? "NULL" : "\"\"");
     static const char ext[] = ".gputrace";
     const size_t len = strlen(desc->path);
-    CM__REQUIRE_ARG(len >= sizeof ext - 1 &&
-                        strcmp(desc->path + len - (sizeof ext - 1), ext) == 0,
+    CM__REQUIRE_ARG(len >= sizeof ext - 1 && strcmp(desc->path + len - (sizeof ext - 1), ext) == 0,
                     "desc->path = \"%s\" must end in \".gputrace\"", desc->path);
     const cm_device *device = desc->device != NULL ? desc->device : desc->stream->device;
     CM__TRY(cm__require_metal(__func__, device));
-    cm__id object = desc->device != NULL ? cm__mtl_dev(device)->device
-                                         : cm__mtl_stream(desc->stream)->queue;
+    cm__id object =
+        desc->device != NULL ? cm__mtl_dev(device)->device : cm__mtl_stream(desc->stream)->queue;
     pthread_mutex_lock(&cm__capture_lock);
     cm_status status;
     if (cm__capturing) {

@@ -28,8 +28,7 @@ typedef struct cm__metal_pass {
  * is untracked, waits for the stream's fence (Metal orders nothing for
  * untracked buffers: MLX's, wrapped ones). Always pair with
  * cm__pass_end, whatever the status. */
-static cm_status cm__pass_begin(const char *func, cm_stream *stream, bool blit,
-                                cm__metal_pass *p) {
+static cm_status cm__pass_begin(const char *func, cm_stream *stream, bool blit, cm__metal_pass *p) {
     p->stream = stream;
     p->enc = NULL;
     p->fence = NULL;
@@ -90,8 +89,7 @@ cm_status cm__metal_dispatch(cm__id pipeline, const cm__kernel_launch *launch) {
             case CM_ARG_INPUT:
             case CM_ARG_OUTPUT:
                 cm__msg_setBuffer_offset_atIndex(
-                    p.enc, b->buffer != NULL ? b->buffer->native : b->native, b->offset,
-                    b->index);
+                    p.enc, b->buffer != NULL ? b->buffer->native : b->native, b->offset, b->index);
                 break;
             case CM_ARG_BYTES:
                 cm__msg_setBytes_length_atIndex(p.enc, b->data, b->size, b->index);

@@ -43,7 +43,7 @@ enum {
  * others). */
 static inline cm__uint cm__mtl_data_type(cm_dtype dt) {
     switch (dt) {
-#define CM__MTL_CASE(E, T, DOM, LD, KIND, SAT, MTL) \
+#define CM__MTL_CASE(E, T, DOM, LD, KIND, SAT, MTL)                                                \
     case E: return CM__MTL_DATA_##MTL;
         CM__DTYPE_LIST(CM__MTL_CASE)
 #undef CM__MTL_CASE
@@ -98,8 +98,8 @@ enum {
     CM__KERNEL_UNARY,
     CM__KERNEL_BINARY,
     CM__KERNEL_REDUCE_SERIAL,
-    CM__KERNEL_REDUCE_BARRIER,      /* threadgroup memory and barriers only */
-    CM__KERNEL_REDUCE_THREADGROUP,  /* SIMD-group shuffles: its own library */
+    CM__KERNEL_REDUCE_BARRIER,     /* threadgroup memory and barriers only */
+    CM__KERNEL_REDUCE_THREADGROUP, /* SIMD-group shuffles: its own library */
     CM__KERNEL_COUNT
 };
 
@@ -130,16 +130,16 @@ typedef struct cm__metal_alloc {
 } cm__metal_alloc;
 
 typedef struct cm__metal_device {
-    cm__id device;    /* id<MTLDevice>, +1 */
+    cm__id device; /* id<MTLDevice>, +1 */
     cm_device_info info;
     /* The ops' kernels (metal_ops.c), taken from the cache at first use
      * under kernels_lock. */
     pthread_mutex_t kernels_lock;
-    cm__id library;                        /* id<MTLLibrary>, +1, or NULL */
+    cm__id library; /* id<MTLLibrary>, +1, or NULL */
     uint64_t library_serial;
-    cm__id simd_library;                   /* the SIMD-group kernels', or NULL */
+    cm__id simd_library; /* the SIMD-group kernels', or NULL */
     uint64_t simd_library_serial;
-    cm__id pipelines[CM__KERNEL_COUNT];    /* id<MTLComputePipelineState>, +1 */
+    cm__id pipelines[CM__KERNEL_COUNT]; /* id<MTLComputePipelineState>, +1 */
     cm__uint max_threads[CM__KERNEL_COUNT];
     cm__uint simd_width[CM__KERNEL_COUNT];
     /* Every library and pipeline made on the device (metal_pipeline.c). */
@@ -178,15 +178,15 @@ typedef struct cm__metal_committed {
 } cm__metal_committed;
 
 typedef struct cm__metal_stream {
-    cm__id queue;         /* id<MTLCommandQueue>, +1 */
+    cm__id queue; /* id<MTLCommandQueue>, +1 */
     /* The device's residency set (+0) that each command buffer uses: only
      * on an adopted queue (cmetal's own queues have it added). */
     cm__id residency;
     cm__metal_clock *clock; /* +1; the stream's own, for its buffers */
-    pthread_mutex_t lock; /* guards everything below */
-    cm__id open;          /* the command buffer being filled, +1, or NULL */
-    uint64_t open_seq;    /* its number */
-    uint64_t next_seq;    /* the number of the next one opened */
+    pthread_mutex_t lock;   /* guards everything below */
+    cm__id open;            /* the command buffer being filled, +1, or NULL */
+    uint64_t open_seq;      /* its number */
+    uint64_t next_seq;      /* the number of the next one opened */
     /* Committed command buffers not yet seen complete, in commit (and
      * number) order, +1 each. Metal orders their start, not their
      * completion, so a sync waits for all of them; each one's status is
@@ -202,7 +202,7 @@ typedef struct cm__metal_stream {
     /* GPUStartTime..GPUEndTime of the completed command buffers seen
      * (cm_stream_get_gpu_time). */
     cm_stream_gpu_time gpu_time;
-    bool failed;          /* a command buffer failed; error not yet reported */
+    bool failed; /* a command buffer failed; error not yet reported */
     char error[384];
 } cm__metal_stream;
 
@@ -230,11 +230,11 @@ typedef struct cm__metal_use {
 typedef struct cm__metal_buffer {
     pthread_mutex_t lock;
     cm__metal_use uses[CM__METAL_USE_SLOTS];
-    bool untracked;           /* work was forgotten: wait for the whole device */
-    bool hazard_untracked;    /* the MTLBuffer is MTLHazardTrackingModeUntracked */
-    bool gpu_wrote;           /* managed: device copy newer than host's */
-    bool host_dirty;          /* managed: host copy newer than device's */
-    size_t pooled_length;     /* the MTLBuffer's size class when it came
+    bool untracked;        /* work was forgotten: wait for the whole device */
+    bool hazard_untracked; /* the MTLBuffer is MTLHazardTrackingModeUntracked */
+    bool gpu_wrote;        /* managed: device copy newer than host's */
+    bool host_dirty;       /* managed: host copy newer than device's */
+    size_t pooled_length;  /* the MTLBuffer's size class when it came
                                * from the device's allocator, else 0 */
     size_t dirty_begin, dirty_end;
 } cm__metal_buffer;
@@ -248,7 +248,6 @@ static inline cm__metal_stream *cm__mtl_stream(const cm_stream *s) {
 static inline cm__metal_buffer *cm__mtl_buf(const cm_buffer *b) {
     return (cm__metal_buffer *)b->impl;
 }
-
 
 /* The layers of the Metal device, bottom to top; each file calls only the
  * files below it (ARCHITECTURE.md; tools/ci/check-layers.sh checks):
@@ -299,8 +298,8 @@ cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id devi
 /* Gives back what take handed out, once the device is done with it: into
  * the cache when `reusable` and the cache has room (staying in the
  * residency set), else released (and taken out of the set). */
-void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length,
-                          cm_storage_mode storage, bool reusable);
+void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length, cm_storage_mode storage,
+                          bool reusable);
 
 /* The backend's cmetal/memory.h entries. */
 extern const cm__memory_backend cm__metal_memory_backend;
@@ -371,8 +370,7 @@ cm_status cm__metal_stream_wait(cm_stream *stream, const cm_fence *fence);
 bool cm__metal_fence_signaled_unpooled(const cm_fence *fence);
 cm_status cm__metal_fence_wait_unpooled(const cm_fence *fence, uint64_t timeout_ns);
 void cm__metal_fence_destroy_unpooled(cm_fence *fence);
-cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer,
-                                         const char *label);
+cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer, const char *label);
 cm_status cm__metal_buffer_wrap_host_unpooled(cm_device *device, cm_buffer *buffer,
                                               const cm_host_memory_desc *desc);
 void cm__metal_buffer_free_unpooled(cm_buffer *buffer);

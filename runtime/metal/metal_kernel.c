@@ -58,8 +58,8 @@ static void cm__kb_library_release(void *library) {
 }
 
 static cm_status cm__kb_kernel_create(const char *func, cm_library *library,
-                                      const cm_kernel_desc *desc, void **out,
-                                      cm_kernel_info *info, cm__kernel_signature *sig) {
+                                      const cm_kernel_desc *desc, void **out, cm_kernel_info *info,
+                                      cm__kernel_signature *sig) {
     cm__metal_lib *lib = library->impl;
     return cm__metal_pipeline(func, cm__mtl_dev(library->device), lib->library, lib->serial,
                               desc->name, desc->constants, desc->constant_count, desc->label,
@@ -119,8 +119,8 @@ static cm_status cm__kb_pipeline_cache_set(const char *func, cm_device *device, 
         cm_status status = CM_OK;
         if (!is_dir)
             status = cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                                 "path = \"%s\": its directory \"%s\" %s (create it first)",
-                                 path, dir, rc != 0 ? strerror(err) : "is not a directory");
+                                 "path = \"%s\": its directory \"%s\" %s (create it first)", path,
+                                 dir, rc != 0 ? strerror(err) : "is not a directory");
         cm__free(dir);
         if (status != CM_OK)
             return status;
@@ -194,8 +194,8 @@ static cm_status cm__kb_pipeline_cache_save(const char *func, cm_device *device)
             cm__objc_release(text);
             cm__id error = NULL;
             if (url == NULL)
-                status = cm__fail_as(func, CM_ERR_DEVICE, "fileURLWithPath: returned nil for %s",
-                                     tmp);
+                status =
+                    cm__fail_as(func, CM_ERR_DEVICE, "fileURLWithPath: returned nil for %s", tmp);
             else if (!cm__msg_serializeToURL_error(d->archive, url, &error))
                 status = cm__fail_ns_error(func, CM_ERR_DEVICE, error,
                                            "cannot write the pipeline cache");

@@ -117,9 +117,9 @@ static const cm__compile_options cm__ops_options = {.math_mode = CM_MATH_MODE_SA
 cm_status cm__metal_compile_source(cm_device *device, const char *source) {
     void *pool = cm__objc_pool_push();
     cm__id library = NULL;
-    const cm_status status = cm__metal_compile("cm__metal_compile_source",
-                                               cm__mtl_dev(device)->device, source,
-                                               &cm__ops_options, &library);
+    const cm_status status =
+        cm__metal_compile("cm__metal_compile_source", cm__mtl_dev(device)->device, source,
+                          &cm__ops_options, &library);
     cm__objc_release(library);
     cm__objc_pool_pop(pool);
     return status;
@@ -143,7 +143,8 @@ static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k)
             return cm__fail_as(func, CM_ERR_OVERFLOW, "the SIMD kernels' source is too long");
         char *source = cm__alloc(n, 1);
         if (source == NULL)
-            return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory for the SIMD kernels' source");
+            return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
+                               "no memory for the SIMD kernels' source");
         memcpy(source, cm__msl_source, n0);
         memcpy(source + n0, cm__msl_simd_source, n1 + 1);
         const cm_status status =
@@ -152,8 +153,8 @@ static cm_status cm__make_pipeline(const char *func, cm__metal_device *d, int k)
         CM__TRY(status);
     }
     cm_kernel_info info;
-    cm_status status = cm__metal_pipeline(func, d, *library, *serial, cm__kernel_names[k],
-                                          NULL, 0, NULL, &d->pipelines[k], &info, NULL);
+    cm_status status = cm__metal_pipeline(func, d, *library, *serial, cm__kernel_names[k], NULL, 0,
+                                          NULL, &d->pipelines[k], &info, NULL);
     if (status != CM_OK)
         return status;
     d->max_threads[k] = info.max_threads_per_threadgroup;
@@ -184,8 +185,8 @@ static cm_status cm__get_kernel(const char *func, cm_device *device, int k, cm__
 /* A buffer argument of an op's kernel: a tracked cm_buffer, or (buffer
  * NULL) a scratch id<MTLBuffer>. */
 static cm__kernel_bind cm__bind(cm_buffer *buffer, cm__id native, bool write) {
-    return (cm__kernel_bind){.type = write ? CM_ARG_OUTPUT : CM_ARG_INPUT, .buffer = buffer,
-                             .native = native};
+    return (cm__kernel_bind){
+        .type = write ? CM_ARG_OUTPUT : CM_ARG_INPUT, .buffer = buffer, .native = native};
 }
 
 /* Encodes one dispatch on the stream: binds[0..nbind) are the buffers, at
@@ -193,16 +194,15 @@ static cm__kernel_bind cm__bind(cm_buffer *buffer, cm__id native, bool write) {
  * argument bytes. Threadgroups of `group` threads; `groups` threadgroups
  * when nonzero, else `threads` threads in all. */
 static cm_status cm__encode(const char *func, cm_stream *stream, const cm__kernel *kernel,
-                            cm__kernel_bind *binds, int nbind, const void *args,
-                            size_t args_size, cm__uint threads, cm__uint groups,
-                            cm__uint group) {
+                            cm__kernel_bind *binds, int nbind, const void *args, size_t args_size,
+                            cm__uint threads, cm__uint groups, cm__uint group) {
     const unsigned long forced = atomic_load(&cm__tg_override);
     if (forced != 0)
         group = forced;
     for (int i = 0; i < nbind; ++i)
         binds[i].index = (uint32_t)i;
-    binds[nbind] = (cm__kernel_bind){.type = CM_ARG_BYTES, .index = (uint32_t)nbind,
-                                     .data = args, .size = args_size};
+    binds[nbind] = (cm__kernel_bind){
+        .type = CM_ARG_BYTES, .index = (uint32_t)nbind, .data = args, .size = args_size};
     const cm__kernel_launch launch = {
         .func = func,
         .stream = stream,
@@ -220,7 +220,8 @@ static cm_status cm__encode(const char *func, cm_stream *stream, const cm__kerne
 /* Merges axes of a shape that every operand walks as one: drops size-1
  * axes, and joins axis k with k + 1 when each operand's stride[k] equals
  * stride[k + 1] * shape[k + 1]. strides[j] are the nops operands'. */
-static int32_t cm__coalesce(int32_t ndim, int64_t *shape, int nops, int64_t (*strides)[CM_MAX_NDIM]) {
+static int32_t cm__coalesce(int32_t ndim, int64_t *shape, int nops,
+                            int64_t (*strides)[CM_MAX_NDIM]) {
     int32_t n = 0;
     for (int32_t k = 0; k < ndim; ++k) {
         if (shape[k] == 1)
@@ -347,10 +348,10 @@ static cm_status cm__run_elementwise(cm_device *device, const cm__op *op) {
     for (int j = 0; j < op->nin; ++j)
         bind[1 + j] = cm__bind(op->in[j].buffer, NULL, false);
     const cm__uint group = cm__group_size(&kernel);
-    const cm__uint threads = (cm__uint)(op->numel < CM__MAX_GRID_THREADS ? op->numel
-                                                                        : CM__MAX_GRID_THREADS);
-    return cm__encode(op->func, op->stream, &kernel, bind, 1 + op->nin, &a, sizeof a, threads,
-                      0, cm__min_u(group, threads));
+    const cm__uint threads =
+        (cm__uint)(op->numel < CM__MAX_GRID_THREADS ? op->numel : CM__MAX_GRID_THREADS);
+    return cm__encode(op->func, op->stream, &kernel, bind, 1 + op->nin, &a, sizeof a, threads, 0,
+                      cm__min_u(group, threads));
 }
 
 static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
@@ -404,8 +405,8 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     cm__kernel_bind bind[3] = {cm__bind(op->out.buffer, NULL, true),
                                cm__bind(op->in[0].buffer, NULL, false)};
     if (!use_group) {
-        const cm__uint threads = (cm__uint)(a.nout < CM__MAX_GRID_THREADS ? a.nout
-                                                                         : CM__MAX_GRID_THREADS);
+        const cm__uint threads =
+            (cm__uint)(a.nout < CM__MAX_GRID_THREADS ? a.nout : CM__MAX_GRID_THREADS);
         return cm__encode(op->func, op->stream, &serial, bind, 2, &a, sizeof a, threads, 0,
                           cm__min_u(cm__group_size(&serial), threads));
     }
@@ -415,8 +416,7 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     const cm__uint group = cm__group_size(&kernel);
     if (count < CM__REDUCE_SPLIT_MIN || a.nout > CM__REDUCE_SPLIT_MAX_OUT) {
         const cm__uint groups = (cm__uint)(a.nout < CM__MAX_GROUPS ? a.nout : CM__MAX_GROUPS);
-        return cm__encode(op->func, op->stream, &kernel, bind, 2, &a, sizeof a, 0, groups,
-                          group);
+        return cm__encode(op->func, op->stream, &kernel, bind, 2, &a, sizeof a, 0, groups, group);
     }
     /* Split: partial accumulators in a scratch buffer that the command
      * buffer keeps alive, then one thread per output combines them. */
@@ -425,8 +425,8 @@ static cm_status cm__run_reduce(cm_device *device, const cm__op *op) {
     a.chunk = (count + split - 1) / split;
     a.split = (count + a.chunk - 1) / a.chunk;
     const size_t scratch_size = (size_t)(a.nout * a.split) * 8u;
-    cm__id scratch = cm__msg_newBufferWithLength_options(
-        cm__mtl_dev(device)->device, scratch_size, CM__MTL_RESOURCE_STORAGE_PRIVATE);
+    cm__id scratch = cm__msg_newBufferWithLength_options(cm__mtl_dev(device)->device, scratch_size,
+                                                         CM__MTL_RESOURCE_STORAGE_PRIVATE);
     if (scratch == NULL)
         return cm__fail_as(op->func, CM_ERR_OUT_OF_MEMORY,
                            "no scratch buffer of %zu bytes for a split reduction", scratch_size);
@@ -457,10 +457,9 @@ static cm_status cm__run_op_unpooled(cm_device *device, const cm__op *op) {
     case CM__OP_UNARY:
     case CM__OP_BINARY: return cm__run_elementwise(device, op);
     case CM__OP_REDUCE: return cm__run_reduce(device, op);
-    default:
-        return cm__fail_as(op->func, CM_ERR_INTERNAL, "op kind %d is unknown", (int)op->kind);
+    default: return cm__fail_as(op->func, CM_ERR_INTERNAL, "op kind %d is unknown", (int)op->kind);
     }
 }
 
-CM__OBJC_POOLED(cm_status, cm__metal_run_op, (cm_device *device, const cm__op *op),
+CM__OBJC_POOLED(cm_status, cm__metal_run_op, (cm_device * device, const cm__op *op),
                 cm__run_op_unpooled(device, op))

@@ -17,8 +17,8 @@ struct cm__metal_cached {
     uint64_t hash;
     char *key;
     size_t key_len;
-    cm__id object;     /* +1: id<MTLLibrary> or id<MTLComputePipelineState> */
-    uint64_t serial;   /* libraries: names this library in pipeline keys */
+    cm__id object;   /* +1: id<MTLLibrary> or id<MTLComputePipelineState> */
+    uint64_t serial; /* libraries: names this library in pipeline keys */
     cm_kernel_info info;
     cm__kernel_signature sig; /* pipelines: bindings */
     struct cm__metal_cached *next;
@@ -159,13 +159,14 @@ static cm_status cm__compile_options_new(const char *func, const cm__compile_opt
         cm__msg_setLanguageVersion(options, o->language_version);
     }
     if (cm__msg_respondsToSelector(options, CM__SEL(setMathMode))) {
-        cm__msg_setMathMode(options, o->math_mode == CM_MATH_MODE_SAFE      ? CM__MTL_MATH_MODE_SAFE
-                                     : o->math_mode == CM_MATH_MODE_RELAXED ? CM__MTL_MATH_MODE_RELAXED
-                                                                            : CM__MTL_MATH_MODE_FAST);
+        cm__msg_setMathMode(options, o->math_mode == CM_MATH_MODE_SAFE ? CM__MTL_MATH_MODE_SAFE
+                                     : o->math_mode == CM_MATH_MODE_RELAXED
+                                         ? CM__MTL_MATH_MODE_RELAXED
+                                         : CM__MTL_MATH_MODE_FAST);
         if (cm__msg_respondsToSelector(options, CM__SEL(setMathFloatingPointFunctions)))
-            cm__msg_setMathFloatingPointFunctions(
-                options, o->math_mode == CM_MATH_MODE_SAFE ? CM__MTL_MATH_FUNCTIONS_PRECISE
-                                                           : CM__MTL_MATH_FUNCTIONS_FAST);
+            cm__msg_setMathFloatingPointFunctions(options, o->math_mode == CM_MATH_MODE_SAFE
+                                                               ? CM__MTL_MATH_FUNCTIONS_PRECISE
+                                                               : CM__MTL_MATH_FUNCTIONS_FAST);
     } else {
         cm__msg_setFastMathEnabled(options, o->math_mode != CM_MATH_MODE_SAFE);
     }
@@ -188,7 +189,8 @@ cm_status cm__metal_compile(const char *func, cm__id device, const char *source,
     cm__id error = NULL; /* autoreleased */
     cm__id library = cm__msg_newLibraryWithSource_options_error(device, text, options, &error);
     if (library == NULL)
-        status = cm__fail_ns_error(func, CM_ERR_COMPILE, error, "the Metal library did not compile");
+        status =
+            cm__fail_ns_error(func, CM_ERR_COMPILE, error, "the Metal library did not compile");
     cm__objc_pool_pop(pool);
     cm__objc_release(text);
     cm__objc_release(options);
@@ -199,7 +201,7 @@ cm_status cm__metal_compile(const char *func, cm__id device, const char *source,
 /* What a library of the cache is made from, on a miss: MSL source with
  * options, or precompiled bytes. */
 typedef struct cm__library_origin {
-    const char *source;            /* or NULL: bytes */
+    const char *source; /* or NULL: bytes */
     const cm__compile_options *options;
     const void *data;
     size_t size;
@@ -233,8 +235,8 @@ cm_status cm__metal_library(const char *func, cm__metal_device *d, const char *s
                             const cm__compile_options *o, cm__id *out, uint64_t *serial) {
     *out = NULL;
     char head[32];
-    const int hn = snprintf(head, sizeof head, "L%d:%" PRIu32 ":", (int)o->math_mode,
-                            o->language_version);
+    const int hn =
+        snprintf(head, sizeof head, "L%d:%" PRIu32 ":", (int)o->math_mode, o->language_version);
     const size_t sn = strlen(source);
     size_t n;
     if (cm__add_overflow_size((size_t)hn, sn, &n))
@@ -278,7 +280,7 @@ static cm_status cm__metal_load_bytes(const char *func, cm__id device, const voi
 
 /* The device's library of the bytes (+1 in *out), loaded on first use. */
 cm_status cm__metal_library_data(const char *func, cm__metal_device *d, const void *data,
-                                        size_t size, cm__id *out, uint64_t *serial) {
+                                 size_t size, cm__id *out, uint64_t *serial) {
     *out = NULL;
     size_t n;
     if (cm__add_overflow_size(size, 1, &n))
@@ -312,8 +314,7 @@ static bool cm__has_function_constants(cm__id fn) {
  * (none given: every constant of the function takes its default or stays
  * undefined, and a required one fails with Metal's message). */
 static cm_status cm__function(const char *func, cm__id library, const char *name,
-                              const cm_function_constant *constants, uint32_t nconst,
-                              cm__id *out) {
+                              const cm_function_constant *constants, uint32_t nconst, cm__id *out) {
     *out = NULL;
     cm__id ns_name = NULL;
     CM__TRY(cm__ns_string_from_utf8(func, name, &ns_name));
@@ -343,9 +344,8 @@ static cm_status cm__function(const char *func, cm__id library, const char *name
                            "MTLFunctionConstantValues, so function constants cannot be set");
     }
     for (uint32_t i = 0; i < nconst; ++i)
-        cm__msg_setConstantValue_type_atIndex(values, constants[i].value,
-                                              cm__mtl_data_type(constants[i].dtype),
-                                              constants[i].index);
+        cm__msg_setConstantValue_type_atIndex(
+            values, constants[i].value, cm__mtl_data_type(constants[i].dtype), constants[i].index);
     void *pool = cm__objc_pool_push();
     cm__id error = NULL;
     cm__id fn = cm__msg_newFunctionWithName_constantValues_error(library, ns_name, values, &error);
@@ -416,8 +416,7 @@ static void cm__read_reflection(cm__id reflection, cm__kernel_signature *sig) {
 static cm_status cm__pipeline_error(const char *func, cm__id error, const char *name,
                                     uint32_t nconst) {
     char what[512];
-    snprintf(what, sizeof what,
-             "desc->name = \"%s\": no pipeline was made%s", name,
+    snprintf(what, sizeof what, "desc->name = \"%s\": no pipeline was made%s", name,
              nconst == 0 ? " (a kernel with function constants needs their values in "
                            "desc->constants: cm_function_constant index, dtype, value)"
                          : "");
@@ -457,8 +456,7 @@ static cm__id cm__pipeline_from_archive(cm__metal_device *d, cm__id fn, const ch
         /* Recording may fail (Metal archives take no specialised
          * functions): the pipeline is made all the same. */
         if (pipeline != NULL && archives != NULL)
-            (void)cm__msg_addComputePipelineFunctionsWithDescriptor_error(d->archive, desc,
-                                                                          &error);
+            (void)cm__msg_addComputePipelineFunctionsWithDescriptor_error(d->archive, desc, &error);
     }
     cm__objc_pool_pop(pool);
     cm__objc_release(desc);
@@ -530,13 +528,14 @@ cm_status cm__metal_pipeline(const char *func, cm__metal_device *d, cm__id libra
     int n = snprintf(key, sizeof key, "P%" PRIu64 ":%s%c%s", library_serial, name,
                      label != NULL ? '\x01' : '\0', label != NULL ? label : "");
     if (n < 0 || (size_t)n >= sizeof key)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->name with desc->label is too long");
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                           "desc->name with desc->label is too long");
     size_t len = (size_t)n + 1;
     for (uint32_t i = 0; i < nconst; ++i) {
         const size_t size = cm__dtype(constants[i].dtype)->size;
         if (len + 8 + size > sizeof key)
-            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "desc->constant_count = %" PRIu32
-                               " is too many", nconst);
+            return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
+                               "desc->constant_count = %" PRIu32 " is too many", nconst);
         const uint32_t head[2] = {constants[i].index, (uint32_t)constants[i].dtype};
         memcpy(key + len, head, 8);
         memcpy(key + len + 8, constants[i].value, size);

@@ -107,13 +107,12 @@ static cm_status cm__committed_reserve(const char *func, cm__metal_stream *s) {
     if (s->ncommitted < s->committed_cap)
         return CM_OK;
     const size_t cap = s->committed_cap > 0 ? 2 * s->committed_cap : 8;
-    cm__metal_committed *grown =
-        cap <= SIZE_MAX / sizeof *grown
-            ? cm__alloc(cap * sizeof *grown, _Alignof(cm__metal_committed))
-            : NULL;
+    cm__metal_committed *grown = cap <= SIZE_MAX / sizeof *grown
+                                     ? cm__alloc(cap * sizeof *grown, _Alignof(cm__metal_committed))
+                                     : NULL;
     if (grown == NULL)
-        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
-                           "no memory to track %zu command buffers", cap);
+        return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "no memory to track %zu command buffers",
+                           cap);
     if (s->ncommitted > 0)
         memcpy(grown, s->committed, s->ncommitted * sizeof *grown);
     cm__free(s->committed);
@@ -251,8 +250,7 @@ static cm_status cm__wait_through(const char *func, cm__metal_stream *s, uint64_
     }
     pthread_mutex_unlock(&s->lock);
     if (failed)
-        return cm__fail_as(func, CM_ERR_DEVICE, "a command buffer of this stream failed: %s",
-                           text);
+        return cm__fail_as(func, CM_ERR_DEVICE, "a command buffer of this stream failed: %s", text);
     return CM_OK;
 }
 
@@ -304,8 +302,7 @@ cm_status cm__metal_stream_init_unpooled(cm_stream *stream, cm__id queue, const 
     if (s->queue == NULL) {
         cm__clock_release(s->clock);
         cm__free(s);
-        return cm__fail_as("cm_stream_create", CM_ERR_DEVICE,
-                           "newCommandQueue returned nil");
+        return cm__fail_as("cm_stream_create", CM_ERR_DEVICE, "newCommandQueue returned nil");
     }
     cm_status status = CM_OK;
     if (queue == NULL && label != NULL)
@@ -446,8 +443,7 @@ void cm__buffer_adopt(cm_buffer *buffer, cm__id mtl) {
     buffer->host = buffer->storage == CM_STORAGE_PRIVATE ? NULL : cm__msg_contents(mtl);
 }
 
-cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer,
-                                         const char *label) {
+cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer, const char *label) {
     cm__metal_device *d = cm__mtl_dev(device);
     if (buffer->size > d->info.max_buffer_length)
         return cm__fail_as("cm_buffer_create", CM_ERR_OUT_OF_MEMORY,
@@ -494,7 +490,7 @@ static size_t cm__host_page_size(void) {
 }
 
 cm_status cm__metal_buffer_wrap_host_unpooled(cm_device *device, cm_buffer *buffer,
-                                            const cm_host_memory_desc *desc) {
+                                              const cm_host_memory_desc *desc) {
     static const char func[] = "cm_buffer_wrap_host";
     const cm__metal_device *d = cm__mtl_dev(device);
     const uintptr_t address = (uintptr_t)desc->data;
@@ -543,11 +539,11 @@ cm_status cm__metal_buffer_wrap_host_unpooled(cm_device *device, cm_buffer *buff
         }
     }
     if (mtl == NULL) { /* copied (also when Metal refused the pages) */
-        mtl = desc->size > 0 ? cm__msg_newBufferWithBytes_length_options(
-                                   d->device, desc->data, desc->size,
-                                   CM__MTL_RESOURCE_STORAGE_SHARED)
-                             : cm__msg_newBufferWithLength_options(
-                                   d->device, 1, CM__MTL_RESOURCE_STORAGE_SHARED);
+        mtl = desc->size > 0
+                  ? cm__msg_newBufferWithBytes_length_options(d->device, desc->data, desc->size,
+                                                              CM__MTL_RESOURCE_STORAGE_SHARED)
+                  : cm__msg_newBufferWithLength_options(d->device, 1,
+                                                        CM__MTL_RESOURCE_STORAGE_SHARED);
         if (mtl == NULL) {
             cm__buffer_impl_free(buffer);
             return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
@@ -666,8 +662,7 @@ static void cm__wait_list_take(cm_buffer *buffer, bool writes_only, cm__wait_lis
 cm_status cm__wait_buffer(const char *func, cm_buffer *buffer, bool writes_only) {
     cm__wait_list w;
     cm__wait_list_take(buffer, writes_only, &w);
-    cm_status status =
-        w.untracked ? cm__device_sync_streams(func, buffer->device) : CM_OK;
+    cm_status status = w.untracked ? cm__device_sync_streams(func, buffer->device) : CM_OK;
     for (int i = 0; i < w.n; ++i) {
         if (status == CM_OK)
             status = cm__wait_tracked(func, buffer->device, w.stream[i], w.clock[i], w.seq[i]);
@@ -772,4 +767,3 @@ void cm__metal_buffer_host_modified(cm_buffer *buffer, size_t offset, size_t siz
     b->host_dirty = true;
     pthread_mutex_unlock(&b->lock);
 }
-

@@ -18,7 +18,7 @@ cm_status cm__metal_buffer_prepare_host_unpooled(cm_buffer *buffer, bool write) 
     pthread_mutex_unlock(&b->lock);
     if (sync) { /* managed: bring the device's writes to the host copy */
         CM__TRY(cm__metal_blit(func, buffer->device, (cm__metal_span){buffer, buffer->native, 0},
-                         (cm__metal_span){0}, 0));
+                               (cm__metal_span){0}, 0));
         CM__TRY(cm__wait_buffer(func, buffer, false));
     }
     return CM_OK;
@@ -134,8 +134,8 @@ static cm_status cm__chunk_failed(const char *func, cm_status status, cm__chunk 
  * On a failure nothing more is encoded, the chunks in flight are waited
  * for (so that every chunk before the one named was copied), and the
  * staging buffers are released, not pooled. */
-cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset,
-                                                    void *host, size_t size, bool to_device) {
+cm_status cm__metal_buffer_transfer_unpooled(cm_buffer *buffer, size_t offset, void *host,
+                                             size_t size, bool to_device) {
     const char *func = to_device ? "cm_buffer_write" : "cm_buffer_read";
     uint8_t *bytes = host;
     const size_t pad = offset % 4;

@@ -20,7 +20,8 @@ cm_status cm__metal_device_open(uint32_t index, cm_device **out) {
 #include <cmetal/metal.h>
 
 static cm_status cm__no_metal(const char *func) {
-    return cm__fail_as(func, CM_ERR_UNSUPPORTED, "this build of cmetal has no Metal backend (configured with "
+    return cm__fail_as(func, CM_ERR_UNSUPPORTED,
+                       "this build of cmetal has no Metal backend (configured with "
                        "-DCMETAL_METAL=OFF)");
 }
 

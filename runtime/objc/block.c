@@ -44,7 +44,7 @@ typedef struct cm__block_descriptor_plain {
 #define CM__COMPLETED_SIGNATURE "v16@?0@8"
 
 static void cm__block_copy_helper(void *dst, const void *src) {
-    (void)dst;   /* dst holds the same state pointer as src */
+    (void)dst; /* dst holds the same state pointer as src */
     cm__ref_retain(&((const cm__block *)src)->state->refs);
 }
 
@@ -61,8 +61,7 @@ static void cm__block_dispose_helper(const void *block) {
 }
 
 /* Invocations run inside a pool: Metal calls them on its own threads. */
-static void cm__block_invoke_deallocator(cm__block *block, void *pointer,
-                                         cm__uint length) {
+static void cm__block_invoke_deallocator(cm__block *block, void *pointer, cm__uint length) {
     void *pool = cm__objc_pool_push();
     ((cm__deallocator_fn)block->fn)(block->context, pointer, length);
     cm__objc_pool_pop(pool);
@@ -74,12 +73,18 @@ static void cm__block_invoke_completed(cm__block *block, cm__id command_buffer) 
     cm__objc_pool_pop(pool);
 }
 
-static const cm__block_descriptor_helpers cm__deallocator_descriptor = {
-    0, sizeof(cm__block), cm__block_copy_helper, cm__block_dispose_helper,
-    CM__DEALLOCATOR_SIGNATURE, NULL};
-static const cm__block_descriptor_helpers cm__completed_descriptor = {
-    0, sizeof(cm__block), cm__block_copy_helper, cm__block_dispose_helper,
-    CM__COMPLETED_SIGNATURE, NULL};
+static const cm__block_descriptor_helpers cm__deallocator_descriptor = {0,
+                                                                        sizeof(cm__block),
+                                                                        cm__block_copy_helper,
+                                                                        cm__block_dispose_helper,
+                                                                        CM__DEALLOCATOR_SIGNATURE,
+                                                                        NULL};
+static const cm__block_descriptor_helpers cm__completed_descriptor = {0,
+                                                                      sizeof(cm__block),
+                                                                      cm__block_copy_helper,
+                                                                      cm__block_dispose_helper,
+                                                                      CM__COMPLETED_SIGNATURE,
+                                                                      NULL};
 static const cm__block_descriptor_plain cm__global_deallocator_descriptor = {
     0, sizeof(cm__block), CM__DEALLOCATOR_SIGNATURE, NULL};
 static const cm__block_descriptor_plain cm__global_completed_descriptor = {
@@ -94,20 +99,17 @@ static cm_status cm__block_require_runtime(const char *func, void *isa) {
     return CM_OK;
 }
 
-static cm_status cm__block_init_stack(const char *func, cm__block *block,
-                                      cm__fnptr invoke, cm__fnptr fn,
-                                      void *context, cm__dispose_fn dispose,
+static cm_status cm__block_init_stack(const char *func, cm__block *block, cm__fnptr invoke,
+                                      cm__fnptr fn, void *context, cm__dispose_fn dispose,
                                       const cm__block_descriptor_helpers *desc) {
     if (block == NULL || fn == NULL)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "%s = NULL must not be NULL",
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "%s = NULL must not be NULL",
                            block == NULL ? "block" : "fn");
     CM__TRY(cm__block_require_runtime(func, cm__objc_rt.stack_block_isa));
     struct cm__block_state *state = CM__NEW(struct cm__block_state);
     if (state == NULL)
         return cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
-                           "cannot allocate %zu bytes for a block's state",
-                           sizeof *state);
+                           "cannot allocate %zu bytes for a block's state", sizeof *state);
     cm__ref_init(&state->refs);
     state->dispose = dispose;
     state->context = context;
@@ -123,13 +125,11 @@ static cm_status cm__block_init_stack(const char *func, cm__block *block,
     return CM_OK;
 }
 
-static cm_status cm__block_init_global(const char *func, cm__block *block,
-                                       cm__fnptr invoke, cm__fnptr fn,
-                                       void *context,
+static cm_status cm__block_init_global(const char *func, cm__block *block, cm__fnptr invoke,
+                                       cm__fnptr fn, void *context,
                                        const cm__block_descriptor_plain *desc) {
     if (block == NULL || fn == NULL)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "%s = NULL must not be NULL",
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "%s = NULL must not be NULL",
                            block == NULL ? "block" : "fn");
     CM__TRY(cm__block_require_runtime(func, cm__objc_rt.global_block_isa));
     *block = (cm__block){
@@ -144,20 +144,16 @@ static cm_status cm__block_init_global(const char *func, cm__block *block,
     return CM_OK;
 }
 
-cm_status cm__block_init_deallocator(cm__block *block, cm__deallocator_fn fn,
-                                     void *context, cm__dispose_fn dispose) {
-    return cm__block_init_stack(__func__, block,
-                                (cm__fnptr)cm__block_invoke_deallocator,
-                                (cm__fnptr)fn, context, dispose,
-                                &cm__deallocator_descriptor);
+cm_status cm__block_init_deallocator(cm__block *block, cm__deallocator_fn fn, void *context,
+                                     cm__dispose_fn dispose) {
+    return cm__block_init_stack(__func__, block, (cm__fnptr)cm__block_invoke_deallocator,
+                                (cm__fnptr)fn, context, dispose, &cm__deallocator_descriptor);
 }
 
-cm_status cm__block_init_completed(cm__block *block, cm__completed_fn fn,
-                                   void *context, cm__dispose_fn dispose) {
-    return cm__block_init_stack(__func__, block,
-                                (cm__fnptr)cm__block_invoke_completed,
-                                (cm__fnptr)fn, context, dispose,
-                                &cm__completed_descriptor);
+cm_status cm__block_init_completed(cm__block *block, cm__completed_fn fn, void *context,
+                                   cm__dispose_fn dispose) {
+    return cm__block_init_stack(__func__, block, (cm__fnptr)cm__block_invoke_completed,
+                                (cm__fnptr)fn, context, dispose, &cm__completed_descriptor);
 }
 
 void cm__block_release(cm__block *block) {
@@ -168,19 +164,13 @@ void cm__block_release(cm__block *block) {
     cm__block_state_release(state);
 }
 
-cm_status cm__block_init_global_deallocator(cm__block *block,
-                                            cm__deallocator_fn fn,
+cm_status cm__block_init_global_deallocator(cm__block *block, cm__deallocator_fn fn,
                                             void *context) {
-    return cm__block_init_global(__func__, block,
-                                 (cm__fnptr)cm__block_invoke_deallocator,
-                                 (cm__fnptr)fn, context,
-                                 &cm__global_deallocator_descriptor);
+    return cm__block_init_global(__func__, block, (cm__fnptr)cm__block_invoke_deallocator,
+                                 (cm__fnptr)fn, context, &cm__global_deallocator_descriptor);
 }
 
-cm_status cm__block_init_global_completed(cm__block *block,
-                                          cm__completed_fn fn, void *context) {
-    return cm__block_init_global(__func__, block,
-                                 (cm__fnptr)cm__block_invoke_completed,
-                                 (cm__fnptr)fn, context,
-                                 &cm__global_completed_descriptor);
+cm_status cm__block_init_global_completed(cm__block *block, cm__completed_fn fn, void *context) {
+    return cm__block_init_global(__func__, block, (cm__fnptr)cm__block_invoke_completed,
+                                 (cm__fnptr)fn, context, &cm__global_completed_descriptor);
 }

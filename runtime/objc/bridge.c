@@ -27,8 +27,7 @@
 #if defined(__APPLE__)
 #define CM__BLOCKS_RUNTIME_LIB "/usr/lib/libSystem.B.dylib"
 #define CM__METAL_DEFAULT_PATH "/System/Library/Frameworks/Metal.framework/Metal"
-#define CM__COREGRAPHICS_PATH \
-    "/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics"
+#define CM__COREGRAPHICS_PATH "/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics"
 #else
 #define CM__BLOCKS_RUNTIME_LIB "libBlocksRuntime.so.0"
 #endif
@@ -83,10 +82,8 @@ static const char *cm__dlerror_text(void) {
 static void cm__pools_from(void *handle) {
     if (atomic_load(&cm__pool_push_ptr) != NULL)
         return;
-    cm__pool_push_fn push =
-        (cm__pool_push_fn)cm__dlsym_fn(handle, "objc_autoreleasePoolPush");
-    cm__pool_pop_fn pop =
-        (cm__pool_pop_fn)cm__dlsym_fn(handle, "objc_autoreleasePoolPop");
+    cm__pool_push_fn push = (cm__pool_push_fn)cm__dlsym_fn(handle, "objc_autoreleasePoolPush");
+    cm__pool_pop_fn pop = (cm__pool_pop_fn)cm__dlsym_fn(handle, "objc_autoreleasePoolPop");
     if (push == NULL || pop == NULL)
         return;
     atomic_store(&cm__pool_pop_ptr, pop);
@@ -104,8 +101,7 @@ static void cm__objc_load_once(void) {
     if (rt == NULL) {
         cm__objc_status = CM_ERR_NO_DEVICE;
         snprintf(cm__objc_message, sizeof cm__objc_message,
-                 "cannot load the Objective-C runtime \"%s\": %s", lib,
-                 cm__dlerror_text());
+                 "cannot load the Objective-C runtime \"%s\": %s", lib, cm__dlerror_text());
         return;
     }
     struct {
@@ -129,8 +125,7 @@ static void cm__objc_load_once(void) {
         if (fn == NULL) {
             cm__objc_status = CM_ERR_NO_DEVICE;
             snprintf(cm__objc_message, sizeof cm__objc_message,
-                     "the Objective-C runtime \"%s\" does not export %s", lib,
-                     need[i].name);
+                     "the Objective-C runtime \"%s\" does not export %s", lib, need[i].name);
             return;
         }
         memcpy(need[i].slot, &fn, sizeof fn);
@@ -142,8 +137,7 @@ static void cm__objc_load_once(void) {
     if (blocks != NULL) {
         cm__objc_rt.stack_block_isa = dlsym(blocks, "_NSConcreteStackBlock");
         cm__objc_rt.global_block_isa = dlsym(blocks, "_NSConcreteGlobalBlock");
-        if (cm__objc_rt.stack_block_isa == NULL ||
-            cm__objc_rt.global_block_isa == NULL)
+        if (cm__objc_rt.stack_block_isa == NULL || cm__objc_rt.global_block_isa == NULL)
             cm__objc_rt.stack_block_isa = cm__objc_rt.global_block_isa = NULL;
     }
 
@@ -185,15 +179,13 @@ const char *cm__objc_class_name(size_t i) {
 cm__class cm__objc_class(int index) {
     if (index < 0 || index >= CM__CLASS_COUNT || cm__objc_rt.get_class == NULL)
         return NULL;
-    cm__class cls = atomic_load_explicit(&cm__class_cache[index],
-                                         memory_order_acquire);
+    cm__class cls = atomic_load_explicit(&cm__class_cache[index], memory_order_acquire);
     if (cls == NULL) {
         /* Not found yet: classes appear when frameworks load, so look again
          * next time. Racing lookups store the same pointer. */
         cls = cm__objc_rt.get_class(cm__class_names[index]);
         if (cls != NULL)
-            atomic_store_explicit(&cm__class_cache[index], cls,
-                                  memory_order_release);
+            atomic_store_explicit(&cm__class_cache[index], cls, memory_order_release);
     }
     return cls;
 }
@@ -245,8 +237,7 @@ static void cm__metal_load_once(void) {
                  path, origin, cm__dlerror_text());
         return;
     }
-    cm__metal_create_fn =
-        (cm__device_fn)cm__dlsym_fn(fw, "MTLCreateSystemDefaultDevice");
+    cm__metal_create_fn = (cm__device_fn)cm__dlsym_fn(fw, "MTLCreateSystemDefaultDevice");
     cm__metal_copy_all_fn = (cm__device_fn)cm__dlsym_fn(fw, "MTLCopyAllDevices");
     if (cm__metal_create_fn == NULL) {
         cm__metal_status = CM_ERR_NO_DEVICE;
@@ -316,7 +307,7 @@ cm_status cm__metal_default_device(const char *func, cm__id *out) {
     CM__TRY(cm__metal_load_as(func));
     cm__id device = cm__metal_create_system_default_device();
     if (device == NULL) {
-        cm__id all = cm__metal_copy_all_devices();   /* +1 NSArray */
+        cm__id all = cm__metal_copy_all_devices(); /* +1 NSArray */
         if (all != NULL) {
             /* objectAtIndex: is not +1: retain before the array goes. */
             if (cm__msg_count(all) > 0)
@@ -348,13 +339,11 @@ void cm__objc_pool_pop(void *pool) {
 }
 
 /* --------------------------------------------------------------- strings */
-cm_status cm__ns_string_from_utf8(const char *func, const char *utf8,
-                                  cm__id *out) {
+cm_status cm__ns_string_from_utf8(const char *func, const char *utf8, cm__id *out) {
     if (out != NULL)
         *out = NULL;
     if (out == NULL || utf8 == NULL)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "%s = NULL must not be NULL",
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "%s = NULL must not be NULL",
                            out == NULL ? "out" : "utf8");
     cm__class cls = CM__CLASS(NSString);
     if (cls == NULL)
@@ -364,8 +353,8 @@ cm_status cm__ns_string_from_utf8(const char *func, const char *utf8,
     /* alloc is +1; init consumes it and returns +1, or nil after
      * releasing it. */
     cm__id str = cm__msg_alloc(cls);
-    str = cm__msg_initWithBytes_length_encoding(str, utf8, strlen(utf8),
-                                               CM__NS_UTF8_STRING_ENCODING);
+    str =
+        cm__msg_initWithBytes_length_encoding(str, utf8, strlen(utf8), CM__NS_UTF8_STRING_ENCODING);
     if (str == NULL)
         return cm__fail_as(func, CM_ERR_DEVICE,
                            "NSString initWithBytes:length:encoding: returned nil "
@@ -394,8 +383,7 @@ size_t cm__ns_string_copy_utf8(cm__id string, char *buf, size_t cap) {
 
 cm_status cm__ns_string_to_utf8(const char *func, cm__id string, char **out) {
     if (out == NULL)
-        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT,
-                           "out = NULL must not be NULL");
+        return cm__fail_as(func, CM_ERR_INVALID_ARGUMENT, "out = NULL must not be NULL");
     *out = NULL;
     cm_status status = CM_OK;
     void *pool = cm__objc_pool_push();
@@ -405,8 +393,8 @@ cm_status cm__ns_string_to_utf8(const char *func, cm__id string, char **out) {
     size_t len = strlen(text);
     char *copy = cm__alloc(len + 1, 1);
     if (copy == NULL) {
-        status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY,
-                             "cannot allocate %zu bytes for a string", len + 1);
+        status = cm__fail_as(func, CM_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a string",
+                             len + 1);
     } else {
         memcpy(copy, text, len + 1);
         *out = copy;
@@ -419,8 +407,7 @@ cm_status cm__ns_string_to_utf8(const char *func, cm__id string, char **out) {
  * this bound. */
 #define CM__NS_ERROR_MAX ((size_t)60 * 1024)
 
-cm_status cm__fail_ns_error(const char *func, cm_status status, cm__id error,
-                            const char *what) {
+cm_status cm__fail_ns_error(const char *func, cm_status status, cm__id error, const char *what) {
     if (what == NULL)
         what = "failed";
     if (error == NULL)
@@ -429,8 +416,7 @@ cm_status cm__fail_ns_error(const char *func, cm_status status, cm__id error,
     char domain[96];
     void *pool = cm__objc_pool_push();
     /* localizedDescription is autoreleased: copied out inside our pool. */
-    if (cm__ns_string_to_utf8(func, cm__msg_localizedDescription(error), &description) !=
-        CM_OK)
+    if (cm__ns_string_to_utf8(func, cm__msg_localizedDescription(error), &description) != CM_OK)
         description = NULL; /* no memory: said below without it */
     cm__ns_string_copy_utf8(cm__msg_domain(error), domain, sizeof domain);
     cm__int code = cm__msg_code(error);
@@ -444,8 +430,8 @@ cm_status cm__fail_ns_error(const char *func, cm_status status, cm__id error,
         len = CM__NS_ERROR_MAX;
         cut = " [cut]";
     }
-    cm_status result = cm__fail_as(func, status, "%s: %.*s%s (%s, code %ld)", what, (int)len,
-                                   text, cut, domain[0] != '\0' ? domain : "no domain", code);
+    cm_status result = cm__fail_as(func, status, "%s: %.*s%s (%s, code %ld)", what, (int)len, text,
+                                   cut, domain[0] != '\0' ? domain : "no domain", code);
     cm__free(description);
     return result;
 }

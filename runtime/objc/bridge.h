@@ -56,20 +56,20 @@
 #endif
 
 /* ------------------------------------------------------------------ types */
-typedef void *cm__id;                              /* id; nil is NULL */
-typedef const struct cm__objc_selector *cm__sel;   /* SEL */
-typedef struct cm__objc_class *cm__class;          /* Class; converts to cm__id */
-typedef void (*cm__fnptr)(void);                   /* IMP before the cast */
-typedef unsigned long cm__uint;                    /* NSUInteger (LP64) */
-typedef long cm__int;                              /* NSInteger (LP64) */
+typedef void *cm__id;                            /* id; nil is NULL */
+typedef const struct cm__objc_selector *cm__sel; /* SEL */
+typedef struct cm__objc_class *cm__class;        /* Class; converts to cm__id */
+typedef void (*cm__fnptr)(void);                 /* IMP before the cast */
+typedef unsigned long cm__uint;                  /* NSUInteger (LP64) */
+typedef long cm__int;                            /* NSInteger (LP64) */
 /* BOOL as returned: one byte (signed char on x86_64 macOS, bool on arm64,
  * unsigned char on GNU); read as unsigned char and tested != 0. */
 typedef unsigned char cm__objc_bool;
 
-typedef struct cm__mtl_size {       /* MTLSize, MTLOrigin: 24 bytes */
+typedef struct cm__mtl_size { /* MTLSize, MTLOrigin: 24 bytes */
     cm__uint width, height, depth;
 } cm__mtl_size;
-typedef struct cm__ns_range {       /* NSRange: 16 bytes */
+typedef struct cm__ns_range { /* NSRange: 16 bytes */
     cm__uint location, length;
 } cm__ns_range;
 
@@ -79,7 +79,7 @@ _Static_assert(sizeof(cm__mtl_size) == 24, "MTLSize is 24 bytes");
 _Static_assert(sizeof(cm__ns_range) == 16, "NSRange is 16 bytes");
 
 enum {
-    CM__NS_UTF8_STRING_ENCODING = 4,   /* NSUTF8StringEncoding */
+    CM__NS_UTF8_STRING_ENCODING = 4, /* NSUTF8StringEncoding */
 };
 
 /* A block literal built in C (clang Block ABI), with our captures. Build one
@@ -94,7 +94,7 @@ typedef struct cm__block {
     /* captures */
     cm__fnptr fn;
     void *context;
-    struct cm__block_state *state;   /* NULL for global blocks */
+    struct cm__block_state *state; /* NULL for global blocks */
 } cm__block;
 
 /* --------------------------------------------------------------- runtime */
@@ -111,8 +111,8 @@ typedef struct cm__objc_runtime {
 #else
     cm__fnptr (*msg_lookup)(cm__id receiver, cm__sel sel);
 #endif
-    void *stack_block_isa;    /* _NSConcreteStackBlock, NULL without blocks */
-    void *global_block_isa;   /* _NSConcreteGlobalBlock */
+    void *stack_block_isa;  /* _NSConcreteStackBlock, NULL without blocks */
+    void *global_block_isa; /* _NSConcreteGlobalBlock */
 } cm__objc_runtime;
 
 extern cm__objc_runtime cm__objc_rt;
@@ -168,13 +168,13 @@ enum {
 #define CM__SEL_ENUM(ident, name, sig) CM__SEL_INDEX_##ident,
     CM__OBJC_SELECTORS(CM__SEL_ENUM)
 #undef CM__SEL_ENUM
-    CM__SEL_COUNT
+        CM__SEL_COUNT
 };
 enum {
 #define CM__CLASS_ENUM(ident, name) CM__CLASS_INDEX_##ident,
     CM__OBJC_CLASSES(CM__CLASS_ENUM)
 #undef CM__CLASS_ENUM
-    CM__CLASS_COUNT
+        CM__CLASS_COUNT
 };
 
 /* Registered once by cm__objc_init, read-only afterwards. */
@@ -211,11 +211,11 @@ cm__sel cm__objc_sel_register(const char *name);
 #define CM__OBJC_IMP(self, sel) (cm__objc_rt.msg_lookup((self), (sel)))
 #endif
 
-#define CM__SEND_BODY(ret, self, sel, params, ...)           \
-    typedef ret(*cm__imp_) params;                           \
+#define CM__SEND_BODY(ret, self, sel, params, ...)                                                 \
+    typedef ret(*cm__imp_) params;                                                                 \
     return ((cm__imp_)CM__OBJC_IMP(self, sel))(__VA_ARGS__)
-#define CM__SEND_VOID_BODY(self, sel, params, ...)           \
-    typedef void(*cm__imp_) params;                          \
+#define CM__SEND_VOID_BODY(self, sel, params, ...)                                                 \
+    typedef void(*cm__imp_) params;                                                                \
     ((cm__imp_)CM__OBJC_IMP(self, sel))(__VA_ARGS__)
 
 static inline cm__id cm__send_id(cm__id self, cm__sel sel) {
@@ -258,48 +258,36 @@ static inline double cm__send_double(cm__id self, cm__sel sel) {
         return 0.0;
     CM__SEND_BODY(double, self, sel, (cm__id, cm__sel), self, sel);
 }
-static inline cm__id cm__send_id_uint_uint(cm__id self, cm__sel sel, cm__uint a,
-                                           cm__uint b) {
-    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__uint, cm__uint), self,
-                  sel, a, b);
+static inline cm__id cm__send_id_uint_uint(cm__id self, cm__sel sel, cm__uint a, cm__uint b) {
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__uint, cm__uint), self, sel, a, b);
 }
-static inline cm__id cm__send_id_cptr_uint_uint(cm__id self, cm__sel sel,
-                                                const void *a, cm__uint b,
+static inline cm__id cm__send_id_cptr_uint_uint(cm__id self, cm__sel sel, const void *a, cm__uint b,
                                                 cm__uint c) {
-    CM__SEND_BODY(cm__id, self, sel,
-                  (cm__id, cm__sel, const void *, cm__uint, cm__uint), self, sel,
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, const void *, cm__uint, cm__uint), self, sel,
                   a, b, c);
 }
-static inline cm__id cm__send_id_ptr_uint_uint_block(cm__id self, cm__sel sel,
-                                                     void *a, cm__uint b,
+static inline cm__id cm__send_id_ptr_uint_uint_block(cm__id self, cm__sel sel, void *a, cm__uint b,
                                                      cm__uint c, cm__block *d) {
-    CM__SEND_BODY(cm__id, self, sel,
-                  (cm__id, cm__sel, void *, cm__uint, cm__uint, cm__block *),
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, void *, cm__uint, cm__uint, cm__block *),
                   self, sel, a, b, c, d);
 }
-static inline cm__id cm__send_id_id_id_idp(cm__id self, cm__sel sel, cm__id a,
-                                           cm__id b, cm__id *c) {
-    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__id, cm__id, cm__id *),
-                  self, sel, a, b, c);
+static inline cm__id cm__send_id_id_id_idp(cm__id self, cm__sel sel, cm__id a, cm__id b,
+                                           cm__id *c) {
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__id, cm__id, cm__id *), self, sel, a, b,
+                  c);
 }
-static inline cm__id cm__send_id_id_idp(cm__id self, cm__sel sel, cm__id a,
-                                        cm__id *b) {
-    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__id, cm__id *), self,
-                  sel, a, b);
+static inline cm__id cm__send_id_id_idp(cm__id self, cm__sel sel, cm__id a, cm__id *b) {
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__id, cm__id *), self, sel, a, b);
 }
-static inline cm__id cm__send_id_id_uint_idp_idp(cm__id self, cm__sel sel, cm__id a,
-                                                cm__uint b, cm__id *c, cm__id *d) {
-    CM__SEND_BODY(cm__id, self, sel,
-                  (cm__id, cm__sel, cm__id, cm__uint, cm__id *, cm__id *), self, sel,
-                  a, b, c, d);
+static inline cm__id cm__send_id_id_uint_idp_idp(cm__id self, cm__sel sel, cm__id a, cm__uint b,
+                                                 cm__id *c, cm__id *d) {
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__id, cm__uint, cm__id *, cm__id *), self,
+                  sel, a, b, c, d);
 }
-static inline cm__id cm__send_id_cptr_uint(cm__id self, cm__sel sel, const void *a,
-                                           cm__uint b) {
-    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, const void *, cm__uint), self,
-                  sel, a, b);
+static inline cm__id cm__send_id_cptr_uint(cm__id self, cm__sel sel, const void *a, cm__uint b) {
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, const void *, cm__uint), self, sel, a, b);
 }
-static inline bool cm__send_boolean_id_idp(cm__id self, cm__sel sel, cm__id a,
-                                           cm__id *b) {
+static inline bool cm__send_boolean_id_idp(cm__id self, cm__sel sel, cm__id a, cm__id *b) {
     typedef cm__objc_bool (*cm__imp_)(cm__id, cm__sel, cm__id, cm__id *);
     return ((cm__imp_)CM__OBJC_IMP(self, sel))(self, sel, a, b) != 0;
 }
@@ -309,10 +297,8 @@ static inline cm__id cm__send_id_id(cm__id self, cm__sel sel, cm__id a) {
 static inline cm__id cm__send_id_uint(cm__id self, cm__sel sel, cm__uint a) {
     CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, cm__uint), self, sel, a);
 }
-static inline cm__id cm__send_id_cstr_uint(cm__id self, cm__sel sel,
-                                           const char *a, cm__uint b) {
-    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, const char *, cm__uint),
-                  self, sel, a, b);
+static inline cm__id cm__send_id_cstr_uint(cm__id self, cm__sel sel, const char *a, cm__uint b) {
+    CM__SEND_BODY(cm__id, self, sel, (cm__id, cm__sel, const char *, cm__uint), self, sel, a, b);
 }
 static inline bool cm__send_boolean_int(cm__id self, cm__sel sel, cm__int a) {
     typedef cm__objc_bool (*cm__imp_)(cm__id, cm__sel, cm__int);
@@ -338,8 +324,7 @@ static inline void cm__send_void_int(cm__id self, cm__sel sel, cm__int a) {
 static inline void cm__send_void_uint(cm__id self, cm__sel sel, cm__uint a) {
     CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__uint), self, sel, a);
 }
-static inline void cm__send_void_range(cm__id self, cm__sel sel,
-                                       cm__ns_range a) {
+static inline void cm__send_void_range(cm__id self, cm__sel sel, cm__ns_range a) {
     CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__ns_range), self, sel, a);
 }
 static inline void cm__send_void(cm__id self, cm__sel sel) {
@@ -351,57 +336,47 @@ static inline void cm__send_void_id(cm__id self, cm__sel sel, cm__id a) {
 static inline void cm__send_void_block(cm__id self, cm__sel sel, cm__block *a) {
     CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__block *), self, sel, a);
 }
-static inline void cm__send_void_id_u64(cm__id self, cm__sel sel, cm__id a,
-                                        uint64_t b) {
-    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__id, uint64_t), self, sel,
-                  a, b);
+static inline void cm__send_void_id_u64(cm__id self, cm__sel sel, cm__id a, uint64_t b) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__id, uint64_t), self, sel, a, b);
 }
 static inline void cm__send_void_u64(cm__id self, cm__sel sel, uint64_t a) {
     CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, uint64_t), self, sel, a);
 }
-static inline void cm__send_void_id_uint_uint(cm__id self, cm__sel sel, cm__id a,
-                                              cm__uint b, cm__uint c) {
-    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__id, cm__uint, cm__uint),
-                  self, sel, a, b, c);
+static inline void cm__send_void_id_uint_uint(cm__id self, cm__sel sel, cm__id a, cm__uint b,
+                                              cm__uint c) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__id, cm__uint, cm__uint), self, sel, a, b,
+                       c);
 }
-static inline void cm__send_void_cptr_uint_uint(cm__id self, cm__sel sel,
-                                                const void *a, cm__uint b,
+static inline void cm__send_void_cptr_uint_uint(cm__id self, cm__sel sel, const void *a, cm__uint b,
                                                 cm__uint c) {
-    CM__SEND_VOID_BODY(self, sel,
-                  (cm__id, cm__sel, const void *, cm__uint, cm__uint), self, sel,
-                  a, b, c);
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, const void *, cm__uint, cm__uint), self, sel, a,
+                       b, c);
 }
-static inline void cm__send_void_uint_uint(cm__id self, cm__sel sel, cm__uint a,
-                                           cm__uint b) {
-    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__uint, cm__uint), self,
-                  sel, a, b);
+static inline void cm__send_void_uint_uint(cm__id self, cm__sel sel, cm__uint a, cm__uint b) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__uint, cm__uint), self, sel, a, b);
 }
-static inline void cm__send_void_size_size(cm__id self, cm__sel sel,
-                                           cm__mtl_size a, cm__mtl_size b) {
-    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__mtl_size, cm__mtl_size),
-                  self, sel, a, b);
+static inline void cm__send_void_size_size(cm__id self, cm__sel sel, cm__mtl_size a,
+                                           cm__mtl_size b) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__mtl_size, cm__mtl_size), self, sel, a, b);
 }
-static inline void cm__send_void_id_uint_id_uint_uint(cm__id self, cm__sel sel,
-                                                      cm__id a, cm__uint b,
-                                                      cm__id c, cm__uint d,
+static inline void cm__send_void_id_uint_id_uint_uint(cm__id self, cm__sel sel, cm__id a,
+                                                      cm__uint b, cm__id c, cm__uint d,
                                                       cm__uint e) {
-    CM__SEND_VOID_BODY(self, sel,
-                  (cm__id, cm__sel, cm__id, cm__uint, cm__id, cm__uint, cm__uint),
-                  self, sel, a, b, c, d, e);
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__id, cm__uint, cm__id, cm__uint, cm__uint),
+                       self, sel, a, b, c, d, e);
 }
-static inline void cm__send_void_id_range_u8(cm__id self, cm__sel sel, cm__id a,
-                                             cm__ns_range b, uint8_t c) {
-    CM__SEND_VOID_BODY(self, sel,
-                  (cm__id, cm__sel, cm__id, cm__ns_range, uint8_t), self, sel, a,
-                  b, c);
+static inline void cm__send_void_id_range_u8(cm__id self, cm__sel sel, cm__id a, cm__ns_range b,
+                                             uint8_t c) {
+    CM__SEND_VOID_BODY(self, sel, (cm__id, cm__sel, cm__id, cm__ns_range, uint8_t), self, sel, a, b,
+                       c);
 }
 
 /* cm__msg_<ident>(receiver, args...): the send of selectors.h's signature
  * for that selector, e.g. cm__msg_setBuffer_offset_atIndex(enc, buf, 0, 1). */
 #define CM__STRIP(...) __VA_ARGS__
-#define CM__MSG_DEFINE_(ident, sig, ret, retkw, params, args, text)       \
-    static inline ret cm__msg_##ident(cm__id self CM__STRIP params) {     \
-        retkw cm__send_##sig(self, CM__SEL(ident) CM__STRIP args);        \
+#define CM__MSG_DEFINE_(ident, sig, ret, retkw, params, args, text)                                \
+    static inline ret cm__msg_##ident(cm__id self CM__STRIP params) {                              \
+        retkw cm__send_##sig(self, CM__SEL(ident) CM__STRIP args);                                 \
     }
 #define CM__MSG_DEFINE(ident, name, sig) CM__SIG_##sig(CM__MSG_DEFINE_, ident)
 CM__OBJC_SELECTORS(CM__MSG_DEFINE)
@@ -445,18 +420,18 @@ void cm__objc_pool_pop(void *pool);
  * it for a file-local one:
  *     static CM__OBJC_POOLED(cm_status, cm__x, (cm_device *d), cm__x_unpooled(d))
  * CM__OBJC_POOLED_VOID is the same for a function that returns nothing. */
-#define CM__OBJC_POOLED(type, name, params, call)                                                 \
-    type name params {                                                                            \
-        void *cm__pool_ = cm__objc_pool_push();                                                   \
-        const type cm__result_ = call;                                                            \
-        cm__objc_pool_pop(cm__pool_);                                                             \
-        return cm__result_;                                                                       \
+#define CM__OBJC_POOLED(type, name, params, call)                                                  \
+    type name params {                                                                             \
+        void *cm__pool_ = cm__objc_pool_push();                                                    \
+        const type cm__result_ = call;                                                             \
+        cm__objc_pool_pop(cm__pool_);                                                              \
+        return cm__result_;                                                                        \
     }
-#define CM__OBJC_POOLED_VOID(name, params, call)                                                  \
-    void name params {                                                                            \
-        void *cm__pool_ = cm__objc_pool_push();                                                   \
-        call;                                                                                     \
-        cm__objc_pool_pop(cm__pool_);                                                             \
+#define CM__OBJC_POOLED_VOID(name, params, call)                                                   \
+    void name params {                                                                             \
+        void *cm__pool_ = cm__objc_pool_push();                                                    \
+        call;                                                                                      \
+        cm__objc_pool_pop(cm__pool_);                                                              \
     }
 
 /* --------------------------------------------------------------- strings */
@@ -466,8 +441,7 @@ void cm__objc_pool_pop(void *pool);
  * Errors: CM_ERR_INVALID_ARGUMENT (utf8 NULL), CM_ERR_UNSUPPORTED (no
  * NSString class), CM_ERR_DEVICE (the runtime returned nil, e.g. invalid
  * UTF-8); reported as `func`. */
-cm_status cm__ns_string_from_utf8(const char *func, const char *utf8,
-                                  cm__id *out);
+cm_status cm__ns_string_from_utf8(const char *func, const char *utf8, cm__id *out);
 
 /* Copies the UTF-8 text of `string` into buf (cap bytes, NUL-terminated
  * when cap > 0, truncated if needed) and returns its full length in bytes,
@@ -483,8 +457,7 @@ cm_status cm__ns_string_to_utf8(const char *func, cm__id string, char **out);
  * the last error and returns `status`; a nil error gives "func: what: no
  * NSError given". Ownership: borrows error (often autoreleased: call this
  * before popping the pool that holds it). */
-cm_status cm__fail_ns_error(const char *func, cm_status status, cm__id error,
-                            const char *what);
+cm_status cm__fail_ns_error(const char *func, cm_status status, cm__id error, const char *what);
 
 /* ---------------------------------------------------------------- blocks */
 /* Blocks built in C for Metal's callbacks. The callee _Block_copy's what we
@@ -513,11 +486,11 @@ typedef void (*cm__dispose_fn)(void *context);
  * newBufferWithBytesNoCopy:length:options:deallocator:. dispose may be NULL.
  * Errors: CM_ERR_OUT_OF_MEMORY, CM_ERR_UNSUPPORTED (no blocks runtime);
  * on error nothing is allocated and dispose is not called. */
-cm_status cm__block_init_deallocator(cm__block *block, cm__deallocator_fn fn,
-                                     void *context, cm__dispose_fn dispose);
+cm_status cm__block_init_deallocator(cm__block *block, cm__deallocator_fn fn, void *context,
+                                     cm__dispose_fn dispose);
 /* void (^)(id commandBuffer), for addCompletedHandler:. Same rules. */
-cm_status cm__block_init_completed(cm__block *block, cm__completed_fn fn,
-                                   void *context, cm__dispose_fn dispose);
+cm_status cm__block_init_completed(cm__block *block, cm__completed_fn fn, void *context,
+                                   cm__dispose_fn dispose);
 /* Drops our reference to a block made by cm__block_init_deallocator or
  * _completed; afterwards `block` itself may go out of scope. Global blocks
  * are left alone. */
@@ -525,10 +498,7 @@ void cm__block_release(cm__block *block);
 
 /* Global blocks; `block` must have static storage duration.
  * Errors: CM_ERR_UNSUPPORTED (no blocks runtime). */
-cm_status cm__block_init_global_deallocator(cm__block *block,
-                                            cm__deallocator_fn fn,
-                                            void *context);
-cm_status cm__block_init_global_completed(cm__block *block,
-                                          cm__completed_fn fn, void *context);
+cm_status cm__block_init_global_deallocator(cm__block *block, cm__deallocator_fn fn, void *context);
+cm_status cm__block_init_global_completed(cm__block *block, cm__completed_fn fn, void *context);
 
 #endif /* CMETAL_OBJC_BRIDGE_H */

@@ -10,9 +10,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-static atomic_long alloc_hook_count;   /* allocations seen */
+static atomic_long alloc_hook_count; /* allocations seen */
 static atomic_long alloc_hook_outstanding;
-static long alloc_hook_fail_at;         /* 1-based; 0 = never */
+static long alloc_hook_fail_at; /* 1-based; 0 = never */
 
 static void *alloc_hook_alloc(size_t size, size_t align, void *user) {
     (void)user;

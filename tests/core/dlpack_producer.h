@@ -58,10 +58,10 @@ static inline void producer_init(producer *p, void *data, DLDataType dtype, int 
 }
 
 /* Applies the same edit to both DLTensors. */
-#define PRODUCER_SET(p, field, value)             \
-    do {                                          \
-        (p)->legacy.dl_tensor.field = (value);    \
-        (p)->versioned.dl_tensor.field = (value); \
+#define PRODUCER_SET(p, field, value)                                                              \
+    do {                                                                                           \
+        (p)->legacy.dl_tensor.field = (value);                                                     \
+        (p)->versioned.dl_tensor.field = (value);                                                  \
     } while (0)
 
 static inline DLDataType dl_dtype(uint8_t code, uint8_t bits, uint16_t lanes) {

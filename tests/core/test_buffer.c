@@ -104,13 +104,16 @@ Test(buffer, huge_sizes_fail_cleanly) {
 Test(buffer, storage_modes_the_cpu_lacks_are_unsupported) {
     cm_device *d = cpu();
     cm_buffer *b = NULL;
-    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = CM_STORAGE_PRIVATE}, &b),
-                 CM_ERR_UNSUPPORTED);
+    cr_assert_eq(
+        cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = CM_STORAGE_PRIVATE}, &b),
+        CM_ERR_UNSUPPORTED);
     cr_assert(strstr(cm_last_error(), "desc->storage = private"), "%s", cm_last_error());
-    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = CM_STORAGE_MANAGED}, &b),
-                 CM_ERR_UNSUPPORTED);
-    cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = (cm_storage_mode)9}, &b),
-                 CM_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(
+        cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = CM_STORAGE_MANAGED}, &b),
+        CM_ERR_UNSUPPORTED);
+    cr_assert_eq(
+        cm_buffer_create(d, &(cm_buffer_desc){.size = 16, .storage = (cm_storage_mode)9}, &b),
+        CM_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(cm_last_error(), "desc->storage = 9"));
     cr_assert_eq(cm_buffer_create(NULL, NULL, &b), CM_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(cm_last_error(), "device = NULL"));
@@ -127,7 +130,9 @@ Test(buffer, wrapped_memory_is_used_in_place_and_released_once) {
     cm_device *d = cpu();
     static char memory[100];
     atomic_store(&released, 0);
-    cm_host_memory_desc desc = {.data = memory, .size = sizeof memory, .release = count_release,
+    cm_host_memory_desc desc = {.data = memory,
+                                .size = sizeof memory,
+                                .release = count_release,
                                 .release_context = &released};
     cm_buffer *b = NULL;
     cr_assert_eq(cm_buffer_wrap_host(d, &desc, &b), CM_OK);
@@ -149,8 +154,11 @@ Test(buffer, copy_always_copies_and_releases_the_original_at_once) {
     char memory[64];
     memset(memory, 7, sizeof memory);
     atomic_store(&released, 0);
-    cm_host_memory_desc desc = {.data = memory, .size = sizeof memory, .copy = CM_COPY_ALWAYS,
-                                .release = count_release, .release_context = &released};
+    cm_host_memory_desc desc = {.data = memory,
+                                .size = sizeof memory,
+                                .copy = CM_COPY_ALWAYS,
+                                .release = count_release,
+                                .release_context = &released};
     cm_buffer *b = NULL;
     cr_assert_eq(cm_buffer_wrap_host(d, &desc, &b), CM_OK);
     cr_assert_eq(atomic_load(&released), 1);
@@ -168,8 +176,8 @@ Test(buffer, failed_wraps_never_call_the_release_callback) {
     cm_device *d = cpu();
     atomic_store(&released, 0);
     cm_buffer *b = (cm_buffer *)0x1;
-    cm_host_memory_desc desc = {.data = NULL, .size = 8, .release = count_release,
-                                .release_context = &released};
+    cm_host_memory_desc desc = {
+        .data = NULL, .size = 8, .release = count_release, .release_context = &released};
     cr_assert_eq(cm_buffer_wrap_host(d, &desc, &b), CM_ERR_INVALID_ARGUMENT);
     cr_assert_null(b);
     cr_assert(strstr(cm_last_error(), "desc->data = NULL with desc->size = 8"));
@@ -184,7 +192,6 @@ Test(buffer, failed_wraps_never_call_the_release_callback) {
     cm_device_release(d);
 }
 
-
 Test(buffer, read_and_write_copy_ranges_and_check_bounds) {
     cm_device *d = cpu();
     cm_buffer *b = NULL;
@@ -195,7 +202,8 @@ Test(buffer, read_and_write_copy_ranges_and_check_bounds) {
     cr_assert_eq(cm_buffer_read(b, 20, back, 10), CM_OK);
     cr_assert_str_eq(back, "0123456789");
     cr_assert_eq(cm_buffer_write(b, 23, text, 10), CM_ERR_OUT_OF_BOUNDS);
-    cr_assert(strstr(cm_last_error(), "cm_buffer_write: offset = 23 with size = 10 reaches past the 32-byte buffer"),
+    cr_assert(strstr(cm_last_error(),
+                     "cm_buffer_write: offset = 23 with size = 10 reaches past the 32-byte buffer"),
               "%s", cm_last_error());
     cr_assert_eq(cm_buffer_read(b, SIZE_MAX, back, 2), CM_ERR_OUT_OF_BOUNDS);
     cr_assert_eq(cm_buffer_read(b, 0, NULL, 2), CM_ERR_INVALID_ARGUMENT);
@@ -204,9 +212,10 @@ Test(buffer, read_and_write_copy_ranges_and_check_bounds) {
     cm_buffer_release(b);
 
     static char ro[8];
-    cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = ro, .size = 8,
-                                                               .flags = CM_BUFFER_READ_ONLY},
-                                     &b), CM_OK);
+    cr_assert_eq(
+        cm_buffer_wrap_host(
+            d, &(cm_host_memory_desc){.data = ro, .size = 8, .flags = CM_BUFFER_READ_ONLY}, &b),
+        CM_OK);
     cr_assert_eq(cm_buffer_write(b, 0, text, 1), CM_ERR_READ_ONLY);
     cr_assert(strstr(cm_last_error(), "read-only"));
     cr_assert_eq(cm_buffer_read(b, 0, back, 8), CM_OK);

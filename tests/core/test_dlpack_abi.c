@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ASSERT_LAYOUT(type, field, offset) \
-    cr_assert_eq(offsetof(type, field), (size_t)(offset), #type "." #field " at %zu", \
+#define ASSERT_LAYOUT(type, field, offset)                                                         \
+    cr_assert_eq(offsetof(type, field), (size_t)(offset), #type "." #field " at %zu",              \
                  offsetof(type, field))
 
 Test(dlpack_abi, structs_match_the_spec_on_lp64) {

@@ -8,13 +8,13 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#define ASSERT_ERR(expr, status, piece)                                                   \
-    do {                                                                                  \
-        cm_status s_ = (expr);                                                            \
-        cr_assert_eq(s_, (status), "%s: got %s, want %s (%s)", #expr, cm_status_name(s_), \
-                     cm_status_name(status), cm_last_error());                            \
-        cr_assert(strstr(cm_last_error(), (piece)) != NULL, "message \"%s\" lacks \"%s\"", \
-                  cm_last_error(), (piece));                                              \
+#define ASSERT_ERR(expr, status, piece)                                                            \
+    do {                                                                                           \
+        cm_status s_ = (expr);                                                                     \
+        cr_assert_eq(s_, (status), "%s: got %s, want %s (%s)", #expr, cm_status_name(s_),          \
+                     cm_status_name(status), cm_last_error());                                     \
+        cr_assert(strstr(cm_last_error(), (piece)) != NULL, "message \"%s\" lacks \"%s\"",         \
+                  cm_last_error(), (piece));                                                       \
     } while (0)
 
 static cm_device *g_cpu;
@@ -156,7 +156,10 @@ Test(dlpack_export, versioned_version_follows_max_version) {
     const struct {
         DLPackVersion max;
         uint32_t minor;
-    } cases[] = {{{1, 0}, 0}, {{1, 2}, 2}, {{1, 3}, 3}, {{1, 77}, CM_DLPACK_MINOR_VERSION},
+    } cases[] = {{{1, 0}, 0},
+                 {{1, 2}, 2},
+                 {{1, 3}, 3},
+                 {{1, 77}, CM_DLPACK_MINOR_VERSION},
                  {{2, 0}, CM_DLPACK_MINOR_VERSION}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         cm_dlpack_export_desc desc = {.max_version = cases[i].max};
@@ -332,7 +335,8 @@ Test(dlpack_export, read_only_survives_a_versioned_round_trip) {
     const int64_t i0[1] = {0};
     float v = 1.0f;
     ASSERT_ERR(cm_tensor_set_element(back, i0, CM_FLOAT32, &v), CM_ERR_READ_ONLY, "read-only");
-    cr_assert_eq(cm_tensor_set_element(t, i0, CM_FLOAT32, &v), CM_OK, "the original stays writable");
+    cr_assert_eq(cm_tensor_set_element(t, i0, CM_FLOAT32, &v), CM_OK,
+                 "the original stays writable");
     cm_tensor_release(back);
     cm_tensor_release(t);
 }

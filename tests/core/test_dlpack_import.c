@@ -9,13 +9,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ASSERT_ERR(expr, status, piece)                                                   \
-    do {                                                                                  \
-        cm_status s_ = (expr);                                                            \
-        cr_assert_eq(s_, (status), "%s: got %s, want %s (%s)", #expr, cm_status_name(s_), \
-                     cm_status_name(status), cm_last_error());                            \
-        cr_assert(strstr(cm_last_error(), (piece)) != NULL, "message \"%s\" lacks \"%s\"", \
-                  cm_last_error(), (piece));                                              \
+#define ASSERT_ERR(expr, status, piece)                                                            \
+    do {                                                                                           \
+        cm_status s_ = (expr);                                                                     \
+        cr_assert_eq(s_, (status), "%s: got %s, want %s (%s)", #expr, cm_status_name(s_),          \
+                     cm_status_name(status), cm_last_error());                                     \
+        cr_assert(strstr(cm_last_error(), (piece)) != NULL, "message \"%s\" lacks \"%s\"",         \
+                  cm_last_error(), (piece));                                                       \
     } while (0)
 
 static float g_data[24];
@@ -191,7 +191,7 @@ Test(dlpack_import, reshapes_of_huge_strides_do_not_overflow) {
     producer_init(&q, g_data, u8, 2, (int64_t[]){2, 2}, (int64_t[]){1, INT64_C(1) << 62});
     cr_assert_eq(cm_dlpack_import(&q.legacy, NULL, &t), CM_OK, "%s", cm_last_error());
     ASSERT_ERR(cm_tensor_reshape(t, 1, (int64_t[]){4}, &v), CM_ERR_COPY_REQUIRED,
-                "cannot express the new shape without a copy");
+               "cannot express the new shape without a copy");
     cm_tensor_release(t);
     cr_assert_eq(atomic_load(&q.deleted), 1);
 }
@@ -240,9 +240,9 @@ Test(dlpack_import, bool_f16_bf16_and_integers_map_to_dtypes) {
         DLDataType dl;
         cm_dtype want;
     } cases[] = {
-        {{kDLBool, 8, 1}, CM_BOOL},      {{kDLFloat, 16, 1}, CM_FLOAT16},
+        {{kDLBool, 8, 1}, CM_BOOL},        {{kDLFloat, 16, 1}, CM_FLOAT16},
         {{kDLBfloat, 16, 1}, CM_BFLOAT16}, {{kDLInt, 8, 1}, CM_INT8},
-        {{kDLUInt, 64, 1}, CM_UINT64},   {{kDLInt, 32, 1}, CM_INT32},
+        {{kDLUInt, 64, 1}, CM_UINT64},     {{kDLInt, 32, 1}, CM_INT32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         producer p;
@@ -349,8 +349,7 @@ Test(dlpack_import, copy_always_makes_a_compact_copy_and_deletes_at_once) {
     p.versioned.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
     cm_dlpack_import_desc desc = {.copy = CM_COPY_ALWAYS};
     cm_tensor *t = NULL;
-    cr_assert_eq(cm_dlpack_import_versioned(&p.versioned, &desc, &t), CM_OK, "%s",
-                 cm_last_error());
+    cr_assert_eq(cm_dlpack_import_versioned(&p.versioned, &desc, &t), CM_OK, "%s", cm_last_error());
     cr_assert_eq(atomic_load(&p.deleted), 1, "the producer is done with right away");
     cm_tensor_info info;
     cr_assert_eq(cm_tensor_get_info(t, &info), CM_OK);
@@ -397,36 +396,80 @@ typedef struct bad_case {
     const char *piece;
 } bad_case;
 
-static void ndim_negative(producer *p) { PRODUCER_SET(p, ndim, -1); }
-static void ndim_too_big(producer *p) { PRODUCER_SET(p, ndim, CM_MAX_NDIM + 1); }
-static void shape_null(producer *p) { PRODUCER_SET(p, shape, NULL); }
-static void shape_negative(producer *p) { p->shape[1] = -3; }
+static void ndim_negative(producer *p) {
+    PRODUCER_SET(p, ndim, -1);
+}
+static void ndim_too_big(producer *p) {
+    PRODUCER_SET(p, ndim, CM_MAX_NDIM + 1);
+}
+static void shape_null(producer *p) {
+    PRODUCER_SET(p, shape, NULL);
+}
+static void shape_negative(producer *p) {
+    p->shape[1] = -3;
+}
 static void shape_overflow(producer *p) {
     p->shape[0] = INT64_MAX;
     p->shape[1] = 4;
 }
-static void device_cuda(producer *p) { PRODUCER_SET(p, device.device_type, kDLCUDA); }
-static void device_metal(producer *p) { PRODUCER_SET(p, device.device_type, kDLMetal); }
-static void device_rocm(producer *p) { PRODUCER_SET(p, device.device_type, kDLROCM); }
-static void device_managed(producer *p) { PRODUCER_SET(p, device.device_type, kDLCUDAManaged); }
-static void device_unknown(producer *p) { PRODUCER_SET(p, device.device_type, (DLDeviceType)5); }
-static void device_huge(producer *p) { PRODUCER_SET(p, device.device_type, (DLDeviceType)99); }
-static void device_id_cpu(producer *p) { PRODUCER_SET(p, device.device_id, 1); }
+static void device_cuda(producer *p) {
+    PRODUCER_SET(p, device.device_type, kDLCUDA);
+}
+static void device_metal(producer *p) {
+    PRODUCER_SET(p, device.device_type, kDLMetal);
+}
+static void device_rocm(producer *p) {
+    PRODUCER_SET(p, device.device_type, kDLROCM);
+}
+static void device_managed(producer *p) {
+    PRODUCER_SET(p, device.device_type, kDLCUDAManaged);
+}
+static void device_unknown(producer *p) {
+    PRODUCER_SET(p, device.device_type, (DLDeviceType)5);
+}
+static void device_huge(producer *p) {
+    PRODUCER_SET(p, device.device_type, (DLDeviceType)99);
+}
+static void device_id_cpu(producer *p) {
+    PRODUCER_SET(p, device.device_id, 1);
+}
 static void device_id_negative(producer *p) {
     PRODUCER_SET(p, device.device_type, kDLCUDAHost);
     PRODUCER_SET(p, device.device_id, -1);
 }
-static void dtype_complex(producer *p) { PRODUCER_SET(p, dtype, dl_dtype(kDLComplex, 64, 1)); }
-static void dtype_code_unknown(producer *p) { PRODUCER_SET(p, dtype, dl_dtype(42, 32, 1)); }
-static void dtype_float8(producer *p) { PRODUCER_SET(p, dtype, dl_dtype(10, 8, 1)); }
-static void dtype_bits_zero(producer *p) { PRODUCER_SET(p, dtype, dl_dtype(kDLFloat, 0, 1)); }
-static void dtype_bits_odd(producer *p) { PRODUCER_SET(p, dtype, dl_dtype(kDLFloat, 24, 1)); }
-static void dtype_lanes_zero(producer *p) { PRODUCER_SET(p, dtype, dl_dtype(kDLFloat, 32, 0)); }
-static void dtype_lanes_four(producer *p) { PRODUCER_SET(p, dtype, dl_dtype(kDLFloat, 32, 4)); }
-static void dtype_opaque(producer *p) { PRODUCER_SET(p, dtype, dl_dtype(kDLOpaqueHandle, 64, 1)); }
-static void offset_misaligned(producer *p) { PRODUCER_SET(p, byte_offset, 2); }
-static void offset_huge(producer *p) { PRODUCER_SET(p, byte_offset, UINT64_MAX - 3); }
-static void data_null(producer *p) { PRODUCER_SET(p, data, NULL); }
+static void dtype_complex(producer *p) {
+    PRODUCER_SET(p, dtype, dl_dtype(kDLComplex, 64, 1));
+}
+static void dtype_code_unknown(producer *p) {
+    PRODUCER_SET(p, dtype, dl_dtype(42, 32, 1));
+}
+static void dtype_float8(producer *p) {
+    PRODUCER_SET(p, dtype, dl_dtype(10, 8, 1));
+}
+static void dtype_bits_zero(producer *p) {
+    PRODUCER_SET(p, dtype, dl_dtype(kDLFloat, 0, 1));
+}
+static void dtype_bits_odd(producer *p) {
+    PRODUCER_SET(p, dtype, dl_dtype(kDLFloat, 24, 1));
+}
+static void dtype_lanes_zero(producer *p) {
+    PRODUCER_SET(p, dtype, dl_dtype(kDLFloat, 32, 0));
+}
+static void dtype_lanes_four(producer *p) {
+    PRODUCER_SET(p, dtype, dl_dtype(kDLFloat, 32, 4));
+}
+static void dtype_opaque(producer *p) {
+    PRODUCER_SET(p, dtype, dl_dtype(kDLOpaqueHandle, 64, 1));
+}
+static void offset_misaligned(producer *p) {
+    PRODUCER_SET(p, byte_offset, 2);
+}
+static void offset_huge(producer *p) {
+    PRODUCER_SET(p, byte_offset, UINT64_MAX - 3);
+}
+static void data_null(producer *p) {
+    PRODUCER_SET(p, data, NULL);
+}
 static void strides_overflow(producer *p) {
     PRODUCER_SET(p, strides, p->strides);
     p->shape[0] = 3;
@@ -486,7 +529,8 @@ static const bad_case bad_cases[] = {
      "dl_tensor.byte_offset = 2 must be a multiple of the float32 size 4"},
     {"offset huge", offset_huge, CM_ERR_OVERFLOW, "exceeds INT64_MAX"},
     {"data NULL", data_null, CM_ERR_INVALID_ARGUMENT, "dl_tensor.data = NULL with 6 elements"},
-    {"stride overflow", strides_overflow, CM_ERR_OVERFLOW, "dl_tensor.strides[0] = 9223372036854775807"},
+    {"stride overflow", strides_overflow, CM_ERR_OVERFLOW,
+     "dl_tensor.strides[0] = 9223372036854775807"},
     {"stride bytes", strides_bytes_overflow, CM_ERR_OVERFLOW, "dl_tensor.strides reach beyond"},
     {"below 0", strides_below_zero, CM_ERR_OVERFLOW, "below address 0"},
     {"wrap", strides_wrap, CM_ERR_OVERFLOW, "wraps the address space"},
@@ -505,8 +549,8 @@ Test(dlpack_import, every_bad_field_fails_naming_it_and_calls_nothing) {
             cm_status s = versioned ? cm_dlpack_import_versioned(&p.versioned, NULL, &t)
                                     : cm_dlpack_import(&p.legacy, NULL, &t);
             const char *want = versioned ? "cm_dlpack_import_versioned: " : "cm_dlpack_import: ";
-            cr_assert_eq(s, bad_cases[i].status, "%s (%s): got %s: %s", bad_cases[i].name,
-                         want, cm_status_name(s), cm_last_error());
+            cr_assert_eq(s, bad_cases[i].status, "%s (%s): got %s: %s", bad_cases[i].name, want,
+                         cm_status_name(s), cm_last_error());
             cr_assert(strncmp(cm_last_error(), want, strlen(want)) == 0, "%s", cm_last_error());
             cr_assert(strstr(cm_last_error(), bad_cases[i].piece) != NULL,
                       "%s: message \"%s\" lacks \"%s\"", bad_cases[i].name, cm_last_error(),
@@ -537,7 +581,6 @@ Test(dlpack_import, bad_arguments_call_nothing) {
     cr_assert_eq(atomic_load(&p.deleted), 0);
 }
 
-
 Test(dlpack_import, major_version_mismatch_calls_the_deleter_and_reads_nothing_else) {
     const uint32_t majors[] = {0, 2, 7, UINT32_MAX};
     for (size_t i = 0; i < sizeof majors / sizeof majors[0]; ++i) {
@@ -563,8 +606,7 @@ Test(dlpack_import, major_version_mismatch_calls_the_deleter_and_reads_nothing_e
     p.versioned.version.major = 3;
     p.versioned.deleter = NULL;
     cm_tensor *t = NULL;
-    ASSERT_ERR(cm_dlpack_import_versioned(&p.versioned, NULL, &t), CM_ERR_VERSION,
-               "version = 3.0");
+    ASSERT_ERR(cm_dlpack_import_versioned(&p.versioned, NULL, &t), CM_ERR_VERSION, "version = 3.0");
     cr_assert_eq(atomic_load(&p.deleted), 0);
 }
 
@@ -578,8 +620,7 @@ Test(dlpack_import, unknown_flag_bits_are_refused_without_calling) {
                "flags = 0x200");
     cr_assert_eq(atomic_load(&p.deleted), 0);
     p.versioned.flags = DLPACK_FLAG_BITMASK_IS_COPIED | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
-    cr_assert_eq(cm_dlpack_import_versioned(&p.versioned, NULL, &t), CM_OK, "%s",
-                 cm_last_error());
+    cr_assert_eq(cm_dlpack_import_versioned(&p.versioned, NULL, &t), CM_OK, "%s", cm_last_error());
     cm_tensor_release(t);
     cr_assert_eq(atomic_load(&p.deleted), 1);
 }

@@ -181,9 +181,9 @@ Test(dlpack_threads, round_trips_on_threads_that_exit_leak_nothing) {
 
 /* ------------------------------------------------------------ allocation failures */
 
-static atomic_long g_live;      /* allocations not yet freed */
-static atomic_long g_count;     /* allocations attempted */
-static long g_fail_at;          /* 1-based attempt that fails; 0 = none */
+static atomic_long g_live;  /* allocations not yet freed */
+static atomic_long g_count; /* allocations attempted */
+static long g_fail_at;      /* 1-based attempt that fails; 0 = none */
 
 static void *failing_alloc(size_t size, size_t align, void *user) {
     (void)user;

@@ -12,11 +12,11 @@ Test(dtype, table_matches_numpy_names_sizes_and_dlpack_codes) {
         size_t size;
         uint8_t code;
     } expect[] = {
-        {CM_BOOL, "bool", 1, 6},       {CM_INT8, "int8", 1, 0},
-        {CM_INT16, "int16", 2, 0},     {CM_INT32, "int32", 4, 0},
-        {CM_INT64, "int64", 8, 0},     {CM_UINT8, "uint8", 1, 1},
-        {CM_UINT16, "uint16", 2, 1},   {CM_UINT32, "uint32", 4, 1},
-        {CM_UINT64, "uint64", 8, 1},   {CM_FLOAT16, "float16", 2, 2},
+        {CM_BOOL, "bool", 1, 6},         {CM_INT8, "int8", 1, 0},
+        {CM_INT16, "int16", 2, 0},       {CM_INT32, "int32", 4, 0},
+        {CM_INT64, "int64", 8, 0},       {CM_UINT8, "uint8", 1, 1},
+        {CM_UINT16, "uint16", 2, 1},     {CM_UINT32, "uint32", 4, 1},
+        {CM_UINT64, "uint64", 8, 1},     {CM_FLOAT16, "float16", 2, 2},
         {CM_BFLOAT16, "bfloat16", 2, 4}, {CM_FLOAT32, "float32", 4, 2},
         {CM_FLOAT64, "float64", 8, 2},
     };

@@ -22,7 +22,7 @@ Test(status, version_matches_macros) {
 Test(status, set_allocator_rejects_missing_functions) {
     cm_allocator a = {0};
     cr_assert_eq(cm_set_allocator(&a), CM_ERR_INVALID_ARGUMENT);
-    cr_assert(strstr(cm_last_error(), "cm_set_allocator: allocator->alloc = NULL") != NULL,
-              "%s", cm_last_error());
+    cr_assert(strstr(cm_last_error(), "cm_set_allocator: allocator->alloc = NULL") != NULL, "%s",
+              cm_last_error());
     cr_assert_eq(cm_set_allocator(NULL), CM_OK);
 }

@@ -36,7 +36,7 @@ typedef struct dtype_row {
     bool metal;
 } dtype_row;
 
-#define DROW(E, T, DOM, LD, KIND, SAT, MTL) \
+#define DROW(E, T, DOM, LD, KIND, SAT, MTL)                                                        \
     {#E, E, (int)sizeof(T), #DOM[0], strcmp(#MTL, "NONE") != 0},
 static dtype_row dtype_rows[CM_DTYPE_COUNT];
 static size_t ndtype_rows;
@@ -133,8 +133,7 @@ static void expect_case(const char *file, const char *text, const char *fn, cons
     const char *b, *e;
     body_of(file, text, fn, &b, &e);
     char ret[128];
-    cr_expect(case_returns(b, e, macro, ret, sizeof ret), "%s: %s has no case %s", file, fn,
-              macro);
+    cr_expect(case_returns(b, e, macro, ret, sizeof ret), "%s: %s has no case %s", file, fn, macro);
 }
 
 static void check_ops(const char *file, const char *text, const char *prefix, const row *rows,
@@ -191,8 +190,8 @@ Test(tables, binary_ops_in_msl) {
             snprintf(label, sizeof label, "case %s:", m);
             for (const char *p = strstr(b, label); p != NULL && p < e; p = strstr(p + 1, label))
                 ++cases;
-            cr_expect_eq(cases, 3, "cm_compare has %d cases of %s, not 3 (one per domain)",
-                         cases, m);
+            cr_expect_eq(cases, 3, "cm_compare has %d cases of %s, not 3 (one per domain)", cases,
+                         m);
             break;
         default: cr_expect_fail("%s: not a binary class", m);
         }
@@ -246,16 +245,15 @@ Test(tables, dtypes_in_msl) {
         bool has = case_returns(b, e, d->macro, ret, sizeof ret);
         cr_expect(has, "cm_dtype_size has no case %s", d->macro);
         if (has)
-            cr_expect_eq(atoi(ret), d->size, "cm_dtype_size(%s) is %s, the table's %d",
-                         d->macro, ret, d->size);
+            cr_expect_eq(atoi(ret), d->size, "cm_dtype_size(%s) is %s, the table's %d", d->macro,
+                         ret, d->size);
         body_of("common.h", text, "cm_domain", &b, &e);
         char want[16];
         snprintf(want, sizeof want, "CM_DOM_%c", d->dom);
         has = case_returns(b, e, d->macro, ret, sizeof ret);
         cr_expect(has, "cm_domain has no case %s", d->macro);
         if (has)
-            cr_expect_str_eq(ret, want, "cm_domain(%s) is %s, the table's %s", d->macro, ret,
-                             want);
+            cr_expect_str_eq(ret, want, "cm_domain(%s) is %s, the table's %s", d->macro, ret, want);
     }
     free(text);
 }

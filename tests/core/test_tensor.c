@@ -14,8 +14,8 @@
  * Metal device (tests/metal registers it so, on softmetal); else the CPU. */
 static cm_device *test_device(void) {
     const char *want = getenv("CMETAL_TEST_DEVICE");
-    cm_device_type type = want != NULL && strcmp(want, "metal") == 0 ? CM_DEVICE_METAL
-                                                                      : CM_DEVICE_CPU;
+    cm_device_type type =
+        want != NULL && strcmp(want, "metal") == 0 ? CM_DEVICE_METAL : CM_DEVICE_CPU;
     cm_device *d = NULL;
     cr_assert_eq(cm_device_open(type, 0, &d), CM_OK, "%s", cm_last_error());
     return d;
@@ -24,10 +24,9 @@ static cm_device *test_device(void) {
 /* A compact int32 tensor whose element i holds i. */
 static cm_tensor *iota(cm_device *d, int32_t ndim, const int64_t *shape) {
     cm_tensor *t = NULL;
-    cr_assert_eq(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = ndim,
-                                                       .shape = shape},
-                                  &t),
-                 CM_OK, "%s", cm_last_error());
+    cr_assert_eq(
+        cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = ndim, .shape = shape}, &t),
+        CM_OK, "%s", cm_last_error());
     cm_tensor_info info;
     cm_tensor_get_info(t, &info);
     int32_t *p = NULL;
@@ -81,12 +80,12 @@ Test(tensor, zero_d_and_zero_size_tensors_work) {
     cr_assert(info.contiguous);
     cr_assert_eq(info.extent_begin, info.extent_end);
     EXPECT_FAIL(cm_tensor_get_element(z, (int64_t[]){0, 0}, CM_INT32, &v), CM_ERR_OUT_OF_BOUNDS,
-                 "index[0] = 0 is out of range for size 0");
+                "index[0] = 0 is out of range for size 0");
     cm_tensor *r = NULL;
     cr_assert_eq(cm_tensor_reshape(z, 3, (int64_t[]){5, 0, 7}, &r), CM_OK, "%s", cm_last_error());
     cm_tensor_release(r);
     EXPECT_FAIL(cm_tensor_reshape(z, 2, (int64_t[]){-1, 0}, &r), CM_ERR_INVALID_ARGUMENT,
-                 "shape[0] = -1 cannot be inferred");
+                "shape[0] = -1 cannot be inferred");
     cm_tensor_release(z);
     cm_tensor_release(s);
     cm_device_release(d);
@@ -101,9 +100,11 @@ Test(tensor, views_of_empty_tensors_with_huge_strides) {
     cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 0}, &b), CM_OK);
     const int64_t big = INT64_C(1) << 48, huge = INT64_C(1) << 62;
     cm_tensor *t = NULL, *v = NULL;
-    cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                            .shape = (int64_t[]){0, big},
-                                                            .strides = (int64_t[]){1, huge}},
+    cr_assert_eq(cm_tensor_from_buffer(b,
+                                       &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                                         .ndim = 2,
+                                                         .shape = (int64_t[]){0, big},
+                                                         .strides = (int64_t[]){1, huge}},
                                        &t),
                  CM_OK, "%s", cm_last_error());
     cm_tensor_info info;
@@ -127,9 +128,11 @@ Test(tensor, views_of_empty_tensors_with_huge_strides) {
     cm_tensor_release(t);
     /* Element access checks every index before any stride is scaled: index
      * 2 of axis 0 is in range, and 2 * INT64_MAX must not be formed. */
-    cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_UINT8, .ndim = 2,
-                                                            .shape = (int64_t[]){3, 0},
-                                                            .strides = (int64_t[]){INT64_MAX, 1}},
+    cr_assert_eq(cm_tensor_from_buffer(b,
+                                       &(cm_tensor_desc){.dtype = CM_UINT8,
+                                                         .ndim = 2,
+                                                         .shape = (int64_t[]){3, 0},
+                                                         .strides = (int64_t[]){INT64_MAX, 1}},
                                        &t),
                  CM_OK, "%s", cm_last_error());
     uint8_t byte = 0;
@@ -148,48 +151,57 @@ Test(tensor, layouts_outside_the_buffer_are_refused) {
     cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 64}, &b), CM_OK);
     cm_tensor *t = NULL;
     /* 16 floats fit exactly; 17 do not. */
-    cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                            .shape = (int64_t[]){16}},
-                                       &t),
-                 CM_OK);
+    cr_assert_eq(
+        cm_tensor_from_buffer(
+            b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){16}}, &t),
+        CM_OK);
     cm_tensor_release(t);
-    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                            .shape = (int64_t[]){17}},
-                                       &t),
-                 CM_ERR_OUT_OF_BOUNDS, "reaches byte 68 of a 64-byte buffer");
+    EXPECT_FAIL(
+        cm_tensor_from_buffer(
+            b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){17}}, &t),
+        CM_ERR_OUT_OF_BOUNDS, "reaches byte 68 of a 64-byte buffer");
     cr_assert_null(t);
-    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                            .shape = (int64_t[]){2},
-                                                            .strides = (int64_t[]){-1}},
-                                       &t),
-                 CM_ERR_OUT_OF_BOUNDS, "reach 4 bytes before the buffer");
+    EXPECT_FAIL(cm_tensor_from_buffer(b,
+                                      &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                                        .ndim = 1,
+                                                        .shape = (int64_t[]){2},
+                                                        .strides = (int64_t[]){-1}},
+                                      &t),
+                CM_ERR_OUT_OF_BOUNDS, "reach 4 bytes before the buffer");
     /* The farthest reach, exactly 2^63 bytes back, is reported without overflow. */
-    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1,
-                                                            .shape = (int64_t[]){2},
-                                                            .strides = (int64_t[]){INT64_MIN}},
-                                       &t),
-                 CM_ERR_OUT_OF_BOUNDS, "reach 9223372036854775808 bytes before the buffer");
+    EXPECT_FAIL(cm_tensor_from_buffer(b,
+                                      &(cm_tensor_desc){.dtype = CM_INT8,
+                                                        .ndim = 1,
+                                                        .shape = (int64_t[]){2},
+                                                        .strides = (int64_t[]){INT64_MIN}},
+                                      &t),
+                CM_ERR_OUT_OF_BOUNDS, "reach 9223372036854775808 bytes before the buffer");
     /* A negative stride is fine when the offset leaves room. */
-    cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                            .shape = (int64_t[]){16},
-                                                            .strides = (int64_t[]){-1},
-                                                            .byte_offset = 60},
+    cr_assert_eq(cm_tensor_from_buffer(b,
+                                       &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                                         .ndim = 1,
+                                                         .shape = (int64_t[]){16},
+                                                         .strides = (int64_t[]){-1},
+                                                         .byte_offset = 60},
                                        &t),
                  CM_OK, "%s", cm_last_error());
     cm_tensor_release(t);
-    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                            .shape = (int64_t[]){1},
-                                                            .byte_offset = 2},
-                                       &t),
-                 CM_ERR_INVALID_ARGUMENT, "byte_offset = 2 must be a multiple of the float32 size 4");
-    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 0,
-                                                            .byte_offset = 64},
-                                       &t),
-                 CM_ERR_OUT_OF_BOUNDS, "reaches byte 68");
+    EXPECT_FAIL(cm_tensor_from_buffer(
+                    b,
+                    &(cm_tensor_desc){
+                        .dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){1}, .byte_offset = 2},
+                    &t),
+                CM_ERR_INVALID_ARGUMENT,
+                "byte_offset = 2 must be a multiple of the float32 size 4");
+    EXPECT_FAIL(cm_tensor_from_buffer(
+                    b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 0, .byte_offset = 64}, &t),
+                CM_ERR_OUT_OF_BOUNDS, "reaches byte 68");
     /* Empty views may sit at the very end. */
-    cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                            .shape = (int64_t[]){0},
-                                                            .byte_offset = 64},
+    cr_assert_eq(cm_tensor_from_buffer(b,
+                                       &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                                         .ndim = 1,
+                                                         .shape = (int64_t[]){0},
+                                                         .byte_offset = 64},
                                        &t),
                  CM_OK);
     cm_tensor_release(t);
@@ -200,28 +212,29 @@ Test(tensor, layouts_outside_the_buffer_are_refused) {
 Test(tensor, bad_descs_name_the_field_and_value) {
     cm_device *d = test_device();
     cm_tensor *t = NULL;
-    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 2,
-                                                       .shape = (int64_t[]){3, -1}},
-                                  &t),
-                 CM_ERR_INVALID_ARGUMENT, "shape[1] = -1 must be >= 0");
+    EXPECT_FAIL(
+        cm_tensor_create(
+            d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 2, .shape = (int64_t[]){3, -1}}, &t),
+        CM_ERR_INVALID_ARGUMENT, "shape[1] = -1 must be >= 0");
     EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.ndim = 1, .shape = (int64_t[]){3}}, &t),
-                 CM_ERR_INVALID_ARGUMENT, "desc->dtype = 0 is not a cm_dtype");
+                CM_ERR_INVALID_ARGUMENT, "desc->dtype = 0 is not a cm_dtype");
     EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 17}, &t),
-                 CM_ERR_INVALID_ARGUMENT, "desc->ndim = 17 must be between 0 and 16");
+                CM_ERR_INVALID_ARGUMENT, "desc->ndim = 17 must be between 0 and 16");
     EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = -1}, &t),
-                 CM_ERR_INVALID_ARGUMENT, "desc->ndim = -1");
+                CM_ERR_INVALID_ARGUMENT, "desc->ndim = -1");
     EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1}, &t),
-                 CM_ERR_INVALID_ARGUMENT, "desc->shape = NULL with desc->ndim = 1");
-    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1,
-                                                       .shape = (int64_t[]){3},
-                                                       .strides = (int64_t[]){1}},
-                                  &t),
-                 CM_ERR_INVALID_ARGUMENT, "desc->strides must be NULL");
-    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 0, .flags = 4},
-                                  &t),
-                 CM_ERR_INVALID_ARGUMENT, "flags = 0x4");
+                CM_ERR_INVALID_ARGUMENT, "desc->shape = NULL with desc->ndim = 1");
+    EXPECT_FAIL(cm_tensor_create(d,
+                                 &(cm_tensor_desc){.dtype = CM_INT8,
+                                                   .ndim = 1,
+                                                   .shape = (int64_t[]){3},
+                                                   .strides = (int64_t[]){1}},
+                                 &t),
+                CM_ERR_INVALID_ARGUMENT, "desc->strides must be NULL");
+    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 0, .flags = 4}, &t),
+                CM_ERR_INVALID_ARGUMENT, "flags = 0x4");
     EXPECT_FAIL(cm_tensor_create(NULL, &(cm_tensor_desc){.dtype = CM_INT8}, &t),
-                 CM_ERR_INVALID_ARGUMENT, "device = NULL");
+                CM_ERR_INVALID_ARGUMENT, "device = NULL");
     EXPECT_FAIL(cm_tensor_create(d, NULL, &t), CM_ERR_INVALID_ARGUMENT, "desc = NULL");
     cr_assert_null(t);
     cr_assert_eq(cm_tensor_retain(NULL), CM_ERR_INVALID_ARGUMENT);
@@ -232,32 +245,40 @@ Test(tensor, bad_descs_name_the_field_and_value) {
 Test(tensor, sizes_that_overflow_are_refused) {
     cm_device *d = test_device();
     cm_tensor *t = NULL;
-    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 2,
-                                                       .shape = (int64_t[]){INT64_MAX, 2}},
-                                  &t),
-                 CM_ERR_OVERFLOW, "more elements than fit");
-    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 1,
-                                                       .shape = (int64_t[]){INT64_MAX / 4}},
-                                  &t),
-                 CM_ERR_OVERFLOW, "more elements than fit");
+    EXPECT_FAIL(
+        cm_tensor_create(
+            d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 2, .shape = (int64_t[]){INT64_MAX, 2}},
+            &t),
+        CM_ERR_OVERFLOW, "more elements than fit");
+    EXPECT_FAIL(
+        cm_tensor_create(
+            d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 1, .shape = (int64_t[]){INT64_MAX / 4}},
+            &t),
+        CM_ERR_OVERFLOW, "more elements than fit");
     /* A zero makes the product zero even after a huge prefix. */
-    cr_assert_eq(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 3,
-                                                       .shape = (int64_t[]){INT64_MAX, 4, 0}},
-                                  &t),
-                 CM_OK, "%s", cm_last_error());
+    cr_assert_eq(
+        cm_tensor_create(
+            d,
+            &(cm_tensor_desc){.dtype = CM_INT64, .ndim = 3, .shape = (int64_t[]){INT64_MAX, 4, 0}},
+            &t),
+        CM_OK, "%s", cm_last_error());
     cm_tensor_release(t);
     cm_buffer *b = NULL;
     cm_buffer_create(d, &(cm_buffer_desc){.size = 16}, &b);
-    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 2,
-                                                            .shape = (int64_t[]){2, 3},
-                                                            .strides = (int64_t[]){INT64_MAX, 1}},
-                                       &t),
-                 CM_ERR_OVERFLOW, "");
-    EXPECT_FAIL(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT8, .ndim = 1,
-                                                            .shape = (int64_t[]){1},
-                                                            .byte_offset = UINT64_MAX},
-                                       &t),
-                 CM_ERR_OVERFLOW, "byte_offset = 18446744073709551615");
+    EXPECT_FAIL(cm_tensor_from_buffer(b,
+                                      &(cm_tensor_desc){.dtype = CM_INT8,
+                                                        .ndim = 2,
+                                                        .shape = (int64_t[]){2, 3},
+                                                        .strides = (int64_t[]){INT64_MAX, 1}},
+                                      &t),
+                CM_ERR_OVERFLOW, "");
+    EXPECT_FAIL(cm_tensor_from_buffer(b,
+                                      &(cm_tensor_desc){.dtype = CM_INT8,
+                                                        .ndim = 1,
+                                                        .shape = (int64_t[]){1},
+                                                        .byte_offset = UINT64_MAX},
+                                      &t),
+                CM_ERR_OVERFLOW, "byte_offset = 18446744073709551615");
     cm_buffer_release(b);
     cm_device_release(d);
 }
@@ -283,7 +304,7 @@ Test(tensor, slice_with_negative_step_reverses) {
     cm_tensor_release(r);
     EXPECT_FAIL(cm_tensor_slice(t, 0, 0, 5, 0, &r), CM_ERR_INVALID_ARGUMENT, "step = 0");
     EXPECT_FAIL(cm_tensor_slice(t, 1, 0, 5, 1, &r), CM_ERR_OUT_OF_BOUNDS,
-                 "axis = 1 is out of range for a 1-d tensor");
+                "axis = 1 is out of range for a 1-d tensor");
     cm_tensor_release(t);
     cm_device_release(d);
 }
@@ -301,14 +322,14 @@ Test(tensor, broadcast_views_alias_and_are_read_only) {
     cr_assert_eq(at(b, (int64_t[]){1, 2, 3}), 2);
     int32_t v = 1;
     EXPECT_FAIL(cm_tensor_set_element(b, (int64_t[]){0, 0, 0}, CM_INT32, &v), CM_ERR_READ_ONLY,
-                 "cm_tensor_set_element: the tensor is read-only");
+                "cm_tensor_set_element: the tensor is read-only");
     void *p = NULL;
     EXPECT_FAIL(cm_tensor_host_write(b, CM_INT32, &p), CM_ERR_READ_ONLY, "read-only");
     cm_tensor_release(b);
     EXPECT_FAIL(cm_tensor_broadcast_to(t, 2, (int64_t[]){2, 5}, &b), CM_ERR_INVALID_ARGUMENT,
-                 "shape[0] = 2 cannot broadcast from size 3");
+                "shape[0] = 2 cannot broadcast from size 3");
     EXPECT_FAIL(cm_tensor_broadcast_to(t, 1, (int64_t[]){3}, &b), CM_ERR_INVALID_ARGUMENT,
-                 "ndim = 1 must be between the tensor's ndim 2");
+                "ndim = 1 must be between the tensor's ndim 2");
     cm_tensor_release(t);
     cm_device_release(d);
 }
@@ -317,23 +338,23 @@ Test(tensor, typed_access_checks_dtype_bounds_and_read_only) {
     cm_device *d = test_device();
     cm_tensor *t = iota(d, 2, (int64_t[]){2, 2});
     float f;
-    EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){0, 0}, CM_FLOAT32, &f),
-                 CM_ERR_DTYPE_MISMATCH, "dtype = float32 but the tensor is int32");
+    EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){0, 0}, CM_FLOAT32, &f), CM_ERR_DTYPE_MISMATCH,
+                "dtype = float32 but the tensor is int32");
     const void *p = NULL;
     EXPECT_FAIL(cm_tensor_host_read(t, CM_INT64, &p), CM_ERR_DTYPE_MISMATCH, "int64");
     cr_assert_null(p);
     int32_t v;
     EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){0, 2}, CM_INT32, &v), CM_ERR_OUT_OF_BOUNDS,
-                 "index[1] = 2 is out of range for size 2");
-    EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){-1, 0}, CM_INT32, &v),
-                 CM_ERR_OUT_OF_BOUNDS, "index[0] = -1");
+                "index[1] = 2 is out of range for size 2");
+    EXPECT_FAIL(cm_tensor_get_element(t, (int64_t[]){-1, 0}, CM_INT32, &v), CM_ERR_OUT_OF_BOUNDS,
+                "index[0] = -1");
     EXPECT_FAIL(cm_tensor_get_element(t, NULL, CM_INT32, &v), CM_ERR_INVALID_ARGUMENT,
-                 "index = NULL must not be NULL for a 2-d tensor");
+                "index = NULL must not be NULL for a 2-d tensor");
     cm_tensor *ro = NULL;
     cr_assert_eq(cm_tensor_read_only(t, &ro), CM_OK);
     v = 5;
     EXPECT_FAIL(cm_tensor_set_element(ro, (int64_t[]){0, 0}, CM_INT32, &v), CM_ERR_READ_ONLY,
-                 "read-only");
+                "read-only");
     cr_assert_eq(cm_tensor_host_read(ro, CM_INT32, &p), CM_OK);
     cr_assert_eq(cm_tensor_set_element(t, (int64_t[]){1, 1}, CM_INT32, &v), CM_OK);
     cr_assert_eq(at(ro, (int64_t[]){1, 1}), 5, "views share memory");
@@ -346,15 +367,17 @@ Test(tensor, read_only_buffers_make_read_only_tensors) {
     cm_device *d = test_device();
     static int32_t mem[4] = {1, 2, 3, 4};
     cm_buffer *b = NULL;
-    cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = mem, .size = sizeof mem,
-                                                               .flags = CM_BUFFER_READ_ONLY},
-                                     &b),
-                 CM_OK);
+    cr_assert_eq(
+        cm_buffer_wrap_host(
+            d,
+            &(cm_host_memory_desc){.data = mem, .size = sizeof mem, .flags = CM_BUFFER_READ_ONLY},
+            &b),
+        CM_OK);
     cm_tensor *t = NULL;
-    cr_assert_eq(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1,
-                                                            .shape = (int64_t[]){4}},
-                                       &t),
-                 CM_OK);
+    cr_assert_eq(
+        cm_tensor_from_buffer(
+            b, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1, .shape = (int64_t[]){4}}, &t),
+        CM_OK);
     cm_buffer_release(b);
     cm_tensor_info info;
     cm_tensor_get_info(t, &info);
@@ -378,15 +401,15 @@ Test(tensor, reshape_follows_strides_or_asks_for_a_copy) {
     cm_tensor_release(r);
     cr_assert_eq(cm_tensor_transpose(t, 0, 1, &tt), CM_OK);
     EXPECT_FAIL(cm_tensor_reshape(tt, 1, (int64_t[]){24}, &r), CM_ERR_COPY_REQUIRED,
-                 "without a copy");
+                "without a copy");
     /* Splitting an axis of a transposed view needs no copy. */
     cr_assert_eq(cm_tensor_reshape(tt, 3, (int64_t[]){3, 2, 4}, &r), CM_OK, "%s", cm_last_error());
     cr_assert_eq(at(r, (int64_t[]){2, 1, 3}), 3 * 6 + 5);
     cm_tensor_release(r);
     EXPECT_FAIL(cm_tensor_reshape(t, 2, (int64_t[]){5, 5}, &r), CM_ERR_INVALID_ARGUMENT,
-                 "shape has 25 elements but the tensor has 24");
+                "shape has 25 elements but the tensor has 24");
     EXPECT_FAIL(cm_tensor_reshape(t, 2, (int64_t[]){-1, -1}, &r), CM_ERR_INVALID_ARGUMENT,
-                 "only one dimension may be inferred");
+                "only one dimension may be inferred");
     cm_tensor_release(tt);
     cm_tensor_release(t);
     cm_device_release(d);
@@ -397,14 +420,14 @@ Test(tensor, permute_squeeze_unsqueeze_select_errors) {
     cm_tensor *t = iota(d, 3, (int64_t[]){2, 1, 3});
     cm_tensor *r = NULL;
     EXPECT_FAIL(cm_tensor_permute(t, (int32_t[]){0, 0, 1}, &r), CM_ERR_INVALID_ARGUMENT,
-                 "axes[1] = 0 repeats an axis");
+                "axes[1] = 0 repeats an axis");
     EXPECT_FAIL(cm_tensor_permute(t, (int32_t[]){0, 3, 1}, &r), CM_ERR_OUT_OF_BOUNDS,
-                 "axes[1] = 3 is out of range");
+                "axes[1] = 3 is out of range");
     EXPECT_FAIL(cm_tensor_squeeze(t, 0, &r), CM_ERR_INVALID_ARGUMENT,
-                 "axis = 0 has size 2; only size 1 squeezes");
+                "axis = 0 has size 2; only size 1 squeezes");
     EXPECT_FAIL(cm_tensor_unsqueeze(t, 4, &r), CM_ERR_OUT_OF_BOUNDS, "axis = 4");
     EXPECT_FAIL(cm_tensor_select(t, 2, 3, &r), CM_ERR_OUT_OF_BOUNDS,
-                 "index = 3 is out of range for axis 2 of size 3");
+                "index = 3 is out of range for axis 2 of size 3");
     cr_assert_eq(cm_tensor_squeeze(t, -2, &r), CM_OK);
     cm_tensor_info info;
     cm_tensor_get_info(r, &info);
@@ -558,8 +581,10 @@ static cm_tensor *random_op(const cm_tensor *t, const ref_view *v, ref_view *n, 
         int64_t step = ((int64_t)rnd(3) + 1) * (rnd(2) ? -1 : 1);
         int64_t start = (int64_t)rnd((uint64_t)(2 * len + 1)) - len;
         int64_t stop = (int64_t)rnd((uint64_t)(2 * len + 1)) - len;
-        if (rnd(4) == 0) start = CM_SLICE_DEFAULT;
-        if (rnd(4) == 0) stop = CM_SLICE_DEFAULT;
+        if (rnd(4) == 0)
+            start = CM_SLICE_DEFAULT;
+        if (rnd(4) == 0)
+            stop = CM_SLICE_DEFAULT;
         snprintf(what, cap, "slice(%d, %lld, %lld, %lld)", a.axis, (long long)start,
                  (long long)stop, (long long)step);
         st = cm_tensor_slice(t, a.axis, start, stop, step, &out);
@@ -588,12 +613,20 @@ static cm_tensor *random_op(const cm_tensor *t, const ref_view *v, ref_view *n, 
         while (rest > 1 && n->ndim < 4) {
             int64_t f = 1;
             for (int64_t c = 2; c <= rest; ++c)
-                if (rest % c == 0 && rnd(2)) { f = c; break; }
-            if (f == 1 || n->ndim == 3) f = rest;
+                if (rest % c == 0 && rnd(2)) {
+                    f = c;
+                    break;
+                }
+            if (f == 1 || n->ndim == 3)
+                f = rest;
             n->shape[n->ndim++] = f;
             rest /= f;
         }
-        if (v->numel == 0) { n->ndim = 2; n->shape[0] = 0; n->shape[1] = 3; }
+        if (v->numel == 0) {
+            n->ndim = 2;
+            n->shape[0] = 0;
+            n->shape[1] = 3;
+        }
         snprintf(what, cap, "reshape to %d-d", n->ndim);
         st = cm_tensor_reshape(t, n->ndim, n->shape, &out);
         if (st == CM_ERR_COPY_REQUIRED)
@@ -606,7 +639,8 @@ static cm_tensor *random_op(const cm_tensor *t, const ref_view *v, ref_view *n, 
         a.new_ndim = v->ndim + (v->ndim < 4 ? 1 : 0);
         n->ndim = a.new_ndim;
         int32_t lead = a.new_ndim - v->ndim;
-        if (lead) n->shape[0] = 2;
+        if (lead)
+            n->shape[0] = 2;
         for (int32_t k = 0; k < v->ndim; ++k)
             n->shape[k + lead] = v->shape[k] == 1 ? (int64_t)rnd(3) + 1 : v->shape[k];
         snprintf(what, cap, "broadcast_to");
@@ -696,23 +730,20 @@ static cm_status scenario(void) {
     cm_tensor *t = NULL, *v = NULL, *u = NULL;
     cm_status s = cm_device_open(CM_DEVICE_CPU, 0, &d);
     if (s == CM_OK)
-        s = cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                  .shape = (int64_t[]){4, 4}},
-                             &t);
+        s = cm_tensor_create(
+            d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2, .shape = (int64_t[]){4, 4}}, &t);
     if (s == CM_OK)
         s = cm_tensor_transpose(t, 0, 1, &v);
     if (s == CM_OK)
-        s = cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = mem, .size = sizeof mem,
-                                                          .release = on_release},
-                                &w);
+        s = cm_buffer_wrap_host(
+            d, &(cm_host_memory_desc){.data = mem, .size = sizeof mem, .release = on_release}, &w);
     if (s == CM_OK)
-        s = cm_tensor_from_buffer(w, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1,
-                                                       .shape = (int64_t[]){8}},
-                                  &u);
+        s = cm_tensor_from_buffer(
+            w, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1, .shape = (int64_t[]){8}}, &u);
     if (s != CM_OK) {
         cr_assert_eq(s, CM_ERR_OUT_OF_MEMORY, "%s", cm_last_error());
-        cr_assert(strstr(cm_last_error(), "memory") || strstr(cm_last_error(), "allocate"),
-                  "%s", cm_last_error());
+        cr_assert(strstr(cm_last_error(), "memory") || strstr(cm_last_error(), "allocate"), "%s",
+                  cm_last_error());
     }
     cm_tensor_release(u);
     cm_buffer_release(w);

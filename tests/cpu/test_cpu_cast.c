@@ -54,7 +54,7 @@ static uint16_t ref_f32_to_f16(uint32_t x) {
     if (ue > 15)
         return sign | 0x7c00u;
     const int32_t quantum = ue < -14 ? -24 : ue - 10; /* exponent of the result's last bit */
-    const int32_t shift = quantum - (ue - 23);         /* >= 13 */
+    const int32_t shift = quantum - (ue - 23);        /* >= 13 */
     uint32_t r = 0;
     if (shift <= 24) {
         r = big_m >> shift;
@@ -119,7 +119,7 @@ static void push_specials(list *l) {
         push(l, s | 0x7f800000u);
         push(l, s | 0x7fffffffu);
         for (uint32_t bit = 0; bit < 23; ++bit) {
-            push(l, s | 0x7f800000u | (1u << bit));          /* quiet bit 22 is one of them */
+            push(l, s | 0x7f800000u | (1u << bit)); /* quiet bit 22 is one of them */
             push(l, s | 0x7fc00000u | (1u << bit));
         }
         push(l, s | 0x7f801fffu); /* payload entirely below the float16 one */
@@ -241,8 +241,8 @@ static void from_f32_directed(cm_dtype to, bool bf16) {
         run_cast(CM_FLOAT32, l.v, to, out, l.n);
         for (size_t i = 0; i < l.n; ++i) {
             const uint16_t want = bf16 ? ref_f32_to_bf16(l.v[i]) : ref_f32_to_f16(l.v[i]);
-            cr_assert_eq(out[i], want, "float32 0x%08x -> %s (%s): 0x%04x, expected 0x%04x",
-                         l.v[i], bf16 ? "bfloat16" : "float16", path_name(path), out[i], want);
+            cr_assert_eq(out[i], want, "float32 0x%08x -> %s (%s): 0x%04x, expected 0x%04x", l.v[i],
+                         bf16 ? "bfloat16" : "float16", path_name(path), out[i], want);
         }
     }
     cm__cpu_cast_force_scalar(false);
@@ -253,20 +253,20 @@ static void from_f32_directed(cm_dtype to, bool bf16) {
 Test(cpu_cast, reference_self_check) {
     /* Known encodings, so that the references are not merely consistent
      * with the runtime. */
-    cr_assert_eq(ref_f16_to_f32(0x3c00u), 0x3f800000u);    /* 1 */
-    cr_assert_eq(ref_f16_to_f32(0x0001u), 0x33800000u);    /* 2^-24 */
-    cr_assert_eq(ref_f16_to_f32(0x7bffu), 0x477fe000u);    /* 65504 */
-    cr_assert_eq(ref_f16_to_f32(0xfd01u), 0xffa02000u);    /* signaling NaN kept */
+    cr_assert_eq(ref_f16_to_f32(0x3c00u), 0x3f800000u); /* 1 */
+    cr_assert_eq(ref_f16_to_f32(0x0001u), 0x33800000u); /* 2^-24 */
+    cr_assert_eq(ref_f16_to_f32(0x7bffu), 0x477fe000u); /* 65504 */
+    cr_assert_eq(ref_f16_to_f32(0xfd01u), 0xffa02000u); /* signaling NaN kept */
     cr_assert_eq(ref_f32_to_f16(0x3f800000u), 0x3c00u);
-    cr_assert_eq(ref_f32_to_f16(0x477ff000u), 0x7c00u);    /* 65520 ties up to infinity */
+    cr_assert_eq(ref_f32_to_f16(0x477ff000u), 0x7c00u); /* 65520 ties up to infinity */
     cr_assert_eq(ref_f32_to_f16(0x477fefffu), 0x7bffu);
-    cr_assert_eq(ref_f32_to_f16(0x33000000u), 0x0000u);    /* 2^-25 ties to even 0 */
+    cr_assert_eq(ref_f32_to_f16(0x33000000u), 0x0000u); /* 2^-25 ties to even 0 */
     cr_assert_eq(ref_f32_to_f16(0x33000001u), 0x0001u);
-    cr_assert_eq(ref_f32_to_f16(0x33c00000u), 0x0002u);    /* 1.5 * 2^-24 ties to even 2 */
-    cr_assert_eq(ref_f32_to_f16(0x3f801000u), 0x3c00u);    /* 1 + 2^-11 ties to even 1 */
-    cr_assert_eq(ref_f32_to_f16(0x3f803000u), 0x3c02u);    /* 1 + 3 * 2^-11 ties up */
-    cr_assert_eq(ref_f32_to_f16(0x7f800001u), 0x7e00u);    /* payload vanishes: quieted */
-    cr_assert_eq(ref_f32_to_f16(0x7fa00000u), 0x7d00u);    /* signaling NaN stays signaling */
+    cr_assert_eq(ref_f32_to_f16(0x33c00000u), 0x0002u); /* 1.5 * 2^-24 ties to even 2 */
+    cr_assert_eq(ref_f32_to_f16(0x3f801000u), 0x3c00u); /* 1 + 2^-11 ties to even 1 */
+    cr_assert_eq(ref_f32_to_f16(0x3f803000u), 0x3c02u); /* 1 + 3 * 2^-11 ties up */
+    cr_assert_eq(ref_f32_to_f16(0x7f800001u), 0x7e00u); /* payload vanishes: quieted */
+    cr_assert_eq(ref_f32_to_f16(0x7fa00000u), 0x7d00u); /* signaling NaN stays signaling */
     cr_assert_eq(ref_f32_to_bf16(0x3f808000u), 0x3f80u);
     cr_assert_eq(ref_f32_to_bf16(0x3f818000u), 0x3f82u);
     cr_assert_eq(ref_f32_to_bf16(0x7f7f8000u), 0x7f80u);

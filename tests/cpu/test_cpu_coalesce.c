@@ -6,8 +6,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-static cm__cpu_nd nd2(int32_t ndim, const int64_t *shape, const int64_t *s0,
-                      const int64_t *s1) {
+static cm__cpu_nd nd2(int32_t ndim, const int64_t *shape, const int64_t *s0, const int64_t *s1) {
     cm__cpu_nd nd;
     memset(&nd, 0, sizeof nd);
     static char mem[1 << 16];

@@ -68,8 +68,8 @@ Test(cpu_reduce, vector_kernels_and_portable_loops_give_the_same_bits) {
             for (size_t k = 0; k < na; ++k)
                 cr_assert(memcmp(&a[k], &b[k], sizeof a[k]) == 0,
                           "%s shape %lld x %lld, result %zu: vector %.17g, portable %.17g",
-                          info.name, (long long)shapes[si][0],
-                          (long long)shapes[si][1], k, a[k], b[k]);
+                          info.name, (long long)shapes[si][0], (long long)shapes[si][1], k, a[k],
+                          b[k]);
             CHECK(cm_tensor_release(x));
             CHECK(cm_tensor_release(f));
         }

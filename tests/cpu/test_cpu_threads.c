@@ -25,9 +25,8 @@ static cm_tensor *floats(cm_device *dev, int32_t ndim, const int64_t *shape, uns
     CHECK(cm_tensor_host_write(t, CM_FLOAT32, &p));
     const int64_t n = numel_of(ndim, shape);
     for (int64_t i = 0; i < n; ++i)
-        ((float *)p)[i] = (float)((double)(mix((uint64_t)i * 7919u + seed) >> 11) * 0x1p-53 *
-                                      200.0 -
-                                  90.0);
+        ((float *)p)[i] =
+            (float)((double)(mix((uint64_t)i * 7919u + seed) >> 11) * 0x1p-53 * 200.0 - 90.0);
     return t;
 }
 
@@ -111,12 +110,13 @@ static void run_all(cm_device *dev, sink *s) {
     CHECK(cm_tensor_select(mr, 0, 7, &row));
     CHECK(cm_binary(CM_BINARY_SUB, ms, row, oh, NULL)); /* broadcast */
     append(s, dev, oh);
-    CHECK(cm_binary(CM_BINARY_ADD, x, y, x, NULL));     /* in place */
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, x, NULL)); /* in place */
     append(s, dev, x);
 
     /* reductions: all, each axis, few outputs, every dtype family */
     cm_tensor *f0 = new_tensor(dev, CM_FLOAT32, 1, one), *d0 = new_tensor(dev, CM_FLOAT64, 1, one);
-    cm_tensor *fr = new_tensor(dev, CM_FLOAT32, 1, rows1), *fc = new_tensor(dev, CM_FLOAT32, 1, cols1);
+    cm_tensor *fr = new_tensor(dev, CM_FLOAT32, 1, rows1),
+              *fc = new_tensor(dev, CM_FLOAT32, 1, cols1);
     cm_tensor *f3 = new_tensor(dev, CM_FLOAT64, 1, three), *l0 = new_tensor(dev, CM_INT64, 1, one);
     cm_tensor *x3 = NULL, *xr = NULL;
     cm_tensor *y3 = NULL;
@@ -156,7 +156,8 @@ static void run_all(cm_device *dev, sink *s) {
     CHECK(cm_cast(m, mi, NULL));
     CHECK(cm_cast(m2, mb, NULL));
     CHECK(cm_cast(m, mu, NULL));
-    cm_tensor *fcol = new_tensor(dev, CM_FLOAT32, 1, cols), *dcol = new_tensor(dev, CM_FLOAT64, 1, cols);
+    cm_tensor *fcol = new_tensor(dev, CM_FLOAT32, 1, cols),
+              *dcol = new_tensor(dev, CM_FLOAT64, 1, cols);
     cm_tensor *lcol = new_tensor(dev, CM_INT64, 1, cols);
     for (cm_reduce_op op = CM_REDUCE_SUM; op < CM_REDUCE_COUNT; op = (cm_reduce_op)(op + 1)) {
         CHECK(cm_reduce(op, m, 0, fcol, NULL));
@@ -171,9 +172,8 @@ static void run_all(cm_device *dev, sink *s) {
             append(s, dev, lcol);
         }
     }
-    cm_tensor *rel[] = {x, y, m, m2, o1, oh, ms, mr, mt, big, ot, h1, b1, i1, s1, hh,
-                        row, f0, d0, fr, fc, f3, l0, x3, xr, y3, md, mh, mi, mb, mu,
-                        fcol, dcol, lcol};
+    cm_tensor *rel[] = {x,  y,  m,  m2, o1, oh, ms, mr, mt, big, ot, h1, b1, i1, s1,   hh,   row,
+                        f0, d0, fr, fc, f3, l0, x3, xr, y3, md,  mh, mi, mb, mu, fcol, dcol, lcol};
     for (size_t k = 0; k < sizeof rel / sizeof rel[0]; ++k)
         cm_tensor_release(rel[k]);
 }
@@ -226,8 +226,7 @@ Test(cpu_threads, bad_counts_are_refused) {
     EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_INVALID_ARGUMENT,
                 "desc->cpu_threads = 4294967295");
     desc = (cm_device_desc){.type = CM_DEVICE_METAL, .cpu_threads = 2};
-    EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_INVALID_ARGUMENT,
-                "desc->cpu_threads = 2");
+    EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_INVALID_ARGUMENT, "desc->cpu_threads = 2");
     desc = (cm_device_desc){.type = (cm_device_type)7};
     EXPECT_FAIL(cm_device_open_desc(&desc, &dev), CM_ERR_INVALID_ARGUMENT, "desc->type = 7");
     desc = (cm_device_desc){.type = CM_DEVICE_CPU, .index = 1, .cpu_threads = 2};
@@ -266,7 +265,8 @@ Test(cpu_threads, tensors_of_cpu_devices_mix) {
 static uint32_t reduce_bits(uint32_t threads, cm_reduce_op op, const float *data, int64_t n) {
     cm_device *dev = open_threads(threads);
     const int64_t shape[1] = {n}, one[1] = {1};
-    cm_tensor *x = new_tensor(dev, CM_FLOAT32, 1, shape), *out = new_tensor(dev, CM_FLOAT32, 1, one);
+    cm_tensor *x = new_tensor(dev, CM_FLOAT32, 1, shape),
+              *out = new_tensor(dev, CM_FLOAT32, 1, one);
     void *p = NULL;
     CHECK(cm_tensor_host_write(x, CM_FLOAT32, &p));
     memcpy(p, data, (size_t)n * sizeof(float));
@@ -296,16 +296,14 @@ Test(cpu_threads, float_max_min_pick_by_blocks_at_every_thread_count) {
         z[i] = (i % 7 == 0) ? (i < BLOCK ? -0.0f : 0.0f) : neg; /* max: a zero */
         v[i] = -neg;                                            /* positives */
     }
-    v[BLOCK + 5] = from_bits(0x7fc00001u); /* NaN payload 1, block 1 */
+    v[BLOCK + 5] = from_bits(0x7fc00001u);     /* NaN payload 1, block 1 */
     v[2 * BLOCK + 9] = from_bits(0x7fc00002u); /* payload 2, block 2 */
     v[3 * BLOCK + 1] = from_bits(0xffc00003u); /* payload 3, the last block */
     for (uint32_t threads = 1; threads <= 4; ++threads) {
         cr_assert_eq(reduce_bits(threads, CM_REDUCE_MAX, z, n), 0x80000000u,
                      "%u threads: max of zeros is the first block's -0.0", threads);
-        cr_assert_eq(reduce_bits(threads, CM_REDUCE_MAX, v, n), 0x7fc00001u, "%u threads",
-                     threads);
-        cr_assert_eq(reduce_bits(threads, CM_REDUCE_MIN, v, n), 0x7fc00001u, "%u threads",
-                     threads);
+        cr_assert_eq(reduce_bits(threads, CM_REDUCE_MAX, v, n), 0x7fc00001u, "%u threads", threads);
+        cr_assert_eq(reduce_bits(threads, CM_REDUCE_MIN, v, n), 0x7fc00001u, "%u threads", threads);
     }
     free(z);
     free(v);
@@ -323,7 +321,8 @@ Test(cpu_threads, float_max_min_pick_by_blocks_at_every_thread_count) {
 static void column_bits(uint32_t threads, cm_reduce_op op, const float *data, uint32_t *bits) {
     cm_device *dev = open_threads(threads);
     const int64_t shape[2] = {CROWS, CCOLS}, cols[1] = {CCOLS};
-    cm_tensor *x = new_tensor(dev, CM_FLOAT32, 2, shape), *out = new_tensor(dev, CM_FLOAT32, 1, cols);
+    cm_tensor *x = new_tensor(dev, CM_FLOAT32, 2, shape),
+              *out = new_tensor(dev, CM_FLOAT32, 1, cols);
     void *p = NULL;
     CHECK(cm_tensor_host_write(x, CM_FLOAT32, &p));
     memcpy(p, data, sizeof(float) * CROWS * CCOLS);
@@ -355,7 +354,7 @@ Test(cpu_threads, float_column_max_min_pick_across_row_slabs) {
     v[3000 * CCOLS + 2] = -0.0f;
     for (int64_t j = 3; j < CCOLS; ++j) {
         v[(CROWS - 1 - j) * CCOLS + j] = 5000.0f + (float)j; /* the max, late */
-        v[j * CCOLS + j] = -5000.0f - (float)j;             /* the min, early */
+        v[j * CCOLS + j] = -5000.0f - (float)j;              /* the min, early */
     }
     uint32_t mx[CCOLS], mn[CCOLS];
     for (uint32_t threads = 1; threads <= 4; ++threads) {
@@ -368,8 +367,8 @@ Test(cpu_threads, float_column_max_min_pick_across_row_slabs) {
         for (int64_t j = 3; j < CCOLS; ++j) {
             cr_assert_eq(from_bits(mx[j]), 5000.0f + (float)j, "%u threads, column %ld", threads,
                          (long)j);
-            cr_assert_eq(from_bits(mn[j]), -5000.0f - (float)j, "%u threads, column %ld",
-                         threads, (long)j);
+            cr_assert_eq(from_bits(mn[j]), -5000.0f - (float)j, "%u threads, column %ld", threads,
+                         (long)j);
         }
     }
     free(v);
@@ -396,15 +395,19 @@ Test(cpu_threads, narrow_integer_columns_match_a_plain_loop) {
             void *p = NULL;
             CHECK(cm_tensor_host_write(x, d, &p));
             memcpy(p, which == 0 ? (void *)b : (void *)h, (size_t)(rows * cols) * dsize(d));
-            for (cm_reduce_op op = CM_REDUCE_SUM; op < CM_REDUCE_COUNT; op = (cm_reduce_op)(op + 1)) {
+            for (cm_reduce_op op = CM_REDUCE_SUM; op < CM_REDUCE_COUNT;
+                 op = (cm_reduce_op)(op + 1)) {
                 if (op == CM_REDUCE_MEAN)
                     continue;
                 for (int64_t j = 0; j < cols; ++j) {
-                    int64_t a = op == CM_REDUCE_SUM ? 0 : op == CM_REDUCE_MAX ? INT64_MIN : INT64_MAX;
+                    int64_t a = op == CM_REDUCE_SUM   ? 0
+                                : op == CM_REDUCE_MAX ? INT64_MIN
+                                                      : INT64_MAX;
                     for (int64_t i = 0; i < rows; ++i) {
                         const int64_t x1 = which == 0 ? b[i * cols + j] : h[i * cols + j];
-                        a = op == CM_REDUCE_SUM ? a + x1 : op == CM_REDUCE_MAX ? (x1 > a ? x1 : a)
-                                                                               : (x1 < a ? x1 : a);
+                        a = op == CM_REDUCE_SUM   ? a + x1
+                            : op == CM_REDUCE_MAX ? (x1 > a ? x1 : a)
+                                                  : (x1 < a ? x1 : a);
                     }
                     want[j] = a;
                 }

@@ -30,8 +30,8 @@ static size_t offset_of(const cm_tensor_info *v, const int64_t *idx) {
 
 /* cm_copy(src, dst, NULL) where src is a view into src_parent's buffer and dst a
  * view into dst_parent's; both parents are compact. */
-static void check_copy(cm_tensor *src, cm_tensor *src_parent, cm_tensor *dst,
-                       cm_tensor *dst_parent, const char *what) {
+static void check_copy(cm_tensor *src, cm_tensor *src_parent, cm_tensor *dst, cm_tensor *dst_parent,
+                       const char *what) {
     cm_tensor_info si, di, dpi;
     CHECK(cm_tensor_get_info(src, &si));
     CHECK(cm_tensor_get_info(dst, &di));
@@ -70,13 +70,12 @@ static void check_copy(cm_tensor *src, cm_tensor *src_parent, cm_tensor *dst,
             if (b >= off && b < off + size) {
                 int n = snprintf(where, sizeof where, "dst index");
                 for (int32_t k = 0; k < di.ndim && n > 0 && (size_t)n < sizeof where; ++k)
-                    n += snprintf(where + n, sizeof where - (size_t)n, " %lld",
-                                  (long long)idx[k]);
+                    n += snprintf(where + n, sizeof where - (size_t)n, " %lld", (long long)idx[k]);
                 break;
             }
         } while (next_index(di.ndim, di.shape, idx));
         cr_assert_fail("%s, %s: byte %zu of dst's buffer (%s) is 0x%02x, expected 0x%02x", what,
-                dname(si.dtype), b, where, result[b], expect[b]);
+                       dname(si.dtype), b, where, result[b], expect[b]);
     }
     free(expect);
 }
@@ -85,10 +84,13 @@ static const cm_dtype sized[] = {CM_UINT8, CM_FLOAT16, CM_FLOAT32, CM_FLOAT64}; 
 
 /* dst [rows, cols]: shapes off the tile sizes (128, 64, 64, 32 elements a
  * side for 1, 2, 4, 8 bytes), single rows and columns, and exact tiles. */
-static const int64_t shapes2[][2] = {
-    {1, 1},   {1, 37},  {37, 1},   {7, 13},    {65, 129}, {1000, 3}, {3, 1000},
-    {2, 300}, {33, 31}, {64, 64},  {128, 128}, {129, 257}, {300, 130}, {17, 16},
-    {129, 256}, {70, 320}, /* rows of whole cache lines: streaming stores where forced */
+static const int64_t shapes2[]
+                            [2] =
+                                {
+                                    {1, 1},     {1, 37},    {37, 1},    {7, 13},  {65, 129},
+                                    {1000, 3},  {3, 1000},  {2, 300},   {33, 31}, {64, 64},
+                                    {128, 128}, {129, 257}, {300, 130}, {17, 16}, {129, 256},
+                                    {70, 320}, /* rows of whole cache lines: streaming stores where forced */
 };
 #define N_SHAPES2 (sizeof shapes2 / sizeof shapes2[0])
 
@@ -128,8 +130,7 @@ static void negative_strides(void) {
                 for (int32_t axis = 0; axis < 2; ++axis) {
                     if (!(flip & (1 << axis)))
                         continue;
-                    CHECK(cm_tensor_slice(v, axis, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1,
-                                          &tmp));
+                    CHECK(cm_tensor_slice(v, axis, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1, &tmp));
                     cm_tensor_release(v);
                     v = tmp;
                 }
@@ -192,8 +193,7 @@ static void batches_of_transposes(void) {
                 cm_tensor *parent = patterned(dev, sized[d], 3, shapes3[s], (unsigned)(s + 3));
                 cm_tensor *v = NULL, *src = NULL;
                 if (reversed) {
-                    CHECK(cm_tensor_slice(parent, 0, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1,
-                                          &v));
+                    CHECK(cm_tensor_slice(parent, 0, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, -1, &v));
                 } else {
                     CHECK(cm_tensor_retain(parent));
                     v = parent;
@@ -203,9 +203,9 @@ static void batches_of_transposes(void) {
                 CHECK(cm_tensor_get_info(src, &si));
                 cm_tensor *dst = new_tensor(dev, sized[d], 3, si.shape);
                 char what[64];
-                snprintf(what, sizeof what, "batch %lld of %lld x %lld%s",
-                         (long long)si.shape[0], (long long)si.shape[1],
-                         (long long)si.shape[2], reversed ? ", reversed" : "");
+                snprintf(what, sizeof what, "batch %lld of %lld x %lld%s", (long long)si.shape[0],
+                         (long long)si.shape[1], (long long)si.shape[2],
+                         reversed ? ", reversed" : "");
                 check_copy(src, parent, dst, dst, what);
                 cm_tensor_release(dst);
                 cm_tensor_release(src);

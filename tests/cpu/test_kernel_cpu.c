@@ -21,9 +21,12 @@ Test(kernel_cpu, every_entry_point_says_to_open_a_metal_device) {
     EXPECT_FAIL(cm_library_load_file(cpu, "/dev/null", &lib), CM_ERR_UNSUPPORTED,
                 "cm_library_load_file: the cpu device runs no custom kernels");
     cm_body_kernel *bk = (cm_body_kernel *)1;
-    EXPECT_FAIL(cm_body_kernel_create(cpu, &(cm_body_kernel_desc){
-                    .name = "f", .body = "", .output_names = (const char *[]){"y"},
-                    .output_count = 1}, &bk),
+    EXPECT_FAIL(cm_body_kernel_create(cpu,
+                                      &(cm_body_kernel_desc){.name = "f",
+                                                             .body = "",
+                                                             .output_names = (const char *[]){"y"},
+                                                             .output_count = 1},
+                                      &bk),
                 CM_ERR_UNSUPPORTED, "cm_body_kernel_create: the cpu device runs no custom kernels");
     cr_assert_null(bk);
     EXPECT_FAIL(cm_device_set_pipeline_cache(cpu, "/tmp/cmetal-pipelines"), CM_ERR_UNSUPPORTED,

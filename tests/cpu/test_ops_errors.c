@@ -39,8 +39,8 @@ static void assert_unchanged(const cm_tensor *t, uint64_t seed) {
     const size_t sz = dsize(info.dtype);
     for (int64_t i = 0; i < info.numel; ++i) {
         const elem e = gen_elem(info.dtype, (uint64_t)i, seed, true);
-        cr_assert(memcmp((const char *)p + (size_t)i * sz, e.b, sz) == 0,
-                  "element %lld changed", (long long)i);
+        cr_assert(memcmp((const char *)p + (size_t)i * sz, e.b, sz) == 0, "element %lld changed",
+                  (long long)i);
     }
 }
 
@@ -110,10 +110,12 @@ Test(ops_errors, read_only_and_broadcast_outputs_are_refused) {
     const int64_t s23[2] = {2, 3};
     CHECK(cm_tensor_broadcast_to(f.f3, 2, s23, &bc));
     const double v = 2.0;
-    EXPECT_FAIL(cm_fill(ro, CM_FLOAT64, &v, NULL), CM_ERR_READ_ONLY, "cm_fill: tensor is read-only");
+    EXPECT_FAIL(cm_fill(ro, CM_FLOAT64, &v, NULL), CM_ERR_READ_ONLY,
+                "cm_fill: tensor is read-only");
     EXPECT_FAIL(cm_copy(f.f23, bc, NULL), CM_ERR_READ_ONLY, "cm_copy: dst is read-only");
     EXPECT_FAIL(cm_unary(CM_UNARY_EXP, f.f23, ro, NULL), CM_ERR_READ_ONLY, "out is read-only");
-    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.f23, ro, NULL), CM_ERR_READ_ONLY, "out is read-only");
+    EXPECT_FAIL(cm_binary(CM_BINARY_ADD, f.f23, f.f23, ro, NULL), CM_ERR_READ_ONLY,
+                "out is read-only");
     EXPECT_FAIL(cm_reduce(CM_REDUCE_SUM, f.f23, 0, bc, NULL), CM_ERR_READ_ONLY, "out is read-only");
     /* A read-only buffer wrapped from the host. */
     float mem[6] = {0};
@@ -138,9 +140,8 @@ Test(ops_errors, read_only_and_broadcast_outputs_are_refused) {
 Test(ops_errors, interleaved_views_that_share_no_byte_are_allowed) {
     fixture f = make();
     cm_tensor *x = NULL;
-    CHECK(cm_tensor_create(f.dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                    .shape = (int64_t[]){12}},
-                           &x));
+    CHECK(cm_tensor_create(
+        f.dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){12}}, &x));
     float *p = NULL;
     CHECK(cm_tensor_host_write(x, CM_FLOAT32, (void **)&p));
     for (int i = 0; i < 12; ++i)
@@ -150,8 +151,7 @@ Test(ops_errors, interleaved_views_that_share_no_byte_are_allowed) {
     CHECK(cm_tensor_slice(x, 0, 1, 12, 2, &odd));
     CHECK(cm_binary(CM_BINARY_ADD, even, even, odd, NULL)); /* odd = 2 * even */
     for (int i = 0; i < 12; ++i)
-        cr_assert_eq(p[i], i % 2 ? 2.0f * (float)(i - 1) : (float)i, "x[%d] = %g", i,
-                     (double)p[i]);
+        cr_assert_eq(p[i], i % 2 ? 2.0f * (float)(i - 1) : (float)i, "x[%d] = %g", i, (double)p[i]);
     /* Columns of a [6, 2] view: the same interleaving in 2-D. */
     cm_tensor *m = NULL, *c0 = NULL, *c1 = NULL;
     CHECK(cm_tensor_reshape(x, 2, (int64_t[]){6, 2}, &m));
@@ -166,14 +166,16 @@ Test(ops_errors, interleaved_views_that_share_no_byte_are_allowed) {
     CHECK(cm_tensor_get_info(x, &info));
     cm_tensor *between = NULL, *inside = NULL;
     CHECK(cm_tensor_from_buffer(info.buffer,
-                                &(cm_tensor_desc){.dtype = CM_INT16, .ndim = 1,
+                                &(cm_tensor_desc){.dtype = CM_INT16,
+                                                  .ndim = 1,
                                                   .shape = (int64_t[]){6},
                                                   .strides = (int64_t[]){4},
                                                   .byte_offset = info.byte_offset + 4},
                                 &between));
     CHECK(cm_cast(even, between, NULL));
     CHECK(cm_tensor_from_buffer(info.buffer,
-                                &(cm_tensor_desc){.dtype = CM_INT16, .ndim = 1,
+                                &(cm_tensor_desc){.dtype = CM_INT16,
+                                                  .ndim = 1,
                                                   .shape = (int64_t[]){6},
                                                   .strides = (int64_t[]){4},
                                                   .byte_offset = info.byte_offset + 2},
@@ -210,7 +212,10 @@ static cm_tensor *random_view(cm_buffer *buf, uint64_t *seed) {
     }
     const size_t size = dsize(d);
     cm_tensor *t = NULL;
-    cm_tensor_desc desc = {.dtype = d, .ndim = ndim, .shape = shape, .strides = strides,
+    cm_tensor_desc desc = {.dtype = d,
+                           .ndim = ndim,
+                           .shape = shape,
+                           .strides = strides,
                            .byte_offset = size * (next_random(seed) % (64 / size))};
     return cm_tensor_from_buffer(buf, &desc, &t) == CM_OK ? t : NULL;
 }
@@ -242,8 +247,7 @@ Test(ops_errors, accepted_views_never_share_a_byte) {
         if (a != NULL && b != NULL && cm_tensor_get_info(a, &ia) == CM_OK &&
             cm_tensor_get_info(b, &ib) == CM_OK && ia.ndim == ib.ndim &&
             memcmp(ia.shape, ib.shape, sizeof(int64_t) * (size_t)ia.ndim) == 0) {
-            bool identical = ia.byte_offset == ib.byte_offset &&
-                             dsize(ia.dtype) == dsize(ib.dtype);
+            bool identical = ia.byte_offset == ib.byte_offset && dsize(ia.dtype) == dsize(ib.dtype);
             for (int32_t k = 0; k < ia.ndim; ++k) /* a size-1 axis's stride is unused */
                 identical = identical && (ia.shape[k] == 1 || ia.strides[k] == ib.strides[k]);
             if (cm_cast(b, a, NULL) == CM_OK) {
@@ -256,10 +260,10 @@ Test(ops_errors, accepted_views_never_share_a_byte) {
                               "trial %d: accepted views share byte %d: a %s off %d shape "
                               "[%d %d] strides [%d %d]; b %s off %d shape [%d %d] strides "
                               "[%d %d]",
-                              trial, i, dname(ia.dtype), (int)ia.byte_offset,
-                              (int)ia.shape[0], ia.ndim > 1 ? (int)ia.shape[1] : -1,
-                              (int)ia.strides[0], ia.ndim > 1 ? (int)ia.strides[1] : -1,
-                              dname(ib.dtype), (int)ib.byte_offset, (int)ib.shape[0],
+                              trial, i, dname(ia.dtype), (int)ia.byte_offset, (int)ia.shape[0],
+                              ia.ndim > 1 ? (int)ia.shape[1] : -1, (int)ia.strides[0],
+                              ia.ndim > 1 ? (int)ia.strides[1] : -1, dname(ib.dtype),
+                              (int)ib.byte_offset, (int)ib.shape[0],
                               ib.ndim > 1 ? (int)ib.shape[1] : -1, (int)ib.strides[0],
                               ib.ndim > 1 ? (int)ib.strides[1] : -1);
             } else {

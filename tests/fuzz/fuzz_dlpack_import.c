@@ -25,8 +25,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define ARENA 4096
 
 static int g_deleted;
-static void count_legacy(DLManagedTensor *self) { (void)self; g_deleted++; }
-static void count_versioned(DLManagedTensorVersioned *self) { (void)self; g_deleted++; }
+static void count_legacy(DLManagedTensor *self) {
+    (void)self;
+    g_deleted++;
+}
+static void count_versioned(DLManagedTensorVersioned *self) {
+    (void)self;
+    g_deleted++;
+}
 
 /* The lowest and one-past-highest byte (relative to data) reached, by
  * walking every element; false when the layout is not small and valid. */
@@ -61,8 +67,10 @@ static bool reference_extent(const DLTensor *t, size_t itemsize, int64_t *lo, in
         int64_t off = (int64_t)t->byte_offset;
         for (int k = 0; k < t->ndim; ++k)
             off += idx[k] * strides[k] * (int64_t)itemsize;
-        if (off < *lo) *lo = off;
-        if (off + (int64_t)itemsize > *hi) *hi = off + (int64_t)itemsize;
+        if (off < *lo)
+            *lo = off;
+        if (off + (int64_t)itemsize > *hi)
+            *hi = off + (int64_t)itemsize;
         for (int k = t->ndim - 1; k >= 0; --k) {
             if (++idx[k] < t->shape[k])
                 break;
@@ -136,7 +144,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                                 CM_STORAGE_PRIVATE};
         const cm_storage_mode mode = modes[fuzz_u8(&in) % 3];
         mtl_length = fuzz_u16(&in) % 1024 + 1;
-        if (cm_buffer_create(metal_device(), &(cm_buffer_desc){.size = mtl_length, .storage = mode}, &mtl) != CM_OK)
+        if (cm_buffer_create(metal_device(), &(cm_buffer_desc){.size = mtl_length, .storage = mode},
+                             &mtl) != CM_OK)
             __builtin_trap();
     } else if (t.device.device_type == kDLMetal) {
         t.device.device_type = kDLCUDA;
@@ -147,8 +156,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cm_buffer_info mtl_info = {0};
     if (mtl != NULL && cm_buffer_get_info(mtl, &mtl_info) != CM_OK)
         __builtin_trap();
-    t.data = mtl != NULL ? (where < 240 || where >= 248 ? mtl_info.native : NULL)
-             : in_arena  ? arena + fuzz_u16(&in) % ARENA
+    t.data = mtl != NULL   ? (where < 240 || where >= 248 ? mtl_info.native : NULL)
+             : in_arena    ? arena + fuzz_u16(&in) % ARENA
              : where < 240 ? NULL
                            : (void *)(uintptr_t)fuzz_u64(&in);
     t.byte_offset = fuzz_u8(&in) % 8 ? fuzz_u16(&in) % 512 : fuzz_u64(&in);
@@ -175,11 +184,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* A kDLMetal view is readable when it lies inside the MTLBuffer. */
     const bool metal_inside = mtl != NULL && known && t.data != NULL &&
                               (numel == 0 || (lo >= 0 && hi <= (int64_t)mtl_length));
-    cm_dlpack_import_desc desc = {.copy = (readable || metal_inside) && policy % 4 == 0
-                                              ? CM_COPY_ALWAYS
-                                              : CM_COPY_IF_NEEDED,
-                                  .read_only = policy & 4,
-                                  .device = mtl != NULL && policy & 8 ? metal_device() : NULL};
+    cm_dlpack_import_desc desc = {
+        .copy = (readable || metal_inside) && policy % 4 == 0 ? CM_COPY_ALWAYS : CM_COPY_IF_NEEDED,
+        .read_only = policy & 4,
+        .device = mtl != NULL && policy & 8 ? metal_device() : NULL};
 
     g_deleted = 0;
     cm_tensor *out = NULL;

@@ -20,10 +20,18 @@ static inline uint64_t fuzz_bytes(fuzz_input *in, size_t n) {
     in->size -= take;
     return v;
 }
-static inline uint8_t fuzz_u8(fuzz_input *in) { return (uint8_t)fuzz_bytes(in, 1); }
-static inline uint16_t fuzz_u16(fuzz_input *in) { return (uint16_t)fuzz_bytes(in, 2); }
-static inline uint64_t fuzz_u64(fuzz_input *in) { return fuzz_bytes(in, 8); }
-static inline int64_t fuzz_i64(fuzz_input *in) { return (int64_t)fuzz_bytes(in, 8); }
+static inline uint8_t fuzz_u8(fuzz_input *in) {
+    return (uint8_t)fuzz_bytes(in, 1);
+}
+static inline uint16_t fuzz_u16(fuzz_input *in) {
+    return (uint16_t)fuzz_bytes(in, 2);
+}
+static inline uint64_t fuzz_u64(fuzz_input *in) {
+    return fuzz_bytes(in, 8);
+}
+static inline int64_t fuzz_i64(fuzz_input *in) {
+    return (int64_t)fuzz_bytes(in, 8);
+}
 
 /* Mostly small values (-4..27), sometimes extreme ones. */
 static inline int64_t fuzz_small_i64(fuzz_input *in) {

@@ -38,7 +38,9 @@ static cm_tensor *view(fuzz_input *in, cm_buffer *buffer, cm_dtype dtype, int32_
         strides[ndim - 2] = 1;
         strides[ndim - 1] = shape[ndim - 2];
     }
-    cm_tensor_desc desc = {.dtype = dtype, .ndim = ndim, .shape = shape,
+    cm_tensor_desc desc = {.dtype = dtype,
+                           .ndim = ndim,
+                           .shape = shape,
                            .strides = compact ? NULL : strides,
                            .byte_offset = fuzz_u16(in) % MAX_BYTES};
     cm_tensor *t = NULL;

@@ -50,8 +50,8 @@ static void probe(fuzz_input *in, const cm_tensor *t) {
 }
 
 /* Two elements' bytes through the public API. */
-static bool same_element(const cm_tensor *a, const cm_tensor *b, const int64_t *idx,
-                         cm_dtype dtype, size_t size) {
+static bool same_element(const cm_tensor *a, const cm_tensor *b, const int64_t *idx, cm_dtype dtype,
+                         size_t size) {
     uint8_t va[8], vb[8];
     if (cm_tensor_get_element(a, idx, dtype, va) != CM_OK ||
         cm_tensor_get_element(b, idx, dtype, vb) != CM_OK)
@@ -69,9 +69,9 @@ static void run_ops(cm_device *device, cm_tensor *t) {
     if (info.numel > 4096)
         return;
     cm_tensor *c = NULL;
-    if (cm_tensor_create(device, &(cm_tensor_desc){.dtype = info.dtype, .ndim = info.ndim,
-                                                   .shape = info.shape},
-                         &c) != CM_OK)
+    if (cm_tensor_create(
+            device, &(cm_tensor_desc){.dtype = info.dtype, .ndim = info.ndim, .shape = info.shape},
+            &c) != CM_OK)
         return; /* float64 where the device lacks it, or no memory */
     int64_t idx[CM_MAX_NDIM] = {0};
     cm_status s = cm_copy(t, c, NULL);
@@ -137,12 +137,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int k = 0; k < CM_MAX_NDIM; ++k)
             axes[k] = (int32_t)(fuzz_u8(&in) % 20) - 2;
         switch (fuzz_u8(&in) % 9) {
-        case 0: s = cm_tensor_slice(t, axis, fuzz_i64(&in), fuzz_i64(&in), fuzz_i64(&in), &next); break;
+        case 0:
+            s = cm_tensor_slice(t, axis, fuzz_i64(&in), fuzz_i64(&in), fuzz_i64(&in), &next);
+            break;
         case 1: s = cm_tensor_select(t, axis, fuzz_small_i64(&in), &next); break;
         case 2: s = cm_tensor_permute(t, axes, &next); break;
         case 3: s = cm_tensor_transpose(t, axis, (int32_t)fuzz_u8(&in) - 128, &next); break;
         case 4: s = cm_tensor_reshape(t, (int32_t)(fuzz_u8(&in) % 18) - 1, shape, &next); break;
-        case 5: s = cm_tensor_broadcast_to(t, (int32_t)(fuzz_u8(&in) % 18) - 1, shape, &next); break;
+        case 5:
+            s = cm_tensor_broadcast_to(t, (int32_t)(fuzz_u8(&in) % 18) - 1, shape, &next);
+            break;
         case 6: s = cm_tensor_squeeze(t, axis, &next); break;
         case 7: s = cm_tensor_unsqueeze(t, axis, &next); break;
         default: s = cm_tensor_read_only(t, &next); break;

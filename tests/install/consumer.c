@@ -9,8 +9,8 @@ int main(void) {
     cm_device *d = NULL;
     cm_tensor *t = NULL;
     if (cm_device_open(CM_DEVICE_CPU, 0, &d) != CM_OK ||
-        cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1,
-                                              .shape = (int64_t[]){3}},
+        cm_tensor_create(d,
+                         &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1, .shape = (int64_t[]){3}},
                          &t) != CM_OK) {
         fprintf(stderr, "consumer: %s\n", cm_last_error());
         return 1;

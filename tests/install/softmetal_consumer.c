@@ -11,15 +11,17 @@
 #endif
 
 int main(void) {
-  dispatch_queue_t q = dispatch_queue_create("consumer", DISPATCH_QUEUE_CONCURRENT);
-  dispatch_group_t g = dispatch_group_create();
-  __block long sum = 0;
-  dispatch_group_async(g, q, ^{
-    dispatch_apply(100, q, ^(size_t i) { __atomic_fetch_add(&sum, (long)i, __ATOMIC_RELAXED); });
-  });
-  long waited = (long)dispatch_group_wait(g, DISPATCH_TIME_FOREVER);
-  dispatch_release(g);
-  dispatch_release(q);
-  printf("softmetal consumer: sum %ld\n", sum);
-  return waited != 0 || sum != 4950;
+    dispatch_queue_t q = dispatch_queue_create("consumer", DISPATCH_QUEUE_CONCURRENT);
+    dispatch_group_t g = dispatch_group_create();
+    __block long sum = 0;
+    dispatch_group_async(g, q, ^{
+      dispatch_apply(100, q, ^(size_t i) {
+        __atomic_fetch_add(&sum, (long)i, __ATOMIC_RELAXED);
+      });
+    });
+    long waited = (long)dispatch_group_wait(g, DISPATCH_TIME_FOREVER);
+    dispatch_release(g);
+    dispatch_release(q);
+    printf("softmetal consumer: sum %ld\n", sum);
+    return waited != 0 || sum != 4950;
 }

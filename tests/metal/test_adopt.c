@@ -28,8 +28,7 @@ static cm__id own_device(void) {
 
 static cm_tensor *vec(cm_device *d, int64_t n) {
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
-                           &t));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &t));
     return t;
 }
 
@@ -122,8 +121,7 @@ Test(adopt, objects_of_the_wrong_class_are_refused) {
     EXPECT_FAIL(cm_device_wrap_metal(NULL, &d), CM_ERR_INVALID_ARGUMENT, "mtl_device = NULL");
     CHECK(cm_device_wrap_metal(dev, &d));
     cm_stream *s = NULL;
-    EXPECT_FAIL(cm_stream_wrap_metal(d, dev, &s), CM_ERR_INVALID_ARGUMENT,
-                "queue = 0x");
+    EXPECT_FAIL(cm_stream_wrap_metal(d, dev, &s), CM_ERR_INVALID_ARGUMENT, "queue = 0x");
     cr_assert(strstr(cm_last_error(), "does not respond to commandBuffer") != NULL, "%s",
               cm_last_error());
     cr_assert_null(s);

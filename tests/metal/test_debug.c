@@ -20,8 +20,7 @@ static cm_device *metal(void) {
 /* A fill of n floats on stream s, then a synchronize. */
 static void fill(cm_device *d, cm_stream *s, int64_t n) {
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
-                           &t));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &t));
     const float v = 3;
     CHECK(cm_fill(t, CM_FLOAT32, &v, s));
     CHECK(cm_stream_synchronize(s));
@@ -34,8 +33,8 @@ Test(debug, gpu_time_is_positive_ordered_and_accumulates) {
     CHECK(cm_stream_create(d, &s));
     cm_stream_gpu_time t0, t1, t2;
     CHECK(cm_stream_get_gpu_time(s, &t0));
-    cr_assert(t0.command_buffers == 0 && t0.seconds == 0 && t0.last_start == 0 &&
-              t0.last_end == 0, "a new stream has run nothing");
+    cr_assert(t0.command_buffers == 0 && t0.seconds == 0 && t0.last_start == 0 && t0.last_end == 0,
+              "a new stream has run nothing");
 
     fill(d, s, 1 << 20);
     CHECK(cm_stream_get_gpu_time(s, &t1));
@@ -44,8 +43,7 @@ Test(debug, gpu_time_is_positive_ordered_and_accumulates) {
     cr_assert_gt(t1.seconds, 0.0, "GPU time %g s", t1.seconds);
     cr_assert_lt(t1.seconds, 60.0, "GPU time %g s", t1.seconds);
     cr_assert_gt(t1.last_start, 0.0);
-    cr_assert_leq(t1.last_start, t1.last_end, "start %.9f end %.9f", t1.last_start,
-                 t1.last_end);
+    cr_assert_leq(t1.last_start, t1.last_end, "start %.9f end %.9f", t1.last_start, t1.last_end);
     cr_assert_float_eq(t1.seconds, t1.last_end - t1.last_start, 1e-12);
 
     fill(d, s, 1 << 20);
@@ -72,8 +70,7 @@ Test(debug, gpu_time_counts_every_command_buffer_of_a_sync) {
     CHECK(cm_stream_create(d, &s));
     int64_t n = 4096;
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
-                           &t));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &t));
     const float v = 1;
     for (int i = 0; i < 5; ++i) {
         CHECK(cm_fill(t, CM_FLOAT32, &v, s));
@@ -141,11 +138,11 @@ Test(debug, capture_arguments_are_checked) {
     cm_stream *s = NULL;
     CHECK(cm_device_get_stream(d, &s));
     EXPECT_FAIL(cm_capture_begin(NULL), CM_ERR_INVALID_ARGUMENT, "desc");
-    EXPECT_FAIL(cm_capture_begin(&(cm_capture_desc){.path = "a.gputrace"}),
-                CM_ERR_INVALID_ARGUMENT, "exactly one");
-    EXPECT_FAIL(cm_capture_begin(&(cm_capture_desc){.device = d, .stream = s,
-                                                    .path = "a.gputrace"}),
-                CM_ERR_INVALID_ARGUMENT, "exactly one");
+    EXPECT_FAIL(cm_capture_begin(&(cm_capture_desc){.path = "a.gputrace"}), CM_ERR_INVALID_ARGUMENT,
+                "exactly one");
+    EXPECT_FAIL(
+        cm_capture_begin(&(cm_capture_desc){.device = d, .stream = s, .path = "a.gputrace"}),
+        CM_ERR_INVALID_ARGUMENT, "exactly one");
     EXPECT_FAIL(cm_capture_begin(&(cm_capture_desc){.device = d}), CM_ERR_INVALID_ARGUMENT,
                 "desc->path = NULL");
     EXPECT_FAIL(cm_capture_begin(&(cm_capture_desc){.device = d, .path = ""}),

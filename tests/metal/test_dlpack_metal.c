@@ -22,10 +22,13 @@ static cm_device *metal(void) {
 /* A 4x6 float32 tensor with element i = i, in `storage`. */
 static cm_tensor *iota(cm_device *d, cm_storage_mode storage) {
     cm_tensor *t = NULL;
-    cr_assert_eq(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                       .shape = (int64_t[]){4, 6},
-                                                       .storage = storage},
-                                  &t), CM_OK);
+    cr_assert_eq(cm_tensor_create(d,
+                                  &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                                    .ndim = 2,
+                                                    .shape = (int64_t[]){4, 6},
+                                                    .storage = storage},
+                                  &t),
+                 CM_OK);
     float v[24];
     for (int i = 0; i < 24; ++i)
         v[i] = (float)i;
@@ -45,8 +48,8 @@ Test(dlpack_metal, export_gives_the_mtlbuffer_and_the_view_offset) {
     cm_tensor_info info;
     cm_tensor_get_info(col, &info);
     cm_dlpack_managed m;
-    cr_assert_eq(cm_dlpack_export(col, &(cm_dlpack_export_desc){.max_version = {1, 3}}, &m),
-                 CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_dlpack_export(col, &(cm_dlpack_export_desc){.max_version = {1, 3}}, &m), CM_OK,
+                 "%s", cm_last_error());
     cr_assert_not_null(m.versioned);
     const DLTensor *dl = &m.versioned->dl_tensor;
     cr_assert_eq(dl->device.device_type, kDLMetal);
@@ -88,9 +91,9 @@ Test(dlpack_metal, shared_storage_exports_for_the_cpu_without_a_copy) {
     cm_buffer_info binfo;
     cm_buffer_get_info(info.buffer, &binfo);
     cm_dlpack_managed m;
-    cr_assert_eq(cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLCPU,
-                                                              .copy = CM_COPY_NEVER},
-                                  &m), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_dlpack_export(
+                     t, &(cm_dlpack_export_desc){.device_type = kDLCPU, .copy = CM_COPY_NEVER}, &m),
+                 CM_OK, "%s", cm_last_error());
     cr_assert_not_null(m.legacy);
     cr_assert_eq(m.legacy->dl_tensor.device.device_type, kDLCPU);
     cr_assert_eq(m.legacy->dl_tensor.data, binfo.host, "contents: unified memory, zero-copy");
@@ -108,13 +111,13 @@ Test(dlpack_metal, private_storage_for_the_cpu_copies_or_refuses) {
     cm_tensor *t = iota(d, CM_STORAGE_PRIVATE), *tt = NULL;
     cr_assert_eq(cm_tensor_transpose(t, 0, 1, &tt), CM_OK);
     cm_dlpack_managed m;
-    EXPECT_FAIL(cm_dlpack_export(tt, &(cm_dlpack_export_desc){.device_type = kDLCPU,
-                                                               .copy = CM_COPY_NEVER},
-                                  &m),
-                 CM_ERR_COPY_REQUIRED, "private storage on the metal device has no host address");
-    cr_assert_eq(cm_dlpack_export(tt, &(cm_dlpack_export_desc){.device_type = kDLCPU,
-                                                               .max_version = {1, 0}},
-                                  &m), CM_OK, "%s", cm_last_error());
+    EXPECT_FAIL(cm_dlpack_export(
+                    tt, &(cm_dlpack_export_desc){.device_type = kDLCPU, .copy = CM_COPY_NEVER}, &m),
+                CM_ERR_COPY_REQUIRED, "private storage on the metal device has no host address");
+    cr_assert_eq(
+        cm_dlpack_export(tt, &(cm_dlpack_export_desc){.device_type = kDLCPU, .max_version = {1, 0}},
+                         &m),
+        CM_OK, "%s", cm_last_error());
     cr_assert(m.copied);
     cr_assert(m.versioned->flags & DLPACK_FLAG_BITMASK_IS_COPIED);
     const DLTensor *dl = &m.versioned->dl_tensor;
@@ -151,8 +154,12 @@ static DLManagedTensorVersioned *produce(cm_buffer *owner, void *mtl, uint64_t b
     m->version = (DLPackVersion){1, 1};
     m->manager_ctx = owner;
     m->deleter = producer_deleter;
-    m->dl_tensor = (DLTensor){.data = mtl, .device = {kDLMetal, 0}, .ndim = 1,
-                              .dtype = {2, 32, 1}, .shape = shape, .strides = shape + 1,
+    m->dl_tensor = (DLTensor){.data = mtl,
+                              .device = {kDLMetal, 0},
+                              .ndim = 1,
+                              .dtype = {2, 32, 1},
+                              .shape = shape,
+                              .strides = shape + 1,
                               .byte_offset = byte_offset};
     return m;
 }
@@ -180,7 +187,7 @@ Test(dlpack_metal, imports_keep_the_producer_alive_until_the_last_view) {
     /* A view past the buffer's length is refused and calls nothing. */
     m = produce(info.buffer, binfo.native, 0, 25);
     EXPECT_FAIL(cm_dlpack_import_versioned(m, NULL, &t), CM_ERR_OUT_OF_BOUNDS,
-                 "of a 96-byte buffer");
+                "of a 96-byte buffer");
     cr_assert_null(t);
     cr_assert_eq(atomic_load(&deleted), 1, "ownership stayed with the caller");
     producer_deleter(m);
@@ -190,7 +197,8 @@ Test(dlpack_metal, imports_keep_the_producer_alive_until_the_last_view) {
     cm_device_open(CM_DEVICE_CPU, 0, &cpu);
     m = produce(info.buffer, binfo.native, 0, 4);
     EXPECT_FAIL(cm_dlpack_import_versioned(m, &(cm_dlpack_import_desc){.device = cpu}, &t),
-                 CM_ERR_UNSUPPORTED, "desc->device is a cpu device but dl_tensor.device is kDLMetal");
+                CM_ERR_UNSUPPORTED,
+                "desc->device is a cpu device but dl_tensor.device is kDLMetal");
     producer_deleter(m);
     cm_device_release(cpu);
     cm_tensor_release(src);
@@ -207,8 +215,8 @@ static void host_deleter(DLManagedTensor *self) {
 static DLManagedTensor *host_tensor(void *data, int64_t *shape) {
     DLManagedTensor *m = calloc(1, sizeof *m);
     m->deleter = host_deleter;
-    m->dl_tensor = (DLTensor){.data = data, .device = {kDLCPU, 0}, .ndim = 1,
-                              .dtype = {2, 32, 1}, .shape = shape};
+    m->dl_tensor = (DLTensor){
+        .data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {2, 32, 1}, .shape = shape};
     return m;
 }
 
@@ -222,8 +230,8 @@ Test(dlpack_metal, host_memory_maps_onto_metal_when_aligned_else_copies_as_allow
     atomic_store(&host_deleted, 0);
     cm_tensor *t = NULL;
     cr_assert_eq(cm_dlpack_import(host_tensor(page, shape),
-                                  &(cm_dlpack_import_desc){.device = d, .copy = CM_COPY_NEVER},
-                                  &t), CM_OK, "%s", cm_last_error());
+                                  &(cm_dlpack_import_desc){.device = d, .copy = CM_COPY_NEVER}, &t),
+                 CM_OK, "%s", cm_last_error());
     cm_tensor_info info;
     cm_tensor_get_info(t, &info);
     cr_assert_eq(info.device_type, CM_DEVICE_METAL);
@@ -238,15 +246,13 @@ Test(dlpack_metal, host_memory_maps_onto_metal_when_aligned_else_copies_as_allow
     /* Unaligned: refused under CM_COPY_NEVER, ownership kept... */
     int64_t small[1] = {5};
     DLManagedTensor *m = host_tensor(page + 1, small);
-    EXPECT_FAIL(cm_dlpack_import(m, &(cm_dlpack_import_desc){.device = d,
-                                                              .copy = CM_COPY_NEVER},
-                                  &t),
-                 CM_ERR_COPY_REQUIRED, "aligned to the host's page size");
+    EXPECT_FAIL(
+        cm_dlpack_import(m, &(cm_dlpack_import_desc){.device = d, .copy = CM_COPY_NEVER}, &t),
+        CM_ERR_COPY_REQUIRED, "aligned to the host's page size");
     /* named as the import's arguments, not the wrap's */
     cr_assert(strncmp(cm_last_error(), "cm_dlpack_import: dl_tensor.data = ", 35) == 0, "%s",
               cm_last_error());
-    cr_assert(strstr(cm_last_error(), "desc->copy = CM_COPY_NEVER") != NULL, "%s",
-              cm_last_error());
+    cr_assert(strstr(cm_last_error(), "desc->copy = CM_COPY_NEVER") != NULL, "%s", cm_last_error());
     cr_assert(strstr(cm_last_error(), "cm_buffer_wrap_host") == NULL, "%s", cm_last_error());
     cr_assert_eq(atomic_load(&host_deleted), 1);
     /* ...and copied under CM_COPY_IF_NEEDED, the producer released at once. */
@@ -330,24 +336,23 @@ Test(dlpack_metal, host_import_onto_metal_fails_cleanly_at_every_allocation) {
 static void managed_host_writes_reach_the_consumer(bool no_wait) {
     cm_device *d = metal();
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                 .shape = (int64_t[]){8},
-                                                 .storage = CM_STORAGE_MANAGED},
-                           &t));
+    CHECK(cm_tensor_create(
+        d,
+        &(cm_tensor_desc){
+            .dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){8}, .storage = CM_STORAGE_MANAGED},
+        &t));
     float *host = NULL;
     CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&host));
     for (int i = 0; i < 8; ++i)
         host[i] = (float)(i + 1);
     cm_dlpack_managed m;
-    CHECK(cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal,
-                                                        .no_wait = no_wait},
+    CHECK(cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal, .no_wait = no_wait},
                            &m));
     cr_assert_not_null(m.legacy);
     cm_tensor *consumer = NULL, *out = NULL;
     CHECK(cm_dlpack_import(m.legacy, &(cm_dlpack_import_desc){.device = d}, &consumer));
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                 .shape = (int64_t[]){8}},
-                           &out));
+    CHECK(cm_tensor_create(
+        d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){8}}, &out));
     CHECK(cm_copy(consumer, out, NULL));
     const float *got = NULL;
     CHECK(cm_tensor_host_read(out, CM_FLOAT32, (const void **)&got));

@@ -123,11 +123,16 @@ Test(kernel, threadgroup_memory_barriers_and_simd_functions) {
         {.type = CM_ARG_INPUT, .index = 0, .tensor = x},
         {.type = CM_ARG_OUTPUT, .index = 1, .tensor = out},
         {.type = CM_ARG_BYTES, .index = 2, .data = &n, .size = sizeof n},
-        {.type = CM_ARG_THREADGROUP, .index = 0, .size = 2 * sizeof(float) * 4 /* 2 simdgroups, rounded */},
+        {.type = CM_ARG_THREADGROUP,
+         .index = 0,
+         .size = 2 * sizeof(float) * 4 /* 2 simdgroups, rounded */},
     };
-    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-        .args = args, .arg_count = 4, .grid_unit = CM_GRID_THREADGROUPS,
-        .grid = {groups}, .threadgroup = {64}}));
+    CHECK(cm_kernel_dispatch(k, NULL,
+                             &(cm_dispatch_desc){.args = args,
+                                                 .arg_count = 4,
+                                                 .grid_unit = CM_GRID_THREADGROUPS,
+                                                 .grid = {groups},
+                                                 .threadgroup = {64}}));
     const float *p = NULL;
     CHECK(cm_tensor_host_read(out, CM_FLOAT32, (const void **)&p)); /* waits for the kernel */
     for (uint32_t g = 0; g < groups; ++g) {
@@ -159,8 +164,9 @@ Test(kernel, dispatch_threads_covers_a_partial_last_group_and_binds_the_view_off
     CHECK(cm_fill(y, CM_FLOAT64, &minus, NULL));
     const cm_kernel_arg args[] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = xs},
                                   {.type = CM_ARG_OUTPUT, .index = 1, .tensor = ys}};
-    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){.args = args, .arg_count = 2,
-                                                          .grid = {90}, .threadgroup = {32}}));
+    CHECK(cm_kernel_dispatch(
+        k, NULL,
+        &(cm_dispatch_desc){.args = args, .arg_count = 2, .grid = {90}, .threadgroup = {32}}));
     const float *p = NULL;
     CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
     for (int i = 0; i < 100; ++i) {
@@ -205,16 +211,21 @@ Test(kernel, float64_tensors_are_storage_only_and_no_kernel_takes_them) {
     double back = 0;
     CHECK(cm_tensor_get_element(f64, (int64_t[]){3}, CM_FLOAT64, &back));
     cr_assert_eq(back, 0.1 * 3, "the host reads float64 storage back unchanged");
-    cm_kernel *k = kernel_of(d,
-                             "kernel void cp(device const float *x [[buffer(0)]],\n"
-                             "               device float *y [[buffer(1)]],\n"
-                             "               uint i [[thread_position_in_grid]]) { y[i] = x[i]; }\n",
-                             "cp");
-    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-                    .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = f64},
-                                              {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
-                    .arg_count = 2, .grid = {4}}),
-                CM_ERR_UNSUPPORTED, "args[0].tensor has dtype float64, which Metal kernels do not have");
+    cm_kernel *k =
+        kernel_of(d,
+                  "kernel void cp(device const float *x [[buffer(0)]],\n"
+                  "               device float *y [[buffer(1)]],\n"
+                  "               uint i [[thread_position_in_grid]]) { y[i] = x[i]; }\n",
+                  "cp");
+    EXPECT_FAIL(cm_kernel_dispatch(
+                    k, NULL,
+                    &(cm_dispatch_desc){
+                        .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = f64},
+                                                  {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
+                        .arg_count = 2,
+                        .grid = {4}}),
+                CM_ERR_UNSUPPORTED,
+                "args[0].tensor has dtype float64, which Metal kernels do not have");
     cm_kernel_release(k);
     cm_tensor_release(f64);
     cm_tensor_release(y);
@@ -237,19 +248,27 @@ Test(kernel, the_default_threadgroup_is_the_widest_allowed_and_at_most_the_grid)
     const uint32_t w = info.thread_execution_width, max = info.max_threads_per_threadgroup;
     const uint32_t widest = max > w ? max - max % w : max;
     cm_tensor *o = vec(d, CM_UINT32, 1);
-    const struct { uint64_t grid; uint32_t y; cm_grid_unit unit; uint32_t want; } cases[] = {
-        {1000, 1, CM_GRID_THREADS, 1000 < widest ? 1000 : widest},
-        {5 * (uint64_t)max, 1, CM_GRID_THREADS, widest},
-        {7, 1, CM_GRID_THREADS, 7},
-        {3, 1, CM_GRID_THREADGROUPS, widest},
-        /* a multiple of the expected width: partial groups report their own size */
-        {10 * (uint64_t)((max / 3) > w ? (max / 3) - (max / 3) % w : max / 3), 3,
-         CM_GRID_THREADS, (max / 3) > w ? (max / 3) - (max / 3) % w : max / 3}};
+    const struct {
+        uint64_t grid;
+        uint32_t y;
+        cm_grid_unit unit;
+        uint32_t want;
+    } cases[] = {{1000, 1, CM_GRID_THREADS, 1000 < widest ? 1000 : widest},
+                 {5 * (uint64_t)max, 1, CM_GRID_THREADS, widest},
+                 {7, 1, CM_GRID_THREADS, 7},
+                 {3, 1, CM_GRID_THREADGROUPS, widest},
+                 /* a multiple of the expected width: partial groups report their own size */
+                 {10 * (uint64_t)((max / 3) > w ? (max / 3) - (max / 3) % w : max / 3), 3,
+                  CM_GRID_THREADS, (max / 3) > w ? (max / 3) - (max / 3) % w : max / 3}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-        CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-            .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .index = 0, .tensor = o},
-            .arg_count = 1, .grid_unit = cases[i].unit, .grid = {cases[i].grid, cases[i].y},
-            .threadgroup = {0, cases[i].y}}));
+        CHECK(cm_kernel_dispatch(
+            k, NULL,
+            &(cm_dispatch_desc){
+                .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .index = 0, .tensor = o},
+                .arg_count = 1,
+                .grid_unit = cases[i].unit,
+                .grid = {cases[i].grid, cases[i].y},
+                .threadgroup = {0, cases[i].y}}));
         uint32_t got = 0;
         CHECK(cm_tensor_get_element(o, (int64_t[]){0}, CM_UINT32, &got));
         cr_assert_eq(got, cases[i].want, "case %zu: threadgroup width %u, want %u", i, got,
@@ -264,19 +283,25 @@ Test(kernel, macros_are_defined_and_errors_name_lines_of_the_users_source) {
     cm_device *d = metal();
     const cm_macro macros[] = {{"SCALE", "3.0f"}, {"USE_OFFSET", NULL}};
     cm_library *lib = NULL;
-    CHECK(cm_library_create(d, &(cm_library_desc){
-        .source = "kernel void scale(device float *y [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
-                  "#ifdef USE_OFFSET\n"
-                  "    y[i] = y[i] * SCALE + USE_OFFSET;\n"
-                  "#endif\n"
-                  "}\n",
-        .macros = macros, .macro_count = 2}, &lib));
+    CHECK(cm_library_create(
+        d,
+        &(cm_library_desc){.source = "kernel void scale(device float *y [[buffer(0)]], uint i "
+                                     "[[thread_position_in_grid]]) {\n"
+                                     "#ifdef USE_OFFSET\n"
+                                     "    y[i] = y[i] * SCALE + USE_OFFSET;\n"
+                                     "#endif\n"
+                                     "}\n",
+                           .macros = macros,
+                           .macro_count = 2},
+        &lib));
     cm_kernel *k = NULL;
     CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "scale"}, &k));
     cm_tensor *y = iota_f32(d, 8);
-    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-        .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = y}, .arg_count = 1,
-        .grid = {8}}));
+    CHECK(cm_kernel_dispatch(
+        k, NULL,
+        &(cm_dispatch_desc){.args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = y},
+                            .arg_count = 1,
+                            .grid = {8}}));
     const float *p = NULL;
     CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
     for (int i = 0; i < 8; ++i)
@@ -284,21 +309,30 @@ Test(kernel, macros_are_defined_and_errors_name_lines_of_the_users_source) {
 
     /* An error on line 3 of the source is reported on line 3, macros or not. */
     cm_library *bad = NULL;
-    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){
-        .source = "kernel void f(device float *y [[buffer(0)]]) {\n"
-                  "    y[0] = 1.0f;\n"
-                  "    y[1] = undefined_name;\n"
-                  "}\n",
-        .macros = macros, .macro_count = 2}, &bad),
-        CM_ERR_COMPILE, "program_source:3:");
+    EXPECT_FAIL(cm_library_create(
+                    d,
+                    &(cm_library_desc){.source = "kernel void f(device float *y [[buffer(0)]]) {\n"
+                                                 "    y[0] = 1.0f;\n"
+                                                 "    y[1] = undefined_name;\n"
+                                                 "}\n",
+                                       .macros = macros,
+                                       .macro_count = 2},
+                    &bad),
+                CM_ERR_COMPILE, "program_source:3:");
     cr_assert_null(bad);
     cr_assert(strstr(cm_last_error(), "undefined_name") != NULL, "%s", cm_last_error());
-    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "kernel void f() {}",
-        .macros = &(cm_macro){"2BAD", "1"}, .macro_count = 1}, &bad),
-        CM_ERR_INVALID_ARGUMENT, "desc->macros[0].name = \"2BAD\" is not an identifier");
-    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "kernel void f() {}",
-        .macros = &(cm_macro){"A", "1\n#define B"}, .macro_count = 1}, &bad),
-        CM_ERR_INVALID_ARGUMENT, "desc->macros[0].value of A has a line break");
+    EXPECT_FAIL(cm_library_create(d,
+                                  &(cm_library_desc){.source = "kernel void f() {}",
+                                                     .macros = &(cm_macro){"2BAD", "1"},
+                                                     .macro_count = 1},
+                                  &bad),
+                CM_ERR_INVALID_ARGUMENT, "desc->macros[0].name = \"2BAD\" is not an identifier");
+    EXPECT_FAIL(cm_library_create(d,
+                                  &(cm_library_desc){.source = "kernel void f() {}",
+                                                     .macros = &(cm_macro){"A", "1\n#define B"},
+                                                     .macro_count = 1},
+                                  &bad),
+                CM_ERR_INVALID_ARGUMENT, "desc->macros[0].value of A has a line break");
     cm_tensor_release(y);
     cm_kernel_release(k);
     cm_library_release(lib);
@@ -317,13 +351,13 @@ Test(kernel, libraries_use_safe_math_by_default_and_are_cached) {
     sm_stats(&before);
     cm_library *a = NULL, *b = NULL, *fast = NULL;
     CHECK(cm_library_create(d, &(cm_library_desc){.source = nan_source}, &a));
-    CHECK(cm_library_create(d, &(cm_library_desc){.source = nan_source,
-                                                  .math_mode = CM_MATH_MODE_SAFE}, &b));
+    CHECK(cm_library_create(
+        d, &(cm_library_desc){.source = nan_source, .math_mode = CM_MATH_MODE_SAFE}, &b));
     sm_stats(&after);
     cr_assert_eq(after.unsafe_math_libraries, before.unsafe_math_libraries, "safe math");
     cr_assert_eq(after.allocs - before.allocs, after.allocs - before.allocs);
-    CHECK(cm_library_create(d, &(cm_library_desc){.source = nan_source,
-                                                  .math_mode = CM_MATH_MODE_FAST}, &fast));
+    CHECK(cm_library_create(
+        d, &(cm_library_desc){.source = nan_source, .math_mode = CM_MATH_MODE_FAST}, &fast));
     struct softmetal_stats later;
     sm_stats(&later);
     cr_assert_eq(later.unsafe_math_libraries, after.unsafe_math_libraries + 1,
@@ -346,7 +380,8 @@ Test(kernel, libraries_use_safe_math_by_default_and_are_cached) {
     px[1] = 1.0f;
     const cm_kernel_arg args[] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
                                   {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}};
-    CHECK(cm_kernel_dispatch(k2, NULL, &(cm_dispatch_desc){.args = args, .arg_count = 2, .grid = {2}}));
+    CHECK(cm_kernel_dispatch(k2, NULL,
+                             &(cm_dispatch_desc){.args = args, .arg_count = 2, .grid = {2}}));
     const int32_t *py = NULL;
     CHECK(cm_tensor_host_read(y, CM_INT32, (const void **)&py));
     cr_assert_eq(py[0], 1, "NaN is seen under safe math");
@@ -377,18 +412,24 @@ Test(kernel, safe_math_gets_the_precise_math_functions) {
     float got[2][8];
     for (int mode = 0; mode < 2; ++mode) {
         cm_library *lib = NULL;
-        CHECK(cm_library_create(d, &(cm_library_desc){.source = source,
-            .math_mode = mode == 0 ? CM_MATH_MODE_DEFAULT : CM_MATH_MODE_FAST}, &lib));
+        CHECK(cm_library_create(
+            d,
+            &(cm_library_desc){.source = source,
+                               .math_mode = mode == 0 ? CM_MATH_MODE_DEFAULT : CM_MATH_MODE_FAST},
+            &lib));
         cm_kernel *k = NULL;
         CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "el"}, &k));
         cm_tensor *x = vec(d, CM_FLOAT32, 4), *y = vec(d, CM_FLOAT32, 8);
         float *px = NULL;
         CHECK(cm_tensor_host_write(x, CM_FLOAT32, (void **)&px));
         memcpy(px, in, sizeof in);
-        CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-            .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
-                                      {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
-            .arg_count = 2, .grid = {4}}));
+        CHECK(cm_kernel_dispatch(
+            k, NULL,
+            &(cm_dispatch_desc){
+                .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                          {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
+                .arg_count = 2,
+                .grid = {4}}));
         const float *py = NULL;
         CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&py));
         memcpy(got[mode], py, sizeof got[mode]);
@@ -429,8 +470,8 @@ Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) 
     cm_kernel *k = kernel_of(d, three_args_source, "k3");
     cm_tensor *x = iota_f32(d, 64), *y = vec(d, CM_FLOAT32, 64);
     cm_tensor *on_cpu = NULL, *ro = NULL;
-    CHECK(cm_tensor_create(cpu, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                  .shape = (int64_t[]){64}}, &on_cpu));
+    CHECK(cm_tensor_create(
+        cpu, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){64}}, &on_cpu));
     CHECK(cm_tensor_read_only(y, &ro));
     CHECK(cm_device_synchronize(d));
     const uint64_t before = submissions(d);
@@ -534,27 +575,38 @@ Test(kernel, bad_arguments_fail_before_anything_is_encoded_naming_the_argument) 
     cm_kernel *none = NULL;
     CHECK(cm_library_create(d, &(cm_library_desc){.source = three_args_source}, &lib));
     EXPECT_FAIL(cm_kernel_create(lib, &(cm_kernel_desc){.name = "k4"}, &none),
-                CM_ERR_INVALID_ARGUMENT, "desc->name = \"k4\": the library has no function of that name");
+                CM_ERR_INVALID_ARGUMENT,
+                "desc->name = \"k4\": the library has no function of that name");
     cr_assert_null(none);
-    EXPECT_FAIL(cm_kernel_create(lib, &(cm_kernel_desc){.name = "k3", .constant_count = 1,
-        .constants = &(cm_function_constant){.index = 0, .dtype = CM_FLOAT64, .value = &a}}, &none),
+    EXPECT_FAIL(
+        cm_kernel_create(
+            lib,
+            &(cm_kernel_desc){
+                .name = "k3",
+                .constant_count = 1,
+                .constants = &(cm_function_constant){.index = 0, .dtype = CM_FLOAT64, .value = &a}},
+            &none),
         CM_ERR_INVALID_ARGUMENT, "desc->constants[0].dtype = 13");
     cm_library_release(lib);
     EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = NULL}, &lib),
                 CM_ERR_INVALID_ARGUMENT, "desc->source = NULL");
     EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "", .math_mode = 9}, &lib),
                 CM_ERR_INVALID_ARGUMENT, "math_mode = 9 is not a cm_math_mode");
-    EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = "",
-                                                        .language_version = CM_MSL_VERSION(0, 5)},
-                                  &lib),
-                CM_ERR_UNSUPPORTED, "language_version = 0.5 (0x5) is not an MTLLanguageVersion");
+    EXPECT_FAIL(
+        cm_library_create(
+            d, &(cm_library_desc){.source = "", .language_version = CM_MSL_VERSION(0, 5)}, &lib),
+        CM_ERR_UNSUPPORTED, "language_version = 0.5 (0x5) is not an MTLLanguageVersion");
     cm_library *cpu_lib = NULL;
     EXPECT_FAIL(cm_library_create(cpu, &(cm_library_desc){.source = three_args_source}, &cpu_lib),
                 CM_ERR_UNSUPPORTED, "the cpu device runs no custom kernels: open a Metal device");
     cm_body_kernel *cpu_body = NULL;
-    EXPECT_FAIL(cm_body_kernel_create(cpu, &(cm_body_kernel_desc){.name = "f", .body = "",
-        .output_names = (const char *[]){"y"}, .output_count = 1}, &cpu_body),
-        CM_ERR_UNSUPPORTED, "open a Metal device");
+    EXPECT_FAIL(cm_body_kernel_create(cpu,
+                                      &(cm_body_kernel_desc){.name = "f",
+                                                             .body = "",
+                                                             .output_names = (const char *[]){"y"},
+                                                             .output_count = 1},
+                                      &cpu_body),
+                CM_ERR_UNSUPPORTED, "open a Metal device");
     cr_assert_null(cpu_body);
 
     cm_tensor_release(x);
@@ -573,22 +625,29 @@ Test(kernel, the_language_version_reaches_the_compiler) {
     static const char source[] = "kernel void v(device int *o [[buffer(0)]]) {\n"
                                  "  o[0] = __METAL_VERSION__;\n"
                                  "}\n";
-    const struct { uint32_t version; int want; } cases[] = {
-        {CM_MSL_VERSION(1, 1), 110}, {CM_MSL_VERSION(2, 4), 240}, {CM_MSL_VERSION(3, 1), 310},
-        {CM_MSL_VERSION(3, 2), 320}, {CM_MSL_VERSION(4, 0), 400}};
+    const struct {
+        uint32_t version;
+        int want;
+    } cases[] = {{CM_MSL_VERSION(1, 1), 110},
+                 {CM_MSL_VERSION(2, 4), 240},
+                 {CM_MSL_VERSION(3, 1), 310},
+                 {CM_MSL_VERSION(3, 2), 320},
+                 {CM_MSL_VERSION(4, 0), 400}};
     /* 4.0 needs macOS 26: on Apple's Metal only softmetal's cases up to 3.1 run */
     const size_t ncases = sm_present() ? sizeof cases / sizeof cases[0] : 3;
     cm_tensor *o = vec(d, CM_INT32, 1);
     for (size_t i = 0; i < ncases; ++i) {
         cm_library *lib = NULL;
-        CHECK(cm_library_create(d, &(cm_library_desc){.source = source,
-                                                      .language_version = cases[i].version},
-                                &lib));
+        CHECK(cm_library_create(
+            d, &(cm_library_desc){.source = source, .language_version = cases[i].version}, &lib));
         cm_kernel *k = NULL;
         CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "v"}, &k));
-        CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-            .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .index = 0, .tensor = o},
-            .arg_count = 1, .grid = {1}}));
+        CHECK(cm_kernel_dispatch(
+            k, NULL,
+            &(cm_dispatch_desc){
+                .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .index = 0, .tensor = o},
+                .arg_count = 1,
+                .grid = {1}}));
         int32_t got = 0;
         CHECK(cm_tensor_get_element(o, (int64_t[]){0}, CM_INT32, &got));
         cr_assert_eq(got, cases[i].want, "version %#x: __METAL_VERSION__ = %d", cases[i].version,
@@ -598,7 +657,10 @@ Test(kernel, the_language_version_reaches_the_compiler) {
     }
     /* Exactly Apple's MTLLanguageVersion values: 1.0 is not on macOS; the
      * others are refused before the compiler, named as major.minor. */
-    const struct { uint32_t version; const char *text; } refused[] = {
+    const struct {
+        uint32_t version;
+        const char *text;
+    } refused[] = {
         {CM_MSL_VERSION(3, 9), "language_version = 3.9 (0x30009) is not an MTLLanguageVersion"},
         {CM_MSL_VERSION(1, 0), "language_version = 1.0 (0x10000) is not an MTLLanguageVersion"},
         {CM_MSL_VERSION(2, 5), "language_version = 2.5 (0x20005)"},
@@ -608,10 +670,9 @@ Test(kernel, the_language_version_reaches_the_compiler) {
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i) {
         cm_library *lib = NULL;
         const uint32_t v = i == 5 ? 0x00030002u + 0x1000000u : refused[i].version;
-        EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = source,
-                                                            .language_version = v},
-                                      &lib),
-                    CM_ERR_UNSUPPORTED, i == 5 ? "language_version = 259.2" : refused[i].text);
+        EXPECT_FAIL(
+            cm_library_create(d, &(cm_library_desc){.source = source, .language_version = v}, &lib),
+            CM_ERR_UNSUPPORTED, i == 5 ? "language_version = 259.2" : refused[i].text);
         cr_assert_null(lib);
     }
     cm_tensor_release(o);
@@ -624,8 +685,8 @@ Test(kernel, body_kernels_over_strided_and_offset_views) {
     cm_device *d = metal();
     /* a: 4x6 iota; x = a[1:, ::2].T, a 3x3 view with strides {2, 6} at offset 6. */
     cm_tensor *a = NULL, *rows = NULL, *cols = NULL, *xt = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                .shape = (int64_t[]){4, 6}}, &a));
+    CHECK(cm_tensor_create(
+        d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2, .shape = (int64_t[]){4, 6}}, &a));
     float *pa = NULL;
     CHECK(cm_tensor_host_write(a, CM_FLOAT32, (void **)&pa));
     for (int i = 0; i < 24; ++i)
@@ -634,25 +695,32 @@ Test(kernel, body_kernels_over_strided_and_offset_views) {
     CHECK(cm_tensor_slice(rows, 1, CM_SLICE_DEFAULT, CM_SLICE_DEFAULT, 2, &cols));
     CHECK(cm_tensor_transpose(cols, 0, 1, &xt));
     cm_tensor *out = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                .shape = (int64_t[]){3, 3}}, &out));
+    CHECK(cm_tensor_create(
+        d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2, .shape = (int64_t[]){3, 3}}, &out));
 
     cm_body_kernel *k = NULL;
-    CHECK(cm_body_kernel_create(d, &(cm_body_kernel_desc){
-        .name = "strided_scale",
-        .input_names = (const char *[]){"x"}, .input_count = 1,
-        .output_names = (const char *[]){"y"}, .output_count = 1,
-        .body = "uint i = thread_position_in_grid.x;\n"
-                "if (i >= uint(x_shape[0] * x_shape[1])) return;\n"
-                "long r = i / x_shape[1], c = i % x_shape[1];\n"
-                "y[i] += T(x[r * x_strides[0] + c * x_strides[1]]) * K;\n"}, &k));
+    CHECK(cm_body_kernel_create(
+        d,
+        &(cm_body_kernel_desc){.name = "strided_scale",
+                               .input_names = (const char *[]){"x"},
+                               .input_count = 1,
+                               .output_names = (const char *[]){"y"},
+                               .output_count = 1,
+                               .body = "uint i = thread_position_in_grid.x;\n"
+                                       "if (i >= uint(x_shape[0] * x_shape[1])) return;\n"
+                                       "long r = i / x_shape[1], c = i % x_shape[1];\n"
+                                       "y[i] += T(x[r * x_strides[0] + c * x_strides[1]]) * K;\n"},
+        &k));
     const float k3 = 3;
     const cm_template_arg targs[] = {{.name = "T", .dtype = CM_FLOAT32},
                                      {.name = "K", .dtype = CM_FLOAT32, .value = &k3}};
     const double init = 0.5;
-    cm_body_dispatch_desc bd = {
-        .inputs = (const cm_tensor *[]){xt}, .outputs = (cm_tensor *[]){out},
-        .template_args = targs, .template_arg_count = 2, .init_value = &init, .grid = {9}};
+    cm_body_dispatch_desc bd = {.inputs = (const cm_tensor *[]){xt},
+                                .outputs = (cm_tensor *[]){out},
+                                .template_args = targs,
+                                .template_arg_count = 2,
+                                .init_value = &init,
+                                .grid = {9}};
     CHECK(cm_body_kernel_dispatch(k, NULL, &bd));
     const float *p = NULL;
     CHECK(cm_tensor_host_read(out, CM_FLOAT32, (const void **)&p));
@@ -677,10 +745,10 @@ Test(kernel, body_kernels_over_strided_and_offset_views) {
 
     /* Another dtype is another kernel from the same body. */
     cm_tensor *h = NULL, *ho = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT16, .ndim = 2,
-                                                .shape = (int64_t[]){3, 3}}, &h));
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                .shape = (int64_t[]){3, 3}}, &ho));
+    CHECK(cm_tensor_create(
+        d, &(cm_tensor_desc){.dtype = CM_FLOAT16, .ndim = 2, .shape = (int64_t[]){3, 3}}, &h));
+    CHECK(cm_tensor_create(
+        d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2, .shape = (int64_t[]){3, 3}}, &ho));
     const double two = 2;
     CHECK(cm_fill(h, CM_FLOAT64, &two, NULL));
     bd.inputs = (const cm_tensor *[]){h};
@@ -713,16 +781,26 @@ Test(kernel, body_kernels_over_strided_and_offset_views) {
     EXPECT_FAIL(cm_body_kernel_dispatch(k, NULL, &bd), CM_ERR_INVALID_ARGUMENT,
                 "desc->outputs[0] = NULL (y)");
     cm_body_kernel *bad = NULL;
-    EXPECT_FAIL(cm_body_kernel_create(d, &(cm_body_kernel_desc){
-        .name = "f", .body = "", .input_names = (const char *[]){"x"}, .input_count = 1,
-        .output_names = (const char *[]){"x"}, .output_count = 1}, &bad),
-        CM_ERR_INVALID_ARGUMENT, "the name \"x\" is used twice");
+    EXPECT_FAIL(cm_body_kernel_create(d,
+                                      &(cm_body_kernel_desc){.name = "f",
+                                                             .body = "",
+                                                             .input_names = (const char *[]){"x"},
+                                                             .input_count = 1,
+                                                             .output_names = (const char *[]){"x"},
+                                                             .output_count = 1},
+                                      &bad),
+                CM_ERR_INVALID_ARGUMENT, "the name \"x\" is used twice");
     /* A body that does not compile: diagnostics count lines of the body. */
-    CHECK(cm_body_kernel_create(d, &(cm_body_kernel_desc){
-        .name = "broken", .output_names = (const char *[]){"y"}, .output_count = 1,
-        .body = "y[0] = 1;\ny[1] = nope;\n"}, &bad));
-    EXPECT_FAIL(cm_body_kernel_dispatch(bad, NULL, &(cm_body_dispatch_desc){
-        .outputs = (cm_tensor *[]){out}, .grid = {1}}), CM_ERR_COMPILE, "program_source:2:");
+    CHECK(cm_body_kernel_create(d,
+                                &(cm_body_kernel_desc){.name = "broken",
+                                                       .output_names = (const char *[]){"y"},
+                                                       .output_count = 1,
+                                                       .body = "y[0] = 1;\ny[1] = nope;\n"},
+                                &bad));
+    EXPECT_FAIL(
+        cm_body_kernel_dispatch(
+            bad, NULL, &(cm_body_dispatch_desc){.outputs = (cm_tensor *[]){out}, .grid = {1}}),
+        CM_ERR_COMPILE, "program_source:2:");
     cr_assert(strstr(cm_last_error(), "cm_body_kernel_dispatch:") == cm_last_error(), "%s",
               cm_last_error());
     cm_body_kernel_release(bad);
@@ -745,11 +823,18 @@ Test(kernel, body_kernels_over_strided_and_offset_views) {
 Test(kernel, body_kernels_with_atomic_outputs_build_a_histogram) {
     cm_device *d = metal();
     cm_body_kernel *k = NULL;
-    CHECK(cm_body_kernel_create(d, &(cm_body_kernel_desc){
-        .name = "hist", .input_names = (const char *[]){"x"}, .input_count = 1,
-        .output_names = (const char *[]){"h"}, .output_count = 1, .atomic_outputs = true,
-        .body = "atomic_fetch_add_explicit(&h[x[thread_position_in_grid.x] % 8], 1u,\n"
-                "                          memory_order_relaxed);\n"}, &k));
+    CHECK(cm_body_kernel_create(
+        d,
+        &(cm_body_kernel_desc){
+            .name = "hist",
+            .input_names = (const char *[]){"x"},
+            .input_count = 1,
+            .output_names = (const char *[]){"h"},
+            .output_count = 1,
+            .atomic_outputs = true,
+            .body = "atomic_fetch_add_explicit(&h[x[thread_position_in_grid.x] % 8], 1u,\n"
+                    "                          memory_order_relaxed);\n"},
+        &k));
     enum { N = 1000 };
     cm_tensor *x = vec(d, CM_UINT32, N), *h = vec(d, CM_UINT32, 8), *f16 = vec(d, CM_FLOAT16, 8);
     uint32_t *px = NULL;
@@ -761,7 +846,8 @@ Test(kernel, body_kernels_with_atomic_outputs_build_a_histogram) {
     }
     const double zero = 0;
     cm_body_dispatch_desc desc = {.inputs = (const cm_tensor *[]){x},
-                                  .outputs = (cm_tensor *[]){h}, .init_value = &zero,
+                                  .outputs = (cm_tensor *[]){h},
+                                  .init_value = &zero,
                                   .grid = {N}};
     char source[2048];
     size_t len = 0;
@@ -785,22 +871,26 @@ Test(kernel, body_kernels_with_atomic_outputs_build_a_histogram) {
 
 Test(kernel, dlpack_imported_tensors_are_arguments_and_keep_read_only) {
     cm_device *d = metal();
-    cm_kernel *k = kernel_of(d,
-                             "kernel void inc(device float *y [[buffer(0)]],\n"
-                             "                uint i [[thread_position_in_grid]]) { y[i] += 1.0f; }\n",
-                             "inc");
+    cm_kernel *k =
+        kernel_of(d,
+                  "kernel void inc(device float *y [[buffer(0)]],\n"
+                  "                uint i [[thread_position_in_grid]]) { y[i] += 1.0f; }\n",
+                  "inc");
     cm_tensor *t = iota_f32(d, 16);
     cm_dlpack_managed m;
     CHECK(cm_dlpack_export(t, &(cm_dlpack_export_desc){.max_version = {1, 3}}, &m));
     cr_assert_eq(m.versioned->dl_tensor.device.device_type, kDLMetal);
     cm_tensor *imported = NULL;
     /* wraps the MTLBuffer, on our device */
-    CHECK(cm_dlpack_import_versioned(m.versioned, &(cm_dlpack_import_desc){.device = d}, &imported));
+    CHECK(
+        cm_dlpack_import_versioned(m.versioned, &(cm_dlpack_import_desc){.device = d}, &imported));
     cm_tensor *tail = NULL; /* imported[4:] */
     CHECK(cm_tensor_slice(imported, 0, 4, CM_SLICE_DEFAULT, 1, &tail));
-    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-        .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = tail}, .arg_count = 1,
-        .grid = {12}}));
+    CHECK(cm_kernel_dispatch(
+        k, NULL,
+        &(cm_dispatch_desc){.args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = tail},
+                            .arg_count = 1,
+                            .grid = {12}}));
     const float *p = NULL;
     /* Host access through the import waits for the kernel (the wrap is its
      * own cm_buffer: reads through `t` would need a device synchronize). */
@@ -810,12 +900,17 @@ Test(kernel, dlpack_imported_tensors_are_arguments_and_keep_read_only) {
 
     /* A read-only import (the producer's flag) cannot be an output. */
     cm_dlpack_managed ro;
-    CHECK(cm_dlpack_export(t, &(cm_dlpack_export_desc){.max_version = {1, 3}, .read_only = true}, &ro));
+    CHECK(cm_dlpack_export(t, &(cm_dlpack_export_desc){.max_version = {1, 3}, .read_only = true},
+                           &ro));
     cm_tensor *rot = NULL;
     CHECK(cm_dlpack_import_versioned(ro.versioned, &(cm_dlpack_import_desc){.device = d}, &rot));
-    EXPECT_FAIL(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-        .args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = rot}, .arg_count = 1,
-        .grid = {16}}), CM_ERR_READ_ONLY, "args[0].tensor is read-only");
+    EXPECT_FAIL(
+        cm_kernel_dispatch(
+            k, NULL,
+            &(cm_dispatch_desc){.args = &(cm_kernel_arg){.type = CM_ARG_OUTPUT, .tensor = rot},
+                                .arg_count = 1,
+                                .grid = {16}}),
+        CM_ERR_READ_ONLY, "args[0].tensor is read-only");
     cm_tensor_release(rot);
     cm_tensor_release(tail);
     cm_tensor_release(imported);
@@ -851,17 +946,24 @@ Test(kernel, two_streams_are_ordered_by_a_fence) {
     cm_tensor *x = vec(d, CM_FLOAT32, n), *y = vec(d, CM_FLOAT32, n);
     const float v = 7;
     for (int round = 0; round < 3; ++round) {
-        CHECK(cm_kernel_dispatch(fill, s1, &(cm_dispatch_desc){
-            .args = (cm_kernel_arg[]){{.type = CM_ARG_OUTPUT, .index = 0, .tensor = x},
+        CHECK(cm_kernel_dispatch(
+            fill, s1,
+            &(cm_dispatch_desc){
+                .args =
+                    (cm_kernel_arg[]){{.type = CM_ARG_OUTPUT, .index = 0, .tensor = x},
                                       {.type = CM_ARG_BYTES, .index = 1, .data = &v, .size = 4}},
-            .arg_count = 2, .grid = {(uint64_t)n}}));
+                .arg_count = 2,
+                .grid = {(uint64_t)n}}));
         cm_fence *f = NULL;
         CHECK(cm_stream_signal(s1, &f));
         CHECK(cm_stream_wait(s2, f));
-        CHECK(cm_kernel_dispatch(copy, s2, &(cm_dispatch_desc){
-            .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
-                                      {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
-            .arg_count = 2, .grid = {(uint64_t)n}}));
+        CHECK(cm_kernel_dispatch(
+            copy, s2,
+            &(cm_dispatch_desc){
+                .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                          {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}},
+                .arg_count = 2,
+                .grid = {(uint64_t)n}}));
         const float *p = NULL;
         CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p)); /* waits for s2's write */
         for (int64_t i = 0; i < n; ++i)
@@ -899,18 +1001,27 @@ static void *create_and_dispatch(void *arg) {
         cm_tensor *y = NULL;
         const int64_t n = 256;
         const float v = (float)(w->id * 100 + r);
-        if (cm_library_create(w->device, &(cm_library_desc){.source =
-                "kernel void put(device float *y [[buffer(0)]], constant float &v [[buffer(1)]],\n"
-                "                uint i [[thread_position_in_grid]]) { y[i] = v + float(i); }\n"},
+        if (cm_library_create(
+                w->device,
+                &(cm_library_desc){.source = "kernel void put(device float *y [[buffer(0)]], "
+                                             "constant float &v [[buffer(1)]],\n"
+                                             "                uint i [[thread_position_in_grid]]) "
+                                             "{ y[i] = v + float(i); }\n"},
                 &lib) != CM_OK ||
             cm_kernel_create(lib, &(cm_kernel_desc){.name = "put"}, &k) != CM_OK ||
             cm_stream_create(w->device, &s) != CM_OK ||
-            cm_tensor_create(w->device, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                          .shape = &n}, &y) != CM_OK ||
-            cm_kernel_dispatch(k, r % 2 ? s : NULL, &(cm_dispatch_desc){
-                .args = (cm_kernel_arg[]){{.type = CM_ARG_OUTPUT, .tensor = y},
-                                          {.type = CM_ARG_BYTES, .index = 1, .data = &v, .size = 4}},
-                .arg_count = 2, .grid = {(uint64_t)n}}) != CM_OK) {
+            cm_tensor_create(w->device,
+                             &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
+                             &y) != CM_OK ||
+            cm_kernel_dispatch(
+                k, r % 2 ? s : NULL,
+                &(cm_dispatch_desc){
+                    .args =
+                        (cm_kernel_arg[]){
+                            {.type = CM_ARG_OUTPUT, .tensor = y},
+                            {.type = CM_ARG_BYTES, .index = 1, .data = &v, .size = 4}},
+                    .arg_count = 2,
+                    .grid = {(uint64_t)n}}) != CM_OK) {
             w->failures++;
         } else {
             const float *p = NULL;
@@ -963,11 +1074,14 @@ static void run_axpb(cm_device *d, cm_library *lib) {
     CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "axpb"}, &k));
     cm_tensor *x = iota_f32(d, 32), *y = vec(d, CM_FLOAT32, 32);
     const float a = 2;
-    CHECK(cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){
-        .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
-                                  {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y},
-                                  {.type = CM_ARG_BYTES, .index = 2, .data = &a, .size = 4}},
-        .arg_count = 3, .grid = {32}}));
+    CHECK(cm_kernel_dispatch(
+        k, NULL,
+        &(cm_dispatch_desc){
+            .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                      {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y},
+                                      {.type = CM_ARG_BYTES, .index = 2, .data = &a, .size = 4}},
+            .arg_count = 3,
+            .grid = {32}}));
     const float *p = NULL;
     CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
     for (int i = 0; i < 32; ++i)
@@ -1028,10 +1142,13 @@ Test(kernel, loaded_and_compiled_kernels_are_checked_against_their_reflection) {
     /* Function constants left out: named, with the field that takes them. */
     cm_kernel *fk = NULL;
     cm_library *fl = NULL;
-    CHECK(cm_library_create(d, &(cm_library_desc){.source =
-        "constant uint N [[function_constant(3)]];\n"
-        "constant bool B [[function_constant(5)]];\n"
-        "kernel void fc(device uint *o [[buffer(0)]]) { o[0] = B ? N : 1; }\n"}, &fl));
+    CHECK(cm_library_create(
+        d,
+        &(cm_library_desc){
+            .source = "constant uint N [[function_constant(3)]];\n"
+                      "constant bool B [[function_constant(5)]];\n"
+                      "kernel void fc(device uint *o [[buffer(0)]]) { o[0] = B ? N : 1; }\n"},
+        &fl));
     EXPECT_FAIL(cm_kernel_create(fl, &(cm_kernel_desc){.name = "fc"}, &fk), CM_ERR_COMPILE,
                 "cm_kernel_create: desc->constants is empty, but the function has function "
                 "constants: each one it requires needs a value in desc->constants");
@@ -1057,7 +1174,8 @@ Test(kernel, long_compile_diagnostics_arrive_whole) {
                                 "kernel void many(device float *x [[buffer(0)]]) {\n");
     for (int i = 0; i < 12; ++i)
         n += (size_t)snprintf(source + n, sizeof source - n,
-                              "    x[%d] = undeclared_name_%02d_long_enough_to_fill_a_line;\n", i, i);
+                              "    x[%d] = undeclared_name_%02d_long_enough_to_fill_a_line;\n", i,
+                              i);
     snprintf(source + n, sizeof source - n, "}\n");
     cm_library *lib = NULL;
     EXPECT_FAIL(cm_library_create(d, &(cm_library_desc){.source = source}, &lib), CM_ERR_COMPILE,
@@ -1137,27 +1255,32 @@ static const char constants_source[] =
 Test(kernel, a_function_with_optional_constants_runs_without_values) {
     cm_device *d = metal();
     cm_library *lib = NULL;
-    CHECK(cm_library_create(d, &(cm_library_desc){.source =
-        "#include <metal_stdlib>\n"
-        "using namespace metal;\n"
-        "constant float scale [[function_constant(0)]];\n"
-        "constant bool has_scale = is_function_constant_defined(scale);\n"
-        "kernel void maybe_scaled(device float *y [[buffer(0)]],\n"
-        "                         uint i [[thread_position_in_grid]]) {\n"
-        "    y[i] = has_scale ? scale * float(i) : float(i) + 0.5f;\n"
-        "}\n"}, &lib));
+    CHECK(cm_library_create(
+        d,
+        &(cm_library_desc){.source =
+                               "#include <metal_stdlib>\n"
+                               "using namespace metal;\n"
+                               "constant float scale [[function_constant(0)]];\n"
+                               "constant bool has_scale = is_function_constant_defined(scale);\n"
+                               "kernel void maybe_scaled(device float *y [[buffer(0)]],\n"
+                               "                         uint i [[thread_position_in_grid]]) {\n"
+                               "    y[i] = has_scale ? scale * float(i) : float(i) + 0.5f;\n"
+                               "}\n"},
+        &lib));
     cm_kernel *plain = NULL, *scaled = NULL;
     CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "maybe_scaled"}, &plain));
     const float three = 3;
-    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "maybe_scaled",
-                                                  .constants = &(cm_function_constant){
-                                                      0, CM_FLOAT32, &three},
-                                                  .constant_count = 1}, &scaled));
+    CHECK(cm_kernel_create(
+        lib,
+        &(cm_kernel_desc){.name = "maybe_scaled",
+                          .constants = &(cm_function_constant){0, CM_FLOAT32, &three},
+                          .constant_count = 1},
+        &scaled));
     cm_tensor *y1 = vec(d, CM_FLOAT32, 8), *y2 = vec(d, CM_FLOAT32, 8);
-    CHECK(cm_kernel_dispatch(plain, NULL, &(cm_dispatch_desc){
-        CM_ARGS(CM_ARG_OUT(0, y1)), .grid = {8}}));
-    CHECK(cm_kernel_dispatch(scaled, NULL, &(cm_dispatch_desc){
-        CM_ARGS(CM_ARG_OUT(0, y2)), .grid = {8}}));
+    CHECK(cm_kernel_dispatch(plain, NULL,
+                             &(cm_dispatch_desc){CM_ARGS(CM_ARG_OUT(0, y1)), .grid = {8}}));
+    CHECK(cm_kernel_dispatch(scaled, NULL,
+                             &(cm_dispatch_desc){CM_ARGS(CM_ARG_OUT(0, y2)), .grid = {8}}));
     const float *p = NULL;
     CHECK(cm_tensor_host_read(y1, CM_FLOAT32, (const void **)&p));
     for (int i = 0; i < 8; ++i)
@@ -1181,28 +1304,34 @@ Test(kernel, function_constants_specialise_one_source) {
     const float scale = 3;
     const uint16_t bias_half = 0x3c00; /* 1.0 as float16 */
     const int32_t shift = 10;
-    cm_function_constant c[4] = {{0, CM_BOOL, &yes}, {1, CM_FLOAT32, &scale},
-                                 {2, CM_FLOAT16, &bias_half}, {3, CM_INT32, &shift}};
+    cm_function_constant c[4] = {{0, CM_BOOL, &yes},
+                                 {1, CM_FLOAT32, &scale},
+                                 {2, CM_FLOAT16, &bias_half},
+                                 {3, CM_INT32, &shift}};
     cm_kernel *with = NULL, *without = NULL, *dup = NULL;
     c[1].index = 0; /* checked before the framework is asked */
-    EXPECT_FAIL(cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
-                                                        .constant_count = 4}, &dup),
-                CM_ERR_INVALID_ARGUMENT, "desc->constants[1].index = 0 repeats desc->constants[0]");
+    EXPECT_FAIL(
+        cm_kernel_create(
+            lib, &(cm_kernel_desc){.name = "affine", .constants = c, .constant_count = 4}, &dup),
+        CM_ERR_INVALID_ARGUMENT, "desc->constants[1].index = 0 repeats desc->constants[0]");
     c[1].index = 1;
-    cm_status s = cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
-                                                          .constant_count = 4}, &with);
+    cm_status s = cm_kernel_create(
+        lib, &(cm_kernel_desc){.name = "affine", .constants = c, .constant_count = 4}, &with);
     CHECK(s);
     c[0].value = &no;
-    CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "affine", .constants = c,
-                                                  .constant_count = 4}, &without));
+    CHECK(cm_kernel_create(
+        lib, &(cm_kernel_desc){.name = "affine", .constants = c, .constant_count = 4}, &without));
     cm_tensor *x = iota_f32(d, 8), *y1 = vec(d, CM_FLOAT32, 8), *y2 = vec(d, CM_FLOAT32, 8);
     cm_kernel *ks[2] = {with, without};
     cm_tensor *ys[2] = {y1, y2};
     for (int j = 0; j < 2; ++j)
-        CHECK(cm_kernel_dispatch(ks[j], NULL, &(cm_dispatch_desc){
-            .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
-                                      {.type = CM_ARG_OUTPUT, .index = 1, .tensor = ys[j]}},
-            .arg_count = 2, .grid = {8}}));
+        CHECK(cm_kernel_dispatch(
+            ks[j], NULL,
+            &(cm_dispatch_desc){
+                .args = (cm_kernel_arg[]){{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
+                                          {.type = CM_ARG_OUTPUT, .index = 1, .tensor = ys[j]}},
+                .arg_count = 2,
+                .grid = {8}}));
     const float *p1 = NULL, *p2 = NULL;
     CHECK(cm_tensor_host_read(y1, CM_FLOAT32, (const void **)&p1));
     CHECK(cm_tensor_host_read(y2, CM_FLOAT32, (const void **)&p2));
@@ -1283,21 +1412,29 @@ static void one_start(const char *archive, start_result *r) {
         px[i] = (float)i;
     const cm_kernel_arg args[] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = x},
                                   {.type = CM_ARG_OUTPUT, .index = 1, .tensor = y}};
-    if (cm_kernel_dispatch(k, NULL, &(cm_dispatch_desc){.args = args, .arg_count = 2,
-                                                         .grid = {(uint64_t)n}}) != CM_OK ||
+    if (cm_kernel_dispatch(
+            k, NULL, &(cm_dispatch_desc){.args = args, .arg_count = 2, .grid = {(uint64_t)n}}) !=
+            CM_OK ||
         cm_tensor_host_read(y, CM_FLOAT32, (const void **)&py) != CM_OK) {
         r->failed_at = 5;
         goto out;
     }
     memcpy(r->y, py, sizeof r->y);
     const float *pz = NULL;
-    if (cm_body_kernel_create(d, &(cm_body_kernel_desc){
-            .name = "add_xy", .input_names = (const char *[]){"x", "y"}, .input_count = 2,
-            .output_names = (const char *[]){"z"}, .output_count = 1,
-            .body = "uint i = thread_position_in_grid.x; z[i] = x[i] + y[i];"}, &bk) != CM_OK ||
-        cm_body_kernel_dispatch(bk, NULL, &(cm_body_dispatch_desc){
-            .inputs = (const cm_tensor *[]){x, y}, .outputs = (cm_tensor *[]){z},
-            .grid = {(uint64_t)n}}) != CM_OK ||
+    if (cm_body_kernel_create(
+            d,
+            &(cm_body_kernel_desc){.name = "add_xy",
+                                   .input_names = (const char *[]){"x", "y"},
+                                   .input_count = 2,
+                                   .output_names = (const char *[]){"z"},
+                                   .output_count = 1,
+                                   .body =
+                                       "uint i = thread_position_in_grid.x; z[i] = x[i] + y[i];"},
+            &bk) != CM_OK ||
+        cm_body_kernel_dispatch(bk, NULL,
+                                &(cm_body_dispatch_desc){.inputs = (const cm_tensor *[]){x, y},
+                                                         .outputs = (cm_tensor *[]){z},
+                                                         .grid = {(uint64_t)n}}) != CM_OK ||
         cm_tensor_host_read(z, CM_FLOAT32, (const void **)&pz) != CM_OK) {
         r->failed_at = 6;
         goto out;
@@ -1330,7 +1467,8 @@ static start_result start_program(const char *archive, const char *kernel_cache)
         cr_skip_test("qemu-user cannot fork a process that has threads");
     /* The child is forked before this process touches Metal or the
      * Objective-C runtime: on Apple's runtime a child forked after that
-     * may be killed by its fork-safety check unless it execs. */    int fds[2];
+     * may be killed by its fork-safety check unless it execs. */
+    int fds[2];
     cr_assert_eq(pipe(fds), 0);
     const pid_t pid = fork();
     cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
@@ -1459,8 +1597,10 @@ Test(kernel, pipeline_cache_errors_name_the_path_and_save_reports_io_errors) {
     snprintf(path, sizeof path, "%s/no-such-dir/pipelines.bin", s.root);
     EXPECT_FAIL(cm_device_set_pipeline_cache(d, path), CM_ERR_INVALID_ARGUMENT, "no-such-dir");
     char missing[224];
-    snprintf(missing, sizeof missing, "its directory \"%s/no-such-dir\" No such file or directory "
-             "(create it first)", s.root);
+    snprintf(missing, sizeof missing,
+             "its directory \"%s/no-such-dir\" No such file or directory "
+             "(create it first)",
+             s.root);
     EXPECT_FAIL(cm_device_set_pipeline_cache(d, path), CM_ERR_INVALID_ARGUMENT, missing);
     EXPECT_FAIL(cm_device_set_pipeline_cache(d, s.root), CM_ERR_INVALID_ARGUMENT, "is a directory");
     EXPECT_FAIL(cm_device_set_pipeline_cache(d, NULL), CM_ERR_INVALID_ARGUMENT, "path = NULL");

@@ -149,14 +149,14 @@ Test(labels, kernel_desc_labels_the_pipeline_and_keys_the_cache) {
     /* The labelled pipeline runs. */
     const int64_t n = 4;
     cm_tensor *x = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
-                           &x));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &x));
     const float three = 3;
     CHECK(cm_fill(x, CM_FLOAT32, &three, NULL));
     const cm_kernel_arg args[] = {{.type = CM_ARG_OUTPUT, .index = 0, .tensor = x}};
-    CHECK(cm_kernel_dispatch(a, NULL,
-                             &(cm_dispatch_desc){.args = args, .arg_count = 1, .grid = {4, 1, 1},
-                                                 .threadgroup = {4, 1, 1}}));
+    CHECK(cm_kernel_dispatch(
+        a, NULL,
+        &(cm_dispatch_desc){
+            .args = args, .arg_count = 1, .grid = {4, 1, 1}, .threadgroup = {4, 1, 1}}));
     const void *p = NULL;
     CHECK(cm_tensor_host_read(x, CM_FLOAT32, &p));
     for (int i = 0; i < 4; ++i)
@@ -221,8 +221,7 @@ Test(residency, buffers_are_in_the_set_until_released_or_evicted) {
 
     cm_buffer *a = NULL, *b = NULL;
     CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 1000}, &a));
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 50000, .storage = CM_STORAGE_PRIVATE},
-                           &b));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 50000, .storage = CM_STORAGE_PRIVATE}, &b));
     m = meminfo(d);
     cr_assert_eq(m.resident_bytes, m.active_bytes, "every new MTLBuffer is resident");
     cr_assert_eq(set_count(set), 2);
@@ -285,8 +284,7 @@ Test(residency, streams_attach_the_set_and_work_runs) {
     CHECK(cm_stream_wrap_metal(d, own, &adopted));
     const int64_t n = 1024;
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
-                           &t));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &t));
     const float v = 2;
     CHECK(cm_fill(t, CM_FLOAT32, &v, s));
     CHECK(cm_stream_synchronize(s));

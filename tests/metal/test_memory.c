@@ -28,8 +28,7 @@ static cm_memory_info meminfo(cm_device *d) {
 /* A 1-D float32 tensor of n elements, filled on the device. */
 static cm_tensor *used_tensor(cm_device *d, int64_t n) {
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
-                           &t));
+    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &t));
     const float one = 1;
     CHECK(cm_fill(t, CM_FLOAT32, &one, NULL));
     return t;
@@ -59,8 +58,9 @@ Test(memory, default_cache_limit_is_an_eighth_of_the_working_set_at_most_1_gib) 
     cm_device_info info;
     CHECK(cm_device_get_info(d, &info));
     const uint64_t ws = info.recommended_working_set;
-    const uint64_t want = ws == 0 ? (uint64_t)256 << 20
-                          : ws / 8 < ((uint64_t)1 << 30) ? ws / 8 : (uint64_t)1 << 30;
+    const uint64_t want = ws == 0                        ? (uint64_t)256 << 20
+                          : ws / 8 < ((uint64_t)1 << 30) ? ws / 8
+                                                         : (uint64_t)1 << 30;
     cm_memory_info m = meminfo(d);
     cr_assert_eq(m.cache_limit, want, "cache_limit %llu for a working set of %llu",
                  (unsigned long long)m.cache_limit, (unsigned long long)ws);
@@ -96,8 +96,7 @@ Test(memory, a_loop_of_a_few_sizes_makes_no_mtlbuffer_after_its_first_iteration)
         }
     }
     cm_memory_info m = meminfo(d);
-    cr_assert_eq(m.allocations, made_after_first,
-                 "%llu MTLBuffers made after the first round",
+    cr_assert_eq(m.allocations, made_after_first, "%llu MTLBuffers made after the first round",
                  (unsigned long long)(m.allocations - made_after_first));
     cr_assert_eq(m.cache_hits, (uint64_t)(ROUNDS - 1) * (NS + 1));
     cr_assert_eq(m.cache_misses, NS + 1);
@@ -114,8 +113,8 @@ Test(memory, size_classes_waste_at_most_an_eighth) {
         cm_buffer *b = buffer(d, n, CM_STORAGE_SHARED);
         const uint64_t held = meminfo(d).active_bytes;
         const size_t want = n > 0 ? n : 1;
-        cr_assert(held >= want && held - want <= want / 8,
-                  "%zu bytes held for %zu asked", (size_t)held, n);
+        cr_assert(held >= want && held - want <= want / 8, "%zu bytes held for %zu asked",
+                  (size_t)held, n);
         cm_buffer_info info;
         CHECK(cm_buffer_get_info(b, &info));
         cr_assert_eq(info.size, n, "the buffer keeps the size asked for");
@@ -252,16 +251,17 @@ Test(memory, the_memory_limit_fails_allocations_past_it) {
     cr_assert_eq(previous, 0);
     cm_buffer *a = buffer(d, 512 << 10, CM_STORAGE_SHARED);
     cm_buffer *b = NULL;
-    EXPECT_FAIL(cm_buffer_create(d, &(cm_buffer_desc){.size = 600 << 10, .storage = CM_STORAGE_SHARED}, &b),
-                CM_ERR_OUT_OF_MEMORY, "memory limit of 1048576 bytes");
+    EXPECT_FAIL(
+        cm_buffer_create(d, &(cm_buffer_desc){.size = 600 << 10, .storage = CM_STORAGE_SHARED}, &b),
+        CM_ERR_OUT_OF_MEMORY, "memory limit of 1048576 bytes");
     cr_assert_null(b);
     cr_assert(strstr(cm_last_error(), "desc->size = 614400") != NULL, "%s", cm_last_error());
     cm_tensor *t = NULL;
     const int64_t mib_of_floats = 1 << 18;
-    EXPECT_FAIL(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                      .shape = &mib_of_floats},
-                                 &t),
-                CM_ERR_OUT_OF_MEMORY, "memory limit");
+    EXPECT_FAIL(
+        cm_tensor_create(
+            d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &mib_of_floats}, &t),
+        CM_ERR_OUT_OF_MEMORY, "memory limit");
     cr_assert_null(t);
     cm_buffer_release(a); /* cached: the cache gives way to the next one */
     b = buffer(d, 600 << 10, CM_STORAGE_SHARED);
@@ -320,8 +320,7 @@ static void *churn(void *arg) {
         const float v = (float)me;
         float back = -1;
         if (cm_fill(t, CM_FLOAT32, &v, NULL) != CM_OK ||
-            cm_tensor_get_element(t, &(int64_t){n - 1}, CM_FLOAT32, &back) != CM_OK ||
-            back != v)
+            cm_tensor_get_element(t, &(int64_t){n - 1}, CM_FLOAT32, &back) != CM_OK || back != v)
             return (void *)2;
         cm_tensor_release(t);
         if (r % 10 == 9 && me == 0)

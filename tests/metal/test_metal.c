@@ -38,7 +38,8 @@ Test(metal, device_opens_and_reports_softmetal) {
     cr_assert_eq(cm_device_get_info(d, &info), CM_OK);
     cr_assert_eq(info.type, CM_DEVICE_METAL);
     cr_assert(strlen(info.name) > 0);
-    cr_assert_eq(info.software, on_softmetal(), "software only when loaded from CMETAL_METAL_FRAMEWORK");
+    cr_assert_eq(info.software, on_softmetal(),
+                 "software only when loaded from CMETAL_METAL_FRAMEWORK");
     /* What the MTLDevice itself reports (Intel Macs with a discrete GPU
      * have no unified memory; softmetal and Apple silicon have). */
     void *mtl = NULL;
@@ -54,9 +55,14 @@ Test(metal, device_opens_and_reports_softmetal) {
               "maxThreadsPerThreadgroup = {%llu, %llu, %llu}", (unsigned long long)tg[0],
               (unsigned long long)tg[1], (unsigned long long)tg[2]);
     /* Each family bit is the device's own supportsFamily: answer. */
-    static const struct { uint32_t bit; long family; } families[] = {
-        {CM_GPU_FAMILY_APPLE7, 1007}, {CM_GPU_FAMILY_APPLE8, 1008}, {CM_GPU_FAMILY_APPLE9, 1009},
-        {CM_GPU_FAMILY_MAC2, 2002},   {CM_GPU_FAMILY_METAL3, 5001}};
+    static const struct {
+        uint32_t bit;
+        long family;
+    } families[] = {{CM_GPU_FAMILY_APPLE7, 1007},
+                    {CM_GPU_FAMILY_APPLE8, 1008},
+                    {CM_GPU_FAMILY_APPLE9, 1009},
+                    {CM_GPU_FAMILY_MAC2, 2002},
+                    {CM_GPU_FAMILY_METAL3, 5001}};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; ++i)
         cr_assert_eq((info.gpu_families & families[i].bit) != 0,
                      cm__msg_supportsFamily((cm__id)mtl, families[i].family) != 0,
@@ -70,7 +76,7 @@ Test(metal, device_opens_and_reports_softmetal) {
     cr_assert_eq(cm_device_count(CM_DEVICE_METAL, &n), CM_OK);
     cr_assert_geq(n, 1);
     EXPECT_FAIL(cm_device_open(CM_DEVICE_METAL, n, &(cm_device *){NULL}), CM_ERR_NO_DEVICE,
-                 "Metal devices");
+                "Metal devices");
     cm_device_release(d);
 }
 
@@ -89,8 +95,8 @@ Test(metal, every_storage_mode_round_trips_bytes) {
     const cm_storage_mode modes[] = {CM_STORAGE_SHARED, CM_STORAGE_MANAGED, CM_STORAGE_PRIVATE};
     for (int m = 0; m < 3; ++m) {
         cm_buffer *b = NULL;
-        cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 4096, .storage = modes[m]}, &b), CM_OK, "%s",
-                     cm_last_error());
+        cr_assert_eq(cm_buffer_create(d, &(cm_buffer_desc){.size = 4096, .storage = modes[m]}, &b),
+                     CM_OK, "%s", cm_last_error());
         cm_buffer_info info;
         cm_buffer_get_info(b, &info);
         cr_assert_eq(info.storage, modes[m]);
@@ -115,7 +121,8 @@ Test(metal, private_transfers_work_at_any_offset_and_size) {
     cm_device *d = metal();
     for (size_t buffer_size = 13; buffer_size <= 16; ++buffer_size) {
         cm_buffer *b = NULL;
-        CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = buffer_size, .storage = CM_STORAGE_PRIVATE}, &b));
+        CHECK(cm_buffer_create(
+            d, &(cm_buffer_desc){.size = buffer_size, .storage = CM_STORAGE_PRIVATE}, &b));
         unsigned char model[16];
         for (size_t i = 0; i < buffer_size && i < sizeof model; ++i) /* GCC -O3 */
             model[i] = (unsigned char)(200 + i);
@@ -131,8 +138,8 @@ Test(metal, private_transfers_work_at_any_offset_and_size) {
                 cr_assert_eq(memcmp(out, in, size), 0, "read back [%zu, +%zu)", offset, size);
                 CHECK(cm_buffer_read(b, 0, out, buffer_size));
                 cr_assert_eq(memcmp(out, model, buffer_size), 0,
-                             "write [%zu, +%zu) of a %zu-byte buffer kept the other bytes",
-                             offset, size, buffer_size);
+                             "write [%zu, +%zu) of a %zu-byte buffer kept the other bytes", offset,
+                             size, buffer_size);
             }
         cm_buffer_release(b);
     }
@@ -161,16 +168,19 @@ Test(metal, private_transfers_split_in_chunks_keep_every_byte) {
     cm_device *d = metal();
     const size_t C = STAGING_CHUNK, buffer_size = 3 * C + 64;
     cm_buffer *b = NULL;
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = buffer_size, .storage = CM_STORAGE_PRIVATE}, &b));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = buffer_size, .storage = CM_STORAGE_PRIVATE},
+                           &b));
     unsigned char *model = malloc(buffer_size), *in = malloc(buffer_size),
                   *out = malloc(buffer_size + 1);
     cr_assert(model != NULL && in != NULL && out != NULL);
     fill_pattern(model, buffer_size, 1);
     CHECK(cm_buffer_write(b, 0, model, buffer_size));
-    const struct { size_t offset, size; } cases[] = {
-        {0, C - 1}, {0, C}, {0, C + 1}, {1, C - 1}, {1, C}, {3, C - 3}, {3, C - 2},
-        {2, 2 * C + 5}, {C - 2, 4}, {C - 1, 3}, {C + 3, C + 1}, {5, 3 * C + 7},
-        {0, 3 * C + 64}, {2 * C - 4, C + 9}, {6, 2 * C - 13},
+    const struct {
+        size_t offset, size;
+    } cases[] = {
+        {0, C - 1},     {0, C},         {0, C + 1},      {1, C - 1},         {1, C},
+        {3, C - 3},     {3, C - 2},     {2, 2 * C + 5},  {C - 2, 4},         {C - 1, 3},
+        {C + 3, C + 1}, {5, 3 * C + 7}, {0, 3 * C + 64}, {2 * C - 4, C + 9}, {6, 2 * C - 13},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         const size_t offset = cases[i].offset, size = cases[i].size;
@@ -183,8 +193,8 @@ Test(metal, private_transfers_split_in_chunks_keep_every_byte) {
         cr_assert_eq(out[size], 0xa5, "the read wrote past its %zu bytes", size);
         CHECK(cm_buffer_read(b, 0, out, buffer_size));
         cr_assert_eq(memcmp(out, model, buffer_size), 0,
-                     "write [%zu, +%zu) of the %zu-byte buffer kept the other bytes", offset,
-                     size, buffer_size);
+                     "write [%zu, +%zu) of the %zu-byte buffer kept the other bytes", offset, size,
+                     buffer_size);
     }
     free(model);
     free(in);
@@ -208,15 +218,17 @@ Test(metal, warm_private_transfers_make_no_staging_buffer) {
     CHECK(cm_buffer_write(b, 0, host, 3 * STAGING_CHUNK)); /* warm: fills the pool */
     const uint64_t made = cm__metal_staging_made(d);
     cr_assert_eq(made, 2, "two staging buffers for a transfer of three chunks, %" PRIu64, made);
-    const size_t sizes[] = {1, 4, 1000, STAGING_CHUNK - 1, STAGING_CHUNK + 1, (size_t)48 << 20,
+    const size_t sizes[] = {1,      4, 1000, STAGING_CHUNK - 1, STAGING_CHUNK + 1, (size_t)48 << 20,
                             big - 1};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
         const size_t offset = sizes[i] < big ? (big - sizes[i]) / 3 : 0;
         CHECK(cm_buffer_write(b, offset, host, sizes[i]));
         CHECK(cm_buffer_read(b, offset, back, sizes[i]));
         cr_assert_eq(memcmp(host, back, sizes[i]), 0, "%zu bytes at %zu", sizes[i], offset);
-        cr_assert_eq(cm__metal_staging_made(d), made, "a transfer of %zu bytes made a staging "
-                     "buffer", sizes[i]);
+        cr_assert_eq(cm__metal_staging_made(d), made,
+                     "a transfer of %zu bytes made a staging "
+                     "buffer",
+                     sizes[i]);
     }
     cm_buffer_release(b);
     CHECK(cm_device_clear_cache(d)); /* the buffer cache keeps b's MTLBuffer */
@@ -227,7 +239,8 @@ Test(metal, warm_private_transfers_make_no_staging_buffer) {
         sm_stats(&st);
         cr_assert_leq(st.live_buffer_bytes, (long)(2 * STAGING_CHUNK),
                       "%ld bytes of buffers live with no buffer of ours left: at most the two "
-                      "pooled staging buffers", st.live_buffer_bytes);
+                      "pooled staging buffers",
+                      st.live_buffer_bytes);
     }
     cm_device_release(d);
 }
@@ -240,7 +253,8 @@ Test(metal, a_failed_chunk_fails_the_transfer_once_and_leaks_nothing) {
     cm_device *d = metal();
     const size_t size = 2 * STAGING_CHUNK + 100;
     cm_buffer *b = NULL;
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = size + 1, .storage = CM_STORAGE_PRIVATE}, &b));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = size + 1, .storage = CM_STORAGE_PRIVATE},
+                           &b));
     unsigned char *host = malloc(size), *back = malloc(size);
     cr_assert(host != NULL && back != NULL);
     fill_pattern(host, size, 3);
@@ -257,8 +271,9 @@ Test(metal, a_failed_chunk_fails_the_transfer_once_and_leaks_nothing) {
                 EXPECT_FAIL(cm_buffer_read(b, 1, back, size), CM_ERR_DEVICE, needle);
             cr_assert(strstr(cm_last_error(), "multiples of 4") != NULL,
                       "Metal's error is in the message: %s", cm_last_error());
-            cr_assert(strstr(cm_last_error(), to_device ? "cm_buffer_write: " : "cm_buffer_read: ")
-                          == cm_last_error(), "%s", cm_last_error());
+            cr_assert(strstr(cm_last_error(), to_device ? "cm_buffer_write: "
+                                                        : "cm_buffer_read: ") == cm_last_error(),
+                      "%s", cm_last_error());
             CHECK(cm_device_synchronize(d)); /* reported once, by the transfer */
             cr_assert_eq(sm_live("SMBuffer"), buffers - 2,
                          "the failed call's two staging buffers are released, not pooled");
@@ -288,7 +303,8 @@ static void *transfer_thread(void *p) {
     cm_buffer *b = NULL;
     unsigned char *in = malloc(size), *out = malloc(size);
     job->ok = in != NULL && out != NULL &&
-              cm_buffer_create(job->device, &(cm_buffer_desc){.size = size + 3, .storage = CM_STORAGE_PRIVATE},
+              cm_buffer_create(job->device,
+                               &(cm_buffer_desc){.size = size + 3, .storage = CM_STORAGE_PRIVATE},
                                &b) == CM_OK;
     for (int r = 0; r < 6 && job->ok; ++r) {
         fill_pattern(in, size, job->seed * 100 + (unsigned)r);
@@ -321,10 +337,11 @@ Test(metal, private_transfers_on_several_threads_at_once) {
 Test(metal, private_views_export_to_the_cpu_at_any_offset) {
     cm_device *d = metal();
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_UINT8, .ndim = 1,
-                                                 .shape = (int64_t[]){11},
-                                                 .storage = CM_STORAGE_PRIVATE},
-                           &t));
+    CHECK(cm_tensor_create(
+        d,
+        &(cm_tensor_desc){
+            .dtype = CM_UINT8, .ndim = 1, .shape = (int64_t[]){11}, .storage = CM_STORAGE_PRIVATE},
+        &t));
     unsigned char bytes[11];
     for (int i = 0; i < 11; ++i)
         bytes[i] = (unsigned char)(i + 1);
@@ -348,16 +365,19 @@ Test(metal, private_views_export_to_the_cpu_at_any_offset) {
 Test(metal, private_storage_refuses_host_access_clearly) {
     cm_device *d = metal();
     cm_tensor *t = NULL;
-    cr_assert_eq(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                       .shape = (int64_t[]){8},
-                                                       .storage = CM_STORAGE_PRIVATE},
-                                  &t), CM_OK);
+    cr_assert_eq(cm_tensor_create(d,
+                                  &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                                    .ndim = 1,
+                                                    .shape = (int64_t[]){8},
+                                                    .storage = CM_STORAGE_PRIVATE},
+                                  &t),
+                 CM_OK);
     const void *p = NULL;
     EXPECT_FAIL(cm_tensor_host_read(t, CM_FLOAT32, &p), CM_ERR_NOT_HOST_VISIBLE,
-                 "private storage on the metal device is not visible to the host");
+                "private storage on the metal device is not visible to the host");
     float v = 1;
-    EXPECT_FAIL(cm_tensor_set_element(t, (int64_t[]){0}, CM_FLOAT32, &v),
-                 CM_ERR_NOT_HOST_VISIBLE, "not visible");
+    EXPECT_FAIL(cm_tensor_set_element(t, (int64_t[]){0}, CM_FLOAT32, &v), CM_ERR_NOT_HOST_VISIBLE,
+                "not visible");
     cm_tensor_release(t);
     cm_device_release(d);
 }
@@ -371,8 +391,8 @@ Test(metal, zero_size_buffers_exist) {
     cr_assert_eq(info.size, 0);
     cr_assert_not_null(info.native);
     cm_buffer_release(b);
-    EXPECT_FAIL(cm_buffer_create(d, &(cm_buffer_desc){.size = SIZE_MAX}, &b),
-                 CM_ERR_OUT_OF_MEMORY, "exceeds the device's maxBufferLength");
+    EXPECT_FAIL(cm_buffer_create(d, &(cm_buffer_desc){.size = SIZE_MAX}, &b), CM_ERR_OUT_OF_MEMORY,
+                "exceeds the device's maxBufferLength");
     cr_assert_null(b);
     cm_device_release(d);
 }
@@ -389,10 +409,13 @@ Test(metal, aligned_host_memory_wraps_without_a_copy) {
     memset(mem, 0x3c, 2 * CM_METAL_PAGE_SIZE);
     atomic_store(&released, 0);
     cm_buffer *b = NULL;
-    cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){
-                     .data = mem, .size = 2 * CM_METAL_PAGE_SIZE, .copy = CM_COPY_NEVER,
-                     .release = count_release},
-                 &b), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(cm_buffer_wrap_host(d,
+                                     &(cm_host_memory_desc){.data = mem,
+                                                            .size = 2 * CM_METAL_PAGE_SIZE,
+                                                            .copy = CM_COPY_NEVER,
+                                                            .release = count_release},
+                                     &b),
+                 CM_OK, "%s", cm_last_error());
     cm_buffer_info info;
     cm_buffer_get_info(b, &info);
     cr_assert_eq(info.host, mem, "the MTLBuffer's contents are the caller's memory");
@@ -411,16 +434,19 @@ Test(metal, unaligned_host_memory_is_refused_or_copied_as_asked) {
     memset(mem, 9, 5000);
     atomic_store(&released, 0);
     cm_buffer *b = NULL;
-    EXPECT_FAIL(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = mem + 1, .size = 4000,
-                                                               .copy = CM_COPY_NEVER,
-                                                               .release = count_release},
-                                     &b),
-                 CM_ERR_COPY_REQUIRED, "aligned to the host's page size");
+    EXPECT_FAIL(cm_buffer_wrap_host(d,
+                                    &(cm_host_memory_desc){.data = mem + 1,
+                                                           .size = 4000,
+                                                           .copy = CM_COPY_NEVER,
+                                                           .release = count_release},
+                                    &b),
+                CM_ERR_COPY_REQUIRED, "aligned to the host's page size");
     cr_assert_null(b);
     cr_assert_eq(atomic_load(&released), 0, "never called on failure");
-    cr_assert_eq(cm_buffer_wrap_host(d, &(cm_host_memory_desc){.data = mem + 1, .size = 4000,
-                                                               .release = count_release},
-                                     &b), CM_OK);
+    cr_assert_eq(
+        cm_buffer_wrap_host(
+            d, &(cm_host_memory_desc){.data = mem + 1, .size = 4000, .release = count_release}, &b),
+        CM_OK);
     cr_assert_eq(atomic_load(&released), 1, "copied: the caller's memory is released at once");
     cm_buffer_info info;
     cm_buffer_get_info(b, &info);
@@ -441,9 +467,10 @@ Test(metal, foreign_mtlbuffers_are_retained_and_released_once) {
     cm_buffer_get_info(own, &info);
     long buffers = on_softmetal() ? sm_live("SMBuffer") : 0;
     atomic_store(&released, 0);
-    cr_assert_eq(cm_buffer_wrap_metal(d, &(cm_metal_buffer_desc){.buffer = info.native,
-                                                                 .release = count_release},
-                                      &wrapped), CM_OK, "%s", cm_last_error());
+    cr_assert_eq(
+        cm_buffer_wrap_metal(
+            d, &(cm_metal_buffer_desc){.buffer = info.native, .release = count_release}, &wrapped),
+        CM_OK, "%s", cm_last_error());
     cm_buffer_release(own); /* the wrap keeps the MTLBuffer alive */
     if (on_softmetal())
         cr_assert_eq(sm_live("SMBuffer"), buffers);
@@ -457,12 +484,11 @@ Test(metal, foreign_mtlbuffers_are_retained_and_released_once) {
     if (on_softmetal())
         cr_assert_eq(sm_live("SMBuffer"), buffers - 1, "the MTLBuffer died with its last owner");
     EXPECT_FAIL(cm_buffer_wrap_metal(d, &(cm_metal_buffer_desc){0}, &wrapped),
-                 CM_ERR_INVALID_ARGUMENT, "desc->buffer = NULL");
+                CM_ERR_INVALID_ARGUMENT, "desc->buffer = NULL");
     cm_device *cpu = NULL;
     cm_device_open(CM_DEVICE_CPU, 0, &cpu);
-    EXPECT_FAIL(cm_buffer_wrap_metal(cpu, &(cm_metal_buffer_desc){.buffer = info.native},
-                                      &wrapped),
-                 CM_ERR_UNSUPPORTED, "not Metal");
+    EXPECT_FAIL(cm_buffer_wrap_metal(cpu, &(cm_metal_buffer_desc){.buffer = info.native}, &wrapped),
+                CM_ERR_UNSUPPORTED, "not Metal");
     cm_device_release(cpu);
     cm_device_release(d);
 }
@@ -492,8 +518,8 @@ Test(metal, a_full_session_leaks_no_metal_object) {
     cm_stream_release(s);
     cm_device_release(d);
     sm_stats(&after);
-    cr_assert_eq(after.live_objects, before.live_objects,
-                 "%ld Metal objects outlived the session", after.live_objects - before.live_objects);
+    cr_assert_eq(after.live_objects, before.live_objects, "%ld Metal objects outlived the session",
+                 after.live_objects - before.live_objects);
     cr_assert_gt(after.allocs, before.allocs, "the session did make objects");
 }
 
@@ -501,10 +527,10 @@ Test(metal, a_full_session_leaks_no_metal_object) {
 
 static cm_tensor *floats(cm_device *d, int64_t n) {
     cm_tensor *t = NULL;
-    cr_assert_eq(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                       .shape = (int64_t[]){n}},
-                                  &t),
-                 CM_OK, "%s", cm_last_error());
+    cr_assert_eq(
+        cm_tensor_create(
+            d, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){n}}, &t),
+        CM_OK, "%s", cm_last_error());
     return t;
 }
 
@@ -549,8 +575,7 @@ Test(metal, a_stream_of_another_device_is_refused) {
     cr_assert_eq(cm_stream_create(cpu, &cpu_stream), CM_OK);
     cm_tensor *x = floats(d, 4), *y = floats(d, 4);
     const double one = 1.0;
-    EXPECT_FAIL(cm_fill(x, CM_FLOAT64, &one, cpu_stream), CM_ERR_INVALID_ARGUMENT,
-                 "stream = ");
+    EXPECT_FAIL(cm_fill(x, CM_FLOAT64, &one, cpu_stream), CM_ERR_INVALID_ARGUMENT, "stream = ");
     EXPECT_FAIL(cm_copy(x, y, cpu_stream), CM_ERR_INVALID_ARGUMENT, "different (cpu) device");
     cm_tensor_release(x);
     cm_tensor_release(y);

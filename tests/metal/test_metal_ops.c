@@ -173,8 +173,8 @@ Test(metal_ops, a_failed_command_buffer_surfaces_on_the_next_sync) {
     cm_device *d = metal();
     cm_tensor *a = tensor_1d(d, CM_FLOAT32, 64, CM_STORAGE_DEFAULT);
     const double one = 1.0;
-    cm__metal_set_threadgroup_override(2048); /* over softmetal's limit of 1024 */
-    CHECK(cm_fill(a, CM_FLOAT64, &one, NULL));      /* encoding itself succeeds */
+    cm__metal_set_threadgroup_override(2048);  /* over softmetal's limit of 1024 */
+    CHECK(cm_fill(a, CM_FLOAT64, &one, NULL)); /* encoding itself succeeds */
     cm__metal_set_threadgroup_override(0);
     EXPECT_FAIL(cm_device_synchronize(d), CM_ERR_DEVICE, "threadsPerThreadgroup");
     cr_assert(strstr(cm_last_error(), "a command buffer of this stream failed") != NULL, "%s",
@@ -236,7 +236,7 @@ Test(metal_ops, the_library_compiles_once_per_device) {
  * softmetal counts libraries made with fast or relaxed math, options nil
  * included, as Metal's default is fast math. */
 static void expect_safe_math_library(void) {
-    cm_device *d = metal(); /* loads the framework */
+    cm_device *d = metal();       /* loads the framework */
     const bool sm = sm_present(); /* the counts are softmetal's; NaN is checked anywhere */
     struct softmetal_stats s0, s1;
     if (sm)
@@ -288,9 +288,12 @@ Test(metal_ops, kernels_are_compiled_with_fast_math_off_without_math_mode) {
 static uint32_t pipeline_simd_width(cm_device *d) {
     cm_library *lib = NULL;
     cm_kernel *k = NULL;
-    CHECK(cm_library_create(d, &(cm_library_desc){.source =
-        "kernel void nop(device uint *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
-        "    o[i] = i;\n}\n"}, &lib));
+    CHECK(cm_library_create(d,
+                            &(cm_library_desc){.source =
+                                                   "kernel void nop(device uint *o [[buffer(0)]], "
+                                                   "uint i [[thread_position_in_grid]]) {\n"
+                                                   "    o[i] = i;\n}\n"},
+                            &lib));
     CHECK(cm_kernel_create(lib, &(cm_kernel_desc){.name = "nop"}, &k));
     cm_kernel_info info;
     CHECK(cm_kernel_get_info(k, &info));
@@ -436,9 +439,8 @@ static cm_tensor *untracked_tensor(cm_device *d) {
     CHECK(cm_buffer_wrap_metal(d, &(cm_metal_buffer_desc){.buffer = mtl}, &b));
     cm__objc_release(mtl);
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                      .shape = (int64_t[]){64}},
-                                &t));
+    CHECK(cm_tensor_from_buffer(
+        b, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){64}}, &t));
     cm_buffer_release(b);
     return t;
 }
@@ -452,13 +454,13 @@ Test(metal_ops, ops_on_untracked_foreign_buffers_are_ordered) {
     cm_tensor *u = untracked_tensor(d), *v = untracked_tensor(d);
     const double two = 2.0, three = 3.0;
     CHECK(cm_fill(u, CM_FLOAT64, &two, NULL));
-    CHECK(cm_copy(u, v, NULL));                          /* reads what the fill wrote */
-    CHECK(cm_binary(CM_BINARY_ADD, u, v, u, NULL));      /* writes what the copy read */
+    CHECK(cm_copy(u, v, NULL));                     /* reads what the fill wrote */
+    CHECK(cm_binary(CM_BINARY_ADD, u, v, u, NULL)); /* writes what the copy read */
     cm_stream *s = NULL;
     CHECK(cm_device_get_stream(d, &s));
     cm_fence *f = NULL;
-    CHECK(cm_stream_signal(s, &f)); /* commits without waiting */
-    CHECK(cm_fill(v, CM_FLOAT64, &three, NULL));         /* next command buffer */
+    CHECK(cm_stream_signal(s, &f));              /* commits without waiting */
+    CHECK(cm_fill(v, CM_FLOAT64, &three, NULL)); /* next command buffer */
     CHECK(cm_binary(CM_BINARY_MUL, u, v, v, NULL));
     CHECK(cm_device_synchronize(d));
     cm_fence_release(f);
@@ -590,7 +592,7 @@ Test(metal_ops, a_buffer_of_another_device_is_refused_naming_both) {
     CHECK(cm_buffer_get_info(info.buffer, &binfo));
     cm_buffer *w = NULL;
     EXPECT_FAIL(cm_buffer_wrap_metal(a, &(cm_metal_buffer_desc){.buffer = binfo.native}, &w),
-                 CM_ERR_INVALID_ARGUMENT, "belongs to the MTLDevice");
+                CM_ERR_INVALID_ARGUMENT, "belongs to the MTLDevice");
     cr_assert_null(w);
     char want[300];
     snprintf(want, sizeof want, "\"%s\" (registryID %" PRIu64 "), not to this device, \"%s\"",
@@ -600,11 +602,11 @@ Test(metal_ops, a_buffer_of_another_device_is_refused_naming_both) {
     CHECK(cm_dlpack_export(t, NULL, &m));
     cm_tensor *imported = NULL;
     EXPECT_FAIL(cm_dlpack_import(m.legacy, &(cm_dlpack_import_desc){.device = a}, &imported),
-                 CM_ERR_INVALID_ARGUMENT, "belongs to the MTLDevice");
+                CM_ERR_INVALID_ARGUMENT, "belongs to the MTLDevice");
     cr_assert(strstr(cm_last_error(), want) != NULL, "%s", cm_last_error());
     /* The import's own words: its function and its argument. */
-    cr_assert(strncmp(cm_last_error(), "cm_dlpack_import: dl_tensor.data belongs", 40) == 0,
-              "%s", cm_last_error());
+    cr_assert(strncmp(cm_last_error(), "cm_dlpack_import: dl_tensor.data belongs", 40) == 0, "%s",
+              cm_last_error());
     m.legacy->deleter(m.legacy); /* a failed import leaves it to us */
     cm_tensor_release(t);
     cm_device_release(a);
@@ -636,10 +638,9 @@ Test(metal_ops, kdlmetal_exports_name_the_device_index) {
     CHECK(cm_device_get_info(on, &got));
     cr_assert_eq(got.registry_id, want.registry_id, "the import opened device 1");
     cm_tensor_release(back);
-    EXPECT_FAIL(cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal,
-                                                             .device_id = 2},
-                                 &m),
-                CM_ERR_INVALID_ARGUMENT, "desc->device_id = 2: the tensor is on kDLMetal device 1");
+    EXPECT_FAIL(
+        cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal, .device_id = 2}, &m),
+        CM_ERR_INVALID_ARGUMENT, "desc->device_id = 2: the tensor is on kDLMetal device 1");
     cm_tensor_release(t);
     cm_device_release(b);
 }
@@ -672,10 +673,9 @@ Test(metal_ops, buffers_and_exports_of_device_zero_stay_on_device_zero) {
     CHECK(cm_device_get_info(on, &got));
     cr_assert_eq(got.registry_id, want.registry_id, "the import opened device 0");
     cm_tensor_release(back);
-    EXPECT_FAIL(cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal,
-                                                             .device_id = 1},
-                                 &m),
-                CM_ERR_INVALID_ARGUMENT, "desc->device_id = 1: the tensor is on kDLMetal device 0");
+    EXPECT_FAIL(
+        cm_dlpack_export(t, &(cm_dlpack_export_desc){.device_type = kDLMetal, .device_id = 1}, &m),
+        CM_ERR_INVALID_ARGUMENT, "desc->device_id = 1: the tensor is on kDLMetal device 0");
     cm_tensor_release(t);
     cm_device_release(a);
 }
@@ -792,8 +792,8 @@ Test(metal_ops, a_released_import_is_given_back_while_its_command_buffer_outputs
     int64_t shape[1] = {n};
     DLManagedTensor *m = calloc(1, sizeof *m);
     m->deleter = import_deleter;
-    m->dl_tensor = (DLTensor){.data = page, .device = {kDLCPU, 0}, .ndim = 1,
-                              .dtype = {2, 32, 1}, .shape = shape};
+    m->dl_tensor = (DLTensor){
+        .data = page, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {2, 32, 1}, .shape = shape};
     atomic_store(&import_deleted, 0);
     cm_tensor *t = NULL;
     CHECK(cm_dlpack_import(m, &(cm_dlpack_import_desc){.device = d, .copy = CM_COPY_NEVER}, &t));
@@ -820,7 +820,7 @@ Test(metal_ops, a_released_import_is_given_back_while_its_command_buffer_outputs
  * how a GPU without SIMD-group functions (Apple's paravirtual device) looks
  * to cmetal, on any Metal. */
 typedef cm__fnptr (*replace_method_fn)(cm__class cls, cm__sel sel, cm__fnptr imp,
-                                        const char *types);
+                                       const char *types);
 
 static void *objc_fn(const char *name) {
 #if defined(__APPLE__)
@@ -875,7 +875,7 @@ static void watch_devices(bool deny_families) {
     cr_assert_not_null(old, "the device class had newLibraryWithSource:options:error:");
     memcpy(&g_new_library, &old, sizeof old);
     if (deny_families) {
-        memcpy(&imp, &(cm__objc_bool (*)(cm__id, cm__sel, cm__int)){no_family}, sizeof imp);
+        memcpy(&imp, &(cm__objc_bool(*)(cm__id, cm__sel, cm__int)){no_family}, sizeof imp);
         cr_assert_not_null(replace(cls, CM__SEL(supportsFamily), imp, "c@:q"));
     }
     cm_device_release(d);

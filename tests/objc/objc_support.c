@@ -63,16 +63,13 @@ struct block_head {
 };
 
 static void block_invoke_completed(void *block, id command_buffer) {
-    void (*fn)(void *, id) =
-        (void (*)(void *, id))((struct block_head *)block)->invoke;
+    void (*fn)(void *, id) = (void (*)(void *, id))((struct block_head *)block)->invoke;
     fn(block, command_buffer);
 }
 
-static void block_invoke_deallocator(void *block, void *pointer,
-                                     unsigned long length) {
+static void block_invoke_deallocator(void *block, void *pointer, unsigned long length) {
     void (*fn)(void *, void *, unsigned long) =
-        (void (*)(void *, void *, unsigned long))((struct block_head *)block)
-            ->invoke;
+        (void (*)(void *, void *, unsigned long))((struct block_head *)block)->invoke;
     fn(block, pointer, length);
 }
 
@@ -173,8 +170,7 @@ static struct cmtest_size obj_max_threads(id self, SEL op) {
     (void)self, (void)op;
     return (struct cmtest_size){1024, 512, 64};
 }
-static void obj_dispatch(id self, SEL op, struct cmtest_size a,
-                         struct cmtest_size b) {
+static void obj_dispatch(id self, SEL op, struct cmtest_size a, struct cmtest_size b) {
     (void)op;
     ((obj_t *)self)->size_a = a;
     ((obj_t *)self)->size_b = b;
@@ -182,8 +178,7 @@ static void obj_dispatch(id self, SEL op, struct cmtest_size a,
 struct test_range {
     unsigned long location, length;
 };
-static void obj_fill(id self, SEL op, id buffer, struct test_range range,
-                     uint8_t value) {
+static void obj_fill(id self, SEL op, id buffer, struct test_range range, uint8_t value) {
     (void)op;
     obj_t *o = (obj_t *)self;
     o->object = obj_retain(buffer, NULL);
@@ -203,16 +198,13 @@ static struct test_range obj_range_value(id self, SEL op) {
 struct test_color {
     double red, green, blue, alpha;
 };
-static struct test_color obj_color_scaled(id self, SEL op, double scale,
-                                          unsigned long plus) {
+static struct test_color obj_color_scaled(id self, SEL op, double scale, unsigned long plus) {
     (void)self, (void)op;
     double p = (double)plus;
-    return (struct test_color){scale + p, 2 * scale + p, 3 * scale + p,
-                               4 * scale + p};
+    return (struct test_color){scale + p, 2 * scale + p, 3 * scale + p, 4 * scale + p};
 }
-static void obj_copy_buffers(id self, SEL op, id src, unsigned long src_offset,
-                             id dst, unsigned long dst_offset,
-                             unsigned long size) {
+static void obj_copy_buffers(id self, SEL op, id src, unsigned long src_offset, id dst,
+                             unsigned long dst_offset, unsigned long size) {
     (void)op;
     obj_t *o = (obj_t *)self;
     o->object = obj_retain(dst, NULL);
@@ -251,8 +243,7 @@ static unsigned long obj_length(id self, SEL op) {
     (void)op;
     return ((obj_t *)self)->length;
 }
-static id obj_new_buffer(id self, SEL op, unsigned long length,
-                         unsigned long options) {
+static id obj_new_buffer(id self, SEL op, unsigned long length, unsigned long options) {
     (void)self, (void)op;
     id buffer = new_instance(cls_object);
     obj_t *b = (obj_t *)buffer;
@@ -262,12 +253,11 @@ static id obj_new_buffer(id self, SEL op, unsigned long length,
     b->code = (long)options;
     return buffer;
 }
-static id obj_new_buffer_no_copy(id self, SEL op, void *pointer,
-                                 unsigned long length, unsigned long options,
-                                 void *deallocator) {
+static id obj_new_buffer_no_copy(id self, SEL op, void *pointer, unsigned long length,
+                                 unsigned long options, void *deallocator) {
     (void)self, (void)op;
     if (length == 0)
-        return nil;   /* as Metal: the deallocator is not called */
+        return nil; /* as Metal: the deallocator is not called */
     id buffer = new_instance(cls_object);
     obj_t *b = (obj_t *)buffer;
     b->pointer = pointer;
@@ -300,7 +290,7 @@ static id string_init(id self, SEL op, const void *bytes, unsigned long length,
     (void)op;
     obj_t *o = (obj_t *)self;
     if (encoding != 4 || memchr(bytes, 0xff, length) != NULL) {
-        obj_release(self, NULL);   /* init failing releases self */
+        obj_release(self, NULL); /* init failing releases self */
         return nil;
     }
     char *text = malloc(length + 1);
@@ -311,11 +301,9 @@ static id string_init(id self, SEL op, const void *bytes, unsigned long length,
     o->length = length;
     return self;
 }
-static id string_with_c_string(id self, SEL op, const char *text,
-                               unsigned long encoding) {
+static id string_with_c_string(id self, SEL op, const char *text, unsigned long encoding) {
     (void)op;
-    id s = string_init(new_instance((Class)self), NULL, text, strlen(text),
-                       encoding);
+    id s = string_init(new_instance((Class)self), NULL, text, strlen(text), encoding);
     return s != nil ? obj_autorelease(s, NULL) : nil;
 }
 /* As Foundation may: the bytes live in an autoreleased buffer, freed at the
@@ -347,8 +335,7 @@ static id error_domain(id self, SEL op) {
     return obj_autorelease(make_string(((obj_t *)self)->pointer), NULL);
 }
 
-void *cmtest_new_error(const char *description, const char *domain,
-                       long code) {
+void *cmtest_new_error(const char *description, const char *domain, long code) {
     id e = new_instance(cls_error);
     obj_t *o = (obj_t *)e;
     o->object = make_string(description);
@@ -366,8 +353,7 @@ static id obj_new_library(id self, SEL op, id source, id options, id *error) {
         char text[160];
         snprintf(text, sizeof text, "cannot compile '%s'",
                  (const char *)((obj_t *)source)->pointer);
-        *error = obj_autorelease(
-            cmtest_new_error(text, "MTLLibraryErrorDomain", 3), NULL);
+        *error = obj_autorelease(cmtest_new_error(text, "MTLLibraryErrorDomain", 3), NULL);
     }
     return nil;
 }
@@ -423,8 +409,7 @@ static void add(Class cls, const char *name, IMP imp, const char *types) {
     }
 }
 
-static void add_ivar(Class cls, const char *name, size_t size,
-                     const char *type) {
+static void add_ivar(Class cls, const char *name, size_t size, const char *type) {
     if (!class_addIvar(cls, name, size, 3, type)) {
         fprintf(stderr, "class_addIvar %s failed\n", name);
         abort();
@@ -438,8 +423,7 @@ static void build_classes(void) {
     /* A GNU root class needs its isa ivar first. */
     add_ivar(cls_object, "isa", sizeof(void *), "#");
     char fields_type[16];
-    snprintf(fields_type, sizeof fields_type, "[%zuq]",
-             sizeof(obj_t) / sizeof(long) - 1);
+    snprintf(fields_type, sizeof fields_type, "[%zuq]", sizeof(obj_t) / sizeof(long) - 1);
     add_ivar(cls_object, "fields", sizeof(obj_t) - sizeof(void *), fields_type);
     Class meta = object_getClass((id)cls_object);
     add(meta, "alloc", IMPL(obj_alloc), "@@:");
@@ -459,38 +443,33 @@ static void build_classes(void) {
     add(cls_object, "maxBufferLength", IMPL(obj_max_buffer_length), "Q@:");
     add(cls_object, "code", IMPL(obj_code), "q@:");
     add(cls_object, "doubleValue", IMPL(obj_double_value), "d@:");
-    add(cls_object, "maxThreadsPerThreadgroup", IMPL(obj_max_threads),
-        "{MTLSize=QQQ}@:");
+    add(cls_object, "maxThreadsPerThreadgroup", IMPL(obj_max_threads), "{MTLSize=QQQ}@:");
     add(cls_object, "rangeValue", IMPL(obj_range_value), "{_NSRange=QQ}@:");
-    add(cls_object, "colorScaledBy:plus:", IMPL(obj_color_scaled),
-        "{MTLClearColor=dddd}@:dQ");
-    add(cls_object, "dispatchThreads:threadsPerThreadgroup:",
-        IMPL(obj_dispatch), "v@:{MTLSize=QQQ}{MTLSize=QQQ}");
-    add(cls_object, "fillBuffer:range:value:", IMPL(obj_fill),
-        "v@:@{_NSRange=QQ}C");
-    add(cls_object, "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:",
-        IMPL(obj_copy_buffers), "v@:@Q@QQ");
+    add(cls_object, "colorScaledBy:plus:", IMPL(obj_color_scaled), "{MTLClearColor=dddd}@:dQ");
+    add(cls_object, "dispatchThreads:threadsPerThreadgroup:", IMPL(obj_dispatch),
+        "v@:{MTLSize=QQQ}{MTLSize=QQQ}");
+    add(cls_object, "fillBuffer:range:value:", IMPL(obj_fill), "v@:@{_NSRange=QQ}C");
+    add(cls_object,
+        "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", IMPL(obj_copy_buffers),
+        "v@:@Q@QQ");
     add(cls_object, "signaledValue", IMPL(obj_signaled_value), "Q@:");
     add(cls_object, "setSignaledValue:", IMPL(obj_set_signaled_value), "v@:Q");
     add(cls_object, "contents", IMPL(obj_contents), "^v@:");
     add(cls_object, "length", IMPL(obj_length), "Q@:");
-    add(cls_object, "newBufferWithLength:options:", IMPL(obj_new_buffer),
-        "@@:QQ");
-    add(cls_object, "newBufferWithBytesNoCopy:length:options:deallocator:",
-        IMPL(obj_new_buffer_no_copy), "@@:^vQQ@?");
-    add(cls_object, "addCompletedHandler:", IMPL(obj_add_completed_handler),
-        "v@:@?");
+    add(cls_object, "newBufferWithLength:options:", IMPL(obj_new_buffer), "@@:QQ");
+    add(cls_object,
+        "newBufferWithBytesNoCopy:length:options:deallocator:", IMPL(obj_new_buffer_no_copy),
+        "@@:^vQQ@?");
+    add(cls_object, "addCompletedHandler:", IMPL(obj_add_completed_handler), "v@:@?");
     add(cls_object, "commit", IMPL(obj_commit), "v@:");
-    add(cls_object, "newLibraryWithSource:options:error:", IMPL(obj_new_library),
-        "@@:@@^@");
+    add(cls_object, "newLibraryWithSource:options:error:", IMPL(obj_new_library), "@@:@@^@");
     objc_registerClassPair(cls_object);
 
     cls_string = objc_allocateClassPair(cls_object, "NSString", 0);
-    add(cls_string, "initWithBytes:length:encoding:", IMPL(string_init),
-        "@@:r^vQQ");
+    add(cls_string, "initWithBytes:length:encoding:", IMPL(string_init), "@@:r^vQQ");
     add(cls_string, "UTF8String", IMPL(string_utf8), "r*@:");
-    add(object_getClass((id)cls_string), "stringWithCString:encoding:",
-        IMPL(string_with_c_string), "@@:r*Q");
+    add(object_getClass((id)cls_string), "stringWithCString:encoding:", IMPL(string_with_c_string),
+        "@@:r*Q");
     objc_registerClassPair(cls_string);
 
     cls_error = objc_allocateClassPair(cls_object, "NSError", 0);

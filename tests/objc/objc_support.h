@@ -23,16 +23,16 @@ struct cmtest_size {
 };
 struct cmtest_object {
     void *isa;
-    long extra_refs;              /* retainCount - 1 */
-    void *pointer;                /* contents, string bytes */
-    long owns_pointer;            /* free(pointer) at dealloc */
+    long extra_refs;   /* retainCount - 1 */
+    void *pointer;     /* contents, string bytes */
+    long owns_pointer; /* free(pointer) at dealloc */
     unsigned long length;
-    void *deallocator;            /* copied block, invoked at dealloc */
-    void *object;                 /* NSArray's element, a held object */
-    long code;                    /* NSError code, last NSInteger argument */
-    void *handlers[CMTEST_MAX_HANDLERS];   /* copied completion handlers */
+    void *deallocator;                   /* copied block, invoked at dealloc */
+    void *object;                        /* NSArray's element, a held object */
+    long code;                           /* NSError code, last NSInteger argument */
+    void *handlers[CMTEST_MAX_HANDLERS]; /* copied completion handlers */
     long handler_count;
-    struct cmtest_size size_a, size_b;     /* last dispatch arguments */
+    struct cmtest_size size_a, size_b; /* last dispatch arguments */
     unsigned long range_location, range_length;
     unsigned long byte_value;
     uint64_t u64;

@@ -19,8 +19,7 @@
  * where LeakSanitizer cannot see it; our own objects are counted instead
  * (cmtest_live_objects). The executable exports this hook (ENABLE_EXPORTS)
  * so the sanitizer runtime finds it. */
-__attribute__((visibility("default"))) const char *
-__lsan_default_suppressions(void);
+__attribute__((visibility("default"))) const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void) {
     return "leak:libobjc.so\n";
 }
@@ -57,8 +56,7 @@ Test(objc_init, registers_every_selector_once) {
     for (size_t i = 0; i < CM__SEL_COUNT; i++) {
         first[i] = cm__objc_sel_table[i];
         cr_assert_not_null(first[i], "%s", cm__objc_selector_name(i));
-        cr_assert_str_eq(cm__objc_rt.sel_get_name(first[i]),
-                         cm__objc_selector_name(i));
+        cr_assert_str_eq(cm__objc_rt.sel_get_name(first[i]), cm__objc_selector_name(i));
     }
     cr_assert_eq(cm__objc_init(), CM_OK);
     for (size_t i = 0; i < CM__SEL_COUNT; i++)
@@ -79,8 +77,7 @@ Test(objc_init, concurrent_first_calls_all_succeed) {
     pthread_t threads[N];
     cm_status results[N];
     for (int i = 0; i < N; i++)
-        cr_assert_eq(pthread_create(&threads[i], NULL, init_from_thread,
-                                    &results[i]), 0);
+        cr_assert_eq(pthread_create(&threads[i], NULL, init_from_thread, &results[i]), 0);
     for (int i = 0; i < N; i++) {
         pthread_join(threads[i], NULL);
         cr_assert_eq(results[i], CM_OK);
@@ -107,8 +104,7 @@ Test(objc_init, concurrent_framework_loads_agree) {
     pthread_t threads[N];
     struct load_result results[N];
     for (int i = 0; i < N; i++)
-        cr_assert_eq(pthread_create(&threads[i], NULL, load_from_thread,
-                                    &results[i]), 0);
+        cr_assert_eq(pthread_create(&threads[i], NULL, load_from_thread, &results[i]), 0);
     for (int i = 0; i < N; i++)
         pthread_join(threads[i], NULL);
     for (int i = 0; i < N; i++) {
@@ -149,7 +145,7 @@ static size_t read_tsv(struct row *rows, bool classes) {
         cr_assert(tab1 != NULL && tab2 != NULL && tab3 != NULL, "bad row: %s", line);
         *tab1 = *tab2 = *tab3 = '\0';
         if (strcmp(line, "selector") == 0)
-            continue;   /* header */
+            continue; /* header */
         if ((strcmp(tab2 + 1, "objc-class") == 0) != classes)
             continue;
         cr_assert_lt(n, MAX_ROWS);
@@ -164,38 +160,34 @@ static size_t read_tsv(struct row *rows, bool classes) {
 Test(objc_init, selector_table_matches_apple_selectors_tsv) {
     static struct row rows[MAX_ROWS];
     size_t n = read_tsv(rows, false);
-    cr_assert_eq(n, (size_t)CM__SEL_COUNT, "tsv has %zu rows, table %d", n,
-                 CM__SEL_COUNT);
+    cr_assert_eq(n, (size_t)CM__SEL_COUNT, "tsv has %zu rows, table %d", n, CM__SEL_COUNT);
     for (size_t i = 0; i < CM__SEL_COUNT; i++) {
         const char *name = cm__objc_selector_name(i);
         size_t j = 0;
         while (j < n && strcmp(rows[j].selector, name) != 0)
             j++;
         cr_assert_lt(j, n, "%s is in the table but not in the tsv", name);
-        cr_assert_str_eq(rows[j].signature, cm__objc_selector_signature(i),
-                         "signature of %s", name);
+        cr_assert_str_eq(rows[j].signature, cm__objc_selector_signature(i), "signature of %s",
+                         name);
     }
     for (size_t j = 0; j < n; j++) {
         size_t i = 0;
-        while (i < CM__SEL_COUNT &&
-               strcmp(cm__objc_selector_name(i), rows[j].selector) != 0)
+        while (i < CM__SEL_COUNT && strcmp(cm__objc_selector_name(i), rows[j].selector) != 0)
             i++;
-        cr_assert_lt(i, (size_t)CM__SEL_COUNT,
-                     "%s is in the tsv but not in the table", rows[j].selector);
+        cr_assert_lt(i, (size_t)CM__SEL_COUNT, "%s is in the tsv but not in the table",
+                     rows[j].selector);
     }
 }
 
 Test(objc_init, class_table_matches_apple_selectors_tsv) {
     static struct row rows[MAX_ROWS];
     size_t n = read_tsv(rows, true);
-    cr_assert_eq(n, (size_t)CM__CLASS_COUNT, "tsv has %zu classes, table %d", n,
-                 CM__CLASS_COUNT);
+    cr_assert_eq(n, (size_t)CM__CLASS_COUNT, "tsv has %zu classes, table %d", n, CM__CLASS_COUNT);
     for (size_t i = 0; i < CM__CLASS_COUNT; i++) {
         size_t j = 0;
         while (j < n && strcmp(rows[j].selector, cm__objc_class_name(i)) != 0)
             j++;
-        cr_assert_lt(j, n, "class %s is in the table but not in the tsv",
-                     cm__objc_class_name(i));
+        cr_assert_lt(j, n, "class %s is in the table but not in the tsv", cm__objc_class_name(i));
         cr_assert_str_eq(rows[j].signature, "-");
     }
     cr_assert_null(cm__objc_class_name(CM__CLASS_COUNT));
@@ -214,8 +206,7 @@ Test(objc_send, compile_option_sends_pass_their_arguments) {
     cm__id obj = new_object();
     cr_assert_eq(cm__msg_init(obj), obj);
     cr_assert(cm__msg_respondsToSelector(obj, CM__SEL(setMathMode)));
-    cr_assert_not(cm__msg_respondsToSelector(
-        obj, cm__objc_sel_register("noSuchSelector:")));
+    cr_assert_not(cm__msg_respondsToSelector(obj, cm__objc_sel_register("noSuchSelector:")));
     cm__msg_setMathMode(obj, -2);
     cr_assert_eq(fields(obj)->code, -2, "NSInteger keeps its sign");
     cm__msg_setMathMode(obj, 0);
@@ -284,8 +275,7 @@ static cm__ns_range send_range(cm__id self, cm__sel sel) {
     CM__SEND_BODY(cm__ns_range, self, sel, (cm__id, cm__sel), self, sel);
 }
 
-static test_color send_color_double_uint(cm__id self, cm__sel sel, double a,
-                                         cm__uint b) {
+static test_color send_color_double_uint(cm__id self, cm__sel sel, double a, cm__uint b) {
     typedef test_color (*imp_t)(cm__id, cm__sel, double, cm__uint);
 #if CM__OBJC_HAS_STRET
     return ((imp_t)cm__objc_rt.msg_send_stret)(self, sel, a, b);
@@ -309,10 +299,10 @@ Test(objc_send, returns_16_byte_struct_in_registers) {
 Test(objc_send, returns_four_doubles_and_takes_a_double) {
     cm__id obj = new_object();
     long stret_before = cmtest_stret_calls;
-    test_color c = send_color_double_uint(
-        obj, cm__objc_sel_register("colorScaledBy:plus:"), 0.5, 3);
-    cr_assert(c.red == 3.5 && c.green == 4.0 && c.blue == 4.5 && c.alpha == 5.0,
-              "got %g %g %g %g", c.red, c.green, c.blue, c.alpha);
+    test_color c =
+        send_color_double_uint(obj, cm__objc_sel_register("colorScaledBy:plus:"), 0.5, 3);
+    cr_assert(c.red == 3.5 && c.green == 4.0 && c.blue == 4.5 && c.alpha == 5.0, "got %g %g %g %g",
+              c.red, c.green, c.blue, c.alpha);
 #if CM__OBJC_HAS_STRET
     cr_assert_eq(cmtest_stret_calls, stret_before + 1, "went through _stret");
 #else
@@ -339,8 +329,7 @@ Test(objc_send, passes_two_structs_by_value) {
                                                   (cm__mtl_size){10, 11, 12});
     struct cmtest_object *o = fields(obj);
     cr_assert(o->size_a.width == 7 && o->size_a.height == 8 && o->size_a.depth == 9);
-    cr_assert(o->size_b.width == 10 && o->size_b.height == 11 &&
-              o->size_b.depth == 12);
+    cr_assert(o->size_b.width == 10 && o->size_b.height == 11 && o->size_b.depth == 12);
     cm__objc_release(obj);
 }
 
@@ -362,8 +351,7 @@ Test(objc_send, passes_five_arguments) {
     cm__id enc = new_object();
     cm__id src = new_object();
     cm__id dst = new_object();
-    cm__msg_copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size(
-        enc, src, 3, dst, 5, 77);
+    cm__msg_copyFromBuffer_sourceOffset_toBuffer_destinationOffset_size(enc, src, 3, dst, 5, 77);
     struct cmtest_object *o = fields(enc);
     cr_assert_eq(o->object, dst);
     cr_assert_eq(o->range_location, 3);
@@ -383,11 +371,11 @@ Test(objc_send, passes_uint64) {
 }
 
 Test(objc_send, class_methods) {
-    cr_assert_eq(cm__metal_load(), CM_OK, "%s", cm_last_error());   /* pools */
+    cr_assert_eq(cm__metal_load(), CM_OK, "%s", cm_last_error()); /* pools */
     cm__class cls = CM__CLASS(NSString);
     void *pool = cm__objc_pool_push();
-    cm__id s = cm__msg_stringWithCString_encoding(cls, "from a class method",
-                                                  CM__NS_UTF8_STRING_ENCODING);
+    cm__id s =
+        cm__msg_stringWithCString_encoding(cls, "from a class method", CM__NS_UTF8_STRING_ENCODING);
     cr_assert_not_null(s);
     char text[64];
     cm__ns_string_copy_utf8(s, text, sizeof text);
@@ -483,8 +471,7 @@ TestSuite(objc_string, .init = setup_metal);
 Test(objc_string, round_trips_utf8) {
     const char *text = "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93";
     cm__id s = NULL;
-    cr_assert_eq(cm__ns_string_from_utf8("cm_test", text, &s), CM_OK, "%s",
-                 cm_last_error());
+    cr_assert_eq(cm__ns_string_from_utf8("cm_test", text, &s), CM_OK, "%s", cm_last_error());
     cr_assert_eq(cm__msg_retainCount(s), 1, "+1, not autoreleased");
     char buf[64];
     cr_assert_eq(cm__ns_string_copy_utf8(s, buf, sizeof buf), strlen(text));
@@ -524,14 +511,12 @@ Test(objc_string, empty_and_nil) {
 
 Test(objc_string, rejected_bytes_are_an_error) {
     cm__id s = (cm__id)1;
-    cr_assert_eq(cm__ns_string_from_utf8("cm_test", "bad \xff byte", &s),
-                 CM_ERR_DEVICE);
+    cr_assert_eq(cm__ns_string_from_utf8("cm_test", "bad \xff byte", &s), CM_ERR_DEVICE);
     cr_assert_null(s);
-    cr_assert(strstr(cm_last_error(), "cm_test: NSString initWithBytes") != NULL,
-              "%s", cm_last_error());
+    cr_assert(strstr(cm_last_error(), "cm_test: NSString initWithBytes") != NULL, "%s",
+              cm_last_error());
     cr_assert_eq(cmtest_live_objects(), live_at_start, "the alloc was released");
-    cr_assert_eq(cm__ns_string_from_utf8("cm_test", NULL, &s),
-                 CM_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(cm__ns_string_from_utf8("cm_test", NULL, &s), CM_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(cm_last_error(), "utf8 = NULL") != NULL, "%s", cm_last_error());
 }
 
@@ -541,44 +526,37 @@ TestSuite(objc_error, .init = setup_metal);
 Test(objc_error, ns_error_goes_to_last_error) {
     cm__id device = new_object();
     cm__id source = NULL;
-    cr_assert_eq(cm__ns_string_from_utf8("cm_test", "kernel void k()", &source),
-                 CM_OK);
+    cr_assert_eq(cm__ns_string_from_utf8("cm_test", "kernel void k()", &source), CM_OK);
     void *pool = cm__objc_pool_push();
     cm__id error = NULL;
-    cm__id library =
-        cm__msg_newLibraryWithSource_options_error(device, source, NULL, &error);
+    cm__id library = cm__msg_newLibraryWithSource_options_error(device, source, NULL, &error);
     cr_assert_null(library);
     cr_assert_not_null(error);
-    cr_assert_eq(cm__fail_ns_error("cm_library_create", CM_ERR_COMPILE, error,
-                                   "newLibraryWithSource"),
-                 CM_ERR_COMPILE);
+    cr_assert_eq(
+        cm__fail_ns_error("cm_library_create", CM_ERR_COMPILE, error, "newLibraryWithSource"),
+        CM_ERR_COMPILE);
     cm__objc_pool_pop(pool);
-    cr_assert_str_eq(cm_last_error(),
-                     "cm_library_create: newLibraryWithSource: cannot compile "
-                     "'kernel void k()' (MTLLibraryErrorDomain, code 3)");
+    cr_assert_str_eq(cm_last_error(), "cm_library_create: newLibraryWithSource: cannot compile "
+                                      "'kernel void k()' (MTLLibraryErrorDomain, code 3)");
     cm__objc_release(source);
     cm__objc_release(device);
     cr_assert_eq(cmtest_live_objects(), live_at_start);
 }
 
 Test(objc_error, nil_error_still_gives_a_message) {
-    cr_assert_eq(cm__fail_ns_error("cm_queue_create", CM_ERR_DEVICE, NULL,
-                                   "newCommandQueue returned nil"),
-                 CM_ERR_DEVICE);
-    cr_assert_str_eq(cm_last_error(),
-                     "cm_queue_create: newCommandQueue returned nil: no NSError "
-                     "given");
+    cr_assert_eq(
+        cm__fail_ns_error("cm_queue_create", CM_ERR_DEVICE, NULL, "newCommandQueue returned nil"),
+        CM_ERR_DEVICE);
+    cr_assert_str_eq(cm_last_error(), "cm_queue_create: newCommandQueue returned nil: no NSError "
+                                      "given");
 }
 
 Test(objc_error, error_made_by_the_caller) {
-    cm__id error = cmtest_new_error("out of memory", "MTLCommandBufferErrorDomain",
-                                    -8);
-    cr_assert_eq(cm__fail_ns_error("cm_stream_sync", CM_ERR_DEVICE, error,
-                                   "command buffer failed"),
+    cm__id error = cmtest_new_error("out of memory", "MTLCommandBufferErrorDomain", -8);
+    cr_assert_eq(cm__fail_ns_error("cm_stream_sync", CM_ERR_DEVICE, error, "command buffer failed"),
                  CM_ERR_DEVICE);
-    cr_assert_str_eq(cm_last_error(),
-                     "cm_stream_sync: command buffer failed: out of memory "
-                     "(MTLCommandBufferErrorDomain, code -8)");
+    cr_assert_str_eq(cm_last_error(), "cm_stream_sync: command buffer failed: out of memory "
+                                      "(MTLCommandBufferErrorDomain, code -8)");
     cm__objc_release(error);
     cr_assert_eq(cmtest_live_objects(), live_at_start);
 }
@@ -625,8 +603,7 @@ struct abi_descriptor {
 Test(objc_block, literal_follows_the_block_abi) {
     struct calls calls = {0};
     cm__block blk;
-    cr_assert_eq(cm__block_init_deallocator(&blk, on_dealloc, &calls, on_dispose),
-                 CM_OK);
+    cr_assert_eq(cm__block_init_deallocator(&blk, on_dealloc, &calls, on_dispose), CM_OK);
     cr_assert_eq(blk.isa, dlsym(RTLD_DEFAULT, "_NSConcreteStackBlock"));
     cr_assert_eq(blk.flags, (1 << 25) | (1 << 30), "HAS_COPY_DISPOSE | HAS_SIGNATURE");
     cr_assert_eq((char *)&blk.descriptor - (char *)&blk, 24);
@@ -639,8 +616,7 @@ Test(objc_block, literal_follows_the_block_abi) {
     cm__block_release(&blk);
 
     static cm__block global;
-    cr_assert_eq(cm__block_init_global_completed(&global, on_completed, &calls),
-                 CM_OK);
+    cr_assert_eq(cm__block_init_global_completed(&global, on_completed, &calls), CM_OK);
     cr_assert_eq(global.isa, dlsym(RTLD_DEFAULT, "_NSConcreteGlobalBlock"));
     cr_assert_eq(global.flags, 0x50000000, "as clang emits global blocks");
     const struct {
@@ -654,10 +630,8 @@ Test(objc_block, completed_handler_runs_once_and_disposes_once) {
     struct calls calls = {0};
     cm__id cb = new_object();
     {
-        cm__block blk;   /* stack literal: gone after this scope */
-        cr_assert_eq(cm__block_init_completed(&blk, on_completed, &calls,
-                                              on_dispose),
-                     CM_OK);
+        cm__block blk; /* stack literal: gone after this scope */
+        cr_assert_eq(cm__block_init_completed(&blk, on_completed, &calls, on_dispose), CM_OK);
         cm__msg_addCompletedHandler(cb, &blk);
         cm__block_release(&blk);
     }
@@ -676,12 +650,11 @@ Test(objc_block, two_copies_dispose_once_after_both) {
     struct calls calls = {0};
     cm__id cb = new_object();
     cm__block blk;
-    cr_assert_eq(cm__block_init_completed(&blk, on_completed, &calls, on_dispose),
-                 CM_OK);
+    cr_assert_eq(cm__block_init_completed(&blk, on_completed, &calls, on_dispose), CM_OK);
     cm__msg_addCompletedHandler(cb, &blk);
     cm__msg_addCompletedHandler(cb, &blk);
     cm__block_release(&blk);
-    cm__block_release(&blk);   /* second release of ours is a no-op */
+    cm__block_release(&blk); /* second release of ours is a no-op */
     cm__msg_commit(cb);
     cr_assert_eq(calls.invoked, 2);
     cr_assert_eq(calls.disposed, 1);
@@ -691,8 +664,7 @@ Test(objc_block, two_copies_dispose_once_after_both) {
 Test(objc_block, never_copied_disposes_at_our_release) {
     struct calls calls = {0};
     cm__block blk;
-    cr_assert_eq(cm__block_init_completed(&blk, on_completed, &calls, on_dispose),
-                 CM_OK);
+    cr_assert_eq(cm__block_init_completed(&blk, on_completed, &calls, on_dispose), CM_OK);
     cm__block_release(&blk);
     cr_assert_eq(calls.invoked, 0);
     cr_assert_eq(calls.disposed, 1);
@@ -703,8 +675,7 @@ Test(objc_block, deallocator_runs_when_the_buffer_dies) {
     static char storage[4096];
     cm__id device = new_object();
     cm__block blk;
-    cr_assert_eq(cm__block_init_deallocator(&blk, on_dealloc, &calls, on_dispose),
-                 CM_OK);
+    cr_assert_eq(cm__block_init_deallocator(&blk, on_dealloc, &calls, on_dispose), CM_OK);
     cm__id buffer = cm__msg_newBufferWithBytesNoCopy_length_options_deallocator(
         device, storage, sizeof storage, 0, &blk);
     cm__block_release(&blk);
@@ -725,10 +696,9 @@ Test(objc_block, failed_send_disposes_without_invoking) {
     struct calls calls = {0};
     cm__id device = new_object();
     cm__block blk;
-    cr_assert_eq(cm__block_init_deallocator(&blk, on_dealloc, &calls, on_dispose),
-                 CM_OK);
-    cm__id buffer = cm__msg_newBufferWithBytesNoCopy_length_options_deallocator(
-        device, &calls, 0, 0, &blk);
+    cr_assert_eq(cm__block_init_deallocator(&blk, on_dealloc, &calls, on_dispose), CM_OK);
+    cm__id buffer =
+        cm__msg_newBufferWithBytesNoCopy_length_options_deallocator(device, &calls, 0, 0, &blk);
     cm__block_release(&blk);
     cr_assert_null(buffer);
     cr_assert_eq(calls.invoked, 0);
@@ -739,8 +709,7 @@ Test(objc_block, failed_send_disposes_without_invoking) {
 Test(objc_block, global_block_is_never_copied) {
     static cm__block blk;
     static struct calls calls;
-    cr_assert_eq(cm__block_init_global_completed(&blk, on_completed, &calls),
-                 CM_OK);
+    cr_assert_eq(cm__block_init_global_completed(&blk, on_completed, &calls), CM_OK);
     cr_assert_eq(blk.flags & (1 << 28), 1 << 28, "IS_GLOBAL");
     cm__id cb = new_object();
     cm__msg_addCompletedHandler(cb, &blk);
@@ -748,7 +717,7 @@ Test(objc_block, global_block_is_never_copied) {
     cm__msg_commit(cb);
     cr_assert_eq(calls.invoked, 1);
     cr_assert_eq(calls.disposed, 0);
-    cm__block_release(&blk);   /* no-op for global blocks */
+    cm__block_release(&blk); /* no-op for global blocks */
     cm__objc_release(cb);
 }
 
@@ -756,9 +725,8 @@ Test(objc_block, null_arguments_are_rejected) {
     struct calls calls = {0};
     cr_assert_eq(cm__block_init_completed(NULL, on_completed, &calls, on_dispose),
                  CM_ERR_INVALID_ARGUMENT);
-    cr_assert(strstr(cm_last_error(), "cm__block_init_completed: block = NULL") !=
-                  NULL,
-              "%s", cm_last_error());
+    cr_assert(strstr(cm_last_error(), "cm__block_init_completed: block = NULL") != NULL, "%s",
+              cm_last_error());
     cm__block blk;
     cr_assert_eq(cm__block_init_deallocator(&blk, NULL, &calls, on_dispose),
                  CM_ERR_INVALID_ARGUMENT);
@@ -783,8 +751,7 @@ Test(objc_metal, loads_the_framework_named_by_the_environment) {
 Test(objc_metal, default_device_falls_back_to_copy_all_devices) {
     cmtest_set_device_mode(1);
     cm__id device = NULL;
-    cr_assert_eq(cm__metal_default_device("cm_test", &device), CM_OK, "%s",
-                 cm_last_error());
+    cr_assert_eq(cm__metal_default_device("cm_test", &device), CM_OK, "%s", cm_last_error());
     cr_assert_not_null(device);
     cr_assert_eq(cmtest_live_objects(), live_at_start + 1, "array released");
     cm__objc_release(device);
@@ -794,35 +761,30 @@ Test(objc_metal, default_device_falls_back_to_copy_all_devices) {
 Test(objc_metal, framework_without_devices_is_no_device) {
     cmtest_set_device_mode(2);
     cm__id device = (cm__id)1;
-    cr_assert_eq(cm__metal_default_device("cm_device_create", &device),
-                 CM_ERR_NO_DEVICE);
+    cr_assert_eq(cm__metal_default_device("cm_device_create", &device), CM_ERR_NO_DEVICE);
     cr_assert_null(device);
-    cr_assert(strstr(cm_last_error(), "cm_device_create: no Metal device") != NULL,
-              "%s", cm_last_error());
+    cr_assert(strstr(cm_last_error(), "cm_device_create: no Metal device") != NULL, "%s",
+              cm_last_error());
 }
 
 Test(objc_metal, missing_framework_is_no_device) {
     setenv("CMETAL_METAL_FRAMEWORK", "/nonexistent/libnometal.so", 1);
     cr_assert_eq(cm__metal_load(), CM_ERR_NO_DEVICE);
     const char *msg = cm_last_error();
-    cr_assert(strstr(msg, "missing_framework_is_no_device") != NULL,
-              "names the caller: %s", msg);
+    cr_assert(strstr(msg, "missing_framework_is_no_device") != NULL, "names the caller: %s", msg);
     cr_assert(strstr(msg, "\"/nonexistent/libnometal.so\"") != NULL, "%s", msg);
     cr_assert(strstr(msg, "set CMETAL_METAL_FRAMEWORK") != NULL, "%s", msg);
     /* The result is kept: later calls report it again. */
-    cr_assert_eq(cm__metal_default_device("cm_again", &(cm__id){NULL}),
-                 CM_ERR_NO_DEVICE);
-    cr_assert(strstr(cm_last_error(), "cm_again: no Metal") != NULL, "%s",
-              cm_last_error());
+    cr_assert_eq(cm__metal_default_device("cm_again", &(cm__id){NULL}), CM_ERR_NO_DEVICE);
+    cr_assert(strstr(cm_last_error(), "cm_again: no Metal") != NULL, "%s", cm_last_error());
     cr_assert_null(cm__metal_framework_path());
 }
 
 Test(objc_metal, framework_without_entry_point_is_no_device) {
     setenv("CMETAL_METAL_FRAMEWORK", "libBlocksRuntime.so.0", 1);
     cr_assert_eq(cm__metal_load(), CM_ERR_NO_DEVICE);
-    cr_assert(strstr(cm_last_error(), "does not export MTLCreateSystemDefaultDevice") !=
-                  NULL,
-              "%s", cm_last_error());
+    cr_assert(strstr(cm_last_error(), "does not export MTLCreateSystemDefaultDevice") != NULL, "%s",
+              cm_last_error());
 }
 
 #if !defined(__APPLE__)

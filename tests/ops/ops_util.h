@@ -39,8 +39,8 @@ typedef union elem {
 } elem;
 
 enum layout { L_CONTIG, L_TRANSPOSED, L_STEP, L_NEGATIVE, L_BROADCAST, L_COUNT };
-static const char *const layout_names[L_COUNT] = {"contiguous", "transposed", "step",
-                                                  "negative", "broadcast"};
+static const char *const layout_names[L_COUNT] = {"contiguous", "transposed", "step", "negative",
+                                                  "broadcast"};
 
 static inline size_t dsize(cm_dtype d) {
     cm_dtype_info info;
@@ -145,11 +145,11 @@ static inline bool ref_trustworthy(void) {
 #endif
 }
 
-#define REQUIRE_TRUSTWORTHY_REFERENCE()                                              \
-    do {                                                                            \
-        if (!ref_trustworthy())                                                     \
-            cr_skip_test("the long double reference is double under valgrind; "    \
-                         "test_ops_matrix_cpu_double_ref runs this test there");    \
+#define REQUIRE_TRUSTWORTHY_REFERENCE()                                                            \
+    do {                                                                                           \
+        if (!ref_trustworthy())                                                                    \
+            cr_skip_test("the long double reference is double under valgrind; "                    \
+                         "test_ops_matrix_cpu_double_ref runs this test there");                   \
     } while (0)
 
 /* An integer element's bits, sign-extended to 64; and back, truncated. */
@@ -243,7 +243,7 @@ static inline int elem_order(cm_dtype d, elem a, elem b) {
     if (!dfloat(d)) {
         const uint64_t x = bits64(d, a), y = bits64(d, b);
         if (dsigned(d))
-            return (int64_t)x < (int64_t)y ? -1 : (int64_t)x > (int64_t)y;
+            return (int64_t)x<(int64_t)y ? -1 : (int64_t)x>(int64_t) y;
         return x < y ? -1 : x > y;
     }
     const ref_t x = elem_value(d, a), y = elem_value(d, b);
@@ -348,21 +348,50 @@ static inline elem gen_elem(cm_dtype d, uint64_t i, uint64_t seed, bool tame) {
     switch (d) {
     case CM_BOOL: e.u8 = (uint8_t)(r & 1); return e;
     case CM_FLOAT32: {
-        static const float sp[] = {0.0f, -0.0f, 1.0f, -1.5f, 2.5f, 65504.0f, 65520.0f,
+        static const float sp[] = {0.0f,  -0.0f, 1.0f,  -1.5f,           2.5f,  65504.0f, 65520.0f,
                                    1e10f, -3e9f, 1e-7f, 1.17549435e-38f, 1e-45f};
-        if (pick == 0) { e.f32 = INFINITY; return e; }
-        if (pick == 1) { e.f32 = sp[r % 12]; return e; }
-        if (pick == 2) { e.u32 = (uint32_t)r; return e; }
+        if (pick == 0) {
+            e.f32 = INFINITY;
+            return e;
+        }
+        if (pick == 1) {
+            e.f32 = sp[r % 12];
+            return e;
+        }
+        if (pick == 2) {
+            e.u32 = (uint32_t)r;
+            return e;
+        }
         e.f32 = (float)((int64_t)(r % 20001) - 10000) / 64.0f;
         return e;
     }
     case CM_FLOAT64: {
-        static const double sp[] = {0.0, -0.0, 1.0, -1.5, 2.5, 65504.0, 65520.0,
-                                    1e300, -9.3e18, 1e-7, 2.2250738585072014e-308, 5e-324,
-                                    1.8446744073709552e19, -9.223372036854775808e18};
-        if (pick == 0) { e.f64 = NAN; return e; }
-        if (pick == 1) { e.f64 = sp[r % 14]; return e; }
-        if (pick == 2) { e.u64 = r; return e; }
+        static const double sp[] = {0.0,
+                                    -0.0,
+                                    1.0,
+                                    -1.5,
+                                    2.5,
+                                    65504.0,
+                                    65520.0,
+                                    1e300,
+                                    -9.3e18,
+                                    1e-7,
+                                    2.2250738585072014e-308,
+                                    5e-324,
+                                    1.8446744073709552e19,
+                                    -9.223372036854775808e18};
+        if (pick == 0) {
+            e.f64 = NAN;
+            return e;
+        }
+        if (pick == 1) {
+            e.f64 = sp[r % 14];
+            return e;
+        }
+        if (pick == 2) {
+            e.u64 = r;
+            return e;
+        }
         e.f64 = (double)((int64_t)(r % 2000001) - 1000000) / 1024.0;
         return e;
     }
@@ -381,7 +410,8 @@ static inline elem gen_elem(cm_dtype d, uint64_t i, uint64_t seed, bool tame) {
         memcpy(e.b, &r, dsize(d));
         if (!dfloat(d) && pick >= 5) { /* small values too */
             int64_t v = (int64_t)(r % 201) - 100;
-            if (!dsigned(d) && v < 0) v = -v;
+            if (!dsigned(d) && v < 0)
+                v = -v;
             uint64_t bits = (uint64_t)v;
             memcpy(e.b, &bits, dsize(d));
         }
@@ -425,9 +455,9 @@ static inline void fill_gen(cm_tensor *t, uint64_t seed, bool tame) {
 /* A view of `shape` with layout L over a fresh buffer filled by fill_gen
  * (seed, tame). *parent_out, if not NULL, receives the compact tensor that
  * owns the whole buffer (+1). */
-static inline cm_tensor *make_view(cm_device *dev, cm_dtype d, int32_t ndim,
-                                   const int64_t *shape, enum layout L, uint64_t seed,
-                                   bool tame, cm_tensor **parent_out) {
+static inline cm_tensor *make_view(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t *shape,
+                                   enum layout L, uint64_t seed, bool tame,
+                                   cm_tensor **parent_out) {
     int64_t ps[CM_MAX_NDIM] = {0}; /* the first ndim set below; GCC -O3 cannot tell */
     if (ndim > 0)
         memcpy(ps, shape, sizeof(int64_t) * (size_t)ndim);
@@ -447,7 +477,10 @@ static inline cm_tensor *make_view(cm_device *dev, cm_dtype d, int32_t ndim,
     fill_gen(parent, seed, tame);
     cm_tensor *v = NULL, *tmp = NULL;
     switch (L) {
-    case L_CONTIG: CHECK(cm_tensor_retain(parent)); v = parent; break;
+    case L_CONTIG:
+        CHECK(cm_tensor_retain(parent));
+        v = parent;
+        break;
     case L_TRANSPOSED: {
         int32_t axes[CM_MAX_NDIM];
         for (int32_t k = 0; k < ndim; ++k)
@@ -527,14 +560,14 @@ typedef struct test_shape {
     int64_t shape[4];
 } test_shape;
 static const test_shape test_shapes[] = {
-    {0, {0}},     {1, {0}},     {1, {1}},       {1, {13}},     {2, {3, 0}},       {2, {4, 7}},
-    {2, {1, 9}},  {3, {2, 3, 5}}, {2, {17, 33}}, {4, {2, 1, 3, 4}}, {2, {1, 300}},
+    {0, {0}},    {1, {0}},       {1, {1}},      {1, {13}},         {2, {3, 0}},   {2, {4, 7}},
+    {2, {1, 9}}, {3, {2, 3, 5}}, {2, {17, 33}}, {4, {2, 1, 3, 4}}, {2, {1, 300}},
 };
 #define N_TEST_SHAPES (sizeof test_shapes / sizeof test_shapes[0])
 
 /* float64 last: the Metal device computes all but it. */
-static const cm_dtype all_dtypes[] = {CM_BOOL,   CM_INT8,    CM_INT16,    CM_INT32,  CM_INT64,
-                                      CM_UINT8,  CM_UINT16,  CM_UINT32,   CM_UINT64, CM_FLOAT16,
+static const cm_dtype all_dtypes[] = {CM_BOOL,     CM_INT8,    CM_INT16,  CM_INT32,  CM_INT64,
+                                      CM_UINT8,    CM_UINT16,  CM_UINT32, CM_UINT64, CM_FLOAT16,
                                       CM_BFLOAT16, CM_FLOAT32, CM_FLOAT64};
 #define N_DTYPES 13
 

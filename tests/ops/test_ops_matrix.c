@@ -162,8 +162,7 @@ static void check_gaps(const cm_tensor *parent, const cm_tensor *view, uint64_t 
             continue;
         const elem want = gen_elem(pi.dtype, (uint64_t)i, seed, false);
         cr_assert(memcmp((const char *)p + (size_t)i * sz, want.b, sz) == 0,
-                  "%s element %lld outside the view was written", dname(pi.dtype),
-                  (long long)i);
+                  "%s element %lld outside the view was written", dname(pi.dtype), (long long)i);
     }
     free(in_view);
 }
@@ -182,11 +181,11 @@ Test(ops_matrix, copy_every_dtype_layout_pair_and_shape_bit_for_bit) {
                     if (!case_runs(cases++))
                         continue;
                     const cm_dtype d = all_dtypes[di];
-                    cm_tensor *src = make_view(dev, d, ts->ndim, ts->shape, (enum layout)ls, 7,
-                                               false, NULL);
+                    cm_tensor *src =
+                        make_view(dev, d, ts->ndim, ts->shape, (enum layout)ls, 7, false, NULL);
                     cm_tensor *dparent = NULL;
-                    cm_tensor *dst = make_view(dev, d, ts->ndim, ts->shape, (enum layout)ld, 8,
-                                               false, &dparent);
+                    cm_tensor *dst =
+                        make_view(dev, d, ts->ndim, ts->shape, (enum layout)ld, 8, false, &dparent);
                     CHECK(cm_copy(src, dst, NULL));
                     int64_t idx[CM_MAX_NDIM] = {0};
                     if (numel_of(ts->ndim, ts->shape) > 0) {
@@ -275,7 +274,7 @@ Test(ops_matrix, fill_every_dtype_layout_and_shape_with_converted_values) {
     cm_device *dev = dev_open();
     const size_t n_dt = device_dtype_count();
     const double values[] = {0.0,    -0.0,  1.0,     -1.5, -2.5,     300.25,
-                             300.75, -1e10, 65520.0, NAN, INFINITY, 1e-30};
+                             300.75, -1e10, 65520.0, NAN,  INFINITY, 1e-30};
     int cases = 0;
     for (size_t di = 0; di < n_dt; ++di) {
         const cm_dtype d = all_dtypes[di];
@@ -286,8 +285,8 @@ Test(ops_matrix, fill_every_dtype_layout_and_shape_with_converted_values) {
                     if (!case_runs(cases++))
                         continue;
                     cm_tensor *parent = NULL;
-                    cm_tensor *t = make_view(dev, d, ts->ndim, ts->shape, (enum layout)l, 9,
-                                             false, &parent);
+                    cm_tensor *t =
+                        make_view(dev, d, ts->ndim, ts->shape, (enum layout)l, 9, false, &parent);
                     CHECK(cm_fill(t, CM_FLOAT64, &values[v], NULL));
                     elem in;
                     in.f64 = values[v];
@@ -295,8 +294,8 @@ Test(ops_matrix, fill_every_dtype_layout_and_shape_with_converted_values) {
                     if (numel_of(ts->ndim, ts->shape) > 0) {
                         do {
                             char what[96];
-                            snprintf(what, sizeof what, "fill %s %s shape #%zu with %g",
-                                     dname(d), layout_names[l], s, values[v]);
+                            snprintf(what, sizeof what, "fill %s %s shape #%zu with %g", dname(d),
+                                     layout_names[l], s, values[v]);
                             expect_converted(d, CM_FLOAT64, in, get_at(t, idx), what);
                         } while (next_index(ts->ndim, ts->shape, idx));
                     }
@@ -424,8 +423,8 @@ static void roundtrip_all(cm_dtype half) {
             cr_assert(isnan(fp[i]), "%s 0x%04x -> %a", dname(half), i, (double)fp[i]);
             cr_assert_eq(bits >> 31, i >> 15, "NaN sign of 0x%04x", i);
         } else {
-            cr_assert((ref_t)fp[i] == want && !signbit(fp[i]) == !signbit(want),
-                      "%s 0x%04x -> %a", dname(half), i, (double)fp[i]);
+            cr_assert((ref_t)fp[i] == want && !signbit(fp[i]) == !signbit(want), "%s 0x%04x -> %a",
+                      dname(half), i, (double)fp[i]);
         }
     }
     cm_tensor_release(h);
@@ -463,14 +462,14 @@ Test(ops_matrix, float32_to_half_rounds_to_nearest_even_and_keeps_nan_payloads) 
         fp[6 * i + 4] = ((i << 16) | 0x8000u) - 1u;
         fp[6 * i + 5] = (uint32_t)mix(i);
     }
-    const float named[] = {65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.98e-8f, 2.9802322e-8f,
-                           5.96e-8f, 6.1e-5f, 6.097555e-5f, 1.0f + 0x1p-11f, 3.4028235e38f};
+    const float named[] = {65504.0f,     65519.99f,       65520.0f,     1e-8f,
+                           2.98e-8f,     2.9802322e-8f,   5.96e-8f,     6.1e-5f,
+                           6.097555e-5f, 1.0f + 0x1p-11f, 3.4028235e38f};
     const uint16_t named_float16[] = {0x7bff, 0x7bff, 0x7c00, 0x0000, 0x0000, 0x0000, 0x0001};
-    const uint32_t named_bits[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fa12345u,
-                                   0xff812345u, 0x3f801000u, 0x3f803000u, 0x33000000u,
-                                   0x33000001u, 0x477ff000u, 0x477fefffu, 0x38800000u,
-                                   0x387fe000u, 0x3f808000u, 0x3f818000u, 0x00000001u,
-                                   0x80000000u, 0x7f7fffffu};
+    const uint32_t named_bits[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fa12345u, 0xff812345u,
+                                   0x3f801000u, 0x3f803000u, 0x33000000u, 0x33000001u, 0x477ff000u,
+                                   0x477fefffu, 0x38800000u, 0x387fe000u, 0x3f808000u, 0x3f818000u,
+                                   0x00000001u, 0x80000000u, 0x7f7fffffu};
     const size_t n_named = sizeof named / sizeof named[0];
     memcpy(fp, named, sizeof named);
     memcpy(fp + n_named, named_bits, sizeof named_bits);
@@ -486,10 +485,10 @@ Test(ops_matrix, float32_to_half_rounds_to_nearest_even_and_keeps_nan_payloads) 
         if (isnan(v)) {
             const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
             const uint16_t ph = (uint16_t)((u >> 13) & 0x3ffu), pb = (uint16_t)((u >> 16) & 0x7fu);
-            cr_assert_eq(hp[i], sign | 0x7c00u | (ph ? ph : 0x200u), "0x%08x -> float16 0x%04x",
-                         u, hp[i]);
-            cr_assert_eq(bp[i], sign | 0x7f80u | (pb ? pb : 0x40u), "0x%08x -> bfloat16 0x%04x",
-                         u, bp[i]);
+            cr_assert_eq(hp[i], sign | 0x7c00u | (ph ? ph : 0x200u), "0x%08x -> float16 0x%04x", u,
+                         hp[i]);
+            cr_assert_eq(bp[i], sign | 0x7f80u | (pb ? pb : 0x40u), "0x%08x -> bfloat16 0x%04x", u,
+                         bp[i]);
             continue;
         }
         cr_assert_eq(hp[i], ref_small_encode(v, false), "%a -> float16 0x%04x", (double)v, hp[i]);
@@ -508,10 +507,20 @@ Test(ops_matrix, float32_to_half_rounds_to_nearest_even_and_keeps_nan_payloads) 
 Test(ops_matrix, wide_integers_round_once_and_floats_saturate) {
     REQUIRE_TRUSTWORTHY_REFERENCE();
     cm_device *dev = dev_open();
-    const int64_t iv[] = {INT64_MAX, INT64_MIN, (1ll << 53) + 1, (1ll << 24) + 1,
-                          (1ll << 24) + 3, 65519, 65520, -65536, 0x7fffff7fffffffffll,
-                          0x0100000180000000ll, 0x0100000080000001ll, -0x0100000080000000ll,
-                          (1ll << 60) + (1ll << 52) + 1, (1ll << 60) + (1ll << 52),
+    const int64_t iv[] = {INT64_MAX,
+                          INT64_MIN,
+                          (1ll << 53) + 1,
+                          (1ll << 24) + 1,
+                          (1ll << 24) + 3,
+                          65519,
+                          65520,
+                          -65536,
+                          0x7fffff7fffffffffll,
+                          0x0100000180000000ll,
+                          0x0100000080000001ll,
+                          -0x0100000080000000ll,
+                          (1ll << 60) + (1ll << 52) + 1,
+                          (1ll << 60) + (1ll << 52),
                           -((1ll << 60) + (1ll << 52) + 1)};
     const int64_t n[1] = {sizeof iv / sizeof iv[0]};
     const cm_dtype to[] = {CM_FLOAT32, CM_FLOAT16, CM_BFLOAT16};
@@ -531,8 +540,8 @@ Test(ops_matrix, wide_integers_round_once_and_floats_saturate) {
         }
         cm_tensor_release(y);
     }
-    const float fv[] = {NAN, INFINITY, -INFINITY, 3e9f, -3e9f, 2147483520.0f, -2147483648.0f,
-                        255.9f, -0.9f, -1.0f, 1e20f, -1e20f, 9.2233720e18f, 1.8446743e19f};
+    const float fv[] = {NAN,    INFINITY, -INFINITY, 3e9f,  -3e9f,  2147483520.0f, -2147483648.0f,
+                        255.9f, -0.9f,    -1.0f,     1e20f, -1e20f, 9.2233720e18f, 1.8446743e19f};
     const int64_t m[1] = {sizeof fv / sizeof fv[0]};
     cm_tensor *f = new_tensor(dev, CM_FLOAT32, 1, m);
     float *fp = NULL;
@@ -708,8 +717,8 @@ static void check_unary(cm_device *dev, cm_unary_op op, cm_dtype d, const test_s
     /* Transcendental ops get finite inputs in [-8, 8], but for log and
      * rsqrt, which meet zeros, negatives, infinities and NaNs. */
     const bool tame = !unary_exact(op) && op != CM_UNARY_LOG && op != CM_UNARY_RSQRT;
-    cm_tensor *x = make_view(dev, d, ts->ndim, ts->shape, l, 21 + (uint64_t)op * 8 + (uint64_t)l,
-                             tame, NULL);
+    cm_tensor *x =
+        make_view(dev, d, ts->ndim, ts->shape, l, 21 + (uint64_t)op * 8 + (uint64_t)l, tame, NULL);
     cm_tensor *ref_in = new_tensor(dev, d, ts->ndim, ts->shape);
     CHECK(cm_copy(x, ref_in, NULL));
     cm_tensor *out = in_place ? x : make_view(dev, d, ts->ndim, ts->shape, lo, 22, false, NULL);
@@ -752,17 +761,15 @@ Test(ops_matrix, unary_every_op_dtype_layout_and_shape_matches_reference) {
                 continue; /* bool has no unary ops, integers no float ones */
             for (size_t s = 0; s < N_TEST_SHAPES; ++s) {
                 for (int l = 0; l < L_COUNT; ++l) {
-                    const enum layout lo = l == L_BROADCAST
-                                               ? L_NEGATIVE
-                                               : (enum layout)((l + 1) % L_BROADCAST);
+                    const enum layout lo =
+                        l == L_BROADCAST ? L_NEGATIVE : (enum layout)((l + 1) % L_BROADCAST);
                     if (case_runs(cases++))
-                        check_unary(dev, (cm_unary_op)op, d, &test_shapes[s], (enum layout)l,
-                                    lo, false);
+                        check_unary(dev, (cm_unary_op)op, d, &test_shapes[s], (enum layout)l, lo,
+                                    false);
                 }
             }
             if (case_runs(cases++))
-                check_unary(dev, (cm_unary_op)op, d, &test_shapes[5], L_NEGATIVE, L_NEGATIVE,
-                            true);
+                check_unary(dev, (cm_unary_op)op, d, &test_shapes[5], L_NEGATIVE, L_NEGATIVE, true);
         }
     }
     cr_assert_gt(cases, 2000);
@@ -890,8 +897,8 @@ Test(ops_matrix, binary_broadcasts_both_inputs_numpy_style) {
                          L_TRANSPOSED, L_CONTIG);
             check_binary(dev, (cm_binary_op)op, dts[k], 3, out, 0, NULL, 1, c1, L_CONTIG,
                          L_NEGATIVE, L_STEP);
-            check_binary(dev, (cm_binary_op)op, dts[k], 3, out, 1, c1, 3, d1, L_STEP,
-                         L_CONTIG, L_TRANSPOSED);
+            check_binary(dev, (cm_binary_op)op, dts[k], 3, out, 1, c1, 3, d1, L_STEP, L_CONTIG,
+                         L_TRANSPOSED);
         }
     }
     cm_device_release(dev);
@@ -1045,7 +1052,7 @@ static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype o
         const bool signed_sum = dsigned(d) || d == CM_BOOL;
         const cm_dtype isum_dtype = signed_sum ? CM_INT64 : CM_UINT64;
         const bool int_sum = op == CM_REDUCE_SUM && !dfloat(d);
-        const bool exact = !sum     ? nan || ref_convert_exact(od, d, best_e)
+        const bool exact = !sum      ? nan || ref_convert_exact(od, d, best_e)
                            : int_sum ? ref_convert_exact(od, isum_dtype, of_bits(CM_UINT64, isum))
                                      : true;
         if (!check_counted(exact))
@@ -1067,11 +1074,11 @@ static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype o
             if (op == CM_REDUCE_MEAN && !dfloat(od) && od != CM_BOOL && count > 0) {
                 /* Exact on every device: the wrapped 64-bit sum divided by
                  * the count, truncated toward zero (include/cmetal/ops.h). */
-                const uint64_t q = signed_sum ? (uint64_t)((int64_t)isum / count)
-                                              : isum / (uint64_t)count;
+                const uint64_t q =
+                    signed_sum ? (uint64_t)((int64_t)isum / count) : isum / (uint64_t)count;
                 const elem want = ref_convert(od, isum_dtype, of_bits(CM_UINT64, q));
-                cr_assert(elem_bits_equal(od, got, want), "%s: got %" REF_G " want %" REF_G,
-                          what, elem_value(od, got), elem_value(od, want));
+                cr_assert(elem_bits_equal(od, got, want), "%s: got %" REF_G " want %" REF_G, what,
+                          elem_value(od, got), elem_value(od, want));
                 continue;
             }
             if (int_sum) {
@@ -1104,8 +1111,8 @@ static void check_reduce(cm_device *dev, cm_reduce_op op, cm_dtype d, cm_dtype o
         }
         const ref_t g = elem_value(od, got);
         if (isinf(elem_value(od, ref_from_value(od, w)))) { /* overflows the dtype */
-            cr_assert(g == elem_value(od, ref_from_value(od, w)),
-                      "%s: got %" REF_G " want %" REF_G, what, g, w);
+            cr_assert(g == elem_value(od, ref_from_value(od, w)), "%s: got %" REF_G " want %" REF_G,
+                      what, g, w);
             continue;
         }
         const ref_t tol = round_tol(od) * REF_FN(fabs)(w) + sum_error_bound(d, count) * fabs_sum;
@@ -1190,9 +1197,9 @@ Test(ops_matrix, reduce_results_convert_to_other_output_dtypes) {
     const struct {
         cm_dtype in, out;
     } pairs[] = {
-        {CM_INT8, CM_INT64},       {CM_UINT16, CM_UINT64},    {CM_BOOL, CM_INT32},
-        {CM_FLOAT16, CM_FLOAT32},  {CM_BFLOAT16, CM_FLOAT32}, {CM_FLOAT32, CM_INT16},
-        {CM_INT32, CM_FLOAT16},    {CM_BFLOAT16, CM_FLOAT64}, {CM_FLOAT32, CM_FLOAT64},
+        {CM_INT8, CM_INT64},      {CM_UINT16, CM_UINT64},    {CM_BOOL, CM_INT32},
+        {CM_FLOAT16, CM_FLOAT32}, {CM_BFLOAT16, CM_FLOAT32}, {CM_FLOAT32, CM_INT16},
+        {CM_INT32, CM_FLOAT16},   {CM_BFLOAT16, CM_FLOAT64}, {CM_FLOAT32, CM_FLOAT64},
     };
     const size_t n = sizeof pairs / sizeof pairs[0] - (on_cpu() ? 0 : 2);
     for (size_t k = 0; k < n; ++k)
@@ -1286,8 +1293,8 @@ Test(ops_matrix, half_sums_stay_within_their_bound_at_any_stride) {
                   "%s: error %" REF_G " above the bound %" REF_G, dname(ds[k]), err,
                   sum_error_bound(ds[k], n) * exact);
         CHECK(cm_reduce(CM_REDUCE_SUM, strided, CM_AXIS_ALL, out, NULL));
-        cr_assert(get_at(out, NULL).f64 == got, "%s: strided %.17g, contiguous %.17g",
-                  dname(ds[k]), get_at(out, NULL).f64, got);
+        cr_assert(get_at(out, NULL).f64 == got, "%s: strided %.17g, contiguous %.17g", dname(ds[k]),
+                  get_at(out, NULL).f64, got);
         cm_tensor_release(out);
         cm_tensor_release(strided);
         cm_tensor_release(w);
@@ -1423,28 +1430,34 @@ Test(ops_matrix, size_one_axes_take_any_stride_and_huge_empty_shapes_are_empty) 
     CHECK(cm_buffer_create(dev, &(cm_buffer_desc){.size = 4}, &bs));
     const int64_t shape[2] = {1, 4};
     cm_tensor *x = NULL, *y = NULL, *s = NULL, *s1 = NULL;
-    CHECK(cm_tensor_from_buffer(bx, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                      .shape = shape,
-                                                      .strides = (int64_t[]){INT64_MAX, 1}},
-                                &x));
-    CHECK(cm_tensor_from_buffer(by, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                      .shape = shape,
-                                                      .strides = (int64_t[]){INT64_MIN, 1}},
-                                &y));
-    CHECK(cm_tensor_from_buffer(bs, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                      .shape = (int64_t[]){1},
-                                                      .strides = (int64_t[]){INT64_MAX}},
+    CHECK(cm_tensor_from_buffer(
+        bx,
+        &(cm_tensor_desc){
+            .dtype = CM_FLOAT32, .ndim = 2, .shape = shape, .strides = (int64_t[]){INT64_MAX, 1}},
+        &x));
+    CHECK(cm_tensor_from_buffer(
+        by,
+        &(cm_tensor_desc){
+            .dtype = CM_FLOAT32, .ndim = 2, .shape = shape, .strides = (int64_t[]){INT64_MIN, 1}},
+        &y));
+    CHECK(cm_tensor_from_buffer(bs,
+                                &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                                  .ndim = 1,
+                                                  .shape = (int64_t[]){1},
+                                                  .strides = (int64_t[]){INT64_MAX}},
                                 &s));
-    CHECK(cm_tensor_from_buffer(bs, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 2,
-                                                      .shape = (int64_t[]){1, 1},
-                                                      .strides = (int64_t[]){INT64_MIN, INT64_MAX}},
+    CHECK(cm_tensor_from_buffer(bs,
+                                &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                                  .ndim = 2,
+                                                  .shape = (int64_t[]){1, 1},
+                                                  .strides = (int64_t[]){INT64_MIN, INT64_MAX}},
                                 &s1));
     const double three = 3.0;
     CHECK(cm_fill(x, CM_FLOAT64, &three, NULL));
-    CHECK(cm_unary(CM_UNARY_NEG, x, y, NULL));       /* y = -3 */
-    CHECK(cm_binary(CM_BINARY_ADD, x, y, y, NULL));  /* y = 0 */
-    CHECK(cm_binary(CM_BINARY_ADD, x, s, y, NULL));  /* s broadcasts: y = 3 + s */
-    CHECK(cm_copy(x, y, NULL));                      /* y = 3 */
+    CHECK(cm_unary(CM_UNARY_NEG, x, y, NULL));      /* y = -3 */
+    CHECK(cm_binary(CM_BINARY_ADD, x, y, y, NULL)); /* y = 0 */
+    CHECK(cm_binary(CM_BINARY_ADD, x, s, y, NULL)); /* s broadcasts: y = 3 + s */
+    CHECK(cm_copy(x, y, NULL));                     /* y = 3 */
     const float *p = NULL;
     CHECK(cm_tensor_host_read(y, CM_FLOAT32, (const void **)&p));
     for (int i = 0; i < 4; ++i)

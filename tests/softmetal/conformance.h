@@ -36,20 +36,48 @@ static const uint32_t conf_u_special[] = {
 };
 /* f[k] */
 static const float conf_f_inputs[] = {
-    0.0f,    1.0f,     NAN,      INFINITY, -INFINITY, -0.0f,   0.5f,   1.5f,
-    2.5f,    -1.5f,    -2.5f,    2.0f,     3.0f,      4.0f,    0.1f,   -1.0f,
-    1e-40f,  65504.0f, 70000.0f, 100.0f,   5.5f,      -5.5f,   0.25f,  -0.75f,
-    1.00048828125f /* 1 + 2^-11 */, 1.00146484375f /* 1 + 3 * 2^-11 */,
-    5.9604644775390625e-8f /* 2^-24 */, 10.0f, 0.3f, 6.0f, 8.0f, 16.0f,
-    1.00390625f /* 1 + 2^-8 */, 1.01171875f /* 1 + 3 * 2^-8 */,
+    0.0f,
+    1.0f,
+    NAN,
+    INFINITY,
+    -INFINITY,
+    -0.0f,
+    0.5f,
+    1.5f,
+    2.5f,
+    -1.5f,
+    -2.5f,
+    2.0f,
+    3.0f,
+    4.0f,
+    0.1f,
+    -1.0f,
+    1e-40f,
+    65504.0f,
+    70000.0f,
+    100.0f,
+    5.5f,
+    -5.5f,
+    0.25f,
+    -0.75f,
+    1.00048828125f /* 1 + 2^-11 */,
+    1.00146484375f /* 1 + 3 * 2^-11 */,
+    5.9604644775390625e-8f /* 2^-24 */,
+    10.0f,
+    0.3f,
+    6.0f,
+    8.0f,
+    16.0f,
+    1.00390625f /* 1 + 2^-8 */,
+    1.01171875f /* 1 + 3 * 2^-8 */,
 };
 
-#define CONF_PRELUDE                                                                       \
-  "#include <metal_stdlib>\n"                                                              \
-  "using namespace metal;\n"                                                               \
-  "static inline ulong conf_bits(float v) { return as_type<uint>(v); }\n"                  \
-  "static inline ulong conf_bits(half v) { return as_type<ushort>(v); }\n"                 \
-  "static inline ulong conf_bits(bool v) { return v ? 1 : 0; }\n"                          \
+#define CONF_PRELUDE                                                                               \
+  "#include <metal_stdlib>\n"                                                                      \
+  "using namespace metal;\n"                                                                       \
+  "static inline ulong conf_bits(float v) { return as_type<uint>(v); }\n"                          \
+  "static inline ulong conf_bits(half v) { return as_type<ushort>(v); }\n"                         \
+  "static inline ulong conf_bits(bool v) { return v ? 1 : 0; }\n"                                  \
   "template <class T> static inline ulong conf_bits(T v) { return ulong(long(v)); }\n"
 
 static inline uint64_t conf_fbits(float v) {
@@ -73,11 +101,12 @@ static inline char *conf_source(const char *extra, const struct conf_case *c, in
   char *s = malloc(len), *p = s;
   cr_assert_not_null(s);
   p += sprintf(p, "%s%s", CONF_PRELUDE, extra);
-  p += sprintf(p, "kernel void conf(device const uint *u [[buffer(0)]],\n"
-                  "                 device const float *f [[buffer(1)]],\n"
-                  "                 device ulong *out [[buffer(2)]],\n"
-                  "                 uint tid [[thread_position_in_grid]]) {\n"
-                  "  device ulong *o = out + tid * %d;\n",
+  p += sprintf(p,
+               "kernel void conf(device const uint *u [[buffer(0)]],\n"
+               "                 device const float *f [[buffer(1)]],\n"
+               "                 device ulong *out [[buffer(2)]],\n"
+               "                 uint tid [[thread_position_in_grid]]) {\n"
+               "  device ulong *o = out + tid * %d;\n",
                n);
   for (int i = 0; i < n; i++) p += sprintf(p, "  o[%d] = conf_bits(%s);\n", i, c[i].expr);
   sprintf(p, "}\n");
@@ -99,8 +128,8 @@ static inline int conf_run(const char *extra, const struct conf_case *c, int n, 
   memcpy(fl, conf_f_inputs, sizeof conf_f_inputs);
   size_t out_len = (size_t)CONF_THREADS * (size_t)n * sizeof(uint64_t);
   id bufs[3] = {sm_buffer(u, sizeof u), sm_buffer(fl, sizeof fl), sm_buffer(NULL, out_len)};
-  sm_dispatch(lib, "conf", bufs, 3, SM_SIZE(CONF_THREADS, 1, 1), SM_SIZE(CONF_THREADS, 1, 1),
-              false, 0);
+  sm_dispatch(lib, "conf", bufs, 3, SM_SIZE(CONF_THREADS, 1, 1), SM_SIZE(CONF_THREADS, 1, 1), false,
+              0);
   const uint64_t *o = sm_contents(bufs[2]);
   int bad = 0;
   for (int i = 0; i < n; i++) {

@@ -126,13 +126,18 @@ Test(conformance_stdlib, math_functions) {
          "select(float4(f[1]), float4(f[11]), bool4(true, false, true, false)).y", 1.0f),
       CI("6.4 select on integers", "select(int(u[7]), int(u[9]), bool(u[0]))", 7),
       /* geometric functions */
-      CF("6 (geometric functions) dot", "dot(float3(f[1], f[11], f[12]), float3(f[13], f[20] - f[6], f[29]))", 32.0f),
-      CF("6 (geometric functions) cross", "cross(float3(f[1], f[0], f[0]), float3(f[0], f[1], f[0])).z", 1.0f),
+      CF("6 (geometric functions) dot",
+         "dot(float3(f[1], f[11], f[12]), float3(f[13], f[20] - f[6], f[29]))", 32.0f),
+      CF("6 (geometric functions) cross",
+         "cross(float3(f[1], f[0], f[0]), float3(f[0], f[1], f[0])).z", 1.0f),
       CFU("6 (geometric functions) length", "length(float2(f[12], f[13]))", 5.0f, 2),
-      CFU("6 (geometric functions) distance", "distance(float2(f[0], f[0]), float2(f[12], f[13]))", 5.0f, 2),
+      CFU("6 (geometric functions) distance", "distance(float2(f[0], f[0]), float2(f[12], f[13]))",
+          5.0f, 2),
       CFU("6 (geometric functions) normalize", "normalize(float3(f[0], f[12], f[13])).y", 0.6f, 2),
-      CF("6 (geometric functions) length_squared", "length_squared(float3(f[1], f[11], f[12]))", 14.0f),
-      CF("6 (geometric functions) reflect: i - 2 dot(n, i) n", "reflect(float2(f[1], f[15]), float2(f[0], f[1])).y", 1.0f),
+      CF("6 (geometric functions) length_squared", "length_squared(float3(f[1], f[11], f[12]))",
+         14.0f),
+      CF("6 (geometric functions) reflect: i - 2 dot(n, i) n",
+         "reflect(float2(f[1], f[15]), float2(f[0], f[1])).y", 1.0f),
       CF("6 (geometric functions) faceforward: dot(nref, i) < 0 gives n",
          "faceforward(float2(f[0], f[1]), float2(f[1], f[15]), float2(f[0], f[1])).y", 1.0f),
       CF("6 (geometric functions) faceforward: else -n",
@@ -192,8 +197,10 @@ Test(conformance_stdlib, vector_and_half_forms_of_math_functions) {
       CF("6.5 ldexp of a vector", "ldexp(float2(f[7], f[1]), int2(int(u[3]), int(u[1]))).y", 2.0f),
       CF("6.5 ldexp of a vector, scalar exponent", "ldexp(float2(f[7]), int(u[1])).x", 3.0f),
       CF("6.5 frexp of a vector", "frexp_vec(float2(f[1], f[19]))", 0.78125f * 1000 + 7),
-      CF("6.5 smoothstep of vectors", "smoothstep(float2(f[0]), float2(f[11]), float2(f[1], f[11])).x", 0.5f),
-      CF("6.5 smoothstep of vectors", "smoothstep(float2(f[0]), float2(f[11]), float2(f[1], f[11])).y", 1.0f),
+      CF("6.5 smoothstep of vectors",
+         "smoothstep(float2(f[0]), float2(f[11]), float2(f[1], f[11])).x", 0.5f),
+      CF("6.5 smoothstep of vectors",
+         "smoothstep(float2(f[0]), float2(f[11]), float2(f[1], f[11])).y", 1.0f),
       CI("6.4 signbit of a vector", "signbit(float4(f[5], f[0], f[15], f[1])).x", 1),
       CI("6.4 signbit of a vector", "signbit(float4(f[5], f[0], f[15], f[1])).y", 0),
       CI("6.4 isnormal of a vector", "isnormal(float2(f[16], f[1])).x", 0),
@@ -211,10 +218,13 @@ Test(conformance_stdlib, vector_and_half_forms_of_math_functions) {
       CF("6.5 sincos of a vector", "sincos_vec(float2(f[0], f[0]))", 1.0f),
       CF("6.5 sincos of half", "sincos_half(half(f[0]))", 1.0f),
   };
-  int bad = conf_run("static float frexp_vec(float2 x) { int2 e; float2 m = frexp(x, e); return m.y * 1000 + e.y; }\n"
-                     "static float sincos_vec(float2 x) { float2 c; float2 s = sincos(x, c); return s.x + c.y; }\n"
-                     "static float sincos_half(half x) { half c; half s = sincos(x, c); return float(s) + float(c); }\n",
-                     c, CONF_N(c), 0);
+  int bad = conf_run(
+      "static float frexp_vec(float2 x) { int2 e; float2 m = frexp(x, e); return m.y * 1000 + e.y; "
+      "}\n"
+      "static float sincos_vec(float2 x) { float2 c; float2 s = sincos(x, c); return s.x + c.y; }\n"
+      "static float sincos_half(half x) { half c; half s = sincos(x, c); return float(s) + "
+      "float(c); }\n",
+      c, CONF_N(c), 0);
   cr_log_info("chapter 6 vector and half forms: %d cases, %d differ", CONF_N(c), bad);
 }
 
@@ -249,7 +259,8 @@ Test(conformance_stdlib, integer_functions) {
       CU("6.3 extract_bits: ulong", "extract_bits(ulong(u[131]) << 32, 36u, 8u)", 0xee),
       CU("6.3 insert_bits", "insert_bits(u[128], u[0], 8u, 8u)", 0xffff00ffu),
       CU("6.3 insert_bits: all 32 bits", "insert_bits(u[0], u[131], 0u, 32u)", 0xdeadbeefu),
-      CI("6.3 insert_bits: int", "insert_bits(int(u[0]), int(u[128]), 28u, 4u)", (int32_t)0xf0000000u),
+      CI("6.3 insert_bits: int", "insert_bits(int(u[0]), int(u[128]), 28u, 4u)",
+         (int32_t)0xf0000000u),
       CI("6.3 insert_bits: ushort", "insert_bits(ushort(u[0]), ushort(u[128]), 4u, 4u)", 0xf0),
       CU("6.3 reverse_bits", "reverse_bits(u[1])", 0x80000000u),
       CI("6.3 reverse_bits: uchar", "reverse_bits(uchar(u[1]))", 0x80),
@@ -294,12 +305,14 @@ Test(conformance_stdlib, integer_functions) {
       CI("6.3 max3", "max3(-int(u[3]), -int(u[1]), -int(u[2]))", -1),
       CI("6.3 min3", "min3(uint(u[3]), u[1], u[2])", 1),
       CU("6.3 extract_bits on vectors", "extract_bits(uint2(u[0], u[131]), 4u, 8u).y", 0xee),
-      CU("6.3 insert_bits on vectors", "insert_bits(uint2(u[128]), uint2(u[0]), 8u, 8u).x", 0xffff00ffu),
+      CU("6.3 insert_bits on vectors", "insert_bits(uint2(u[128]), uint2(u[0]), 8u, 8u).x",
+         0xffff00ffu),
       CU("6.3 reverse_bits on vectors", "reverse_bits(uint4(u[1])).z", 0x80000000u),
       CI("6.3 ctz on vectors", "ctz(int4(int(u[8]))).w", 3),
       CI("6.3 abs on vectors", "abs(int4(-int(u[9]))).y", 9),
       CU("6.3 popcount: ulong2", "popcount(ulong2(ulong(u[131]))).x", 24),
-      CI("6.3 insert_bits: long", "insert_bits(long(u[0]), long(u[128]), 60u, 4u)", (int64_t)0xf000000000000000ull),
+      CI("6.3 insert_bits: long", "insert_bits(long(u[0]), long(u[128]), 60u, 4u)",
+         (int64_t)0xf000000000000000ull),
       CI("6.3 madhi: short", "madhi(short(u[140] >> 1), short(u[4]), short(u[1]))", 2),
   };
   int bad = conf_run("", c, CONF_N(c), 0);
@@ -308,19 +321,28 @@ Test(conformance_stdlib, integer_functions) {
 
 Test(conformance_stdlib, pack_and_unpack) {
   const struct conf_case c[] = {
-      CFU("6 (pack and unpack functions) unpack_unorm4x8_to_float", "unpack_unorm4x8_to_float(u[141]).x", 127.0f / 255.0f, 1),
-      CFU("6 (pack and unpack functions) unpack_unorm4x8_to_float", "unpack_unorm4x8_to_float(u[141]).y", 128.0f / 255.0f, 1),
-      CF("6 (pack and unpack functions) unpack_unorm4x8_to_float", "unpack_unorm4x8_to_float(u[141]).w", 1.0f),
-      CF("6 (pack and unpack functions) unpack_snorm4x8_to_float: -128 clamps to -1", "unpack_snorm4x8_to_float(u[141]).y", -1.0f),
-      CF("6 (pack and unpack functions) unpack_snorm4x8_to_float", "unpack_snorm4x8_to_float(u[141]).x", 1.0f),
-      CFU("6 (pack and unpack functions) unpack_unorm2x16_to_float", "unpack_unorm2x16_to_float(u[130]).x", 22136.0f / 65535.0f, 1),
-      CFU("6 (pack and unpack functions) unpack_snorm2x16_to_float", "unpack_snorm2x16_to_float(u[139]).x", -2.0f / 32767.0f, 1),
+      CFU("6 (pack and unpack functions) unpack_unorm4x8_to_float",
+          "unpack_unorm4x8_to_float(u[141]).x", 127.0f / 255.0f, 1),
+      CFU("6 (pack and unpack functions) unpack_unorm4x8_to_float",
+          "unpack_unorm4x8_to_float(u[141]).y", 128.0f / 255.0f, 1),
+      CF("6 (pack and unpack functions) unpack_unorm4x8_to_float",
+         "unpack_unorm4x8_to_float(u[141]).w", 1.0f),
+      CF("6 (pack and unpack functions) unpack_snorm4x8_to_float: -128 clamps to -1",
+         "unpack_snorm4x8_to_float(u[141]).y", -1.0f),
+      CF("6 (pack and unpack functions) unpack_snorm4x8_to_float",
+         "unpack_snorm4x8_to_float(u[141]).x", 1.0f),
+      CFU("6 (pack and unpack functions) unpack_unorm2x16_to_float",
+          "unpack_unorm2x16_to_float(u[130]).x", 22136.0f / 65535.0f, 1),
+      CFU("6 (pack and unpack functions) unpack_snorm2x16_to_float",
+          "unpack_snorm2x16_to_float(u[139]).x", -2.0f / 32767.0f, 1),
       CU("6 (pack and unpack functions) pack_float_to_unorm4x8: clamped, nearest even",
          "pack_float_to_unorm4x8(float4(f[0], f[6], f[1], f[11]))", 0xffff8000u),
       CU("6 (pack and unpack functions) pack_float_to_snorm4x8",
          "pack_float_to_snorm4x8(float4(-f[1], f[6], -f[11], f[0]))", 0x00814081u),
-      CU("6 (pack and unpack functions) pack_float_to_unorm2x16", "pack_float_to_unorm2x16(float2(f[1], f[0]))", 0x0000ffffu),
-      CU("6 (pack and unpack functions) pack_float_to_snorm2x16", "pack_float_to_snorm2x16(float2(-f[1], f[6]))", 0x40008001u),
+      CU("6 (pack and unpack functions) pack_float_to_unorm2x16",
+         "pack_float_to_unorm2x16(float2(f[1], f[0]))", 0x0000ffffu),
+      CU("6 (pack and unpack functions) pack_float_to_snorm2x16",
+         "pack_float_to_snorm2x16(float2(-f[1], f[6]))", 0x40008001u),
   };
   int bad = conf_run("", c, CONF_N(c), 0);
   cr_log_info("chapter 6 pack and unpack: %d cases, %d differ", CONF_N(c), bad);
@@ -328,10 +350,14 @@ Test(conformance_stdlib, pack_and_unpack) {
 
 Test(conformance_stdlib, pack_10a2) {
   const struct conf_case c[] = {
-      CFU("6 (pack and unpack functions) unpack_unorm10a2_to_float", "unpack_unorm10a2_to_float(u[130]).x", 632.0f / 1023.0f, 1),
-      CFU("6 (pack and unpack functions) unpack_unorm10a2_to_float", "unpack_unorm10a2_to_float(u[130]).y", 277.0f / 1023.0f, 1),
-      CF("6 (pack and unpack functions) unpack_unorm10a2_to_float", "unpack_unorm10a2_to_float(u[128]).w", 1.0f),
-      CF("6 (pack and unpack functions) unpack_unorm10a2_to_float", "unpack_unorm10a2_to_float(u[130]).w", 0.0f),
+      CFU("6 (pack and unpack functions) unpack_unorm10a2_to_float",
+          "unpack_unorm10a2_to_float(u[130]).x", 632.0f / 1023.0f, 1),
+      CFU("6 (pack and unpack functions) unpack_unorm10a2_to_float",
+          "unpack_unorm10a2_to_float(u[130]).y", 277.0f / 1023.0f, 1),
+      CF("6 (pack and unpack functions) unpack_unorm10a2_to_float",
+         "unpack_unorm10a2_to_float(u[128]).w", 1.0f),
+      CF("6 (pack and unpack functions) unpack_unorm10a2_to_float",
+         "unpack_unorm10a2_to_float(u[130]).w", 0.0f),
       CU("6 (pack and unpack functions) pack_float_to_unorm10a2",
          "pack_float_to_unorm10a2(float4(f[1], f[0], f[6], f[1]))", 0xe00003ffu),
   };
@@ -348,18 +374,21 @@ Test(conformance_stdlib, pack_srgb) {
   const struct conf_case c[] = {
       CF("6 (pack and unpack functions) unpack_unorm4x8_srgb_to_float: alpha is linear",
          "unpack_unorm4x8_srgb_to_float(u[141]).w", 1.0f),
-      CF("6 (pack and unpack functions) unpack_unorm4x8_srgb_to_float: 0", "unpack_unorm4x8_srgb_to_float(u[141]).z", 0.0f),
-      CFU("6 (pack and unpack functions) unpack_unorm4x8_srgb_to_float", "unpack_unorm4x8_srgb_to_float(u[141]).y", lin128, 64),
+      CF("6 (pack and unpack functions) unpack_unorm4x8_srgb_to_float: 0",
+         "unpack_unorm4x8_srgb_to_float(u[141]).z", 0.0f),
+      CFU("6 (pack and unpack functions) unpack_unorm4x8_srgb_to_float",
+          "unpack_unorm4x8_srgb_to_float(u[141]).y", lin128, 64),
       CFU("6 (pack and unpack functions) unpack_unorm4x8_srgb_to_float: the linear segment",
-         "unpack_unorm4x8_srgb_to_float(u[10]).x", (float)(10.0 / 255.0 / 12.92), 4),
+          "unpack_unorm4x8_srgb_to_float(u[10]).x", (float)(10.0 / 255.0 / 12.92), 4),
       CU("6 (pack and unpack functions) pack_float_to_srgb_unorm4x8: 0, 1, clamped, alpha linear",
          "pack_float_to_srgb_unorm4x8(float4(f[0], f[1], f[11], f[6])) & 0xffffff00u", 0x80ffff00u),
       CU("6 (pack and unpack functions) pack_float_to_srgb_unorm4x8: the linear segment",
          "pack_float_to_srgb_unorm4x8(float4(f[14] * f[14] * f[14])) & 0xffu", 3),
-      CI("6 (pack and unpack functions) pack_float_to_srgb_unorm4x8: 0.5 gives 188 (187.52 within 0.6)",
+      CI("6 (pack and unpack functions) pack_float_to_srgb_unorm4x8: 0.5 gives 188 (187.52 within "
+         "0.6)",
          "(pack_float_to_srgb_unorm4x8(float4(f[6])) & 0xffu) - 187u <= 1u", 1),
-      CU("6 (pack and unpack functions) pack_half_to_srgb_unorm4x8", "pack_half_to_srgb_unorm4x8(half4(f[1])) & 0xffffffu",
-         0xffffffu),
+      CU("6 (pack and unpack functions) pack_half_to_srgb_unorm4x8",
+         "pack_half_to_srgb_unorm4x8(half4(f[1])) & 0xffffffu", 0xffffffu),
   };
   int bad = conf_run("", c, CONF_N(c), 0);
   cr_log_info("chapter 6 pack sRGB: %d cases, %d differ", CONF_N(c), bad);

@@ -23,7 +23,7 @@ static const char TYPES_EXTRA[] =
     "static float swizzle_write(device const float *f) {\n"
     "  float4 v = v1234(f);\n"
     "  v.xw = float2(f[27], f[19]);\n" /* 10, 2, 3, 100 */
-    "  v.bg = v.gb;\n"                  /* 10, 3, 2, 100 */
+    "  v.bg = v.gb;\n"                 /* 10, 3, 2, 100 */
     "  return dot(v, float4(1, 1000, 100000, 1e-2f));\n"
     "}\n"
     "static uint packed_roundtrip(device const float *f) {\n"
@@ -162,14 +162,16 @@ Test(conformance_types, chapter_2_compile_errors) {
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char src[1024];
-    snprintf(src, sizeof src,
-             "#include <metal_stdlib>\nusing namespace metal;\n"
-             "kernel void k(device const uint *u [[buffer(0)]], device const float *f [[buffer(1)]],\n"
-             "              device float *o [[buffer(2)]]) {\n  %s\n}\n",
-             bad[i][1]);
+    snprintf(
+        src, sizeof src,
+        "#include <metal_stdlib>\nusing namespace metal;\n"
+        "kernel void k(device const uint *u [[buffer(0)]], device const float *f [[buffer(1)]],\n"
+        "              device float *o [[buffer(2)]]) {\n  %s\n}\n",
+        bad[i][1]);
     id error = 0;
     id lib = sm_compile(src, &error);
-    cr_expect_null(lib, "MSL %s: compiled, but the text makes it an error: %s", bad[i][0], bad[i][1]);
+    cr_expect_null(lib, "MSL %s: compiled, but the text makes it an error: %s", bad[i][0],
+                   bad[i][1]);
     if (lib) sm_release(lib);
   }
 }
@@ -279,7 +281,8 @@ Test(conformance_types, chapter_3_operators) {
          "(char2(char(u[128] << 7)) >> char2(char(u[9]))).x", -64),
       CU("3.1 (shift: uint2, count 33 -> 1)", "(uint2(u[1]) << uint2(u[33])).x", 2),
       CI("3.1 (shift: int4, count 34 -> 2)", "(int4(-int(u[8])) >> int4(int(u[34]))).x", -2),
-      CU("3.1 (shift: ulong2, count 65 -> 1)", "(ulong2(ulong(u[1])) << ulong2(ulong(u[65]))).y", 2),
+      CU("3.1 (shift: ulong2, count 65 -> 1)", "(ulong2(ulong(u[1])) << ulong2(ulong(u[65]))).y",
+         2),
       CU("3.1 (shift: vector by scalar)", "(uint4(u[1]) << u[33]).w", 2),
       /* relational and equality operators: bool results, vectors of bool */
       CI("3.1 (usual conversions: int < uint)", "int(u[128]) < u[1]", 0),
@@ -297,14 +300,15 @@ Test(conformance_types, chapter_3_operators) {
          "(ushort2(ushort(u[140])) * ushort2(ushort(u[2]))).x", 0),
       CI("3.1 (vectors: compound assignment)", "vec_compound(u)", 2 * 10 + 7),
   };
-  int bad = conf_run("static float4 v4(device const float *f) { return float4(f[1], f[11], f[12], f[13]); }\n"
-                     "static int vec_compound(device const uint *u) {\n"
-                     "  int4 v = int4(u[1], u[2], u[3], u[4]);\n"
-                     "  v.xy += int2(u[1]);\n" /* 2, 3, 3, 4 */
-                     "  v *= int(u[2]);\n"    /* 4, 6, 6, 8 */
-                     "  v.w -= 1;\n"          /* 4, 6, 6, 7 */
-                     "  return v.y / 3 * 10 + v.w;\n"
-                     "}\n",
-                     c, CONF_N(c), 0);
+  int bad = conf_run(
+      "static float4 v4(device const float *f) { return float4(f[1], f[11], f[12], f[13]); }\n"
+      "static int vec_compound(device const uint *u) {\n"
+      "  int4 v = int4(u[1], u[2], u[3], u[4]);\n"
+      "  v.xy += int2(u[1]);\n" /* 2, 3, 3, 4 */
+      "  v *= int(u[2]);\n"     /* 4, 6, 6, 8 */
+      "  v.w -= 1;\n"           /* 4, 6, 6, 7 */
+      "  return v.y / 3 * 10 + v.w;\n"
+      "}\n",
+      c, CONF_N(c), 0);
   cr_log_info("chapter 3 operators: %d cases, %d differ", CONF_N(c), bad);
 }

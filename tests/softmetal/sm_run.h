@@ -35,11 +35,11 @@ static inline id sm_compile_mode(const char *src, long math_mode, id *error) {
   id options = 0;
   if (math_mode >= 0) {
     id fresh = SEND0(id, sm_class_named("MTLCompileOptions"), "alloc"); /* SEND0 evaluates */
-    options = SEND0(id, fresh, "init");                                  /* its receiver twice */
+    options = SEND0(id, fresh, "init");                                 /* its receiver twice */
     SEND(void, (id, SEL, NSInteger), options, "setMathMode:", (NSInteger)math_mode);
   }
-  id lib = SEND(id, (id, SEL, id, id, id *), sm_dev, "newLibraryWithSource:options:error:",
-                sm_str(src), options, error);
+  id lib = SEND(id, (id, SEL, id, id, id *), sm_dev,
+                "newLibraryWithSource:options:error:", sm_str(src), options, error);
   if (options) sm_release(options);
   return lib;
 }
@@ -63,12 +63,14 @@ static inline id sm_pipeline(id lib, const char *name) {
 }
 /* A shared buffer of len bytes holding a copy of data (zeros when data is NULL). */
 static inline id sm_buffer(const void *data, size_t len) {
-  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), sm_dev, "newBufferWithLength:options:",
-              (NSUInteger)len, 0ul);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), sm_dev,
+              "newBufferWithLength:options:", (NSUInteger)len, 0ul);
   cr_assert_not_null(b);
   void *p = SEND0(void *, b, "contents");
-  if (data) memcpy(p, data, len);
-  else memset(p, 0, len);
+  if (data)
+    memcpy(p, data, len);
+  else
+    memset(p, 0, len);
   return b;
 }
 static inline void *sm_contents(id b) { return SEND0(void *, b, "contents"); }
@@ -83,8 +85,8 @@ static inline id sm_pipeline_bools(id lib, const char *kernel, const NSUInteger 
     SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv,
          "setConstantValue:type:atIndex:", &values[i], 53ul, indices[i]);
   id error = 0;
-  id fn = SEND(id, (id, SEL, id, id, id *), lib, "newFunctionWithName:constantValues:error:",
-               sm_str(kernel), cv, &error);
+  id fn = SEND(id, (id, SEL, id, id, id *), lib,
+               "newFunctionWithName:constantValues:error:", sm_str(kernel), cv, &error);
   sm_release(cv);
   cr_assert_not_null(fn, "%s: %s", kernel, sm_error_text(error));
   id p = SEND(id, (id, SEL, id, id *), sm_dev, "newComputePipelineStateWithFunction:error:", fn,
@@ -103,11 +105,11 @@ static inline void sm_dispatch_pipeline(id p, const char *kernel, id *bufs, int 
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
   for (int i = 0; i < n; i++)
     if (bufs[i])
-      SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:",
-           bufs[i], 0ul, (NSUInteger)i);
+      SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
+           0ul, (NSUInteger)i);
   if (tg_mem)
-    SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
-         tg_mem, 0ul);
+    SEND(void, (id, SEL, NSUInteger, NSUInteger), enc,
+         "setThreadgroupMemoryLength:atIndex:", tg_mem, 0ul);
   SEND(void, (id, SEL, MTLSize, MTLSize), enc,
        groups ? "dispatchThreadgroups:threadsPerThreadgroup:"
               : "dispatchThreads:threadsPerThreadgroup:",

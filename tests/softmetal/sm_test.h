@@ -20,8 +20,12 @@
 
 typedef unsigned long NSUInteger;
 typedef long NSInteger;
-typedef struct { NSUInteger width, height, depth; } MTLSize;
-typedef struct { NSUInteger location, length; } NSRange;
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
+typedef struct {
+  NSUInteger location, length;
+} NSRange;
 
 id MTLCreateSystemDefaultDevice(void);
 id MTLCopyAllDevices(void);
@@ -29,11 +33,11 @@ void *objc_autoreleasePoolPush(void);
 void objc_autoreleasePoolPop(void *token);
 
 /* SEND(return type, (id, SEL, argument types...), receiver, "selector", args...) */
-#define SEND(R, PROTO, obj, sel, ...)                                                  \
-  ((R(*) PROTO)(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(         \
+#define SEND(R, PROTO, obj, sel, ...)                                                              \
+  ((R(*) PROTO)(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(                     \
       (obj), sel_registerName(sel), __VA_ARGS__)
-#define SEND0(R, obj, sel)                                                             \
-  ((R(*)(id, SEL))(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(      \
+#define SEND0(R, obj, sel)                                                                         \
+  ((R(*)(id, SEL))(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(                  \
       (obj), sel_registerName(sel))
 
 static inline id sm_class_named(const char *name) { return (id)objc_getClass(name); }
@@ -67,12 +71,29 @@ static inline long sm_live(void) {
 static inline void sm_check_all_released(const char *where) {
   const long live = sm_live();
   if (live == 0) return;
-  static const char *const classes[] = {
-      "SMDevice", "SMCommandQueue", "SMCommandBuffer", "SMComputeCommandEncoder",
-      "SMBlitCommandEncoder", "SMLibrary", "SMFunction", "SMComputePipelineState", "SMBuffer",
-      "SMHeap", "SMSharedEvent", "SMEvent", "SMFence", "SMBinaryArchive", "SMArgumentEncoder",
-      "SMResidencySet", "SMBufferBinding", "SMThreadgroupBinding", "MTLCompileOptions",
-      "NSString", "NSError", "NSArray", "NSDictionary"};
+  static const char *const classes[] = {"SMDevice",
+                                        "SMCommandQueue",
+                                        "SMCommandBuffer",
+                                        "SMComputeCommandEncoder",
+                                        "SMBlitCommandEncoder",
+                                        "SMLibrary",
+                                        "SMFunction",
+                                        "SMComputePipelineState",
+                                        "SMBuffer",
+                                        "SMHeap",
+                                        "SMSharedEvent",
+                                        "SMEvent",
+                                        "SMFence",
+                                        "SMBinaryArchive",
+                                        "SMArgumentEncoder",
+                                        "SMResidencySet",
+                                        "SMBufferBinding",
+                                        "SMThreadgroupBinding",
+                                        "MTLCompileOptions",
+                                        "NSString",
+                                        "NSError",
+                                        "NSArray",
+                                        "NSDictionary"};
   fprintf(stderr, "%s: %ld softmetal objects alive after a test; every object must be released\n",
           where, live);
   for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
@@ -123,7 +144,8 @@ __attribute__((unused)) static void sm_block_dispose_helper(const void *src) {
 static const struct sm_block_desc sm_block_descriptor = {
     0, sizeof(struct sm_test_block), sm_block_copy_helper, sm_block_dispose_helper};
 
-__attribute__((unused)) static void sm_dealloc_invoke(struct sm_test_block *b, void *ptr, NSUInteger len) {
+__attribute__((unused)) static void sm_dealloc_invoke(struct sm_test_block *b, void *ptr,
+                                                      NSUInteger len) {
   b->ctx->ptr = ptr;
   b->ctx->len = len;
   atomic_fetch_add(&b->ctx->calls, 1);

@@ -29,8 +29,7 @@ static void teardown(void) {
 TestSuite(commands, .init = setup, .fini = teardown);
 
 static id new_buffer(NSUInteger len) {
-  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len,
-              0ul);
+  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len, 0ul);
 }
 static id cmdbuf(void) { return SEND0(id, queue, "commandBuffer"); }
 static NSUInteger status(id cb) { return sm_u(cb, "status"); }
@@ -150,8 +149,7 @@ Test(commands, blit_range_errors_fail_the_command_buffer) {
 }
 
 Test(commands, managed_buffers_synchronize) {
-  id m = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
-              16ul);
+  id m = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16, 16ul);
   id cb = cmdbuf();
   id enc = SEND0(id, cb, "blitCommandEncoder");
   fill(enc, m, 0, 16, 3);
@@ -229,7 +227,8 @@ Test(commands, blits_need_offsets_and_sizes_in_multiples_of_4) {
     cr_assert_eq(status(cb), Error, "copy %zu", i);
     const char *msg = sm_error_text(SEND0(id, cb, "error"));
     cr_assert(strstr(msg, "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:") &&
-              strstr(msg, "multiples of 4"), "%s", msg);
+                  strstr(msg, "multiples of 4"),
+              "%s", msg);
   }
   NSUInteger fills[][2] = {{2, 4}, {0, 6}, {0, 0}};
   for (size_t i = 0; i < sizeof fills / sizeof fills[0]; i++) {
@@ -254,8 +253,8 @@ Test(commands, blits_need_offsets_and_sizes_in_multiples_of_4) {
 }
 
 Test(commands, private_buffers_take_blits) {
-  id priv = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16,
-                 32ul);
+  id priv =
+      SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 16, 32ul);
   id out = new_buffer(16);
   id cb = cmdbuf();
   id enc = SEND0(id, cb, "blitCommandEncoder");
@@ -473,8 +472,10 @@ Test(commands, completed_handlers_run_on_another_thread_before_or_after_the_wait
     SEND(void, (id, SEL, void *), cb, "addCompletedHandler:", &blk[i]);
     commit_wait(cb);
     cr_assert_eq(status(cb), Completed, "the status is final when the wait returns");
-    if (atomic_load(&ctx[i].base.calls) == 0) late++;
-    else early++;
+    if (atomic_load(&ctx[i].base.calls) == 0)
+      late++;
+    else
+      early++;
   }
   softmetal_quiesce();
   for (int i = 0; i < N; i++) {
@@ -549,8 +550,8 @@ Test(commands, resources_of_another_device_fail_the_command_buffer) {
   id all = MTLCopyAllDevices();
   id other = SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", 1ul);
   cr_assert_neq(other, dev);
-  id theirs = SEND(id, (id, SEL, NSUInteger, NSUInteger), other, "newBufferWithLength:options:",
-                   16ul, 0ul);
+  id theirs =
+      SEND(id, (id, SEL, NSUInteger, NSUInteger), other, "newBufferWithLength:options:", 16ul, 0ul);
   id mine = new_buffer(16);
   id cb = cmdbuf();
   id enc = SEND0(id, cb, "blitCommandEncoder");
@@ -560,8 +561,10 @@ Test(commands, resources_of_another_device_fail_the_command_buffer) {
   cr_assert_eq(status(cb), Error);
   const char *msg = sm_error_text(SEND0(id, cb, "error"));
   cr_assert(strstr(msg, "sourceBuffer belongs to device 'softmetal 1 (software Metal on the "
-                        "CPU)'") && strstr(msg, "not to the command queue's device 'softmetal "
-                                                 "(software Metal on the CPU)'"), "%s", msg);
+                        "CPU)'") &&
+                strstr(msg, "not to the command queue's device 'softmetal "
+                            "(software Metal on the CPU)'"),
+            "%s", msg);
   cb = cmdbuf();
   enc = SEND0(id, cb, "computeCommandEncoder");
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", theirs, 0ul,

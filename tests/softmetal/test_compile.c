@@ -30,8 +30,10 @@ static void remove_tree(const char *dir) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
     struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(p);
-    else unlink(p);
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+      remove_tree(p);
+    else
+      unlink(p);
   }
   closedir(d);
   rmdir(dir);
@@ -267,8 +269,8 @@ Test(compile, softmetal_metallib_fails_on_a_bad_source) {
   close(fd);
   unlink(out);
   char log[4096];
-  int rc = run_metallib("kernel void k(device float *o [[buffer(0)]]) { o[0] = nope; }\n", out,
-                        log, sizeof log);
+  int rc = run_metallib("kernel void k(device float *o [[buffer(0)]]) { o[0] = nope; }\n", out, log,
+                        sizeof log);
   cr_assert_neq(rc, 0, "%s", log);
   cr_assert(strstr(log, ":1:") && strstr(log, "nope"), "%s", log);
   cr_assert_neq(access(out, F_OK), 0, "no library is written");
@@ -326,8 +328,8 @@ Test(compile, the_compiler_server_runs_every_compiler_command_in_one_worker) {
   cr_assert_gt(s1.tool_cpu_us, s0.tool_cpu_us, "the workers' CPU time is counted");
   /* a compile error comes back through the server as it would directly */
   id error = 0;
-  id lib = sm_compile("kernel void k(device float *o [[buffer(0)]]) {\n  o[0] = nope;\n}\n",
-                      &error);
+  id lib =
+      sm_compile("kernel void k(device float *o [[buffer(0)]]) {\n  o[0] = nope;\n}\n", &error);
   cr_assert_null(lib);
   const char *text = sm_error_text(error);
   cr_assert(strstr(text, "program_source:2:") && strstr(text, "nope"), "%s", text);
@@ -362,11 +364,12 @@ static void *compile_on_thread(void *arg) {
   compile_job *job = arg;
   void *pool = objc_autoreleasePoolPush();
   char src[512];
-  snprintf(src, sizeof src,
-           "kernel void times(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
-           "  o[i] = float(i) * %d.0f;\n"
-           "}\n",
-           job->salt);
+  snprintf(
+      src, sizeof src,
+      "kernel void times(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+      "  o[i] = float(i) * %d.0f;\n"
+      "}\n",
+      job->salt);
   id error = 0;
   id lib = sm_compile(src, &error);
   id fn = lib ? SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("times")) : 0;
@@ -487,8 +490,8 @@ Test(compile, the_compiler_server_ends_with_its_process) {
   cr_assert_geq(fd, 0);
   close(fd);
   char log[4096];
-  int rc = run_metallib("kernel void k(device float *o [[buffer(0)]]) { o[0] = 2.0f; }\n", out,
-                        log, sizeof log);
+  int rc = run_metallib("kernel void k(device float *o [[buffer(0)]]) { o[0] = 2.0f; }\n", out, log,
+                        sizeof log);
   cr_assert_eq(rc, 0, "%s", log);
   unlink(out);
   errno = 0;

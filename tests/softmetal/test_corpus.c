@@ -20,9 +20,9 @@ TestSuite(corpus, .init = setup, .fini = teardown, .timeout = 600);
 
 enum { MATH_SAFE = 0 };
 
-#define CORPUS_SKIPPED                                                                         \
-  "corpus skipped: CMETAL_MSL_CORPUS is not set; lay the corpus out with "                    \
-  "tools/softmetal/corpus.sh SRC_DIR OUT_DIR (tests/softmetal/corpus/README.md) and run with " \
+#define CORPUS_SKIPPED                                                                             \
+  "corpus skipped: CMETAL_MSL_CORPUS is not set; lay the corpus out with "                         \
+  "tools/softmetal/corpus.sh SRC_DIR OUT_DIR (tests/softmetal/corpus/README.md) and run with "     \
   "CMETAL_MSL_CORPUS=OUT_DIR"
 
 /* Said once per run, where ctest sees it (the suite then counts as skipped). */
@@ -169,7 +169,7 @@ static void check_softmax(id lib, const char *kernel, int rows, int axis, unsign
 }
 
 Test(corpus, mlx_softmax) {
-  id lib = compile_file("mlx/softmax.metal", MATH_SAFE); /* mlx: -fno-fast-math */
+  id lib = compile_file("mlx/softmax.metal", MATH_SAFE);     /* mlx: -fno-fast-math */
   check_softmax(lib, "block_softmax_float32", 3, 1000, 256); /* 4 values a thread */
   /* mlx runs the looped kernel with 1024 threads: it reads local_max[lane] of all
    * 32 simdgroups, so fewer threads read unwritten (poisoned) threadgroup memory. */
@@ -186,9 +186,10 @@ static int nan_last(const void *pa, const void *pb) {
 
 Test(corpus, mlx_block_sort_and_argsort) {
   id lib = compile_file("mlx/sort.metal", MATH_SAFE); /* mlx: -fno-fast-math */
-  enum { SEG = 2, LEN = 500, BN = 128 }; /* BN * 4 values a block */
+  enum { SEG = 2, LEN = 500, BN = 128 };              /* BN * 4 values a block */
   float in[SEG * LEN];
-  for (int i = 0; i < SEG * LEN; i++) in[i] = (float)((i * 7919) % 1013) - 500.0f + 0.25f * (float)(i / LEN);
+  for (int i = 0; i < SEG * LEN; i++)
+    in[i] = (float)((i * 7919) % 1013) - 500.0f + 0.25f * (float)(i / LEN);
   in[17] = NAN;
   in[LEN + 3] = -INFINITY;
   float want[SEG * LEN];
@@ -203,8 +204,8 @@ Test(corpus, mlx_block_sort_and_argsort) {
               SM_SIZE(BN, 1, 1), true, 0);
   const float *o = sm_contents(out);
   for (int i = 0; i < SEG * LEN; i++)
-    cr_expect(o[i] == want[i] || (isnan(o[i]) && isnan(want[i])), "sorted[%d] = %g, expected %g",
-              i, o[i], want[i]);
+    cr_expect(o[i] == want[i] || (isnan(o[i]) && isnan(want[i])), "sorted[%d] = %g, expected %g", i,
+              o[i], want[i]);
 
   b[1] = idx;
   sm_dispatch(lib, "carg_block_sort_float32_uint32_bn128_tn4", b, 7, SM_SIZE(1, SEG, 1),
@@ -235,10 +236,12 @@ Test(corpus, mlx_logsumexp_reduction) {
   id lib = compile_file("mlx/logsumexp.metal", MATH_SAFE); /* mlx: -fno-fast-math */
   enum { ROWS = 4, AXIS = 900 };
   static float in[ROWS * AXIS];
-  for (int i = 0; i < ROWS * AXIS; i++) in[i] = (float)((i * 53) % 97) * 0.1f - 4.0f + (float)(i / AXIS);
+  for (int i = 0; i < ROWS * AXIS; i++)
+    in[i] = (float)((i * 53) % 97) * 0.1f - 4.0f + (float)(i / AXIS);
   id b[3] = {sm_buffer(in, sizeof in), sm_buffer(NULL, ROWS * 4), int_buffer(AXIS)};
   /* mlx: ceil(axis / 4) threads rounded up to whole simdgroups */
-  sm_dispatch(lib, "block_logsumexp_float32", b, 3, SM_SIZE(ROWS, 1, 1), SM_SIZE(256, 1, 1), true, 0);
+  sm_dispatch(lib, "block_logsumexp_float32", b, 3, SM_SIZE(ROWS, 1, 1), SM_SIZE(256, 1, 1), true,
+              0);
   const float *o = sm_contents(b[1]);
   for (int r = 0; r < ROWS; r++) {
     double m = in[r * AXIS], s = 0;
@@ -268,8 +271,20 @@ static void check_gemm(id lib, int M, int N, int K) {
   /* quarters in [-4, 4): every product and partial sum is exact in float */
   for (int i = 0; i < M * K; i++) a[i] = (float)((i * 13) % 32 - 16) * 0.25f;
   for (int i = 0; i < K * N; i++) b[i] = (float)((i * 7) % 32 - 16) * 0.25f;
-  struct gemm_params p = {M, N, K, K, N, N, (N + BN - 1) / BN, (M + BM - 1) / BM,
-                          (int64_t)M * K, (int64_t)K * N, (int64_t)M * N, 0, K / BK, 1};
+  struct gemm_params p = {M,
+                          N,
+                          K,
+                          K,
+                          N,
+                          N,
+                          (N + BN - 1) / BN,
+                          (M + BM - 1) / BM,
+                          (int64_t)M * K,
+                          (int64_t)K * N,
+                          (int64_t)M * N,
+                          0,
+                          K / BK,
+                          1};
   /* has_batch, use_out_source, do_axpby, align_M, align_N, align_K */
   const NSUInteger idx[6] = {10, 100, 110, 200, 201, 202};
   const bool val[6] = {false, false, false, M % BM == 0, N % BN == 0, K % BK == 0};
@@ -283,8 +298,8 @@ static void check_gemm(id lib, int M, int N, int K) {
     for (int j = 0; j < N; j++) {
       double want = 0;
       for (int k = 0; k < K; k++) want += (double)a[i * K + k] * b[k * N + j];
-      cr_expect_eq(d[i * N + j], (float)want, "%dx%dx%d GEMM [%d][%d]: %g, expected %g", M, N, K,
-                   i, j, d[i * N + j], want);
+      cr_expect_eq(d[i * N + j], (float)want, "%dx%dx%d GEMM [%d][%d]: %g, expected %g", M, N, K, i,
+                   j, d[i * N + j], want);
     }
   sm_release(bufs[0]);
   sm_release(bufs[1]);
@@ -298,8 +313,8 @@ static void check_gemm(id lib, int M, int N, int K) {
  * before testing use_out_source (Metal's specialization removes the read). */
 Test(corpus, mlx_steel_gemm_on_simdgroup_matrices) {
   id lib = compile_file("mlx/steel_gemm_fused.metal", MATH_SAFE); /* mlx: -fno-fast-math */
-  check_gemm(lib, 64, 96, 48); /* aligned tiles */
-  check_gemm(lib, 50, 70, 37); /* partial tiles in M, N and K */
+  check_gemm(lib, 64, 96, 48);                                    /* aligned tiles */
+  check_gemm(lib, 50, 70, 37);                                    /* partial tiles in M, N and K */
   sm_release(lib);
 }
 
@@ -337,9 +352,11 @@ static void check_quantize_roundtrip(id lib) {
   enum { N = 8 * QGS };
   float w[N], scales[N / QGS], biases[N / QGS];
   uint8_t codes[N];
-  for (int i = 0; i < N; i++) w[i] = (float)((i * 37) % 101) * 0.02f - 1.0f + 0.3f * (float)(i / QGS);
+  for (int i = 0; i < N; i++)
+    w[i] = (float)((i * 37) % 101) * 0.02f - 1.0f + 0.3f * (float)(i / QGS);
   for (int g = 0; g < N; g += 5) w[g] = -w[g]; /* groups whose edge is their minimum */
-  for (int g = 0; g < N / QGS; g++) quantize_group(w + g * QGS, codes + g * QGS, scales + g, biases + g);
+  for (int g = 0; g < N / QGS; g++)
+    quantize_group(w + g * QGS, codes + g * QGS, scales + g, biases + g);
 
   id in = sm_buffer(w, sizeof w), packed = sm_buffer(NULL, N / 2);
   id s = sm_buffer(NULL, sizeof scales), b = sm_buffer(NULL, sizeof biases);
@@ -364,8 +381,8 @@ static void check_quantize_roundtrip(id lib) {
   const float *o = sm_contents(out);
   for (int i = 0; i < N; i++) {
     float want = scales[i / QGS] * (float)codes[i] + biases[i / QGS];
-    cr_expect_leq(fabsf(o[i] - want), 1e-6f * fabsf(scales[i / QGS]) * 16, "dequantized[%d]: %g, expected %g", i,
-                  o[i], want);
+    cr_expect_leq(fabsf(o[i] - want), 1e-6f * fabsf(scales[i / QGS]) * 16,
+                  "dequantized[%d]: %g, expected %g", i, o[i], want);
   }
   sm_release(in);
   sm_release(packed);
@@ -384,15 +401,26 @@ static void check_qmv(id lib, const char *kernel, int rows, int cols) {
   cr_assert(w && x && scales && biases && codes && packed);
   for (size_t i = 0; i < nw; i++) w[i] = (float)((i * 29) % 83) * 0.03f - 1.2f;
   for (int i = 0; i < cols; i++) x[i] = (float)((i * 11) % 17) * 0.125f - 1.0f;
-  for (size_t g = 0; g < ng; g++) quantize_group(w + g * QGS, codes + g * QGS, scales + g, biases + g);
+  for (size_t g = 0; g < ng; g++)
+    quantize_group(w + g * QGS, codes + g * QGS, scales + g, biases + g);
   for (size_t i = 0; i < nw; i++) packed[i / 2] |= (uint8_t)(codes[i] << (4 * (i % 2)));
 
   int zero = 0, one = 1;
   int64_t stride = 0;
-  id b[15] = {sm_buffer(packed, nw / 2), sm_buffer(scales, ng * 4), sm_buffer(biases, ng * 4),
-              sm_buffer(x, (size_t)cols * 4), sm_buffer(NULL, (size_t)rows * 4), int_buffer(cols),
-              int_buffer(rows), int_buffer(zero), int_buffer(one), sm_buffer(&stride, 8),
-              int_buffer(zero), int_buffer(one), sm_buffer(&stride, 8), sm_buffer(&stride, 8),
+  id b[15] = {sm_buffer(packed, nw / 2),
+              sm_buffer(scales, ng * 4),
+              sm_buffer(biases, ng * 4),
+              sm_buffer(x, (size_t)cols * 4),
+              sm_buffer(NULL, (size_t)rows * 4),
+              int_buffer(cols),
+              int_buffer(rows),
+              int_buffer(zero),
+              int_buffer(one),
+              sm_buffer(&stride, 8),
+              int_buffer(zero),
+              int_buffer(one),
+              sm_buffer(&stride, 8),
+              sm_buffer(&stride, 8),
               sm_buffer(&stride, 8)};
   sm_dispatch(lib, kernel, b, 15, SM_SIZE(1, (NSUInteger)(rows + 7) / 8, 1), SM_SIZE(32, 2, 1),
               true, 0);
@@ -454,8 +482,10 @@ static void check_get_rows(id lib, const char *kernel, bool q4) {
       for (int j = 0; j < QK; j++) {
         int v = (r * 7 + b * 5 + j * 3) % (q4 ? 16 : 255);
         if (q4) {
-          if (j < QK / 2) blk[2 + j] = (uint8_t)v;
-          else blk[2 + j - QK / 2] |= (uint8_t)(v << 4);
+          if (j < QK / 2)
+            blk[2 + j] = (uint8_t)v;
+          else
+            blk[2 + j - QK / 2] |= (uint8_t)(v << 4);
           want[r][b * QK + j] = (float)(v - 8) * d;
         } else {
           blk[2 + j] = (uint8_t)(int8_t)(v - 127);
@@ -464,9 +494,9 @@ static void check_get_rows(id lib, const char *kernel, bool q4) {
       }
     }
   int32_t ids[GR_IDS] = {4, 0, 2};
-  struct get_rows_args args = {GR_COLS / 16, GR_COLS, row_bytes, GR_ROWS * row_bytes,
-                               GR_ROWS * row_bytes, GR_IDS, 4, sizeof ids, sizeof ids,
-                               GR_COLS * 4, GR_IDS * GR_COLS * 4, GR_IDS * GR_COLS * 4};
+  struct get_rows_args args = {
+      GR_COLS / 16, GR_COLS,    row_bytes,   GR_ROWS * row_bytes,  GR_ROWS * row_bytes, GR_IDS, 4,
+      sizeof ids,   sizeof ids, GR_COLS * 4, GR_IDS * GR_COLS * 4, GR_IDS * GR_COLS * 4};
   id b[4] = {sm_buffer(&args, sizeof args), sm_buffer(src, GR_ROWS * row_bytes),
              sm_buffer(ids, sizeof ids), sm_buffer(NULL, GR_IDS * GR_COLS * 4)};
   /* llama.cpp: one thread per 16 values, nw0 * ne10 threadgroups */

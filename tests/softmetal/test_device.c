@@ -215,7 +215,8 @@ Test(device, several_devices_with_the_default_anywhere) {
   id all = MTLCopyAllDevices();
   cr_assert_eq(sm_u(all, "count"), 3);
   id d[3];
-  for (NSUInteger i = 0; i < 3; i++) d[i] = SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", i);
+  for (NSUInteger i = 0; i < 3; i++)
+    d[i] = SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", i);
   cr_assert_eq(d[0], dev, "the device already alive is index 0");
   for (int i = 0; i < 3; i++)
     for (int j = i + 1; j < 3; j++) {
@@ -227,8 +228,8 @@ Test(device, several_devices_with_the_default_anywhere) {
   cr_assert_eq(def, d[2], "SOFTMETAL_DEFAULT_DEVICE = 2 is the system default");
   id b = new_buffer(16, OPT_SHARED);
   cr_assert_eq(SEND0(id, b, "device"), dev);
-  id b2 = SEND(id, (id, SEL, NSUInteger, NSUInteger), def, "newBufferWithLength:options:", 16ul,
-               0ul);
+  id b2 =
+      SEND(id, (id, SEL, NSUInteger, NSUInteger), def, "newBufferWithLength:options:", 16ul, 0ul);
   cr_assert_eq(SEND0(id, b2, "device"), def, "buffers belong to the device that made them");
   sm_release(b);
   sm_release(b2);

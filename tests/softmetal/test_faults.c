@@ -59,8 +59,8 @@ static id run_on(id q, const char *kernel, id *bufs, int n, NSUInteger threads, 
   for (int i = 0; i < n; i++)
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
          0ul, (NSUInteger)i);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       SM_SIZE(threads, 1, 1), SM_SIZE(tg, 1, 1));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(threads, 1, 1), SM_SIZE(tg, 1, 1));
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
@@ -90,10 +90,12 @@ static void mod_inputs(id a, id b, int zero_at) {
 Test(faults, integer_remainder_by_zero_fails_the_command_buffer_and_the_queue_goes_on) {
   id bufs[3] = {sm_buffer(NULL, 256), sm_buffer(NULL, 256), sm_buffer(NULL, 256)};
   mod_inputs(bufs[0], bufs[1], 37);
-  static const char *const want[] = {"kernel int_mod", "thread_position_in_grid (37, 0, 0)",
+  static const char *const want[] = {"kernel int_mod",
+                                     "thread_position_in_grid (37, 0, 0)",
                                      "threadgroup_position_in_grid (1, 0, 0)",
                                      "thread_position_in_threadgroup (5, 0, 0)",
-                                     "integer division or remainder by zero", NULL};
+                                     "integer division or remainder by zero",
+                                     NULL};
   expect_fault(run_on(sm_queue, "int_mod", bufs, 3, 64, 32), want);
   /* The next command buffer on the same queue runs. */
   mod_inputs(bufs[0], bufs[1], -1);
@@ -116,7 +118,8 @@ Test(faults, division_by_zero_in_a_kernel_with_barriers_fails_and_the_queue_goes
                                      "thread_position_in_grid (55, 0, 0)",
                                      "threadgroup_position_in_grid (1, 0, 0)",
                                      "thread_position_in_threadgroup (23, 0, 0)",
-                                     "integer division or remainder by zero", NULL};
+                                     "integer division or remainder by zero",
+                                     NULL};
   expect_fault(run_on(sm_queue, "int_div_barrier", bufs, 3, 64, 32), want);
   mod_inputs(bufs[0], bufs[1], -1);
   id cb = run_on(sm_queue, "int_div_barrier", bufs, 3, 64, 32);
@@ -151,9 +154,12 @@ Test(faults, shader_validation_reports_a_read_past_the_end_of_a_buffer) {
   float *in = sm_contents(bufs[0]);
   for (int i = 0; i < 64; i++) in[i] = (float)i;
   static const char *const want[] = {
-      "kernel sum_next", "thread_position_in_grid (63, 0, 0)",
-      "threadgroup_position_in_grid (3, 0, 0)", "thread_position_in_threadgroup (15, 0, 0)",
-      "out of bounds: byte 256 of the buffer at [[buffer(0)]], which has 256 bytes", NULL};
+      "kernel sum_next",
+      "thread_position_in_grid (63, 0, 0)",
+      "threadgroup_position_in_grid (3, 0, 0)",
+      "thread_position_in_threadgroup (15, 0, 0)",
+      "out of bounds: byte 256 of the buffer at [[buffer(0)]], which has 256 bytes",
+      NULL};
   expect_fault(run_on(sm_queue, "sum_next", bufs, 2, 64, 16), want);
   /* Within bounds, the same kernel runs. */
   id cb = run_on(sm_queue, "sum_next", bufs, 2, 63, 16);
@@ -179,11 +185,11 @@ static id dispatch_groups(MTLSize groups, bool indirect) {
          0ul, (NSUInteger)i);
   if (indirect)
     SEND(void, (id, SEL, id, NSUInteger, MTLSize), enc,
-         "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:",
-         args, 0ul, SM_SIZE(1, 1, 1));
+         "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:", args,
+         0ul, SM_SIZE(1, 1, 1));
   else
-    SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreadgroups:threadsPerThreadgroup:",
-         groups, SM_SIZE(1, 1, 1));
+    SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+         "dispatchThreadgroups:threadsPerThreadgroup:", groups, SM_SIZE(1, 1, 1));
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");

@@ -28,12 +28,12 @@ Test(foundation, string_round_trips_utf8_and_counts_utf16_units) {
 }
 
 Test(foundation, string_rejects_invalid_utf8_and_unknown_encodings) {
-  cr_assert_null(new_string("\xc3", 1, 4));        /* truncated sequence */
-  cr_assert_null(new_string("\xc0\xaf", 2, 4));    /* overlong */
+  cr_assert_null(new_string("\xc3", 1, 4));         /* truncated sequence */
+  cr_assert_null(new_string("\xc0\xaf", 2, 4));     /* overlong */
   cr_assert_null(new_string("\xed\xa0\x80", 3, 4)); /* surrogate */
-  cr_assert_null(new_string("a\0b", 3, 4));        /* embedded NUL */
-  cr_assert_null(new_string("abc", 3, 10));        /* UTF-16: not supported */
-  cr_assert_null(new_string("\xe9", 1, 1));        /* not ASCII */
+  cr_assert_null(new_string("a\0b", 3, 4));         /* embedded NUL */
+  cr_assert_null(new_string("abc", 3, 10));         /* UTF-16: not supported */
+  cr_assert_null(new_string("\xe9", 1, 1));         /* not ASCII */
   id ok = new_string("abc", 3, 1);
   cr_assert_str_eq(sm_utf8(ok), "abc");
   sm_release(ok);
@@ -140,9 +140,9 @@ Test(foundation, objects_answer_class_and_responds_to_selector) {
 Test(foundation, exports_only_apple_names_and_test_hooks) {
   void *lib = dlopen(SOFTMETAL_PATH, RTLD_NOW | RTLD_NOLOAD);
   cr_assert_not_null(lib, "%s", dlerror());
-  const char *exported[] = {"MTLCreateSystemDefaultDevice", "MTLCopyAllDevices",
-                            "objc_autoreleasePoolPush", "objc_autoreleasePoolPop",
-                            "softmetal_stats", "softmetal_live_count"};
+  const char *exported[] = {
+      "MTLCreateSystemDefaultDevice", "MTLCopyAllDevices", "objc_autoreleasePoolPush",
+      "objc_autoreleasePoolPop",      "softmetal_stats",   "softmetal_live_count"};
   for (size_t i = 0; i < sizeof exported / sizeof exported[0]; i++)
     cr_assert_not_null(dlsym(lib, exported[i]), "%s", exported[i]);
   const char *hidden[] = {"sm__new", "sm__fatal", "sm__run_dispatch", "sm__metal_stdlib_text"};

@@ -38,8 +38,8 @@ static void setup(void) {
   queue = SEND0(id, dev, "newCommandQueue");
   pool = objc_autoreleasePoolPush();
   id error = 0;
-  lib = SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-             sm_str(KERNELS), (id)0, &error);
+  lib = SEND(id, (id, SEL, id, id, id *), dev,
+             "newLibraryWithSource:options:error:", sm_str(KERNELS), (id)0, &error);
   cr_assert_not_null(lib, "%s", sm_error_text(error));
 }
 static void teardown(void) {
@@ -53,16 +53,16 @@ static void teardown(void) {
 TestSuite(hazards, .init = setup, .fini = teardown);
 
 static id buffer(NSUInteger options, const char *label) {
-  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-              (NSUInteger)N * 4, options);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+              "newBufferWithLength:options:", (NSUInteger)N * 4, options);
   if (label) SEND(void, (id, SEL, id), b, "setLabel:", sm_str(label));
   return b;
 }
 static id pipeline(const char *name) {
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str(name));
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   sm_release(fn);
   return p;
@@ -92,8 +92,8 @@ static void dispatch(id enc, id pso, id a, id b) {
   if (b)
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", b, 0ul,
          1ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       ((MTLSize){N, 1, 1}), ((MTLSize){32, 1, 1}));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", ((MTLSize){N, 1, 1}), ((MTLSize){32, 1, 1}));
 }
 static NSUInteger run(id cb) {
   SEND0(void, cb, "commit");
@@ -111,8 +111,9 @@ Test(hazards, tracking_mode_follows_the_resource_options) {
   cr_assert_eq(sm_u(u, "hazardTrackingMode"), 1);
   cr_assert_eq(sm_u(t, "hazardTrackingMode"), 2);
   cr_assert_eq(sm_u(u, "resourceOptions"), OPT_UNTRACKED);
-  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-                      16ul, 0x300ul), "hazard tracking mode 3 does not exist");
+  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+                      "newBufferWithLength:options:", 16ul, 0x300ul),
+                 "hazard tracking mode 3 does not exist");
   sm_release(d);
   sm_release(u);
   sm_release(t);
@@ -140,7 +141,8 @@ Test(hazards, untracked_passes_in_one_command_buffer_need_a_fence) {
   const char *msg = error_of(cb);
   EXPECT_IN(msg, "untracked buffer hazard");
   EXPECT_IN(msg, "computeCommandEncoder pass 2 of command buffer");
-  EXPECT_IN(msg, "dispatchThreads:threadsPerThreadgroup:, kernel twice) reads buffer 'activations'");
+  EXPECT_IN(msg,
+            "dispatchThreads:threadsPerThreadgroup:, kernel twice) reads buffer 'activations'");
   EXPECT_IN(msg, "blitCommandEncoder pass 1 of command buffer");
   EXPECT_IN(msg, "(fillBuffer:range:value:) wrote");
   EXPECT_IN(msg, "MTLFence");
@@ -405,8 +407,8 @@ Test(hazards, a_pipeline_of_another_device_fails_the_command_buffer) {
   id all = MTLCopyAllDevices();
   id other = SEND(id, (id, SEL, NSUInteger), all, "objectAtIndex:", 1ul);
   id error = 0;
-  id l = SEND(id, (id, SEL, id, id, id *), other, "newLibraryWithSource:options:error:",
-              sm_str(KERNELS), (id)0, &error);
+  id l = SEND(id, (id, SEL, id, id, id *), other,
+              "newLibraryWithSource:options:error:", sm_str(KERNELS), (id)0, &error);
   cr_assert_not_null(l, "%s", sm_error_text(error));
   id fn = SEND(id, (id, SEL, id), l, "newFunctionWithName:", sm_str("ids"));
   id p = SEND(id, (id, SEL, id, id *), other, "newComputePipelineStateWithFunction:error:", fn,

@@ -24,8 +24,12 @@
 #define VALGRIND_ENABLE_ADDR_ERROR_REPORTING_IN_RANGE(a, n) ((void)(a), (void)(n))
 #endif
 
-typedef struct { NSUInteger size, align; } MTLSizeAndAlign;
-typedef struct { NSInteger major, minor, patch; } NSOperatingSystemVersion;
+typedef struct {
+  NSUInteger size, align;
+} MTLSizeAndAlign;
+typedef struct {
+  NSInteger major, minor, patch;
+} NSOperatingSystemVersion;
 extern id MTLLibraryErrorDomain;
 void NSLog(id fmt, ...);
 id dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor);
@@ -76,8 +80,8 @@ static id scale_library(const char *factor, id *error) {
   SEND(void, (id, SEL, NSInteger), options, "setMathFloatingPointFunctions:", 1);
   cr_assert_eq(SEND0(NSInteger, options, "mathFloatingPointFunctions"), 1);
   cr_assert_eq(SEND0(BOOL, options, "enableLogging"), 1);
-  id lib = SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-                sm_str(KERNEL), options, error);
+  id lib = SEND(id, (id, SEL, id, id, id *), dev,
+                "newLibraryWithSource:options:error:", sm_str(KERNEL), options, error);
   sm_release(options);
   return lib;
 }
@@ -89,8 +93,8 @@ static id scale_pipeline(id lib) {
   id fn = SEND(id, (id, SEL, id, id *), lib, "newFunctionWithDescriptor:error:", desc, &error);
   cr_assert_not_null(fn, "%s", sm_error_text(error));
   sm_release(desc);
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   sm_release(fn);
   return p;
@@ -148,10 +152,10 @@ Test(host, start_up_and_a_frame_as_real_programs_write_them) {
   cr_assert_not_null(heap);
   sm_release(hd);
   enum { N = 64 };
-  id in = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-               N * sizeof(float), OPT_SHARED);
-  id out = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-                2 * N * sizeof(float), OPT_SHARED);
+  id in = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap,
+               "newBufferWithLength:options:", N * sizeof(float), OPT_SHARED);
+  id out = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap,
+                "newBufferWithLength:options:", 2 * N * sizeof(float), OPT_SHARED);
   id args = SEND(id, (id, SEL, NSUInteger, NSUInteger, NSUInteger), dev,
                  "newBufferWithLength:options:", 16, OPT_SHARED, 0);
   cr_assert(in && out && args);
@@ -204,14 +208,14 @@ Test(host, start_up_and_a_frame_as_real_programs_write_them) {
   NSRange r = {0, 2};
   SEND(void, (id, SEL, const id *, const NSUInteger *, NSRange), enc,
        "setBuffers:offsets:withRange:", bufs, offs, r);
-  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setBufferOffset:atIndex:",
-       N * sizeof(float), 0); /* the second half of out */
+  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setBufferOffset:atIndex:", N * sizeof(float),
+       0); /* the second half of out */
   SEND(void, (id, SEL, id, NSUInteger), enc, "useResource:usage:", args, 1);
   SEND(void, (id, SEL, id), enc, "useHeap:", heap);
   MTLSize tg = {16, 1, 1};
   SEND(void, (id, SEL, id, NSUInteger, MTLSize), enc,
-       "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:",
-       args, 4, tg);
+       "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:", args,
+       4, tg);
   SEND0(void, enc, "popDebugGroup");
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "popDebugGroup");
@@ -237,18 +241,18 @@ Test(host, start_up_and_a_frame_as_real_programs_write_them) {
   id listener = alloc_init("MTLSharedEventListener");
   struct sm_test_ctx heard = {0};
   uint64_t seen = 0;
-  struct note_block nb = {_NSConcreteStackBlock, 0, 0, note_invoke, &note_descriptor, &heard,
-                          &seen};
-  SEND(void, (id, SEL, id, uint64_t, void *), event, "notifyListener:atValue:block:", listener,
-       2, &nb);
+  struct note_block nb = {_NSConcreteStackBlock, 0,      0,    note_invoke,
+                          &note_descriptor,      &heard, &seen};
+  SEND(void, (id, SEL, id, uint64_t, void *), event, "notifyListener:atValue:block:", listener, 2,
+       &nb);
   id cb2 = SEND0(id, queue, "commandBuffer");
   SEND(void, (id, SEL, id, uint64_t), cb2, "encodeSignalEvent:value:", event, 1);
   SEND0(void, cb2, "commit");
-  cr_assert(SEND(BOOL, (id, SEL, uint64_t, uint64_t), event, "waitUntilSignaledValue:timeoutMS:",
-                 1, 10000));
+  cr_assert(SEND(BOOL, (id, SEL, uint64_t, uint64_t), event, "waitUntilSignaledValue:timeoutMS:", 1,
+                 10000));
   cr_assert_eq(atomic_load(&heard.calls), 0, "value 1 does not reach 2");
-  cr_assert(!SEND(BOOL, (id, SEL, uint64_t, uint64_t), event,
-                  "waitUntilSignaledValue:timeoutMS:", 2, 1));
+  cr_assert(
+      !SEND(BOOL, (id, SEL, uint64_t, uint64_t), event, "waitUntilSignaledValue:timeoutMS:", 2, 1));
   id cb3 = SEND0(id, queue, "commandBuffer");
   SEND(void, (id, SEL, id, uint64_t), cb3, "encodeSignalEvent:value:", event, 2);
   SEND0(void, cb3, "commit");
@@ -318,25 +322,27 @@ Test(host, heaps_sub_allocate_and_return_nil_when_full) {
   sm_release(hd);
   cr_assert_eq(sm_u(heap, "size"), 3 * PAGE);
   cr_assert_eq(sm_u(dev, "currentAllocatedSize"), 3 * PAGE, "the heap counts, not its buffers");
-  id a = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-              2 * PAGE, OPT_PRIVATE);
+  id a = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:", 2 * PAGE,
+              OPT_PRIVATE);
   cr_assert_not_null(a);
   cr_assert_eq(sm_u(a, "allocatedSize"), 2 * PAGE);
   cr_assert_eq(sm_u(heap, "usedSize"), 2 * PAGE);
   cr_assert_eq(SEND(NSUInteger, (id, SEL, NSUInteger), heap, "maxAvailableSizeWithAlignment:", 256),
                PAGE);
-  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-                      PAGE + 1, OPT_PRIVATE), "full: nil");
-  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-                      16, OPT_SHARED), "storage must be the heap's");
+  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), heap,
+                      "newBufferWithLength:options:", PAGE + 1, OPT_PRIVATE),
+                 "full: nil");
+  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), heap,
+                      "newBufferWithLength:options:", 16, OPT_SHARED),
+                 "storage must be the heap's");
   id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:", 16,
               OPT_PRIVATE);
   cr_assert_not_null(b);
   cr_assert_eq(sm_u(dev, "currentAllocatedSize"), 3 * PAGE);
   sm_release(a);
   cr_assert_eq(sm_u(heap, "usedSize"), PAGE);
-  id c = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-              2 * PAGE, OPT_PRIVATE);
+  id c = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:", 2 * PAGE,
+              OPT_PRIVATE);
   cr_assert_not_null(c, "a released buffer's space is reused");
   cr_assert_eq(SEND(NSUInteger, (id, SEL, NSUInteger), heap, "setPurgeableState:", 3), 2);
   cr_assert_eq(SEND(NSUInteger, (id, SEL, NSUInteger), heap, "setPurgeableState:", 1), 3);
@@ -419,7 +425,8 @@ Test(host, capture_is_refused_with_an_error_and_scopes_keep_state) {
   SEND(void, (id, SEL, id), desc, "setCaptureObject:", dev);
   SEND(void, (id, SEL, NSInteger), desc, "setDestination:", 2);
   id error = 0;
-  cr_assert(!SEND(BOOL, (id, SEL, id, id *), mgr, "startCaptureWithDescriptor:error:", desc, &error));
+  cr_assert(
+      !SEND(BOOL, (id, SEL, id, id *), mgr, "startCaptureWithDescriptor:error:", desc, &error));
   cr_assert(strstr(sm_error_text(error), "not supported"), "%s", sm_error_text(error));
   cr_assert_str_eq(sm_utf8(SEND0(id, error, "domain")), "MTLCaptureErrorDomain");
   cr_assert(!SEND0(BOOL, mgr, "isCapturing"));
@@ -448,8 +455,8 @@ Test(host, linked_functions_are_refused, .signal = SIGABRT) {
 }
 
 Test(host, foundation_as_metal_programs_use_it) {
-  id s = SEND(id, (id, SEL, const char *), sm_class_named("NSString"), "stringWithUTF8String:",
-              "/opt/models");
+  id s = SEND(id, (id, SEL, const char *), sm_class_named("NSString"),
+              "stringWithUTF8String:", "/opt/models");
   id p = SEND(id, (id, SEL, id), s, "stringByAppendingPathComponent:", sm_str("w.bin"));
   cr_assert_str_eq(sm_utf8(p), "/opt/models/w.bin");
   cr_assert(SEND(BOOL, (id, SEL, id), p, "containsString:", sm_str("models/")));
@@ -460,8 +467,9 @@ Test(host, foundation_as_metal_programs_use_it) {
                   "initWithBytesNoCopy:length:encoding:freeWhenDone:", heap_text, 5, 4, 1);
   cr_assert_str_eq(sm_utf8(owned), "owned");
   sm_release(owned);
-  id f = SEND(id, (id, SEL, id, ...), sm_class_named("NSString"), "stringWithFormat:",
-              sm_str("%@ has %d kernels, %.1f ms, %s, %lu"), sm_str("lib"), 3, 1.25, "ok", 7ul);
+  id f = SEND(id, (id, SEL, id, ...), sm_class_named("NSString"),
+              "stringWithFormat:", sm_str("%@ has %d kernels, %.1f ms, %s, %lu"), sm_str("lib"), 3,
+              1.25, "ok", 7ul);
   cr_assert_str_eq(sm_utf8(f), "lib has 3 kernels, 1.2 ms, ok, 7");
 
   id m = SEND0(id, sm_class_named("NSMutableDictionary"), "dictionary");
@@ -478,14 +486,15 @@ Test(host, foundation_as_metal_programs_use_it) {
   cr_assert(SEND(BOOL, (id, SEL, Class), arr, "isKindOfClass:", objc_getClass("NSArray")));
 
   id err = 0;
-  SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-       sm_str("kernel void k( {"), (id)0, &err);
+  SEND(id, (id, SEL, id, id, id *), dev,
+       "newLibraryWithSource:options:error:", sm_str("kernel void k( {"), (id)0, &err);
   cr_assert_eq(SEND0(id, err, "domain"), MTLLibraryErrorDomain);
   id ui = SEND0(id, err, "userInfo");
   id desc = SEND(id, (id, SEL, id), ui, "objectForKey:", sm_str("NSLocalizedDescription"));
   cr_assert_eq(desc, SEND0(id, err, "localizedDescription"));
-  cr_assert(strncmp(sm_utf8(SEND0(id, err, "description")), "Error Domain=MTLLibraryErrorDomain Code=3",
-                    41) == 0, "%s", sm_utf8(SEND0(id, err, "description")));
+  cr_assert(strncmp(sm_utf8(SEND0(id, err, "description")),
+                    "Error Domain=MTLLibraryErrorDomain Code=3", 41) == 0,
+            "%s", sm_utf8(SEND0(id, err, "description")));
 
   id lock = cls_new("NSLock");
   SEND0(void, lock, "lock");
@@ -506,8 +515,8 @@ Test(host, foundation_as_metal_programs_use_it) {
   const char *base = strrchr(exe, '/') + 1;
   id found = SEND(id, (id, SEL, id, id), bundle, "pathForResource:ofType:", sm_str(base), (id)0);
   cr_assert_str_eq(sm_utf8(found), exe);
-  cr_assert_null(SEND(id, (id, SEL, id, id), bundle, "pathForResource:ofType:",
-                      sm_str("no-such-resource"), sm_str("metallib")));
+  cr_assert_null(SEND(id, (id, SEL, id, id), bundle,
+                      "pathForResource:ofType:", sm_str("no-such-resource"), sm_str("metallib")));
   NSLog(sm_str("softmetal host test: %@ %d"), sm_str("NSLog"), 1);
 }
 
@@ -582,10 +591,11 @@ Test(host, finding_files_next_to_the_program) {
   id text = SEND(id, (id, SEL, id, NSUInteger, id *), sm_class_named("NSString"),
                  "stringWithContentsOfFile:encoding:error:", path, 4, &error);
   cr_assert_str_eq(sm_utf8(text), "kernel void k() {}\n");
-  id atts = SEND(id, (id, SEL, id, id *), fm, "attributesOfItemAtPath:error:", sm_str(link), &error);
+  id atts =
+      SEND(id, (id, SEL, id, id *), fm, "attributesOfItemAtPath:error:", sm_str(link), &error);
   cr_assert_eq(SEND(id, (id, SEL, id), atts, "objectForKey:", NSFileType), NSFileTypeSymbolicLink);
-  id dest = SEND(id, (id, SEL, id, id *), fm, "destinationOfSymbolicLinkAtPath:error:", sm_str(link),
-                 &error);
+  id dest = SEND(id, (id, SEL, id, id *), fm,
+                 "destinationOfSymbolicLinkAtPath:error:", sm_str(link), &error);
   cr_assert_str_eq(sm_utf8(dest), "kernels.metal");
   atts = SEND(id, (id, SEL, id, id *), fm, "attributesOfItemAtPath:error:", path, &error);
   cr_assert_eq(SEND(id, (id, SEL, id), atts, "objectForKey:", NSFileType), NSFileTypeRegular);
@@ -600,8 +610,9 @@ Test(host, placement_heaps_place_buffers_and_aliasable_slots_are_reused) {
   SEND(void, (id, SEL, NSInteger), hd, "setType:", 1); /* Placement */
   id heap = SEND(id, (id, SEL, id), dev, "newHeapWithDescriptor:", hd);
   cr_assert_not_null(heap);
-  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-                      64, OPT_PRIVATE), "placement heaps place buffers at an offset");
+  cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger), heap,
+                      "newBufferWithLength:options:", 64, OPT_PRIVATE),
+                 "placement heaps place buffers at an offset");
   cr_assert_null(SEND(id, (id, SEL, NSUInteger, NSUInteger, NSUInteger), heap,
                       "newBufferWithLength:options:offset:", 64, OPT_PRIVATE, 100),
                  "offsets are aligned");
@@ -615,10 +626,11 @@ Test(host, placement_heaps_place_buffers_and_aliasable_slots_are_reused) {
   SEND(void, (id, SEL, NSInteger), hd, "setType:", 0); /* Automatic */
   heap = SEND(id, (id, SEL, id), dev, "newHeapWithDescriptor:", hd);
   sm_release(hd);
-  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-              2 * PAGE, OPT_PRIVATE);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:", 2 * PAGE,
+              OPT_PRIVATE);
   cr_assert_not_null(b);
-  cr_assert_eq(SEND(NSUInteger, (id, SEL, NSUInteger), heap, "maxAvailableSizeWithAlignment:", 1), 0);
+  cr_assert_eq(SEND(NSUInteger, (id, SEL, NSUInteger), heap, "maxAvailableSizeWithAlignment:", 1),
+               0);
   cr_assert(!SEND0(BOOL, b, "isAliasable"));
   SEND0(void, b, "makeAliasable");
   cr_assert(SEND0(BOOL, b, "isAliasable"));
@@ -653,8 +665,8 @@ Test(host, bundles_as_libraries_are_searched) {
   id found = SEND(id, (id, SEL, id, id), bundle, "pathForResource:ofType:", sm_str("mlx"),
                   sm_str("metallib"));
   cr_assert_str_eq(sm_utf8(found), file);
-  cr_assert_str_eq(SEND0(const char *, SEND0(id, bundle, "resourceURL"), "fileSystemRepresentation"),
-                   tmp);
+  cr_assert_str_eq(
+      SEND0(const char *, SEND0(id, bundle, "resourceURL"), "fileSystemRepresentation"), tmp);
   sm_release(bundle);
   unlink(file);
   rmdir(tmp);
@@ -684,8 +696,8 @@ static const char ARGBUF_KERNEL[] =
 
 static id argbuf_function(const char *name) {
   id error = 0;
-  id lib = SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-                sm_str(ARGBUF_KERNEL), (id)0, &error);
+  id lib = SEND(id, (id, SEL, id, id, id *), dev,
+                "newLibraryWithSource:options:error:", sm_str(ARGBUF_KERNEL), (id)0, &error);
   cr_assert_not_null(lib, "%s", sm_error_text(error));
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str(name));
   cr_assert_not_null(fn);
@@ -695,8 +707,8 @@ static id argbuf_function(const char *name) {
 
 static void run_argbuf(id fn, NSUInteger index, id argbuf, id *uses, size_t nuses, NSUInteger n) {
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   id cb = SEND0(id, queue, "commandBuffer");
   cr_assert_eq(SEND0(unsigned char, cb, "retainedReferences"), 1);
@@ -728,13 +740,13 @@ Test(host, argument_encoder_encodes_pointers_and_data) {
   cr_assert_eq(SEND0(id, ae, "device"), dev);
   SEND(void, (id, SEL, id), ae, "setLabel:", sm_str("args"));
   cr_assert_str_eq(sm_utf8(SEND0(id, ae, "label")), "args");
-  id in = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-               (N + 4) * sizeof(float), OPT_SHARED);
-  id out = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-                N * sizeof(float), OPT_SHARED);
+  id in = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+               "newBufferWithLength:options:", (N + 4) * sizeof(float), OPT_SHARED);
+  id out = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+                "newBufferWithLength:options:", N * sizeof(float), OPT_SHARED);
   /* the argument buffer's second element: encoded at 24 */
-  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-                   2 * 24, OPT_SHARED);
+  id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+                   "newBufferWithLength:options:", 2 * 24, OPT_SHARED);
   float *src = SEND0(float *, in, "contents");
   for (int i = 0; i < N + 4; i++) src[i] = (float)i * 0.5f - 3.0f;
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae,
@@ -750,8 +762,8 @@ Test(host, argument_encoder_encodes_pointers_and_data) {
   *scale = 2.5f;
   /* the kernel reads the element at offset 24: point the binding there */
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   id cb = SEND0(id, queue, "commandBuffer");
   cr_assert_eq(SEND0(unsigned char, cb, "retainedReferences"), 1);
@@ -783,12 +795,12 @@ Test(host, argument_encoder_implicit_ids_and_arrays) {
   id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 1);
   cr_assert_not_null(ae);
   cr_assert_eq(sm_u(ae, "encodedLength"), 32, "p[2], n and q");
-  id a = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-              N / 2 * sizeof(float), OPT_SHARED);
-  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-              N / 2 * sizeof(float), OPT_SHARED);
-  id q = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-              N * sizeof(float), OPT_SHARED);
+  id a = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+              "newBufferWithLength:options:", N / 2 * sizeof(float), OPT_SHARED);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+              "newBufferWithLength:options:", N / 2 * sizeof(float), OPT_SHARED);
+  id q = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+              "newBufferWithLength:options:", N * sizeof(float), OPT_SHARED);
   id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 32,
                    OPT_SHARED);
   float *qs = SEND0(float *, q, "contents");
@@ -816,7 +828,10 @@ Test(host, argument_encoder_implicit_ids_and_arrays) {
 
 /* Runs fn(objs) in a child process and checks that it aborts with a
  * message containing want. */
-struct host_abort { void (*fn)(id *); id *objs; };
+struct host_abort {
+  void (*fn)(id *);
+  id *objs;
+};
 static void host_abort_run(void *arg) {
   struct host_abort *h = arg;
   h->fn(h->objs);
@@ -905,8 +920,8 @@ Test(host, argument_buffer_holding_gpu_address_faults) {
   slots[0] = SEND0(uint64_t, out, "gpuAddress");
   slots[1] = SEND0(uint64_t, out, "gpuAddress");
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   id cb = SEND0(id, queue, "commandBuffer");
   id enc = SEND0(id, cb, "computeCommandEncoder");
@@ -938,8 +953,8 @@ static NSUInteger argbuf_two_passes_heap(bool use_resource, bool fence, int heap
   enum { N = 8 };
   id fn = argbuf_function("axpb");
   id ae = SEND(id, (id, SEL, NSUInteger), fn, "newArgumentEncoderWithBufferIndex:", 0);
-  id a = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-              N * sizeof(float), OPT_SHARED);
+  id a = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+              "newBufferWithLength:options:", N * sizeof(float), OPT_SHARED);
   id heap = 0, x;
   if (heap_use) {
     id hd = cls_new("MTLHeapDescriptor");
@@ -947,15 +962,15 @@ static NSUInteger argbuf_two_passes_heap(bool use_resource, bool fence, int heap
     SEND(void, (id, SEL, NSUInteger), hd, "setStorageMode:", 0);
     heap = SEND(id, (id, SEL, id), dev, "newHeapWithDescriptor:", hd);
     sm_release(hd);
-    x = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap, "newBufferWithLength:options:",
-             N * sizeof(float), OPT_SHARED);
+    x = SEND(id, (id, SEL, NSUInteger, NSUInteger), heap,
+             "newBufferWithLength:options:", N * sizeof(float), OPT_SHARED);
     cr_assert_eq(sm_u(x, "hazardTrackingMode"), 1, "a heap's buffers are untracked");
   } else {
-    x = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-             N * sizeof(float), OPT_SHARED | OPT_UNTRACKED);
+    x = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+             "newBufferWithLength:options:", N * sizeof(float), OPT_SHARED | OPT_UNTRACKED);
   }
-  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:",
-              N * sizeof(float), OPT_SHARED);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev,
+              "newBufferWithLength:options:", N * sizeof(float), OPT_SHARED);
   id argbuf = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", 48,
                    OPT_SHARED);
   float *src = SEND0(float *, a, "contents");
@@ -964,14 +979,15 @@ static NSUInteger argbuf_two_passes_heap(bool use_resource, bool fence, int heap
   for (NSUInteger k = 0; k < 2; k++) {
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae,
          "setArgumentBuffer:startOffset:arrayElement:", argbuf, 0, k);
-    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", ins[k], 0, 0);
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", ins[k], 0,
+         0);
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), ae, "setBuffer:offset:atIndex:", outs[k], 0,
          1);
     *SEND(float *, (id, SEL, NSUInteger), ae, "constantDataAtIndex:", 2) = 2.0f;
   }
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   id f = SEND0(id, dev, "newFence");
   id cb = SEND0(id, queue, "commandBuffer");
@@ -982,15 +998,17 @@ static NSUInteger argbuf_two_passes_heap(bool use_resource, bool fence, int heap
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", argbuf,
          24 * k, 0);
     if (use_resource && heap_use && k == 1) {
-      if (heap_use == 1) SEND(void, (id, SEL, id), enc, "useHeap:", heap);
-      else SEND(void, (id, SEL, const id *, NSUInteger), enc, "useHeaps:count:", &heap, 1);
-      SEND(void, (id, SEL, const id *, NSUInteger, NSUInteger), enc, "useResources:count:usage:",
-           &outs[k], 1, 2);
+      if (heap_use == 1)
+        SEND(void, (id, SEL, id), enc, "useHeap:", heap);
+      else
+        SEND(void, (id, SEL, const id *, NSUInteger), enc, "useHeaps:count:", &heap, 1);
+      SEND(void, (id, SEL, const id *, NSUInteger, NSUInteger), enc,
+           "useResources:count:usage:", &outs[k], 1, 2);
     } else if (use_resource) {
       id rs[2] = {ins[k], outs[k]};
       SEND(void, (id, SEL, id, NSUInteger), enc, "useResource:usage:", rs[0], 1);
-      SEND(void, (id, SEL, const id *, NSUInteger, NSUInteger), enc, "useResources:count:usage:",
-           rs + 1, 1, 2);
+      SEND(void, (id, SEL, const id *, NSUInteger, NSUInteger), enc,
+           "useResources:count:usage:", rs + 1, 1, 2);
     }
     MTLSize grid = {N, 1, 1}, tg = {4, 1, 1};
     SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:", grid,
@@ -1003,9 +1021,10 @@ static NSUInteger argbuf_two_passes_heap(bool use_resource, bool fence, int heap
   NSUInteger status = sm_u(cb, "status");
   if (status == 5) {
     const char *text = sm_error_text(SEND0(id, cb, "error"));
-    cr_assert(strstr(text, "untracked buffer hazard") &&
-                  strstr(text, "(dispatchThreads:threadsPerThreadgroup:, kernel axpb) reads buffer"),
-              "%s", text);
+    cr_assert(
+        strstr(text, "untracked buffer hazard") &&
+            strstr(text, "(dispatchThreads:threadsPerThreadgroup:, kernel axpb) reads buffer"),
+        "%s", text);
   } else {
     const float *dst = SEND0(float *, b, "contents");
     for (int i = 0; i < N; i++)

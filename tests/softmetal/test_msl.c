@@ -44,8 +44,7 @@ static const char *const KERNEL_PARTS[] = {
     "  o[4] = group.x; o[5] = group.y; o[6] = tsize.x * 100 + tsize.y;\n"
     "  o[7] = flat; o[8] = lane + 1000 * sg;\n"
     "}\n"
-    "\n"
-    ,
+    "\n",
     "// Sum: grid-stride loop, simd_sum, threadgroup partials, barrier.\n"
     "kernel void sum(device const float *in [[buffer(0)]],\n"
     "                device float *partial [[buffer(1)]],\n"
@@ -116,8 +115,7 @@ static const char *const KERNEL_PARTS[] = {
     "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
     "  out[tid] = 1;\n"
     "}\n"
-    "\n"
-    ,
+    "\n",
     "kernel void count(device atomic_uint *counter [[buffer(0)]],\n"
     "                  device atomic_float *fsum [[buffer(1)]],\n"
     "                  uint i [[thread_position_in_grid]]) {\n"
@@ -159,8 +157,7 @@ static const char *const KERNEL_PARTS[] = {
     "                          uint i [[thread_position_in_grid]]) {\n"
     "  out[i] = as_type<ushort>(bfloat(in[i]));\n"
     "}\n"
-    "\n"
-    ,
+    "\n",
     "kernel void tg_count(device uint *out [[buffer(0)]],\n"
     "                     uint tid [[thread_index_in_threadgroup]],\n"
     "                     uint tg [[threadgroup_position_in_grid]]) {\n"
@@ -190,8 +187,8 @@ static id dev, queue, lib;
 static void *pool;
 
 static id compile(const char *src, id *error) {
-  return SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-              sm_str(src), (id)0, error);
+  return SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:", sm_str(src),
+              (id)0, error);
 }
 
 static void setup(void) {
@@ -218,16 +215,15 @@ static id pipeline(const char *name) {
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str(name));
   cr_assert_not_null(fn, "kernel %s", name);
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   sm_release(fn);
   return p;
 }
 
 static id buffer(NSUInteger len) {
-  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len,
-              0ul);
+  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len, 0ul);
 }
 static void *contents(id b) { return SEND0(void *, b, "contents"); }
 static void set_buffer(id enc, id b, NSUInteger off, NSUInteger i) {
@@ -241,8 +237,8 @@ static void dispatch_threads(id enc, MTLSize grid, MTLSize tg) {
   SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:", grid, tg);
 }
 static void dispatch_groups(id enc, MTLSize groups, MTLSize tg) {
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreadgroups:threadsPerThreadgroup:",
-       groups, tg);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreadgroups:threadsPerThreadgroup:", groups, tg);
 }
 #define SZ(w, h, d) ((MTLSize){(w), (h), (d)})
 
@@ -282,7 +278,10 @@ Test(msl, add_with_constant_struct_and_partial_threadgroups) {
     pb[i] = 0.5f;
   }
   po[N] = -7;
-  struct { unsigned n; float scale; } params = {N, 2.0f};
+  struct {
+    unsigned n;
+    float scale;
+  } params = {N, 2.0f};
   id p = pipeline("add"), enc;
   id cb = begin(&enc, p);
   set_buffer(enc, a, 0, 0);
@@ -294,7 +293,8 @@ Test(msl, add_with_constant_struct_and_partial_threadgroups) {
   dispatch_threads(enc, SZ(N, 1, 1), SZ(64, 1, 1));
   finish(cb, enc);
   expect_ok(cb);
-  for (int i = 0; i < N; i++) cr_assert_eq(po[i], ((float)i + 0.5f) * 2.0f, "out[%d] = %g", i, po[i]);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(po[i], ((float)i + 0.5f) * 2.0f, "out[%d] = %g", i, po[i]);
   cr_assert_eq(po[N], -7, "nothing written past the grid");
   sm_release(p);
   sm_release(a);
@@ -349,8 +349,8 @@ Test(msl, parallel_sum_of_a_million_floats_matches_double_reference) {
   set_buffer(enc, in, 0, 0);
   set_buffer(enc, partial, 0, 1);
   set_bytes(enc, &n, sizeof n, 2);
-  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
-       (NSUInteger)(TG / 32 * 4 + 15) / 16 * 16, 0);
+  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc,
+       "setThreadgroupMemoryLength:atIndex:", (NSUInteger)(TG / 32 * 4 + 15) / 16 * 16, 0);
   dispatch_groups(enc, SZ(GROUPS, 1, 1), SZ(TG, 1, 1));
   finish(cb, enc);
   expect_ok(cb);
@@ -449,7 +449,8 @@ Test(msl, standard_header_aliases_compile) {
   id error = 0;
   id l = compile("#include <metal_math>\n#include <metal_atomic>\n#include <metal_simdgroup>\n"
                  "kernel void k(device float *a [[buffer(0)]], uint i [[thread_position_in_grid]])"
-                 " { a[i] = metal::sqrt(a[i]); }\n", &error);
+                 " { a[i] = metal::sqrt(a[i]); }\n",
+                 &error);
   cr_assert_not_null(l, "%s", sm_error_text(error));
   sm_release(l);
 }
@@ -542,9 +543,12 @@ Test(msl, atomics_count_every_thread) {
 static float ref_half_to_float(unsigned h) {
   int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
   float v;
-  if (exp == 0) v = ldexpf((float)man, -24);
-  else if (exp == 31) v = man ? NAN : INFINITY;
-  else v = ldexpf((float)(man + 1024), exp - 25);
+  if (exp == 0)
+    v = ldexpf((float)man, -24);
+  else if (exp == 31)
+    v = man ? NAN : INFINITY;
+  else
+    v = ldexpf((float)(man + 1024), exp - 25);
   return sign ? -v : v;
 }
 
@@ -570,8 +574,10 @@ static unsigned ref_round(float f, int mant, int emin, int emax, int ebias) {
   }
   if (e > emax) return top | inf;
   unsigned bits;
-  if (r < ldexp(1.0, mant)) bits = (unsigned)r; /* subnormal */
-  else bits = ((unsigned)(e + ebias) << mant) | ((unsigned)r - (1u << mant));
+  if (r < ldexp(1.0, mant))
+    bits = (unsigned)r; /* subnormal */
+  else
+    bits = ((unsigned)(e + ebias) << mant) | ((unsigned)r - (1u << mant));
   return top | bits;
 }
 static unsigned ref_float_to_half(float f) { return ref_round(f, 10, -14, 15, 15); }
@@ -632,9 +638,9 @@ static float *rounding_inputs(unsigned *count) {
       }
     }
   }
-  const float extra[] = {0.0f, -0.0f, INFINITY, -INFINITY, 65504.0f, 65519.99f, 65520.0f,
-                         1e10f, -1e10f, 1e-10f, 5.9604645e-08f, 2.9802322e-08f, 2.98023259e-08f,
-                         FLT_MIN, 3.0e38f};
+  const float extra[] = {0.0f,           -0.0f,          INFINITY,        -INFINITY, 65504.0f,
+                         65519.99f,      65520.0f,       1e10f,           -1e10f,    1e-10f,
+                         5.9604645e-08f, 2.9802322e-08f, 2.98023259e-08f, FLT_MIN,   3.0e38f};
   for (unsigned i = 0; i < sizeof extra / sizeof extra[0]; i++) v[n++] = extra[i];
   *count = n;
   return v;
@@ -692,8 +698,10 @@ Test(msl, bfloat_all_65536_bit_patterns_and_rounding) {
     memcpy(&got, &pf[i], 4);
     cr_assert_eq(got, want, "bfloat 0x%04x", i);
     bool nan = (i & 0x7F80u) == 0x7F80u && (i & 0x7Fu);
-    if (nan) cr_assert_eq(pb[i], i | 0x40u, "NaN 0x%04x quieted", i);
-    else cr_assert_eq(pb[i], i, "bfloat 0x%04x round trip gave 0x%04x", i, pb[i]);
+    if (nan)
+      cr_assert_eq(pb[i], i | 0x40u, "NaN 0x%04x quieted", i);
+    else
+      cr_assert_eq(pb[i], i, "bfloat 0x%04x round trip gave 0x%04x", i, pb[i]);
   }
   /* float -> bfloat on values around every bfloat (ties and neighbours) */
   enum { M = 3 * 32768 + 8 };
@@ -765,8 +773,8 @@ Test(msl, char_is_signed) {
   id widen_lib = compile(src, &error);
   cr_assert_not_null(widen_lib, "%s", sm_error_text(error));
   id fn = SEND(id, (id, SEL, id), widen_lib, "newFunctionWithName:", sm_str("widen"));
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   id in = buffer(4), out = buffer(16);
   memcpy(contents(in), (const unsigned char[]){0xff, 0x80, 0x7f, 0x01}, 4);
@@ -826,8 +834,8 @@ Test(msl, kernel_signature_errors_name_the_line) {
 
 Test(msl, pipeline_from_a_non_function_is_an_error) {
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", lib,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", lib, &error);
   cr_assert_null(p);
   cr_assert(strstr(sm_error_text(error), "is not a kernel function"), "%s", sm_error_text(error));
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("sum"));
@@ -837,8 +845,8 @@ Test(msl, pipeline_from_a_non_function_is_an_error) {
 
 Test(msl, library_urls_of_missing_files_are_refused_with_an_error) {
   id error = 0;
-  id url = SEND(id, (id, SEL, id), sm_class_named("NSURL"), "fileURLWithPath:",
-                sm_str("/nonexistent/softmetal/default.metallib"));
+  id url = SEND(id, (id, SEL, id), sm_class_named("NSURL"),
+                "fileURLWithPath:", sm_str("/nonexistent/softmetal/default.metallib"));
   cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newLibraryWithURL:error:", url, &error));
   cr_assert(strstr(sm_error_text(error), "cannot open"), "%s", sm_error_text(error));
   cr_assert_eq(SEND0(NSInteger, error, "code"), 6); /* MTLLibraryErrorFileNotFound */
@@ -864,8 +872,8 @@ Test(msl, binary_archives_hold_pipelines_and_refuse_other_files) {
   id adesc = SEND0(id, (id)objc_getClass("MTLBinaryArchiveDescriptor"), "alloc");
   adesc = SEND0(id, adesc, "init");
   id error = 0;
-  id archive = SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:", adesc,
-                    &error);
+  id archive =
+      SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:", adesc, &error);
   cr_assert_not_null(archive, "%s", sm_error_text(error));
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("add"));
   id pdesc = SEND0(id, (id)objc_getClass("MTLComputePipelineDescriptor"), "alloc");
@@ -876,8 +884,9 @@ Test(msl, binary_archives_hold_pipelines_and_refuse_other_files) {
   SEND(void, (id, SEL, id), pdesc, "setBinaryArchives:", archives);
   const char *make = "newComputePipelineStateWithDescriptor:options:reflection:error:";
   error = 0;
-  cr_assert_null(SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev, make, pdesc, 4ul, NULL,
-                      &error), "FailOnBinaryArchiveMiss before the functions are added");
+  cr_assert_null(
+      SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev, make, pdesc, 4ul, NULL, &error),
+      "FailOnBinaryArchiveMiss before the functions are added");
   cr_assert(strstr(sm_error_text(error), "no binary archive"), "%s", sm_error_text(error));
   id p = SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev, make, pdesc, 0ul, NULL, &error);
   cr_assert_not_null(p, "without the option the pipeline is compiled");
@@ -895,11 +904,11 @@ Test(msl, binary_archives_hold_pipelines_and_refuse_other_files) {
   cr_assert_geq(fd, 0);
   close(fd);
   id url = SEND(id, (id, SEL, id), (id)objc_getClass("NSURL"), "fileURLWithPath:", sm_str(path));
-  cr_assert(SEND(BOOL, (id, SEL, id, id *), archive, "serializeToURL:error:", url, &error),
-            "%s", sm_error_text(error));
+  cr_assert(SEND(BOOL, (id, SEL, id, id *), archive, "serializeToURL:error:", url, &error), "%s",
+            sm_error_text(error));
   SEND(void, (id, SEL, id), adesc, "setUrl:", url);
-  id loaded = SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:", adesc,
-                   &error);
+  id loaded =
+      SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:", adesc, &error);
   cr_assert_not_null(loaded, "%s", sm_error_text(error));
   sm_release(loaded);
   FILE *f = fopen(path, "r+b");
@@ -907,8 +916,8 @@ Test(msl, binary_archives_hold_pipelines_and_refuse_other_files) {
   fputs("SMBINARX", f);
   fclose(f);
   error = 0;
-  cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:",
-                      adesc, &error));
+  cr_assert_null(
+      SEND(id, (id, SEL, id, id *), dev, "newBinaryArchiveWithDescriptor:error:", adesc, &error));
   cr_assert_eq(SEND0(NSInteger, error, "code"), 1, "MTLBinaryArchiveErrorInvalidFile");
   cr_assert_str_eq(sm_utf8(SEND0(id, error, "domain")), "MTLBinaryArchiveDomain");
   unlink(path);
@@ -947,13 +956,14 @@ Test(msl, encoding_errors_fail_the_command_buffer) {
     case 3: break;
     case 4: set_buffer(enc, (id)0, 0, 3); break;
     case 7:
-      SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
-           32784, 0);
+      SEND(void, (id, SEL, NSUInteger, NSUInteger), enc,
+           "setThreadgroupMemoryLength:atIndex:", 32784, 0);
       break;
     default: break;
     }
-    MTLSize tg = cases[i].which == 3 ? SZ(1025, 1, 1) : cases[i].which == 5 ? SZ(0, 1, 1)
-                                                                            : SZ(64, 1, 1);
+    MTLSize tg = cases[i].which == 3   ? SZ(1025, 1, 1)
+                 : cases[i].which == 5 ? SZ(0, 1, 1)
+                                       : SZ(64, 1, 1);
     dispatch_threads(enc, SZ(64, 1, 1), tg);
     finish(cb, enc);
     cr_assert_eq(sm_u(cb, "status"), Error, "case %zu", i);
@@ -970,7 +980,10 @@ Test(msl, full_dispatch_cycle_balances_retains_and_releases) {
   void *inner = objc_autoreleasePoolPush();
   id out = buffer(64 * 4), a = buffer(64 * 4);
   id p = pipeline("add");
-  struct { unsigned n; float scale; } params = {64, 1.0f};
+  struct {
+    unsigned n;
+    float scale;
+  } params = {64, 1.0f};
   id enc;
   id cb = begin(&enc, p);
   set_buffer(enc, a, 0, 0);
@@ -1003,18 +1016,17 @@ Test(msl, full_dispatch_cycle_balances_retains_and_releases) {
 enum { MathSafe = 0, MathRelaxed = 1, MathFast = 2 };
 
 /* A kernel that relies on IEEE NaN and infinity rules. */
-static const char NAN_RULES[] =
-    "#include <metal_stdlib>\n"
-    "using namespace metal;\n"
-    "kernel void nan_rules(device const float *in [[buffer(0)]],\n"
-    "                      device float *out [[buffer(1)]],\n"
-    "                      uint i [[thread_position_in_grid]]) {\n"
-    "  float x = in[i];\n"
-    "  out[4 * i + 0] = isnan(x) ? 1.0f : 0.0f;\n"
-    "  out[4 * i + 1] = isinf(x) ? 1.0f : 0.0f;\n"
-    "  out[4 * i + 2] = x * 2.0f + 1.0f;\n"
-    "  out[4 * i + 3] = x != x ? 1.0f : 0.0f;\n"
-    "}\n";
+static const char NAN_RULES[] = "#include <metal_stdlib>\n"
+                                "using namespace metal;\n"
+                                "kernel void nan_rules(device const float *in [[buffer(0)]],\n"
+                                "                      device float *out [[buffer(1)]],\n"
+                                "                      uint i [[thread_position_in_grid]]) {\n"
+                                "  float x = in[i];\n"
+                                "  out[4 * i + 0] = isnan(x) ? 1.0f : 0.0f;\n"
+                                "  out[4 * i + 1] = isinf(x) ? 1.0f : 0.0f;\n"
+                                "  out[4 * i + 2] = x * 2.0f + 1.0f;\n"
+                                "  out[4 * i + 3] = x != x ? 1.0f : 0.0f;\n"
+                                "}\n";
 
 static id new_options(void) {
   id o = SEND0(id, sm_class_named("MTLCompileOptions"), "alloc");
@@ -1028,8 +1040,8 @@ static BOOL fast_math(id o) { return SEND0(BOOL, o, "fastMathEnabled"); }
 
 static id compile_with(const char *src, id options) {
   id error = 0;
-  id l = SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-              sm_str(src), options, &error);
+  id l = SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:", sm_str(src),
+              options, &error);
   cr_assert_not_null(l, "%s", sm_error_text(error));
   return l;
 }
@@ -1059,8 +1071,7 @@ TestSuite(compile_options, .init = setup_options, .fini = teardown, .timeout = 1
 
 Test(compile_options, default_to_fast_math_and_keep_both_views) {
   id o = new_options();
-  cr_assert(SEND(BOOL, (id, SEL, SEL), o, "respondsToSelector:",
-                 sel_registerName("setMathMode:")));
+  cr_assert(SEND(BOOL, (id, SEL, SEL), o, "respondsToSelector:", sel_registerName("setMathMode:")));
   cr_assert_eq(math_mode(o), MathFast, "Metal's default");
   cr_assert(fast_math(o));
   SEND(void, (id, SEL, BOOL), o, "setFastMathEnabled:", 0);
@@ -1106,15 +1117,14 @@ Test(compile_options, safe_math_keeps_ieee_nan_and_infinity_rules) {
 /* Pipeline reflection (sm_reflect.c): bindings and arguments from the
  * kernel's parameters, as newComputePipelineStateWithFunction:options:
  * reflection:error: gives them on Metal. */
-static const char REFLECTED[] =
-    "#include <metal_stdlib>\nusing namespace metal;\n"
-    "kernel void reflected(device const float *x [[buffer(0)]],\n"
-    "                      device float *y [[buffer(2)]],\n"
-    "                      constant uint &n [[buffer(5)]],\n"
-    "                      threadgroup float *t [[threadgroup(1)]],\n"
-    "                      uint i [[thread_position_in_grid]]) {\n"
-    "  t[0] = 0; if (i < n) y[i] = x[i];\n"
-    "}\n";
+static const char REFLECTED[] = "#include <metal_stdlib>\nusing namespace metal;\n"
+                                "kernel void reflected(device const float *x [[buffer(0)]],\n"
+                                "                      device float *y [[buffer(2)]],\n"
+                                "                      constant uint &n [[buffer(5)]],\n"
+                                "                      threadgroup float *t [[threadgroup(1)]],\n"
+                                "                      uint i [[thread_position_in_grid]]) {\n"
+                                "  t[0] = 0; if (i < n) y[i] = x[i];\n"
+                                "}\n";
 
 Test(compile_options, pipelines_reflect_their_bindings_and_arguments) {
   id l = compile_with(REFLECTED, (id)0);
@@ -1145,8 +1155,8 @@ Test(compile_options, pipelines_reflect_their_bindings_and_arguments) {
   cr_assert(SEND0(BOOL, a, "isActive"));
   /* Without MTLPipelineOptionArgumentInfo the reflection is empty. */
   id p2 = SEND(id, (id, SEL, id, NSUInteger, id *, id *), dev,
-               "newComputePipelineStateWithFunction:options:reflection:error:", fn,
-               (NSUInteger)0, &reflection, &error);
+               "newComputePipelineStateWithFunction:options:reflection:error:", fn, (NSUInteger)0,
+               &reflection, &error);
   cr_assert_eq(SEND0(NSUInteger, SEND0(id, reflection, "bindings"), "count"), 0);
   sm_release(p2);
   sm_release(p);

@@ -32,8 +32,8 @@ static void teardown(void) {
 TestSuite(front, .init = setup, .fini = teardown, .timeout = 120);
 
 static id compile(const char *src, id *error) {
-  return SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-              sm_str(src), (id)0, error);
+  return SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:", sm_str(src),
+              (id)0, error);
 }
 static id compile_ok(const char *src) {
   id error = 0;
@@ -54,14 +54,13 @@ static id function(id lib, const char *name) {
 }
 static id pipeline_of(id fn) {
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   return p;
 }
 static id buffer(NSUInteger len) {
-  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len,
-              0ul);
+  return SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len, 0ul);
 }
 static void *contents(id b) { return SEND0(void *, b, "contents"); }
 
@@ -73,8 +72,8 @@ static void run(id p, id *bufs, int nb, NSUInteger n, NSUInteger tg) {
   for (int i = 0; i < nb; i++)
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
          0ul, (NSUInteger)i);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       (MTLSize){n, 1, 1}, (MTLSize){tg, 1, 1});
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", (MTLSize){n, 1, 1}, (MTLSize){tg, 1, 1});
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
@@ -231,11 +230,9 @@ Test(front, threadgroup_variables_are_per_threadgroup_and_poisoned) {
     run_tg(lib, mode, o);
     for (unsigned g = 0; g < 128; g++) {
       unsigned tid = g % 64, group = g / 64;
-      cr_assert_eq(o[4 * g + 0], 0xFFFFFFFFu, "thread %u reads poison first, not %#x", g,
-                   o[4 * g]);
+      cr_assert_eq(o[4 * g + 0], 0xFFFFFFFFu, "thread %u reads poison first, not %#x", g, o[4 * g]);
       cr_assert_eq(o[4 * g + 1], 63u - tid + 1000u * group, "thread %u", g);
-      cr_assert_eq(o[4 * g + 2], mode == 0 ? 64u : 2u * (63u - tid), "mode %u thread %u", mode,
-                   g);
+      cr_assert_eq(o[4 * g + 2], mode == 0 ? 64u : 2u * (63u - tid), "mode %u thread %u", mode, g);
       cr_assert_eq(o[4 * g + 3], tid + 1000u * group, "thread %u: its own pointer", g);
     }
   }
@@ -407,7 +404,8 @@ Test(front, array_parameters_decay_to_pointers) {
   id bufs[] = {a, st, out};
   run(p, bufs, 3, 32, 32);
   const float *o = contents(out);
-  for (int k = 0; k < 32; k++) cr_assert_eq(o[k], av[2 * k] + 15.f, "out[%d] = %g", k, (double)o[k]);
+  for (int k = 0; k < 32; k++)
+    cr_assert_eq(o[k], av[2 * k] + 15.f, "out[%d] = %g", k, (double)o[k]);
   sm_release(a);
   sm_release(st);
   sm_release(out);
@@ -599,12 +597,12 @@ static void set_index(id v, const void *p, NSUInteger type, NSUInteger index) {
        "setConstantValue:type:atIndex:", p, type, index);
 }
 static void set_name(id v, const void *p, NSUInteger type, const char *name) {
-  SEND(void, (id, SEL, const void *, NSUInteger, id), v, "setConstantValue:type:withName:", p,
-       type, sm_str(name));
+  SEND(void, (id, SEL, const void *, NSUInteger, id), v, "setConstantValue:type:withName:", p, type,
+       sm_str(name));
 }
 static id specialize(id lib, const char *name, id v, id *error) {
-  return SEND(id, (id, SEL, id, id, id *), lib, "newFunctionWithName:constantValues:error:",
-              sm_str(name), v, error);
+  return SEND(id, (id, SEL, id, id, id *), lib,
+              "newFunctionWithName:constantValues:error:", sm_str(name), v, error);
 }
 
 /* A range that runs past NSUIntegerMax would wrap its second value to
@@ -613,8 +611,9 @@ static id specialize(id lib, const char *name, id v, id *error) {
 Test(front, function_constant_ranges_that_wrap_abort, .signal = SIGABRT) {
   id v = values();
   const int two[2] = {1, 2};
-  SEND(void, (id, SEL, const void *, NSUInteger, NSRange), v, "setConstantValues:type:withRange:",
-       two, (NSUInteger)DataTypeInt, ((NSRange){(NSUInteger)-1, 2}));
+  SEND(void, (id, SEL, const void *, NSUInteger, NSRange), v,
+       "setConstantValues:type:withRange:", two, (NSUInteger)DataTypeInt,
+       ((NSRange){(NSUInteger)-1, 2}));
 }
 
 Test(front, function_constant_values_reach_the_kernel) {
@@ -674,8 +673,8 @@ Test(front, function_constants_missing_or_mistyped_are_errors) {
   /* an unspecialized function with constants makes no pipeline */
   id fn = function(lib, "fc");
   error = 0;
-  cr_assert_null(SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:",
-                      fn, &error));
+  cr_assert_null(
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error));
   cr_assert(strstr(sm_error_text(error), "not specialized"), "%s", sm_error_text(error));
   sm_release(fn);
   /* a kernel that uses none needs no values */
@@ -862,8 +861,8 @@ static NSUInteger run_swap(const char *src, float *o_out, char *err, size_t errl
   id enc = SEND0(id, cb, "computeCommandEncoder");
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", o, 0ul, 0ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       (MTLSize){64, 1, 1}, (MTLSize){64, 1, 1});
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", (MTLSize){64, 1, 1}, (MTLSize){64, 1, 1});
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
@@ -877,12 +876,12 @@ static NSUInteger run_swap(const char *src, float *o_out, char *err, size_t errl
   return st;
 }
 
-#define SWAP_KERNEL                                                                        \
-  "kernel void k(device float *o [[buffer(0)]], uint lid [[thread_position_in_threadgroup]]) {\n" \
-  "  threadgroup float tmp[64];\n"                                                         \
-  "  tmp[lid] = float(lid);\n"                                                             \
-  "  V r = V{0} + V{0};\n"                                                                 \
-  "  o[lid] = tmp[63 - lid] + r.x;\n"                                                      \
+#define SWAP_KERNEL                                                                                \
+  "kernel void k(device float *o [[buffer(0)]], uint lid [[thread_position_in_threadgroup]]) {\n"  \
+  "  threadgroup float tmp[64];\n"                                                                 \
+  "  tmp[lid] = float(lid);\n"                                                                     \
+  "  V r = V{0} + V{0};\n"                                                                         \
+  "  o[lid] = tmp[63 - lid] + r.x;\n"                                                              \
   "}\n"
 
 /* Operators (and constructors, destructors) are called without their name. */
@@ -894,7 +893,8 @@ Test(front, a_barrier_in_an_operator_is_found) {
                            "V operator+(V a, V b) {\n"
                            "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
                            "  return V{a.x + b.x};\n"
-                           "}\n" SWAP_KERNEL, o, err, sizeof err);
+                           "}\n" SWAP_KERNEL,
+                           o, err, sizeof err);
   cr_assert_eq(st, Completed, "%s", err);
   for (int i = 0; i < 64; i++) cr_assert_eq(o[i], (float)(63 - i), "[%d]", i);
 }
@@ -911,14 +911,17 @@ Test(front, a_barrier_the_analysis_cannot_see_fails_the_command_buffer) {
     snprintf(path, sizeof path, "%s/v%d.h", dir, sys);
     FILE *h = fopen(path, "w");
     cr_assert_not_null(h);
-    fprintf(h, "%sstruct V { float x; };\n"
-               "inline V operator+(V a, V b) {\n"
-               "  metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);\n"
-               "  return V{a.x + b.x};\n"
-               "}\n", sys ? "#pragma clang system_header\n" : "");
+    fprintf(h,
+            "%sstruct V { float x; };\n"
+            "inline V operator+(V a, V b) {\n"
+            "  metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);\n"
+            "  return V{a.x + b.x};\n"
+            "}\n",
+            sys ? "#pragma clang system_header\n" : "");
     fclose(h);
-    snprintf(src, sizeof src, "#include <metal_stdlib>\nusing namespace metal;\n#include \"%s\"\n"
-             SWAP_KERNEL, path);
+    snprintf(src, sizeof src,
+             "#include <metal_stdlib>\nusing namespace metal;\n#include \"%s\"\n" SWAP_KERNEL,
+             path);
     float o[64];
     char err[512];
     NSUInteger st = run_swap(src, o, err, sizeof err);
@@ -953,7 +956,8 @@ static const char ADDRESS_SPACE_OVERLOADS[] =
     "  void twice() threadgroup { r *= 2; }\n"
     "  void twice() thread { r *= 2; }\n"
     "};\n"
-    "template <typename T> constexpr thread C &operator+=(thread C &a, T b) { a.r += b; return a; }\n"
+    "template <typename T> constexpr thread C &operator+=(thread C &a, T b) { a.r += b; return a; "
+    "}\n"
     "template <typename T> constexpr threadgroup C &operator+=(threadgroup C &a, T b) {\n"
     "  a.r += b; return a;\n"
     "}\n"
@@ -975,7 +979,8 @@ Test(front, overloads_on_address_spaces_are_kept_once) {
   id fn = function(lib, "k"), p = pipeline_of(fn);
   id o = buffer(64 * 4);
   run(p, &o, 1, 64, 32);
-  for (int i = 0; i < 64; i++) cr_assert_eq(((float *)contents(o))[i], 2.0f * (float)(i + 1), "[%d]", i);
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(((float *)contents(o))[i], 2.0f * (float)(i + 1), "[%d]", i);
   sm_release(o);
   sm_release(p);
   sm_release(fn);
@@ -990,7 +995,8 @@ Test(front, overloads_on_address_spaces_are_kept_once) {
 static const char TG_BYTES[] =
     "#include <metal_stdlib>\n"
     "using namespace metal;\n"
-    "template <typename T> void fill(threadgroup T *s, uint i) { threadgroup T big[4096]; big[i] = s[0]; }\n"
+    "template <typename T> void fill(threadgroup T *s, uint i) { threadgroup T big[4096]; big[i] = "
+    "s[0]; }\n"
     "void unused() { threadgroup float never[100]; never[0] = 1; }\n"
     "template <typename T>\n"
     "[[kernel]] void k(device T *o [[buffer(0)]], threadgroup T *s [[threadgroup(0)]],\n"
@@ -1009,10 +1015,10 @@ static NSUInteger dispatch_tg(id p, NSUInteger tg_len, char *err, size_t errlen)
   id enc = SEND0(id, cb, "computeCommandEncoder");
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", o, 0ul, 0ul);
-  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
-       tg_len, 0ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       (MTLSize){64, 1, 1}, (MTLSize){64, 1, 1});
+  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:", tg_len,
+       0ul);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", (MTLSize){64, 1, 1}, (MTLSize){64, 1, 1});
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
@@ -1129,7 +1135,8 @@ static const char DECL_FORMS[] =
     "template [[host_name(\"scale_add_f\")]] kernel void scale_add(device float *,\n"
     "                                                            constant const float *, uint);\n"
     "template [[host_name(\"scale_add_i\")]] [[kernel]] void scale_add(device int *,\n"
-    "                                                                constant const int *, uint);\n";
+    "                                                                constant const int *, "
+    "uint);\n";
 
 Test(front, declaration_forms_of_real_code) {
   id lib = compile_ok(DECL_FORMS);
@@ -1162,8 +1169,8 @@ Test(front, declaration_forms_of_real_code) {
       if (variant)
         cr_assert_eq(((int *)contents(out))[i], i * 3 + (int)acc, "%s[%d]", name, i);
       else
-        cr_assert_eq(((float *)contents(out))[i], (float)i * 5.f + 0.5f * (float)i + acc,
-                     "%s[%d]", name, i);
+        cr_assert_eq(((float *)contents(out))[i], (float)i * 5.f + 0.5f * (float)i + acc, "%s[%d]",
+                     name, i);
     }
     sm_release(out);
     sm_release(bias);
@@ -1230,34 +1237,35 @@ Test(front, an_initialised_threadgroup_array_is_shared) {
  * spaces, one of them a `const constant T &` (each pair one function on a
  * CPU), used for a threadgroup variable assigned with braces. */
 Test(front, operator_assign_and_address_space_constructors_of_storage_matrices) {
-  id lib = compile_ok(
-      "#include <metal_stdlib>\n"
-      "using namespace metal;\n"
-      "struct M2 {\n"
-      "  float2 c[2];\n"
-      "  M2() thread = default;\n"
-      "  M2() threadgroup = default;\n"
-      "  thread M2 &operator=(initializer_list<vec<float, 2>> cols) thread {\n"
-      "    int k = 0;\n"
-      "    for (auto v : cols) c[k++] = v;\n"
-      "    return *this;\n"
-      "  }\n"
-      "  M2(const thread float2x2 &m) thread { c[0] = m[0]; c[1] = m[1]; }\n"
-      "  M2(const constant float2x2 &m) thread { c[0] = m[0]; c[1] = m[1]; }\n"
-      "  threadgroup M2 &operator=(initializer_list<vec<float, 2>> cols) threadgroup {\n"
-      "    int k = 0;\n"
-      "    for (auto v : cols) c[k++] = v;\n"
-      "    return *this;\n"
-      "  }\n"
-      "};\n"
-      "kernel void stm(device float *o [[buffer(0)]], uint lid [[thread_position_in_threadgroup]]) {\n"
-      "  threadgroup M2 shared_m;\n"
-      "  if (lid == 0) shared_m = {float2(1.f, 2.f), float2(3.f, 4.f)};\n"
-      "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
-      "  float2x2 f = float2x2(float2(5.f, 6.f), float2(7.f, 8.f));\n"
-      "  M2 local(f);\n"
-      "  o[lid] = shared_m.c[lid % 2].y + local.c[1].x;\n"
-      "}\n");
+  id lib =
+      compile_ok("#include <metal_stdlib>\n"
+                 "using namespace metal;\n"
+                 "struct M2 {\n"
+                 "  float2 c[2];\n"
+                 "  M2() thread = default;\n"
+                 "  M2() threadgroup = default;\n"
+                 "  thread M2 &operator=(initializer_list<vec<float, 2>> cols) thread {\n"
+                 "    int k = 0;\n"
+                 "    for (auto v : cols) c[k++] = v;\n"
+                 "    return *this;\n"
+                 "  }\n"
+                 "  M2(const thread float2x2 &m) thread { c[0] = m[0]; c[1] = m[1]; }\n"
+                 "  M2(const constant float2x2 &m) thread { c[0] = m[0]; c[1] = m[1]; }\n"
+                 "  threadgroup M2 &operator=(initializer_list<vec<float, 2>> cols) threadgroup {\n"
+                 "    int k = 0;\n"
+                 "    for (auto v : cols) c[k++] = v;\n"
+                 "    return *this;\n"
+                 "  }\n"
+                 "};\n"
+                 "kernel void stm(device float *o [[buffer(0)]], uint lid "
+                 "[[thread_position_in_threadgroup]]) {\n"
+                 "  threadgroup M2 shared_m;\n"
+                 "  if (lid == 0) shared_m = {float2(1.f, 2.f), float2(3.f, 4.f)};\n"
+                 "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+                 "  float2x2 f = float2x2(float2(5.f, 6.f), float2(7.f, 8.f));\n"
+                 "  M2 local(f);\n"
+                 "  o[lid] = shared_m.c[lid % 2].y + local.c[1].x;\n"
+                 "}\n");
   id fn = function(lib, "stm"), p = pipeline_of(fn);
   id out = buffer(32 * 4);
   id bufs[] = {out};
@@ -1279,7 +1287,8 @@ Test(front, a_program_scope_threadgroup_variable_is_refused) {
                                 "kernel void k(device float *o [[buffer(0)]], uint i "
                                 "[[thread_position_in_grid]]) { o[i] = shared_buf[i % 64]; }\n");
   cr_assert(strstr(e, "program_source:3:1: error: a variable at program scope must be in the "
-                      "constant address space"), "%s", e);
+                      "constant address space"),
+            "%s", e);
 }
 
 /* ggml's form: a function type typedef whose parameters are in the constant

@@ -12,8 +12,8 @@
 #include "softmetal/sm_test.h"
 
 enum { Completed = 4, Error = 5 };
-enum { N = 256 };                      /* floats per tensor */
-enum { TENSOR = N * sizeof(float) };   /* bytes per tensor, their offsets' step */
+enum { N = 256 };                    /* floats per tensor */
+enum { TENSOR = N * sizeof(float) }; /* bytes per tensor, their offsets' step */
 
 static const char *const KERNELS =
     "#include <metal_stdlib>\n"
@@ -35,12 +35,12 @@ static void setup(void) {
   queue = SEND0(id, dev, "newCommandQueue");
   pool = objc_autoreleasePoolPush();
   id error = 0;
-  lib = SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-             sm_str(KERNELS), (id)0, &error);
+  lib = SEND(id, (id, SEL, id, id, id *), dev,
+             "newLibraryWithSource:options:error:", sm_str(KERNELS), (id)0, &error);
   cr_assert_not_null(lib, "%s", sm_error_text(error));
   id fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("scale"));
-  pso = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-             &error);
+  pso =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(pso, "%s", sm_error_text(error));
   sm_release(fn);
   /* ggml: posix_memalign(sysconf(_SC_PAGESIZE)), the size rounded up to it */
@@ -74,15 +74,15 @@ static id concurrent(id cb) {
 static void op(id enc, unsigned src, unsigned dst, float k) {
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", pso);
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", buf,
-       (NSUInteger)src * TENSOR, 0ul);
+       (NSUInteger)src *TENSOR, 0ul);
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", buf,
-       (NSUInteger)dst * TENSOR, 1ul);
-  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), enc, "setBytes:length:atIndex:",
-       &k, (NSUInteger)sizeof k, 2ul);
+       (NSUInteger)dst *TENSOR, 1ul);
+  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), enc, "setBytes:length:atIndex:", &k,
+       (NSUInteger)sizeof k, 2ul);
   SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:", 0ul,
        0ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       ((MTLSize){N, 1, 1}), ((MTLSize){64, 1, 1}));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", ((MTLSize){N, 1, 1}), ((MTLSize){64, 1, 1}));
 }
 static void barrier(id enc) {
   SEND(void, (id, SEL, NSUInteger), enc, "memoryBarrierWithScope:", 1ul /* Buffers */);
@@ -109,8 +109,8 @@ Test(one_buffer, an_unused_threadgroup_argument_takes_length_zero) {
   for (NSUInteger k = 0; k < 3; k++)
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", buf, 0ul,
          k);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       ((MTLSize){N, 1, 1}), ((MTLSize){64, 1, 1}));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", ((MTLSize){N, 1, 1}), ((MTLSize){64, 1, 1}));
   cr_assert_eq(run(cb, enc), Error);
   cr_assert(strstr(error_of(cb), "[[threadgroup(0)]] but its length was not set"), "%s",
             error_of(cb));

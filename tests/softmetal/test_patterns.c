@@ -112,9 +112,9 @@ Test(patterns, kernel_family_from_macros_with_host_names) {
   const int64_t strides[2] = {1, R};
 
   { /* float32 -> float32, contiguous and strided */
-    id b[6] = {sm_buffer(xf, sizeof xf), sm_buffer(yf, sizeof yf), sm_buffer(NULL, sizeof xf),
-               sm_buffer(ab, sizeof ab), sm_buffer(shape, sizeof shape),
-               sm_buffer(strides, sizeof strides)};
+    id b[6] = {sm_buffer(xf, sizeof xf),       sm_buffer(yf, sizeof yf),
+               sm_buffer(NULL, sizeof xf),     sm_buffer(ab, sizeof ab),
+               sm_buffer(shape, sizeof shape), sm_buffer(strides, sizeof strides)};
     sm_dispatch(lib, "vv_float32", b, 4, SM_SIZE(N, 1, 1), SM_SIZE(8, 1, 1), false, 0);
     const float *o = sm_contents(b[2]);
     for (int i = 0; i < N; i++)
@@ -139,8 +139,8 @@ Test(patterns, kernel_family_from_macros_with_host_names) {
     sm_dispatch(lib, "vv_float16", b, 4, SM_SIZE(N, 1, 1), SM_SIZE(8, 1, 1), false, 0);
     const uint16_t *oh = sm_contents(b[2]);
     for (int i = 0; i < N; i++)
-      cr_expect_eq(half_value(oh[i]), 2.0f * xf[i] - 0.5f * yf[i], "vv_float16[%d] = %g",
-                   i, half_value(oh[i]));
+      cr_expect_eq(half_value(oh[i]), 2.0f * xf[i] - 0.5f * yf[i], "vv_float16[%d] = %g", i,
+                   half_value(oh[i]));
     id f = sm_buffer(NULL, N * 4);
     id b2[4] = {b[0], b[1], f, b[3]};
     sm_dispatch(lib, "vv_float16_to_float32", b2, 4, SM_SIZE(N, 1, 1), SM_SIZE(8, 1, 1), false, 0);
@@ -161,8 +161,7 @@ Test(patterns, kernel_family_from_macros_with_host_names) {
     sm_dispatch(lib, "vv_int32", b, 4, SM_SIZE(N, 1, 1), SM_SIZE(8, 1, 1), false, 0);
     const int32_t *o = sm_contents(b[2]);
     for (int i = 0; i < N; i++)
-      cr_expect_eq(o[i], (int32_t)(2.0f * xf[i] - 0.5f * yf[i]), "vv_int32[%d] = %d", i,
-                   o[i]);
+      cr_expect_eq(o[i], (int32_t)(2.0f * xf[i] - 0.5f * yf[i]), "vv_int32[%d] = %d", i, o[i]);
     for (int i = 0; i < 4; i++) sm_release(b[i]);
   }
   sm_release(lib);
@@ -214,16 +213,16 @@ static float rowdot_ref(const float *a, const float *x, int cols, int unroll, co
 static id rowdot_pipeline(id lib, bool has_bias, bool relu, int unroll) {
   id fresh = SEND0(id, sm_class_named("MTLFunctionConstantValues"), "alloc"); /* SEND0 */
   id cv = SEND0(id, fresh, "init"); /* evaluates its receiver twice */
-  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv, "setConstantValue:type:atIndex:",
-       &has_bias, (NSUInteger)MTL_DATA_TYPE_BOOL, 10ul);
-  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv, "setConstantValue:type:atIndex:",
-       &relu, (NSUInteger)MTL_DATA_TYPE_BOOL, 11ul);
+  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv,
+       "setConstantValue:type:atIndex:", &has_bias, (NSUInteger)MTL_DATA_TYPE_BOOL, 10ul);
+  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv,
+       "setConstantValue:type:atIndex:", &relu, (NSUInteger)MTL_DATA_TYPE_BOOL, 11ul);
   if (unroll > 0)
     SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv,
          "setConstantValue:type:atIndex:", &unroll, (NSUInteger)MTL_DATA_TYPE_INT, 12ul);
   id error = 0;
-  id fn = SEND(id, (id, SEL, id, id, id *), lib, "newFunctionWithName:constantValues:error:",
-               sm_str("rowdot"), cv, &error);
+  id fn = SEND(id, (id, SEL, id, id, id *), lib,
+               "newFunctionWithName:constantValues:error:", sm_str("rowdot"), cv, &error);
   sm_release(cv);
   cr_assert_not_null(fn, "%s", sm_error_text(error));
   id p = SEND(id, (id, SEL, id, id *), sm_dev, "newComputePipelineStateWithFunction:error:", fn,
@@ -241,8 +240,10 @@ Test(patterns, function_constants_switch_buffers_and_size_loops) {
   for (int i = 0; i < COLS; i++) x[i] = (float)(i % 4) - 1.0f;
   for (int i = 0; i < ROWS; i++) bias[i] = (float)i - 3.0f;
   const uint32_t cols = COLS;
-  static const struct { bool bias, relu; int unroll; } cases[] = {
-      {false, false, 0}, {true, false, 4}, {true, true, 3}, {false, true, 2}};
+  static const struct {
+    bool bias, relu;
+    int unroll;
+  } cases[] = {{false, false, 0}, {true, false, 4}, {true, true, 3}, {false, true, 2}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     id b[5] = {sm_buffer(a, sizeof a), sm_buffer(x, sizeof x), sm_buffer(NULL, ROWS * 4),
                cases[k].bias ? sm_buffer(bias, sizeof bias) : 0, sm_buffer(&cols, 4)};
@@ -252,8 +253,8 @@ Test(patterns, function_constants_switch_buffers_and_size_loops) {
     const float *y = sm_contents(b[2]);
     const int unroll = cases[k].unroll > 0 ? cases[k].unroll : 1;
     for (int r = 0; r < ROWS; r++) {
-      float want = rowdot_ref(a + r * COLS, x, COLS, unroll, cases[k].bias ? bias + r : NULL,
-                              cases[k].relu);
+      float want =
+          rowdot_ref(a + r * COLS, x, COLS, unroll, cases[k].bias ? bias + r : NULL, cases[k].relu);
       cr_expect_eq(y[r], want, "case %zu row %d: %g, expected %g", k, r, y[r], want);
     }
     for (int i = 0; i < 5; i++)
@@ -303,7 +304,8 @@ static const char *const gemm_src =
     "    for (int i = 0; i < 2; i++) simdgroup_load(a[i], As + (sr + 8 * i) * BK, BK);\n"
     "    for (int j = 0; j < 2; j++) simdgroup_load(b[j], Bs + sc + 8 * j, BN);\n"
     "    for (int i = 0; i < 2; i++)\n"
-    "      for (int j = 0; j < 2; j++) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);\n"
+    "      for (int j = 0; j < 2; j++) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], "
+    "acc[i][j]);\n"
     "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
     "  }\n"
     "  for (int i = 0; i < 2; i++)\n"
@@ -315,8 +317,10 @@ static const char *const gemm_src =
     "    if (row0 + r < p.M && col0 + c < p.N) C[(row0 + r) * p.N + col0 + c] = Cs[e];\n"
     "  }\n"
     "}\n"
-    "template [[host_name(\"gemm_f32\")]] [[kernel]] decltype(tiled_gemm<float>) tiled_gemm<float>;\n"
-    "template [[host_name(\"gemm_f16\")]] [[kernel]] decltype(tiled_gemm<half>) tiled_gemm<half>;\n";
+    "template [[host_name(\"gemm_f32\")]] [[kernel]] decltype(tiled_gemm<float>) "
+    "tiled_gemm<float>;\n"
+    "template [[host_name(\"gemm_f16\")]] [[kernel]] decltype(tiled_gemm<half>) "
+    "tiled_gemm<half>;\n";
 
 static void check_tiled_gemm(id lib, const char *kernel, bool half_inputs, int M, int N, int K) {
   float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)K * N * 4);
@@ -335,8 +339,9 @@ static void check_tiled_gemm(id lib, const char *kernel, bool half_inputs, int M
   id bufs[4] = {half_inputs ? sm_buffer(ah, (size_t)M * K * es) : sm_buffer(a, (size_t)M * K * es),
                 half_inputs ? sm_buffer(bh, (size_t)K * N * es) : sm_buffer(b, (size_t)K * N * es),
                 sm_buffer(NULL, (size_t)M * N * 4), sm_buffer(params, sizeof params)};
-  sm_dispatch(lib, kernel, bufs, 4, SM_SIZE((NSUInteger)(N + 31) / 32, (NSUInteger)(M + 31) / 32, 1),
-              SM_SIZE(128, 1, 1), true, 0);
+  sm_dispatch(lib, kernel, bufs, 4,
+              SM_SIZE((NSUInteger)(N + 31) / 32, (NSUInteger)(M + 31) / 32, 1), SM_SIZE(128, 1, 1),
+              true, 0);
   const float *c = sm_contents(bufs[2]);
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
@@ -394,7 +399,8 @@ static const char *const quant_src =
     "  dequantize_block(x + b, tmp);\n"
     "  for (int i = 0; i < QK; i++) dst[(row * args.nblocks + b) * QK + i] = tmp[i];\n"
     "}\n"
-    "kernel void mv_q4m(device const block_q4m *w [[buffer(0)]], device const float *x [[buffer(1)]],\n"
+    "kernel void mv_q4m(device const block_q4m *w [[buffer(0)]], device const float *x "
+    "[[buffer(1)]],\n"
     "                   device float *y [[buffer(2)]], constant rows_args &args [[buffer(3)]],\n"
     "                   uint row [[threadgroup_position_in_grid]],\n"
     "                   uint lane [[thread_index_in_simdgroup]]) {\n"
@@ -445,8 +451,8 @@ Test(patterns, quantized_block_structs) {
   id lib = compile_safe(quant_src);
   { /* get_rows of rows 3, 0, 2 */
     const int32_t ids[3] = {3, 0, 2};
-    id b[4] = {sm_buffer(w, sizeof w), sm_buffer(ids, sizeof ids),
-               sm_buffer(NULL, 3 * NB * QK * 4), sm_buffer(&args, sizeof args)};
+    id b[4] = {sm_buffer(w, sizeof w), sm_buffer(ids, sizeof ids), sm_buffer(NULL, 3 * NB * QK * 4),
+               sm_buffer(&args, sizeof args)};
     sm_dispatch(lib, "get_rows_q4m", b, 4, SM_SIZE(3, 1, 1), SM_SIZE(NB, 1, 1), true, 0);
     const float *o = sm_contents(b[2]);
     for (int k = 0; k < 3; k++)
@@ -536,7 +542,8 @@ Test(patterns, bitonic_sort_network_with_nan_last) {
   id lib = compile_safe(sort_src);
   enum { ROWS = 3, NF = 200 }; /* 200 of 256: padded with NaN */
   float in[ROWS * NF];
-  for (int i = 0; i < ROWS * NF; i++) in[i] = (float)((i * 37) % 101) * 0.5f - 25.0f + (float)(i % 3) * 0.125f;
+  for (int i = 0; i < ROWS * NF; i++)
+    in[i] = (float)((i * 37) % 101) * 0.5f - 25.0f + (float)(i % 3) * 0.125f;
   in[5] = NAN;
   in[17] = -INFINITY;
   in[NF + 3] = INFINITY;
@@ -554,8 +561,8 @@ Test(patterns, bitonic_sort_network_with_nan_last) {
     qsort(want, NF, sizeof want[0], nan_last_cmp);
     for (int i = 0; i < NF; i++) {
       float got = o[r * NF + i];
-      cr_expect(isnan(want[i]) ? isnan(got) : got == want[i], "row %d [%d] = %g, expected %g", r,
-                i, got, want[i]);
+      cr_expect(isnan(want[i]) ? isnan(got) : got == want[i], "row %d [%d] = %g, expected %g", r, i,
+                got, want[i]);
       cr_assert_lt(ix[r * NF + i], (uint32_t)NF);
       float at = in[r * NF + ix[r * NF + i]];
       cr_expect(isnan(got) ? isnan(at) : at == got, "row %d index %d -> %u holds %g, not %g", r, i,
@@ -597,7 +604,8 @@ static const char *const atomics_src =
     "  uint expected = atomic_load_explicit(m, memory_order_relaxed);\n"
     "  while (as_type<float>(expected) < v &&\n"
     "         !atomic_compare_exchange_weak_explicit(m, &expected, as_type<uint>(v),\n"
-    "                                                memory_order_relaxed, memory_order_relaxed)) {\n"
+    "                                                memory_order_relaxed, memory_order_relaxed)) "
+    "{\n"
     "  }\n"
     "}\n"
     "kernel void histogram(device const uint *keys [[buffer(0)]],\n"
@@ -609,7 +617,8 @@ static const char *const atomics_src =
     "                      uint tid [[thread_index_in_threadgroup]],\n"
     "                      uint tgsize [[threads_per_threadgroup]]) {\n"
     "  threadgroup atomic_uint local[BINS];\n"
-    "  for (uint b = tid; b < BINS; b += tgsize) atomic_store_explicit(&local[b], 0u, memory_order_relaxed);\n"
+    "  for (uint b = tid; b < BINS; b += tgsize) atomic_store_explicit(&local[b], 0u, "
+    "memory_order_relaxed);\n"
     "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
     "  if (gid < p.n) {\n"
     "    uint k = keys[gid];\n"
@@ -649,7 +658,8 @@ Test(patterns, atomics_histogram_and_metal_array) {
     wmax = fmaxf(wmax, w);
   }
   const uint32_t *h = sm_contents(b[1]);
-  for (int i = 0; i < BINS; i++) cr_expect_eq(h[i], want[i], "bin %d: %u, expected %u", i, h[i], want[i]);
+  for (int i = 0; i < BINS; i++)
+    cr_expect_eq(h[i], want[i], "bin %d: %u, expected %u", i, h[i], want[i]);
   cr_expect_eq(*(const float *)sm_contents(b[2]), (float)wsum, "weighted sum %g, expected %g",
                *(const float *)sm_contents(b[2]), wsum);
   cr_expect_eq(*(const float *)sm_contents(b[3]), wmax, "max %g, expected %g",

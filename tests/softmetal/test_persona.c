@@ -181,8 +181,8 @@ Test(persona, returned_threads_release_a_barrier_only_on_apple_gpus) {
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
   SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", out, 0ul,
        0ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       SM_SIZE(64, 1, 1), SM_SIZE(64, 1, 1));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(64, 1, 1), SM_SIZE(64, 1, 1));
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");

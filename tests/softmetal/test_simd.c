@@ -129,13 +129,16 @@ static const char *const KERNEL_PARTS[] = {
     "  simdgroup_multiply_accumulate(C, A, B, C);\n"
     "  simdgroup_store(C, c);\n"
     "}\n"
-    "kernel void mma_float(device const float *a [[buffer(0)]], device const float *b [[buffer(1)]],\n"
+    "kernel void mma_float(device const float *a [[buffer(0)]], device const float *b "
+    "[[buffer(1)]],\n"
     "                      device float *c [[buffer(2)]]) { mma(a, b, c, false); }\n"
-    "kernel void mma_float_t(device const float *a [[buffer(0)]], device const float *b [[buffer(1)]],\n"
+    "kernel void mma_float_t(device const float *a [[buffer(0)]], device const float *b "
+    "[[buffer(1)]],\n"
     "                        device float *c [[buffer(2)]]) { mma(a, b, c, true); }\n"
     "kernel void mma_half(device const half *a [[buffer(0)]], device const half *b [[buffer(1)]],\n"
     "                     device half *c [[buffer(2)]]) { mma(a, b, c, false); }\n"
-    "kernel void mma_bfloat(device const bfloat *a [[buffer(0)]], device const bfloat *b [[buffer(1)]],\n"
+    "kernel void mma_bfloat(device const bfloat *a [[buffer(0)]], device const bfloat *b "
+    "[[buffer(1)]],\n"
     "                       device bfloat *c [[buffer(2)]]) { mma(a, b, c, false); }\n"
     "// thread_elements(): lane l holds (row, col) and (row, col + 1).\n"
     "kernel void mma_elements(device float *out [[buffer(0)]],\n"
@@ -173,8 +176,8 @@ static char KERNELS[16384];
 static id dev, queue, lib, pool;
 
 static id compile(const char *src, id *error) {
-  return SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:",
-              sm_str(src), (id)0, error);
+  return SEND(id, (id, SEL, id, id, id *), dev, "newLibraryWithSource:options:error:", sm_str(src),
+              (id)0, error);
 }
 static void setup(void) {
   KERNELS[0] = 0;
@@ -200,15 +203,14 @@ static id pipeline_in(id l, const char *name) {
   id fn = SEND(id, (id, SEL, id), l, "newFunctionWithName:", sm_str(name));
   cr_assert_not_null(fn, "kernel %s", name);
   id error = 0;
-  id p = SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn,
-              &error);
+  id p =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(p, "%s", sm_error_text(error));
   sm_release(fn);
   return p;
 }
 static id buffer(NSUInteger len) {
-  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len,
-              0ul);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), dev, "newBufferWithLength:options:", len, 0ul);
   memset(SEND0(void *, b, "contents"), 0, len);
   return b;
 }
@@ -227,10 +229,10 @@ static id run_in(id l, const char *name, NSUInteger threads, NSUInteger tg, id *
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
          0ul, (NSUInteger)i);
   if (tg_bytes)
-    SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:",
-         tg_bytes, 0ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       ((MTLSize){threads, 1, 1}), ((MTLSize){tg, 1, 1}));
+    SEND(void, (id, SEL, NSUInteger, NSUInteger), enc,
+         "setThreadgroupMemoryLength:atIndex:", tg_bytes, 0ul);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", ((MTLSize){threads, 1, 1}), ((MTLSize){tg, 1, 1}));
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
@@ -253,7 +255,8 @@ Test(simd, sum_in_divergent_branches_uses_the_lanes_of_each_branch) {
   id out = buffer(64 * 4);
   expect_ok(run("branch_sum", 64, 64, &out, 1));
   int *o = contents(out);
-  for (int t = 0; t < 64; t++) cr_assert_eq(o[t], t % 32 < 16 ? 16 : 1600, "thread %d: %d", t, o[t]);
+  for (int t = 0; t < 64; t++)
+    cr_assert_eq(o[t], t % 32 < 16 ? 16 : 1600, "thread %d: %d", t, o[t]);
   sm_release(out);
 }
 
@@ -267,12 +270,29 @@ Test(simd, every_function_in_a_helper_called_from_both_branches) {
     unsigned mask = 0xFFFFu << lo, even = 0x5555u << lo;
     for (unsigned l = lo; l < lo + 16; l++) sum += l * k, x ^= l;
     for (unsigned l = lo; l <= lane; l++) incl += l * k;
-    unsigned want[NOPS] = {sum, (lo + 15) * k, lo * k, 65536, lane - lo, incl, lo * k,
-                           lane == lo, even, mask, 0, 1, (lo + 3) * k, (lane ^ 1) * k, mask,
-                           x ^ ~0u, 1u << (lane - lo + 1), 0, 0, (lo + 15) * k};
+    unsigned want[NOPS] = {sum,
+                           (lo + 15) * k,
+                           lo * k,
+                           65536,
+                           lane - lo,
+                           incl,
+                           lo * k,
+                           lane == lo,
+                           even,
+                           mask,
+                           0,
+                           1,
+                           (lo + 3) * k,
+                           (lane ^ 1) * k,
+                           mask,
+                           x ^ ~0u,
+                           1u << (lane - lo + 1),
+                           0,
+                           0,
+                           (lo + 15) * k};
     for (int i = 0; i < NOPS; i++)
-      cr_assert_eq(o[t * NOPS + i], want[i], "thread %u o[%d] = %u, want %u", t, i,
-                   o[t * NOPS + i], want[i]);
+      cr_assert_eq(o[t * NOPS + i], want[i], "thread %u o[%d] = %u, want %u", t, i, o[t * NOPS + i],
+                   want[i]);
   }
   sm_release(out);
 }
@@ -320,8 +340,7 @@ Test(simd, shuffle_from_an_inactive_lane_fails_the_command_buffer) {
 Test(simd, shuffle_beyond_a_partial_simdgroup_fails) {
   id out = buffer(40 * 4);
   const char *msg = expect_error(run("shuffle_down_tail", 40, 40, &out, 1));
-  cr_assert(strstr(msg, "simdgroup 1") && strstr(msg, "simd_shuffle_down reads lane 8"), "%s",
-            msg);
+  cr_assert(strstr(msg, "simdgroup 1") && strstr(msg, "simd_shuffle_down reads lane 8"), "%s", msg);
   sm_release(out);
 }
 
@@ -417,18 +436,23 @@ static void mma_case(const char *kernel, int type, unsigned c0, bool ta) {
     unsigned vals[3] = {av, bv, c0};
     for (int j = 0; j < 3; j++) {
       if (j != 1 && i >= 64) continue;
-      if (type == 0) ((float *)contents(bufs[j]))[i] = (float)vals[j];
-      else ((uint16_t *)contents(bufs[j]))[i] = type == 1 ? int_to_half(vals[j]) : int_to_bfloat(vals[j]);
+      if (type == 0)
+        ((float *)contents(bufs[j]))[i] = (float)vals[j];
+      else
+        ((uint16_t *)contents(bufs[j]))[i] =
+            type == 1 ? int_to_half(vals[j]) : int_to_bfloat(vals[j]);
     }
   }
   expect_ok(run(kernel, 32, 32, bufs, 3));
   for (int i = 0; i < 64; i++) {
     unsigned exact = mma_want(i / 8, i % 8, c0, ta);
     float got, want;
-    if (type == 0) got = ((float *)contents(bufs[2]))[i], want = (float)exact;
+    if (type == 0)
+      got = ((float *)contents(bufs[2]))[i], want = (float)exact;
     else if (type == 1)
       got = half_to_float(((uint16_t *)contents(bufs[2]))[i]), want = (float)round_int(exact, 10);
-    else got = bfloat_to_float(((uint16_t *)contents(bufs[2]))[i]), want = (float)round_int(exact, 7);
+    else
+      got = bfloat_to_float(((uint16_t *)contents(bufs[2]))[i]), want = (float)round_int(exact, 7);
     cr_assert_eq(got, want, "%s element (%d, %d): %g, want %g (exact %u)", kernel, i / 8, i % 8,
                  got, want, exact);
   }
@@ -439,7 +463,9 @@ Test(simd, simdgroup_multiply_accumulate_float) {
   mma_case("mma_float", 0, 1000, false);
   mma_case("mma_float_t", 0, 1000, true);
 }
-Test(simd, simdgroup_multiply_accumulate_half_rounds_to_half) { mma_case("mma_half", 1, 2048, false); }
+Test(simd, simdgroup_multiply_accumulate_half_rounds_to_half) {
+  mma_case("mma_half", 1, 2048, false);
+}
 Test(simd, simdgroup_multiply_accumulate_bfloat_rounds_to_bfloat) {
   mma_case("mma_bfloat", 2, 256, false);
 }
@@ -474,8 +500,10 @@ Test(simd, simdgroup_matrix_needs_every_lane) {
 /* ------------------------------------------------------------- scheduling */
 enum { TG = 64 };
 static bool neighbour_ok(id l, const char *schedule, unsigned *snapshot) {
-  if (schedule) setenv("SOFTMETAL_SCHEDULE", schedule, 1);
-  else unsetenv("SOFTMETAL_SCHEDULE");
+  if (schedule)
+    setenv("SOFTMETAL_SCHEDULE", schedule, 1);
+  else
+    unsetenv("SOFTMETAL_SCHEDULE");
   id bufs[2] = {buffer(TG * 4), buffer(TG * 4)};
   unsigned *in = contents(bufs[0]), *out = contents(bufs[1]);
   for (unsigned i = 0; i < TG; i++) in[i] = i + 1;

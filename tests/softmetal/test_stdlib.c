@@ -212,8 +212,12 @@ TestSuite(stdlib, .init = setup, .fini = teardown, .timeout = 120);
 
 /* ---- references, with MSL's rules */
 static int64_t floor_half(int64_t s) { return s >= 0 ? s / 2 : -((-s + 1) / 2); }
-static int32_t sat32(int64_t v) { return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v; }
-static uint32_t satu32(int64_t v) { return v > (int64_t)UINT32_MAX ? UINT32_MAX : v < 0 ? 0 : (uint32_t)v; }
+static int32_t sat32(int64_t v) {
+  return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
+}
+static uint32_t satu32(int64_t v) {
+  return v > (int64_t)UINT32_MAX ? UINT32_MAX : v < 0 ? 0 : (uint32_t)v;
+}
 static int32_t rev32(int32_t x) {
   uint32_t u = (uint32_t)x, r = 0;
   for (int i = 0; i < 32; i++, u >>= 1) r = (r << 1) | (u & 1u);
@@ -225,8 +229,10 @@ static int32_t abs_diff32(int32_t x, int32_t y) {
 }
 
 Test(stdlib, integer_functions_saturate_and_do_not_overflow) {
-  const int32_t vals[] = {0, 1, -1, 7, -8, 100, 200, -200, 0x12345678, -0x7654321,
-                          INT32_MAX, INT32_MIN, INT32_MAX - 3, 40000, -40000, 127};
+  const int32_t vals[] = {
+      0,      1,          -1,         7,         -8,        100,           200,
+      -200,   0x12345678, -0x7654321, INT32_MAX, INT32_MIN, INT32_MAX - 3, 40000,
+      -40000, 127};
   enum { V = sizeof vals / sizeof vals[0], N = V * V };
   int32_t a[N], b[N];
   for (int i = 0; i < N; i++) a[i] = vals[i / V], b[i] = vals[i % V];
@@ -253,8 +259,12 @@ Test(stdlib, integer_functions_saturate_and_do_not_overflow) {
         (int32_t)(int8_t)(uint8_t)((uint32_t)x >> 4),
         (int32_t)satu32((int64_t)ux + uy),
         (int32_t)satu32((int64_t)ux - uy),
-        cs > 127 ? 127 : cs < -128 ? -128 : cs,
-        ss > 32767 ? 32767 : ss < -32768 ? -32768 : ss,
+        cs > 127    ? 127
+        : cs < -128 ? -128
+                    : cs,
+        ss > 32767    ? 32767
+        : ss < -32768 ? -32768
+                      : ss,
         (int32_t)(uint32_t)(((uint64_t)ux * uy) >> 32),
         sat32(x + y),
         abs_diff32(a[i], b[i]),
@@ -277,11 +287,12 @@ Test(stdlib, numeric_limits_of_half_bfloat_float_and_integers) {
   sm_release(safe);
   const uint32_t *o = sm_contents(out);
   const uint32_t expect[24] = {
-      0x7BFF, 0x0400, 0xFBFF, 0x1400, 0x7C00, 0x7E00, 0x0001,           /* half */
-      0x7F7F, 0x0080, 0xFF7F, 0x3C00, 0x7F80, 0x7FC0,                   /* bfloat */
-      0x7F7FFFFF, 0x00800000, 0xFF7FFFFF, 0x34000000, 0x7F800000,       /* float */
-      0x80000000, 0x7FFFFFFF, 255, (uint32_t)-32768, 0xFFFFFFFF, 11};
-  for (int k = 0; k < 24; k++) cr_expect_eq(o[k], expect[k], "limit %d: %#x, expected %#x", k, o[k], expect[k]);
+      0x7BFF,     0x0400,     0xFBFF,     0x1400,           0x7C00,     0x7E00, 0x0001, /* half */
+      0x7F7F,     0x0080,     0xFF7F,     0x3C00,           0x7F80,     0x7FC0,         /* bfloat */
+      0x7F7FFFFF, 0x00800000, 0xFF7FFFFF, 0x34000000,       0x7F800000,                 /* float */
+      0x80000000, 0x7FFFFFFF, 255,        (uint32_t)-32768, 0xFFFFFFFF, 11};
+  for (int k = 0; k < 24; k++)
+    cr_expect_eq(o[k], expect[k], "limit %d: %#x, expected %#x", k, o[k], expect[k]);
   sm_release(out);
 }
 
@@ -314,8 +325,10 @@ Test(stdlib, metal_fast_and_precise_math_and_constant_tables) {
     cr_expect_eq(o[11], fmaxf(fmaxf(x, 0.1f), -0.1f) + med, "fmax3 + fmedian3 at %g", x);
     cr_expect_eq(o[12], -x);
     /* table . (3, 4, 3, 4) = 3 + 8 + 12 + 32 = 55; + 0.5 * 2x + 27 - 1 */
-    cr_expect_lt(rel_err(o[13], 55.0 + x + 27.0 - 1.0), 1e-6f, "constant tables at %g: %g", x, o[13]);
-    cr_expect_eq(o[14], 33.0f, "uint3 grid position (y, z = 0) and ushort2 threadgroup size (32, 1)");
+    cr_expect_lt(rel_err(o[13], 55.0 + x + 27.0 - 1.0), 1e-6f, "constant tables at %g: %g", x,
+                 o[13]);
+    cr_expect_eq(o[14], 33.0f,
+                 "uint3 grid position (y, z = 0) and ushort2 threadgroup size (32, 1)");
     cr_expect_eq(o[15], tanf(x), "precise::tan(%g) = %.9g is libm's under fast math", x, o[15]);
   }
   sm_release(bufs[0]);
@@ -487,7 +500,8 @@ static const char ADDITIONS[] =
     "constexpr constant bool is_ok = _disjunction<is_same<T, int>, is_same<T, float>>::value;\n"
     "static_assert(is_ok<float> && !is_ok<half>, \"\");\n"
     "static_assert(_conjunction<is_same<int, int>, _negation<is_same<int, float>>>::value, \"\");\n"
-    "static_assert(__is_valid_simdgroup_type<half4>::value && !__is_valid_simdgroup_type<ulong>::value,\n"
+    "static_assert(__is_valid_simdgroup_type<half4>::value && "
+    "!__is_valid_simdgroup_type<ulong>::value,\n"
     "              \"SIMD-group functions take no 64-bit integers\");\n"
     "struct mat2 {\n"
     "  float2 c[2];\n"
@@ -519,8 +533,8 @@ static id compile_logging(bool logging, id *error) {
   id options = SEND0(id, fresh, "init");
   cr_assert_eq(SEND0(BOOL, options, "enableLogging"), 0, "NO by default, as Metal");
   SEND(void, (id, SEL, BOOL), options, "setEnableLogging:", logging);
-  id library = SEND(id, (id, SEL, id, id, id *), sm_dev, "newLibraryWithSource:options:error:",
-                    sm_str(ADDITIONS), options, error);
+  id library = SEND(id, (id, SEL, id, id, id *), sm_dev,
+                    "newLibraryWithSource:options:error:", sm_str(ADDITIONS), options, error);
   sm_release(options);
   return library;
 }

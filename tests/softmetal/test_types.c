@@ -23,39 +23,39 @@ TestSuite(types, .init = setup, .fini = teardown, .timeout = 120);
 /* Metal's default, fast math */
 #define run_k(src, in, o, n) sm_run_k(src, -1, in, N_OF(in), o, n)
 static const float none[1] = {0}; /* for kernels that read no input */
-#define HEAD                                                                               \
-  "#include <metal_stdlib>\n"                                                              \
+#define HEAD                                                                                       \
+  "#include <metal_stdlib>\n"                                                                      \
   "using namespace metal;\n"
-#define KERNEL "kernel void k(device const float *in [[buffer(0)]], device float *o [[buffer(1)]]) {\n"
+#define KERNEL                                                                                     \
+  "kernel void k(device const float *in [[buffer(0)]], device float *o [[buffer(1)]]) {\n"
 
 Test(types, half_converts_to_bfloat_by_static_cast) {
   /* 1 + 2^-10 is a half; bfloat keeps 7 fraction bits: 1.0 (to nearest even);
    * 3 + 2^-9 rounds to 3; 0.1 as half (0x2E66) then to bfloat: 0.10009765625 */
   const float in[4] = {1.0009765625f, 3.001953125f, 0.1f, -65504.0f};
   float o[4];
-  run_k(HEAD KERNEL
-        "  for (int i = 0; i < 4; i++) {\n"
-        "    half h = half(in[i]);\n"
-        "    bfloat b = static_cast<bfloat>(h);\n"
-        "    o[i] = float(b);\n"
-        "  }\n"
-        "}\n",
+  run_k(HEAD KERNEL "  for (int i = 0; i < 4; i++) {\n"
+                    "    half h = half(in[i]);\n"
+                    "    bfloat b = static_cast<bfloat>(h);\n"
+                    "    o[i] = float(b);\n"
+                    "  }\n"
+                    "}\n",
         in, o, 4);
   const float want[4] = {1.0f, 3.0f, 0.10009765625f, -65536.0f};
-  for (int i = 0; i < 4; i++) cr_expect_eq(o[i], want[i], "%d: %.9g, expected %.9g", i, o[i], want[i]);
+  for (int i = 0; i < 4; i++)
+    cr_expect_eq(o[i], want[i], "%d: %.9g, expected %.9g", i, o[i], want[i]);
 }
 
 Test(types, braced_constexpr_int3) {
   float o[4];
-  run_k(HEAD "constexpr constant int3 OFFS = {1, 2, 3};\n" KERNEL
-        "  constexpr int3 k{4, 5, 6};\n"
-        "  static_assert(k[1] == 5, \"a constant expression\");\n"
-        "  constexpr int3 m = int3(7, 8, 9);\n"
-        "  o[0] = OFFS.x + 10 * OFFS.z;\n"
-        "  o[1] = k.x + 10 * k.z;\n"
-        "  o[2] = m.y;\n"
-        "  o[3] = (k + OFFS).y;\n"
-        "}\n",
+  run_k(HEAD "constexpr constant int3 OFFS = {1, 2, 3};\n" KERNEL "  constexpr int3 k{4, 5, 6};\n"
+             "  static_assert(k[1] == 5, \"a constant expression\");\n"
+             "  constexpr int3 m = int3(7, 8, 9);\n"
+             "  o[0] = OFFS.x + 10 * OFFS.z;\n"
+             "  o[1] = k.x + 10 * k.z;\n"
+             "  o[2] = m.y;\n"
+             "  o[3] = (k + OFFS).y;\n"
+             "}\n",
         none, o, 4);
   const float want[4] = {31, 64, 8, 7};
   for (int i = 0; i < 4; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
@@ -64,18 +64,16 @@ Test(types, braced_constexpr_int3) {
 Test(types, a_user_operator_float_converts_to_half) {
   const float in[2] = {1.5f, 1.0001f};
   float o[3];
-  run_k(HEAD
-        "struct scaled {\n"
-        "  float v;\n"
-        "  operator float() const { return v * 2.0f; }\n"
-        "};\n" KERNEL
-        "  scaled s{in[0]};\n"
-        "  half h = s;\n" /* copy-initialised: one user conversion in MSL */
-        "  o[0] = h;\n"
-        "  o[1] = half(scaled{in[1]});\n"
-        "  bfloat b = s;\n"
-        "  o[2] = float(b);\n"
-        "}\n",
+  run_k(HEAD "struct scaled {\n"
+             "  float v;\n"
+             "  operator float() const { return v * 2.0f; }\n"
+             "};\n" KERNEL "  scaled s{in[0]};\n"
+             "  half h = s;\n" /* copy-initialised: one user conversion in MSL */
+             "  o[0] = h;\n"
+             "  o[1] = half(scaled{in[1]});\n"
+             "  bfloat b = s;\n"
+             "  o[2] = float(b);\n"
+             "}\n",
         in, o, 3);
   cr_expect_eq(o[0], 3.0f);
   cr_expect_eq(o[1], 2.0f, "2.0002 rounds to the half 2.0: %.9g", o[1]);
@@ -85,14 +83,13 @@ Test(types, a_user_operator_float_converts_to_half) {
 Test(types, a_swizzle_is_deduced_as_a_template_argument) {
   const float in[4] = {1, 2, 3, 4};
   float o[4];
-  run_k(HEAD
-        "template <class T> T twice(T v) { return v + v; }\n"
-        "template <class T> T pick(bool c, T a, T b) { return c ? a : b; }\n" KERNEL
-        "  float4 a(in[0], in[1], in[2], in[3]);\n"
-        "  float2 r = twice(a.zw);\n"
-        "  float2 s = pick(true, a.yx, a.yx);\n"
-        "  o[0] = r.x; o[1] = r.y; o[2] = s.x; o[3] = s.y;\n"
-        "}\n",
+  run_k(HEAD "template <class T> T twice(T v) { return v + v; }\n"
+             "template <class T> T pick(bool c, T a, T b) { return c ? a : b; }\n" KERNEL
+             "  float4 a(in[0], in[1], in[2], in[3]);\n"
+             "  float2 r = twice(a.zw);\n"
+             "  float2 s = pick(true, a.yx, a.yx);\n"
+             "  o[0] = r.x; o[1] = r.y; o[2] = s.x; o[3] = s.y;\n"
+             "}\n",
         in, o, 4);
   const float want[4] = {6, 8, 2, 1};
   for (int i = 0; i < 4; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
@@ -101,14 +98,13 @@ Test(types, a_swizzle_is_deduced_as_a_template_argument) {
 Test(types, assigning_a_swizzle_to_the_same_swizzle_writes_only_its_components) {
   float o[8];
   const float in8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  run_k(HEAD KERNEL
-        "  float4 a(in[0], in[1], in[2], in[3]), b(in[4], in[5], in[6], in[7]);\n"
-        "  a.xy = b.xy;\n"
-        "  float4 c(in[0], in[1], in[2], in[3]);\n"
-        "  c.zw = b.zw;\n"
-        "  o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;\n"
-        "  o[4] = c.x; o[5] = c.y; o[6] = c.z; o[7] = c.w;\n"
-        "}\n",
+  run_k(HEAD KERNEL "  float4 a(in[0], in[1], in[2], in[3]), b(in[4], in[5], in[6], in[7]);\n"
+                    "  a.xy = b.xy;\n"
+                    "  float4 c(in[0], in[1], in[2], in[3]);\n"
+                    "  c.zw = b.zw;\n"
+                    "  o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;\n"
+                    "  o[4] = c.x; o[5] = c.y; o[6] = c.z; o[7] = c.w;\n"
+                    "}\n",
         in8, o, 8);
   const float want[8] = {5, 6, 3, 4, 1, 2, 7, 8};
   for (int i = 0; i < 8; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
@@ -134,14 +130,13 @@ Test(types, a_conditional_of_half_and_float_is_float) {
 
 Test(types, vector_sizes_and_alignments_as_msl) {
   float o[12];
-  run_k(HEAD KERNEL
-        "  o[0] = sizeof(float3); o[1] = alignof(float3);\n"
-        "  o[2] = sizeof(packed_float3); o[3] = alignof(packed_float3);\n"
-        "  o[4] = sizeof(half3); o[5] = alignof(half3);\n"
-        "  o[6] = sizeof(packed_half3); o[7] = sizeof(bool4);\n"
-        "  o[8] = sizeof(half); o[9] = alignof(half);\n"
-        "  o[10] = sizeof(bfloat4); o[11] = sizeof(float2);\n"
-        "}\n",
+  run_k(HEAD KERNEL "  o[0] = sizeof(float3); o[1] = alignof(float3);\n"
+                    "  o[2] = sizeof(packed_float3); o[3] = alignof(packed_float3);\n"
+                    "  o[4] = sizeof(half3); o[5] = alignof(half3);\n"
+                    "  o[6] = sizeof(packed_half3); o[7] = sizeof(bool4);\n"
+                    "  o[8] = sizeof(half); o[9] = alignof(half);\n"
+                    "  o[10] = sizeof(bfloat4); o[11] = sizeof(float2);\n"
+                    "}\n",
         none, o, 12);
   const float want[12] = {16, 16, 12, 4, 8, 8, 6, 4, 2, 2, 8, 8};
   for (int i = 0; i < 12; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
@@ -153,15 +148,14 @@ Test(types, half_arithmetic_rounds_at_each_operation) {
    * math may reassociate the sums, as Metal's does. */
   const float in[3] = {1.0f, 0.00048828125f, 0.00048828125f};
   float o[3];
-  sm_run_k(HEAD KERNEL
-        "  half a = half(in[0]), b = half(in[1]), c = half(in[2]);\n"
-        "  o[0] = a + b + c;\n"
-        "  half d = a;\n"
-        "  d += b; d += c;\n"
-        "  o[1] = d;\n"
-        "  o[2] = a + (b + c);\n"
-        "}\n",
-        0, in, N_OF(in), o, 3);
+  sm_run_k(HEAD KERNEL "  half a = half(in[0]), b = half(in[1]), c = half(in[2]);\n"
+                       "  o[0] = a + b + c;\n"
+                       "  half d = a;\n"
+                       "  d += b; d += c;\n"
+                       "  o[1] = d;\n"
+                       "  o[2] = a + (b + c);\n"
+                       "}\n",
+           0, in, N_OF(in), o, 3);
   cr_expect_eq(o[0], 1.0f, "(a + b) + c = %.9g: each + rounds to half", o[0]);
   cr_expect_eq(o[1], 1.0f, "%.9g", o[1]);
   cr_expect_eq(o[2], 1.0009765625f, "a + (b + c) = %.9g", o[2]);
@@ -171,24 +165,24 @@ Test(types, log1p_and_erf_beside_a_user_complex_type) {
   /* as mlx writes them: its own float, bfloat and complex overloads */
   const float in[2] = {0.5f, 1.0f};
   float o[4];
-  run_k(HEAD
-        "struct complex64_t {\n"
-        "  float real, imag;\n"
-        "  constexpr complex64_t(float r, float i) : real(r), imag(i) {}\n"
-        "  template <typename T, typename = typename enable_if<is_convertible<T, float>::value>::type>\n"
-        "  constexpr complex64_t(T x) : real(x), imag(0) {}\n"
-        "};\n"
-        "inline float log1p(float x) { return log(1.0f + x); }\n"
-        "inline bfloat log1p(bfloat x) { return bfloat(log1p(float(x))); }\n"
-        "inline complex64_t log1p(complex64_t c) { return {log1p(c.real), c.imag}; }\n"
-        "inline float erf(float x) { return x > 0 ? 0.5f : -0.5f; }\n"
-        "inline complex64_t erf(complex64_t c) { return {erf(c.real), 0}; }\n" KERNEL
-        "  half h = half(in[0]);\n"
-        "  o[0] = log1p(h);\n"
-        "  o[1] = erf(h);\n"
-        "  o[2] = log1p(in[1]);\n"
-        "  o[3] = log1p(complex64_t(in[1], 0)).real;\n"
-        "}\n",
+  run_k(HEAD "struct complex64_t {\n"
+             "  float real, imag;\n"
+             "  constexpr complex64_t(float r, float i) : real(r), imag(i) {}\n"
+             "  template <typename T, typename = typename enable_if<is_convertible<T, "
+             "float>::value>::type>\n"
+             "  constexpr complex64_t(T x) : real(x), imag(0) {}\n"
+             "};\n"
+             "inline float log1p(float x) { return log(1.0f + x); }\n"
+             "inline bfloat log1p(bfloat x) { return bfloat(log1p(float(x))); }\n"
+             "inline complex64_t log1p(complex64_t c) { return {log1p(c.real), c.imag}; }\n"
+             "inline float erf(float x) { return x > 0 ? 0.5f : -0.5f; }\n"
+             "inline complex64_t erf(complex64_t c) { return {erf(c.real), 0}; }\n" KERNEL
+             "  half h = half(in[0]);\n"
+             "  o[0] = log1p(h);\n"
+             "  o[1] = erf(h);\n"
+             "  o[2] = log1p(in[1]);\n"
+             "  o[3] = log1p(complex64_t(in[1], 0)).real;\n"
+             "}\n",
         in, o, 4);
   cr_expect_lt(o[0] > 0.405465f ? o[0] - 0.405465f : 0.405465f - o[0], 1e-5f, "%.9g", o[0]);
   cr_expect_eq(o[1], 0.5f);
@@ -199,14 +193,13 @@ Test(types, log1p_and_erf_beside_a_user_complex_type) {
 Test(types, modf_of_vectors) {
   const float in[4] = {1.25f, -2.5f, 3.0f, -0.75f};
   float o[12];
-  run_k(HEAD KERNEL
-        "  float4 x(in[0], in[1], in[2], in[3]), ip;\n"
-        "  float4 fr = modf(x, ip);\n"
-        "  half2 hip;\n"
-        "  half2 hfr = modf(half2(x.xy), hip);\n"
-        "  for (int i = 0; i < 4; i++) { o[i] = fr[i]; o[4 + i] = ip[i]; }\n"
-        "  o[8] = hfr.x; o[9] = hfr.y; o[10] = hip.x; o[11] = hip.y;\n"
-        "}\n",
+  run_k(HEAD KERNEL "  float4 x(in[0], in[1], in[2], in[3]), ip;\n"
+                    "  float4 fr = modf(x, ip);\n"
+                    "  half2 hip;\n"
+                    "  half2 hfr = modf(half2(x.xy), hip);\n"
+                    "  for (int i = 0; i < 4; i++) { o[i] = fr[i]; o[4 + i] = ip[i]; }\n"
+                    "  o[8] = hfr.x; o[9] = hfr.y; o[10] = hip.x; o[11] = hip.y;\n"
+                    "}\n",
         in, o, 12);
   const float want[12] = {0.25f, -0.5f, 0, -0.75f, 1, -2, 3, -0.0f, 0.25f, -0.5f, 1, -2};
   for (int i = 0; i < 12; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
@@ -215,13 +208,12 @@ Test(types, modf_of_vectors) {
 Test(types, volatile_vectors_are_assigned_and_read) {
   const float in[4] = {1, 2, 3, 4};
   float o[4];
-  run_k(HEAD KERNEL
-        "  volatile float4 v;\n"
-        "  v = float4(in[0], in[1], in[2], in[3]);\n"
-        "  v.y = 7.0f;\n"
-        "  float4 r = v;\n"
-        "  o[0] = r.x; o[1] = r.y; o[2] = v[2]; o[3] = r.w;\n"
-        "}\n",
+  run_k(HEAD KERNEL "  volatile float4 v;\n"
+                    "  v = float4(in[0], in[1], in[2], in[3]);\n"
+                    "  v.y = 7.0f;\n"
+                    "  float4 r = v;\n"
+                    "  o[0] = r.x; o[1] = r.y; o[2] = v[2]; o[3] = r.w;\n"
+                    "}\n",
         in, o, 4);
   const float want[4] = {1, 7, 3, 4};
   for (int i = 0; i < 4; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
@@ -263,15 +255,14 @@ Test(types, a_clang_that_is_too_old_is_refused_by_name) {
 Test(types, math_of_int_and_double_arguments_is_float_math) {
   const float in[2] = {3.0f, 0.5f};
   float o[4];
-  run_k(HEAD KERNEL
-        "  int i = int(in[0]);\n"
-        "  o[0] = sqrt(4.0);\n"
-        "  o[1] = fabs(-i);\n"
-        "  o[2] = pow(2.0, in[0]);\n"
-        "  o[3] = precise::sqrt(i + 1);\n"
-        "  static_assert(is_same<decltype(exp(1.0)), float>::value, \"\");\n"
-        "  static_assert(is_same<decltype(exp(half(1))), half>::value, \"\");\n"
-        "}\n",
+  run_k(HEAD KERNEL "  int i = int(in[0]);\n"
+                    "  o[0] = sqrt(4.0);\n"
+                    "  o[1] = fabs(-i);\n"
+                    "  o[2] = pow(2.0, in[0]);\n"
+                    "  o[3] = precise::sqrt(i + 1);\n"
+                    "  static_assert(is_same<decltype(exp(1.0)), float>::value, \"\");\n"
+                    "  static_assert(is_same<decltype(exp(half(1))), half>::value, \"\");\n"
+                    "}\n",
         in, o, 4);
   const float want[4] = {2, 3, 8, 2};
   for (int i = 0; i < 4; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);
@@ -280,14 +271,13 @@ Test(types, math_of_int_and_double_arguments_is_float_math) {
 Test(types, rgba_swizzles_read_and_assign) {
   const float in[4] = {1, 2, 3, 4};
   float o[8];
-  run_k(HEAD KERNEL
-        "  float4 a(in[0], in[1], in[2], in[3]);\n"
-        "  float4 b = a.bgra;\n"
-        "  a.rg = float2(9, 8);\n"
-        "  half2 h = half4(a).ar;\n"
-        "  o[0] = b.x; o[1] = b.y; o[2] = b.z; o[3] = b.w;\n"
-        "  o[4] = a.x; o[5] = a.y; o[6] = a.b; o[7] = h.x + h.y;\n"
-        "}\n",
+  run_k(HEAD KERNEL "  float4 a(in[0], in[1], in[2], in[3]);\n"
+                    "  float4 b = a.bgra;\n"
+                    "  a.rg = float2(9, 8);\n"
+                    "  half2 h = half4(a).ar;\n"
+                    "  o[0] = b.x; o[1] = b.y; o[2] = b.z; o[3] = b.w;\n"
+                    "  o[4] = a.x; o[5] = a.y; o[6] = a.b; o[7] = h.x + h.y;\n"
+                    "}\n",
         in, o, 8);
   const float want[8] = {3, 2, 1, 4, 9, 8, 3, 13};
   for (int i = 0; i < 8; i++) cr_expect_eq(o[i], want[i], "%d: %g, expected %g", i, o[i], want[i]);

@@ -72,7 +72,9 @@ static void tg_length_76(void) {
 
 /* Runs fn in a child process; it must abort with a message containing
  * want. */
-struct void_fn { void (*fn)(void); };
+struct void_fn {
+  void (*fn)(void);
+};
 static void run_void(void *arg) { ((struct void_fn *)arg)->fn(); }
 static void expect_abort(void (*fn)(void), const char *want) {
   struct void_fn f = {fn};

@@ -429,52 +429,60 @@ Test(vectors, braces_initialise_in_order_and_zero_fill) {
   const float in[4] = {1, 2, 3, 4};
   float o[64];
   for (size_t i = 0; i < N_OF(o); i++) o[i] = -100;
-  run_k(HEAD "struct S { float4 a; };\n"
-             "struct P { float2 p; float q; };\n"
-             "constexpr float4 K = {7};\n"
-             "constexpr int3 KI{5, 6};\n"
-             "static_assert(K[0] == 7 && K[1] == 0 && K[3] == 0 && KI[1] == 6 && KI[2] == 0, \"\");\n"
-             "float4 one(float x) { return {x}; }\n"
-             "float4 all4(float x) { return {x, 2, 3, 4}; }\n"
-             "template <class V> V braced(float x) { V v = {x}; return v; }\n" KERNEL
-             "  float4 a = {in[0]};\n"
-             "  float4 b{in[0], in[1]};\n"
-             "  float4 c = float4(in[2]);\n"
-             "  float4 d = in[3];\n"
-             "  float4 e = {b.xy, a.yx};\n"
-             "  S s = {{in[1]}};\n"
-             "  float4 r = one(in[2]);\n"
-             "  float4 r4 = all4(in[0]);\n"
-             "  float4 t = braced<float4>(in[3]);\n"
-             "  for (int j = 0; j < 4; j++) {\n"
-             "    o[j] = a[j]; o[4 + j] = b[j]; o[8 + j] = c[j]; o[12 + j] = d[j];\n"
-             "    o[16 + j] = e[j]; o[20 + j] = s.a[j]; o[24 + j] = r[j]; o[28 + j] = r4[j];\n"
-             "    o[32 + j] = t[j];\n"
-             "  }\n"
-             "  packed_float3 p = {in[3]};\n"
-             "  half4 h = {half(in[1]), 1};\n"
-             "  bfloat3 bf = {bfloat(in[2])};\n"
-             "  bool4 bb = {in[0] > 0};\n"
-             "  uint2 u = {7u};\n"
-             "  float3 arr[2] = {{in[0]}, {in[1], in[2]}};\n"
-             "  P pp = {{in[3]}, in[0]};\n"
-             "  float4 z = {};\n"
-             "  for (int j = 0; j < 3; j++) { o[36 + j] = p[j]; o[39 + j] = bf[j]; }\n"
-             "  for (int j = 0; j < 4; j++) { o[42 + j] = h[j]; o[46 + j] = bb[j]; o[50 + j] = z[j]; }\n"
-             "  o[54] = u.x; o[55] = u.y;\n"
-             "  for (int j = 0; j < 3; j++) { o[56 + j] = arr[0][j]; o[59 + j] = arr[1][j]; }\n"
-             "  o[62] = pp.p.y; o[63] = pp.q + K[0] + KI[0];\n"
-             "}\n",
+  run_k(HEAD
+        "struct S { float4 a; };\n"
+        "struct P { float2 p; float q; };\n"
+        "constexpr float4 K = {7};\n"
+        "constexpr int3 KI{5, 6};\n"
+        "static_assert(K[0] == 7 && K[1] == 0 && K[3] == 0 && KI[1] == 6 && KI[2] == 0, \"\");\n"
+        "float4 one(float x) { return {x}; }\n"
+        "float4 all4(float x) { return {x, 2, 3, 4}; }\n"
+        "template <class V> V braced(float x) { V v = {x}; return v; }\n" KERNEL
+        "  float4 a = {in[0]};\n"
+        "  float4 b{in[0], in[1]};\n"
+        "  float4 c = float4(in[2]);\n"
+        "  float4 d = in[3];\n"
+        "  float4 e = {b.xy, a.yx};\n"
+        "  S s = {{in[1]}};\n"
+        "  float4 r = one(in[2]);\n"
+        "  float4 r4 = all4(in[0]);\n"
+        "  float4 t = braced<float4>(in[3]);\n"
+        "  for (int j = 0; j < 4; j++) {\n"
+        "    o[j] = a[j]; o[4 + j] = b[j]; o[8 + j] = c[j]; o[12 + j] = d[j];\n"
+        "    o[16 + j] = e[j]; o[20 + j] = s.a[j]; o[24 + j] = r[j]; o[28 + j] = r4[j];\n"
+        "    o[32 + j] = t[j];\n"
+        "  }\n"
+        "  packed_float3 p = {in[3]};\n"
+        "  half4 h = {half(in[1]), 1};\n"
+        "  bfloat3 bf = {bfloat(in[2])};\n"
+        "  bool4 bb = {in[0] > 0};\n"
+        "  uint2 u = {7u};\n"
+        "  float3 arr[2] = {{in[0]}, {in[1], in[2]}};\n"
+        "  P pp = {{in[3]}, in[0]};\n"
+        "  float4 z = {};\n"
+        "  for (int j = 0; j < 3; j++) { o[36 + j] = p[j]; o[39 + j] = bf[j]; }\n"
+        "  for (int j = 0; j < 4; j++) { o[42 + j] = h[j]; o[46 + j] = bb[j]; o[50 + j] = z[j]; }\n"
+        "  o[54] = u.x; o[55] = u.y;\n"
+        "  for (int j = 0; j < 3; j++) { o[56 + j] = arr[0][j]; o[59 + j] = arr[1][j]; }\n"
+        "  o[62] = pp.p.y; o[63] = pp.q + K[0] + KI[0];\n"
+        "}\n",
         in, N_OF(in), o, N_OF(o));
   /* The reference: C's braces zero-fill as MSL's do; broadcasts written out. */
   struct S4 want4[9] = {
-      {{in[0]}}, {{in[0], in[1]}}, {{in[2], in[2], in[2], in[2]}}, {{in[3], in[3], in[3], in[3]}},
-      {{in[0], in[1], 0, in[0]}}, {{in[1]}}, {{in[2]}}, {{in[0], 2, 3, 4}}, {{in[3]}},
+      {{in[0]}},
+      {{in[0], in[1]}},
+      {{in[2], in[2], in[2], in[2]}},
+      {{in[3], in[3], in[3], in[3]}},
+      {{in[0], in[1], 0, in[0]}},
+      {{in[1]}},
+      {{in[2]}},
+      {{in[0], 2, 3, 4}},
+      {{in[3]}},
   };
   float want[64] = {0};
   memcpy(want, want4, sizeof want4);
-  const float rest[28] = {in[3], 0, 0,   in[2], 0, 0,   in[1], 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
-                          7,     0, in[0], 0,     0, in[1], in[2], 0, 0, in[0] + 7 + 5};
+  const float rest[28] = {in[3], 0, 0, in[2], 0, 0, in[1], 1, 0, 0,     1,     0, 0, 0,
+                          0,     0, 0, 0,     7, 0, in[0], 0, 0, in[1], in[2], 0, 0, in[0] + 7 + 5};
   memcpy(want + 36, rest, sizeof rest);
   expect_all(o, want, N_OF(o));
 }
@@ -486,12 +494,18 @@ Test(vectors, braces_initialise_in_order_and_zero_fill) {
  * and braces holding a vector and too few components. */
 Test(vectors, vector_initialisers_msl_refuses_are_errors) {
   static const char *const lines[] = {
-      "  float4 r = float4(in[0], in[1]);\n",  "  float3 r = float3(0, 0);\n",
-      "  float4 r = {n};\n",                     "  float4 r = {in[0], n};\n",
-      "  half4 r = {in[0]};\n",                  "  bool4 r = {2};\n",
-      "  float4 r = {1, 2, 3, 4, 5};\n",         "  packed_float3 r = {1, 2, 3, 4};\n",
-      "  float2 r{1, 2, 3};\n",                  "  float4 r = {in[0], b};\n",
-      "  float4 r = float4(b, 1);\n",          "  int4 r = {bf};\n",
+      "  float4 r = float4(in[0], in[1]);\n",
+      "  float3 r = float3(0, 0);\n",
+      "  float4 r = {n};\n",
+      "  float4 r = {in[0], n};\n",
+      "  half4 r = {in[0]};\n",
+      "  bool4 r = {2};\n",
+      "  float4 r = {1, 2, 3, 4, 5};\n",
+      "  packed_float3 r = {1, 2, 3, 4};\n",
+      "  float2 r{1, 2, 3};\n",
+      "  float4 r = {in[0], b};\n",
+      "  float4 r = float4(b, 1);\n",
+      "  int4 r = {bf};\n",
       "  packed_half3 r = {bf};\n",
   };
   for (size_t k = 0; k < N_OF(lines); k++) {
@@ -506,7 +520,8 @@ Test(vectors, vector_initialisers_msl_refuses_are_errors) {
     if (lib)
       sm_release(lib);
     else
-      cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s", sm_error_text(error));
+      cr_expect(strstr(sm_error_text(error), "program_source:5:") != NULL, "%s",
+                sm_error_text(error));
   }
 }
 
@@ -516,19 +531,21 @@ Test(vectors, matrices_initialise_from_braced_columns) {
   const float in[4] = {1, 2, 3, 4};
   float o[32];
   for (size_t i = 0; i < N_OF(o); i++) o[i] = -100;
-  run_k(HEAD KERNEL "  float2x2 a = {{in[0], 2}, {3, in[3]}};\n"
-                    "  float3x3 b = {{1, 2, 3}, {4, 5, 6}, {7, 8, in[1]}};\n"
-                    "  float2x2 c = {1, 2, 3, in[2]};\n"
-                    "  float2 x = float2(in[3], in[2]);\n"
-                    "  float2x2 d = {x, x.yx};\n"
-                    "  float3x3 e = {{in[0], 1, 1}};\n"
-                    "  for (int j = 0; j < 4; j++) { o[j] = a[j / 2][j % 2]; o[4 + j] = c[j / 2][j % 2];\n"
-                    "                                o[8 + j] = d[j / 2][j % 2]; }\n"
-                    "  for (int j = 0; j < 9; j++) { o[12 + j] = b[j / 3][j % 3]; o[21 + j] = e[j / 3][j % 3]; }\n"
-                    "}\n",
+  run_k(HEAD KERNEL
+        "  float2x2 a = {{in[0], 2}, {3, in[3]}};\n"
+        "  float3x3 b = {{1, 2, 3}, {4, 5, 6}, {7, 8, in[1]}};\n"
+        "  float2x2 c = {1, 2, 3, in[2]};\n"
+        "  float2 x = float2(in[3], in[2]);\n"
+        "  float2x2 d = {x, x.yx};\n"
+        "  float3x3 e = {{in[0], 1, 1}};\n"
+        "  for (int j = 0; j < 4; j++) { o[j] = a[j / 2][j % 2]; o[4 + j] = c[j / 2][j % 2];\n"
+        "                                o[8 + j] = d[j / 2][j % 2]; }\n"
+        "  for (int j = 0; j < 9; j++) { o[12 + j] = b[j / 3][j % 3]; o[21 + j] = e[j / 3][j % 3]; "
+        "}\n"
+        "}\n",
         in, 4, o, N_OF(o));
-  const float want[30] = {1, 2, 3, 4, 1, 2, 3, 3, 4, 3, 3, 4, 1, 2, 3, 4, 5, 6, 7, 8, 2,
-                          1, 1, 1, 0, 0, 0, 0, 0, 0};
+  const float want[30] = {1, 2, 3, 4, 1, 2, 3, 3, 4, 3, 3, 4, 1, 2, 3,
+                          4, 5, 6, 7, 8, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < 30; i++) cr_expect_eq(o[i], want[i], "o[%d] = %g, want %g", i, o[i], want[i]);
 }
 
@@ -568,7 +585,8 @@ Test(vectors, floating_scalars_with_integer_vectors_are_errors) {
  * seen at compile time): the dispatch fails, never a silent drop. */
 Test(vectors, too_many_components_at_run_time_fail_the_dispatch) {
   id error = 0;
-  id lib = sm_compile(HEAD KERNEL "  float2 r = {in[0], in[1], in[0]};\n  o[0] = r[0];\n}\n", &error);
+  id lib =
+      sm_compile(HEAD KERNEL "  float2 r = {in[0], in[1], in[0]};\n  o[0] = r[0];\n}\n", &error);
   cr_assert_not_null(lib, "%s", sm_error_text(error));
   id bufs[2] = {sm_buffer(NULL, 16), sm_buffer(NULL, 16)};
   id cb = SEND0(id, sm_queue, "commandBuffer");
@@ -578,8 +596,8 @@ Test(vectors, too_many_components_at_run_time_fail_the_dispatch) {
   for (int i = 0; i < 2; i++)
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
          0ul, (NSUInteger)i);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(1, 1, 1), SM_SIZE(1, 1, 1));
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");

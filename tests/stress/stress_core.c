@@ -49,13 +49,12 @@ static void *worker(void *p) {
     return NULL;
 }
 
-#define REQUIRE(cond)                                                 \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #cond, \
-                    cm_last_error());                                 \
-            exit(1);                                                  \
-        }                                                             \
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #cond, cm_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static int views_and_releases_run_each_release_callback_once(void) {
@@ -65,13 +64,15 @@ static int views_and_releases_run_each_release_callback_once(void) {
     for (int i = 0; i < SHARED; ++i) {
         atomic_store(&releases[i], 0);
         cm_buffer *b = NULL;
-        REQUIRE(cm_buffer_wrap_host(d, &(cm_host_memory_desc){
-                    .data = memory[i], .size = sizeof memory[i],
-                    .release = on_release, .release_context = &releases[i]},
-                &b) == CM_OK);
-        REQUIRE(cm_tensor_from_buffer(b, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 2,
-                                                           .shape = (int64_t[]){8, 8}},
-                                      &shared[i]) == CM_OK);
+        REQUIRE(cm_buffer_wrap_host(d,
+                                    &(cm_host_memory_desc){.data = memory[i],
+                                                           .size = sizeof memory[i],
+                                                           .release = on_release,
+                                                           .release_context = &releases[i]},
+                                    &b) == CM_OK);
+        REQUIRE(cm_tensor_from_buffer(
+                    b, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 2, .shape = (int64_t[]){8, 8}},
+                    &shared[i]) == CM_OK);
         cm_buffer_release(b);
     }
     /* One reference per worker; the main thread's own goes first. */

@@ -36,8 +36,8 @@ typedef struct results {
     float sum;
     uint32_t exp_bits; /* a hash of y */
     uint32_t half_bits;
-    int64_t isum;   /* int32 cast's sum: threads sum slabs */
-    double runs;    /* sum of rows cut short: threads sum runs */
+    int64_t isum; /* int32 cast's sum: threads sum slabs */
+    double runs;  /* sum of rows cut short: threads sum runs */
 } results;
 
 static uint32_t hash(const void *p, size_t n) {

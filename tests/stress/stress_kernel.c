@@ -17,13 +17,12 @@
 #define ROUNDS 12
 #define N 128
 
-#define REQUIRE(cond)                                                                 \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #cond,      \
-                    cm_last_error());                                                 \
-            exit(1);                                                                  \
-        }                                                                             \
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #cond, cm_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static cm_device *device;
@@ -50,28 +49,38 @@ static void *worker(void *p) {
         cm_library_release(lib);
         cm_tensor *y = NULL, *z = NULL;
         const cm_dtype zt = r % 2 ? CM_FLOAT32 : CM_FLOAT16;
-        REQUIRE(cm_tensor_create(device, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                           .shape = &n}, &y) == CM_OK);
+        REQUIRE(cm_tensor_create(device,
+                                 &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
+                                 &y) == CM_OK);
         REQUIRE(cm_tensor_create(device, &(cm_tensor_desc){.dtype = zt, .ndim = 1, .shape = &n},
                                  &z) == CM_OK);
         cm_stream *s = r % 3 == 0 ? NULL : stream;
         const float v = (float)(me * 1000 + r);
-        REQUIRE(cm_kernel_dispatch(k, s, &(cm_dispatch_desc){
-                    .args = (cm_kernel_arg[]){{.type = CM_ARG_OUTPUT, .tensor = y},
-                                              {.type = CM_ARG_BYTES, .index = 1, .data = &v,
-                                               .size = sizeof v}},
-                    .arg_count = 2, .grid = {N}}) == CM_OK);
+        REQUIRE(cm_kernel_dispatch(
+                    k, s,
+                    &(cm_dispatch_desc){
+                        .args =
+                            (cm_kernel_arg[]){
+                                {.type = CM_ARG_OUTPUT, .tensor = y},
+                                {.type = CM_ARG_BYTES, .index = 1, .data = &v, .size = sizeof v}},
+                        .arg_count = 2,
+                        .grid = {N}}) == CM_OK);
         /* z = y * 0.5 through the shared body kernel (a variant per dtype of z). */
         const float half = 0.5f;
-        REQUIRE(cm_body_kernel_dispatch(shared_body, s, &(cm_body_dispatch_desc){
-                    .inputs = (const cm_tensor *[]){y}, .outputs = (cm_tensor *[]){z},
-                    .template_args = &(cm_template_arg){.name = "F", .dtype = CM_FLOAT32,
-                                                        .value = &half},
-                    .template_arg_count = 1, .grid = {N}}) == CM_OK);
+        REQUIRE(cm_body_kernel_dispatch(
+                    shared_body, s,
+                    &(cm_body_dispatch_desc){
+                        .inputs = (const cm_tensor *[]){y},
+                        .outputs = (cm_tensor *[]){z},
+                        .template_args =
+                            &(cm_template_arg){.name = "F", .dtype = CM_FLOAT32, .value = &half},
+                        .template_arg_count = 1,
+                        .grid = {N}}) == CM_OK);
         const double one = 1;
         cm_tensor *w = NULL;
-        REQUIRE(cm_tensor_create(device, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                           .shape = &n}, &w) == CM_OK);
+        REQUIRE(cm_tensor_create(device,
+                                 &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n},
+                                 &w) == CM_OK);
         REQUIRE(cm_fill(w, CM_FLOAT64, &one, s) == CM_OK); /* an op beside the kernels */
         REQUIRE(cm_binary(CM_BINARY_ADD, y, w, w, s) == CM_OK);
         const float *py = NULL, *pw = NULL;
@@ -103,11 +112,16 @@ int main(void) {
     char archive[64];
     snprintf(archive, sizeof archive, "/tmp/stress-kernel-%d.pipelines", (int)getpid());
     REQUIRE(cm_device_set_pipeline_cache(device, archive) == CM_OK);
-    REQUIRE(cm_body_kernel_create(device, &(cm_body_kernel_desc){
-                .name = "halve", .input_names = (const char *[]){"y"}, .input_count = 1,
-                .output_names = (const char *[]){"z"}, .output_count = 1,
-                .body = "uint i = thread_position_in_grid.x; z[i] = y[i] * F;"},
-                                  &shared_body) == CM_OK);
+    REQUIRE(
+        cm_body_kernel_create(
+            device,
+            &(cm_body_kernel_desc){.name = "halve",
+                                   .input_names = (const char *[]){"y"},
+                                   .input_count = 1,
+                                   .output_names = (const char *[]){"z"},
+                                   .output_count = 1,
+                                   .body = "uint i = thread_position_in_grid.x; z[i] = y[i] * F;"},
+            &shared_body) == CM_OK);
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; ++i)
         REQUIRE(pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i) == 0);

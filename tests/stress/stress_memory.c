@@ -15,13 +15,12 @@
 #define THREADS 4
 #define ROUNDS 60
 
-#define REQUIRE(cond)                                                                 \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #cond,      \
-                    cm_last_error());                                                 \
-            exit(1);                                                                  \
-        }                                                                             \
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #cond, cm_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static cm_device *device;
@@ -43,7 +42,8 @@ static void *worker(void *p) {
         REQUIRE(back == v);
         cm_buffer *b = NULL;
         const cm_storage_mode mode = (cm_storage_mode)(1 + rand_r(&seed) % 3);
-        REQUIRE(cm_buffer_create(device, &(cm_buffer_desc){.size = (size_t)n * 4, .storage = mode}, &b) == CM_OK);
+        REQUIRE(cm_buffer_create(device, &(cm_buffer_desc){.size = (size_t)n * 4, .storage = mode},
+                                 &b) == CM_OK);
         REQUIRE(cm_buffer_write(b, 0, &v, sizeof v) == CM_OK);
         atomic_fetch_add(&requests, 2);
         cm_memory_info m;
@@ -51,9 +51,10 @@ static void *worker(void *p) {
         REQUIRE(m.peak_bytes >= m.active_bytes || me != 0);
         switch (rand_r(&seed) % 8) {
         case 0: REQUIRE(cm_device_clear_cache(device) == CM_OK); break;
-        case 1: REQUIRE(cm_device_set_cache_limit(device, (uint64_t)(rand_r(&seed) % 3) << 16,
-                                                  NULL) == CM_OK);
-                break;
+        case 1:
+            REQUIRE(cm_device_set_cache_limit(device, (uint64_t)(rand_r(&seed) % 3) << 16, NULL) ==
+                    CM_OK);
+            break;
         case 2: REQUIRE(cm_device_reset_peak_memory(device) == CM_OK); break;
         default: break;
         }

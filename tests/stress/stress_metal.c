@@ -17,13 +17,12 @@
 #define THREADS 4
 #define ROUNDS 40
 
-#define REQUIRE(cond)                                                                 \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #cond,      \
-                    cm_last_error());                                                 \
-            exit(1);                                                                  \
-        }                                                                             \
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #cond, cm_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static cm_device *device;
@@ -45,7 +44,9 @@ static void *worker(void *p) {
     REQUIRE(cm_stream_create(device, &stream) == CM_OK);
     for (int r = 0; r < ROUNDS; ++r) {
         cm_buffer *b = NULL;
-        REQUIRE(cm_buffer_create(device, &(cm_buffer_desc){.size = 256, .storage = CM_STORAGE_PRIVATE}, &b) == CM_OK);
+        REQUIRE(cm_buffer_create(device,
+                                 &(cm_buffer_desc){.size = 256, .storage = CM_STORAGE_PRIVATE},
+                                 &b) == CM_OK);
         unsigned char in[256], out[256];
         for (int i = 0; i < 256; ++i)
             in[i] = (unsigned char)(i ^ r ^ me);
@@ -56,9 +57,9 @@ static void *worker(void *p) {
         /* A wrapped host buffer whose release callback must run once. */
         static _Thread_local int32_t host[64];
         cm_buffer *w = NULL;
-        REQUIRE(cm_buffer_wrap_host(device, &(cm_host_memory_desc){.data = host,
-                                                                   .size = sizeof host,
-                                                                   .release = on_release},
+        REQUIRE(cm_buffer_wrap_host(device,
+                                    &(cm_host_memory_desc){
+                                        .data = host, .size = sizeof host, .release = on_release},
                                     &w) == CM_OK);
 
         cm_fence *f = NULL;
@@ -110,11 +111,14 @@ int main(void) {
                cm_last_error());
         return 0;
     }
-    REQUIRE(cm_tensor_create(device, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                       .shape = (int64_t[]){SLICE}},
-                             &shared_in) == CM_OK);
-    REQUIRE(cm_tensor_create(device, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                       .shape = (int64_t[]){THREADS * SLICE}},
+    REQUIRE(cm_tensor_create(
+                device,
+                &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = (int64_t[]){SLICE}},
+                &shared_in) == CM_OK);
+    REQUIRE(cm_tensor_create(device,
+                             &(cm_tensor_desc){.dtype = CM_FLOAT32,
+                                               .ndim = 1,
+                                               .shape = (int64_t[]){THREADS * SLICE}},
                              &shared_out) == CM_OK);
     const double seven = 7.0;
     REQUIRE(cm_fill(shared_in, CM_FLOAT64, &seven, NULL) == CM_OK);

@@ -29,11 +29,11 @@ static void bm_die(const char *what, cm_status s) {
     fprintf(stderr, "cmetal-bench: %s: %s (%s)\n", what, cm_status_name(s), cm_last_error());
     exit(1);
 }
-#define BM_TRY(expr)                  \
-    do {                              \
-        cm_status s_ = (expr);        \
-        if (s_ != CM_OK)              \
-            bm_die(#expr, s_);        \
+#define BM_TRY(expr)                                                                               \
+    do {                                                                                           \
+        cm_status s_ = (expr);                                                                     \
+        if (s_ != CM_OK)                                                                           \
+            bm_die(#expr, s_);                                                                     \
     } while (0)
 
 typedef struct bm_row {
@@ -83,8 +83,7 @@ static double bm_dispatch(cm_device *dev, int total, int per_sync, double *gpu) 
 /* Seconds per custom kernel dispatch (y = x + x over 256 f32) for `total`
  * dispatches, synchronising every `per_sync`; `body` uses a body-only
  * kernel (its source is generated and looked up at every call). */
-static double bm_kernel_dispatch(cm_device *dev, int total, int per_sync, bool body,
-                                 double *gpu) {
+static double bm_kernel_dispatch(cm_device *dev, int total, int per_sync, bool body, double *gpu) {
     const int64_t shape[1] = {256};
     cm_tensor_desc desc = {.dtype = CM_FLOAT32, .ndim = 1, .shape = shape};
     cm_tensor *a = NULL, *b = NULL;
@@ -93,19 +92,29 @@ static double bm_kernel_dispatch(cm_device *dev, int total, int per_sync, bool b
     cm_library *lib = NULL;
     cm_kernel *k = NULL;
     cm_body_kernel *bk = NULL;
-    BM_TRY(cm_library_create(dev, &(cm_library_desc){.source =
-        "kernel void add2(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
-        "                 uint i [[thread_position_in_grid]]) { y[i] = x[i] + x[i]; }\n"}, &lib));
+    BM_TRY(cm_library_create(
+        dev,
+        &(cm_library_desc){
+            .source =
+                "kernel void add2(device const float *x [[buffer(0)]], device float *y "
+                "[[buffer(1)]],\n"
+                "                 uint i [[thread_position_in_grid]]) { y[i] = x[i] + x[i]; }\n"},
+        &lib));
     BM_TRY(cm_kernel_create(lib, &(cm_kernel_desc){.name = "add2"}, &k));
-    BM_TRY(cm_body_kernel_create(dev, &(cm_body_kernel_desc){
-        .name = "add2b", .input_names = (const char *[]){"x"}, .input_count = 1,
-        .output_names = (const char *[]){"y"}, .output_count = 1,
-        .body = "uint i = thread_position_in_grid.x; y[i] = x[i] + x[i];"}, &bk));
+    BM_TRY(cm_body_kernel_create(
+        dev,
+        &(cm_body_kernel_desc){.name = "add2b",
+                               .input_names = (const char *[]){"x"},
+                               .input_count = 1,
+                               .output_names = (const char *[]){"y"},
+                               .output_count = 1,
+                               .body = "uint i = thread_position_in_grid.x; y[i] = x[i] + x[i];"},
+        &bk));
     const cm_kernel_arg args[2] = {{.type = CM_ARG_INPUT, .index = 0, .tensor = a},
                                    {.type = CM_ARG_OUTPUT, .index = 1, .tensor = b}};
     const cm_dispatch_desc dd = {.args = args, .arg_count = 2, .grid = {256}};
-    const cm_body_dispatch_desc bd = {.inputs = (const cm_tensor *[]){a},
-                                      .outputs = (cm_tensor *[]){b}, .grid = {256}};
+    const cm_body_dispatch_desc bd = {
+        .inputs = (const cm_tensor *[]){a}, .outputs = (cm_tensor *[]){b}, .grid = {256}};
     BM_TRY(body ? cm_body_kernel_dispatch(bk, NULL, &bd) : cm_kernel_dispatch(k, NULL, &dd));
     BM_TRY(cm_device_synchronize(dev));
     const double g0 = bm_gpu_seconds(dev);
@@ -136,7 +145,8 @@ static void bm_start(double *cold, double *warm, double *cached) {
     snprintf(source, sizeof source,
              "// bench nonce %.9f\n"
              "kernel void nonce(device float *y [[buffer(0)]], uint i [[thread_position_in_grid]])"
-             " { y[i] = float(i); }\n", bm_now());
+             " { y[i] = float(i); }\n",
+             bm_now());
     double *out[3] = {cold, warm, cached};
     cm_device *dev = NULL;
     for (int pass = 0; pass < 3; ++pass) {
@@ -208,7 +218,8 @@ static void bm_program_starts(bm_start_parts *cold, bm_start_parts *warm) {
     snprintf(source, sizeof source,
              "// bench start nonce %.9f\n"
              "kernel void nonce(device float *y [[buffer(0)]], uint i [[thread_position_in_grid]])"
-             " { y[i] = float(i); }\n", bm_now());
+             " { y[i] = float(i); }\n",
+             bm_now());
     bm_start_parts *out[2] = {cold, warm};
     for (int pass = 0; pass < 2; ++pass) {
         char cache[64];
@@ -263,9 +274,8 @@ static double bm_alloc_loop(cm_device *dev, bool cache, int rounds) {
     for (int r = 0; r < rounds; ++r)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
             cm_tensor *t = NULL;
-            BM_TRY(cm_tensor_create(dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1,
-                                                           .shape = &sizes[i]},
-                                    &t));
+            BM_TRY(cm_tensor_create(
+                dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &sizes[i]}, &t));
             BM_TRY(cm_fill(t, CM_FLOAT32, &one, NULL));
             cm_tensor_release(t); /* waits for the fill */
         }
@@ -324,7 +334,8 @@ int bench_metal(bool json, long mib, int reps) {
     }
     memset(c.host, 1, bytes);
     memset(c.other, 2, bytes);
-    BM_TRY(cm_buffer_create(dev, &(cm_buffer_desc){.size = bytes, .storage = CM_STORAGE_PRIVATE}, &c.buf));
+    BM_TRY(cm_buffer_create(dev, &(cm_buffer_desc){.size = bytes, .storage = CM_STORAGE_PRIVATE},
+                            &c.buf));
     c.mode = 0;
     const double t_memcpy = bm_best(reps, bm_copy_once, &c);
     c.mode = 1;
@@ -379,8 +390,8 @@ int bench_metal(bool json, long mib, int reps) {
          "code from the archive: compiler identity, write, dlopen"},
         {"  warm: kernel create", prog_warm.kernel * 1e3, "ms", ""},
         {"  warm: pipeline cache save", prog_warm.save * 1e3, "ms", "rewrites the file"},
-        {"buffer create+release, 1 MiB shared", bm_alloc(dev, CM_STORAGE_SHARED, 1 << 20, 200) * 1e6,
-         "us", "buffer cache on"},
+        {"buffer create+release, 1 MiB shared",
+         bm_alloc(dev, CM_STORAGE_SHARED, 1 << 20, 200) * 1e6, "us", "buffer cache on"},
         {"buffer create+release, 1 MiB private",
          bm_alloc(dev, CM_STORAGE_PRIVATE, 1 << 20, 200) * 1e6, "us", "buffer cache on"},
         {"alloc+fill+free loop, cache on", loop_on * 1e6, "us",

@@ -57,20 +57,20 @@ static void die(const char *what, cm_status s) {
     fprintf(stderr, "cmetal-bench: %s: %s (%s)\n", what, cm_status_name(s), cm_last_error());
     exit(1);
 }
-#define TRY(expr)                     \
-    do {                              \
-        cm_status s_ = (expr);        \
-        if (s_ != CM_OK)              \
-            die(#expr, s_);           \
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        cm_status s_ = (expr);                                                                     \
+        if (s_ != CM_OK)                                                                           \
+            die(#expr, s_);                                                                        \
     } while (0)
 
 typedef struct bench_case {
     const char *name;
     const char *note;
-    double goal;       /* 0: no goal */
-    double bytes;      /* read + written */
-    double seconds;    /* best */
-    double memcpy_bw;  /* bytes moved per second by memcpy, same run */
+    double goal;      /* 0: no goal */
+    double bytes;     /* read + written */
+    double seconds;   /* best */
+    double memcpy_bw; /* bytes moved per second by memcpy, same run */
     double ratio;
     double ceiling_bw; /* the machine's reads, memset or copies, same threads, same run */
     double ceiling;    /* op bandwidth / ceiling_bw */
@@ -127,7 +127,7 @@ typedef struct ceil_pool {
 
 typedef struct bench_env {
     cm_device *dev;
-    size_t bytes;      /* the working size, MiB-aligned */
+    size_t bytes; /* the working size, MiB-aligned */
     int reps;
     void *m_src, *m_dst;
     const char *f16_note;
@@ -142,31 +142,31 @@ typedef uint64_t ceil_v4 __attribute__((vector_size(32)));
  * found on a Xeon host; AVX2 where the CPU has it. */
 /* __builtin_cpu_supports needs compiler-rt's CPU model, which not every
  * macOS link has (zig's does not): Linux only. */
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) &&     \
     defined(__linux__)
 #define CEIL_HAS_AVX2 1
 #else
 #define CEIL_HAS_AVX2 0
 #endif
-#define CEIL_READ_BODY                                                       \
-    ceil_v4 a[8] = {{0}};                                                    \
-    size_t k = 0;                                                            \
-    for (; k + 256 <= len; k += 256) {                                       \
-        for (size_t l = 0; l < 256; l += 64) {                               \
-            __builtin_prefetch(p + k + l + 2048, 0, 3);                      \
-            __builtin_prefetch(p + k + l + 16384, 0, 1);                     \
-        }                                                                    \
-        for (int j = 0; j < 8; ++j) {                                        \
-            ceil_v4 x;                                                       \
-            memcpy(&x, p + k + 32 * (size_t)j, sizeof x);                    \
-            a[j] += x;                                                       \
-        }                                                                    \
-    }                                                                        \
-    uint64_t s = 0;                                                          \
-    for (int j = 0; j < 8; ++j)                                              \
-        s += a[j][0] + a[j][1] + a[j][2] + a[j][3];                          \
-    for (; k < len; ++k)                                                     \
-        s += (unsigned char)p[k];                                            \
+#define CEIL_READ_BODY                                                                             \
+    ceil_v4 a[8] = {{0}};                                                                          \
+    size_t k = 0;                                                                                  \
+    for (; k + 256 <= len; k += 256) {                                                             \
+        for (size_t l = 0; l < 256; l += 64) {                                                     \
+            __builtin_prefetch(p + k + l + 2048, 0, 3);                                            \
+            __builtin_prefetch(p + k + l + 16384, 0, 1);                                           \
+        }                                                                                          \
+        for (int j = 0; j < 8; ++j) {                                                              \
+            ceil_v4 x;                                                                             \
+            memcpy(&x, p + k + 32 * (size_t)j, sizeof x);                                          \
+            a[j] += x;                                                                             \
+        }                                                                                          \
+    }                                                                                              \
+    uint64_t s = 0;                                                                                \
+    for (int j = 0; j < 8; ++j)                                                                    \
+        s += a[j][0] + a[j][1] + a[j][2] + a[j][3];                                                \
+    for (; k < len; ++k)                                                                           \
+        s += (unsigned char)p[k];                                                                  \
     return s;
 #if CEIL_HAS_AVX2
 __attribute__((target("avx2"))) static uint64_t ceil_read_avx2(const char *p, size_t len) {
@@ -244,7 +244,8 @@ static ceil_pool *ceil_open(int n, char *src, char *dst, size_t bytes) {
     }
     for (int t = 1; t < n; ++t) {
         ceil_arg *a = malloc(sizeof *a);
-        if (a == NULL || (a->c = c, a->t = t, pthread_create(&c->threads[t], NULL, ceil_main, a)) != 0) {
+        if (a == NULL ||
+            (a->c = c, a->t = t, pthread_create(&c->threads[t], NULL, ceil_main, a)) != 0) {
             fprintf(stderr, "cmetal-bench: could not start the ceiling threads\n");
             exit(1);
         }
@@ -382,7 +383,10 @@ static void measure(bench_env *env, which w, bench_case *out) {
     case B_COPY:
         c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
-        *out = (bench_case){.name = "copy contiguous f32", .note = "one memcpy after coalescing", .goal = 0.9, .bytes = 2.0 * (double)n4 * 4};
+        *out = (bench_case){.name = "copy contiguous f32",
+                            .note = "one memcpy after coalescing",
+                            .goal = 0.9,
+                            .bytes = 2.0 * (double)n4 * 4};
         break;
     case B_TRANSPOSE:
     case B_TRANSPOSE_PLAIN:
@@ -393,36 +397,56 @@ static void measure(bench_env *env, which w, bench_case *out) {
         c.out = tensor(env->dev, CM_FLOAT32, 2, sq);
         const double bytes = 2.0 * (double)(side * side) * 4;
         if (w == B_TRANSPOSE)
-            *out = (bench_case){.name = "make-contiguous 2-d transpose f32", .note = "256-byte tiles; streaming stores above 4 L2s", .goal = 0.5, .bytes = bytes};
+            *out = (bench_case){.name = "make-contiguous 2-d transpose f32",
+                                .note = "256-byte tiles; streaming stores above 4 L2s",
+                                .goal = 0.5,
+                                .bytes = bytes};
         else if (w == B_TRANSPOSE_PLAIN)
-            *out = (bench_case){.name = "  same, ordinary stores (forced)", .note = "dst lines read for ownership", .goal = 0, .bytes = bytes};
+            *out = (bench_case){.name = "  same, ordinary stores (forced)",
+                                .note = "dst lines read for ownership",
+                                .goal = 0,
+                                .bytes = bytes};
         else
-            *out = (bench_case){.name = "  same, streaming stores (forced)", .note = "non-temporal (x86-64)", .goal = 0, .bytes = bytes};
+            *out = (bench_case){.name = "  same, streaming stores (forced)",
+                                .note = "non-temporal (x86-64)",
+                                .goal = 0,
+                                .bytes = bytes};
         break;
     }
     case B_CAST_F32_F16:
         c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
         c.out = tensor(env->dev, CM_FLOAT16, 1, flat);
-        *out = (bench_case){.name = "cast f32 -> f16", .note = env->f16_note, .goal = 0.5, .bytes = (double)n4 * 6};
+        *out = (bench_case){
+            .name = "cast f32 -> f16", .note = env->f16_note, .goal = 0.5, .bytes = (double)n4 * 6};
         break;
     case B_CAST_F16_F32:
         c.a = tensor(env->dev, CM_FLOAT16, 1, flat);
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
-        *out = (bench_case){.name = "cast f16 -> f32", .note = env->f16_note, .goal = 0.5, .bytes = (double)n4 * 6};
+        *out = (bench_case){
+            .name = "cast f16 -> f32", .note = env->f16_note, .goal = 0.5, .bytes = (double)n4 * 6};
         break;
     case B_CAST_F32_BF16:
         c.a = tensor(env->dev, CM_FLOAT32, 1, flat);
         c.out = tensor(env->dev, CM_BFLOAT16, 1, flat);
-        *out = (bench_case){.name = "cast f32 -> bf16", .note = "vector types, round to nearest even", .goal = 0.5, .bytes = (double)n4 * 6};
+        *out = (bench_case){.name = "cast f32 -> bf16",
+                            .note = "vector types, round to nearest even",
+                            .goal = 0.5,
+                            .bytes = (double)n4 * 6};
         break;
     case B_CAST_BF16_F32:
         c.a = tensor(env->dev, CM_BFLOAT16, 1, flat);
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
-        *out = (bench_case){.name = "cast bf16 -> f32", .note = "vector types", .goal = 0.5, .bytes = (double)n4 * 6};
+        *out = (bench_case){.name = "cast bf16 -> f32",
+                            .note = "vector types",
+                            .goal = 0.5,
+                            .bytes = (double)n4 * 6};
         break;
     case B_FILL:
         c.out = tensor(env->dev, CM_FLOAT32, 1, flat);
-        *out = (bench_case){.name = "fill f32", .note = "writes only; ceiling: memset", .goal = 0, .bytes = (double)n4 * 4};
+        *out = (bench_case){.name = "fill f32",
+                            .note = "writes only; ceiling: memset",
+                            .goal = 0,
+                            .bytes = (double)n4 * 4};
         break;
     case B_FILL_STRIDED: {
         /* Every other element of a matrix twice the working size: half
@@ -431,7 +455,10 @@ static void measure(bench_env *env, which w, bench_case *out) {
         cm_tensor *base = tensor(env->dev, CM_FLOAT32, 2, r2);
         TRY(cm_tensor_slice(base, 1, 0, 2048, 2, &c.out));
         cm_tensor_release(base);
-        *out = (bench_case){.name = "fill f32 (stride 2)", .note = "every other element; ceiling: memset of those bytes", .goal = 0, .bytes = (double)n4 * 4};
+        *out = (bench_case){.name = "fill f32 (stride 2)",
+                            .note = "every other element; ceiling: memset of those bytes",
+                            .goal = 0,
+                            .bytes = (double)n4 * 4};
         break;
     }
     case B_ADD_F32:
@@ -453,24 +480,33 @@ static void measure(bench_env *env, which w, bench_case *out) {
             cm_dtype d;
             const char *name, *note;
         } all[] = {
-            {B_SUM_F32, CM_FLOAT32, "sum f32 (all)", "pairwise, 16 float64 lanes, quarters side by side"},
-            {B_SUM_F16, CM_FLOAT16, "sum f16 (all)", "pairwise, fours in float32, then float64 lanes"},
-            {B_SUM_BF16, CM_BFLOAT16, "sum bf16 (all)", "pairwise, fours in float32, then float64 lanes"},
-            {B_SUM_F64, CM_FLOAT64, "sum f64 (all)", "pairwise, 16 float64 lanes, quarters side by side"},
+            {B_SUM_F32, CM_FLOAT32, "sum f32 (all)",
+             "pairwise, 16 float64 lanes, quarters side by side"},
+            {B_SUM_F16, CM_FLOAT16, "sum f16 (all)",
+             "pairwise, fours in float32, then float64 lanes"},
+            {B_SUM_BF16, CM_BFLOAT16, "sum bf16 (all)",
+             "pairwise, fours in float32, then float64 lanes"},
+            {B_SUM_F64, CM_FLOAT64, "sum f64 (all)",
+             "pairwise, 16 float64 lanes, quarters side by side"},
             {B_SUM_I32, CM_INT32, "sum i32 (all)", "exact, 64-bit lanes, quarters side by side"},
-            {B_SUM_I8, CM_INT8, "sum i8 (all)", "exact, 64-bit lanes (vpsadbw, AVX2), quarters side by side"},
-            {B_MAX_F32, CM_FLOAT32, "max f32 (all)", "NaN-propagating lanes, quarters side by side"},
+            {B_SUM_I8, CM_INT8, "sum i8 (all)",
+             "exact, 64-bit lanes (vpsadbw, AVX2), quarters side by side"},
+            {B_MAX_F32, CM_FLOAT32, "max f32 (all)",
+             "NaN-propagating lanes, quarters side by side"},
             {B_MAX_I8, CM_INT8, "max i8 (all)", "quarters side by side"},
         };
         size_t k = 0;
         while (all[k].w != w)
             ++k;
-        const int64_t isz = all[k].d == CM_FLOAT64 ? 8 : all[k].d == CM_INT8 ? 1
-                            : all[k].d == CM_INT32 || all[k].d == CM_FLOAT32 ? 4 : 2;
+        const int64_t isz = all[k].d == CM_FLOAT64                           ? 8
+                            : all[k].d == CM_INT8                            ? 1
+                            : all[k].d == CM_INT32 || all[k].d == CM_FLOAT32 ? 4
+                                                                             : 2;
         const int64_t n[1] = {(int64_t)env->bytes / isz}; /* the working size in bytes */
         c.a = tensor(env->dev, all[k].d, 1, n);
         c.out = tensor(env->dev, CM_FLOAT64, 0, NULL);
-        *out = (bench_case){.name = all[k].name, .note = all[k].note, .goal = 0.8, .bytes = (double)env->bytes};
+        *out = (bench_case){
+            .name = all[k].name, .note = all[k].note, .goal = 0.8, .bytes = (double)env->bytes};
         break;
     }
     case B_SUM_AXIS0_F32:
@@ -515,7 +551,6 @@ static void measure(bench_env *env, which w, bench_case *out) {
     cm_tensor_release(c.b);
     cm_tensor_release(c.out);
 }
-
 
 /* ------------------------------------------------------------ DLPack */
 
@@ -622,8 +657,7 @@ static int thread_counts(const char *value, long *counts) {
     for (const char *p = value; *p != '\0';) {
         const size_t len = strcspn(p, ",");
         if (len == 0 || len >= sizeof tok) {
-            fprintf(stderr, "cmetal-bench: --threads '%s': expected counts such as 1,2,4\n",
-                    value);
+            fprintf(stderr, "cmetal-bench: --threads '%s': expected counts such as 1,2,4\n", value);
             return -1;
         }
         memcpy(tok, p, len);
@@ -668,9 +702,9 @@ static void print_json_cases(const bench_case *cases, const bench_case *one) {
                "\"ceiling\": \"%s\", \"ceiling_gb_per_s\": %.4g, \"ratio_to_ceiling\": %.4g, "
                "\"speedup_vs_1_thread\": %.4g}%s\n",
                cases[w].name, cases[w].bytes, cases[w].seconds,
-               cases[w].bytes / cases[w].seconds * 1e-9, cases[w].memcpy_bw * 1e-9,
-               cases[w].ratio, cases[w].goal, cases[w].ceiling_kind, cases[w].ceiling_bw * 1e-9,
-               cases[w].ceiling, one[w].seconds / cases[w].seconds, w + 1 < B_COUNT ? "," : "");
+               cases[w].bytes / cases[w].seconds * 1e-9, cases[w].memcpy_bw * 1e-9, cases[w].ratio,
+               cases[w].goal, cases[w].ceiling_kind, cases[w].ceiling_bw * 1e-9, cases[w].ceiling,
+               one[w].seconds / cases[w].seconds, w + 1 < B_COUNT ? "," : "");
 }
 
 static void print_table(const bench_case *cases, const bench_case *one, long threads) {
@@ -698,9 +732,8 @@ int main(int argc, char **argv) {
     int ncounts = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
-        const bool takes_value =
-            strcmp(a, "--mib") == 0 || strcmp(a, "--reps") == 0 || strcmp(a, "--device") == 0 ||
-            strcmp(a, "--threads") == 0;
+        const bool takes_value = strcmp(a, "--mib") == 0 || strcmp(a, "--reps") == 0 ||
+                                 strcmp(a, "--device") == 0 || strcmp(a, "--threads") == 0;
         if (takes_value && i + 1 >= argc) {
             fprintf(stderr, "cmetal-bench: %s needs a value\n", a);
             return bench_usage();
@@ -813,7 +846,7 @@ int main(int argc, char **argv) {
             }
             static const char *const kinds[3] = {"read", "memset", "copy"};
             for (int q = 0; q < 3; ++q) {
-                printf("%-36s", q == 0 ? "ceiling: read (best seen)"
+                printf("%-36s", q == 0   ? "ceiling: read (best seen)"
                                 : q == 1 ? "ceiling: memset (best seen)"
                                          : "ceiling: copy (best seen)");
                 for (int k = 0; k < ncounts; ++k) {

@@ -59,19 +59,19 @@ static const char *const hint_names[] = {"-", "t0", "t1", "t2", "nta"};
 /* One chunk's lines added into a0/a1, each line's prefetch `dist` bytes
  * ahead with HINT, and a second one `dist2` bytes ahead (prefetcht2) when
  * dist2 > 0. */
-#define READ_LINES(HINT)                                                                 \
-    for (; q < end; q += 64) {                                                           \
-        _mm_prefetch(q + dist, HINT);                                                    \
-        if (dist2 != 0)                                                                  \
-            _mm_prefetch(q + dist2, _MM_HINT_T2);                                        \
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(const void *)q));  \
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(const void *)(q + 32))); \
+#define READ_LINES(HINT)                                                                           \
+    for (; q < end; q += 64) {                                                                     \
+        _mm_prefetch(q + dist, HINT);                                                              \
+        if (dist2 != 0)                                                                            \
+            _mm_prefetch(q + dist2, _MM_HINT_T2);                                                  \
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(const void *)q));            \
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(const void *)(q + 32)));     \
     }
 
 /* k streams over [p, p + size): stream j reads part j, `chunk` bytes of
  * each stream in turn; prefetch `dist` bytes ahead with `hint`. */
 __attribute__((target("avx2"))) static void read_k(const char *p, size_t size, int k, size_t chunk,
-                                                 size_t dist, int hint, size_t dist2) {
+                                                   size_t dist, int hint, size_t dist2) {
     const size_t part = size / (size_t)k;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0;
     for (size_t off = 0; off < part; off += chunk)
@@ -82,7 +82,8 @@ __attribute__((target("avx2"))) static void read_k(const char *p, size_t size, i
             case H_NONE:
                 for (; q < end; q += 64) {
                     a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(const void *)q));
-                    a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(const void *)(q + 32)));
+                    a1 = _mm256_add_epi64(
+                        a1, _mm256_load_si256((const __m256i *)(const void *)(q + 32)));
                 }
                 break;
             case H_T0: READ_LINES(_MM_HINT_T0) break;
@@ -153,8 +154,8 @@ int main(int argc, char **argv) {
     print_thp();
     static const int ks[] = {1, 2, 4, 8, 16};
     static const size_t dists[] = {0, 512, 1024, 2048, 4096, 8192, 16384};
-    printf("%-5s %3s %6s %6s %4s %6s %9s %9s %6s\n", "pages", "k", "chunk", "dist", "hint",
-           "dist2", "read GB/s", "memcpy", "ratio");
+    printf("%-5s %3s %6s %6s %4s %6s %9s %9s %6s\n", "pages", "k", "chunk", "dist", "hint", "dist2",
+           "read GB/s", "memcpy", "ratio");
     for (int huge = 0; huge < (extra ? 1 : 2); ++huge) {
         char *src = map_buf(size, huge), *dst = map_buf(size, huge);
         const char *pages = huge ? "thp" : "4k";
@@ -179,7 +180,10 @@ int main(int argc, char **argv) {
                 for (size_t di = 0; di < sizeof dists / sizeof dists[0]; ++di)
                     for (int nta = 0; nta < (dists[di] == 0 ? 1 : 2); ++nta)
                         measure(pages, src, dst, size, reps, ks[ki], 2048, dists[di],
-                                dists[di] == 0 ? H_NONE : nta ? H_NTA : H_T0, 0);
+                                dists[di] == 0 ? H_NONE
+                                : nta          ? H_NTA
+                                               : H_T0,
+                                0);
         }
         munmap(src, size); /* the 2 MiB-aligned part; the slack stays mapped */
         munmap(dst, size);

@@ -17,14 +17,14 @@
 #include <time.h>
 
 /* Any failing call prints its status and message and exits. */
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        cm_status s_ = (call);                                                   \
-        if (s_ != CM_OK) {                                                       \
-            fprintf(stderr, "cmetal-demo: %s\n  failed: %s (%s)\n", #call,       \
-                    cm_last_error(), cm_status_name(s_));                        \
-            exit(1);                                                             \
-        }                                                                        \
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        cm_status s_ = (call);                                                                     \
+        if (s_ != CM_OK) {                                                                         \
+            fprintf(stderr, "cmetal-demo: %s\n  failed: %s (%s)\n", #call, cm_last_error(),        \
+                    cm_status_name(s_));                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* ---- the producer: an array and a DLPack capsule over it ---- */
@@ -50,16 +50,22 @@ static DLManagedTensorVersioned *producer_export(producer *p) {
         .version = {1, 0},
         .manager_ctx = p,
         .deleter = producer_deleter,
-        .dl_tensor = {.data = p->data, .device = {kDLCPU, 0}, .ndim = 2,
-                      .dtype = {kDLFloat, 32, 1}, .shape = p->shape, .strides = NULL},
+        .dl_tensor = {.data = p->data,
+                      .device = {kDLCPU, 0},
+                      .ndim = 2,
+                      .dtype = {kDLFloat, 32, 1},
+                      .shape = p->shape,
+                      .strides = NULL},
     };
     return &p->managed;
 }
 
 int main(int argc, char **argv) {
     if (argc > 1) {
-        fprintf(stderr, "cmetal-demo: unexpected argument '%s': it takes none (CMETAL_DEVICE=cpu "
-                        "or metal picks the device)\n", argv[1]);
+        fprintf(stderr,
+                "cmetal-demo: unexpected argument '%s': it takes none (CMETAL_DEVICE=cpu "
+                "or metal picks the device)\n",
+                argv[1]);
         return 2;
     }
     producer p = {.data = aligned_alloc(CM_METAL_PAGE_SIZE, sizeof(float) * ROWS * COLS)};
@@ -76,10 +82,9 @@ int main(int argc, char **argv) {
 
     /* 1. Import the producer's array: no copy. */
     cm_tensor *x = NULL;
-    CHECK(cm_dlpack_import_versioned(producer_export(&p),
-                                     &(cm_dlpack_import_desc){.device = device,
-                                                              .copy = CM_COPY_NEVER},
-                                     &x));
+    CHECK(cm_dlpack_import_versioned(
+        producer_export(&p), &(cm_dlpack_import_desc){.device = device, .copy = CM_COPY_NEVER},
+        &x));
     cm_tensor_info xi;
     CHECK(cm_tensor_get_info(x, &xi));
     cm_buffer_info bi;
@@ -109,9 +114,9 @@ int main(int argc, char **argv) {
 
     /* 4. Export the result back for the CPU: again no copy. */
     cm_dlpack_managed out;
-    CHECK(cm_dlpack_export(x, &(cm_dlpack_export_desc){.max_version = {1, 0},
-                                                       .device_type = kDLCPU,
-                                                       .copy = CM_COPY_NEVER},
+    CHECK(cm_dlpack_export(x,
+                           &(cm_dlpack_export_desc){
+                               .max_version = {1, 0}, .device_type = kDLCPU, .copy = CM_COPY_NEVER},
                            &out));
     const float *y = out.versioned->dl_tensor.data;
     printf("exported for kDLCPU: data %s the producer's memory, %s\n",
@@ -126,12 +131,10 @@ int main(int argc, char **argv) {
         wrong += p.data[i] != want;
     }
     printf("y = 2x + 1: %d of %d elements wrong; y[0][5] = %.2f, y[%d][%d] = %.2f\n", wrong,
-           ROWS * COLS, (double)p.data[5], ROWS - 1, COLS - 1,
-           (double)p.data[ROWS * COLS - 1]);
+           ROWS * COLS, (double)p.data[5], ROWS - 1, COLS - 1, (double)p.data[ROWS * COLS - 1]);
     /* float32 sums may round differently on another device: 1e-6 relative. */
     const double err = ((double)total - want_total) / want_total;
-    printf("sum(y) = %.1f (expected %.1f, relative error %.1e)\n", (double)total, want_total,
-           err);
+    printf("sum(y) = %.1f (expected %.1f, relative error %.1e)\n", (double)total, want_total, err);
 
     out.versioned->deleter(out.versioned); /* the consumer is done */
     cm_tensor_release(sum);

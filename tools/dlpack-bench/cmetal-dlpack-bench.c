@@ -135,7 +135,8 @@ int main(int argc, char **argv) {
                 : NULL;
         if (problem != NULL) {
             if (argc > (calls_form ? 3 : 2))
-                fprintf(stderr, "cmetal-dlpack-bench: %s '%s'\n", problem, argv[calls_form ? 3 : 2]);
+                fprintf(stderr, "cmetal-dlpack-bench: %s '%s'\n", problem,
+                        argv[calls_form ? 3 : 2]);
             else if (number == NULL)
                 fprintf(stderr, "cmetal-dlpack-bench: %s %s\n", what, problem);
             else if (!calls_form && argv[1][0] == '-')

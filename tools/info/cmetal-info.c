@@ -30,7 +30,9 @@ static void probe(cm_device_type type, uint32_t index, device_report *r) {
     r->present = cm_device_get_info(d, &r->info) == CM_OK;
     for (int m = CM_STORAGE_SHARED; m <= CM_STORAGE_PRIVATE; ++m) {
         cm_buffer *b = NULL;
-        r->storage[m] = cm_buffer_create(d, &(cm_buffer_desc){.size = 64, .storage = (cm_storage_mode)m}, &b) == CM_OK;
+        r->storage[m] =
+            cm_buffer_create(d, &(cm_buffer_desc){.size = 64, .storage = (cm_storage_mode)m}, &b) ==
+            CM_OK;
         cm_buffer_release(b);
     }
     cm_device_release(d);
@@ -123,7 +125,9 @@ static void print_text(const cm_build_info *b, const device_report *r, int n) {
         }
         const cm_device_info *d = &r[i].info;
         printf("  name:                        %s%s\n", d->name,
-               d->software && d->type == CM_DEVICE_METAL ? " (software Metal: timings and limits are not Apple hardware's)" : "");
+               d->software && d->type == CM_DEVICE_METAL
+                   ? " (software Metal: timings and limits are not Apple hardware's)"
+                   : "");
         printf("  unified memory:              %s\n", d->unified_memory ? "yes" : "no");
         if (d->type == CM_DEVICE_METAL) {
             printf("  registry id:                 %llu\n", (unsigned long long)d->registry_id);

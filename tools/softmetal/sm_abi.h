@@ -8,7 +8,7 @@
 #define SM_ABI_VERSION 4u
 #define SM_MAX_BINDINGS 31u
 #define SM_SIMD_WIDTH_MAX 64u /* lanes of a SIMD group: sm_thread.simd_width, 32 or 64 */
-#define SM_SIMD_SLOT 32u /* bytes per lane and bank: 16 of value, then the tag */
+#define SM_SIMD_SLOT 32u      /* bytes per lane and bank: 16 of value, then the tag */
 
 struct sm_thread;
 typedef void (*sm_kernel_fn)(struct sm_thread *t);
@@ -61,10 +61,10 @@ struct sm_constant_desc {
  * NULL when buffer `index` of the kernel is no such struct. */
 #define SM_ARGBUF_IMPLICIT 0xffffffffu /* no [[id(k)]]: the next index */
 struct sm_argbuf_member {
-  uint32_t id;     /* [[id(k)]], or SM_ARGBUF_IMPLICIT */
-  uint32_t offset; /* offsetof the member */
-  uint32_t size;   /* bytes of one element */
-  uint32_t count;  /* elements (1, or an array's extent); each takes one index */
+  uint32_t id;      /* [[id(k)]], or SM_ARGBUF_IMPLICIT */
+  uint32_t offset;  /* offsetof the member */
+  uint32_t size;    /* bytes of one element */
+  uint32_t count;   /* elements (1, or an array's extent); each takes one index */
   uint32_t pointer; /* 1: a pointer (8 bytes, a host address on the CPU) */
 };
 struct sm_argbuf_layout {
@@ -74,24 +74,24 @@ struct sm_argbuf_layout {
 
 /* One per thread of a dispatch; the kernel reads it through sm_cur. */
 struct sm_thread {
-  void *const *buffers;   /* [SM_MAX_BINDINGS] */
-  void *const *tgmem;     /* [SM_MAX_BINDINGS] */
-  uint32_t tpig[3];       /* thread_position_in_grid */
-  uint32_t tpg[3];        /* threads_per_grid */
-  uint32_t tpitg[3];      /* thread_position_in_threadgroup */
-  uint32_t tgpig[3];      /* threadgroup_position_in_grid */
-  uint32_t tptg[3];       /* threads_per_threadgroup */
-  uint32_t tgpg[3];       /* threadgroups_per_grid */
-  uint32_t tiitg;         /* thread_index_in_threadgroup */
-  uint32_t lane;          /* thread_index_in_simdgroup */
-  uint32_t simdgroup;     /* simdgroup_index_in_threadgroup */
-  uint32_t tg_threads;    /* threads in this threadgroup */
-  uint32_t simd_seq;      /* unused since ABI 2 */
-  uint32_t logging;       /* MTLCompileOptions.enableLogging of its library: os_log prints */
+  void *const *buffers;      /* [SM_MAX_BINDINGS] */
+  void *const *tgmem;        /* [SM_MAX_BINDINGS] */
+  uint32_t tpig[3];          /* thread_position_in_grid */
+  uint32_t tpg[3];           /* threads_per_grid */
+  uint32_t tpitg[3];         /* thread_position_in_threadgroup */
+  uint32_t tgpig[3];         /* threadgroup_position_in_grid */
+  uint32_t tptg[3];          /* threads_per_threadgroup */
+  uint32_t tgpg[3];          /* threadgroups_per_grid */
+  uint32_t tiitg;            /* thread_index_in_threadgroup */
+  uint32_t lane;             /* thread_index_in_simdgroup */
+  uint32_t simdgroup;        /* simdgroup_index_in_threadgroup */
+  uint32_t tg_threads;       /* threads in this threadgroup */
+  uint32_t simd_seq;         /* unused since ABI 2 */
+  uint32_t logging;          /* MTLCompileOptions.enableLogging of its library: os_log prints */
   unsigned char *simd_slots; /* [2][tg_threads][SM_SIMD_SLOT]: deposits, released values */
   void (*barrier)(struct sm_thread *t);   /* threadgroup_barrier */
   void (*simd_sync)(struct sm_thread *t); /* waits for the simdgroup's active lanes */
-  void *sched;            /* softmetal's scheduler state */
+  void *sched;                            /* softmetal's scheduler state */
   /* Function constant values of the pipeline: [constants][SM_FC_SLOT], and
    * whether each was given. */
   const unsigned char *fc_values;
@@ -105,9 +105,9 @@ struct sm_thread {
    * call. Before simd_sync, a lane writes its value to its slot of bank 0 and
    * names its call site; when released, bank 1 holds the values of the lanes
    * released with it and simd_active says which lanes those are. */
-  const char *simd_file;  /* call site: __builtin_FILE() */
-  uint64_t simd_site;     /* call site: line << 16 | column */
-  uint64_t simd_active;   /* bit l: lane l was released with this lane (ABI 4: 64 bits) */
+  const char *simd_file; /* call site: __builtin_FILE() */
+  uint64_t simd_site;    /* call site: line << 16 | column */
+  uint64_t simd_active;  /* bit l: lane l was released with this lane (ABI 4: 64 bits) */
   /* Records a strict-mode failure (the first one per dispatch wins); the
    * command buffer fails with it. other_lane < 0: the function needs every
    * lane of the simdgroup active. */

@@ -42,8 +42,10 @@ static uint64_t read_u64(const unsigned char *p) {
 
 static id fail(id *error, const char *sel, const char *why) {
   id e = sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_UNSUPPORTED, "%s: %s", sel, why);
-  if (error) *error = sm__autorelease(e);
-  else sm__release(e);
+  if (error)
+    *error = sm__autorelease(e);
+  else
+    sm__release(e);
   return nil;
 }
 
@@ -55,8 +57,9 @@ static id device_new_library_data(id self, SEL cmd, id data, id *error) {
   const sm_dispatch_data *d = (const sm_dispatch_data *)data;
   const unsigned char *p = d->bytes;
   if (d->size >= 4 && memcmp(p, "MTLB", 4) == 0)
-    return fail(error, sel, "this is an Apple metallib, whose GPU code cannot run on the CPU; "
-                            "make softmetal's container with softmetal-metallib");
+    return fail(error, sel,
+                "this is an Apple metallib, whose GPU code cannot run on the CPU; "
+                "make softmetal's container with softmetal-metallib");
   if (d->size < HEADER_SIZE || memcmp(p, magic, sizeof magic) != 0)
     return fail(error, sel, "the data is not a library (no SMMTLLIB header)");
   if (read_u32(p + 8) != FORMAT_VERSION)
@@ -79,15 +82,16 @@ static id device_new_library_data(id self, SEL cmd, id data, id *error) {
   if (source == nil) return fail(error, sel, "the library container's source is not UTF-8");
   /* The same path as source libraries, through our own messages. */
   Class options_class = objc_getClass("MTLCompileOptions");
-  id options = ((id (*)(id, SEL))sm__lookup((id)options_class, "alloc"))(
-      (id)options_class, sel_registerName("alloc"));
-  options = ((id (*)(id, SEL))sm__lookup(options, "init"))(options, sel_registerName("init"));
+  id options = ((id(*)(id, SEL))sm__lookup((id)options_class, "alloc"))((id)options_class,
+                                                                        sel_registerName("alloc"));
+  options = ((id(*)(id, SEL))sm__lookup(options, "init"))(options, sel_registerName("init"));
   ((void (*)(id, SEL, BOOL))(void (*)(void))sm__lookup(options, "setFastMathEnabled:"))(
       options, sel_registerName("setFastMathEnabled:"), math_mode != 0);
   if (math_mode != 0 && class_respondsToSelector(options_class, sel_registerName("setMathMode:")))
     ((void (*)(id, SEL, NSInteger))(void (*)(void))sm__lookup(options, "setMathMode:"))(
         options, sel_registerName("setMathMode:"), (NSInteger)math_mode);
-  id library = ((id (*)(id, SEL, id, id, id *))(void (*)(void))sm__lookup(self, "newLibraryWithSource:options:error:"))(
+  id library = ((id(*)(id, SEL, id, id, id *))(void (*)(void))sm__lookup(
+      self, "newLibraryWithSource:options:error:"))(
       self, sel_registerName("newLibraryWithSource:options:error:"), source, options, error);
   sm__release(options);
   sm__release(source);
@@ -119,8 +123,13 @@ static id device_new_library_data(id self, SEL cmd, id data, id *error) {
  * loads, so, as the kernel cache, one owned by another user or writable by
  * group or others is refused the same way. */
 #define ARCHIVE_ERROR_DOMAIN "MTLBinaryArchiveDomain"
-enum { ARCHIVE_ERROR_INVALID_FILE = 1, ARCHIVE_ERROR_COMPILATION_FAILURE = 3,
-       ARCHIVE_ERROR_INTERNAL = 4, ARCHIVE_VERSION = 2, ARCHIVE_MAX_ENTRIES = 4096 };
+enum {
+  ARCHIVE_ERROR_INVALID_FILE = 1,
+  ARCHIVE_ERROR_COMPILATION_FAILURE = 3,
+  ARCHIVE_ERROR_INTERNAL = 4,
+  ARCHIVE_VERSION = 2,
+  ARCHIVE_MAX_ENTRIES = 4096
+};
 enum { PIPELINE_OPTION_FAIL_ON_BINARY_ARCHIVE_MISS = 4 }; /* MTLPipelineOption */
 static const char archive_magic[8] = {'S', 'M', 'B', 'I', 'N', 'A', 'R', 'C'};
 
@@ -198,8 +207,10 @@ static void put_u64(unsigned char *p, uint64_t v) {
 }
 
 static void set_error(id *error, id e) {
-  if (error) *error = sm__autorelease(e);
-  else sm__release(e);
+  if (error)
+    *error = sm__autorelease(e);
+  else
+    sm__release(e);
 }
 
 /* Reads a whole file; NULL with errno set on failure. */
@@ -307,22 +318,22 @@ static id device_new_archive(id self, SEL cmd, id descriptor, id *error) {
   if (url) {
     const char *path = sm__string_utf8(((sm_url *)url)->path);
     struct stat st;
-    const char *unsafe = stat(path, &st) != 0           ? NULL
-                         : st.st_uid != geteuid()      ? "is owned by another user"
-                         : (st.st_mode & 022) != 0     ? "is writable by group or others"
-                                                       : NULL;
+    const char *unsafe = stat(path, &st) != 0      ? NULL
+                         : st.st_uid != geteuid()  ? "is owned by another user"
+                         : (st.st_mode & 022) != 0 ? "is writable by group or others"
+                                                   : NULL;
     size_t size = 0;
     unsigned char *bytes = unsafe ? NULL : read_all(path, &size);
     bool ok = bytes && archive_parse(a, bytes, size);
     int e = errno;
     free(bytes);
     if (!ok) {
-      set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_INVALID_FILE,
-                                 "%s: %s: %s", sel, path,
-                                 unsafe ? unsafe
-                                 : bytes || size ? "not a softmetal binary archive (bad header, "
-                                                   "checksum or entries)"
-                                                 : strerror(e)));
+      set_error(error,
+                sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_INVALID_FILE, "%s: %s: %s", sel, path,
+                          unsafe          ? unsafe
+                          : bytes || size ? "not a softmetal binary archive (bad header, "
+                                            "checksum or entries)"
+                                          : strerror(e)));
       sm__release((id)a);
       return nil;
     }
@@ -356,8 +367,7 @@ static bool archive_has(sm_archive *a, uint32_t kind, const unsigned char key[32
 
 /* Adds the file of kind and key at path unless the archive has it. */
 static bool archive_add_file(sm_archive *a, uint32_t kind, const unsigned char key[32],
-                             const char *path,
-                             const char *sel, id *error) {
+                             const char *path, const char *sel, id *error) {
   pthread_mutex_lock(&g_archive_lock);
   bool have = archive_has(a, kind, key);
   pthread_mutex_unlock(&g_archive_lock);
@@ -403,8 +413,7 @@ static sm_pipeline_desc *pipeline_desc(id o, const char *cls, const char *sel) {
     sm__fatal("-[%s %s]: descriptor is %s, not an MTLComputePipelineDescriptor", cls, sel,
               o ? object_getClassName(o) : "nil");
   sm_pipeline_desc *d = (sm_pipeline_desc *)o;
-  if (!d->function)
-    sm__fatal("-[%s %s]: the descriptor has no computeFunction", cls, sel);
+  if (!d->function) sm__fatal("-[%s %s]: the descriptor has no computeFunction", cls, sel);
   return d;
 }
 
@@ -415,16 +424,16 @@ static BOOL archive_add_compute(id self, SEL cmd, id descriptor, id *error) {
   char *diag = NULL;
   const sm_code *code = sm__function_code(d->function, &diag);
   if (!code) {
-    set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_COMPILATION_FAILURE,
-                               "%s: cannot generate the function's code: %s", sel,
-                               diag ? diag : "?"));
+    set_error(error,
+              sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_COMPILATION_FAILURE,
+                        "%s: cannot generate the function's code: %s", sel, diag ? diag : "?"));
     free(diag);
     return NO;
   }
   return archive_add_file(a, SM_ARCHIVE_COMPILER, code->compiler_key, code->compiler_path, sel,
                           error) &&
-                 archive_add_file(a, SM_ARCHIVE_LIBRARY, code->library_key, code->library_path,
-                                  sel, error) &&
+                 archive_add_file(a, SM_ARCHIVE_LIBRARY, code->library_key, code->library_path, sel,
+                                  error) &&
                  archive_add_file(a, SM_ARCHIVE_CODE, code->key, code->path, sel, error)
              ? YES
              : NO;
@@ -468,7 +477,10 @@ static BOOL archive_serialize(id self, SEL cmd, id url, id *error) {
   return YES;
 }
 
-static id archive_device(id self, SEL cmd) { (void)cmd; return ((sm_archive *)self)->device; }
+static id archive_device(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_archive *)self)->device;
+}
 
 static void archive_desc_set_url(id self, SEL cmd, id url) {
   if (url && !sm__is(url, &sm__url_class))
@@ -479,7 +491,10 @@ static void archive_desc_set_url(id self, SEL cmd, id url) {
   d->url = url ? sm__retain(url) : nil;
   if (old) sm__release(old);
 }
-static id archive_desc_url(id self, SEL cmd) { (void)cmd; return ((sm_archive_desc *)self)->url; }
+static id archive_desc_url(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_archive_desc *)self)->url;
+}
 
 static void pipeline_desc_set_function(id self, SEL cmd, id function) {
   (void)cmd;
@@ -502,7 +517,8 @@ static void pipeline_desc_set_archives(id self, SEL cmd, id archives) {
       id o = array_at(archives, i);
       if (!sm__is(o, &archive_class))
         sm__fatal("-[MTLComputePipelineDescriptor %s]: binaryArchives[%lu] is %s, not an "
-                  "MTLBinaryArchive", sel_getName(cmd), i, object_getClassName(o));
+                  "MTLBinaryArchive",
+                  sel_getName(cmd), i, object_getClassName(o));
     }
   }
   sm_pipeline_desc *d = (sm_pipeline_desc *)self;
@@ -539,11 +555,12 @@ static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger o
     if (!hit) {
       set_error(error, sm__error(ARCHIVE_ERROR_DOMAIN, ARCHIVE_ERROR_COMPILATION_FAILURE,
                                  "%s: MTLPipelineOptionFailOnBinaryArchiveMiss: no binary "
-                                 "archive of the descriptor holds the function's code", sel));
+                                 "archive of the descriptor holds the function's code",
+                                 sel));
       return nil;
     }
   }
-  id p = ((id (*)(id, SEL, id, id *))(void (*)(void))sm__lookup(
+  id p = ((id(*)(id, SEL, id, id *))(void (*)(void))sm__lookup(
       self, "newComputePipelineStateWithFunction:error:"))(
       self, sel_registerName("newComputePipelineStateWithFunction:error:"), d->function, error);
   if (!sm__reflect_into(p, options, reflection, sel)) {
@@ -559,31 +576,32 @@ static id device_new_pipeline_desc(id self, SEL cmd, id descriptor, NSUInteger o
 }
 
 const sm_method_def sm__device_archive_methods[] = {
-  SM_METHOD("newLibraryWithData:error:", device_new_library_data, "@@:@^@"),
-  SM_METHOD("newBinaryArchiveWithDescriptor:error:", device_new_archive, "@@:@^@"),
-  SM_METHOD("newComputePipelineStateWithDescriptor:options:reflection:error:", device_new_pipeline_desc, "@@:@Q^@^@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newLibraryWithData:error:", device_new_library_data, "@@:@^@"),
+    SM_METHOD("newBinaryArchiveWithDescriptor:error:", device_new_archive, "@@:@^@"),
+    SM_METHOD("newComputePipelineStateWithDescriptor:options:reflection:error:",
+              device_new_pipeline_desc, "@@:@Q^@^@"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def archive_desc_methods[] = {
-  SM_METHOD("setUrl:", archive_desc_set_url, "v@:@"),
-  SM_METHOD("url", archive_desc_url, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("setUrl:", archive_desc_set_url, "v@:@"),
+    SM_METHOD("url", archive_desc_url, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def archive_methods[] = {
-  SM_METHOD("addComputePipelineFunctionsWithDescriptor:error:", archive_add_compute, "C@:@^@"),
-  SM_METHOD("serializeToURL:error:", archive_serialize, "C@:@^@"),
-  SM_METHOD("device", archive_device, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("addComputePipelineFunctionsWithDescriptor:error:", archive_add_compute, "C@:@^@"),
+    SM_METHOD("serializeToURL:error:", archive_serialize, "C@:@^@"),
+    SM_METHOD("device", archive_device, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def pipeline_desc_methods[] = {
-  SM_METHOD("setComputeFunction:", pipeline_desc_set_function, "v@:@"),
-  SM_METHOD("computeFunction", pipeline_desc_function, "@@:"),
-  SM_METHOD("setBinaryArchives:", pipeline_desc_set_archives, "v@:@"),
-  SM_METHOD("binaryArchives", pipeline_desc_archives, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("setComputeFunction:", pipeline_desc_set_function, "v@:@"),
+    SM_METHOD("computeFunction", pipeline_desc_function, "@@:"),
+    SM_METHOD("setBinaryArchives:", pipeline_desc_set_archives, "v@:@"),
+    SM_METHOD("binaryArchives", pipeline_desc_archives, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 void sm__register_archive(void) {

@@ -16,11 +16,11 @@
 
 typedef struct {
   sm_obj hdr;
-  id device;  /* retained */
+  id device;   /* retained */
   id function; /* retained: its code holds the layout */
   const struct sm_argbuf_layout *layout;
   uint32_t *ids; /* [layout->n]: each member's first index */
-  id buffer;   /* the argument buffer, retained, or nil */
+  id buffer;     /* the argument buffer, retained, or nil */
   NSUInteger offset;
 } sm_argenc;
 
@@ -163,8 +163,8 @@ static void set_buffer(sm_argenc *e, const char *sel, id buffer, NSUInteger offs
       sm__fatal("-[MTLArgumentEncoder %s]: buffer is a %s, not an MTLBuffer", sel,
                 object_getClassName(buffer));
     if (offset > len)
-      sm__fatal("-[MTLArgumentEncoder %s]: offset %lu is past the buffer's length %lu", sel,
-                offset, len);
+      sm__fatal("-[MTLArgumentEncoder %s]: offset %lu is past the buffer's length %lu", sel, offset,
+                len);
     p = gpu + offset;
   }
   memcpy(slot(e, sel, m, elem), &p, sizeof p);
@@ -199,27 +199,25 @@ static id dev_new_encoder_args(id self, SEL cmd, id arguments) {
 }
 
 const sm_method_def sm__function_argenc_methods[] = {
-  SM_METHOD("newArgumentEncoderWithBufferIndex:", fn_new_encoder, "@@:Q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newArgumentEncoderWithBufferIndex:", fn_new_encoder, "@@:Q"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__device_argenc_methods[] = {
-  SM_METHOD("newArgumentEncoderWithArguments:", dev_new_encoder_args, "@@:@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newArgumentEncoderWithArguments:", dev_new_encoder_args, "@@:@"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def argenc_methods[] = {
-  SM_METHOD("encodedLength", enc_length, "Q@:"),
-  SM_METHOD("alignment", enc_alignment, "Q@:"),
-  SM_METHOD("device", enc_device, "@@:"),
-  SM_METHOD("setArgumentBuffer:offset:", enc_set_arg_buffer, "v@:@Q"),
-  SM_METHOD("setArgumentBuffer:startOffset:arrayElement:", enc_set_arg_buffer_elem, "v@:@QQ"),
-  SM_METHOD("setBuffer:offset:atIndex:", enc_set_buffer, "v@:@QQ"),
-  SM_METHOD("setBuffers:offsets:withRange:", enc_set_buffers, "v@:^@^Q{_NSRange=QQ}"),
-  SM_METHOD("constantDataAtIndex:", enc_constant_data, "^v@:Q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("encodedLength", enc_length, "Q@:"),
+    SM_METHOD("alignment", enc_alignment, "Q@:"),
+    SM_METHOD("device", enc_device, "@@:"),
+    SM_METHOD("setArgumentBuffer:offset:", enc_set_arg_buffer, "v@:@Q"),
+    SM_METHOD("setArgumentBuffer:startOffset:arrayElement:", enc_set_arg_buffer_elem, "v@:@QQ"),
+    SM_METHOD("setBuffer:offset:atIndex:", enc_set_buffer, "v@:@QQ"),
+    SM_METHOD("setBuffers:offsets:withRange:", enc_set_buffers, "v@:^@^Q{_NSRange=QQ}"),
+    SM_METHOD("constantDataAtIndex:", enc_constant_data, "^v@:Q"),
+    {NULL, NULL, NULL},
 };
 
-void sm__register_argenc(void) {
-  SM_CLASS_DEFINE(&argenc_class, Nil, argenc_methods);
-}
+void sm__register_argenc(void) { SM_CLASS_DEFINE(&argenc_class, Nil, argenc_methods); }

@@ -71,8 +71,8 @@ enum { MAX_MESSAGE = 65536, MAX_ARGS = 1024, MAX_WORKERS = 64, MAX_SIGNATURE = 4
 
 typedef struct {
   pid_t pid;
-  int sock;  /* the server's end of the worker's socketpair; -1 once it closed */
-  int reply; /* the running command's reply pipe; -1 when idle */
+  int sock;           /* the server's end of the worker's socketpair; -1 once it closed */
+  int reply;          /* the running command's reply pipe; -1 when idle */
   bool forked_for_it; /* the running command is the worker's first */
   long long cpu_reported;
   char signature[MAX_SIGNATURE]; /* its first command's -mllvm values */
@@ -126,8 +126,10 @@ static int receive(int sock, int *fds, int want) {
     int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
     int *p = (int *)CMSG_DATA(c);
     for (int i = 0; i < k; i++) {
-      if (got < want) fds[got++] = p[i];
-      else close(p[i]);
+      if (got < want)
+        fds[got++] = p[i];
+      else
+        close(p[i]);
     }
   }
   message[n] = 0;
@@ -187,7 +189,7 @@ static void *next_symbol(const char *name) { return dlsym(RTLD_NEXT, name); }
 
 #define INIT_LLVM_CTOR _ZN4llvm8InitLLVMC2ERiRPPKcb
 #define INIT_LLVM_DTOR _ZN4llvm8InitLLVMD1Ev
-#define CREATE_FROM_ARGS                                                                          \
+#define CREATE_FROM_ARGS                                                                           \
   _ZN5clang18CompilerInvocation14CreateFromArgsERS0_N4llvm8ArrayRefIPKcEERNS_17DiagnosticsEngineES5_
 #define NAME_OF(s) NAME_OF_(s)
 #define NAME_OF_(s) #s
@@ -402,8 +404,10 @@ static bool dispatch(int client, int sfd, const sigset_t *old_mask,
   }
   close(fds[0]);
   close(fds[1]);
-  if (sent) workers[i].reply = fds[2];
-  else close(fds[2]); /* no status: the client runs the command itself */
+  if (sent)
+    workers[i].reply = fds[2];
+  else
+    close(fds[2]); /* no status: the client runs the command itself */
   return false;
 }
 

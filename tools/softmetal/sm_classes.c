@@ -7,8 +7,8 @@
 
 void sm__register_classes(void) {
   SM_CLASS_DEFINE(sm__device_k, Nil, sm__device_metal_methods, sm__device_msl_methods,
-                  sm__device_archive_methods, sm__device_reflect_methods,
-                  sm__device_heap_methods, sm__device_argenc_methods, sm__device_host_methods);
+                  sm__device_archive_methods, sm__device_reflect_methods, sm__device_heap_methods,
+                  sm__device_argenc_methods, sm__device_host_methods);
   SM_CLASS_DEFINE(sm__buffer_k, Nil, sm__buffer_metal_methods, sm__buffer_heap_methods);
   SM_CLASS_DEFINE(sm__shared_event_k, Nil, sm__shared_event_metal_methods,
                   sm__shared_event_host_methods);
@@ -18,9 +18,10 @@ void sm__register_classes(void) {
   SM_CLASS_DEFINE(sm__compute_k, Nil, sm__compute_metal_methods, sm__encoder_host_methods,
                   sm__compute_host_methods);
   const sm_method_def *math = sm__options_math_methods();
-  if (math) SM_CLASS_DEFINE(sm__options_k, Nil, sm__options_msl_methods, math,
-                            sm__options_host_methods);
-  else SM_CLASS_DEFINE(sm__options_k, Nil, sm__options_msl_methods, sm__options_host_methods);
+  if (math)
+    SM_CLASS_DEFINE(sm__options_k, Nil, sm__options_msl_methods, math, sm__options_host_methods);
+  else
+    SM_CLASS_DEFINE(sm__options_k, Nil, sm__options_msl_methods, sm__options_host_methods);
   SM_CLASS_DEFINE(sm__library_k, Nil, sm__library_msl_methods, sm__library_host_methods);
   SM_CLASS_DEFINE(sm__function_k, Nil, sm__function_msl_methods, sm__function_argenc_methods);
 }

@@ -49,13 +49,31 @@ atomic_long sm__syntax_checks, sm__function_compiles, sm__function_cache_hits;
  * alignment (no aligned 16-byte vector moves), so a vector at an address
  * aligned only to its element works, as on Apple GPUs (metal_stdlib's vec). */
 static const char *const CXX_FLAGS[] = {
-    "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fno-exceptions", "-fno-rtti",
-    "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Xclang", "-fconvergent-functions",
-    "-mllvm", "-simplifycfg-sink-common=false", "-mllvm", "-simplifycfg-hoist-common=false",
-    "-mllvm", "-enable-tail-merge=false", "-fsigned-char", "-fmax-type-align=8",
-    "-Xclang", "-ffloat16-excess-precision=none", "-fdeclspec", /* swizzles: metal_stdlib */
+    "-std=c++17",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-w",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-fno-omit-frame-pointer",
+    "-fno-optimize-sibling-calls",
+    "-Xclang",
+    "-fconvergent-functions",
+    "-mllvm",
+    "-simplifycfg-sink-common=false",
+    "-mllvm",
+    "-simplifycfg-hoist-common=false",
+    "-mllvm",
+    "-enable-tail-merge=false",
+    "-fsigned-char",
+    "-fmax-type-align=8",
+    "-Xclang",
+    "-ffloat16-excess-precision=none",
+    "-fdeclspec", /* swizzles: metal_stdlib */
 #if !defined(__x86_64__)
-    "-fsanitize=integer-divide-by-zero", "-fsanitize-trap=integer-divide-by-zero",
+    "-fsanitize=integer-divide-by-zero",
+    "-fsanitize-trap=integer-divide-by-zero",
 #endif
 };
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
@@ -70,12 +88,12 @@ enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
  * would turn on flush-to-zero in the process that loads the kernel.
  * SM_UNSAFE_MATH tells metal_stdlib to keep precise:: precise. */
 enum { MAX_MATH_FLAGS = 9 };
-#define UNSAFE_MATH_FLAGS                                                                  \
-  "-DSM_UNSAFE_MATH=1", "-fno-signed-zeros", "-fassociative-math", "-freciprocal-math", "-fno-math-errno",       \
-      "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func"
+#define UNSAFE_MATH_FLAGS                                                                          \
+  "-DSM_UNSAFE_MATH=1", "-fno-signed-zeros", "-fassociative-math", "-freciprocal-math",            \
+      "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func"
 static const char *const MATH_FLAGS[][MAX_MATH_FLAGS] = {
-    [0] = {NULL},                       /* Safe */
-    [1] = {UNSAFE_MATH_FLAGS, NULL},    /* Relaxed */
+    [0] = {NULL},                                    /* Safe */
+    [1] = {UNSAFE_MATH_FLAGS, NULL},                 /* Relaxed */
     [2] = {UNSAFE_MATH_FLAGS, "-ffinite-math-only"}, /* Fast */
 };
 #undef UNSAFE_MATH_FLAGS
@@ -125,9 +143,12 @@ static bool mkdirs(const char *path) {
 static void cache_dir(char *out, size_t cap) {
   const char *d = getenv("SOFTMETAL_CACHE_DIR");
   const char *x = getenv("XDG_CACHE_HOME");
-  if (d && *d) snprintf(out, cap, "%s", d);
-  else if (x && *x) snprintf(out, cap, "%s/softmetal", x);
-  else snprintf(out, cap, "/tmp/softmetal-%u", (unsigned)getuid());
+  if (d && *d)
+    snprintf(out, cap, "%s", d);
+  else if (x && *x)
+    snprintf(out, cap, "%s/softmetal", x);
+  else
+    snprintf(out, cap, "/tmp/softmetal-%u", (unsigned)getuid());
 }
 
 /* The cache holds code that gets loaded: it must be ours alone. Creates it
@@ -137,26 +158,30 @@ static bool check_cache_dir(const char *dir, char **diag) {
   if (!mkdirs(dir) || stat(dir, &st) != 0) {
     sm_text b = {0};
     sm__text_printf(&b, "cannot create the kernel cache directory %s (%s); set SOFTMETAL_CACHE_DIR",
-              dir, strerror(errno));
+                    dir, strerror(errno));
     *diag = b.p;
     return false;
   }
-  const char *why = !S_ISDIR(st.st_mode)          ? "is not a directory"
-                    : st.st_uid != geteuid()      ? "is owned by another user"
-                    : (st.st_mode & 022) != 0     ? "is writable by group or others"
-                                                  : NULL;
+  const char *why = !S_ISDIR(st.st_mode)      ? "is not a directory"
+                    : st.st_uid != geteuid()  ? "is owned by another user"
+                    : (st.st_mode & 022) != 0 ? "is writable by group or others"
+                                              : NULL;
   if (!why) return true;
   sm_text b = {0};
-  sm__text_printf(&b, "the kernel cache directory %s %s (owner uid %u, mode %03o): softmetal does not "
-            "load compiled kernels from it; set SOFTMETAL_CACHE_DIR to a directory of your own "
-            "with mode 0700", dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+  sm__text_printf(
+      &b,
+      "the kernel cache directory %s %s (owner uid %u, mode %03o): softmetal does not "
+      "load compiled kernels from it; set SOFTMETAL_CACHE_DIR to a directory of your own "
+      "with mode 0700",
+      dir, why, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
   *diag = b.p;
   return false;
 }
 
 static bool write_file(const char *path, const char *text, size_t n) {
   char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%.3500s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
+  snprintf(tmp, sizeof tmp, "%.3500s.tmp-%d-%u", path, (int)getpid(),
+           atomic_fetch_add(&g_tmp_counter, 1));
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
   FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
   if (!f) {
@@ -216,34 +241,35 @@ static void rename_source(char **diag, const char *path) {
 
 /* The other standard headers MSL sources include all mean metal_stdlib. */
 static const char *const aliases[] = {
-    "metal_math",      "metal_atomic",          "metal_compute", "metal_simdgroup",
-    "metal_integer",   "metal_common",          "metal_geometric", "metal_relational",
-    "metal_simdgroup_matrix", "metal_limits",   "metal_pack",    "metal_matrix",
-    "metal_types",     "metal_logging",         "metal_uniform", "metal_array",
-    "metal_type_traits"};
+    "metal_math",      "metal_atomic",     "metal_compute",
+    "metal_simdgroup", "metal_integer",    "metal_common",
+    "metal_geometric", "metal_relational", "metal_simdgroup_matrix",
+    "metal_limits",    "metal_pack",       "metal_matrix",
+    "metal_types",     "metal_logging",    "metal_uniform",
+    "metal_array",     "metal_type_traits"};
 enum { N_ALIASES = sizeof aliases / sizeof aliases[0] };
 static const char alias_text[] = "#include <metal_stdlib>\n";
 
 /* <simd/simd.h> (Apple's simd vector and matrix types, as MSL sees them), and
  * the headers of Metal's other stages, refused by name at the #include. */
-#define SM_SIMD_V(T)                                                                       \
-  "typedef ::" #T "2 simd_" #T "2; typedef ::" #T "3 simd_" #T "3; typedef ::" #T "4 simd_" #T \
+#define SM_SIMD_V(T)                                                                               \
+  "typedef ::" #T "2 simd_" #T "2; typedef ::" #T "3 simd_" #T "3; typedef ::" #T "4 simd_" #T     \
   "4;\nnamespace simd { using ::" #T "2; using ::" #T "3; using ::" #T "4; }\n"
-#define SM_SIMD_M(T)                                                                       \
-  "typedef ::" #T "2x2 simd_" #T "2x2; typedef ::" #T "2x3 simd_" #T "2x3; typedef ::" #T     \
-  "2x4 simd_" #T "2x4; typedef ::" #T "3x2 simd_" #T "3x2; typedef ::" #T "3x3 simd_" #T      \
-  "3x3; typedef ::" #T "3x4 simd_" #T "3x4; typedef ::" #T "4x2 simd_" #T "4x2; typedef ::"  \
-  #T "4x3 simd_" #T "4x3; typedef ::" #T "4x4 simd_" #T "4x4;\nnamespace simd { using ::" #T \
-  "2x2; using ::" #T "2x3; using ::" #T "2x4; using ::" #T "3x2; using ::" #T "3x3; using ::" \
-  #T "3x4; using ::" #T "4x2; using ::" #T "4x3; using ::" #T "4x4; }\n"
+#define SM_SIMD_M(T)                                                                               \
+  "typedef ::" #T "2x2 simd_" #T "2x2; typedef ::" #T "2x3 simd_" #T "2x3; typedef ::" #T          \
+  "2x4 simd_" #T "2x4; typedef ::" #T "3x2 simd_" #T "3x2; typedef ::" #T "3x3 simd_" #T           \
+  "3x3; typedef ::" #T "3x4 simd_" #T "3x4; typedef ::" #T "4x2 simd_" #T "4x2; typedef ::" #T     \
+  "4x3 simd_" #T "4x3; typedef ::" #T "4x4 simd_" #T "4x4;\nnamespace simd { using ::" #T          \
+  "2x2; using ::" #T "2x3; using ::" #T "2x4; using ::" #T "3x2; using ::" #T "3x3; using ::" #T   \
+  "3x4; using ::" #T "4x2; using ::" #T "4x3; using ::" #T "4x4; }\n"
 static const char simd_text[] =
     "#pragma once\n#include <metal_stdlib>\n" SM_SIMD_V(float) SM_SIMD_V(half) SM_SIMD_V(int)
         SM_SIMD_V(uint) SM_SIMD_V(short) SM_SIMD_V(ushort) SM_SIMD_V(char) SM_SIMD_V(uchar)
             SM_SIMD_V(long) SM_SIMD_V(ulong) SM_SIMD_M(float) SM_SIMD_M(half);
 #undef SM_SIMD_V
 #undef SM_SIMD_M
-#define SM_REFUSED(h, what)                                                                \
-  {h, "#error \"<" h "> is not supported by softmetal (compute kernels over buffers only: " \
+#define SM_REFUSED(h, what)                                                                        \
+  {h, "#error \"<" h "> is not supported by softmetal (compute kernels over buffers only: "        \
       "no " what ")\"\n"}
 static const struct {
   const char *name, *text;
@@ -287,7 +313,6 @@ static void remove_dir(const char *dir, const char *const *names, size_t n) {
   rmdir(dir);
 }
 
-
 /* ------------------------------------------------------------- settings */
 /* metal_stdlib needs clang's _Float16 arithmetic rounded per operation
  * (-ffloat16-excess-precision=none, clang 16) and is tested with clang 19,
@@ -317,8 +342,8 @@ static sm_digest g_id, g_id_file;
 static bool g_id_ok;
 static char g_id_cxx[256];
 
-static bool compiler_identity(const char *cxx, const char *dir, sm_digest *out,
-                              sm_digest *file_key, char **diag) {
+static bool compiler_identity(const char *cxx, const char *dir, sm_digest *out, sm_digest *file_key,
+                              char **diag) {
   pthread_mutex_lock(&g_cache_lock);
   if (g_id_ok && strcmp(g_id_cxx, cxx) == 0) {
     *out = g_id;
@@ -440,8 +465,10 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
       ok = isalnum((unsigned char)target[i]) || strchr("_.-", target[i]) != NULL;
     if (!ok) {
       sm_text b = {0};
-      sm__text_printf(&b, "SOFTMETAL_TARGET '%.100s' is not a target triple "
-                          "(letters, digits, '_', '.', '-'; e.g. aarch64-linux-gnu)", target);
+      sm__text_printf(&b,
+                      "SOFTMETAL_TARGET '%.100s' is not a target triple "
+                      "(letters, digits, '_', '.', '-'; e.g. aarch64-linux-gnu)",
+                      target);
       *diag = b.p ? b.p : strdup("SOFTMETAL_TARGET is not a target triple");
       *internal = true;
       return false;
@@ -527,8 +554,8 @@ static bool write_headers(const setting *st, char **diag) {
 }
 
 /* A private work directory in the cache. */
-static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii", "k.ii", "k.o", "k.so",
-                                         "log", "p.pch", "macros", "cs.c", "cs.so"};
+static const char *const WORK_FILES[] = {SM_PROGRAM_SOURCE, "pp.ii",  "k.ii", "k.o",  "k.so", "log",
+                                         "p.pch",           "macros", "cs.c", "cs.so"};
 static bool make_work(const setting *st, const char *what, char *work, size_t cap, char **diag) {
   snprintf(work, cap, "%s/w-%s-%d-%u", st->dir, what, (int)getpid(),
            atomic_fetch_add(&g_tmp_counter, 1));
@@ -539,7 +566,8 @@ static bool make_work(const setting *st, const char *what, char *work, size_t ca
   return false;
 }
 static void drop_work(const char *work) {
-  if (!getenv("SOFTMETAL_KEEP_WORK")) remove_dir(work, WORK_FILES, sizeof WORK_FILES / sizeof *WORK_FILES);
+  if (!getenv("SOFTMETAL_KEEP_WORK"))
+    remove_dir(work, WORK_FILES, sizeof WORK_FILES / sizeof *WORK_FILES);
 }
 
 /* Runs the compiler on metal_stdlib with the setting's flags, writing out
@@ -962,8 +990,7 @@ bool sm__compile_library(const char *source, int math_mode, bool fast_functions,
 static const char KEY_TRAILER[] = "\nsoftmetal-key ";
 enum { TRAILER_LEN = sizeof KEY_TRAILER - 1 + 64 + 1 };
 
-void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *key,
-                      char **path) {
+void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *key, char **path) {
   sm_sha256 s;
   sm__sha256_init(&s);
   key_str(&s, "softmetal function");
@@ -1043,8 +1070,8 @@ static void ensure_ccserver(const setting *st) {
     snprintf(src, sizeof src, "%s/cs.c", work);
     snprintf(so, sizeof so, "%s/cs.so", work);
     snprintf(log, sizeof log, "%s/log", work);
-    const char *argv[] = {st->cxx, "-x", "c", "-std=gnu11", "-O2", "-fPIC", "-shared",
-                          "-nostdlib++", "-w", "-o", so, src, NULL};
+    const char *argv[] = {st->cxx,       "-x", "c",  "-std=gnu11", "-O2", "-fPIC", "-shared",
+                          "-nostdlib++", "-w", "-o", so,           src,   NULL};
     bool ok = write_file(src, sm__ccserver_text, strlen(sm__ccserver_text)) &&
               run_tool(argv, log, &diag) && append_trailer(so, &key) && rename(so, path) == 0;
     free(diag);
@@ -1133,8 +1160,10 @@ static int parse_driver_line(const char *line, const char *obj, const char *so, 
       while (*p == ' ') p++;
       continue; /* bound at load time instead (above) */
     }
-    if (strcmp(a, obj) == 0) a = LINK_IN, in++;
-    else if (strcmp(a, so) == 0) a = LINK_OUT, out++;
+    if (strcmp(a, obj) == 0)
+      a = LINK_IN, in++;
+    else if (strcmp(a, so) == 0)
+      a = LINK_OUT, out++;
     sm__text_put(b, a, strlen(a) + 1);
     n++;
     while (*p == ' ') p++;

@@ -33,20 +33,20 @@
 /* A checked library. Owned strings and arrays; free with
  * sm__compiled_library_free. */
 typedef struct {
-  char *tu;                     /* the checked translation unit */
+  char *tu;                       /* the checked translation unit */
   struct sm_kernel_desc *kernels; /* from the manifest: fn NULL, written_mask 0 */
   unsigned n_kernels;
   struct sm_constant_desc *constants;
   unsigned n_constants;
-  char *strings;                /* names of kernels[] and constants[] */
-  uint32_t *arrays;             /* fc_used and fc_conds of kernels[] */
-  sm_digest key;                /* the library's key */
-  char *path;                   /* l-<...>.ii */
-  sm_digest compiler_key;       /* cc-<...>.txt */
+  char *strings;          /* names of kernels[] and constants[] */
+  uint32_t *arrays;       /* fc_used and fc_conds of kernels[] */
+  sm_digest key;          /* the library's key */
+  char *path;             /* l-<...>.ii */
+  sm_digest compiler_key; /* cc-<...>.txt */
   char *compiler_path;
-  int math_mode;                /* MTLMathMode 0..2 */
-  bool fast_functions;          /* MTLMathFloatingPointFunctions Fast */
-  unsigned metal_version;       /* 0: metal_stdlib's default */
+  int math_mode;          /* MTLMathMode 0..2 */
+  bool fast_functions;    /* MTLMathFloatingPointFunctions Fast */
+  unsigned metal_version; /* 0: metal_stdlib's default */
   char cxx[256];
 } sm_compiled_library;
 
@@ -60,8 +60,7 @@ bool sm__compile_library(const char *source, int math_mode, bool fast_functions,
 void sm__compiled_library_free(sm_compiled_library *l);
 
 /* The key and cache path of kernel `index`'s code (nothing is compiled). */
-void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *key,
-                      char **path);
+void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *key, char **path);
 /* Generates kernel `index`'s code (or takes it from the cache or an
  * archive) and dlopens it; NULL with *diag on failure. */
 void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag);

@@ -13,8 +13,10 @@
  * dispatch queues; the queue argument is not used). */
 static void data_destroy(sm_obj *o) {
   sm_dispatch_data *d = (sm_dispatch_data *)o;
-  if (d->owner == 0 || d->owner == 1) free(d->bytes);
-  else if (d->owner == 2) munmap(d->bytes, d->size);
+  if (d->owner == 0 || d->owner == 1)
+    free(d->bytes);
+  else if (d->owner == 2)
+    munmap(d->bytes, d->size);
   else if (d->owner == 3) {
     typedef struct {
       void *isa;
@@ -25,11 +27,14 @@ static void data_destroy(sm_obj *o) {
     sm__block_release(d->block);
   }
 }
-sm_class sm__dispatch_data_class = {"OS_dispatch_data", sizeof(sm_dispatch_data), data_destroy,
-                                    Nil, 0};
+sm_class sm__dispatch_data_class = {"OS_dispatch_data", sizeof(sm_dispatch_data), data_destroy, Nil,
+                                    0};
 
 /* libdispatch's destructor constants (dispatch/data.h): blocks compared by address. */
-static const struct { void *isa; int flags, reserved; } g_free_tag, g_munmap_tag;
+static const struct {
+  void *isa;
+  int flags, reserved;
+} g_free_tag, g_munmap_tag;
 SM_EXPORT const void *const _dispatch_data_destructor_free;
 SM_EXPORT const void *const _dispatch_data_destructor_munmap;
 const void *const _dispatch_data_destructor_free = &g_free_tag;
@@ -52,8 +57,10 @@ id dispatch_data_create(const void *buffer, size_t size, void *queue, void *dest
     return (id)d;
   }
   d->bytes = (void *)buffer;
-  if (destructor == &g_free_tag) d->owner = 1;
-  else if (destructor == &g_munmap_tag) d->owner = 2;
+  if (destructor == &g_free_tag)
+    d->owner = 1;
+  else if (destructor == &g_munmap_tag)
+    d->owner = 2;
   else {
     d->owner = 3;
     d->block = sm__block_copy(destructor);

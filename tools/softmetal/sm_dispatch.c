@@ -124,21 +124,24 @@ static struct {
   pthread_cond_t cv;      /* work arrived, or stop */
   pthread_cond_t idle_cv; /* nothing queued or running */
   task *head, *tail;
-  unsigned busy, idle;    /* workers running tasks; waiting for them */
-  unsigned queued;        /* tasks in the list, taken by no worker yet */
-  unsigned pending;       /* tasks queued or running, serial items included */
+  unsigned busy, idle; /* workers running tasks; waiting for them */
+  unsigned queued;     /* tasks in the list, taken by no worker yet */
+  unsigned pending;    /* tasks queued or running, serial items included */
   pthread_t *threads;
   unsigned nthreads, cap;
   bool stop, exit_registered;
-} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
+            .cv = PTHREAD_COND_INITIALIZER,
             .idle_cv = PTHREAD_COND_INITIALIZER};
 
 enum { MAX_WORKERS = 255 };
 
 static void run_item(item *it) {
   void *pool = sm__pool_push();
-  if (it->block) ((void (*)(void *))((block_layout *)it->block)->invoke)(it->block);
-  else it->fn(it->ctx);
+  if (it->block)
+    ((void (*)(void *))((block_layout *)it->block)->invoke)(it->block);
+  else
+    it->fn(it->ctx);
   sm__pool_pop(pool);
   sm__block_release(it->block);
   struct sm_dgroup *g = it->group;
@@ -233,8 +236,10 @@ static void pool_submit(task *t) {
     atexit(pool_exit);
   }
   t->next = NULL;
-  if (g_pool.tail) g_pool.tail->next = t;
-  else g_pool.head = t;
+  if (g_pool.tail)
+    g_pool.tail->next = t;
+  else
+    g_pool.head = t;
   g_pool.tail = t;
   g_pool.queued++;
   /* A woken worker counts as idle until it takes a task: start one more
@@ -293,7 +298,8 @@ static sm_dqueue *queue_new(const char *label, bool concurrent) {
 id dispatch_queue_create(const char *label, const void *attr) {
   if (attr && attr != &_dispatch_queue_attr_concurrent)
     sm__fatal("dispatch_queue_create: attr = %p is neither DISPATCH_QUEUE_SERIAL (NULL) nor "
-              "DISPATCH_QUEUE_CONCURRENT", attr);
+              "DISPATCH_QUEUE_CONCURRENT",
+              attr);
   return (id)queue_new(label, attr != NULL);
 }
 
@@ -304,11 +310,14 @@ const char *dispatch_queue_get_label(id queue) {
 /* The global queues: concurrent, one per quality of service (identifier:
  * DISPATCH_QUEUE_PRIORITY_* or QOS_CLASS_*), never freed. */
 id dispatch_get_global_queue(intptr_t identifier, uintptr_t flags) {
-  static const struct { intptr_t id; const char *label; } known[] = {
-      {2, "com.apple.root.user-interactive-qos"}, /* DISPATCH_QUEUE_PRIORITY_HIGH */
-      {0, "com.apple.root.default-qos"},          /* ..._DEFAULT */
-      {-2, "com.apple.root.utility-qos"},         /* ..._LOW */
-      {INT16_MIN, "com.apple.root.background-qos"}, /* ..._BACKGROUND */
+  static const struct {
+    intptr_t id;
+    const char *label;
+  } known[] = {
+      {2, "com.apple.root.user-interactive-qos"},    /* DISPATCH_QUEUE_PRIORITY_HIGH */
+      {0, "com.apple.root.default-qos"},             /* ..._DEFAULT */
+      {-2, "com.apple.root.utility-qos"},            /* ..._LOW */
+      {INT16_MIN, "com.apple.root.background-qos"},  /* ..._BACKGROUND */
       {0x21, "com.apple.root.user-interactive-qos"}, /* QOS_CLASS_USER_INTERACTIVE */
       {0x19, "com.apple.root.user-initiated-qos"},   /* QOS_CLASS_USER_INITIATED */
       {0x15, "com.apple.root.default-qos"},          /* QOS_CLASS_DEFAULT */
@@ -351,8 +360,10 @@ static void submit(sm_dqueue *q, item *it) {
   }
   pthread_mutex_lock(&q->mu);
   it->next = NULL;
-  if (q->tail) q->tail->next = it;
-  else q->head = it;
+  if (q->tail)
+    q->tail->next = it;
+  else
+    q->head = it;
   q->tail = it;
   bool start = !q->draining;
   q->draining = true;
@@ -446,8 +457,8 @@ static void apply_helper(void *arg) {
   pthread_mutex_unlock(&j->mu);
 }
 
-static void apply(const char *fn, size_t n, id queue, const void *block,
-                  void (*f)(void *, size_t), void *ctx) {
+static void apply(const char *fn, size_t n, id queue, const void *block, void (*f)(void *, size_t),
+                  void *ctx) {
   if (!block && !f) sm__fatal("%s: the block or function is NULL", fn);
   bool serial = queue && !as_queue(fn, queue)->concurrent;
   apply_job j = {block, f, ctx, n, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
@@ -460,8 +471,7 @@ static void apply(const char *fn, size_t n, id queue, const void *block,
   if (helpers > n - 1) helpers = (unsigned)(n - 1);
   j.helpers = helpers;
   sm_dqueue *global = (sm_dqueue *)dispatch_get_global_queue(0, 0);
-  for (unsigned h = 0; h < helpers; h++)
-    submit(global, item_new(fn, NULL, apply_helper, &j));
+  for (unsigned h = 0; h < helpers; h++) submit(global, item_new(fn, NULL, apply_helper, &j));
   apply_iterations(&j);
   pthread_mutex_lock(&j.mu);
   while (j.helpers) pthread_cond_wait(&j.cv, &j.mu);
@@ -472,8 +482,7 @@ static void apply(const char *fn, size_t n, id queue, const void *block,
 void dispatch_apply(size_t iterations, id queue, const void *block) {
   apply("dispatch_apply", iterations, queue, block, NULL, NULL);
 }
-void dispatch_apply_f(size_t iterations, id queue, void *ctx,
-                                void (*work)(void *, size_t)) {
+void dispatch_apply_f(size_t iterations, id queue, void *ctx, void (*work)(void *, size_t)) {
   apply("dispatch_apply_f", iterations, queue, NULL, work, ctx);
 }
 
@@ -535,8 +544,7 @@ void dispatch_group_enter(id group) {
 void dispatch_group_leave(id group) {
   sm_dgroup *g = as_group("dispatch_group_leave", group);
   pthread_mutex_lock(&g->mu);
-  if (g->count == 0)
-    sm__fatal("dispatch_group_leave: unbalanced call (the group was not entered)");
+  if (g->count == 0) sm__fatal("dispatch_group_leave: unbalanced call (the group was not entered)");
   struct notify *run = NULL;
   if (--g->count == 0) {
     run = g->notify;

@@ -98,9 +98,9 @@ typedef struct {
   const void *main_bottom;
   size_t main_size;
   void *main_tsan_fiber;
-  uint64_t rng;      /* SOFTMETAL_SCHEDULE=random: state, 0 when in order */
-  uint32_t *order;   /* [n] the order of one round */
-  char *fail;        /* first strict-mode failure, "" if none */
+  uint64_t rng;    /* SOFTMETAL_SCHEDULE=random: state, 0 when in order */
+  uint32_t *order; /* [n] the order of one round */
+  char *fail;      /* first strict-mode failure, "" if none */
   size_t fail_len;
   const uint32_t *group; /* threadgroup position, for messages */
   sm_fault fault;        /* kernel faults of its fibers */
@@ -121,7 +121,8 @@ static void to_fiber(sched *s, fiber *f) {
   __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
 #if SM_FIBER_ASM
-  if (!s->ucontext) sm__fiber_switch(&s->main_sp, f->sp);
+  if (!s->ucontext)
+    sm__fiber_switch(&s->main_sp, f->sp);
   else
 #endif
     swapcontext(&s->main, &f->ctx);
@@ -141,7 +142,8 @@ static void to_main(sched *s, fiber *f, bool exiting) {
   __tsan_switch_to_fiber(s->main_tsan_fiber, 0);
 #endif
 #if SM_FIBER_ASM
-  if (!s->ucontext) sm__fiber_switch(&f->sp, s->main_sp);
+  if (!s->ucontext)
+    sm__fiber_switch(&f->sp, s->main_sp);
   else
 #endif
     swapcontext(&f->ctx, &s->main);
@@ -257,7 +259,7 @@ typedef struct run_state {
   uint32_t *order; /* [max_threads] */
   bool seeded;     /* SOFTMETAL_SCHEDULE=random:SEED */
   uint64_t seed;
-  bool ucontext;   /* SOFTMETAL_FIBER_SWITCH=ucontext */
+  bool ucontext; /* SOFTMETAL_FIBER_SWITCH=ucontext */
 } run_state;
 
 /* The message of a kernel fault: the kernel, the thread (or only its
@@ -267,16 +269,17 @@ static void fault_message(const run_state *r, const struct sm_thread *t, bool th
                           const sm_fault *f, char *err, size_t errlen) {
   char scratch[256];
   const char *rule = sm__fault_rule(f, scratch, sizeof scratch);
-  int len = thread_known ? snprintf(err, errlen,
-                     "dispatch of kernel %s: thread_position_in_grid (%u, %u, %u), "
-                     "threadgroup_position_in_grid (%u, %u, %u), "
-                     "thread_position_in_threadgroup (%u, %u, %u): kernel fault: %s",
-                     r->k->name, t->tpig[0], t->tpig[1], t->tpig[2], t->tgpig[0], t->tgpig[1],
-                     t->tgpig[2], t->tpitg[0], t->tpitg[1], t->tpitg[2], rule)
-                          : snprintf(err, errlen,
-                     "dispatch of kernel %s: a thread of threadgroup_position_in_grid "
-                     "(%u, %u, %u): kernel fault: %s",
-                     r->k->name, t->tgpig[0], t->tgpig[1], t->tgpig[2], rule);
+  int len = thread_known
+                ? snprintf(err, errlen,
+                           "dispatch of kernel %s: thread_position_in_grid (%u, %u, %u), "
+                           "threadgroup_position_in_grid (%u, %u, %u), "
+                           "thread_position_in_threadgroup (%u, %u, %u): kernel fault: %s",
+                           r->k->name, t->tpig[0], t->tpig[1], t->tpig[2], t->tgpig[0], t->tgpig[1],
+                           t->tgpig[2], t->tpitg[0], t->tpitg[1], t->tpitg[2], rule)
+                : snprintf(err, errlen,
+                           "dispatch of kernel %s: a thread of threadgroup_position_in_grid "
+                           "(%u, %u, %u): kernel fault: %s",
+                           r->k->name, t->tgpig[0], t->tgpig[1], t->tgpig[2], rule);
   if (len < 0 || (size_t)len >= errlen || (f->sig != SIGSEGV && f->sig != SIGBUS)) return;
   uintptr_t a = (uintptr_t)f->addr, guard = sm__guard_bytes();
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
@@ -530,8 +533,8 @@ static void loop_land(sm_fault *fault) {
 
 /* One sm_thread for the whole threadgroup: the kernel only reads it. */
 __attribute__((noinline)) static bool run_group_loop(run_state *r, const uint32_t g[3],
-                                                     const uint32_t sz[3], char *err,
-                                                     size_t errlen, loop_fault *lf) {
+                                                     const uint32_t sz[3], char *err, size_t errlen,
+                                                     loop_fault *lf) {
   struct sm_thread t;
   bool synced = false;
   uint32_t n = sz[0] * sz[1] * sz[2];
@@ -557,14 +560,15 @@ __attribute__((noinline)) static bool run_group_loop(run_state *r, const uint32_
     snprintf(err, errlen,
              "dispatch of kernel %s: a thread reached threadgroup_barrier or a SIMD-group "
              "function that softmetal's analysis of the kernel did not find (a softmetal bug: "
-             "please report the kernel)", r->k->name);
+             "please report the kernel)",
+             r->k->name);
   return !synced;
 }
 
 /* One threadgroup of a kernel without barriers, thread by thread. False
  * with a message when it failed (a fault included). */
-static bool run_group_guarded(run_state *r, const uint32_t g[3], const uint32_t sz[3],
-                              char *err, size_t errlen) {
+static bool run_group_guarded(run_state *r, const uint32_t g[3], const uint32_t sz[3], char *err,
+                              size_t errlen) {
   loop_fault lf;
   memset(&lf.fault, 0, sizeof lf.fault);
   lf.fault.land = loop_land;
@@ -619,7 +623,7 @@ typedef struct {
   sm_tg_arena *tg_arena;
   uint32_t *order;
   uint32_t order_cap;
-  fiber *fibers;         /* [nfibers], each known to TSan */
+  fiber *fibers; /* [nfibers], each known to TSan */
   unsigned char *stacks;
   size_t stacks_len;
   uint32_t nfibers;
@@ -653,7 +657,8 @@ static void cache_free(void *arg) {
 
 static pthread_key_t g_cache_key;
 static void cache_key_make(void) {
-  if (pthread_key_create(&g_cache_key, cache_free) != 0) sm__fatal("softmetal: pthread_key_create failed");
+  if (pthread_key_create(&g_cache_key, cache_free) != 0)
+    sm__fatal("softmetal: pthread_key_create failed");
 }
 
 /* This thread's cache, or NULL when out of memory. */
@@ -718,8 +723,8 @@ static bool setup_fibers(run_state *r, exec_cache *c, uint32_t max_threads, char
     free(r->fibers);
     r->fibers = NULL;
     r->stacks = NULL;
-    snprintf(err, errlen, "dispatch of kernel %s: cannot allocate %u fiber stacks",
-             r->k->name, max_threads);
+    snprintf(err, errlen, "dispatch of kernel %s: cannot allocate %u fiber stacks", r->k->name,
+             max_threads);
     return false;
   }
   r->stacks = m;
@@ -790,7 +795,8 @@ static bool run_chunk(run_state *r, uint64_t first, uint64_t end, char *err, siz
       thread_init(&t, r, g, sz, 0, 0, 0);
       fault_message(r, &t, false, &fault, err, errlen);
       size_t len = strlen(err);
-      snprintf(err + len, errlen - len, " (run again thread by thread, the threadgroup did "
+      snprintf(err + len, errlen - len,
+               " (run again thread by thread, the threadgroup did "
                "not fault, so the thread is not known)");
     }
     return false;
@@ -822,7 +828,8 @@ static bool run_chunk(run_state *r, uint64_t first, uint64_t end, char *err, siz
     snprintf(err, errlen,
              "dispatch of kernel %s: a thread reached threadgroup_barrier or a SIMD-group "
              "function that softmetal's analysis of the kernel did not find (a softmetal bug: "
-             "please report the kernel)", r->k->name);
+             "please report the kernel)",
+             r->k->name);
   return !synced;
 }
 
@@ -951,8 +958,10 @@ static void job_work(job *j) {
       /* Threadgroup memory starts as garbage on a GPU: make reliance on zero visible. */
       if (r.tg_bytes) memset(r.tg_block, 0xFF, r.tg_bytes);
       sm__tg_arena_begin(r.tg_arena);
-      if (fibers) ok = run_group_fibers(&r, g, sz, err, sizeof err);
-      else ok = run_group_guarded(&r, g, sz, err, sizeof err);
+      if (fibers)
+        ok = run_group_fibers(&r, g, sz, err, sizeof err);
+      else
+        ok = run_group_guarded(&r, g, sz, err, sizeof err);
     }
   }
   if (!ok) job_fail(j, err);
@@ -972,10 +981,18 @@ static struct {
   unsigned nthreads; /* workers */
   bool started, stop;
   job *cur;
-  uint64_t gen;      /* bumped for each job handed to the workers */
-  unsigned running;  /* workers inside the current job */
-} g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-            NULL, 0, false, false, NULL, 0, 0};
+  uint64_t gen;     /* bumped for each job handed to the workers */
+  unsigned running; /* workers inside the current job */
+} g_pool = {PTHREAD_MUTEX_INITIALIZER,
+            PTHREAD_COND_INITIALIZER,
+            PTHREAD_COND_INITIALIZER,
+            NULL,
+            0,
+            false,
+            false,
+            NULL,
+            0,
+            0};
 
 static void *worker_main(void *arg) {
   (void)arg;
@@ -1074,9 +1091,10 @@ bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen) {
   err[0] = 0;
   if (__builtin_mul_overflow((uint64_t)d->groups.width, d->groups.height, &j.ngroups) ||
       __builtin_mul_overflow(j.ngroups, d->groups.depth, &j.ngroups)) {
-    snprintf(err, errlen, "dispatch of kernel %s: {%lu, %lu, %lu} threadgroups are over 2^64 in "
-             "all, more than softmetal can count", d->pipeline->desc->name, d->groups.width,
-             d->groups.height, d->groups.depth);
+    snprintf(err, errlen,
+             "dispatch of kernel %s: {%lu, %lu, %lu} threadgroups are over 2^64 in "
+             "all, more than softmetal can count",
+             d->pipeline->desc->name, d->groups.width, d->groups.height, d->groups.depth);
     return false; /* a wrapped count would run part of the grid, or none of it */
   }
   read_schedule(&j.seeded, &j.seed);

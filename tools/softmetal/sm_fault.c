@@ -193,13 +193,17 @@ const char *sm__fault_rule(const sm_fault *f, char *buf, size_t len) {
     return buf;
   default:
     if (f->stack_overflow) {
-      snprintf(buf, len, "stack overflow (%s at address %p): the thread used more stack "
-               "than softmetal gives it", f->sig == SIGBUS ? "SIGBUS" : "SIGSEGV", f->addr);
+      snprintf(buf, len,
+               "stack overflow (%s at address %p): the thread used more stack "
+               "than softmetal gives it",
+               f->sig == SIGBUS ? "SIGBUS" : "SIGSEGV", f->addr);
       return buf;
     }
     snprintf(buf, len, "invalid memory %s at address %p (%s)",
-             f->write == 1 ? "write" : f->write == 0 ? "read" : "access", f->addr,
-             f->sig == SIGBUS ? "SIGBUS" : "SIGSEGV");
+             f->write == 1   ? "write"
+             : f->write == 0 ? "read"
+                             : "access",
+             f->addr, f->sig == SIGBUS ? "SIGBUS" : "SIGSEGV");
     return buf;
   }
 }
@@ -224,8 +228,8 @@ void *sm__guarded_alloc(size_t length) {
   size_t data, pages;
   if (length > ((size_t)1 << 40)) return NULL;
   size_t total = guarded_geometry(length, &data, &pages);
-  unsigned char *m = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                          -1, 0);
+  unsigned char *m =
+      mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return NULL;
   if (mprotect(m + GUARD, pages, PROT_READ | PROT_WRITE) != 0) {
     munmap(m, total);

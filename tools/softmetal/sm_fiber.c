@@ -68,9 +68,9 @@ void *sm__fiber_stack_init(unsigned char *stack, size_t size, void (*entry)(void
   __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
   sp[0] = cw;
   sp[1] = mxcsr;
-  sp[2] = sp[3] = sp[4] = sp[5] = 0;   /* r15, r14, r13, r12 */
-  sp[6] = (uint64_t)(uintptr_t)entry;  /* rbx */
-  sp[7] = 0;                           /* rbp */
+  sp[2] = sp[3] = sp[4] = sp[5] = 0;           /* r15, r14, r13, r12 */
+  sp[6] = (uint64_t)(uintptr_t)entry;          /* rbx */
+  sp[7] = 0;                                   /* rbp */
   sp[8] = (uint64_t)(uintptr_t)sm_fiber_start; /* at top - 8 */
   return sp;
 }

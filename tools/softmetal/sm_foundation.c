@@ -90,8 +90,10 @@ void sm__class_end(sm_class *k) { objc_registerClassPair(k->objc); }
 
 void sm__methods(Class c, const sm_method_def *table) {
   for (; table && table->sel; table++) {
-    if (table->sel[0] == '+') sm__class_method(c, table->sel + 1, table->imp, table->types);
-    else sm__method(c, table->sel, table->imp, table->types);
+    if (table->sel[0] == '+')
+      sm__class_method(c, table->sel + 1, table->imp, table->types);
+    else
+      sm__method(c, table->sel, table->imp, table->types);
   }
 }
 
@@ -140,8 +142,8 @@ static id root_alloc(id cls, SEL cmd) {
   size_t size = class_getInstanceSize((Class)cls);
   if (size < sizeof(sm_obj))
     sm__fatal("+[%s %s]: instance size %zu is smaller than NSObject's %zu: compiled against "
-              "another NSObject declaration", class_getName((Class)cls), sel_getName(cmd),
-              size, sizeof(sm_obj));
+              "another NSObject declaration",
+              class_getName((Class)cls), sel_getName(cmd), size, sizeof(sm_obj));
   sm_obj *o = calloc(1, size);
   if (!o) return nil;
   o->isa = (Class)cls;
@@ -160,7 +162,10 @@ static id root_new(id cls, SEL cmd) {
   return ((id(*)(id, SEL))(void (*)(void))sm__lookup(o, "init"))(o, sel_registerName("init"));
 }
 
-static id root_init(id self, SEL cmd) { (void)cmd; return self; }
+static id root_init(id self, SEL cmd) {
+  (void)cmd;
+  return self;
+}
 
 id sm__retain(id o) {
   if (!o || is_literal(o)) return o;
@@ -176,17 +181,25 @@ void sm__release(id o) {
   sm_obj *s = (sm_obj *)o;
   atomic_fetch_add(&g_releases, 1);
   long old = atomic_fetch_sub(&s->rc, 1);
-  if (old <= 0) sm__fatal("-[%s release]: over-release (retain count was %ld)",
-                          s->cls->name, old);
+  if (old <= 0) sm__fatal("-[%s release]: over-release (retain count was %ld)", s->cls->name, old);
   if (old == 1) {
     void (*dealloc)(id, SEL) = (void (*)(id, SEL))(void (*)(void))sm__lookup(o, "dealloc");
     dealloc(o, sel_registerName("dealloc"));
   }
 }
 
-static id root_retain(id self, SEL cmd) { (void)cmd; return sm__retain(self); }
-static void root_release(id self, SEL cmd) { (void)cmd; sm__release(self); }
-static id root_autorelease(id self, SEL cmd) { (void)cmd; return sm__autorelease(self); }
+static id root_retain(id self, SEL cmd) {
+  (void)cmd;
+  return sm__retain(self);
+}
+static void root_release(id self, SEL cmd) {
+  (void)cmd;
+  sm__release(self);
+}
+static id root_autorelease(id self, SEL cmd) {
+  (void)cmd;
+  return sm__autorelease(self);
+}
 static NSUInteger root_retain_count(id self, SEL cmd) {
   (void)cmd;
   return (NSUInteger)atomic_load(&((sm_obj *)self)->rc);
@@ -204,7 +217,10 @@ static void root_dealloc(id self, SEL cmd) {
   free(s);
 }
 
-static Class root_class(id self, SEL cmd) { (void)cmd; return object_getClass(self); }
+static Class root_class(id self, SEL cmd) {
+  (void)cmd;
+  return object_getClass(self);
+}
 static BOOL root_responds(id self, SEL cmd, SEL sel) {
   (void)cmd;
   return class_respondsToSelector(object_getClass(self), sel) ? 1 : 0;
@@ -226,13 +242,22 @@ static BOOL root_conforms(id self, SEL cmd, Protocol *p) {
     if (class_conformsToProtocol(k, p)) return 1;
   return 0;
 }
-static id root_self(id self, SEL cmd) { (void)cmd; return self; }
+static id root_self(id self, SEL cmd) {
+  (void)cmd;
+  return self;
+}
 static Class root_superclass(id self, SEL cmd) {
   (void)cmd;
   return class_getSuperclass(object_getClass(self));
 }
-static BOOL root_is_equal(id self, SEL cmd, id other) { (void)cmd; return self == other; }
-static NSUInteger root_hash(id self, SEL cmd) { (void)cmd; return (NSUInteger)(uintptr_t)self; }
+static BOOL root_is_equal(id self, SEL cmd, id other) {
+  (void)cmd;
+  return self == other;
+}
+static NSUInteger root_hash(id self, SEL cmd) {
+  (void)cmd;
+  return (NSUInteger)(uintptr_t)self;
+}
 static id root_description(id self, SEL cmd) {
   (void)cmd;
   char text[160];
@@ -240,7 +265,10 @@ static id root_description(id self, SEL cmd) {
   return sm__autorelease(sm__string(text));
 }
 
-static id root_label(id self, SEL cmd) { (void)cmd; return ((sm_obj *)self)->label; }
+static id root_label(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_obj *)self)->label;
+}
 static void root_set_label(id self, SEL cmd, id label) {
   sm_obj *s = (sm_obj *)self;
   if (label && !sm__is_string(label))
@@ -252,16 +280,22 @@ static void root_set_label(id self, SEL cmd, id label) {
 }
 
 /* Class objects are never counted or freed. */
-static id class_retain(id self, SEL cmd) { (void)cmd; return self; }
-static void class_release(id self, SEL cmd) { (void)self; (void)cmd; }
+static id class_retain(id self, SEL cmd) {
+  (void)cmd;
+  return self;
+}
+static void class_release(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+}
 
 /* ------------------------------------------------------------- unknown selectors */
 static void unknown_selector(id self, SEL cmd) {
   Class c = self ? object_getClass(self) : Nil;
   const char *kind = c && class_isMetaClass(c) ? "+" : "-";
   const char *name = self ? object_getClassName(self) : "nil";
-  sm__fatal("%s[%s %s]: unrecognized selector sent to %p", kind, name,
-            sel_getName(cmd), (void *)self);
+  sm__fatal("%s[%s %s]: unrecognized selector sent to %p", kind, name, sel_getName(cmd),
+            (void *)self);
 }
 
 static IMP forward_hook(id receiver, SEL sel) {
@@ -284,8 +318,7 @@ static pthread_key_t g_pool_key;
 static void pool_thread_exit(void *arg) {
   pool_stack *p = arg;
   if (p->depth)
-    fprintf(stderr, "softmetal: thread exited with %zu autorelease pool(s) not popped\n",
-            p->depth);
+    fprintf(stderr, "softmetal: thread exited with %zu autorelease pool(s) not popped\n", p->depth);
   free(p->items);
   free(p->marks);
   memset(p, 0, sizeof *p);
@@ -307,7 +340,8 @@ void sm__pool_pop(void *token) {
   uintptr_t t = (uintptr_t)token;
   if (t == 0 || t % 16 != 0 || t / 16 > p->depth)
     sm__fatal("objc_autoreleasePoolPop: token %p is not a pool pushed on this "
-              "thread (pool depth %zu)", token, p->depth);
+              "thread (pool depth %zu)",
+              token, p->depth);
   size_t d = t / 16 - 1;
   size_t mark = p->marks[d];
   /* Releasing may autorelease more objects; drain until this level is empty. */
@@ -323,7 +357,8 @@ id sm__autorelease(id o) {
   pool_stack *p = &t_pools;
   if (p->depth == 0)
     sm__fatal("-[%s autorelease]: no autorelease pool in place on this thread "
-              "(the object would leak)", ((sm_obj *)o)->cls->name);
+              "(the object would leak)",
+              ((sm_obj *)o)->cls->name);
   if (p->n == p->cap) {
     if (!sm__grow(&p->items, &p->cap, sizeof *p->items, 64))
       sm__fatal("-[%s autorelease]: out of memory", ((sm_obj *)o)->cls->name);
@@ -357,11 +392,20 @@ static long utf8_utf16_length(const unsigned char *s, size_t n) {
     unsigned c = s[i];
     size_t extra;
     unsigned cp;
-    if (c < 0x80) { extra = 0; cp = c; }
-    else if ((c & 0xE0) == 0xC0) { extra = 1; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { extra = 2; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { extra = 3; cp = c & 0x07; }
-    else return -1;
+    if (c < 0x80) {
+      extra = 0;
+      cp = c;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else
+      return -1;
     if (extra && i + extra >= n) return -1;
     for (size_t k = 1; k <= extra; k++) {
       if ((s[i + k] & 0xC0) != 0x80) return -1;
@@ -400,8 +444,7 @@ static id string_fill(sm_string *s, const void *bytes, size_t len, NSUInteger en
   return (id)s;
 }
 
-static id string_init_bytes(id self, SEL cmd, const void *bytes, NSUInteger len,
-                            NSUInteger enc) {
+static id string_init_bytes(id self, SEL cmd, const void *bytes, NSUInteger len, NSUInteger enc) {
   (void)cmd;
   return string_fill((sm_string *)self, bytes, len, enc);
 }
@@ -456,13 +499,16 @@ const char *sm__string_utf8(id s) {
 id sm__string_copy(id s) {
   if (!s) return nil;
   if (!is_literal(s)) {
-    sm__string_utf8(s); /* checks it is a string */
+    sm__string_utf8(s);   /* checks it is a string */
     return sm__retain(s); /* immutable */
   }
   return sm__string(((sm_cstr *)s)->c_string);
 }
 
-static const char *string_utf8(id self, SEL cmd) { (void)cmd; return sm__string_utf8(self); }
+static const char *string_utf8(id self, SEL cmd) {
+  (void)cmd;
+  return sm__string_utf8(self);
+}
 static NSUInteger string_length(id self, SEL cmd) {
   (void)cmd;
   if (!is_literal(self)) return ((sm_string *)self)->utf16_len;
@@ -529,16 +575,31 @@ static id string_append(id self, SEL cmd, id other) {
   (void)cmd;
   return string_join(sm__string_utf8(self), "", other ? sm__string_utf8(other) : "");
 }
-static id string_self_copy(id self, SEL cmd) { (void)cmd; return sm__string_copy(self); }
-static id string_description(id self, SEL cmd) { (void)cmd; return self; }
+static id string_self_copy(id self, SEL cmd) {
+  (void)cmd;
+  return sm__string_copy(self);
+}
+static id string_description(id self, SEL cmd) {
+  (void)cmd;
+  return self;
+}
 static BOOL literal_is_kind(id self, SEL cmd, Class c) {
   (void)self;
   (void)cmd;
   return c == sm__string_class.objc || c == g_cstr || c == g_root;
 }
-static id literal_retain(id self, SEL cmd) { (void)cmd; return self; }
-static void literal_release(id self, SEL cmd) { (void)self; (void)cmd; }
-static Class literal_class(id self, SEL cmd) { (void)cmd; return object_getClass(self); }
+static id literal_retain(id self, SEL cmd) {
+  (void)cmd;
+  return self;
+}
+static void literal_release(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+}
+static Class literal_class(id self, SEL cmd) {
+  (void)cmd;
+  return object_getClass(self);
+}
 static BOOL literal_responds(id self, SEL cmd, SEL sel) {
   (void)cmd;
   return class_respondsToSelector(object_getClass(self), sel) ? 1 : 0;
@@ -621,8 +682,14 @@ id sm__error(const char *domain, NSInteger code, const char *fmt, ...) {
   return (id)e;
 }
 
-static id error_domain(id self, SEL cmd) { (void)cmd; return ((sm_error *)self)->domain; }
-static NSInteger error_code(id self, SEL cmd) { (void)cmd; return ((sm_error *)self)->code; }
+static id error_domain(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_error *)self)->domain;
+}
+static NSInteger error_code(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_error *)self)->code;
+}
 static id error_description(id self, SEL cmd) {
   (void)cmd;
   return ((sm_error *)self)->description;
@@ -687,7 +754,10 @@ id sm__array(id *items, size_t n) {
   return (id)a;
 }
 
-static NSUInteger array_count(id self, SEL cmd) { (void)cmd; return ((sm_array *)self)->n; }
+static NSUInteger array_count(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_array *)self)->n;
+}
 static id array_first(id self, SEL cmd) {
   (void)cmd;
   sm_array *a = (sm_array *)self;
@@ -731,7 +801,8 @@ static id array_with_object(id cls, SEL cmd, id o) {
   if (a) object_setClass(a, (Class)cls);
   return sm__autorelease(a);
 }
-static NSUInteger array_enumerate(id self, SEL cmd, sm_fast_enum_state *st, id *buf, NSUInteger len) {
+static NSUInteger array_enumerate(id self, SEL cmd, sm_fast_enum_state *st, id *buf,
+                                  NSUInteger len) {
   (void)cmd;
   (void)buf;
   (void)len;
@@ -771,8 +842,8 @@ static void marray_add(id self, SEL cmd, id o) {
 static void marray_remove_at(id self, SEL cmd, NSUInteger i) {
   sm_array *a = (sm_array *)self;
   if (i >= a->n)
-    sm__fatal("-[NSMutableArray %s]: index %lu beyond bounds (count %lu)", sel_getName(cmd),
-              i, a->n);
+    sm__fatal("-[NSMutableArray %s]: index %lu beyond bounds (count %lu)", sel_getName(cmd), i,
+              a->n);
   id o = a->items[i];
   memmove(a->items + i, a->items + i + 1, (a->n - i - 1) * sizeof(id));
   a->n--;
@@ -798,8 +869,7 @@ static void marray_remove_object(id self, SEL cmd, id o) {
 static id array_object_at(id self, SEL cmd, NSUInteger i) {
   sm_array *a = (sm_array *)self;
   if (i >= a->n)
-    sm__fatal("-[NSArray %s]: index %lu beyond bounds (count %lu)", sel_getName(cmd), i,
-              a->n);
+    sm__fatal("-[NSArray %s]: index %lu beyond bounds (count %lu)", sel_getName(cmd), i, a->n);
   return a->items[i];
 }
 
@@ -838,7 +908,10 @@ void sm__block_invoke_handler(const void *block, id arg) {
 }
 
 /* ------------------------------------------------------------- registration */
-static Class meta_class_self(id self, SEL cmd) { (void)cmd; return (Class)self; }
+static Class meta_class_self(id self, SEL cmd) {
+  (void)cmd;
+  return (Class)self;
+}
 static Class meta_superclass(id self, SEL cmd) {
   (void)cmd;
   return class_getSuperclass((Class)self);
@@ -970,7 +1043,6 @@ static void register_foundation(void) {
   sm__error_domain(&NSCocoaErrorDomain, "NSCocoaErrorDomain");
   sm__error_domain(&NSPOSIXErrorDomain, "NSPOSIXErrorDomain");
 
-
   c = sm__class_begin(&sm__error_class);
   sm__method(c, "domain", SM_IMP(error_domain), "@@:");
   sm__method(c, "code", SM_IMP(error_code), "q@:");
@@ -988,8 +1060,7 @@ static void register_foundation(void) {
   sm__method(c, "containsObject:", SM_IMP(array_contains), "C@:@");
   sm__method(c, "copy", SM_IMP(array_copy), "@@:");
   sm__method(c, "mutableCopy", SM_IMP(array_mutable_copy), "@@:");
-  sm__method(c, "countByEnumeratingWithState:objects:count:", SM_IMP(array_enumerate),
-             "Q@:^v^@Q");
+  sm__method(c, "countByEnumeratingWithState:objects:count:", SM_IMP(array_enumerate), "Q@:^v^@Q");
   sm__class_method(c, "array", SM_IMP(array_empty), "@@:");
   sm__class_method(c, "arrayWithObject:", SM_IMP(array_with_object), "@@:@");
   sm__class_method(c, "arrayWithObjects:count:", SM_IMP(array_with_objects), "@@:^@Q");

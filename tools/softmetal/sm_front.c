@@ -64,12 +64,12 @@ void sm__text_printf(buf *b, const char *fmt, ...) {
 enum { T_ID, T_NUM, T_STR, T_PUN };
 
 typedef struct {
-  size_t off;   /* in the preprocessed text */
+  size_t off; /* in the preprocessed text */
   uint32_t len;
   int line, col; /* in program_source */
   char kind;
-  bool done;    /* covered by a structural rewrite */
-  bool proto;   /* in a function declaration without a body (names there are not calls) */
+  bool done;  /* covered by a structural rewrite */
+  bool proto; /* in a function declaration without a body (names there are not calls) */
 } tok;
 
 typedef struct {
@@ -97,7 +97,7 @@ typedef struct {
   char host[128];
   param *p;
   int np;
-  bool pbad;   /* parameters failed to parse */
+  bool pbad; /* parameters failed to parse */
   int line, col;
 } fdef;
 
@@ -109,15 +109,15 @@ typedef struct {
   int mtl_type, size;
   bool optional;
   size_t init0, init1; /* derived: initialiser tokens */
-  size_t decl0, decl1;  /* the declaration's tokens */
+  size_t decl0, decl1; /* the declaration's tokens */
 } fconst;
 
 /* A kernel to export: a function, or an instantiation of a template. */
 typedef struct {
   char host[128];
   char callee[512];
-  int def;          /* fdef index */
-  param *p;         /* parameters (owned when from an instantiation) */
+  int def;  /* fdef index */
+  param *p; /* parameters (owned when from an instantiation) */
   int np;
   bool own_p;
   size_t insert_at; /* byte offset after which the trampoline goes */
@@ -142,9 +142,9 @@ typedef struct {
   size_t nk;
   uint32_t tg_ids; /* threadgroup variable declarations, at tokens tg_at[] */
   size_t *tg_at, tg_cap;
-  char cls[128];  /* the class whose body is being parsed */
-  int in_class;   /* depth of class bodies being parsed */
-  bool foreign;   /* code from a header the analysis does not see */
+  char cls[128]; /* the class whose body is being parsed */
+  int in_class;  /* depth of class bodies being parsed */
+  bool foreign;  /* code from a header the analysis does not see */
   buf err;
   int nerr;
   bool oom;
@@ -230,9 +230,9 @@ static void span_text(const fe *f, size_t a, size_t b, buf *out) {
 static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
 static const char *const PUNCT3[] = {"<<=", ">>=", "...", "->*", "<=>"};
-static const char *const PUNCT2[] = {"::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=",
-                                     "&&", "||", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=",
-                                     ".*", "##"};
+static const char *const PUNCT2[] = {
+    "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&",
+    "||", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", ".*", "##"};
 
 /* Tokenizes pp[a, b) (one line of program_source, line number line). */
 static void tokenize_line(fe *f, size_t a, size_t b, int line, size_t line_start) {
@@ -250,14 +250,14 @@ static void tokenize_line(fe *f, size_t a, size_t b, int line, size_t line_start
       while (i < b && ident_char(s[i])) i++;
       kind = T_ID;
       /* string prefixes: u8"", L'' ... */
-      if (i < b && (s[i] == '"' || s[i] == '\'') &&
-          (i - start <= 2 && strchr("uUL8", s[start]))) {
+      if (i < b && (s[i] == '"' || s[i] == '\'') && (i - start <= 2 && strchr("uUL8", s[start]))) {
         char q = s[i++];
         while (i < b && s[i] != q) i += (s[i] == '\\') ? 2 : 1;
         i++;
         kind = T_STR;
       }
-    } else if (isdigit((unsigned char)c) || (c == '.' && i + 1 < b && isdigit((unsigned char)s[i + 1]))) {
+    } else if (isdigit((unsigned char)c) ||
+               (c == '.' && i + 1 < b && isdigit((unsigned char)s[i + 1]))) {
       while (i < b && (ident_char(s[i]) || s[i] == '.' || s[i] == '\'' ||
                        ((s[i] == '+' || s[i] == '-') && strchr("eEpP", s[i - 1]))))
         i++;
@@ -281,8 +281,8 @@ static void tokenize_line(fe *f, size_t a, size_t b, int line, size_t line_start
     tok *t = grow(f->t, &f->capt, f->nt, sizeof *t, &f->oom);
     if (!t) return;
     f->t = t;
-    f->t[f->nt++] = (tok){start, (uint32_t)(i - start), line, (int)(start - line_start) + 1, kind,
-                          false, false};
+    f->t[f->nt++] = (tok){
+        start, (uint32_t)(i - start), line, (int)(start - line_start) + 1, kind, false, false};
   }
 }
 
@@ -292,7 +292,8 @@ static void tokenize_line(fe *f, size_t a, size_t b, int line, size_t line_start
 static bool known_header(const char *name, size_t n, const char *flags, size_t nflags) {
   if (n && name[0] == '<') return true;
   for (size_t i = 0; i < nflags; i++) /* flags: " 1 3" */
-    if (flags[i] == '3' && (i == 0 || flags[i - 1] == ' ') && (i + 1 == nflags || flags[i + 1] == ' '))
+    if (flags[i] == '3' && (i == 0 || flags[i - 1] == ' ') &&
+        (i + 1 == nflags || flags[i + 1] == ' '))
       return true;
   size_t b = n;
   while (b && name[b - 1] != '/') b--;
@@ -318,10 +319,20 @@ static bool unroll_hint_with_name(const char *s, size_t n) {
   if (!loop) return false;
   const char *open = memchr(s + i, '(', n - i);
   if (!open) return false;
-  static const char *const WORDS[] = {"full", "enable", "disable", "assume_safety", "unroll",
-                                      "unroll_count", "vectorize", "vectorize_width",
-                                      "interleave", "interleave_count", "distribute",
-                                      "pipeline", "pipeline_initiation_interval", "scalable",
+  static const char *const WORDS[] = {"full",
+                                      "enable",
+                                      "disable",
+                                      "assume_safety",
+                                      "unroll",
+                                      "unroll_count",
+                                      "vectorize",
+                                      "vectorize_width",
+                                      "interleave",
+                                      "interleave_count",
+                                      "distribute",
+                                      "pipeline",
+                                      "pipeline_initiation_interval",
+                                      "scalable",
                                       "fixed"};
   for (const char *c = open, *end = s + n; c < end;) {
     if (!isalpha((unsigned char)*c) && *c != '_') {
@@ -363,8 +374,8 @@ static void scan_pp(fe *f) {
           size_t q = k + 1;
           while (q < eol && s[q] != '"') q += s[q] == '\\' ? 2 : 1;
           size_t name_len = q - k - 1;
-          in_prog = name_len == strlen(f->src_path) &&
-                    memcmp(s + k + 1, f->src_path, name_len) == 0;
+          in_prog =
+              name_len == strlen(f->src_path) && memcmp(s + k + 1, f->src_path, name_len) == 0;
           if (in_prog) /* diagnostics of the compile name the user's source so */
             add_edit(f, k + 1, q, SM_PROGRAM_SOURCE);
           in_foreign = !in_prog && !known_header(s + k + 1, name_len, s + q + 1, eol - q - 1);
@@ -394,7 +405,8 @@ static size_t match(const fe *f, size_t i) {
   for (size_t k = i; k < f->nt; k++) {
     if (f->t[k].kind != T_PUN || f->t[k].len != 1) continue;
     char c = f->pp[f->t[k].off];
-    if (c == '(' || c == '[' || c == '{') depth++;
+    if (c == '(' || c == '[' || c == '{')
+      depth++;
     else if (c == ')' || c == ']' || c == '}') {
       if (--depth == 0) return k;
     }
@@ -410,10 +422,14 @@ static size_t match_angle(const fe *f, size_t i) {
       k = match(f, k);
       continue;
     }
-    if (is(f, k, "<")) depth++;
-    else if (is(f, k, ">")) depth--;
-    else if (is(f, k, ">>")) depth -= 2;
-    else if (is(f, k, ";")) return f->nt;
+    if (is(f, k, "<"))
+      depth++;
+    else if (is(f, k, ">"))
+      depth--;
+    else if (is(f, k, ">>"))
+      depth -= 2;
+    else if (is(f, k, ";"))
+      return f->nt;
     if (depth <= 0) return k + 1;
   }
   return f->nt;
@@ -424,9 +440,9 @@ static bool attr_start(const fe *f, size_t i) {
 }
 
 /* ------------------------------------------------------------- attributes */
-static const char *const STD_ATTRS[] = {"maybe_unused", "nodiscard", "noreturn", "likely",
-                                        "unlikely", "fallthrough", "deprecated",
-                                        "carries_dependency", "clang", "gnu"};
+static const char *const STD_ATTRS[] = {
+    "maybe_unused", "nodiscard",  "noreturn",           "likely", "unlikely",
+    "fallthrough",  "deprecated", "carries_dependency", "clang",  "gnu"};
 
 static const struct {
   const char *name;
@@ -456,15 +472,34 @@ static const struct {
 };
 enum { N_BUILTINS = sizeof BUILTINS / sizeof BUILTINS[0] };
 
-static const char *const REFUSED_WORDS[] = {
-    "texture1d", "texture1d_array", "texture2d", "texture2d_array", "texture2d_ms",
-    "texture2d_ms_array", "texture3d", "texturecube", "texturecube_array", "texture_buffer",
-    "depth2d", "depth2d_array", "depth2d_ms", "depth2d_ms_array", "depthcube",
-    "depthcube_array", "sampler", "acceleration_structure", "intersector",
-    "intersection_function_table", "visible_function_table", "imageblock",
-    "threadgroup_imageblock", "ray_data", "object_data", "mesh_grid_properties"};
-static const char *const STAGES[] = {"vertex", "fragment", "mesh", "object", "intersection",
-                                     "visible", "stitchable", "tile"};
+static const char *const REFUSED_WORDS[] = {"texture1d",
+                                            "texture1d_array",
+                                            "texture2d",
+                                            "texture2d_array",
+                                            "texture2d_ms",
+                                            "texture2d_ms_array",
+                                            "texture3d",
+                                            "texturecube",
+                                            "texturecube_array",
+                                            "texture_buffer",
+                                            "depth2d",
+                                            "depth2d_array",
+                                            "depth2d_ms",
+                                            "depth2d_ms_array",
+                                            "depthcube",
+                                            "depthcube_array",
+                                            "sampler",
+                                            "acceleration_structure",
+                                            "intersector",
+                                            "intersection_function_table",
+                                            "visible_function_table",
+                                            "imageblock",
+                                            "threadgroup_imageblock",
+                                            "ray_data",
+                                            "object_data",
+                                            "mesh_grid_properties"};
+static const char *const STAGES[] = {"vertex",       "fragment", "mesh",       "object",
+                                     "intersection", "visible",  "stitchable", "tile"};
 
 static int find_const(const fe *f, const char *name) {
   for (size_t i = 0; i < f->nc; i++)
@@ -552,7 +587,8 @@ static long ex_atom(expr *e) {
 }
 static long ex_prod(expr *e) {
   long v = ex_atom(e);
-  while (e->ok && e->i < e->end && (is(e->f, e->i, "*") || is(e->f, e->i, "/") || is(e->f, e->i, "%"))) {
+  while (e->ok && e->i < e->end &&
+         (is(e->f, e->i, "*") || is(e->f, e->i, "/") || is(e->f, e->i, "%"))) {
     char op = e->f->pp[e->f->t[e->i++].off];
     long r = ex_atom(e);
     if (op != '*' && r == 0) return e->ok = false, 0;
@@ -648,8 +684,8 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
               ok = false;
             } else if (v >= (int)SM_MAX_BINDINGS) {
               error_at(f, (int)line, (int)col,
-                       "parameter %d of kernel %s: [[%s(n)]] index must be < %u", np, fname,
-                       name, SM_MAX_BINDINGS);
+                       "parameter %d of kernel %s: [[%s(n)]] index must be < %u", np, fname, name,
+                       SM_MAX_BINDINGS);
               ok = false;
             }
             p->kind = name[0] == 'b' ? P_BUFFER : P_TG;
@@ -661,7 +697,8 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
             if (p->fc < 0) {
               error_at(f, (int)line, (int)col,
                        "parameter %d of kernel %s: [[function_constant(%s)]] does not name a "
-                       "function constant", np, fname, cn);
+                       "function constant",
+                       np, fname, cn);
               ok = false;
             }
           } else if (strcmp(name, "user") == 0 || std_attr(f, it[m].name)) {
@@ -676,7 +713,8 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
               error_at(f, (int)line, (int)col,
                        "parameter %d of kernel %s: attribute [[%s]] is not supported by "
                        "softmetal (compute kernels only: no textures, samplers, stage_in or "
-                       "render attributes)", np, fname, name);
+                       "render attributes)",
+                       np, fname, name);
               ok = false;
             }
           }
@@ -690,14 +728,21 @@ static bool parse_params(fe *f, size_t open, const char *fname, param **out, int
         j = match(f, j);
         continue;
       }
-      if (is(f, j, "<")) angle++;
-      else if (is(f, j, ">")) angle--;
-      else if (is(f, j, ">>")) angle -= 2;
+      if (is(f, j, "<"))
+        angle++;
+      else if (is(f, j, ">"))
+        angle--;
+      else if (is(f, j, ">>"))
+        angle -= 2;
       if (angle > 0) continue;
-      if (is(f, j, "device")) p->dev = true;
-      else if (is(f, j, "constant")) p->cons = true;
-      else if (is(f, j, "threadgroup")) p->tgs = true;
-      else if (is(f, j, "*") || is(f, j, "&") || is(f, j, "&&")) p->indirect = true;
+      if (is(f, j, "device"))
+        p->dev = true;
+      else if (is(f, j, "constant"))
+        p->cons = true;
+      else if (is(f, j, "threadgroup"))
+        p->tgs = true;
+      else if (is(f, j, "*") || is(f, j, "&") || is(f, j, "&&"))
+        p->indirect = true;
     }
     np++;
     a = k + 1;
@@ -735,7 +780,8 @@ static bool assign_indices(fe *f, param *p, int np, const char *fname) {
     if (!p[i].indirect || !(p[i].dev || p[i].cons || p[i].tgs)) {
       error_at(f, p[i].line, p[i].col,
                "parameter %d of kernel %s has no attribute and is not a pointer or reference "
-               "in the device, constant or threadgroup address space", i, fname);
+               "in the device, constant or threadgroup address space",
+               i, fname);
       ok = false;
       continue;
     }
@@ -755,8 +801,8 @@ static bool assign_indices(fe *f, param *p, int np, const char *fname) {
   for (int i = 0; i < np; i++) {
     if (p[i].kind == P_BUFFER && !p[i].indirect) {
       error_at(f, p[i].line, p[i].col,
-               "parameter %d of kernel %s: [[buffer(%d)]] needs a pointer or reference", i,
-               fname, p[i].index);
+               "parameter %d of kernel %s: [[buffer(%d)]] needs a pointer or reference", i, fname,
+               p[i].index);
       ok = false;
     }
     if (p[i].kind == P_TG && !p[i].indirect) {
@@ -794,14 +840,16 @@ static void add_tg_decl(fe *f, size_t i) {
 static void tg_refuse(fe *f, size_t at, const char *why) {
   error_at(f, f->t[at].line, f->t[at].col,
            "threadgroup declaration not understood by softmetal (%s); declare it as "
-           "`threadgroup T name[N];` or `threadgroup T name = value;`", why);
+           "`threadgroup T name[N];` or `threadgroup T name = value;`",
+           why);
 }
 
 /* The token after a declarator's initialiser or dimensions starting at k
  * (stops at ',' or ';' at depth 0), or end. */
 static size_t tg_skip_expr(const fe *f, size_t k, size_t end) {
   while (k < end && !is(f, k, ",") && !is(f, k, ";")) {
-    if (is(f, k, "(") || is(f, k, "[") || is(f, k, "{")) k = match(f, k);
+    if (is(f, k, "(") || is(f, k, "[") || is(f, k, "{"))
+      k = match(f, k);
     else if (is(f, k, "<") && k > 0 && is_id(f, k - 1)) {
       /* a template argument list only when it closes before the end */
       size_t m = match_angle(f, k);
@@ -819,8 +867,10 @@ static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
     size_t o = i - 1;
     int d = 0;
     while (o > 0) {
-      if (is(f, o, ")")) d++;
-      else if (is(f, o, "(") && --d == 0) break;
+      if (is(f, o, ")"))
+        d++;
+      else if (is(f, o, "(") && --d == 0)
+        break;
       o--;
     }
     if (!(o > 0 && is(f, o - 1, "alignas"))) {
@@ -849,7 +899,8 @@ static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
       size_t c = match(f, j + 1);
       if (c >= end) break;
       span_text(f, j + 2, c, &align);
-      if (j == type0) type0 = c + 1;
+      if (j == type0)
+        type0 = c + 1;
       else {
         tg_refuse(f, j, "alignas inside the type");
         free(align.p);
@@ -898,8 +949,10 @@ static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
     size_t o = i - 1;
     int d = 0;
     while (o > 0) {
-      if (is(f, o, ")")) d++;
-      else if (is(f, o, "(") && --d == 0) break;
+      if (is(f, o, ")"))
+        d++;
+      else if (is(f, o, "(") && --d == 0)
+        break;
       o--;
     }
     if (align.n == 0) span_text(f, o + 1, i - 1, &align);
@@ -932,8 +985,8 @@ static void rewrite_tg_decl(fe *f, size_t i, size_t body_end) {
     char ty[64];
     /* a local struct carries alignas */
     if (align.n)
-      sm__text_printf(&out, "struct alignas(%s) sm_tga_%u { %s v %s; }; ", align.p,
-                      f->tg_ids, type.p ? type.p : "", dims.p ? dims.p : "");
+      sm__text_printf(&out, "struct alignas(%s) sm_tga_%u { %s v %s; }; ", align.p, f->tg_ids,
+                      type.p ? type.p : "", dims.p ? dims.p : "");
     if (align.n) snprintf(ty, sizeof ty, "sm_tga_%u", f->tg_ids);
     const char *tyname = align.n ? ty : NULL;
     sm__text_printf(&out, "auto &%.*s = ", (int)f->t[k].len, f->pp + f->t[k].off);
@@ -984,7 +1037,6 @@ static bool addr_space(const fe *f, size_t i) {
          is(f, i, "threadgroup");
 }
 
-
 static fdef *new_fdef(fe *f) {
   fdef *d = realloc(f->f, (f->nf + 1) * sizeof *d);
   if (!d) {
@@ -1011,14 +1063,12 @@ static int mtl_type(const char *t, int *size) {
   static const struct {
     const char *name;
     int base, esize;
-  } T[] = {{"float", 3, 4}, {"half", 16, 2}, {"int", 29, 4}, {"uint", 33, 4},
-           {"short", 37, 2}, {"ushort", 41, 2}, {"char", 45, 1}, {"uchar", 49, 1},
-           {"bool", 53, 1}};
+  } T[] = {{"float", 3, 4},   {"half", 16, 2}, {"int", 29, 4},   {"uint", 33, 4}, {"short", 37, 2},
+           {"ushort", 41, 2}, {"char", 45, 1}, {"uchar", 49, 1}, {"bool", 53, 1}};
   if (strncmp(t, "metal::", 7) == 0) t += 7;
-  static const char *const FIXED[][2] = {{"int8_t", "char"},   {"uint8_t", "uchar"},
-                                         {"int16_t", "short"}, {"uint16_t", "ushort"},
-                                         {"int32_t", "int"},   {"uint32_t", "uint"},
-                                         {"int64_t", "long"},  {"uint64_t", "ulong"}};
+  static const char *const FIXED[][2] = {
+      {"int8_t", "char"}, {"uint8_t", "uchar"}, {"int16_t", "short"}, {"uint16_t", "ushort"},
+      {"int32_t", "int"}, {"uint32_t", "uint"}, {"int64_t", "long"},  {"uint64_t", "ulong"}};
   for (size_t i = 0; i < sizeof FIXED / sizeof *FIXED; i++) /* MSL's fixed-width typedefs */
     if (strcmp(t, FIXED[i][0]) == 0) t = FIXED[i][1];
   static const char *const C_SPELT[][2] = {
@@ -1071,8 +1121,8 @@ static void declare_constant(fe *f, size_t i0, size_t semi, size_t attr, int ind
   buf type = {0};
   for (size_t q = i0; q < name; q++) {
     if (q == cons) continue;
-    if (is(f, q, "static") || is(f, q, "constexpr") || is(f, q, "const") ||
-        is(f, q, "constant") || is(f, q, "inline")) {
+    if (is(f, q, "static") || is(f, q, "constexpr") || is(f, q, "const") || is(f, q, "constant") ||
+        is(f, q, "inline")) {
       blank(f, q);
       continue;
     }
@@ -1084,12 +1134,14 @@ static void declare_constant(fe *f, size_t i0, size_t semi, size_t attr, int ind
   snprintf(t, sizeof t, "%s", type.p ? type.p : "");
   free(type.p);
   char *sp;
-  while ((sp = strstr(t, " :: ")) != NULL) memmove(sp + 2, sp + 4, strlen(sp + 4) + 1), sp[0] = ':', sp[1] = ':';
+  while ((sp = strstr(t, " :: ")) != NULL)
+    memmove(sp + 2, sp + 4, strlen(sp + 4) + 1), sp[0] = ':', sp[1] = ':';
   int size = 0, mt = mtl_type(t, &size);
   if (mt < 0) {
     error_at(f, f->t[cons + 1].line, f->t[cons + 1].col,
              "function constant type '%s' is not supported by softmetal (scalars and vectors "
-             "of bool, char, short, int, half, float; long, ulong)", t);
+             "of bool, char, short, int, half, float; long, ulong)",
+             t);
     return;
   }
   fconst *c = new_const(f, name);
@@ -1107,7 +1159,8 @@ static void declare_constant(fe *f, size_t i0, size_t semi, size_t attr, int ind
            "[](const unsigned char *v, const unsigned char *d) { std::memcpy((void *)&%s, v + "
            "%d * %u, sizeof %s); sm_fcdef_%s = d[%d] != 0; }, [](void *o) { "
            "std::memcpy(o, (const void *)&%s, sizeof %s); });",
-           c->name, c->pos, c->name, c->pos, SM_FC_SLOT, c->name, c->name, c->pos, c->name, c->name);
+           c->name, c->pos, c->name, c->pos, SM_FC_SLOT, c->name, c->name, c->pos, c->name,
+           c->name);
   replace_tok(f, semi, tail);
 }
 
@@ -1142,7 +1195,8 @@ static bool derived_constant(fe *f, size_t i0, size_t semi) {
   char head[512], tail[512];
   snprintf(head, sizeof head,
            "; static ::sm::fc_reg sm_fcreg_%d([](const unsigned char *, const unsigned char *) "
-           "{ %s = (", c->pos, c->name);
+           "{ %s = (",
+           c->pos, c->name);
   snprintf(tail, sizeof tail,
            "); }, [](void *o) { std::memcpy(o, (const void *)&%s, sizeof %s); });", c->name,
            c->name);
@@ -1159,8 +1213,10 @@ static size_t name_before(const fe *f, size_t open, size_t start) {
   if (is(f, k, ">") || is(f, k, ">>")) {
     int depth = 0;
     for (size_t j = k + 1; j-- > start;) {
-      if (is(f, j, ">")) depth++;
-      else if (is(f, j, ">>")) depth += 2;
+      if (is(f, j, ">"))
+        depth++;
+      else if (is(f, j, ">>"))
+        depth += 2;
       else if (is(f, j, "<")) {
         if (--depth == 0) return j > start && is_id(f, j - 1) ? j - 1 : f->nt;
       }
@@ -1178,16 +1234,17 @@ static void plain_text(const fe *f, size_t a, size_t b, buf *out) {
       q = match(f, q);
       continue;
     }
-    if (is(f, q, "kernel") || is(f, q, "device") || is(f, q, "thread") ||
-        is(f, q, "threadgroup"))
+    if (is(f, q, "kernel") || is(f, q, "device") || is(f, q, "thread") || is(f, q, "threadgroup"))
       continue;
     put_s(out, " ");
-    if (is(f, q, "constant")) put_s(out, "const");
-    else sm__text_put(out, f->pp + f->t[q].off, f->t[q].len);
+    if (is(f, q, "constant"))
+      put_s(out, "const");
+    else
+      sm__text_put(out, f->pp + f->t[q].off, f->t[q].len);
   }
 }
 
-static const char *const NOT_NAMES[] = {"decltype", "sizeof", "alignas", "alignof",
+static const char *const NOT_NAMES[] = {"decltype",      "sizeof",   "alignas",      "alignof",
                                         "__attribute__", "noexcept", "static_assert"};
 
 static void parse_decl(fe *f, size_t *pi) {
@@ -1232,7 +1289,8 @@ static void parse_decl(fe *f, size_t *pi) {
         char name[64];
         text_of(f, it[m].name, name, sizeof name);
         if (open < f->nt) continue; /* a parameter's or the body's */
-        if (strcmp(name, "kernel") == 0) kernel = true;
+        if (strcmp(name, "kernel") == 0)
+          kernel = true;
         else if (strcmp(name, "host_name") == 0) {
           /* one string, or adjacent ones ("reduce_" #name) */
           host[0] = 0;
@@ -1279,8 +1337,7 @@ static void parse_decl(fe *f, size_t *pi) {
       for (size_t s = 0; s < sizeof STAGES / sizeof *STAGES; s++)
         if (is(f, k, STAGES[s]) && k + 1 < f->nt && f->t[k + 1].kind == T_ID)
           error_at(f, f->t[k].line, f->t[k].col,
-                   "%s functions are not supported by softmetal (compute kernels only)",
-                   STAGES[s]);
+                   "%s functions are not supported by softmetal (compute kernels only)", STAGES[s]);
     }
     if (is(f, k, "operator")) saw_operator = true;
     if (is(f, k, "(") && is(f, k - 1, "operator")) { /* operator() */
@@ -1372,8 +1429,10 @@ static void parse_decl(fe *f, size_t *pi) {
       if (is(f, e0, ">") || is(f, e0, ">>")) {
         int depth = 0;
         for (size_t j = e0 + 1; j-- > i;) {
-          if (is(f, j, ">")) depth++;
-          else if (is(f, j, ">>")) depth += 2;
+          if (is(f, j, ">"))
+            depth++;
+          else if (is(f, j, ">>"))
+            depth += 2;
           else if (is(f, j, "<") && --depth == 0) {
             e0 = j - 1;
             break;
@@ -1383,8 +1442,7 @@ static void parse_decl(fe *f, size_t *pi) {
       if (!is_id(f, e0)) e0 = e1;
     }
     if (e0 >= e1 || e0 >= f->nt) {
-      error_at(f, f->t[start].line, f->t[start].col,
-               "cannot read the kernel instantiated here");
+      error_at(f, f->t[start].line, f->t[start].col, "cannot read the kernel instantiated here");
       return;
     }
     /* `kernel void ::ns::f<T>(...)`: the qualifier's names, not the return type */
@@ -1451,9 +1509,10 @@ static void parse_decl(fe *f, size_t *pi) {
       for (size_t k = start; k <= end; k++) f->t[k].proto = true;
       /* `T() constant = default;`: the address space of `this` */
       for (size_t k = match(f, open) + 1; k < end; k++) {
-        if (addr_space(f, k)) blank(f, k);
-        else if (!is(f, k, "const") && !is(f, k, "volatile") && !is(f, k, "&") &&
-                 !is(f, k, "&&") && !is(f, k, "noexcept"))
+        if (addr_space(f, k))
+          blank(f, k);
+        else if (!is(f, k, "const") && !is(f, k, "volatile") && !is(f, k, "&") && !is(f, k, "&&") &&
+                 !is(f, k, "noexcept"))
           break; /* `typedef void (f_t)(constant T &)`: no qualifiers of this */
       }
     }
@@ -1490,19 +1549,21 @@ static void parse_decl(fe *f, size_t *pi) {
      * the user's; after `[[kernel]]` it is inserted. */
     size_t kernel_tok = f->nt;
     for (size_t k = i; k < nm && kernel_tok == f->nt; k++) {
-      if (attr_start(f, k)) k = match(f, k); /* [[kernel]] is not the word */
-      else if (is(f, k, "kernel") && !f->t[k].done) kernel_tok = k;
+      if (attr_start(f, k))
+        k = match(f, k); /* [[kernel]] is not the word */
+      else if (is(f, k, "kernel") && !f->t[k].done)
+        kernel_tok = k;
     }
-    if (!tmpl && kernel_tok < f->nt) replace_tok(f, kernel_tok, "inline");
+    if (!tmpl && kernel_tok < f->nt)
+      replace_tok(f, kernel_tok, "inline");
     else if (!tmpl && void_tok < f->nt)
-      add_edit(f, f->t[void_tok].off + f->t[void_tok].len,
-               f->t[void_tok].off + f->t[void_tok].len, " inline");
+      add_edit(f, f->t[void_tok].off + f->t[void_tok].len, f->t[void_tok].off + f->t[void_tok].len,
+               " inline");
     if (!is_void) {
       error_at(f, f->t[nm].line, f->t[nm].col, "kernel %s must return void", d->name);
       d->pbad = true;
     }
-    if (!parse_params(f, open, d->name, &d->p, &d->np) ||
-        !assign_indices(f, d->p, d->np, d->name))
+    if (!parse_params(f, open, d->name, &d->p, &d->np) || !assign_indices(f, d->p, d->np, d->name))
       d->pbad = true;
     if (!tmpl && !d->pbad) {
       kout *k = new_kout(f);
@@ -1580,8 +1641,10 @@ static void drop_decl(fe *f, size_t a, size_t b) {
   for (size_t e = 0; e < f->ne; e++) {
     bool inside = f->e[e].at >= lo && f->e[e].at < hi &&
                   bsearch(&f->e[e].at, f->t + a, b - a, sizeof *f->t, cmp_off);
-    if (inside) free(f->e[e].text);
-    else f->e[n++] = f->e[e];
+    if (inside)
+      free(f->e[e].text);
+    else
+      f->e[n++] = f->e[e];
   }
   f->ne = n;
   for (size_t k = a; k < b; k++) blank(f, k);
@@ -1589,7 +1652,7 @@ static void drop_decl(fe *f, size_t a, size_t b) {
 
 static size_t parse_scope(fe *f, size_t i) {
   /* declarations of this scope that name an address space */
-  size_t (*seen)[2] = NULL;
+  size_t(*seen)[2] = NULL;
   size_t nseen = 0, cap = 0;
   while (i < f->nt) {
     if (is(f, i, "}")) break;
@@ -1611,7 +1674,7 @@ static size_t parse_scope(fe *f, size_t i) {
       drop_decl(f, before, end);
       continue;
     }
-    size_t (*q)[2] = grow(seen, &cap, nseen, sizeof *seen, &f->oom);
+    size_t(*q)[2] = grow(seen, &cap, nseen, sizeof *seen, &f->oom);
     if (!q) break;
     seen = q;
     seen[nseen][0] = before;
@@ -1662,14 +1725,15 @@ static void rewrite_tokens(fe *f) {
       error_at(f, t->line, t->col, "'double' is not supported in Metal");
       continue;
     }
-    if (is(f, i, "kernel") || is(f, i, "device") || is(f, i, "constant") ||
-        is(f, i, "thread") || is(f, i, "threadgroup")) {
+    if (is(f, i, "kernel") || is(f, i, "device") || is(f, i, "constant") || is(f, i, "thread") ||
+        is(f, i, "threadgroup")) {
       if (is(f, i - 1, ".") || is(f, i - 1, "->") || is(f, i - 1, "::")) continue;
       /* constant memory is read-only: writing through it fails to compile
        * (`const constant T &` and `constant const T` are const once) */
       if (is(f, i, "constant") && !is(f, i - 1, "const") && !is(f, i + 1, "const"))
         replace_tok(f, i, "const");
-      else blank(f, i);
+      else
+        blank(f, i);
       continue;
     }
     /* coherent(device) (MSL 3.2): softmetal's device memory is coherent */
@@ -1684,8 +1748,8 @@ static void rewrite_tokens(fe *f) {
       text_of(f, i + 2, name, sizeof name);
       int c = find_const(f, name);
       if (c < 0 || f->c[c].index < 0) {
-        error_at(f, t->line, t->col,
-                 "is_function_constant_defined(%s): not a function constant", name);
+        error_at(f, t->line, t->col, "is_function_constant_defined(%s): not a function constant",
+                 name);
         continue;
       }
       f->c[c].optional = true;
@@ -1701,7 +1765,8 @@ static void rewrite_tokens(fe *f) {
       if (is(f, i, REFUSED_WORDS[w])) {
         error_at(f, t->line, t->col,
                  "'%s' is not supported by softmetal (compute kernels over buffers only: no "
-                 "textures, samplers, imageblocks or ray tracing)", REFUSED_WORDS[w]);
+                 "textures, samplers, imageblocks or ray tracing)",
+                 REFUSED_WORDS[w]);
         break;
       }
   }
@@ -1764,8 +1829,7 @@ static unsigned features_of(const fe *f, const bool *seen, const bool *global) {
       if (!is_id(f, i)) continue;
       char w[128];
       text_of(f, i, w, sizeof w);
-      if (strncmp(w, "simd_shuffle", 12) == 0 || strncmp(w, "simd_broadcast", 14) == 0)
-        bits |= 1u;
+      if (strncmp(w, "simd_shuffle", 12) == 0 || strncmp(w, "simd_broadcast", 14) == 0) bits |= 1u;
       if (strncmp(w, "simd_prefix_", 12) == 0) bits |= 2u;
       for (size_t r = 0; r < sizeof REDUCTIONS / sizeof *REDUCTIONS; r++)
         if (strcmp(w, REDUCTIONS[r]) == 0) bits |= 2u;
@@ -1807,8 +1871,10 @@ static void emit_call(fe *f, size_t n, buf *b, bool in_group) {
     snprintf(P, sizeof P, "::sm::param_t<decltype(&%s), %d>", k->callee, i);
     if (i) put_s(b, ", ");
     if (p->fc >= 0) sm__text_printf(b, "!(%s) ? ::sm::absent_arg<%s>() : ", f->c[p->fc].name, P);
-    if (p->kind == P_BUFFER) sm__text_printf(b, "::sm::buffer_arg<%s>(t, %d)", P, p->index);
-    else if (p->kind == P_TG) sm__text_printf(b, "(%s)(t->tgmem[%d])", P, p->index);
+    if (p->kind == P_BUFFER)
+      sm__text_printf(b, "::sm::buffer_arg<%s>(t, %d)", P, p->index);
+    else if (p->kind == P_TG)
+      sm__text_printf(b, "(%s)(t->tgmem[%d])", P, p->index);
     else if (BUILTINS[p->builtin].vector) {
       sm__text_printf(b, "::sm::pick<%s>(", P);
       put_builtin(b, BUILTINS[p->builtin].expr, in_group);
@@ -1838,23 +1904,28 @@ static void emit_trampoline(fe *f, size_t n, buf *b, const bool *c_seen, bool sy
     put_s(b, SM_GUARD_CLOSE);
   }
   /* the bodies are guarded: another kernel's compile keeps empty entries */
-  sm__text_printf(b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { " SM_GUARD_OPEN "%zu*/ ::sm::cur = t; ", n, n);
+  sm__text_printf(
+      b, " extern \"C\" void sm_tramp_%zu(sm_thread *t) { " SM_GUARD_OPEN "%zu*/ ::sm::cur = t; ",
+      n, n);
   if (f->nc) put_s(b, "::sm::fc_load(t); ");
   emit_call(f, n, b, false);
   put_s(b, "; " SM_GUARD_CLOSE " }");
   if (!sync) {
-    sm__text_printf(b, " extern \"C\" void sm_group_%zu(sm_thread *t) { " SM_GUARD_OPEN "%zu*/ ::sm::cur = t; ", n, n);
+    sm__text_printf(
+        b, " extern \"C\" void sm_group_%zu(sm_thread *t) { " SM_GUARD_OPEN "%zu*/ ::sm::cur = t; ",
+        n, n);
     if (f->nc) put_s(b, "::sm::fc_load(t); ");
     put_s(b, "::sm::run_group(t, [&](const ::sm::pos &p) { ");
     emit_call(f, n, b, true);
     put_s(b, "; }); " SM_GUARD_CLOSE " }");
   }
   (void)c_seen;
-  sm__text_printf(b, " extern \"C\" const uint32_t sm_written_%zu = 0u " SM_GUARD_OPEN "%zu*/", n, n);
+  sm__text_printf(b, " extern \"C\" const uint32_t sm_written_%zu = 0u " SM_GUARD_OPEN "%zu*/", n,
+                  n);
   for (int i = 0; i < k->np; i++)
     if (k->p[i].kind == P_BUFFER && !k->p[i].cons)
-      sm__text_printf(b, " | (::sm::writes<::sm::param_t<decltype(&%s), %d>>() ? %uu : 0u)", k->callee, i,
-           1u << k->p[i].index);
+      sm__text_printf(b, " | (::sm::writes<::sm::param_t<decltype(&%s), %d>>() ? %uu : 0u)",
+                      k->callee, i, 1u << k->p[i].index);
   put_s(b, SM_GUARD_CLOSE ";");
 }
 
@@ -1948,8 +2019,10 @@ static void argbuf_struct(fe *f, size_t name, size_t open, size_t close, size_t 
       size_t e = d;
       while (e < b && !is(f, e, ",")) {
         size_t next = e + 1, to;
-        if (is(f, e, "<") && (to = match_angle(f, e)) <= b) next = to;
-        else if (is(f, e, "[") && (to = match(f, e)) < b) next = to + 1;
+        if (is(f, e, "<") && (to = match_angle(f, e)) <= b)
+          next = to;
+        else if (is(f, e, "[") && (to = match(f, e)) < b)
+          next = to + 1;
         e = next;
       }
       size_t nm = f->nt;
@@ -1976,7 +2049,8 @@ static void argbuf_struct(fe *f, size_t name, size_t open, size_t close, size_t 
       }
       char mname[128];
       text_of(f, nm, mname, sizeof mname);
-      sm__text_printf(&m, "%s::sm::argbuf_member<decltype(%s::%s)>(%uu, __builtin_offsetof(%s, %s))",
+      sm__text_printf(&m,
+                      "%s::sm::argbuf_member<decltype(%s::%s)>(%uu, __builtin_offsetof(%s, %s))",
                       count ? ", " : "", sname, mname, id < 0 ? SM_ARGBUF_IMPLICIT : (unsigned)id,
                       sname, mname);
       count++;
@@ -1985,13 +2059,16 @@ static void argbuf_struct(fe *f, size_t name, size_t open, size_t close, size_t 
   }
   if (wanted && !bad && count > 0 && !m.oom) {
     buf t = {0};
-    sm__text_printf(&t, " inline const ::sm_argbuf_layout *sm_argbuf_layout_of(const %s *) { "
+    sm__text_printf(&t,
+                    " inline const ::sm_argbuf_layout *sm_argbuf_layout_of(const %s *) { "
                     "static const ::sm_argbuf_member sm_m[] = {%s}; static const "
                     "::sm_argbuf_layout sm_l = {sizeof(%s), alignof(%s), %du, sm_m}; "
                     "return &sm_l; }",
                     sname, m.p, sname, sname, count);
-    if (t.oom) f->oom = true;
-    else add_edit(f, f->t[semi].off + 1, f->t[semi].off + 1, t.p);
+    if (t.oom)
+      f->oom = true;
+    else
+      add_edit(f, f->t[semi].off + 1, f->t[semi].off + 1, t.p);
     free(t.p);
   }
   if (m.oom) f->oom = true;
@@ -2038,9 +2115,12 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   /* trampolines and the table */
   put_s(&table, "\n# 1 \"softmetal_kernel_table\"\n");
   for (size_t n = 0; n < f.nk && !f.oom; n++)
-    sm__text_printf(&table, "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
-                 "sm_written_%zu; extern \"C\" void sm_group_%zu(sm_thread *); extern \"C\" const "
-                 "sm_argbuf_layout *sm_argbuf_%zu(unsigned);\n", n, n, n, n);
+    sm__text_printf(
+        &table,
+        "extern \"C\" void sm_tramp_%zu(sm_thread *); extern \"C\" const uint32_t "
+        "sm_written_%zu; extern \"C\" void sm_group_%zu(sm_thread *); extern \"C\" const "
+        "sm_argbuf_layout *sm_argbuf_%zu(unsigned);\n",
+        n, n, n, n);
   /* What every kernel may reach: code outside the functions found (lambdas
    * and initialisers at namespace scope, class heads), the functions it calls
    * by name, operators, constructors and destructors (called without their
@@ -2059,8 +2139,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     char w[128];
     text_of(&f, i, w, sizeof w);
     for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
-      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0)
-        global_sync = true;
+      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0) global_sync = true;
     int c = find_const(&f, w);
     if (c >= 0) c_global[c] = true;
     if (f.t[i].proto || !(is(&f, i + 1, "(") || is(&f, i + 1, "{"))) continue;
@@ -2097,12 +2176,17 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     buf tr = {0};
     emit_trampoline(&f, n, &tr, c_seen, sync);
     /* argument buffers: the layout of each buffer's struct (where the kernel's name is valid) */
-    sm__text_printf(&tr, " extern \"C\" const sm_argbuf_layout *sm_argbuf_%zu(unsigned sm_index_) { "
-                    SM_GUARD_OPEN "%zu*/", n, n);
+    sm__text_printf(
+        &tr,
+        " extern \"C\" const sm_argbuf_layout *sm_argbuf_%zu(unsigned sm_index_) { " SM_GUARD_OPEN
+        "%zu*/",
+        n, n);
     for (int i = 0; i < k->np; i++)
       if (k->p[i].kind == P_BUFFER)
-        sm__text_printf(&tr, " if (sm_index_ == %du) return ::sm::argbuf_of<::sm::param_t<decltype(&%s), %d>>();",
-                        k->p[i].index, k->callee, i);
+        sm__text_printf(
+            &tr,
+            " if (sm_index_ == %du) return ::sm::argbuf_of<::sm::param_t<decltype(&%s), %d>>();",
+            k->p[i].index, k->callee, i);
     put_s(&tr, " " SM_GUARD_CLOSE " (void)sm_index_; return nullptr; }");
     if (tr.oom) f.oom = true;
     add_edit(&f, k->insert_at, k->insert_at, tr.p ? tr.p : "");
@@ -2140,56 +2224,71 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
       if (k->p[i].fc >= 0 && (k->p[i].kind == P_BUFFER || k->p[i].kind == P_TG))
         sm__text_printf(&manifest, " %d %d %d", k->p[i].kind == P_TG, k->p[i].index, k->p[i].fc);
     sm__text_printf(&manifest, " %s\n", k->host);
-    sm__text_printf(&entries, "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
-                   "%du, %du, sm_fc_conds_%zu + 1, ",
-         k->host, n, sync ? 1 : 0, bmask, tmask, n, n, used, conds, n);
-    if (sync) put_s(&entries, "nullptr},\n");
-    else sm__text_printf(&entries, "sm_group_%zu},\n", n);
+    sm__text_printf(
+        &entries,
+        "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
+        "%du, %du, sm_fc_conds_%zu + 1, ",
+        k->host, n, sync ? 1 : 0, bmask, tmask, n, n, used, conds, n);
+    if (sync)
+      put_s(&entries, "nullptr},\n");
+    else
+      sm__text_printf(&entries, "sm_group_%zu},\n", n);
   }
   for (size_t a = 0; a < f.nk; a++)
     for (size_t b2 = a + 1; b2 < f.nk; b2++)
       if (strcmp(f.k[a].host, f.k[b2].host) == 0)
         error_at(&f, f.k[b2].line, f.k[b2].col, "two kernels are named '%s'", f.k[a].host);
-  sm__text_printf(&table, "extern \"C\" const unsigned softmetal_abi_version = %uu;\n"
-               "extern \"C\" const unsigned softmetal_kernel_count = %zu;\n"
-               "extern \"C\" const sm_kernel_desc softmetal_kernels[] = {\n", SM_ABI_VERSION, f.nk);
+  sm__text_printf(&table,
+                  "extern \"C\" const unsigned softmetal_abi_version = %uu;\n"
+                  "extern \"C\" const unsigned softmetal_kernel_count = %zu;\n"
+                  "extern \"C\" const sm_kernel_desc softmetal_kernels[] = {\n",
+                  SM_ABI_VERSION, f.nk);
   sm__text_put(&table, entries.p ? entries.p : "", entries.n);
   put_s(&table, "  {}};\n");
   /* staticThreadgroupMemoryLength of kernel k */
   put_s(&table, "static const struct { const uint32_t *ids; uint32_t n; } sm_tg_of[] = {\n");
   sm__text_put(&table, tg_table.p ? tg_table.p : "", tg_table.n);
-  sm__text_printf(&table, "  {}};\nextern \"C\" unsigned long long softmetal_tg_static_bytes(unsigned k) {\n"
-               "  return k < %zuu ? ::sm::tg_bytes(sm_tg_of[k].ids, sm_tg_of[k].n) : 0;\n}\n", f.nk);
+  sm__text_printf(
+      &table,
+      "  {}};\nextern \"C\" unsigned long long softmetal_tg_static_bytes(unsigned k) {\n"
+      "  return k < %zuu ? ::sm::tg_bytes(sm_tg_of[k].ids, sm_tg_of[k].n) : 0;\n}\n",
+      f.nk);
   if (tg_table.oom) f.oom = true;
   free(tg_table.p);
-  put_s(&table, "extern \"C\" const sm_argbuf_layout *softmetal_argbuf(unsigned sm_kernel_, unsigned sm_index_) {\n"
+  put_s(&table, "extern \"C\" const sm_argbuf_layout *softmetal_argbuf(unsigned sm_kernel_, "
+                "unsigned sm_index_) {\n"
                 "  switch (sm_kernel_) {\n");
   sm__text_put(&table, argbufs.p ? argbufs.p : "", argbufs.n);
   put_s(&table, "  default: break;\n  }\n  (void)sm_index_;\n  return nullptr;\n}\n");
   if (argbufs.oom) f.oom = true;
   free(argbufs.p);
-  sm__text_printf(&table, "extern \"C\" const unsigned softmetal_constant_count = %zu;\n"
-               "extern \"C\" const sm_constant_desc softmetal_constants[] = {\n", f.nc);
+  sm__text_printf(&table,
+                  "extern \"C\" const unsigned softmetal_constant_count = %zu;\n"
+                  "extern \"C\" const sm_constant_desc softmetal_constants[] = {\n",
+                  f.nc);
   for (size_t c = 0; c < f.nc; c++)
     sm__text_printf(&table, "  {\"%s\", %uu, %du, %du, %du},\n", f.c[c].name,
-         f.c[c].index < 0 ? UINT32_MAX : (unsigned)f.c[c].index, f.c[c].mtl_type < 0 ? 0 : f.c[c].mtl_type,
-         f.c[c].size, f.c[c].optional ? 1 : 0);
+                    f.c[c].index < 0 ? UINT32_MAX : (unsigned)f.c[c].index,
+                    f.c[c].mtl_type < 0 ? 0 : f.c[c].mtl_type, f.c[c].size,
+                    f.c[c].optional ? 1 : 0);
   put_s(&table, "  {}};\n");
   for (size_t c = 0; c < f.nc; c++)
     sm__text_printf(&manifest, "C %u %d %d %d %s\n",
                     f.c[c].index < 0 ? UINT32_MAX : (unsigned)f.c[c].index,
-                    f.c[c].mtl_type < 0 ? 0 : f.c[c].mtl_type, f.c[c].size,
-                    f.c[c].optional ? 1 : 0, f.c[c].name);
+                    f.c[c].mtl_type < 0 ? 0 : f.c[c].mtl_type, f.c[c].size, f.c[c].optional ? 1 : 0,
+                    f.c[c].name);
   put_s(&table, SM_MANIFEST_BEGIN);
   sm__text_put(&table, manifest.p ? manifest.p : "", manifest.n);
   put_s(&table, SM_MANIFEST_END);
   if (manifest.oom) f.oom = true;
   free(manifest.p);
   /* Reads constant pos after loading values v/d on the calling thread. */
-  sm__text_printf(&table, "%s", "extern \"C\" void softmetal_constant_value(const unsigned char *v, const unsigned "
-              "char *d, unsigned pos, void *out) {\n  sm_thread t{}; t.fc_values = v; "
-              "t.fc_defined = d; ::sm::fc_load(&t);\n  unsigned i = 0;\n  for (auto *r = "
-              "::sm::fc_reg::head(); r; r = r->next, i++) if (i == pos) r->get(out);\n}\n");
+  sm__text_printf(
+      &table, "%s",
+      "extern \"C\" void softmetal_constant_value(const unsigned char *v, const unsigned "
+      "char *d, unsigned pos, void *out) {\n  sm_thread t{}; t.fc_values = v; "
+      "t.fc_defined = d; ::sm::fc_load(&t);\n  unsigned i = 0;\n  for (auto *r = "
+      "::sm::fc_reg::head(); r; r = r->next, i++) if (i == pos) r->get(out);\n}\n");
   char *result = NULL;
   if (entries.oom) f.oom = true;
   free(entries.p);
@@ -2254,11 +2353,15 @@ static bool caret_line(const char *s, size_t n) {
   size_t i = 0;
   /* clang 16 and later put a gutter before it: spaces, then "| " */
   while (i < n && s[i] == ' ') i++;
-  if (i < n && s[i] == '|') i++;
-  else i = 0;
+  if (i < n && s[i] == '|')
+    i++;
+  else
+    i = 0;
   for (; i < n; i++) {
-    if (s[i] == '^') caret = true;
-    else if (s[i] != ' ' && s[i] != '~') return false;
+    if (s[i] == '^')
+      caret = true;
+    else if (s[i] != ' ' && s[i] != '~')
+      return false;
   }
   return caret;
 }
@@ -2292,7 +2395,8 @@ char *sm__front_quote(const char *diag, const char *source) {
       if (ulen && user[ulen - 1] == '\r') ulen--;
       sm__text_put(&out, user, ulen);
       put_s(&out, "\n");
-      for (long k = 0; k + 1 < col; k++) put_s(&out, (size_t)k < ulen && user[k] == '\t' ? "\t" : " ");
+      for (long k = 0; k + 1 < col; k++)
+        put_s(&out, (size_t)k < ulen && user[k] == '\t' ? "\t" : " ");
       put_s(&out, "^\n");
     }
     p = next;

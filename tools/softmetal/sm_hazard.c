@@ -20,9 +20,9 @@
  * Metal's own tracking. Every field below is under g_hz. */
 struct sm_pass {
   long rc;
-  uint64_t seq;  /* analysis order: predecessors have smaller ones */
-  uint64_t mark; /* search stamp */
-  bool done;     /* finished before anything analysed from now on */
+  uint64_t seq;    /* analysis order: predecessors have smaller ones */
+  uint64_t mark;   /* search stamp */
+  bool done;       /* finished before anything analysed from now on */
   sm_pass **preds; /* retained */
   size_t npreds, cap;
   char what[160];
@@ -164,12 +164,8 @@ static size_t command_uses(const command *c, hz_use *u) {
     u[n++] = (hz_use){c->src, false};
     u[n++] = (hz_use){c->dst, true};
     break;
-  case CMD_FILL:
-    u[n++] = (hz_use){c->dst, true};
-    break;
-  case CMD_SYNC:
-    u[n++] = (hz_use){c->dst, false};
-    break;
+  case CMD_FILL: u[n++] = (hz_use){c->dst, true}; break;
+  case CMD_SYNC: u[n++] = (hz_use){c->dst, false}; break;
   case CMD_DISPATCH: {
     const dispatch_rec *d = c->dispatch;
     const struct sm_kernel_desc *k = d->pipeline->desc;
@@ -178,8 +174,10 @@ static size_t command_uses(const command *c, hz_use *u) {
       bool write = k->written_mask >> i & 1u;
       size_t j = 0;
       while (j < n && u[j].buf != d->buffers[i]) j++;
-      if (j == n) u[n++] = (hz_use){d->buffers[i], write};
-      else u[j].write |= write;
+      if (j == n)
+        u[n++] = (hz_use){d->buffers[i], write};
+      else
+        u[j].write |= write;
     }
     if (d->indirect) {
       size_t j = 0;
@@ -189,21 +187,24 @@ static size_t command_uses(const command *c, hz_use *u) {
     for (unsigned i = 0; i < d->nused; i++) {
       size_t j = 0;
       while (j < n && u[j].buf != d->used[i]) j++;
-      if (j == n) u[n++] = (hz_use){d->used[i], d->used_write[i]};
-      else u[j].write |= d->used_write[i];
+      if (j == n)
+        u[n++] = (hz_use){d->used[i], d->used_write[i]};
+      else
+        u[j].write |= d->used_write[i];
     }
     return n;
   }
-  default:
-    return 0;
+  default: return 0;
   }
   return n;
 }
 
 static void buffer_name(const sm_buffer *b, char *out, size_t len) {
   const char *label = sm__string_utf8(b->hdr.label);
-  if (label) snprintf(out, len, "'%s'", label);
-  else snprintf(out, len, "%p (length %lu)", (const void *)b, b->length);
+  if (label)
+    snprintf(out, len, "'%s'", label);
+  else
+    snprintf(out, len, "%p (length %lu)", (const void *)b, b->length);
 }
 
 /* Checks the untracked-buffer accesses of pass p (commands [a, z) of cb) against
@@ -237,8 +238,8 @@ static bool pass_check(sm_cmdbuf *cb, sm_pass *p, size_t a, size_t z, char *err,
                    "use an MTLFence (updateFence: in the first pass, waitForFence: in the "
                    "second), a shared event, or wait for the first command buffer to "
                    "complete before committing the second",
-                   p->what, op, uses[u].write ? "writes" : "reads", name,
-                   h->pass->what, h->op, h->write ? "wrote" : "read");
+                   p->what, op, uses[u].write ? "writes" : "reads", name, h->pass->what, h->op,
+                   h->write ? "wrote" : "read");
           return false;
         } else if (uses[u].write || h->pass->done) {
           pass_unref(h->pass); /* ordered before p's write, or finished */
@@ -276,8 +277,10 @@ bool sm__hazard_commit(sm_cmdbuf *cb, char *err, size_t len) {
   char cbname[96], what[160];
   err[0] = 0;
   const char *label = sm__string_utf8(cb->hdr.label);
-  if (label) snprintf(cbname, sizeof cbname, "'%s'", label);
-  else snprintf(cbname, sizeof cbname, "#%lu", (unsigned long)cb->serial);
+  if (label)
+    snprintf(cbname, sizeof cbname, "'%s'", label);
+  else
+    snprintf(cbname, sizeof cbname, "#%lu", (unsigned long)cb->serial);
   pthread_mutex_lock(&g_hz);
   pass_vec after_waits = {0}; /* signal nodes that event waits so far order us after */
   for (size_t i = 0; i < cb->ncmds && !err[0];) {
@@ -310,8 +313,7 @@ bool sm__hazard_commit(sm_cmdbuf *cb, char *err, size_t len) {
     }
     size_t z = i;
     while (z < cb->ncmds && cb->cmds[z].pass == c->pass) z++;
-    snprintf(what, sizeof what, "%s pass %d of command buffer %s", c->enc_sel, c->pass + 1,
-             cbname);
+    snprintf(what, sizeof what, "%s pass %d of command buffer %s", c->enc_sel, c->pass + 1, cbname);
     sm_pass *p = pass_new(what);
     pv_push(&cb->passes, p);
     for (size_t k = 0; k < after_waits.n; k++) pass_after_edge(p, after_waits.p[k]);
@@ -369,14 +371,15 @@ bool sm__hazard_concurrent(sm_encoder *e, const char *sel, const dispatch_rec *r
       char name[96], at[48] = "";
       buffer_name(b, name, sizeof name);
       if (r->offsets[i]) snprintf(at, sizeof at, " (offset %lu)", r->offsets[i]);
-      snprintf(err, len, "concurrent dispatch hazard: in a computeCommandEncoderWithDispatchType: "
-                  "(MTLDispatchTypeConcurrent) pass, %s dispatch %u (kernel %s) %s buffer %s%s "
-                  "at [[buffer(%u)]], which dispatch %u (kernel %s) %s, with no "
-                  "memoryBarrierWithScope: (MTLBarrierScopeBuffers) or "
-                  "memoryBarrierWithResources:count: between them; concurrent dispatches are "
-                  "not ordered, tracked buffers or not", sel, no, k->name,
-                  write ? "writes" : "reads", name, at, i, s->dispatch, s->kernel,
-                  s->write ? "writes" : "reads");
+      snprintf(err, len,
+               "concurrent dispatch hazard: in a computeCommandEncoderWithDispatchType: "
+               "(MTLDispatchTypeConcurrent) pass, %s dispatch %u (kernel %s) %s buffer %s%s "
+               "at [[buffer(%u)]], which dispatch %u (kernel %s) %s, with no "
+               "memoryBarrierWithScope: (MTLBarrierScopeBuffers) or "
+               "memoryBarrierWithResources:count: between them; concurrent dispatches are "
+               "not ordered, tracked buffers or not",
+               sel, no, k->name, write ? "writes" : "reads", name, at, i, s->dispatch, s->kernel,
+               s->write ? "writes" : "reads");
       return false;
     }
     if (e->nsince == e->since_cap) {

@@ -15,7 +15,9 @@
 enum { HEAP_AUTOMATIC = 0, HEAP_PLACEMENT = 1, HEAP_SPARSE = 2 };
 enum { PURGE_KEEP = 1, PURGE_NONVOLATILE = 2, PURGE_VOLATILE = 3, PURGE_EMPTY = 4 };
 
-typedef struct { NSUInteger size, align; } MTLSizeAndAlign;
+typedef struct {
+  NSUInteger size, align;
+} MTLSizeAndAlign;
 
 static id send_id(id o, const char *sel) {
   return ((id(*)(id, SEL))(void (*)(void))sm__lookup(o, sel))(o, sel_registerName(sel));
@@ -36,9 +38,15 @@ static id hdesc_init(id self, SEL cmd) {
   ((sm_heap_desc *)self)->storage = ST_PRIVATE; /* Metal's default for heaps */
   return self;
 }
-#define HDESC_FIELD(get, set, field)                                                  \
-  static NSUInteger get(id self, SEL cmd) { (void)cmd; return ((sm_heap_desc *)self)->field; } \
-  static void set(id self, SEL cmd, NSUInteger v) { (void)cmd; ((sm_heap_desc *)self)->field = v; }
+#define HDESC_FIELD(get, set, field)                                                               \
+  static NSUInteger get(id self, SEL cmd) {                                                        \
+    (void)cmd;                                                                                     \
+    return ((sm_heap_desc *)self)->field;                                                          \
+  }                                                                                                \
+  static void set(id self, SEL cmd, NSUInteger v) {                                                \
+    (void)cmd;                                                                                     \
+    ((sm_heap_desc *)self)->field = v;                                                             \
+  }
 HDESC_FIELD(hdesc_size, hdesc_set_size, size)
 HDESC_FIELD(hdesc_storage, hdesc_set_storage, storage)
 HDESC_FIELD(hdesc_cache, hdesc_set_cache, cache)
@@ -130,18 +138,20 @@ static id device_new_heap(id self, SEL cmd, id desc) {
     return nil;
   }
   if (d->storage != ST_SHARED && d->storage != ST_PRIVATE) {
-    sm__refuse(sel, "descriptor.storageMode = %lu: heaps take Shared (0) or Private (2)", d->storage);
+    sm__refuse(sel, "descriptor.storageMode = %lu: heaps take Shared (0) or Private (2)",
+               d->storage);
     return nil;
   }
   if (d->cache > 1 || d->hazard > HAZARD_TRACKED) {
     sm__refuse(sel, "descriptor.cpuCacheMode = %lu or hazardTrackingMode = %lu is not valid",
-           d->cache, d->hazard);
+               d->cache, d->hazard);
     return nil;
   }
   if (d->type == HEAP_SPARSE || d->type > HEAP_SPARSE) {
-    sm__refuse(sel, "descriptor.type = %lu: softmetal has Automatic (0) and Placement (1) heaps, "
-                "not sparse ones (sparse heaps hold sparse textures, which softmetal lacks)",
-           d->type);
+    sm__refuse(sel,
+               "descriptor.type = %lu: softmetal has Automatic (0) and Placement (1) heaps, "
+               "not sparse ones (sparse heaps hold sparse textures, which softmetal lacks)",
+               d->type);
     return nil;
   }
   sm_heap *h = sm__new(&heap_class);
@@ -166,7 +176,6 @@ static id device_new_heap(id self, SEL cmd, id desc) {
   atomic_fetch_add(&sm__buffer_bytes, (long)h->size);
   return (id)h;
 }
-
 
 /* Offset of a free, aligned block of size bytes, or -1 (under h->mu). */
 static long heap_fit(sm_heap *h, NSUInteger size, NSUInteger align) {
@@ -245,14 +254,17 @@ static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, b
   const char *sel = sel_getName(cmd);
   NSUInteger cache = sm__options_cache(options), storage = sm__options_storage(options);
   if (storage != h->storage || cache != h->cache) {
-    sm__refuse(sel, "options = 0x%lx: storage mode %lu and CPU cache mode %lu must be the heap's "
-                "(%lu, %lu)", options, storage, cache, h->storage, h->cache);
+    sm__refuse(sel,
+               "options = 0x%lx: storage mode %lu and CPU cache mode %lu must be the heap's "
+               "(%lu, %lu)",
+               options, storage, cache, h->storage, h->cache);
     return nil;
   }
   if (placed != (h->type == HEAP_PLACEMENT)) {
-    sm__refuse(sel, placed ? "the heap is not a placement heap (MTLHeapTypePlacement): use "
-                         "newBufferWithLength:options:"
-                       : "the heap is a placement heap: use newBufferWithLength:options:offset:");
+    sm__refuse(sel, placed
+                        ? "the heap is not a placement heap (MTLHeapTypePlacement): use "
+                          "newBufferWithLength:options:"
+                        : "the heap is a placement heap: use newBufferWithLength:options:offset:");
     return nil;
   }
   if (length == 0) {
@@ -263,7 +275,8 @@ static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, b
   long off;
   pthread_mutex_lock(&h->mu);
   if (placed) {
-    off = offset % sa.align == 0 && offset <= h->size && h->size - offset >= sa.size ? (long)offset : -2;
+    off = offset % sa.align == 0 && offset <= h->size && h->size - offset >= sa.size ? (long)offset
+                                                                                     : -2;
     if (off >= 0) h->used += sa.size;
   } else {
     off = heap_fit(h, sa.size, sa.align);
@@ -272,7 +285,7 @@ static id heap_buffer(id self, SEL cmd, NSUInteger length, NSUInteger options, b
   pthread_mutex_unlock(&h->mu);
   if (off == -2) {
     sm__refuse(sel, "offset = %lu must be a multiple of %lu with %lu bytes within the heap's %lu",
-           offset, sa.align, sa.size, h->size);
+               offset, sa.align, sa.size, h->size);
     return nil;
   }
   if (off < 0) return nil; /* full: Metal returns nil */
@@ -323,7 +336,10 @@ static NSUInteger heap_max_available(id self, SEL cmd, NSUInteger align) {
   pthread_mutex_unlock(&h->mu);
   return best / SM_PAGE * SM_PAGE;
 }
-static NSUInteger heap_size(id self, SEL cmd) { (void)cmd; return ((sm_heap *)self)->size; }
+static NSUInteger heap_size(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_heap *)self)->size;
+}
 static NSUInteger heap_used(id self, SEL cmd) {
   (void)cmd;
   sm_heap *h = (sm_heap *)self;
@@ -332,16 +348,31 @@ static NSUInteger heap_used(id self, SEL cmd) {
   pthread_mutex_unlock(&h->mu);
   return u;
 }
-static NSUInteger heap_storage(id self, SEL cmd) { (void)cmd; return ((sm_heap *)self)->storage; }
-static NSUInteger heap_cache(id self, SEL cmd) { (void)cmd; return ((sm_heap *)self)->cache; }
-static NSUInteger heap_hazard(id self, SEL cmd) { (void)cmd; return ((sm_heap *)self)->hazard; }
-static NSUInteger heap_type(id self, SEL cmd) { (void)cmd; return ((sm_heap *)self)->type; }
+static NSUInteger heap_storage(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_heap *)self)->storage;
+}
+static NSUInteger heap_cache(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_heap *)self)->cache;
+}
+static NSUInteger heap_hazard(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_heap *)self)->hazard;
+}
+static NSUInteger heap_type(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_heap *)self)->type;
+}
 static NSUInteger heap_options(id self, SEL cmd) {
   (void)cmd;
   sm_heap *h = (sm_heap *)self;
   return sm__options(h->cache, h->storage, h->hazard);
 }
-static id heap_device(id self, SEL cmd) { (void)cmd; return ((sm_heap *)self)->device; }
+static id heap_device(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_heap *)self)->device;
+}
 
 /* Purgeable state: no memory is given back on the CPU, but Empty discards
  * the contents as Metal may: they become 0xFF bytes (NaN as floats). */
@@ -349,7 +380,8 @@ static NSUInteger purge_set(NSUInteger *state, unsigned char *mem, NSUInteger le
                             NSUInteger v) {
   if (v < PURGE_KEEP || v > PURGE_EMPTY)
     sm__fatal("%s: state = %lu is not an MTLPurgeableState (KeepCurrent 1, NonVolatile 2, "
-              "Volatile 3, Empty 4)", sel_getName(cmd), v);
+              "Volatile 3, Empty 4)",
+              sel_getName(cmd), v);
   NSUInteger old = *state;
   if (v == PURGE_KEEP) return old;
   if (v == PURGE_EMPTY && mem) memset(mem, 0xFF, len);
@@ -388,8 +420,7 @@ static void buffer_make_aliasable(id self, SEL cmd) {
   id heap;
   NSUInteger off, size;
   if (!sm__host_heap_slot(self, &heap, &off, &size))
-    sm__fatal("-[SMBuffer %s]: only buffers from a heap can be made aliasable",
-              sel_getName(cmd));
+    sm__fatal("-[SMBuffer %s]: only buffers from a heap can be made aliasable", sel_getName(cmd));
   if (((sm_heap *)heap)->type != HEAP_AUTOMATIC)
     sm__fatal("-[SMBuffer %s]: buffers of a placement heap cannot be made aliasable",
               sel_getName(cmd));
@@ -422,7 +453,10 @@ typedef struct {
   NSUInteger capacity;
 } sm_rs_desc;
 static sm_class rs_desc_class = {"MTLResidencySetDescriptor", sizeof(sm_rs_desc), NULL, Nil, 0};
-static NSUInteger rsd_capacity(id self, SEL cmd) { (void)cmd; return ((sm_rs_desc *)self)->capacity; }
+static NSUInteger rsd_capacity(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_rs_desc *)self)->capacity;
+}
 static void rsd_set_capacity(id self, SEL cmd, NSUInteger v) {
   (void)cmd;
   ((sm_rs_desc *)self)->capacity = v;
@@ -460,22 +494,24 @@ static id device_new_rset(id self, SEL cmd, id desc, id *error) {
   if (!r) return nil;
   pthread_mutex_init(&r->mu, NULL);
   r->device = sm__retain(self);
-  if (((sm_obj *)desc)->label)
-    r->hdr.label = sm__string_copy(((sm_obj *)desc)->label);
+  if (((sm_obj *)desc)->label) r->hdr.label = sm__string_copy(((sm_obj *)desc)->label);
   return (id)r;
 }
 
 /* An allocation of this set's device: a buffer or a heap. */
 static void rset_check(sm_rset *r, SEL cmd, id a, NSUInteger i) {
   id dev = nil;
-  if (sm__is_named(a, "SMBuffer")) dev = send_id(a, "device");
-  else if (sm__is(a, &heap_class)) dev = ((sm_heap *)a)->device;
+  if (sm__is_named(a, "SMBuffer"))
+    dev = send_id(a, "device");
+  else if (sm__is(a, &heap_class))
+    dev = ((sm_heap *)a)->device;
   else
     sm__fatal("-[SMResidencySet %s]: allocation %lu is %s, not an MTLBuffer or MTLHeap",
               sel_getName(cmd), i, a ? object_getClassName(a) : "nil");
   if (dev != r->device)
     sm__fatal("-[SMResidencySet %s]: allocation %lu belongs to another device than the "
-              "residency set's", sel_getName(cmd), i);
+              "residency set's",
+              sel_getName(cmd), i);
 }
 static size_t rset_find(sm_rset *r, id a) {
   for (size_t i = 0; i < r->n; i++)
@@ -578,83 +614,86 @@ static void rset_end(id self, SEL cmd) {
   if (r->residency > 0) r->residency--;
   pthread_mutex_unlock(&r->mu);
 }
-static id rset_device(id self, SEL cmd) { (void)cmd; return ((sm_rset *)self)->device; }
+static id rset_device(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_rset *)self)->device;
+}
 
 /* ------------------------------------------------------------- registration */
 const sm_method_def sm__device_heap_methods[] = {
-  SM_METHOD("newHeapWithDescriptor:", device_new_heap, "@@:@"),
-  SM_METHOD("heapBufferSizeAndAlignWithLength:options:", device_heap_size_align, "{?=QQ}@:QQ"),
-  SM_METHOD("newResidencySetWithDescriptor:error:", device_new_rset, "@@:@^@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newHeapWithDescriptor:", device_new_heap, "@@:@"),
+    SM_METHOD("heapBufferSizeAndAlignWithLength:options:", device_heap_size_align, "{?=QQ}@:QQ"),
+    SM_METHOD("newResidencySetWithDescriptor:error:", device_new_rset, "@@:@^@"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__buffer_heap_methods[] = {
-  SM_METHOD("heap", buffer_heap, "@@:"),
-  SM_METHOD("heapOffset", buffer_heap_offset, "Q@:"),
-  SM_METHOD("allocatedSize", buffer_allocated, "Q@:"),
-  SM_METHOD("makeAliasable", buffer_make_aliasable, "v@:"),
-  SM_METHOD("isAliasable", buffer_is_aliasable, "C@:"),
-  SM_METHOD("setPurgeableState:", buffer_set_purgeable, "Q@:Q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("heap", buffer_heap, "@@:"),
+    SM_METHOD("heapOffset", buffer_heap_offset, "Q@:"),
+    SM_METHOD("allocatedSize", buffer_allocated, "Q@:"),
+    SM_METHOD("makeAliasable", buffer_make_aliasable, "v@:"),
+    SM_METHOD("isAliasable", buffer_is_aliasable, "C@:"),
+    SM_METHOD("setPurgeableState:", buffer_set_purgeable, "Q@:Q"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def heap_desc_methods[] = {
-  SM_METHOD("init", hdesc_init, "@@:"),
-  SM_METHOD("size", hdesc_size, "Q@:"),
-  SM_METHOD("setSize:", hdesc_set_size, "v@:Q"),
-  SM_METHOD("storageMode", hdesc_storage, "Q@:"),
-  SM_METHOD("setStorageMode:", hdesc_set_storage, "v@:Q"),
-  SM_METHOD("cpuCacheMode", hdesc_cache, "Q@:"),
-  SM_METHOD("setCpuCacheMode:", hdesc_set_cache, "v@:Q"),
-  SM_METHOD("hazardTrackingMode", hdesc_hazard, "Q@:"),
-  SM_METHOD("setHazardTrackingMode:", hdesc_set_hazard, "v@:Q"),
-  SM_METHOD("type", hdesc_type, "q@:"),
-  SM_METHOD("setType:", hdesc_set_type, "v@:q"),
-  SM_METHOD("resourceOptions", hdesc_options, "Q@:"),
-  SM_METHOD("setResourceOptions:", hdesc_set_options, "v@:Q"),
-  SM_METHOD("copy", hdesc_copy, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("init", hdesc_init, "@@:"),
+    SM_METHOD("size", hdesc_size, "Q@:"),
+    SM_METHOD("setSize:", hdesc_set_size, "v@:Q"),
+    SM_METHOD("storageMode", hdesc_storage, "Q@:"),
+    SM_METHOD("setStorageMode:", hdesc_set_storage, "v@:Q"),
+    SM_METHOD("cpuCacheMode", hdesc_cache, "Q@:"),
+    SM_METHOD("setCpuCacheMode:", hdesc_set_cache, "v@:Q"),
+    SM_METHOD("hazardTrackingMode", hdesc_hazard, "Q@:"),
+    SM_METHOD("setHazardTrackingMode:", hdesc_set_hazard, "v@:Q"),
+    SM_METHOD("type", hdesc_type, "q@:"),
+    SM_METHOD("setType:", hdesc_set_type, "v@:q"),
+    SM_METHOD("resourceOptions", hdesc_options, "Q@:"),
+    SM_METHOD("setResourceOptions:", hdesc_set_options, "v@:Q"),
+    SM_METHOD("copy", hdesc_copy, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def heap_methods[] = {
-  SM_METHOD("newBufferWithLength:options:", heap_new_buffer, "@@:QQ"),
-  SM_METHOD("newBufferWithLength:options:offset:", heap_new_buffer_at, "@@:QQQ"),
-  SM_METHOD("maxAvailableSizeWithAlignment:", heap_max_available, "Q@:Q"),
-  SM_METHOD("size", heap_size, "Q@:"),
-  SM_METHOD("usedSize", heap_used, "Q@:"),
-  SM_METHOD("currentAllocatedSize", heap_size, "Q@:"),
-  SM_METHOD("allocatedSize", heap_size, "Q@:"),
-  SM_METHOD("storageMode", heap_storage, "Q@:"),
-  SM_METHOD("cpuCacheMode", heap_cache, "Q@:"),
-  SM_METHOD("hazardTrackingMode", heap_hazard, "Q@:"),
-  SM_METHOD("resourceOptions", heap_options, "Q@:"),
-  SM_METHOD("type", heap_type, "q@:"),
-  SM_METHOD("setPurgeableState:", heap_set_purgeable, "Q@:Q"),
-  SM_METHOD("device", heap_device, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newBufferWithLength:options:", heap_new_buffer, "@@:QQ"),
+    SM_METHOD("newBufferWithLength:options:offset:", heap_new_buffer_at, "@@:QQQ"),
+    SM_METHOD("maxAvailableSizeWithAlignment:", heap_max_available, "Q@:Q"),
+    SM_METHOD("size", heap_size, "Q@:"),
+    SM_METHOD("usedSize", heap_used, "Q@:"),
+    SM_METHOD("currentAllocatedSize", heap_size, "Q@:"),
+    SM_METHOD("allocatedSize", heap_size, "Q@:"),
+    SM_METHOD("storageMode", heap_storage, "Q@:"),
+    SM_METHOD("cpuCacheMode", heap_cache, "Q@:"),
+    SM_METHOD("hazardTrackingMode", heap_hazard, "Q@:"),
+    SM_METHOD("resourceOptions", heap_options, "Q@:"),
+    SM_METHOD("type", heap_type, "q@:"),
+    SM_METHOD("setPurgeableState:", heap_set_purgeable, "Q@:Q"),
+    SM_METHOD("device", heap_device, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def rs_desc_methods[] = {
-  SM_METHOD("initialCapacity", rsd_capacity, "Q@:"),
-  SM_METHOD("setInitialCapacity:", rsd_set_capacity, "v@:Q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("initialCapacity", rsd_capacity, "Q@:"),
+    SM_METHOD("setInitialCapacity:", rsd_set_capacity, "v@:Q"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def rset_methods[] = {
-  SM_METHOD("addAllocation:", rset_add, "v@:@"),
-  SM_METHOD("addAllocations:count:", rset_add_many, "v@:^@Q"),
-  SM_METHOD("removeAllocation:", rset_remove, "v@:@"),
-  SM_METHOD("removeAllocations:count:", rset_remove_many, "v@:^@Q"),
-  SM_METHOD("removeAllAllocations", rset_remove_all, "v@:"),
-  SM_METHOD("containsAllocation:", rset_contains, "C@:@"),
-  SM_METHOD("allocationCount", rset_count, "Q@:"),
-  SM_METHOD("allAllocations", rset_all, "@@:"),
-  SM_METHOD("commit", rset_commit, "v@:"),
-  SM_METHOD("allocatedSize", rset_allocated, "Q@:"),
-  SM_METHOD("requestResidency", rset_request, "v@:"),
-  SM_METHOD("endResidency", rset_end, "v@:"),
-  SM_METHOD("device", rset_device, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("addAllocation:", rset_add, "v@:@"),
+    SM_METHOD("addAllocations:count:", rset_add_many, "v@:^@Q"),
+    SM_METHOD("removeAllocation:", rset_remove, "v@:@"),
+    SM_METHOD("removeAllocations:count:", rset_remove_many, "v@:^@Q"),
+    SM_METHOD("removeAllAllocations", rset_remove_all, "v@:"),
+    SM_METHOD("containsAllocation:", rset_contains, "C@:@"),
+    SM_METHOD("allocationCount", rset_count, "Q@:"),
+    SM_METHOD("allAllocations", rset_all, "@@:"),
+    SM_METHOD("commit", rset_commit, "v@:"),
+    SM_METHOD("allocatedSize", rset_allocated, "Q@:"),
+    SM_METHOD("requestResidency", rset_request, "v@:"),
+    SM_METHOD("endResidency", rset_end, "v@:"),
+    SM_METHOD("device", rset_device, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 void sm__register_heap(void) {

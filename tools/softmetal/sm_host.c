@@ -175,8 +175,8 @@ static void append_groups(struct sm_host *h, char *out, size_t len, size_t *at, 
   if (!h) return;
   pthread_mutex_lock(&h->mu);
   for (size_t i = 0; i < h->ngroups && *at < len; i++) {
-    int n = snprintf(out + *at, len - *at, "%s'%s'", *any ? " > " : " (debug groups: ",
-                     h->groups[i]);
+    int n =
+        snprintf(out + *at, len - *at, "%s'%s'", *any ? " > " : " (debug groups: ", h->groups[i]);
     if (n > 0) *at += (size_t)n;
     *any = true;
   }
@@ -255,10 +255,22 @@ static double cb_time(id self, int which) {
   pthread_mutex_unlock(&h->mu);
   return t;
 }
-static double cb_gpu_start(id self, SEL cmd) { (void)cmd; return cb_time(self, 0); }
-static double cb_gpu_end(id self, SEL cmd) { (void)cmd; return cb_time(self, 1); }
-static double cb_kernel_start(id self, SEL cmd) { (void)cmd; return cb_time(self, 2); }
-static double cb_kernel_end(id self, SEL cmd) { (void)cmd; return cb_time(self, 3); }
+static double cb_gpu_start(id self, SEL cmd) {
+  (void)cmd;
+  return cb_time(self, 0);
+}
+static double cb_gpu_end(id self, SEL cmd) {
+  (void)cmd;
+  return cb_time(self, 1);
+}
+static double cb_kernel_start(id self, SEL cmd) {
+  (void)cmd;
+  return cb_time(self, 2);
+}
+static double cb_kernel_end(id self, SEL cmd) {
+  (void)cmd;
+  return cb_time(self, 3);
+}
 
 static void cb_add_scheduled(id self, SEL cmd, const void *block) {
   if (!block) sm__fatal("-[SMCommandBuffer %s]: block = nil", sel_getName(cmd));
@@ -275,7 +287,8 @@ static void cb_wait_scheduled(id self, SEL cmd) {
   NSUInteger st = send_u(self, "status");
   if (st < CB_COMMITTED)
     sm__fatal("-[SMCommandBuffer %s]: command buffer not committed (status %lu): this would "
-              "wait forever", sel_getName(cmd), st);
+              "wait forever",
+              sel_getName(cmd), st);
   struct sm_host *h = host_of(self);
   pthread_mutex_lock(&h->mu);
   while (!h->scheduled) pthread_cond_wait(&h->cv, &h->mu);
@@ -347,7 +360,10 @@ static id cbd_init(id self, SEL cmd) {
   ((sm_cb_desc *)self)->retained = true;
   return self;
 }
-static BOOL cbd_retained(id self, SEL cmd) { (void)cmd; return ((sm_cb_desc *)self)->retained; }
+static BOOL cbd_retained(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_cb_desc *)self)->retained;
+}
 static void cbd_set_retained(id self, SEL cmd, BOOL v) {
   (void)cmd;
   ((sm_cb_desc *)self)->retained = v;
@@ -359,7 +375,8 @@ static NSUInteger cbd_error_options(id self, SEL cmd) {
 static void cbd_set_error_options(id self, SEL cmd, NSUInteger v) {
   if (v > 1)
     sm__fatal("-[MTLCommandBufferDescriptor %s]: errorOptions = %lu is not an "
-              "MTLCommandBufferErrorOption (None 0, EncoderExecutionStatus 1)", sel_getName(cmd), v);
+              "MTLCommandBufferErrorOption (None 0, EncoderExecutionStatus 1)",
+              sel_getName(cmd), v);
   ((sm_cb_desc *)self)->error_options = v;
 }
 static id queue_cb_with_desc(id self, SEL cmd, id desc) {
@@ -412,13 +429,16 @@ static void check_resource(id self, SEL cmd, id r, NSUInteger usage, bool heap_o
               heap_only ? "heap" : "resource", cls_name(r), heap_only ? "MTLHeap" : "MTLResource");
   if (usage == 0 || usage > 7)
     sm__fatal("-[SMComputeCommandEncoder %s]: usage = %lu is not an MTLResourceUsage "
-              "(Read 1 | Write 2 | Sample 4)", sel_getName(cmd), usage);
+              "(Read 1 | Write 2 | Sample 4)",
+              sel_getName(cmd), usage);
   id dev = send_id(r, "device");
   id mine = send_id(sm__encoder_cmdbuf(self), "device");
   if (dev != mine) {
     char msg[256];
-    snprintf(msg, sizeof msg, "%s: the resource belongs to another device than the command "
-             "queue's", sel_getName(cmd));
+    snprintf(msg, sizeof msg,
+             "%s: the resource belongs to another device than the command "
+             "queue's",
+             sel_getName(cmd));
     sm__cmdbuf_fail(sm__encoder_cmdbuf(self), msg);
   }
 }
@@ -453,7 +473,10 @@ static id enc_device(id self, SEL cmd) {
   (void)cmd;
   return send_id(sm__encoder_cmdbuf(self), "device");
 }
-static id enc_cmdbuf(id self, SEL cmd) { (void)cmd; return sm__encoder_cmdbuf(self); }
+static id enc_cmdbuf(id self, SEL cmd) {
+  (void)cmd;
+  return sm__encoder_cmdbuf(self);
+}
 
 /* ------------------------------------------------------------- device */
 typedef struct {
@@ -462,7 +485,10 @@ typedef struct {
 } sm_arch;
 static void arch_destroy(sm_obj *o) { sm__release(((sm_arch *)o)->name); }
 static sm_class arch_class = {"MTLArchitecture", sizeof(sm_arch), arch_destroy, Nil, 0};
-static id arch_name(id self, SEL cmd) { (void)cmd; return ((sm_arch *)self)->name; }
+static id arch_name(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_arch *)self)->name;
+}
 
 /* The architecture softmetal stands for: an Apple GPU of family Apple9 (as
  * supportsFamily: answers), generation 15, base ('g') configuration. */
@@ -486,16 +512,29 @@ static NSUInteger device_max_tg_memory(id s, SEL c) {
   (void)c;
   return sm__persona()->max_tg_memory;
 }
-static BOOL device_no(id s, SEL c) { (void)s; (void)c; return 0; }
-static NSUInteger device_zero(id s, SEL c) { (void)s; (void)c; return 0; }
-static NSUInteger device_arg_tier(id s, SEL c) { (void)s; (void)c; return 1; } /* Tier2 */
+static BOOL device_no(id s, SEL c) {
+  (void)s;
+  (void)c;
+  return 0;
+}
+static NSUInteger device_zero(id s, SEL c) {
+  (void)s;
+  (void)c;
+  return 0;
+}
+static NSUInteger device_arg_tier(id s, SEL c) {
+  (void)s;
+  (void)c;
+  return 1;
+} /* Tier2 */
 
 /* MTLEvent: an event only command buffers signal and wait for. softmetal's
  * is a shared event whose host-side selectors are refused as unknown. */
 static Class g_event_class;
 static void not_an_mtlevent(id self, SEL cmd) {
   sm__fatal("-[SMEvent %s]: unrecognized selector sent to %p (an MTLEvent from newEvent is "
-            "not an MTLSharedEvent: use newSharedEvent)", sel_getName(cmd), (void *)self);
+            "not an MTLSharedEvent: use newSharedEvent)",
+            sel_getName(cmd), (void *)self);
 }
 static id device_new_mtl_event(id self, SEL cmd) {
   (void)cmd;
@@ -508,15 +547,17 @@ static id device_new_mtl_event(id self, SEL cmd) {
  * newLibraryWithData:error:. */
 enum { LIB_ERROR_FILE_NOT_FOUND = 6 };
 static void set_error(id *error, id e) {
-  if (error) *error = sm__autorelease(e);
-  else sm__release(e);
+  if (error)
+    *error = sm__autorelease(e);
+  else
+    sm__release(e);
 }
 static id library_from_path(id self, SEL cmd, const char *path, id *error) {
   FILE *f = path ? fopen(path, "rb") : NULL;
   if (!f) {
     set_error(error, sm__error("MTLLibraryErrorDomain", LIB_ERROR_FILE_NOT_FOUND,
-                               "%s: cannot open '%s': %s", sel_getName(cmd),
-                               path ? path : "(nil)", path ? strerror(errno) : "no path"));
+                               "%s: cannot open '%s': %s", sel_getName(cmd), path ? path : "(nil)",
+                               path ? strerror(errno) : "no path"));
     return nil;
   }
   size_t cap = 1 << 16, n = 0, got;
@@ -544,8 +585,9 @@ static id library_from_path(id self, SEL cmd, const char *path, id *error) {
   }
   id data = dispatch_data_create(buf, n, NULL, NULL);
   free(buf);
-  id lib = ((id(*)(id, SEL, id, id *))(void (*)(void))sm__lookup(self, "newLibraryWithData:error:"))(
-      self, sel_registerName("newLibraryWithData:error:"), data, error);
+  id lib =
+      ((id(*)(id, SEL, id, id *))(void (*)(void))sm__lookup(self, "newLibraryWithData:error:"))(
+          self, sel_registerName("newLibraryWithData:error:"), data, error);
   sm__release(data);
   return lib;
 }
@@ -687,8 +729,10 @@ static void event_fire(id event, uint64_t value) {
   size_t keep = 0, nfire = 0;
   notify_rec fire[16];
   for (size_t i = 0; i < h->nnotes; i++) {
-    if (h->notes[i].value <= value && nfire < 16) fire[nfire++] = h->notes[i];
-    else h->notes[keep++] = h->notes[i];
+    if (h->notes[i].value <= value && nfire < 16)
+      fire[nfire++] = h->notes[i];
+    else
+      h->notes[keep++] = h->notes[i];
   }
   h->nnotes = keep;
   bool more = false;
@@ -703,7 +747,7 @@ static void event_fire(id event, uint64_t value) {
 static void host_event_signaled(id event, uint64_t value) { event_fire(event, value); }
 
 static uint64_t event_value(id e) {
-  return ((uint64_t(*)(id, SEL))(void (*)(void))sm__lookup(e, "signaledValue"))(
+  return ((uint64_t (*)(id, SEL))(void (*)(void))sm__lookup(e, "signaledValue"))(
       e, sel_registerName("signaledValue"));
 }
 static void event_notify(id self, SEL cmd, id listener, uint64_t value, const void *block) {
@@ -754,14 +798,17 @@ static void cdesc_destroy(sm_obj *o) {
   sm__release(((sm_capture_desc *)o)->object);
   sm__release(((sm_capture_desc *)o)->url);
 }
-static sm_class cdesc_class = {"MTLCaptureDescriptor", sizeof(sm_capture_desc), cdesc_destroy,
-                               Nil, 0};
+static sm_class cdesc_class = {"MTLCaptureDescriptor", sizeof(sm_capture_desc), cdesc_destroy, Nil,
+                               0};
 static id cdesc_init(id self, SEL cmd) {
   (void)cmd;
   ((sm_capture_desc *)self)->destination = 1; /* DeveloperTools */
   return self;
 }
-static id cdesc_object(id self, SEL cmd) { (void)cmd; return ((sm_capture_desc *)self)->object; }
+static id cdesc_object(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_capture_desc *)self)->object;
+}
 static void cdesc_set_object(id self, SEL cmd, id o) {
   (void)cmd;
   sm_capture_desc *d = (sm_capture_desc *)self;
@@ -776,10 +823,14 @@ static NSUInteger cdesc_destination(id self, SEL cmd) {
 static void cdesc_set_destination(id self, SEL cmd, NSUInteger v) {
   if (v != 1 && v != 2)
     sm__fatal("-[MTLCaptureDescriptor %s]: destination = %lu is not an MTLCaptureDestination "
-              "(DeveloperTools 1, GPUTraceDocument 2)", sel_getName(cmd), v);
+              "(DeveloperTools 1, GPUTraceDocument 2)",
+              sel_getName(cmd), v);
   ((sm_capture_desc *)self)->destination = v;
 }
-static id cdesc_url(id self, SEL cmd) { (void)cmd; return ((sm_capture_desc *)self)->url; }
+static id cdesc_url(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_capture_desc *)self)->url;
+}
 static void cdesc_set_url(id self, SEL cmd, id u) {
   (void)cmd;
   sm_capture_desc *d = (sm_capture_desc *)self;
@@ -795,7 +846,10 @@ typedef struct {
 } sm_scope;
 static void scope_destroy(sm_obj *o) { sm__release(((sm_scope *)o)->target); }
 static sm_class scope_class = {"MTLCaptureScope", sizeof(sm_scope), scope_destroy, Nil, 0};
-static void scope_begin(id self, SEL cmd) { (void)cmd; ((sm_scope *)self)->open++; }
+static void scope_begin(id self, SEL cmd) {
+  (void)cmd;
+  ((sm_scope *)self)->open++;
+}
 static void scope_end(id self, SEL cmd) {
   sm_scope *s = (sm_scope *)self;
   if (!s->open) sm__fatal("-[MTLCaptureScope %s]: the scope was not begun", sel_getName(cmd));
@@ -845,17 +899,27 @@ static BOOL capture_start(id self, SEL cmd, id desc, id *error) {
               sel_getName(cmd), cls_name(desc));
   set_error(error, sm__error("MTLCaptureErrorDomain", 1,
                              "%s: GPU capture is not supported by softmetal (software Metal on "
-                             "the CPU): there is no GPU trace to record", sel_getName(cmd)));
+                             "the CPU): there is no GPU trace to record",
+                             sel_getName(cmd)));
   return 0;
 }
 static void capture_start_legacy(id self, SEL cmd, id target) {
   (void)self;
   (void)target;
-  fprintf(stderr, "softmetal: -[MTLCaptureManager %s]: GPU capture is not supported; "
-                  "nothing is captured\n", sel_getName(cmd));
+  fprintf(stderr,
+          "softmetal: -[MTLCaptureManager %s]: GPU capture is not supported; "
+          "nothing is captured\n",
+          sel_getName(cmd));
 }
-static void capture_noop(id self, SEL cmd) { (void)self; (void)cmd; }
-static BOOL capture_is_capturing(id self, SEL cmd) { (void)self; (void)cmd; return 0; }
+static void capture_noop(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+}
+static BOOL capture_is_capturing(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return 0;
+}
 static id capture_new_scope(id self, SEL cmd, id target) {
   (void)self;
   if (!sm__is_named(target, "SMDevice") && !sm__is_named(target, "SMCommandQueue"))
@@ -912,13 +976,24 @@ static void swap_string(id *slot, id v, SEL cmd) {
   sm__release(*slot);
   *slot = c;
 }
-static id fdesc_name(id self, SEL cmd) { (void)cmd; return ((sm_fdesc *)self)->name; }
-static void fdesc_set_name(id self, SEL cmd, id v) { swap_string(&((sm_fdesc *)self)->name, v, cmd); }
-static id fdesc_specialized(id self, SEL cmd) { (void)cmd; return ((sm_fdesc *)self)->specialized; }
+static id fdesc_name(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_fdesc *)self)->name;
+}
+static void fdesc_set_name(id self, SEL cmd, id v) {
+  swap_string(&((sm_fdesc *)self)->name, v, cmd);
+}
+static id fdesc_specialized(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_fdesc *)self)->specialized;
+}
 static void fdesc_set_specialized(id self, SEL cmd, id v) {
   swap_string(&((sm_fdesc *)self)->specialized, v, cmd);
 }
-static id fdesc_values(id self, SEL cmd) { (void)cmd; return ((sm_fdesc *)self)->values; }
+static id fdesc_values(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_fdesc *)self)->values;
+}
 static void fdesc_set_values(id self, SEL cmd, id v) {
   if (v && !sm__is_named(v, "MTLFunctionConstantValues"))
     sm__fatal("-[MTLFunctionDescriptor %s]: %s is not an MTLFunctionConstantValues",
@@ -928,11 +1003,15 @@ static void fdesc_set_values(id self, SEL cmd, id v) {
   sm__release(d->values);
   d->values = v; /* Metal copies; softmetal's values are read when the function is made */
 }
-static NSUInteger fdesc_options(id self, SEL cmd) { (void)cmd; return ((sm_fdesc *)self)->options; }
+static NSUInteger fdesc_options(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_fdesc *)self)->options;
+}
 static void fdesc_set_options(id self, SEL cmd, NSUInteger v) {
   if (v & ~(NSUInteger)1)
     sm__fatal("-[MTLFunctionDescriptor %s]: options = 0x%lx: softmetal has MTLFunctionOptionNone "
-              "(0) and CompileToBinary (1) only", sel_getName(cmd), v);
+              "(0) and CompileToBinary (1) only",
+              sel_getName(cmd), v);
   ((sm_fdesc *)self)->options = v;
 }
 static id library_function_desc(id self, SEL cmd, id desc, id *error) {
@@ -948,9 +1027,10 @@ static id library_function_desc(id self, SEL cmd, id desc, id *error) {
   id f = ((id(*)(id, SEL, id))(void (*)(void))sm__lookup(self, "newFunctionWithName:"))(
       self, sel_registerName("newFunctionWithName:"), d->name);
   if (!f)
-    set_error(error, sm__error("MTLLibraryErrorDomain", 5, "%s: function '%s' was not found in "
-                               "the library", sel_getName(cmd),
-                               d->name ? sm__string_utf8(d->name) : "(nil)"));
+    set_error(error, sm__error("MTLLibraryErrorDomain", 5,
+                               "%s: function '%s' was not found in "
+                               "the library",
+                               sel_getName(cmd), d->name ? sm__string_utf8(d->name) : "(nil)"));
   return f;
 }
 
@@ -969,7 +1049,11 @@ static void linked_set(id self, SEL cmd, id list) {
               "pointers, visible or intersection functions): supportsFunctionPointers is NO",
               sel_getName(cmd));
 }
-static id linked_get(id self, SEL cmd) { (void)self; (void)cmd; return nil; }
+static id linked_get(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return nil;
+}
 
 /* ------------------------------------------------------------- compile options */
 static void opts_set_macros(id self, SEL cmd, id dict) {
@@ -994,7 +1078,8 @@ static NSInteger opts_opt_level(id self, SEL cmd) {
 static void opts_set_opt_level(id self, SEL cmd, NSInteger v) {
   if (v != 0 && v != 1)
     sm__fatal("-[MTLCompileOptions %s]: optimizationLevel = %ld is not an "
-              "MTLLibraryOptimizationLevel (Default 0, Size 1)", sel_getName(cmd), (long)v);
+              "MTLLibraryOptimizationLevel (Default 0, Size 1)",
+              sel_getName(cmd), (long)v);
   host_of(self)->opt_level = v;
 }
 static BOOL opts_logging(id self, SEL cmd) {
@@ -1002,7 +1087,10 @@ static BOOL opts_logging(id self, SEL cmd) {
   struct sm_host *h = host_if(self);
   return h && h->logging;
 }
-static void opts_set_logging(id self, SEL cmd, BOOL v) { (void)cmd; host_of(self)->logging = v; }
+static void opts_set_logging(id self, SEL cmd, BOOL v) {
+  (void)cmd;
+  host_of(self)->logging = v;
+}
 /* preprocessorMacros: defined before the source, #line 1 after them, as
  * softmetal-metallib's -D. */
 struct macro_buf {
@@ -1016,8 +1104,8 @@ static void macro_add(id key, id value, void *ctx) {
     sm__fatal("-[SMDevice %s]: preprocessorMacros key is %s, not an NSString", m->sel,
               cls_name(key));
   if (!sm__is_string(value) && !sm__is_named(value, "NSNumber"))
-    sm__fatal("-[SMDevice %s]: preprocessorMacros['%s'] is %s, not an NSString or NSNumber",
-              m->sel, sm__string_utf8(key), cls_name(value));
+    sm__fatal("-[SMDevice %s]: preprocessorMacros['%s'] is %s, not an NSString or NSNumber", m->sel,
+              sm__string_utf8(key), cls_name(value));
   const char *k = sm__string_utf8(key), *v = sm__string_utf8(send_id(value, "description"));
   size_t need = strlen(k) + strlen(v) + 16;
   if (m->n + need >= m->cap) {
@@ -1047,174 +1135,177 @@ static id device_new_library_macros(id self, SEL cmd, id source, id options, id 
   return lib;
 }
 
-
 /* ------------------------------------------------------------- registration */
 const sm_method_def sm__cmdbuf_host_methods[] = {
-  SM_METHOD("pushDebugGroup:", cb_push_group, "v@:@"),
-  SM_METHOD("popDebugGroup", cb_pop_group, "v@:"),
-  SM_METHOD("GPUStartTime", cb_gpu_start, "d@:"),
-  SM_METHOD("GPUEndTime", cb_gpu_end, "d@:"),
-  SM_METHOD("kernelStartTime", cb_kernel_start, "d@:"),
-  SM_METHOD("kernelEndTime", cb_kernel_end, "d@:"),
-  SM_METHOD("addScheduledHandler:", cb_add_scheduled, "v@:@?"),
-  SM_METHOD("waitUntilScheduled", cb_wait_scheduled, "v@:"),
-  SM_METHOD("errorOptions", cb_error_options, "Q@:"),
-  SM_METHOD("useResidencySet:", cb_use_rset, "v@:@"),
-  SM_METHOD("useResidencySets:count:", cb_use_rsets, "v@:^@Q"), /* queues */
-  {NULL, NULL, NULL},
+    SM_METHOD("pushDebugGroup:", cb_push_group, "v@:@"),
+    SM_METHOD("popDebugGroup", cb_pop_group, "v@:"),
+    SM_METHOD("GPUStartTime", cb_gpu_start, "d@:"),
+    SM_METHOD("GPUEndTime", cb_gpu_end, "d@:"),
+    SM_METHOD("kernelStartTime", cb_kernel_start, "d@:"),
+    SM_METHOD("kernelEndTime", cb_kernel_end, "d@:"),
+    SM_METHOD("addScheduledHandler:", cb_add_scheduled, "v@:@?"),
+    SM_METHOD("waitUntilScheduled", cb_wait_scheduled, "v@:"),
+    SM_METHOD("errorOptions", cb_error_options, "Q@:"),
+    SM_METHOD("useResidencySet:", cb_use_rset, "v@:@"),
+    SM_METHOD("useResidencySets:count:", cb_use_rsets, "v@:^@Q"), /* queues */
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__queue_host_methods[] = {
-  SM_METHOD("addResidencySet:", rset_add_one, "v@:@"),
-  SM_METHOD("addResidencySets:count:", rsets_add, "v@:^@Q"),
-  SM_METHOD("removeResidencySet:", rset_remove_one, "v@:@"),
-  SM_METHOD("removeResidencySets:count:", rsets_remove, "v@:^@Q"),
-  SM_METHOD("commandBufferWithDescriptor:", queue_cb_with_desc, "@@:@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("addResidencySet:", rset_add_one, "v@:@"),
+    SM_METHOD("addResidencySets:count:", rsets_add, "v@:^@Q"),
+    SM_METHOD("removeResidencySet:", rset_remove_one, "v@:@"),
+    SM_METHOD("removeResidencySets:count:", rsets_remove, "v@:^@Q"),
+    SM_METHOD("commandBufferWithDescriptor:", queue_cb_with_desc, "@@:@"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__encoder_host_methods[] = {
-  SM_METHOD("pushDebugGroup:", group_push, "v@:@"),
-  SM_METHOD("popDebugGroup", group_pop, "v@:"),
-  SM_METHOD("insertDebugSignpost:", signpost, "v@:@"),
-  SM_METHOD("device", enc_device, "@@:"),
-  SM_METHOD("commandBuffer", enc_cmdbuf, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("pushDebugGroup:", group_push, "v@:@"),
+    SM_METHOD("popDebugGroup", group_pop, "v@:"),
+    SM_METHOD("insertDebugSignpost:", signpost, "v@:@"),
+    SM_METHOD("device", enc_device, "@@:"),
+    SM_METHOD("commandBuffer", enc_cmdbuf, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__compute_host_methods[] = {
-  SM_METHOD("setBuffers:offsets:withRange:", enc_set_buffers, "v@:^@^Q{_NSRange=QQ}"),
-  SM_METHOD("setBufferOffset:atIndex:", enc_set_buffer_offset, "v@:QQ"),
-  SM_METHOD("dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:", enc_dispatch_indirect, "v@:@Q{MTLSize=QQQ}"),
-  SM_METHOD("useResource:usage:", enc_use_resource, "v@:@Q"),
-  SM_METHOD("useResources:count:usage:", enc_use_resources, "v@:^@QQ"),
-  SM_METHOD("useHeap:", enc_use_heap, "v@:@"),
-  SM_METHOD("useHeaps:count:", enc_use_heaps, "v@:^@Q"), /* devices */
-  {NULL, NULL, NULL},
+    SM_METHOD("setBuffers:offsets:withRange:", enc_set_buffers, "v@:^@^Q{_NSRange=QQ}"),
+    SM_METHOD("setBufferOffset:atIndex:", enc_set_buffer_offset, "v@:QQ"),
+    SM_METHOD("dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:threadsPerThreadgroup:",
+              enc_dispatch_indirect, "v@:@Q{MTLSize=QQQ}"),
+    SM_METHOD("useResource:usage:", enc_use_resource, "v@:@Q"),
+    SM_METHOD("useResources:count:usage:", enc_use_resources, "v@:^@QQ"),
+    SM_METHOD("useHeap:", enc_use_heap, "v@:@"),
+    SM_METHOD("useHeaps:count:", enc_use_heaps, "v@:^@Q"), /* devices */
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__device_host_methods[] = {
-  /* the one newLibraryWithSource:options:error: (sm_msl.c compiles) */
-  SM_METHOD("newLibraryWithSource:options:error:", device_new_library_macros, "@@:@@^@"),
-  SM_METHOD("architecture", device_architecture, "@@:"),
-  SM_METHOD("maxThreadgroupMemoryLength", device_max_tg_memory, "Q@:"),
-  SM_METHOD("isLowPower", device_no, "C@:"),
-  SM_METHOD("isHeadless", device_no, "C@:"),
-  SM_METHOD("isRemovable", device_no, "C@:"),
-  SM_METHOD("location", device_zero, "Q@:"), /* MTLDeviceLocationBuiltIn */
-  SM_METHOD("locationNumber", device_zero, "Q@:"),
-  SM_METHOD("supportsFunctionPointers", device_no, "C@:"),
-  SM_METHOD("supportsDynamicLibraries", device_no, "C@:"),
-  SM_METHOD("supportsRaytracing", device_no, "C@:"),
-  SM_METHOD("argumentBuffersSupport", device_arg_tier, "Q@:"),
-  SM_METHOD("newEvent", device_new_mtl_event, "@@:"),
-  SM_METHOD("newLibraryWithFile:error:", device_library_file, "@@:@^@"),
-  SM_METHOD("newLibraryWithURL:error:", device_library_url, "@@:@^@"), /* Only SMDevice has this selector (see register_literals in sm_foundation.c). */
-  {NULL, NULL, NULL},
+    /* the one newLibraryWithSource:options:error: (sm_msl.c compiles) */
+    SM_METHOD("newLibraryWithSource:options:error:", device_new_library_macros, "@@:@@^@"),
+    SM_METHOD("architecture", device_architecture, "@@:"),
+    SM_METHOD("maxThreadgroupMemoryLength", device_max_tg_memory, "Q@:"),
+    SM_METHOD("isLowPower", device_no, "C@:"),
+    SM_METHOD("isHeadless", device_no, "C@:"),
+    SM_METHOD("isRemovable", device_no, "C@:"),
+    SM_METHOD("location", device_zero, "Q@:"), /* MTLDeviceLocationBuiltIn */
+    SM_METHOD("locationNumber", device_zero, "Q@:"),
+    SM_METHOD("supportsFunctionPointers", device_no, "C@:"),
+    SM_METHOD("supportsDynamicLibraries", device_no, "C@:"),
+    SM_METHOD("supportsRaytracing", device_no, "C@:"),
+    SM_METHOD("argumentBuffersSupport", device_arg_tier, "Q@:"),
+    SM_METHOD("newEvent", device_new_mtl_event, "@@:"),
+    SM_METHOD("newLibraryWithFile:error:", device_library_file, "@@:@^@"),
+    SM_METHOD(
+        "newLibraryWithURL:error:", device_library_url,
+        "@@:@^@"), /* Only SMDevice has this selector (see register_literals in sm_foundation.c). */
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__library_host_methods[] = {
-  SM_METHOD("newFunctionWithDescriptor:error:", library_function_desc, "@@:@^@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newFunctionWithDescriptor:error:", library_function_desc, "@@:@^@"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__options_host_methods[] = {
-  SM_METHOD("preprocessorMacros", opts_macros, "@@:"),
-  SM_METHOD("setPreprocessorMacros:", opts_set_macros, "v@:@"),
-  SM_METHOD("optimizationLevel", opts_opt_level, "q@:"),
-  SM_METHOD("setOptimizationLevel:", opts_set_opt_level, "v@:q"),
-  SM_METHOD("enableLogging", opts_logging, "C@:"),
-  SM_METHOD("setEnableLogging:", opts_set_logging, "v@:C"), /* mathFloatingPointFunctions: sm_msl.c (it changes the compile) */
-  {NULL, NULL, NULL},
+    SM_METHOD("preprocessorMacros", opts_macros, "@@:"),
+    SM_METHOD("setPreprocessorMacros:", opts_set_macros, "v@:@"),
+    SM_METHOD("optimizationLevel", opts_opt_level, "q@:"),
+    SM_METHOD("setOptimizationLevel:", opts_set_opt_level, "v@:q"),
+    SM_METHOD("enableLogging", opts_logging, "C@:"),
+    SM_METHOD("setEnableLogging:", opts_set_logging,
+              "v@:C"), /* mathFloatingPointFunctions: sm_msl.c (it changes the compile) */
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__shared_event_host_methods[] = {
-  SM_METHOD("notifyListener:atValue:block:", event_notify, "v@:@Q@?"),
-  SM_METHOD("waitUntilSignaledValue:timeoutMS:", event_wait_timeout, "C@:QQ"),
-  {NULL, NULL, NULL},
+    SM_METHOD("notifyListener:atValue:block:", event_notify, "v@:@Q@?"),
+    SM_METHOD("waitUntilSignaledValue:timeoutMS:", event_wait_timeout, "C@:QQ"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def cb_desc_methods[] = {
-  SM_METHOD("init", cbd_init, "@@:"),
-  SM_METHOD("retainedReferences", cbd_retained, "C@:"),
-  SM_METHOD("setRetainedReferences:", cbd_set_retained, "v@:C"),
-  SM_METHOD("errorOptions", cbd_error_options, "Q@:"),
-  SM_METHOD("setErrorOptions:", cbd_set_error_options, "v@:Q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("init", cbd_init, "@@:"),
+    SM_METHOD("retainedReferences", cbd_retained, "C@:"),
+    SM_METHOD("setRetainedReferences:", cbd_set_retained, "v@:C"),
+    SM_METHOD("errorOptions", cbd_error_options, "Q@:"),
+    SM_METHOD("setErrorOptions:", cbd_set_error_options, "v@:Q"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def arch_methods[] = {
-  SM_METHOD("name", arch_name, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("name", arch_name, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def listener_methods[] = {
-  SM_METHOD("init", listener_init, "@@:"),
-  SM_METHOD("initWithDispatchQueue:", listener_init_queue, "@@:@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("init", listener_init, "@@:"),
+    SM_METHOD("initWithDispatchQueue:", listener_init_queue, "@@:@"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def cdesc_methods[] = {
-  SM_METHOD("init", cdesc_init, "@@:"),
-  SM_METHOD("captureObject", cdesc_object, "@@:"),
-  SM_METHOD("setCaptureObject:", cdesc_set_object, "v@:@"),
-  SM_METHOD("destination", cdesc_destination, "q@:"),
-  SM_METHOD("setDestination:", cdesc_set_destination, "v@:q"),
-  SM_METHOD("outputURL", cdesc_url, "@@:"),
-  SM_METHOD("setOutputURL:", cdesc_set_url, "v@:@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("init", cdesc_init, "@@:"),
+    SM_METHOD("captureObject", cdesc_object, "@@:"),
+    SM_METHOD("setCaptureObject:", cdesc_set_object, "v@:@"),
+    SM_METHOD("destination", cdesc_destination, "q@:"),
+    SM_METHOD("setDestination:", cdesc_set_destination, "v@:q"),
+    SM_METHOD("outputURL", cdesc_url, "@@:"),
+    SM_METHOD("setOutputURL:", cdesc_set_url, "v@:@"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def scope_methods[] = {
-  SM_METHOD("beginScope", scope_begin, "v@:"),
-  SM_METHOD("endScope", scope_end, "v@:"),
-  SM_METHOD("device", scope_device, "@@:"),
-  SM_METHOD("commandQueue", scope_queue, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("beginScope", scope_begin, "v@:"),
+    SM_METHOD("endScope", scope_end, "v@:"),
+    SM_METHOD("device", scope_device, "@@:"),
+    SM_METHOD("commandQueue", scope_queue, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def capture_methods[] = {
-  SM_METHOD("+sharedCaptureManager", capture_shared, "@@:"),
-  SM_METHOD("supportsDestination:", capture_supports, "C@:q"),
-  SM_METHOD("startCaptureWithDescriptor:error:", capture_start, "C@:@^@"),
-  SM_METHOD("startCaptureWithDevice:", capture_start_legacy, "v@:@"),
-  SM_METHOD("startCaptureWithCommandQueue:", capture_start_legacy, "v@:@"),
-  SM_METHOD("startCaptureWithScope:", capture_start_legacy, "v@:@"),
-  SM_METHOD("stopCapture", capture_noop, "v@:"),
-  SM_METHOD("isCapturing", capture_is_capturing, "C@:"),
-  SM_METHOD("newCaptureScopeWithDevice:", capture_new_scope, "@@:@"),
-  SM_METHOD("newCaptureScopeWithCommandQueue:", capture_new_scope, "@@:@"),
-  SM_METHOD("defaultCaptureScope", capture_default_scope, "@@:"),
-  SM_METHOD("setDefaultCaptureScope:", capture_set_default_scope, "v@:@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("+sharedCaptureManager", capture_shared, "@@:"),
+    SM_METHOD("supportsDestination:", capture_supports, "C@:q"),
+    SM_METHOD("startCaptureWithDescriptor:error:", capture_start, "C@:@^@"),
+    SM_METHOD("startCaptureWithDevice:", capture_start_legacy, "v@:@"),
+    SM_METHOD("startCaptureWithCommandQueue:", capture_start_legacy, "v@:@"),
+    SM_METHOD("startCaptureWithScope:", capture_start_legacy, "v@:@"),
+    SM_METHOD("stopCapture", capture_noop, "v@:"),
+    SM_METHOD("isCapturing", capture_is_capturing, "C@:"),
+    SM_METHOD("newCaptureScopeWithDevice:", capture_new_scope, "@@:@"),
+    SM_METHOD("newCaptureScopeWithCommandQueue:", capture_new_scope, "@@:@"),
+    SM_METHOD("defaultCaptureScope", capture_default_scope, "@@:"),
+    SM_METHOD("setDefaultCaptureScope:", capture_set_default_scope, "v@:@"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def fdesc_methods[] = {
-  SM_METHOD("+functionDescriptor", fdesc_make, "@@:"),
-  SM_METHOD("name", fdesc_name, "@@:"),
-  SM_METHOD("setName:", fdesc_set_name, "v@:@"),
-  SM_METHOD("specializedName", fdesc_specialized, "@@:"),
-  SM_METHOD("setSpecializedName:", fdesc_set_specialized, "v@:@"),
-  SM_METHOD("constantValues", fdesc_values, "@@:"),
-  SM_METHOD("setConstantValues:", fdesc_set_values, "v@:@"),
-  SM_METHOD("options", fdesc_options, "Q@:"),
-  SM_METHOD("setOptions:", fdesc_set_options, "v@:Q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("+functionDescriptor", fdesc_make, "@@:"),
+    SM_METHOD("name", fdesc_name, "@@:"),
+    SM_METHOD("setName:", fdesc_set_name, "v@:@"),
+    SM_METHOD("specializedName", fdesc_specialized, "@@:"),
+    SM_METHOD("setSpecializedName:", fdesc_set_specialized, "v@:@"),
+    SM_METHOD("constantValues", fdesc_values, "@@:"),
+    SM_METHOD("setConstantValues:", fdesc_set_values, "v@:@"),
+    SM_METHOD("options", fdesc_options, "Q@:"),
+    SM_METHOD("setOptions:", fdesc_set_options, "v@:Q"),
+    {NULL, NULL, NULL},
 };
 
 void sm__register_host(void) {
   sm__host_free_hook = host_free;
-  sm__host_hooks = (sm_host_hooks){host_cb_scheduled, host_cb_finished, host_event_signaled,
-                                   host_debug_groups};
+  sm__host_hooks =
+      (sm_host_hooks){host_cb_scheduled, host_cb_finished, host_event_signaled, host_debug_groups};
   SM_CLASS_DEFINE(&cb_desc_class, Nil, cb_desc_methods);
   SM_CLASS_DEFINE(&arch_class, Nil, arch_methods);
   /* events: SMEvent, an MTLEvent, is SMSharedEvent without its shared-only methods */
   Class shared = sm__shared_event_k->objc;
   g_event_class = objc_allocateClassPair(shared, "SMEvent", 0);
   if (!g_event_class) sm__fatal("class SMEvent already exists in this process");
-  static const char *const shared_only[] = {"signaledValue", "setSignaledValue:",
-                                            "notifyListener:atValue:block:",
-                                            "waitUntilSignaledValue:timeoutMS:"};
+  static const char *const shared_only[] = {
+      "signaledValue",
+      "setSignaledValue:", "notifyListener:atValue:block:", "waitUntilSignaledValue:timeoutMS:"};
   for (int i = 0; i < 4; i++)
     sm__method(g_event_class, shared_only[i], SM_IMP(not_an_mtlevent), "v@:");
   objc_registerClassPair(g_event_class);

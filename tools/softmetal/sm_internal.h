@@ -18,8 +18,12 @@
 
 typedef unsigned long NSUInteger;
 typedef long NSInteger;
-typedef struct { NSUInteger width, height, depth; } MTLSize;
-typedef struct { NSUInteger location, length; } NSRange;
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
+typedef struct {
+  NSUInteger location, length;
+} NSRange;
 
 /* Exported with Apple's names. */
 SM_EXPORT id MTLCreateSystemDefaultDevice(void);
@@ -34,7 +38,7 @@ typedef struct sm_obj {
   Class isa;
   const sm_class *cls;
   atomic_long rc;
-  id label; /* NSString or nil; every Metal object may carry one */
+  id label;                       /* NSString or nil; every Metal object may carry one */
   _Atomic(struct sm_host *) host; /* host-API state (sm_host.c), made on first use */
 } sm_obj;
 
@@ -68,7 +72,7 @@ void sm__methods(Class c, const sm_method_def *table);
  * of each table of the NULL-ended list tables, and registers it. A selector
  * given twice is fatal: no method replaces another. */
 Class sm__class_define(sm_class *k, Class super, const sm_method_def *const *tables);
-#define SM_CLASS_DEFINE(k, super, ...) \
+#define SM_CLASS_DEFINE(k, super, ...)                                                             \
   sm__class_define(k, super, (const sm_method_def *const[]){__VA_ARGS__, NULL})
 
 /* Grows the array *items_ptr points to (an array of elements elem bytes
@@ -78,8 +82,10 @@ Class sm__class_define(sm_class *k, Class super, const sm_method_def *const *tab
 static inline bool sm__grow(void *items_ptr, size_t *cap, size_t elem, size_t first) {
   size_t n = *cap ? *cap : first;
   if (*cap && n > SIZE_MAX / 2 / elem) return false;
-  if (*cap) n *= 2;
-  else if (n > SIZE_MAX / elem) return false;
+  if (*cap)
+    n *= 2;
+  else if (n > SIZE_MAX / elem)
+    return false;
   void *items;
   memcpy(&items, items_ptr, sizeof items);
   void *grown = realloc(items, n * elem);
@@ -102,23 +108,22 @@ bool sm__is_named(id o, const char *name);
 Class sm__root_class(void); /* NSObject */
 
 /* API misuse that Metal's validation would stop: print and abort. */
-_Noreturn void sm__fatal(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
+_Noreturn void sm__fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Foundation. */
 extern sm_class sm__string_class, sm__error_class, sm__array_class;
-id sm__string(const char *utf8);                 /* +1 */
+id sm__string(const char *utf8); /* +1 */
 /* Any string object: ours, or a literal clang compiled (NXConstantString). */
 bool sm__is_string(id s);
-bool sm__equal(id a, id b); /* isEqual:, with strings (literals too) by content */
-const char *sm__string_utf8(id s);               /* borrowed, NULL for nil */
-id sm__string_copy(id s);  /* +1: an NSString of ours equal to the string s, nil for nil */
+bool sm__equal(id a, id b);        /* isEqual:, with strings (literals too) by content */
+const char *sm__string_utf8(id s); /* borrowed, NULL for nil */
+id sm__string_copy(id s);          /* +1: an NSString of ours equal to the string s, nil for nil */
 id sm__error(const char *domain, NSInteger code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));       /* +1 */
-id sm__array(id *items, size_t n);               /* +1, retains items */
+    __attribute__((format(printf, 3, 4)));             /* +1 */
+id sm__array(id *items, size_t n);                     /* +1, retains items */
 id sm__dictionary_new(id *keys, id *values, size_t n); /* +1 NSDictionary, copies keys */
-id sm__dictionary_get(id dict, const char *key); /* borrowed; nil when absent */
-id sm__number_u64(uint64_t v);                   /* +1 NSNumber */
+id sm__dictionary_get(id dict, const char *key);       /* borrowed; nil when absent */
+id sm__number_u64(uint64_t v);                         /* +1 NSNumber */
 /* Calls fn(key, value, ctx) for each entry of an NSDictionary, in insertion order. */
 void sm__dictionary_each(id dict, void (*fn)(id key, id value, void *ctx), void *ctx);
 void *sm__pool_push(void);
@@ -165,7 +170,7 @@ void sm__register_msl(void);
 void sm__register_archive(void); /* sm_archive.c: after the device class registers */
 void sm__register_host(void);    /* sm_host.c, sm_heap.c: after every other class */
 void sm__register_heap(void);
-void sm__register_ns(void);      /* sm_ns.c: after the Foundation core */
+void sm__register_ns(void); /* sm_ns.c: after the Foundation core */
 /* Calls up from the object model (sm_hooks.c), set by the file above that
  * owns them when it registers: the root dealloc frees an object's host
  * record through sm__host_free_hook (sm_host.c), NSError's userInfo is made
@@ -184,8 +189,11 @@ bool sm__reflect_into(id pipeline, NSUInteger options, id *reflection, const cha
  * class once from every table, before any other file's classes register.
  * No file adds a method to a class after its definition. */
 void sm__register_classes(void);
-extern sm_class *const sm__device_k, *const sm__buffer_k, *const sm__shared_event_k,
-    *const sm__queue_k, *const sm__cmdbuf_k, *const sm__blit_k, *const sm__compute_k; /* sm_metal.c */
+extern sm_class *const sm__device_k,
+    *const sm__buffer_k, *const sm__shared_event_k,
+                             *const sm__queue_k, *const sm__cmdbuf_k,
+                                                     *const sm__blit_k,
+                                                         *const sm__compute_k;     /* sm_metal.c */
 extern sm_class *const sm__options_k, *const sm__library_k, *const sm__function_k; /* sm_msl.c */
 extern const sm_method_def sm__device_metal_methods[], sm__device_msl_methods[],
     sm__device_archive_methods[], sm__device_reflect_methods[], sm__device_heap_methods[],
@@ -270,7 +278,7 @@ typedef struct {
   sm_obj hdr;
   void *bytes;
   size_t size;
-  int owner; /* 0 copy, 1 free, 2 munmap, 3 block */
+  int owner;   /* 0 copy, 1 free, 2 munmap, 3 block */
   void *block; /* copied destructor block */
 } sm_dispatch_data;
 extern sm_class sm__dispatch_data_class;
@@ -329,7 +337,11 @@ static inline IMP sm__lookup(id o, const char *sel) {
 
 /* Personas and validation modes (sm_persona.c), read when the library loads
  * (sm__modes_init, first thing of the constructor). */
-typedef enum { SM_PERSONA_APPLE_SILICON, SM_PERSONA_PARAVIRTUAL, SM_PERSONA_AMD_DISCRETE } sm_persona_kind;
+typedef enum {
+  SM_PERSONA_APPLE_SILICON,
+  SM_PERSONA_PARAVIRTUAL,
+  SM_PERSONA_AMD_DISCRETE
+} sm_persona_kind;
 /* Kernel features a device may lack (sm_kernel_desc.features). */
 enum {
   SM_FEATURE_SIMD_PERMUTE = 1u,
@@ -341,14 +353,14 @@ typedef struct {
   sm_persona_kind kind;
   const char *env_name;    /* SOFTMETAL_PERSONA's value */
   const char *device_name; /* NULL: softmetal's own names */
-  bool one_device;         /* MTLCopyAllDevices gives one device whatever SOFTMETAL_DEVICE_COUNT says */
-  bool unified;            /* hasUnifiedMemory */
-  uint32_t simd_width;     /* threadExecutionWidth, lanes of a SIMD group */
-  NSUInteger max_threads;  /* maxThreadsPerThreadgroup, maxTotalThreadsPerThreadgroup */
+  bool one_device;     /* MTLCopyAllDevices gives one device whatever SOFTMETAL_DEVICE_COUNT says */
+  bool unified;        /* hasUnifiedMemory */
+  uint32_t simd_width; /* threadExecutionWidth, lanes of a SIMD group */
+  NSUInteger max_threads;   /* maxThreadsPerThreadgroup, maxTotalThreadsPerThreadgroup */
   NSUInteger max_tg_memory; /* maxThreadgroupMemoryLength */
-  NSUInteger max_buffer;   /* maxBufferLength */
-  uint64_t working_set;    /* recommendedMaxWorkingSetSize */
-  uint32_t features;       /* SM_FEATURE_* it has */
+  NSUInteger max_buffer;    /* maxBufferLength */
+  uint64_t working_set;     /* recommendedMaxWorkingSetSize */
+  uint32_t features;        /* SM_FEATURE_* it has */
 } sm_persona;
 void sm__modes_init(void);
 const sm_persona *sm__persona(void);
@@ -382,21 +394,21 @@ typedef struct {
 
 typedef struct {
   sm_obj hdr;
-  id function; /* SMFunction, retained */
+  id function;                       /* SMFunction, retained */
   const struct sm_kernel_desc *desc; /* &desc_copy */
-  struct sm_kernel_desc desc_copy;    /* masks without absent function-constant parameters */
+  struct sm_kernel_desc desc_copy;   /* masks without absent function-constant parameters */
   const unsigned char *fc_values, *fc_defined; /* owned by the function */
   NSUInteger max_threads;
   NSUInteger static_tg; /* staticThreadgroupMemoryLength: threadgroup variables of bodies */
-  bool logging; /* its library's MTLCompileOptions.enableLogging: os_log prints */
+  bool logging;         /* its library's MTLCompileOptions.enableLogging: os_log prints */
 } sm_pipeline;
 extern sm_class sm__pipeline_class;
 
 /* A recorded compute dispatch; bindings resolved at execution. */
 typedef struct {
-  sm_pipeline *pipeline;       /* retained */
-  void *buffers[SM_MAX_BINDINGS];   /* resolved pointers (contents + offset) */
-  void *bytes[SM_MAX_BINDINGS];     /* owned copies from setBytes */
+  sm_pipeline *pipeline;                  /* retained */
+  void *buffers[SM_MAX_BINDINGS];         /* resolved pointers (contents + offset) */
+  void *bytes[SM_MAX_BINDINGS];           /* owned copies from setBytes */
   NSUInteger buffer_len[SM_MAX_BINDINGS]; /* bytes of buffers[i] from its offset; 0 unknown */
   NSUInteger tg_len[SM_MAX_BINDINGS];
   MTLSize grid;   /* threads per grid */
@@ -423,18 +435,20 @@ void sm__exec_shutdown(void);
  * returns, land(f) runs on the faulting stack (it must not return). */
 typedef struct sm_fault {
   void (*land)(struct sm_fault *f);
-  void *arg;      /* for land() */
+  void *arg;         /* for land() */
   uintptr_t safe_sp; /* where land() runs after a stack overflow; 0: not caught */
   int fired;
   int sig, code;
-  int write;      /* SIGSEGV: 1 write, 0 read, -1 unknown */
-  int trap_kind;  /* clang's -fsanitize-trap check kind, or -1 */
+  int write;     /* SIGSEGV: 1 write, 0 read, -1 unknown */
+  int trap_kind; /* clang's -fsanitize-trap check kind, or -1 */
   bool stack_overflow;
   void *addr, *pc;
 } sm_fault;
 extern __thread sm_fault *sm__t_fault __attribute__((tls_model("initial-exec")));
 void sm__fault_init(void); /* installs the handlers once */
-typedef struct { void *mem; } sm_altstack;
+typedef struct {
+  void *mem;
+} sm_altstack;
 void sm__altstack_push(sm_altstack *a); /* this thread's signal stack while it runs kernels */
 void sm__altstack_pop(sm_altstack *a);
 /* The rule a fault broke, in words (buf: scratch). */

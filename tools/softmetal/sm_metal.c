@@ -33,7 +33,7 @@ enum {
 enum { CB_ERROR_INTERNAL = 1, CB_ERROR_INVALID_RESOURCE = 9 };
 
 static const char *status_name(NSUInteger s) {
-  static const char *names[] = {"NotEnqueued", "Enqueued", "Committed",
+  static const char *names[] = {"NotEnqueued", "Enqueued",  "Committed",
                                 "Scheduled",   "Completed", "Error"};
   return s <= 5 ? names[s] : "?";
 }
@@ -91,10 +91,14 @@ static id device_get(unsigned k) {
     if (d) {
       char name[96];
       const char *persona_name = sm__persona()->device_name;
-      if (persona_name && k == 0) snprintf(name, sizeof name, "%s", persona_name);
-      else if (persona_name) snprintf(name, sizeof name, "%s (%u)", persona_name, k);
-      else if (k == 0) snprintf(name, sizeof name, "softmetal (software Metal on the CPU)");
-      else snprintf(name, sizeof name, "softmetal %u (software Metal on the CPU)", k);
+      if (persona_name && k == 0)
+        snprintf(name, sizeof name, "%s", persona_name);
+      else if (persona_name)
+        snprintf(name, sizeof name, "%s (%u)", persona_name, k);
+      else if (k == 0)
+        snprintf(name, sizeof name, "softmetal (software Metal on the CPU)");
+      else
+        snprintf(name, sizeof name, "softmetal %u (software Metal on the CPU)", k);
       d->name = sm__string(name);
       d->index = k;
       g_devices[k] = d;
@@ -123,7 +127,10 @@ SM_EXPORT id MTLCopyAllDevices(void) {
   return arr;
 }
 
-static id device_name(id self, SEL cmd) { (void)cmd; return ((sm_device *)self)->name; }
+static id device_name(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_device *)self)->name;
+}
 static uint64_t device_registry_id(id self, SEL cmd) {
   (void)cmd;
   return 0x50f7e7a1u + ((sm_device *)self)->index;
@@ -133,8 +140,16 @@ static BOOL device_unified(id self, SEL cmd) {
   (void)cmd;
   return sm__persona()->unified;
 }
-static NSUInteger device_max_buffer(id self, SEL cmd) { (void)self; (void)cmd; return MAX_BUFFER_LENGTH; }
-static uint64_t device_working_set(id self, SEL cmd) { (void)self; (void)cmd; return WORKING_SET; }
+static NSUInteger device_max_buffer(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return MAX_BUFFER_LENGTH;
+}
+static uint64_t device_working_set(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return WORKING_SET;
+}
 static NSUInteger device_allocated(id self, SEL cmd) {
   (void)cmd;
   return atomic_load(&((sm_device *)self)->allocated);
@@ -202,8 +217,10 @@ static long options_storage(const char *sel, NSUInteger options) {
   NSUInteger cache = sm__options_cache(options), storage = sm__options_storage(options),
              hazard = sm__options_hazard(options);
   if (options >> 12 || cache > 1 || hazard > 2 || storage > ST_PRIVATE) {
-    sm__refuse(sel, "options = 0x%lx is not a valid MTLResourceOptions for a buffer "
-                "(cache %lu, storage %lu, hazard %lu)", options, cache, storage, hazard);
+    sm__refuse(sel,
+               "options = 0x%lx is not a valid MTLResourceOptions for a buffer "
+               "(cache %lu, storage %lu, hazard %lu)",
+               options, cache, storage, hazard);
     return -1;
   }
   return (long)storage;
@@ -303,8 +320,10 @@ static id device_new_buffer_nocopy(id self, SEL cmd, void *ptr, NSUInteger lengt
     return nil;
   }
   if (length % (unsigned long)page) {
-    sm__refuse(sel, "length = %lu must be a multiple of the %ld-byte page "
-               "(sysconf(_SC_PAGESIZE))", length, page);
+    sm__refuse(sel,
+               "length = %lu must be a multiple of the %ld-byte page "
+               "(sysconf(_SC_PAGESIZE))",
+               length, page);
     return nil;
   }
   if (sm__options_storage(options) == ST_PRIVATE) {
@@ -346,8 +365,14 @@ static void *buffer_contents(id self, SEL cmd) {
   sm_buffer *b = (sm_buffer *)self;
   return b->storage == ST_PRIVATE ? NULL : b->mem;
 }
-static NSUInteger buffer_length(id self, SEL cmd) { (void)cmd; return ((sm_buffer *)self)->length; }
-static NSUInteger buffer_storage(id self, SEL cmd) { (void)cmd; return ((sm_buffer *)self)->storage; }
+static NSUInteger buffer_length(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_buffer *)self)->length;
+}
+static NSUInteger buffer_storage(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_buffer *)self)->storage;
+}
 static uint64_t buffer_gpu_address(id self, SEL cmd) {
   (void)cmd;
   return ((sm_buffer *)self)->gpu_address;
@@ -365,16 +390,20 @@ static void buffer_did_modify(id self, SEL cmd, NSRange r) {
   sm_buffer *b = (sm_buffer *)self;
   if (b->storage != ST_MANAGED)
     sm__fatal("-[SMBuffer %s]: buffer storageMode = %lu, only Managed (1) buffers "
-              "take didModifyRange:", sel_getName(cmd), b->storage);
+              "take didModifyRange:",
+              sel_getName(cmd), b->storage);
   NSUInteger end;
   if (__builtin_add_overflow(r.location, r.length, &end) || end > b->length)
-    sm__fatal("-[SMBuffer %s]: range = {%lu, %lu} exceeds length %lu", sel_getName(cmd),
-              r.location, r.length, b->length);
+    sm__fatal("-[SMBuffer %s]: range = {%lu, %lu} exceeds length %lu", sel_getName(cmd), r.location,
+              r.length, b->length);
   /* The GPU copy takes the host's bytes of this range, and only those. */
   memcpy(b->gpu + r.location, b->mem + r.location, r.length);
 }
 
-static id buffer_device(id self, SEL cmd) { (void)cmd; return (id)((sm_buffer *)self)->device; }
+static id buffer_device(id self, SEL cmd) {
+  (void)cmd;
+  return (id)((sm_buffer *)self)->device;
+}
 
 /* ------------------------------------------------------------- shared events */
 
@@ -396,7 +425,10 @@ static id device_new_event(id self, SEL cmd) {
   return (id)e;
 }
 
-static id event_device(id self, SEL cmd) { (void)cmd; return (id)((sm_event *)self)->device; }
+static id event_device(id self, SEL cmd) {
+  (void)cmd;
+  return (id)((sm_event *)self)->device;
+}
 
 static uint64_t event_value(id self, SEL cmd) {
   (void)cmd;
@@ -443,7 +475,10 @@ static id device_new_fence(id self, SEL cmd) {
   return (id)f;
 }
 
-static id fence_device(id self, SEL cmd) { (void)cmd; return (id)((sm_fence *)self)->device; }
+static id fence_device(id self, SEL cmd) {
+  (void)cmd;
+  return (id)((sm_fence *)self)->device;
+}
 
 /* ------------------------------------------------------------- commands */
 
@@ -545,8 +580,8 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
     if (r->buffers[i]) {
       d.buffers[i] = r->buffers[i]->gpu + r->offsets[i];
       d.buffer_len[i] = r->buffers[i]->length - r->offsets[i];
-    }
-    else if (r->bytes[i]) d.buffers[i] = r->bytes[i];
+    } else if (r->bytes[i])
+      d.buffers[i] = r->bytes[i];
     d.tg_len[i] = r->tg_len[i];
   }
   d.grid = r->grid;
@@ -559,10 +594,11 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
     if (!g[0] || !g[1] || !g[2]) return true; /* an empty grid runs nothing */
     if (!size_mul(d.groups, r->tg, &d.grid) || d.grid.width > UINT32_MAX ||
         d.grid.height > UINT32_MAX || d.grid.depth > UINT32_MAX) {
-      snprintf(err, errlen, "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:"
+      snprintf(err, errlen,
+               "dispatchThreadgroupsWithIndirectBuffer:indirectBufferOffset:"
                "threadsPerThreadgroup:: indirect buffer holds {%u, %u, %u} threadgroups of "
-               "{%lu, %lu, %lu}: the grid exceeds 2^32-1 threads per dimension", g[0], g[1],
-               g[2], r->tg.width, r->tg.height, r->tg.depth);
+               "{%lu, %lu, %lu}: the grid exceeds 2^32-1 threads per dimension",
+               g[0], g[1], g[2], r->tg.width, r->tg.height, r->tg.depth);
       return false;
     }
   }
@@ -571,23 +607,14 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
 
 static bool run_command(command *c, char *err, size_t errlen) {
   switch (c->kind) {
-  case CMD_COPY:
-    memmove(c->dst->gpu + c->dst_off, c->src->gpu + c->src_off, c->size);
-    return true;
-  case CMD_FILL:
-    memset(c->dst->gpu + c->dst_off, c->fill, c->size);
-    return true;
+  case CMD_COPY: memmove(c->dst->gpu + c->dst_off, c->src->gpu + c->src_off, c->size); return true;
+  case CMD_FILL: memset(c->dst->gpu + c->dst_off, c->fill, c->size); return true;
   case CMD_SYNC: /* Managed: the host copy takes the GPU's */
     memcpy(c->dst->mem, c->dst->gpu, c->dst->length);
     return true;
-  case CMD_DISPATCH:
-    return run_dispatch(c->dispatch, err, errlen);
-  case CMD_SIGNAL:
-    event_set(c->event, c->value);
-    return true;
-  case CMD_WAIT:
-    event_wait(c->event, c->value);
-    return true;
+  case CMD_DISPATCH: return run_dispatch(c->dispatch, err, errlen);
+  case CMD_SIGNAL: event_set(c->event, c->value); return true;
+  case CMD_WAIT: event_wait(c->event, c->value); return true;
   case CMD_UPDATE_FENCE:
   case CMD_WAIT_FENCE: /* ordering is checked at commit; one queue thread runs in order */
     return true;
@@ -852,8 +879,7 @@ static uint64_t rng_seed(void) {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(env, &end, 0);
-    if (errno || *end)
-      sm__fatal("SOFTMETAL_SEED = '%s' is not an unsigned integer", env);
+    if (errno || *end) sm__fatal("SOFTMETAL_SEED = '%s' is not an unsigned integer", env);
     return v;
   }
   struct timespec t;
@@ -893,8 +919,7 @@ static id queue_make_cmdbuf(id self, bool retains) {
   pthread_mutex_lock(&core->mu);
   if (core->uncompleted >= core->max_uncompleted) {
     atomic_fetch_add(&sm__blocked_cmdbuf, 1);
-    while (core->uncompleted >= core->max_uncompleted)
-      pthread_cond_wait(&core->slot_cv, &core->mu);
+    while (core->uncompleted >= core->max_uncompleted) pthread_cond_wait(&core->slot_cv, &core->mu);
     atomic_fetch_sub(&sm__blocked_cmdbuf, 1);
   }
   core->uncompleted++;
@@ -915,11 +940,23 @@ static id queue_make_cmdbuf(id self, bool retains) {
   return sm__autorelease((id)cb);
 }
 
-static id queue_device(id self, SEL cmd) { (void)cmd; return (id)((sm_queue *)self)->device; }
-static id cb_queue(id self, SEL cmd) { (void)cmd; return (id)((sm_cmdbuf *)self)->queue; }
-static id cb_device(id self, SEL cmd) { (void)cmd; return (id)((sm_cmdbuf *)self)->queue->device; }
+static id queue_device(id self, SEL cmd) {
+  (void)cmd;
+  return (id)((sm_queue *)self)->device;
+}
+static id cb_queue(id self, SEL cmd) {
+  (void)cmd;
+  return (id)((sm_cmdbuf *)self)->queue;
+}
+static id cb_device(id self, SEL cmd) {
+  (void)cmd;
+  return (id)((sm_cmdbuf *)self)->queue->device;
+}
 
-static id queue_cmdbuf(id self, SEL cmd) { (void)cmd; return queue_make_cmdbuf(self, true); }
+static id queue_cmdbuf(id self, SEL cmd) {
+  (void)cmd;
+  return queue_make_cmdbuf(self, true);
+}
 static id queue_cmdbuf_unretained(id self, SEL cmd) {
   (void)cmd;
   return queue_make_cmdbuf(self, false);
@@ -958,14 +995,14 @@ static const char *sel_name(SEL s) {
 static void cb_require_open(sm_cmdbuf *cb, const char *sel) {
   NSUInteger st = atomic_load(&cb->status);
   if (st >= CB_COMMITTED)
-    sm__fatal("-[SMCommandBuffer %s]: command buffer already committed (status %lu %s)",
-              sel, st, status_name(st));
+    sm__fatal("-[SMCommandBuffer %s]: command buffer already committed (status %lu %s)", sel, st,
+              status_name(st));
 }
 
 static void cb_require_no_encoder(sm_cmdbuf *cb, const char *sel) {
   if (cb->active_encoder)
-    sm__fatal("-[SMCommandBuffer %s]: the %s created before has not called endEncoding",
-              sel, object_getClassName(cb->active_encoder));
+    sm__fatal("-[SMCommandBuffer %s]: the %s created before has not called endEncoding", sel,
+              object_getClassName(cb->active_encoder));
 }
 
 static void cb_enqueue(id self, SEL cmd) {
@@ -995,8 +1032,10 @@ static void cb_commit(id self, SEL cmd) {
   }
   cb->next = NULL;
   cb->seq = ++core->committed;
-  if (core->tail) core->tail->next = cb;
-  else core->head = cb;
+  if (core->tail)
+    core->tail->next = cb;
+  else
+    core->head = cb;
   core->tail = cb;
   pthread_mutex_unlock(&core->mu);
   pthread_cond_broadcast(&core->cv); /* the caller's reference keeps cb and its queue */
@@ -1007,7 +1046,8 @@ static void cb_wait(id self, SEL cmd) {
   NSUInteger st = atomic_load(&cb->status);
   if (st < CB_COMMITTED)
     sm__fatal("-[SMCommandBuffer %s]: command buffer not committed (status %lu %s): "
-              "this would wait forever", sel_name(cmd), st, status_name(st));
+              "this would wait forever",
+              sel_name(cmd), st, status_name(st));
   queue_core *core = cb->queue->core;
   pthread_mutex_lock(&core->mu);
   cb->waiting++;
@@ -1019,7 +1059,10 @@ static void cb_wait(id self, SEL cmd) {
   sm__hazard_observed(cb);
 }
 
-static id cb_error(id self, SEL cmd) { (void)cmd; return ((sm_cmdbuf *)self)->error; }
+static id cb_error(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_cmdbuf *)self)->error;
+}
 
 static void cb_add_completed(id self, SEL cmd, const void *block) {
   sm_cmdbuf *cb = (sm_cmdbuf *)self;
@@ -1054,12 +1097,10 @@ static void cb_wait_event(id self, SEL cmd, id event, uint64_t value) {
 
 /* ------------------------------------------------------------- encoders */
 
-
 static void encoder_destroy(sm_obj *o) {
   sm_encoder *e = (sm_encoder *)o;
   free(e->since);
-  if (!e->ended)
-    sm__fatal("-[%s dealloc]: encoder released without endEncoding", o->cls->name);
+  if (!e->ended) sm__fatal("-[%s dealloc]: encoder released without endEncoding", o->cls->name);
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
     free(e->bytes[i]);
     release_ref(e->cb, e->buffers[i]);
@@ -1112,8 +1153,8 @@ static command *enc_cmd(id self, SEL cmd, int kind) {
 static sm_cmdbuf *enc_open(id self, SEL cmd) {
   sm_encoder *e = (sm_encoder *)self;
   if (e->ended)
-    sm__fatal("-[%s %s]: encoder already ended (endEncoding was called)",
-              e->hdr.cls->name, sel_name(cmd));
+    sm__fatal("-[%s %s]: encoder already ended (endEncoding was called)", e->hdr.cls->name,
+              sel_name(cmd));
   cb_require_open(e->cb, sel_name(cmd));
   return e->cb;
 }
@@ -1138,9 +1179,11 @@ static sm_buffer *as_buffer(sm_cmdbuf *cb, const char *sel, const char *arg, id 
   }
   sm_device *mine = cb->queue->device, *its = ((sm_buffer *)b)->device;
   if (its != mine) {
-    misuse(cb, "%s: %s belongs to device '%s' (registryID 0x%lx), not to the command "
-                "queue's device '%s' (registryID 0x%lx)", sel, arg, device_label(its),
-                0x50f7e7a1ul + its->index, device_label(mine), 0x50f7e7a1ul + mine->index);
+    misuse(cb,
+           "%s: %s belongs to device '%s' (registryID 0x%lx), not to the command "
+           "queue's device '%s' (registryID 0x%lx)",
+           sel, arg, device_label(its), 0x50f7e7a1ul + its->index, device_label(mine),
+           0x50f7e7a1ul + mine->index);
     return NULL;
   }
   return (sm_buffer *)b;
@@ -1154,23 +1197,27 @@ static void blit_copy(id self, SEL cmd, id src, NSUInteger src_off, id dst, NSUI
   sm_buffer *d = as_buffer(cb, sel, "destinationBuffer", dst);
   if (!s || !d) return;
   if (src_off % 4 || dst_off % 4 || size % 4) {
-    misuse(cb, "%s: sourceOffset = %lu, destinationOffset = %lu and size = %lu must be "
-                "multiples of 4 (macOS rule)", sel, src_off, dst_off, size);
+    misuse(cb,
+           "%s: sourceOffset = %lu, destinationOffset = %lu and size = %lu must be "
+           "multiples of 4 (macOS rule)",
+           sel, src_off, dst_off, size);
     return;
   }
   if (!range_ok(src_off, size, s->length)) {
-    misuse(cb, "%s: sourceOffset = %lu + size = %lu exceeds source length %lu", sel,
-                src_off, size, s->length);
+    misuse(cb, "%s: sourceOffset = %lu + size = %lu exceeds source length %lu", sel, src_off, size,
+           s->length);
     return;
   }
   if (!range_ok(dst_off, size, d->length)) {
-    misuse(cb, "%s: destinationOffset = %lu + size = %lu exceeds destination length %lu",
-                sel, dst_off, size, d->length);
+    misuse(cb, "%s: destinationOffset = %lu + size = %lu exceeds destination length %lu", sel,
+           dst_off, size, d->length);
     return;
   }
   if (s == d && src_off < dst_off + size && dst_off < src_off + size && size) {
-    misuse(cb, "%s: source range {%lu, %lu} overlaps destination range {%lu, %lu} in "
-                "the same buffer", sel, src_off, size, dst_off, size);
+    misuse(cb,
+           "%s: source range {%lu, %lu} overlaps destination range {%lu, %lu} in "
+           "the same buffer",
+           sel, src_off, size, dst_off, size);
     return;
   }
   command *c = enc_cmd(self, cmd, CMD_COPY);
@@ -1187,13 +1234,15 @@ static void blit_fill(id self, SEL cmd, id buf, NSRange range, uint8_t value) {
   sm_buffer *b = as_buffer(cb, sel, "buffer", buf);
   if (!b) return;
   if (range.length == 0 || range.location % 4 || range.length % 4) {
-    misuse(cb, "%s: range = {%lu, %lu}: location and length must be multiples of 4 and "
-                "length > 0 (macOS rule)", sel, range.location, range.length);
+    misuse(cb,
+           "%s: range = {%lu, %lu}: location and length must be multiples of 4 and "
+           "length > 0 (macOS rule)",
+           sel, range.location, range.length);
     return;
   }
   if (!range_ok(range.location, range.length, b->length)) {
     misuse(cb, "%s: range = {%lu, %lu} exceeds buffer length %lu", sel, range.location,
-                range.length, b->length);
+           range.length, b->length);
     return;
   }
   command *c = enc_cmd(self, cmd, CMD_FILL);
@@ -1209,8 +1258,8 @@ static void blit_sync(id self, SEL cmd, id res) {
   sm_buffer *b = as_buffer(cb, sel, "resource", res);
   if (!b) return;
   if (b->storage != ST_MANAGED) {
-    misuse(cb, "%s: resource storageMode = %lu, only Managed (1) resources synchronize",
-                sel, b->storage);
+    misuse(cb, "%s: resource storageMode = %lu, only Managed (1) resources synchronize", sel,
+           b->storage);
     return;
   }
   command *c = enc_cmd(self, cmd, CMD_SYNC);
@@ -1221,7 +1270,7 @@ static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
   sm_cmdbuf *cb = enc_open(self, cmd);
   if (!sm__is(pipeline, &sm__pipeline_class)) {
     misuse(cb, "%s: pipelineState = %s is not a compute pipeline state", sel_getName(cmd),
-                pipeline ? object_getClassName(pipeline) : "nil");
+           pipeline ? object_getClassName(pipeline) : "nil");
     return;
   }
   static SEL device_sel; /* registered once: sel_registerName takes the runtime's lock */
@@ -1230,9 +1279,10 @@ static void comp_set_pipeline(id self, SEL cmd, id pipeline) {
   id (*device_of)(id, SEL) = (id(*)(id, SEL))(void (*)(void))objc_msg_lookup(pipeline, dsel);
   sm_device *its = (sm_device *)device_of(pipeline, dsel);
   if (its != cb->queue->device) {
-    misuse(cb, "%s: pipelineState belongs to device '%s', not to the command queue's "
-                "device '%s'", sel_getName(cmd), its ? device_label(its) : "nil",
-                device_label(cb->queue->device));
+    misuse(cb,
+           "%s: pipelineState belongs to device '%s', not to the command queue's "
+           "device '%s'",
+           sel_getName(cmd), its ? device_label(its) : "nil", device_label(cb->queue->device));
     return;
   }
   sm_encoder *e = (sm_encoder *)self;
@@ -1257,9 +1307,10 @@ void sm__encoder_use(id encoder, id buffer, bool write) {
       return;
     }
   if (e->nused == SM_MAX_USED)
-    sm__fatal("-[SMComputeCommandEncoder useResource:usage:/useHeap:]: more than %u untracked buffers "
-              "in one encoder: softmetal's hazard checks keep at most that many",
-              SM_MAX_USED);
+    sm__fatal(
+        "-[SMComputeCommandEncoder useResource:usage:/useHeap:]: more than %u untracked buffers "
+        "in one encoder: softmetal's hazard checks keep at most that many",
+        SM_MAX_USED);
   e->used[e->nused] = keep_ref(e->cb, (sm_buffer *)buffer);
   e->used_write[e->nused++] = write;
 }
@@ -1280,8 +1331,8 @@ static void comp_set_buffer(id self, SEL cmd, id buf, NSUInteger offset, NSUInte
     b = as_buffer(cb, sel, "buffer", buf);
     if (!b) return;
     if (offset > b->length) {
-      misuse(cb, "%s: offset = %lu exceeds buffer length %lu (index %lu)", sel, offset,
-                  b->length, index);
+      misuse(cb, "%s: offset = %lu exceeds buffer length %lu (index %lu)", sel, offset, b->length,
+             index);
       return;
     }
   }
@@ -1300,8 +1351,8 @@ static void comp_set_bytes(id self, SEL cmd, const void *bytes, NSUInteger lengt
   const char *sel = sel_name(cmd);
   if (!index_ok(cb, sel, index)) return;
   if (length == 0 || length > MAX_SET_BYTES || !bytes) {
-    misuse(cb, "%s: length = %lu must be in 1..%d with non-NULL bytes (index %lu)", sel,
-                length, MAX_SET_BYTES, index);
+    misuse(cb, "%s: length = %lu must be in 1..%d with non-NULL bytes (index %lu)", sel, length,
+           MAX_SET_BYTES, index);
     return;
   }
   void *copy = malloc(length);
@@ -1319,16 +1370,20 @@ static void comp_set_tg_memory(id self, SEL cmd, NSUInteger length, NSUInteger i
   const char *sel = sel_getName(cmd);
   if (!index_ok(cb, sel, index)) return;
   if (length > MAX_TG_MEMORY) {
-    misuse(cb, "%s: length = %lu must be <= %lu, the device's maxThreadgroupMemoryLength "
-           "(index %lu)", sel, length, MAX_TG_MEMORY, index);
+    misuse(cb,
+           "%s: length = %lu must be <= %lu, the device's maxThreadgroupMemoryLength "
+           "(index %lu)",
+           sel, length, MAX_TG_MEMORY, index);
     return;
   }
   if (length % 16) {
     /* Apple asks for a multiple of 16; a Mac without the validation layer
      * rounds up (programs rely on it: ggml's SUM sets 76 bytes). */
     char what[200];
-    snprintf(what, sizeof what, "%s: length = %lu is not a multiple of 16 (index %lu); rounded "
-             "up to %lu", sel, length, index, (length + 15) / 16 * 16);
+    snprintf(what, sizeof what,
+             "%s: length = %lu is not a multiple of 16 (index %lu); rounded "
+             "up to %lu",
+             sel, length, index, (length + 15) / 16 * 16);
     sm__api_misuse_abort(object_getClassName(self), what);
     sm__lenient(SM_LENIENT_TG_LENGTH, what);
     length = (length + 15) / 16 * 16; /* the limit is a multiple of 16 */
@@ -1357,9 +1412,10 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   if (tg.width == 0 || tg.height == 0 || tg.depth == 0 ||
       __builtin_mul_overflow(tg.width, tg.height, &total_tg) ||
       __builtin_mul_overflow(total_tg, tg.depth, &total_tg) || total_tg > p->max_threads) {
-    misuse(cb, "%s: threadsPerThreadgroup = {%lu, %lu, %lu} must be non-zero with at most "
-                "%lu threads (maxTotalThreadsPerThreadgroup of kernel %s)", sel, tg.width,
-                tg.height, tg.depth, p->max_threads, k->name);
+    misuse(cb,
+           "%s: threadsPerThreadgroup = {%lu, %lu, %lu} must be non-zero with at most "
+           "%lu threads (maxTotalThreadsPerThreadgroup of kernel %s)",
+           sel, tg.width, tg.height, tg.depth, p->max_threads, k->name);
     return;
   }
   MTLSize grid, groups;
@@ -1373,36 +1429,41 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
     if (!size_mul(groups, tg, &grid)) grid.width = (NSUInteger)-1;
   }
   if (grid.width > UINT32_MAX || grid.height > UINT32_MAX || grid.depth > UINT32_MAX) {
-    misuse(cb, "%s: grid of {%lu, %lu, %lu} threads exceeds 2^32-1 per dimension", sel,
-                grid.width, grid.height, grid.depth);
+    misuse(cb, "%s: grid of {%lu, %lu, %lu} threads exceeds 2^32-1 per dimension", sel, grid.width,
+           grid.height, grid.depth);
     return;
   }
   NSUInteger ngroups;
   if (__builtin_mul_overflow(groups.width, groups.height, &ngroups) ||
       __builtin_mul_overflow(ngroups, groups.depth, &ngroups)) {
-    encode_fail(cb, "%s: {%lu, %lu, %lu} threadgroups are over 2^64 in all, more than "
-                "softmetal can count", sel, groups.width, groups.height, groups.depth);
+    encode_fail(cb,
+                "%s: {%lu, %lu, %lu} threadgroups are over 2^64 in all, more than "
+                "softmetal can count",
+                sel, groups.width, groups.height, groups.depth);
     return;
   }
   NSUInteger tg_total = 0;
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
     if ((k->buffer_mask >> i & 1u) && !e->buffers[i] && !e->bytes[i]) {
-      misuse(cb, "%s: kernel %s uses [[buffer(%u)]] but nothing is bound at index %u", sel,
-                  k->name, i, i);
+      misuse(cb, "%s: kernel %s uses [[buffer(%u)]] but nothing is bound at index %u", sel, k->name,
+             i, i);
       return;
     }
     if ((k->threadgroup_mask >> i & 1u) && !(e->tg_set >> i & 1u)) {
-      misuse(cb, "%s: kernel %s uses [[threadgroup(%u)]] but its length was not set "
-                  "(setThreadgroupMemoryLength:atIndex:)", sel, k->name, i);
+      misuse(cb,
+             "%s: kernel %s uses [[threadgroup(%u)]] but its length was not set "
+             "(setThreadgroupMemoryLength:atIndex:)",
+             sel, k->name, i);
       return;
     }
     tg_total += e->tg_len[i];
   }
   if (tg_total + p->static_tg > MAX_TG_MEMORY) {
-    misuse(cb, "%s: threadgroup memory of kernel %s: %lu bytes set with "
-                "setThreadgroupMemoryLength:atIndex: plus %lu bytes of threadgroup variables "
-                "(staticThreadgroupMemoryLength) exceeds %lu", sel, k->name, tg_total,
-                p->static_tg, MAX_TG_MEMORY);
+    misuse(cb,
+           "%s: threadgroup memory of kernel %s: %lu bytes set with "
+           "setThreadgroupMemoryLength:atIndex: plus %lu bytes of threadgroup variables "
+           "(staticThreadgroupMemoryLength) exceeds %lu",
+           sel, k->name, tg_total, p->static_tg, MAX_TG_MEMORY);
     return;
   }
   dispatch_rec *r = calloc(1, sizeof *r);
@@ -1430,19 +1491,20 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   command *c = enc_cmd(self, cmd, CMD_DISPATCH);
   c->dispatch = r;
   char err[1024];
-  if (e->concurrent && !sm__hazard_concurrent(e, sel, r, err, sizeof err)) encode_fail(cb, "%s", err);
+  if (e->concurrent && !sm__hazard_concurrent(e, sel, r, err, sizeof err))
+    encode_fail(cb, "%s", err);
 }
 
-void sm__encoder_dispatch_indirect(id self, SEL cmd, id buffer, NSUInteger offset,
-                                   MTLSize tg) {
+void sm__encoder_dispatch_indirect(id self, SEL cmd, id buffer, NSUInteger offset, MTLSize tg) {
   sm_cmdbuf *cb = enc_open(self, cmd);
   const char *sel = sel_getName(cmd);
   sm_buffer *b = as_buffer(cb, sel, "indirectBuffer", buffer);
   if (!b) return;
   if (offset % 4 || !range_ok(offset, 12, b->length)) {
-    misuse(cb, "%s: indirectBufferOffset = %lu must be a multiple of 4 with 12 bytes "
-                "(MTLDispatchThreadgroupsIndirectArguments) within the buffer's length %lu",
-                sel, offset, b->length);
+    misuse(cb,
+           "%s: indirectBufferOffset = %lu must be a multiple of 4 with 12 bytes "
+           "(MTLDispatchThreadgroupsIndirectArguments) within the buffer's length %lu",
+           sel, offset, b->length);
     return;
   }
   size_t before = cb->ncmds;
@@ -1468,7 +1530,7 @@ static void enc_fence(id self, SEL cmd, id fence, int kind) {
   sm_device *its = ((sm_fence *)fence)->device;
   if (its != cb->queue->device) {
     misuse(cb, "%s: fence belongs to device '%s', not to the command queue's device '%s'",
-                sel_getName(cmd), device_label(its), device_label(cb->queue->device));
+           sel_getName(cmd), device_label(its), device_label(cb->queue->device));
     return;
   }
   enc_cmd(self, cmd, kind)->fence = (sm_fence *)sm__retain(fence);
@@ -1494,8 +1556,8 @@ static void comp_barrier_resources(id self, SEL cmd, const id *resources, NSUInt
   sm_cmdbuf *cb = enc_open(self, cmd);
   sm_encoder *e = (sm_encoder *)self;
   if (count && !resources)
-    sm__fatal("-[SMComputeCommandEncoder %s]: resources = NULL with count = %lu",
-              sel_getName(cmd), count);
+    sm__fatal("-[SMComputeCommandEncoder %s]: resources = NULL with count = %lu", sel_getName(cmd),
+              count);
   for (NSUInteger i = 0; i < count; i++) {
     sm_buffer *b = as_buffer(cb, sel_getName(cmd), "resources[i]", resources[i]);
     if (!b) return;
@@ -1508,97 +1570,101 @@ static void comp_barrier_resources(id self, SEL cmd, const id *resources, NSUInt
 
 /* ------------------------------------------------------------- registration */
 const sm_method_def sm__device_metal_methods[] = {
-  SM_METHOD("name", device_name, "@@:"),
-  SM_METHOD("registryID", device_registry_id, "Q@:"),
-  SM_METHOD("hasUnifiedMemory", device_unified, "C@:"),
-  SM_METHOD("maxBufferLength", device_max_buffer, "Q@:"),
-  SM_METHOD("recommendedMaxWorkingSetSize", device_working_set, "Q@:"),
-  SM_METHOD("currentAllocatedSize", device_allocated, "Q@:"),
-  SM_METHOD("maxThreadsPerThreadgroup", device_max_threads, "{MTLSize=QQQ}@:"),
-  SM_METHOD("supportsFamily:", device_supports_family, "C@:q"),
-  SM_METHOD("newBufferWithLength:options:", device_new_buffer, "@@:QQ"),
-  SM_METHOD("newBufferWithBytes:length:options:", device_new_buffer_bytes, "@@:r^vQQ"),
-  SM_METHOD("newBufferWithBytesNoCopy:length:options:deallocator:", device_new_buffer_nocopy, "@@:^vQQ@?"),
-  SM_METHOD("newCommandQueue", device_new_queue, "@@:"),
-  SM_METHOD("newCommandQueueWithMaxCommandBufferCount:", device_new_queue_max, "@@:Q"),
-  SM_METHOD("newSharedEvent", device_new_event, "@@:"),
-  SM_METHOD("newFence", device_new_fence, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("name", device_name, "@@:"),
+    SM_METHOD("registryID", device_registry_id, "Q@:"),
+    SM_METHOD("hasUnifiedMemory", device_unified, "C@:"),
+    SM_METHOD("maxBufferLength", device_max_buffer, "Q@:"),
+    SM_METHOD("recommendedMaxWorkingSetSize", device_working_set, "Q@:"),
+    SM_METHOD("currentAllocatedSize", device_allocated, "Q@:"),
+    SM_METHOD("maxThreadsPerThreadgroup", device_max_threads, "{MTLSize=QQQ}@:"),
+    SM_METHOD("supportsFamily:", device_supports_family, "C@:q"),
+    SM_METHOD("newBufferWithLength:options:", device_new_buffer, "@@:QQ"),
+    SM_METHOD("newBufferWithBytes:length:options:", device_new_buffer_bytes, "@@:r^vQQ"),
+    SM_METHOD("newBufferWithBytesNoCopy:length:options:deallocator:", device_new_buffer_nocopy,
+              "@@:^vQQ@?"),
+    SM_METHOD("newCommandQueue", device_new_queue, "@@:"),
+    SM_METHOD("newCommandQueueWithMaxCommandBufferCount:", device_new_queue_max, "@@:Q"),
+    SM_METHOD("newSharedEvent", device_new_event, "@@:"),
+    SM_METHOD("newFence", device_new_fence, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__buffer_metal_methods[] = {
-  SM_METHOD("contents", buffer_contents, "^v@:"),
-  SM_METHOD("length", buffer_length, "Q@:"),
-  SM_METHOD("storageMode", buffer_storage, "Q@:"),
-  SM_METHOD("resourceOptions", buffer_resource_options, "Q@:"),
-  SM_METHOD("hazardTrackingMode", buffer_hazard_mode, "Q@:"),
-  SM_METHOD("gpuAddress", buffer_gpu_address, "Q@:"),
-  SM_METHOD("didModifyRange:", buffer_did_modify, "v@:{_NSRange=QQ}"),
-  SM_METHOD("device", buffer_device, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("contents", buffer_contents, "^v@:"),
+    SM_METHOD("length", buffer_length, "Q@:"),
+    SM_METHOD("storageMode", buffer_storage, "Q@:"),
+    SM_METHOD("resourceOptions", buffer_resource_options, "Q@:"),
+    SM_METHOD("hazardTrackingMode", buffer_hazard_mode, "Q@:"),
+    SM_METHOD("gpuAddress", buffer_gpu_address, "Q@:"),
+    SM_METHOD("didModifyRange:", buffer_did_modify, "v@:{_NSRange=QQ}"),
+    SM_METHOD("device", buffer_device, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__shared_event_metal_methods[] = {
-  SM_METHOD("signaledValue", event_value, "Q@:"),
-  SM_METHOD("setSignaledValue:", event_set_value, "v@:Q"),
-  SM_METHOD("device", event_device, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("signaledValue", event_value, "Q@:"),
+    SM_METHOD("setSignaledValue:", event_set_value, "v@:Q"),
+    SM_METHOD("device", event_device, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__queue_metal_methods[] = {
-  SM_METHOD("commandBuffer", queue_cmdbuf, "@@:"),
-  SM_METHOD("commandBufferWithUnretainedReferences", queue_cmdbuf_unretained, "@@:"),
-  SM_METHOD("device", queue_device, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("commandBuffer", queue_cmdbuf, "@@:"),
+    SM_METHOD("commandBufferWithUnretainedReferences", queue_cmdbuf_unretained, "@@:"),
+    SM_METHOD("device", queue_device, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__cmdbuf_metal_methods[] = {
-  SM_METHOD("status", cb_status, "Q@:"),
-  SM_METHOD("retainedReferences", cb_retained_refs, "C@:"),
-  SM_METHOD("commandQueue", cb_queue, "@@:"),
-  SM_METHOD("device", cb_device, "@@:"),
-  SM_METHOD("enqueue", cb_enqueue, "v@:"),
-  SM_METHOD("commit", cb_commit, "v@:"),
-  SM_METHOD("waitUntilCompleted", cb_wait, "v@:"),
-  SM_METHOD("error", cb_error, "@@:"),
-  SM_METHOD("addCompletedHandler:", cb_add_completed, "v@:@?"),
-  SM_METHOD("encodeSignalEvent:value:", cb_signal, "v@:@Q"),
-  SM_METHOD("encodeWaitForEvent:value:", cb_wait_event, "v@:@Q"),
-  SM_METHOD("blitCommandEncoder", cb_blit_encoder, "@@:"),
-  SM_METHOD("computeCommandEncoder", cb_compute_encoder, "@@:"),
-  SM_METHOD("computeCommandEncoderWithDispatchType:", cb_compute_encoder_type, "@@:Q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("status", cb_status, "Q@:"),
+    SM_METHOD("retainedReferences", cb_retained_refs, "C@:"),
+    SM_METHOD("commandQueue", cb_queue, "@@:"),
+    SM_METHOD("device", cb_device, "@@:"),
+    SM_METHOD("enqueue", cb_enqueue, "v@:"),
+    SM_METHOD("commit", cb_commit, "v@:"),
+    SM_METHOD("waitUntilCompleted", cb_wait, "v@:"),
+    SM_METHOD("error", cb_error, "@@:"),
+    SM_METHOD("addCompletedHandler:", cb_add_completed, "v@:@?"),
+    SM_METHOD("encodeSignalEvent:value:", cb_signal, "v@:@Q"),
+    SM_METHOD("encodeWaitForEvent:value:", cb_wait_event, "v@:@Q"),
+    SM_METHOD("blitCommandEncoder", cb_blit_encoder, "@@:"),
+    SM_METHOD("computeCommandEncoder", cb_compute_encoder, "@@:"),
+    SM_METHOD("computeCommandEncoderWithDispatchType:", cb_compute_encoder_type, "@@:Q"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def fence_methods[] = {
-  SM_METHOD("device", fence_device, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("device", fence_device, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__blit_metal_methods[] = {
-  SM_METHOD("copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", blit_copy, "v@:@Q@QQ"),
-  SM_METHOD("fillBuffer:range:value:", blit_fill, "v@:@{_NSRange=QQ}C"),
-  SM_METHOD("synchronizeResource:", blit_sync, "v@:@"),
-  SM_METHOD("updateFence:", enc_update_fence, "v@:@"),
-  SM_METHOD("waitForFence:", enc_wait_fence, "v@:@"),
-  SM_METHOD("endEncoding", enc_end, "v@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", blit_copy,
+              "v@:@Q@QQ"),
+    SM_METHOD("fillBuffer:range:value:", blit_fill, "v@:@{_NSRange=QQ}C"),
+    SM_METHOD("synchronizeResource:", blit_sync, "v@:@"),
+    SM_METHOD("updateFence:", enc_update_fence, "v@:@"),
+    SM_METHOD("waitForFence:", enc_wait_fence, "v@:@"),
+    SM_METHOD("endEncoding", enc_end, "v@:"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__compute_metal_methods[] = {
-  SM_METHOD("setComputePipelineState:", comp_set_pipeline, "v@:@"),
-  SM_METHOD("setBuffer:offset:atIndex:", comp_set_buffer, "v@:@QQ"),
-  SM_METHOD("setBytes:length:atIndex:", comp_set_bytes, "v@:r^vQQ"),
-  SM_METHOD("setThreadgroupMemoryLength:atIndex:", comp_set_tg_memory, "v@:QQ"),
-  SM_METHOD("dispatchThreads:threadsPerThreadgroup:", comp_dispatch_threads, "v@:{MTLSize=QQQ}{MTLSize=QQQ}"),
-  SM_METHOD("dispatchThreadgroups:threadsPerThreadgroup:", comp_dispatch_groups, "v@:{MTLSize=QQQ}{MTLSize=QQQ}"),
-  SM_METHOD("updateFence:", enc_update_fence, "v@:@"),
-  SM_METHOD("waitForFence:", enc_wait_fence, "v@:@"),
-  SM_METHOD("memoryBarrierWithScope:", comp_barrier_scope, "v@:Q"),
-  SM_METHOD("memoryBarrierWithResources:count:", comp_barrier_resources, "v@:^@Q"),
-  SM_METHOD("dispatchType", comp_dispatch_type, "Q@:"),
-  SM_METHOD("endEncoding", enc_end, "v@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("setComputePipelineState:", comp_set_pipeline, "v@:@"),
+    SM_METHOD("setBuffer:offset:atIndex:", comp_set_buffer, "v@:@QQ"),
+    SM_METHOD("setBytes:length:atIndex:", comp_set_bytes, "v@:r^vQQ"),
+    SM_METHOD("setThreadgroupMemoryLength:atIndex:", comp_set_tg_memory, "v@:QQ"),
+    SM_METHOD("dispatchThreads:threadsPerThreadgroup:", comp_dispatch_threads,
+              "v@:{MTLSize=QQQ}{MTLSize=QQQ}"),
+    SM_METHOD("dispatchThreadgroups:threadsPerThreadgroup:", comp_dispatch_groups,
+              "v@:{MTLSize=QQQ}{MTLSize=QQQ}"),
+    SM_METHOD("updateFence:", enc_update_fence, "v@:@"),
+    SM_METHOD("waitForFence:", enc_wait_fence, "v@:@"),
+    SM_METHOD("memoryBarrierWithScope:", comp_barrier_scope, "v@:Q"),
+    SM_METHOD("memoryBarrierWithResources:count:", comp_barrier_resources, "v@:^@Q"),
+    SM_METHOD("dispatchType", comp_dispatch_type, "Q@:"),
+    SM_METHOD("endEncoding", enc_end, "v@:"),
+    {NULL, NULL, NULL},
 };
 
 /* Composite classes: sm_classes.c defines them from every file's table. */
@@ -1610,6 +1676,4 @@ sm_class *const sm__cmdbuf_k = &cmdbuf_class;
 sm_class *const sm__blit_k = &blit_class;
 sm_class *const sm__compute_k = &compute_class;
 
-void sm__register_metal(void) {
-  SM_CLASS_DEFINE(&fence_class, Nil, fence_methods);
-}
+void sm__register_metal(void) { SM_CLASS_DEFINE(&fence_class, Nil, fence_methods); }

@@ -31,16 +31,16 @@ typedef struct {
 
 typedef struct {
   sm_obj hdr;
-  sm_device *device; /* retained */
-  unsigned char *mem; /* the host's copy (contents); the only one unless Managed */
-  unsigned char *gpu; /* what blits and kernels use: mem, or a second copy if Managed */
-  uint64_t gpu_address; /* unmapped in this process: never a host pointer */
+  sm_device *device;           /* retained */
+  unsigned char *mem;          /* the host's copy (contents); the only one unless Managed */
+  unsigned char *gpu;          /* what blits and kernels use: mem, or a second copy if Managed */
+  uint64_t gpu_address;        /* unmapped in this process: never a host pointer */
   NSUInteger length, reserved; /* reserved: bytes counted against the device */
   NSUInteger options, storage;
   bool nocopy;
-  bool placed;    /* in a heap's memory: neither freed nor counted here */
-  bool guarded;   /* MTL_SHADER_VALIDATION=1: mem and gpu from sm__guarded_alloc */
-  bool untracked; /* MTLResourceHazardTrackingModeUntracked */
+  bool placed;       /* in a heap's memory: neither freed nor counted here */
+  bool guarded;      /* MTL_SHADER_VALIDATION=1: mem and gpu from sm__guarded_alloc */
+  bool untracked;    /* MTLResourceHazardTrackingModeUntracked */
   void *deallocator; /* copied block, or NULL */
   /* Passes of queue hz_queue that use it and may not be ordered before
    * later ones (untracked buffers only; under g_hz). */
@@ -65,8 +65,16 @@ typedef struct {
 } sm_fence;
 
 #define SM_MAX_USED 64u /* untracked buffers a compute encoder's useResource: calls name */
-enum { CMD_COPY, CMD_FILL, CMD_SYNC, CMD_DISPATCH, CMD_SIGNAL, CMD_WAIT, CMD_UPDATE_FENCE,
-       CMD_WAIT_FENCE };
+enum {
+  CMD_COPY,
+  CMD_FILL,
+  CMD_SYNC,
+  CMD_DISPATCH,
+  CMD_SIGNAL,
+  CMD_WAIT,
+  CMD_UPDATE_FENCE,
+  CMD_WAIT_FENCE
+};
 
 typedef struct {
   sm_pipeline *pipeline;
@@ -92,8 +100,8 @@ typedef struct {
   sm_event *event; /* retained */
   uint64_t value;
   dispatch_rec *dispatch;
-  sm_fence *fence; /* retained */
-  int pass;        /* encoder number in its command buffer, -1 for its own commands */
+  sm_fence *fence;              /* retained */
+  int pass;                     /* encoder number in its command buffer, -1 for its own commands */
   const char *enc_sel, *op_sel; /* the encoder's creating selector; the command's */
 } command;
 
@@ -110,17 +118,17 @@ struct sm_cmdbuf {
   void **handlers;
   size_t nhandlers;
   id error;
-  char *encode_error; /* first encoding error, reported at execution */
-  id active_encoder;  /* weak */
-  uint64_t seq;     /* commit number on its queue */
-  sm_cmdbuf *next; /* queue list */
-  uint64_t serial;  /* creation number, names it in messages */
-  int npasses;      /* encoders made */
-  pass_vec passes;  /* its passes in the hazard graph (retained, under g_hz) */
+  char *encode_error;   /* first encoding error, reported at execution */
+  id active_encoder;    /* weak */
+  uint64_t seq;         /* commit number on its queue */
+  sm_cmdbuf *next;      /* queue list */
+  uint64_t serial;      /* creation number, names it in messages */
+  int npasses;          /* encoders made */
+  pass_vec passes;      /* its passes in the hazard graph (retained, under g_hz) */
   atomic_bool observed; /* the host saw it complete */
   /* Under the queue's core->mu: */
-  bool holds_slot;  /* counts against the queue's maximum */
-  bool waitable;    /* waitUntilCompleted may return */
+  bool holds_slot;       /* counts against the queue's maximum */
+  bool waitable;         /* waitUntilCompleted may return */
   int waiting, returned; /* threads in waitUntilCompleted; those that left it */
 };
 
@@ -141,7 +149,7 @@ typedef struct {
 typedef struct {
   sm_event *event; /* retained */
   uint64_t value;
-  sm_pass *node;   /* retained */
+  sm_pass *node; /* retained */
 } queue_signal;
 
 struct sm_queue {
@@ -166,10 +174,10 @@ typedef struct {
   void *bytes[SM_MAX_BINDINGS];
   NSUInteger bytes_len[SM_MAX_BINDINGS];
   NSUInteger tg_len[SM_MAX_BINDINGS];
-  uint32_t tg_set;  /* indices given a length (0 included) */
-  int pass;         /* its number in the command buffer */
-  const char *sel;  /* the selector that made it */
-  bool concurrent;  /* MTLDispatchTypeConcurrent */
+  uint32_t tg_set; /* indices given a length (0 included) */
+  int pass;        /* its number in the command buffer */
+  const char *sel; /* the selector that made it */
+  bool concurrent; /* MTLDispatchTypeConcurrent */
   unsigned ndispatch;
   /* Concurrent passes: what the dispatches since the last barrier use. */
   struct since_barrier {

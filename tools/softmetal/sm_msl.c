@@ -45,7 +45,7 @@ typedef struct {
 typedef struct {
   sm_obj hdr;
   id device;
-  sm_compiled_library cl; /* the checked source and its manifest */
+  sm_compiled_library cl;               /* the checked source and its manifest */
   const struct sm_kernel_desc *kernels; /* cl.kernels: fn NULL, written_mask 0 */
   unsigned n;
   const struct sm_constant_desc *constants;
@@ -60,7 +60,7 @@ typedef struct {
   sm_library *library;
   const struct sm_kernel_desc *desc;
   id name;
-  bool specialized; /* made by newFunctionWithName:constantValues:error: */
+  bool specialized;                      /* made by newFunctionWithName:constantValues:error: */
   unsigned char *fc_values, *fc_defined; /* [n_constants][SM_FC_SLOT], [n_constants] */
 } sm_function;
 
@@ -68,7 +68,7 @@ typedef struct {
 typedef struct {
   NSUInteger index; /* when name is NULL */
   char *name;
-  NSUInteger type;  /* MTLDataType */
+  NSUInteger type; /* MTLDataType */
   unsigned char value[SM_FC_SLOT];
 } fc_entry;
 typedef struct {
@@ -82,9 +82,9 @@ typedef struct {
 typedef struct {
   sm_obj hdr;
   NSInteger math_mode;
-  NSInteger fp_functions; /* MTLMathFloatingPointFunctions: Fast 0 (default), Precise 1 */
+  NSInteger fp_functions;      /* MTLMathFloatingPointFunctions: Fast 0 (default), Precise 1 */
   NSUInteger language_version; /* MTLLanguageVersion (major << 16 | minor); 0: newest */
-  bool initialized; /* alloc without init is misuse */
+  bool initialized;            /* alloc without init is misuse */
 } sm_compile_options;
 
 /* MTLLanguageVersion values (Apple's MTLLibrary.h), as __METAL_VERSION__
@@ -101,7 +101,7 @@ static sm_class options_class = {"MTLCompileOptions", sizeof(sm_compile_options)
 
 static id options_init(id self, SEL cmd) {
   (void)cmd;
-  ((sm_compile_options *)self)->math_mode = MATH_MODE_FAST; /* Metal's default */
+  ((sm_compile_options *)self)->math_mode = MATH_MODE_FAST;       /* Metal's default */
   ((sm_compile_options *)self)->fp_functions = FP_FUNCTIONS_FAST; /* Metal's default */
   ((sm_compile_options *)self)->initialized = true;
   return self;
@@ -124,7 +124,8 @@ static NSInteger options_fp_functions(id self, SEL cmd) {
 static void options_set_fp_functions(id self, SEL cmd, NSInteger f) {
   if (f != FP_FUNCTIONS_FAST && f != FP_FUNCTIONS_PRECISE)
     sm__fatal("-[MTLCompileOptions %s]: mathFloatingPointFunctions = %ld is not an "
-              "MTLMathFloatingPointFunctions (Fast 0, Precise 1)", sel_getName(cmd), (long)f);
+              "MTLMathFloatingPointFunctions (Fast 0, Precise 1)",
+              sel_getName(cmd), (long)f);
   ((sm_compile_options *)self)->fp_functions = f;
 }
 static NSUInteger options_language_version(id self, SEL cmd) {
@@ -142,7 +143,8 @@ static NSInteger options_math_mode(id self, SEL cmd) {
 static void options_set_math_mode(id self, SEL cmd, NSInteger mode) {
   if (mode < MATH_MODE_SAFE || mode > MATH_MODE_FAST)
     sm__fatal("-[MTLCompileOptions %s]: mathMode = %ld is not an MTLMathMode "
-              "(Safe 0, Relaxed 1, Fast 2)", sel_getName(cmd), (long)mode);
+              "(Safe 0, Relaxed 1, Fast 2)",
+              sel_getName(cmd), (long)mode);
   ((sm_compile_options *)self)->math_mode = mode;
 }
 
@@ -175,12 +177,14 @@ static void values_destroy(sm_obj *o) {
 }
 static sm_class values_class = {"MTLFunctionConstantValues", sizeof(sm_constant_values),
                                 values_destroy, Nil, 0};
-sm_class sm__pipeline_class = {"SMComputePipelineState", sizeof(sm_pipeline), pipeline_destroy,
-                               Nil, 0};
+sm_class sm__pipeline_class = {"SMComputePipelineState", sizeof(sm_pipeline), pipeline_destroy, Nil,
+                               0};
 
 static void set_error(id *error, id e) {
-  if (error) *error = sm__autorelease(e);
-  else sm__release(e);
+  if (error)
+    *error = sm__autorelease(e);
+  else
+    sm__release(e);
 }
 
 id sm__device_new_library(id self, SEL cmd, id source, id options, id *error) {
@@ -191,23 +195,24 @@ id sm__device_new_library(id self, SEL cmd, id source, id options, id *error) {
     sm__fatal("-[SMDevice %s]: options was allocated but never sent init", sel_getName(cmd));
   NSInteger math_mode = options ? ((sm_compile_options *)options)->math_mode : MATH_MODE_FAST;
   const bool fast_functions =
-      !options ? true
+      !options         ? true
       : g_no_math_mode ? math_mode != MATH_MODE_SAFE
                        : ((sm_compile_options *)options)->fp_functions == FP_FUNCTIONS_FAST;
   const NSUInteger language = options ? ((sm_compile_options *)options)->language_version : 0;
   const unsigned metal_version = metal_version_of(language);
   const char *text = sm__string_utf8(source);
   if (!text) {
-    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
-                               "%s: source = nil", sel_getName(cmd)));
+    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE, "%s: source = nil",
+                               sel_getName(cmd)));
     return nil;
   }
   if (language != 0 && metal_version == 0) {
-    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
-                               "%s: languageVersion = 0x%lx (%lu.%lu) is not an MTLLanguageVersion "
-                               "(1.0 to 1.2, 2.0 to 2.4, 3.0 to 3.2, 4.0)",
-                               sel_getName(cmd), (unsigned long)language,
-                               (unsigned long)(language >> 16), (unsigned long)(language & 0xffff)));
+    set_error(error,
+              sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
+                        "%s: languageVersion = 0x%lx (%lu.%lu) is not an MTLLanguageVersion "
+                        "(1.0 to 1.2, 2.0 to 2.4, 3.0 to 3.2, 4.0)",
+                        sel_getName(cmd), (unsigned long)language, (unsigned long)(language >> 16),
+                        (unsigned long)(language & 0xffff)));
     return nil;
   }
   char *diag = NULL;
@@ -215,11 +220,11 @@ id sm__device_new_library(id self, SEL cmd, id source, id options, id *error) {
   sm_compiled_library cl;
   if (!sm__compile_library(text, (int)math_mode, fast_functions, metal_version, &cl, &diag,
                            &internal)) {
-    set_error(error, sm__error(LIB_ERROR_DOMAIN,
-                               internal ? LIB_ERROR_INTERNAL : LIB_ERROR_COMPILE_FAILURE,
-                               "%s: %s:\n%s", sel_getName(cmd),
-                               internal ? "softmetal cannot compile" : "compilation failed",
-                               diag ? diag : "?"));
+    set_error(error,
+              sm__error(LIB_ERROR_DOMAIN, internal ? LIB_ERROR_INTERNAL : LIB_ERROR_COMPILE_FAILURE,
+                        "%s: %s:\n%s", sel_getName(cmd),
+                        internal ? "softmetal cannot compile" : "compilation failed",
+                        diag ? diag : "?"));
     free(diag);
     return nil;
   }
@@ -418,7 +423,10 @@ fail:
   return nil;
 }
 
-static id values_init(id self, SEL cmd) { (void)cmd; return self; }
+static id values_init(id self, SEL cmd) {
+  (void)cmd;
+  return self;
+}
 
 static void values_add(id self, const void *value, NSUInteger type, NSUInteger index,
                        const char *name, SEL cmd) {
@@ -427,7 +435,8 @@ static void values_add(id self, const void *value, NSUInteger type, NSUInteger i
   if (!size)
     sm__fatal("-[MTLFunctionConstantValues %s]: type = %lu is not an MTLDataType softmetal "
               "supports for function constants (scalars and vectors of bool, char, short, int, "
-              "half, float; long, ulong)", sel_getName(cmd), (unsigned long)type);
+              "half, float; long, ulong)",
+              sel_getName(cmd), (unsigned long)type);
   if (!value) sm__fatal("-[MTLFunctionConstantValues %s]: value = NULL", sel_getName(cmd));
   fc_entry *e = realloc(v->e, (v->n + 1) * sizeof *e);
   if (!e) sm__fatal("-[MTLFunctionConstantValues %s]: out of memory", sel_getName(cmd));
@@ -437,11 +446,13 @@ static void values_add(id self, const void *value, NSUInteger type, NSUInteger i
   x->index = index;
   x->type = type;
   x->name = name ? strdup(name) : NULL;
-  if (name && !x->name) sm__fatal("-[MTLFunctionConstantValues %s]: out of memory", sel_getName(cmd));
+  if (name && !x->name)
+    sm__fatal("-[MTLFunctionConstantValues %s]: out of memory", sel_getName(cmd));
   memcpy(x->value, value, size);
   v->n++;
 }
-static void values_set_index(id self, SEL cmd, const void *value, NSUInteger type, NSUInteger index) {
+static void values_set_index(id self, SEL cmd, const void *value, NSUInteger type,
+                             NSUInteger index) {
   values_add(self, value, type, index, NULL, cmd);
 }
 static void values_set_name(id self, SEL cmd, const void *value, NSUInteger type, id name) {
@@ -477,7 +488,10 @@ static id library_function_names(id self, SEL cmd) {
   return sm__autorelease(arr);
 }
 
-static id library_device(id self, SEL cmd) { (void)cmd; return ((sm_library *)self)->device; }
+static id library_device(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_library *)self)->device;
+}
 static id function_device(id self, SEL cmd) {
   (void)cmd;
   return ((sm_function *)self)->library->device;
@@ -487,7 +501,10 @@ static id pipeline_device(id self, SEL cmd) {
   return ((sm_function *)((sm_pipeline *)self)->function)->library->device;
 }
 
-static id function_name(id self, SEL cmd) { (void)cmd; return ((sm_function *)self)->name; }
+static id function_name(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_function *)self)->name;
+}
 
 /* MTLFunctionConstant: one function constant a function uses. */
 typedef struct {
@@ -499,7 +516,10 @@ typedef struct {
 static void fn_constant_destroy(sm_obj *o) { sm__release(((sm_fn_constant *)o)->name); }
 static sm_class fn_constant_class = {"MTLFunctionConstant", sizeof(sm_fn_constant),
                                      fn_constant_destroy, Nil, 0};
-static id fn_constant_name(id self, SEL cmd) { (void)cmd; return ((sm_fn_constant *)self)->name; }
+static id fn_constant_name(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_fn_constant *)self)->name;
+}
 static NSUInteger fn_constant_type(id self, SEL cmd) {
   (void)cmd;
   return ((sm_fn_constant *)self)->type;
@@ -520,7 +540,8 @@ static BOOL fn_constant_required(id self, SEL cmd) {
 static id function_constants(id self, SEL cmd) {
   sm_function *fn = (sm_function *)self;
   const struct sm_kernel_desc *k = fn->desc;
-  id *keys = calloc(k->fc_used_count + 1, sizeof(id)), *vals = calloc(k->fc_used_count + 1, sizeof(id));
+  id *keys = calloc(k->fc_used_count + 1, sizeof(id)),
+     *vals = calloc(k->fc_used_count + 1, sizeof(id));
   if (!keys || !vals) sm__fatal("-[SMFunction %s]: out of memory", sel_getName(cmd));
   size_t n = 0;
   for (uint32_t u = 0; u < k->fc_used_count; u++) {
@@ -563,8 +584,8 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
     for (uint32_t u = 0; u < k->fc_used_count && len < sizeof list - 1; u++) {
       const struct sm_constant_desc *cd = &fn->library->constants[k->fc_used[u]];
       if (cd->index == UINT32_MAX || cd->optional) continue;
-      int w = snprintf(list + len, sizeof list - len, "%s'%s' (index %u, %s)",
-                       len ? ", " : "", cd->name, cd->index, data_type_name(cd->type));
+      int w = snprintf(list + len, sizeof list - len, "%s'%s' (index %u, %s)", len ? ", " : "",
+                       cd->name, cd->index, data_type_name(cd->type));
       if (w < 0) break;
       len += (size_t)w < sizeof list - len ? (size_t)w : sizeof list - len - 1;
     }
@@ -582,7 +603,8 @@ static id device_new_pipeline(id self, SEL cmd, id function, id *error) {
    * back end fails it for that GPU. */
   const char *missing = sm__feature_missing(k->features);
   if (missing) {
-    id name = ((id(*)(id, SEL))(void (*)(void))sm__lookup(self, "name"))(self, sel_registerName("name"));
+    id name =
+        ((id(*)(id, SEL))(void (*)(void))sm__lookup(self, "name"))(self, sel_registerName("name"));
     set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
                                "%s: function '%s' uses %s, which device '%s' does not support",
                                sel_getName(cmd), k->name, missing, sm__string_utf8(name)));
@@ -722,20 +744,20 @@ static NSUInteger pipeline_static_tg(id self, SEL cmd) {
 }
 
 const sm_method_def sm__options_msl_methods[] = {
-  SM_METHOD("init", options_init, "@@:"),
-  SM_METHOD("fastMathEnabled", options_fast_math, "C@:"),
-  SM_METHOD("setFastMathEnabled:", options_set_fast_math, "v@:C"),
-  SM_METHOD("languageVersion", options_language_version, "Q@:"),
-  SM_METHOD("setLanguageVersion:", options_set_language_version, "v@:Q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("init", options_init, "@@:"),
+    SM_METHOD("fastMathEnabled", options_fast_math, "C@:"),
+    SM_METHOD("setFastMathEnabled:", options_set_fast_math, "v@:C"),
+    SM_METHOD("languageVersion", options_language_version, "Q@:"),
+    SM_METHOD("setLanguageVersion:", options_set_language_version, "v@:Q"),
+    {NULL, NULL, NULL},
 };
 /* Not under SOFTMETAL_NO_MATH_MODE=1 (sm__options_math_methods). */
 static const sm_method_def options_math_methods[] = {
-  SM_METHOD("mathMode", options_math_mode, "q@:"),
-  SM_METHOD("setMathMode:", options_set_math_mode, "v@:q"),
-  SM_METHOD("mathFloatingPointFunctions", options_fp_functions, "q@:"),
-  SM_METHOD("setMathFloatingPointFunctions:", options_set_fp_functions, "v@:q"),
-  {NULL, NULL, NULL},
+    SM_METHOD("mathMode", options_math_mode, "q@:"),
+    SM_METHOD("setMathMode:", options_set_math_mode, "v@:q"),
+    SM_METHOD("mathFloatingPointFunctions", options_fp_functions, "q@:"),
+    SM_METHOD("setMathFloatingPointFunctions:", options_set_fp_functions, "v@:q"),
+    {NULL, NULL, NULL},
 };
 /* SOFTMETAL_NO_MATH_MODE=1: options as before macOS 15, fastMathEnabled only. */
 const sm_method_def *sm__options_math_methods(void) {
@@ -745,44 +767,45 @@ const sm_method_def *sm__options_math_methods(void) {
 }
 
 const sm_method_def sm__library_msl_methods[] = {
-  SM_METHOD("newFunctionWithName:", library_new_function, "@@:@"),
-  SM_METHOD("functionNames", library_function_names, "@@:"),
-  SM_METHOD("device", library_device, "@@:"),
-  SM_METHOD("newFunctionWithName:constantValues:error:", library_new_function_constants, "@@:@@^@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newFunctionWithName:", library_new_function, "@@:@"),
+    SM_METHOD("functionNames", library_function_names, "@@:"),
+    SM_METHOD("device", library_device, "@@:"),
+    SM_METHOD("newFunctionWithName:constantValues:error:", library_new_function_constants,
+              "@@:@@^@"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def values_methods[] = {
-  SM_METHOD("init", values_init, "@@:"),
-  SM_METHOD("setConstantValue:type:atIndex:", values_set_index, "v@:^vQQ"),
-  SM_METHOD("setConstantValue:type:withName:", values_set_name, "v@:^vQ@"),
-  SM_METHOD("setConstantValues:type:withRange:", values_set_range, "v@:^vQ{_NSRange=QQ}"),
-  SM_METHOD("reset", values_reset, "v@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("init", values_init, "@@:"),
+    SM_METHOD("setConstantValue:type:atIndex:", values_set_index, "v@:^vQQ"),
+    SM_METHOD("setConstantValue:type:withName:", values_set_name, "v@:^vQ@"),
+    SM_METHOD("setConstantValues:type:withRange:", values_set_range, "v@:^vQ{_NSRange=QQ}"),
+    SM_METHOD("reset", values_reset, "v@:"),
+    {NULL, NULL, NULL},
 };
 
 const sm_method_def sm__function_msl_methods[] = {
-  SM_METHOD("name", function_name, "@@:"),
-  SM_METHOD("device", function_device, "@@:"),
-  SM_METHOD("functionConstantsDictionary", function_constants, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("name", function_name, "@@:"),
+    SM_METHOD("device", function_device, "@@:"),
+    SM_METHOD("functionConstantsDictionary", function_constants, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def fn_constant_methods[] = {
-  SM_METHOD("name", fn_constant_name, "@@:"),
-  SM_METHOD("type", fn_constant_type, "Q@:"),
-  SM_METHOD("index", fn_constant_index, "Q@:"),
-  SM_METHOD("required", fn_constant_required, "C@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("name", fn_constant_name, "@@:"),
+    SM_METHOD("type", fn_constant_type, "Q@:"),
+    SM_METHOD("index", fn_constant_index, "Q@:"),
+    SM_METHOD("required", fn_constant_required, "C@:"),
+    {NULL, NULL, NULL},
 };
 
 static const sm_method_def pipeline_methods[] = {
-  SM_METHOD("maxTotalThreadsPerThreadgroup", pipeline_max_threads, "Q@:"),
-  SM_METHOD("threadExecutionWidth", pipeline_width, "Q@:"),
-  /* metal-cpp MTLComputePipeline.hpp: NS::UInteger staticThreadgroupMemoryLength() const */
-  SM_METHOD("staticThreadgroupMemoryLength", pipeline_static_tg, "Q@:"),
-  SM_METHOD("device", pipeline_device, "@@:"),
-  {NULL, NULL, NULL},
+    SM_METHOD("maxTotalThreadsPerThreadgroup", pipeline_max_threads, "Q@:"),
+    SM_METHOD("threadExecutionWidth", pipeline_width, "Q@:"),
+    /* metal-cpp MTLComputePipeline.hpp: NS::UInteger staticThreadgroupMemoryLength() const */
+    SM_METHOD("staticThreadgroupMemoryLength", pipeline_static_tg, "Q@:"),
+    SM_METHOD("device", pipeline_device, "@@:"),
+    {NULL, NULL, NULL},
 };
 
 void sm__register_msl(void) {
@@ -794,8 +817,8 @@ void sm__register_msl(void) {
 /* newLibraryWithSource:options:error: is sm_host.c's (its preprocessor
  * macros first), which compiles through sm__device_new_library. */
 const sm_method_def sm__device_msl_methods[] = {
-  SM_METHOD("newComputePipelineStateWithFunction:error:", device_new_pipeline, "@@:@^@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newComputePipelineStateWithFunction:error:", device_new_pipeline, "@@:@^@"),
+    {NULL, NULL, NULL},
 };
 sm_class *const sm__options_k = &options_class;
 sm_class *const sm__library_k = &library_class;

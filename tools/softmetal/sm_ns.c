@@ -82,7 +82,8 @@ static void dict_put(sm_dict *d, const char *sel, id key, id value) {
 id sm__dictionary_new(id *keys, id *values, size_t n) {
   sm_dict *d = sm__new(&dict_class);
   if (!d) return nil;
-  for (size_t i = 0; i < n; i++) dict_put(d, "dictionaryWithObjects:forKeys:count:", keys[i], values[i]);
+  for (size_t i = 0; i < n; i++)
+    dict_put(d, "dictionaryWithObjects:forKeys:count:", keys[i], values[i]);
   return (id)d;
 }
 
@@ -128,7 +129,10 @@ static id dict_with_capacity(id cls, SEL cmd, NSUInteger cap) {
   (void)cap;
   return sm__autorelease(dict_alloc(cls, cmd));
 }
-static NSUInteger dict_count(id self, SEL cmd) { (void)cmd; return ((sm_dict *)self)->n; }
+static NSUInteger dict_count(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_dict *)self)->n;
+}
 static id dict_get(id self, SEL cmd, id key) {
   (void)cmd;
   sm_dict *d = (sm_dict *)self;
@@ -139,8 +143,14 @@ static id dict_list(id self, bool keys) {
   sm_dict *d = (sm_dict *)self;
   return sm__autorelease(sm__array(keys ? d->keys : d->values, d->n));
 }
-static id dict_all_keys(id self, SEL cmd) { (void)cmd; return dict_list(self, true); }
-static id dict_all_values(id self, SEL cmd) { (void)cmd; return dict_list(self, false); }
+static id dict_all_keys(id self, SEL cmd) {
+  (void)cmd;
+  return dict_list(self, true);
+}
+static id dict_all_values(id self, SEL cmd) {
+  (void)cmd;
+  return dict_list(self, false);
+}
 static id dict_copy(id self, SEL cmd) {
   (void)cmd;
   sm_dict *d = (sm_dict *)self;
@@ -154,7 +164,8 @@ static id dict_mutable_copy(id self, SEL cmd) {
   if (m) object_setClass(m, g_mutable_dict);
   return m;
 }
-static NSUInteger dict_enumerate(id self, SEL cmd, sm_fast_enum_state *st, id *buf, NSUInteger len) {
+static NSUInteger dict_enumerate(id self, SEL cmd, sm_fast_enum_state *st, id *buf,
+                                 NSUInteger len) {
   (void)cmd;
   (void)buf;
   (void)len;
@@ -208,20 +219,23 @@ static id number_make(int kind, long long i, unsigned long long u, double d) {
   sm_number *n = sm__new(&number_class);
   if (!n) return nil;
   n->kind = kind;
-  if (kind == NUM_DOUBLE) n->v.d = d;
-  else if (kind == NUM_UNSIGNED) n->v.u = u;
-  else n->v.i = i;
+  if (kind == NUM_DOUBLE)
+    n->v.d = d;
+  else if (kind == NUM_UNSIGNED)
+    n->v.u = u;
+  else
+    n->v.i = i;
   return (id)n;
 }
 id sm__number_u64(uint64_t v) { return number_make(NUM_UNSIGNED, 0, v, 0); }
 
-#define NUMBER_CTOR(name, type, kind, field)                                       \
-  static id name(id cls, SEL cmd, type v) {                                        \
-    (void)cls;                                                                     \
-    (void)cmd;                                                                     \
-    return sm__autorelease(number_make(kind, (long long)(field == 0 ? v : 0),      \
-                                       (unsigned long long)(field == 1 ? v : 0),   \
-                                       (double)(field == 2 ? v : 0)));             \
+#define NUMBER_CTOR(name, type, kind, field)                                                       \
+  static id name(id cls, SEL cmd, type v) {                                                        \
+    (void)cls;                                                                                     \
+    (void)cmd;                                                                                     \
+    return sm__autorelease(number_make(kind, (long long)(field == 0 ? v : 0),                      \
+                                       (unsigned long long)(field == 1 ? v : 0),                   \
+                                       (double)(field == 2 ? v : 0)));                             \
   }
 NUMBER_CTOR(num_int, int, NUM_SIGNED, 0)
 NUMBER_CTOR(num_long, long, NUM_SIGNED, 0)
@@ -238,26 +252,54 @@ static id num_bool(id cls, SEL cmd, BOOL v) {
 }
 
 static long long num_as_ll(const sm_number *n) {
-  return n->kind == NUM_DOUBLE ? (long long)n->v.d
-         : n->kind == NUM_UNSIGNED ? (long long)n->v.u : n->v.i;
+  return n->kind == NUM_DOUBLE     ? (long long)n->v.d
+         : n->kind == NUM_UNSIGNED ? (long long)n->v.u
+                                   : n->v.i;
 }
 static unsigned long long num_as_ull(const sm_number *n) {
-  return n->kind == NUM_DOUBLE ? (unsigned long long)n->v.d
-         : n->kind == NUM_UNSIGNED ? n->v.u : (unsigned long long)n->v.i;
+  return n->kind == NUM_DOUBLE     ? (unsigned long long)n->v.d
+         : n->kind == NUM_UNSIGNED ? n->v.u
+                                   : (unsigned long long)n->v.i;
 }
 static double num_as_d(const sm_number *n) {
-  return n->kind == NUM_DOUBLE ? n->v.d
-         : n->kind == NUM_UNSIGNED ? (double)n->v.u : (double)n->v.i;
+  return n->kind == NUM_DOUBLE ? n->v.d : n->kind == NUM_UNSIGNED ? (double)n->v.u : (double)n->v.i;
 }
-static int num_int_value(id s, SEL c) { (void)c; return (int)num_as_ll((sm_number *)s); }
-static long num_long_value(id s, SEL c) { (void)c; return (long)num_as_ll((sm_number *)s); }
-static long long num_llong_value(id s, SEL c) { (void)c; return num_as_ll((sm_number *)s); }
-static unsigned num_uint_value(id s, SEL c) { (void)c; return (unsigned)num_as_ull((sm_number *)s); }
-static unsigned long num_ulong_value(id s, SEL c) { (void)c; return (unsigned long)num_as_ull((sm_number *)s); }
-static unsigned long long num_ullong_value(id s, SEL c) { (void)c; return num_as_ull((sm_number *)s); }
-static float num_float_value(id s, SEL c) { (void)c; return (float)num_as_d((sm_number *)s); }
-static double num_double_value(id s, SEL c) { (void)c; return num_as_d((sm_number *)s); }
-static BOOL num_bool_value(id s, SEL c) { (void)c; return num_as_d((sm_number *)s) != 0; }
+static int num_int_value(id s, SEL c) {
+  (void)c;
+  return (int)num_as_ll((sm_number *)s);
+}
+static long num_long_value(id s, SEL c) {
+  (void)c;
+  return (long)num_as_ll((sm_number *)s);
+}
+static long long num_llong_value(id s, SEL c) {
+  (void)c;
+  return num_as_ll((sm_number *)s);
+}
+static unsigned num_uint_value(id s, SEL c) {
+  (void)c;
+  return (unsigned)num_as_ull((sm_number *)s);
+}
+static unsigned long num_ulong_value(id s, SEL c) {
+  (void)c;
+  return (unsigned long)num_as_ull((sm_number *)s);
+}
+static unsigned long long num_ullong_value(id s, SEL c) {
+  (void)c;
+  return num_as_ull((sm_number *)s);
+}
+static float num_float_value(id s, SEL c) {
+  (void)c;
+  return (float)num_as_d((sm_number *)s);
+}
+static double num_double_value(id s, SEL c) {
+  (void)c;
+  return num_as_d((sm_number *)s);
+}
+static BOOL num_bool_value(id s, SEL c) {
+  (void)c;
+  return num_as_d((sm_number *)s) != 0;
+}
 static BOOL num_is_equal(id self, SEL cmd, id other) {
   (void)cmd;
   if (!sm__is(other, &number_class)) return 0;
@@ -278,12 +320,18 @@ static id num_description(id self, SEL cmd) {
   (void)cmd;
   const sm_number *n = (sm_number *)self;
   char t[64];
-  if (n->kind == NUM_DOUBLE) snprintf(t, sizeof t, "%.17g", n->v.d);
-  else if (n->kind == NUM_UNSIGNED) snprintf(t, sizeof t, "%llu", n->v.u);
-  else snprintf(t, sizeof t, "%lld", n->v.i);
+  if (n->kind == NUM_DOUBLE)
+    snprintf(t, sizeof t, "%.17g", n->v.d);
+  else if (n->kind == NUM_UNSIGNED)
+    snprintf(t, sizeof t, "%llu", n->v.u);
+  else
+    snprintf(t, sizeof t, "%lld", n->v.i);
   return sm__autorelease(sm__string(t));
 }
-static id retain_self(id self, SEL cmd) { (void)cmd; return sm__retain(self); }
+static id retain_self(id self, SEL cmd) {
+  (void)cmd;
+  return sm__retain(self);
+}
 
 /* ------------------------------------------------------------- NSLock */
 typedef struct {
@@ -377,11 +425,19 @@ static char *format_v(const char *fmt, va_list ap) {
       spec[s++] = *p++;
       while (*p && strchr("-+ #0'", *p) && s < 20) spec[s++] = *p++;
       int star_w = 0, star_p = 0, has_w = 0, has_p = 0;
-      if (*p == '*') { star_w = va_arg(ap, int); has_w = 1; p++; }
+      if (*p == '*') {
+        star_w = va_arg(ap, int);
+        has_w = 1;
+        p++;
+      }
       while (*p >= '0' && *p <= '9' && s < 20) spec[s++] = *p++;
       if (*p == '.') {
         spec[s++] = *p++;
-        if (*p == '*') { star_p = va_arg(ap, int); has_p = 1; p++; }
+        if (*p == '*') {
+          star_p = va_arg(ap, int);
+          has_p = 1;
+          p++;
+        }
         while (*p >= '0' && *p <= '9' && s < 24) spec[s++] = *p++;
       }
       char lenmod[3] = "";
@@ -397,8 +453,10 @@ static char *format_v(const char *fmt, va_list ap) {
         char *dot = memchr(spec, '.', s);
         if (dot) {
           tmp[t++] = '.';
-          if (has_p) t += (size_t)snprintf(tmp + t, sizeof tmp - t, "%d", star_p);
-          else for (char *d = dot + 1; d < spec + s; d++) tmp[t++] = *d;
+          if (has_p)
+            t += (size_t)snprintf(tmp + t, sizeof tmp - t, "%d", star_p);
+          else
+            for (char *d = dot + 1; d < spec + s; d++) tmp[t++] = *d;
         }
         memcpy(spec, tmp, t);
         s = t;
@@ -421,17 +479,39 @@ static char *format_v(const char *fmt, va_list ap) {
         len = snprintf(piece, sizeof piece, full, text);
         break;
       }
-      case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': case 'D':
-      case 'U': case 'O':
+      case 'd':
+      case 'i':
+      case 'u':
+      case 'x':
+      case 'X':
+      case 'o':
+      case 'c':
+      case 'D':
+      case 'U':
+      case 'O':
         snprintf(full, sizeof full, "%s%s%c", spec, is_long ? "ll" : "",
-                 conv == 'D' ? 'd' : conv == 'U' ? 'u' : conv == 'O' ? 'o' : conv);
-        if (is_long) len = snprintf(piece, sizeof piece, full, va_arg(ap, long long));
-        else len = snprintf(piece, sizeof piece, full, va_arg(ap, int));
+                 conv == 'D'   ? 'd'
+                 : conv == 'U' ? 'u'
+                 : conv == 'O' ? 'o'
+                               : conv);
+        if (is_long)
+          len = snprintf(piece, sizeof piece, full, va_arg(ap, long long));
+        else
+          len = snprintf(piece, sizeof piece, full, va_arg(ap, int));
         break;
-      case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': case 'a': case 'A':
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G':
+      case 'a':
+      case 'A':
         snprintf(full, sizeof full, "%s%c", spec, conv);
-        if (strcmp(lenmod, "L") == 0) len = snprintf(piece, sizeof piece, full, va_arg(ap, long double));
-        else len = snprintf(piece, sizeof piece, full, va_arg(ap, double));
+        if (strcmp(lenmod, "L") == 0)
+          len = snprintf(piece, sizeof piece, full, va_arg(ap, long double));
+        else
+          len = snprintf(piece, sizeof piece, full, va_arg(ap, double));
         break;
       case 's':
         snprintf(full, sizeof full, "%ss", spec);
@@ -465,7 +545,8 @@ static char *format_v(const char *fmt, va_list ap) {
 #pragma GCC diagnostic pop
 
 static id format_string(id fmt, va_list ap) {
-  if (!sm__is_string(fmt)) sm__fatal("format is %s, not an NSString", fmt ? object_getClassName(fmt) : "nil");
+  if (!sm__is_string(fmt))
+    sm__fatal("format is %s, not an NSString", fmt ? object_getClassName(fmt) : "nil");
   char *t = format_v(sm__string_utf8(fmt), ap);
   if (!t) sm__fatal("format: out of memory");
   id s = sm__string(t);
@@ -510,15 +591,17 @@ void NSLog(id fmt, ...) {
     if (fgets(exe, sizeof exe, f)) exe[strcspn(exe, "\n")] = 0;
     fclose(f);
   }
-  fprintf(stderr, "%s.%03ld %s[%ld:%lx] %s\n", when, (long)tv.tv_usec / 1000, exe,
-          (long)getpid(), (unsigned long)pthread_self(), t);
+  fprintf(stderr, "%s.%03ld %s[%ld:%lx] %s\n", when, (long)tv.tv_usec / 1000, exe, (long)getpid(),
+          (unsigned long)pthread_self(), t);
   free(t);
 }
 
 /* ------------------------------------------------------------- NSProcessInfo */
 /* The macOS version softmetal stands for: 15.0, where residency sets and
  * mathMode came (14.0 with SOFTMETAL_NO_MATH_MODE=1, options as before 15). */
-typedef struct { NSInteger major, minor, patch; } os_version;
+typedef struct {
+  NSInteger major, minor, patch;
+} os_version;
 static os_version os_claimed(void) {
   const char *old = getenv("SOFTMETAL_NO_MATH_MODE");
   os_version v = {15, 0, 0};
@@ -574,7 +657,11 @@ static id process_arguments(id self, SEL cmd) {
       len += got;
       if (len == cap) {
         char *g = realloc(buf, cap *= 2);
-        if (!g) { free(buf); buf = NULL; len = 0; }
+        if (!g) {
+          free(buf);
+          buf = NULL;
+          len = 0;
+        }
         buf = g;
       }
     }
@@ -608,7 +695,11 @@ static id process_name(id self, SEL cmd) {
   }
   return sm__autorelease(sm__string(exe));
 }
-static int process_pid(id self, SEL cmd) { (void)self; (void)cmd; return (int)getpid(); }
+static int process_pid(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return (int)getpid();
+}
 static os_version process_os_version(id self, SEL cmd) {
   (void)self;
   (void)cmd;
@@ -658,7 +749,10 @@ static id url_file_with_path(id self, SEL cmd, id path) {
   u->path = sm__string_copy(path);
   return sm__autorelease((id)u);
 }
-static id url_path(id self, SEL cmd) { (void)cmd; return ((sm_url *)self)->path; }
+static id url_path(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_url *)self)->path;
+}
 
 /* -[NSURL fileSystemRepresentation]: the path's bytes (file URLs only). */
 static const char *url_fs_path(id self, SEL cmd) {
@@ -674,8 +768,10 @@ static char *exe_dir(void) {
   if (n <= 0) return strdup(".");
   path[n] = 0;
   char *slash = strrchr(path, '/');
-  if (slash && slash != path) *slash = 0;
-  else if (slash) slash[1] = 0;
+  if (slash && slash != path)
+    *slash = 0;
+  else if (slash)
+    slash[1] = 0;
   return strdup(path);
 }
 static id bundle_main(id cls, SEL cmd) {
@@ -747,7 +843,11 @@ static id bundle_frameworks(id cls, SEL cmd) {
   (void)cmd;
   return sm__autorelease(sm__array(NULL, 0)); /* a program on Linux links no frameworks */
 }
-static id bundle_identifier(id self, SEL cmd) { (void)self; (void)cmd; return nil; }
+static id bundle_identifier(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return nil;
+}
 
 static id bundle_url_resource(id self, SEL cmd, id name, id ext) {
   id path = bundle_resource(self, cmd, name, ext);
@@ -788,7 +888,10 @@ static id string_deleting_last(id self, SEL cmd) {
   while (n > 1 && p[n - 1] == '/') n--;
   const char *slash = NULL;
   for (size_t i = n; i-- > 0;)
-    if (p[i] == '/') { slash = p + i; break; }
+    if (p[i] == '/') {
+      slash = p + i;
+      break;
+    }
   if (!slash) return str_from("", 0);
   size_t k = (size_t)(slash - p);
   while (k > 1 && p[k - 1] == '/') k--;
@@ -812,7 +915,8 @@ static id string_path_components(id cls, SEL cmd, id parts) {
         parts, sel_registerName("objectAtIndex:"), i);
     arg_string(part, "+[NSString", cmd);
     acc = i == 0 ? part
-                 : ((id(*)(id, SEL, id))(void (*)(void))sm__lookup(acc, "stringByAppendingPathComponent:"))(
+                 : ((id(*)(id, SEL, id))(void (*)(void))sm__lookup(
+                       acc, "stringByAppendingPathComponent:"))(
                        acc, sel_registerName("stringByAppendingPathComponent:"), part);
   }
   return acc;
@@ -850,8 +954,10 @@ static id string_substring_from(id self, SEL cmd, NSUInteger index) {
 }
 static void set_cocoa_error(id *error, NSInteger code, const char *what, const char *path) {
   id e = sm__error("NSCocoaErrorDomain", code, "%s '%s': %s", what, path, strerror(errno));
-  if (error) *error = sm__autorelease(e);
-  else sm__release(e);
+  if (error)
+    *error = sm__autorelease(e);
+  else
+    sm__release(e);
 }
 static id string_with_file(id cls, SEL cmd, id path, NSUInteger enc, id *error) {
   (void)cls;
@@ -876,8 +982,8 @@ static id string_with_file(id cls, SEL cmd, id path, NSUInteger enc, id *error) 
   id blank = ((id(*)(id, SEL))(void (*)(void))sm__lookup((id)sm__string_class.objc, "alloc"))(
       (id)sm__string_class.objc, sel_registerName("alloc"));
   id s = ((id(*)(id, SEL, const void *, NSUInteger, NSUInteger))(void (*)(void))sm__lookup(
-      blank, "initWithBytes:length:encoding:"))(blank, sel_registerName("initWithBytes:length:encoding:"),
-                                                 buf, n, enc);
+      blank, "initWithBytes:length:encoding:"))(
+      blank, sel_registerName("initWithBytes:length:encoding:"), buf, n, enc);
   free(buf);
   if (!s) { /* NSFileReadInapplicableStringEncodingError */
     errno = EILSEQ;
@@ -914,9 +1020,10 @@ static id fm_attributes(id self, SEL cmd, id path, id *error) {
     set_cocoa_error(error, 260, "cannot read the attributes of", p);
     return nil;
   }
-  id type = S_ISLNK(st.st_mode) ? NSFileTypeSymbolicLink
+  id type = S_ISLNK(st.st_mode)   ? NSFileTypeSymbolicLink
             : S_ISDIR(st.st_mode) ? NSFileTypeDirectory
-            : S_ISREG(st.st_mode) ? NSFileTypeRegular : NSFileTypeUnknown;
+            : S_ISREG(st.st_mode) ? NSFileTypeRegular
+                                  : NSFileTypeUnknown;
   id size = sm__number_u64((uint64_t)st.st_size);
   id keys[2] = {NSFileType, NSFileSize}, values[2] = {type, size};
   id d = sm__dictionary_new(keys, values, 2);
@@ -958,8 +1065,7 @@ void sm__register_ns(void) {
   sm__method(c, "allValues", SM_IMP(dict_all_values), "@@:");
   sm__method(c, "copy", SM_IMP(dict_copy), "@@:");
   sm__method(c, "mutableCopy", SM_IMP(dict_mutable_copy), "@@:");
-  sm__method(c, "countByEnumeratingWithState:objects:count:", SM_IMP(dict_enumerate),
-             "Q@:^v^@Q");
+  sm__method(c, "countByEnumeratingWithState:objects:count:", SM_IMP(dict_enumerate), "Q@:^v^@Q");
   sm__class_end(&dict_class);
   g_mutable_dict = objc_allocateClassPair(c, "NSMutableDictionary", 0);
   if (!g_mutable_dict) sm__fatal("class NSMutableDictionary already exists in this process");
@@ -1064,15 +1170,19 @@ void sm__register_ns(void) {
   if (lit) { /* none of these is GNU libobjc's own (see sm_foundation.c) */
     class_addMethod(lit, sel_registerName("stringByDeletingLastPathComponent"),
                     SM_IMP(string_deleting_last), "@@:");
-    class_addMethod(lit, sel_registerName("lastPathComponent"), SM_IMP(string_last_component), "@@:");
-    class_addMethod(lit, sel_registerName("substringToIndex:"), SM_IMP(string_substring_to), "@@:Q");
+    class_addMethod(lit, sel_registerName("lastPathComponent"), SM_IMP(string_last_component),
+                    "@@:");
+    class_addMethod(lit, sel_registerName("substringToIndex:"), SM_IMP(string_substring_to),
+                    "@@:Q");
     class_addMethod(lit, sel_registerName("substringFromIndex:"), SM_IMP(string_substring_from),
                     "@@:Q");
   }
-  static id *const keys[] = {&NSFileType, &NSFileTypeRegular, &NSFileTypeDirectory,
-                             &NSFileTypeSymbolicLink, &NSFileTypeUnknown, &NSFileSize};
-  static const char *const names[] = {"NSFileType", "NSFileTypeRegular", "NSFileTypeDirectory",
-                                      "NSFileTypeSymbolicLink", "NSFileTypeUnknown", "NSFileSize"};
+  static id *const keys[] = {&NSFileType,          &NSFileTypeRegular,
+                             &NSFileTypeDirectory, &NSFileTypeSymbolicLink,
+                             &NSFileTypeUnknown,   &NSFileSize};
+  static const char *const names[] = {"NSFileType",          "NSFileTypeRegular",
+                                      "NSFileTypeDirectory", "NSFileTypeSymbolicLink",
+                                      "NSFileTypeUnknown",   "NSFileSize"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     *keys[i] = sm__immortal(sm__string(names[i]));
   c = sm__class_begin(&fm_class);
@@ -1087,7 +1197,9 @@ void sm__register_ns(void) {
 /* Objective-C built for GCC's runtime ABI (clang -fobjc-runtime=gcc) links
  * against __objc_class_name_<Class> for each class it names: softmetal
  * defines them for the classes programs create by name. */
-#define SM_CLASS_NAME_SYMBOL(c) SM_EXPORT const char __objc_class_name_##c; const char __objc_class_name_##c = 0;
+#define SM_CLASS_NAME_SYMBOL(c)                                                                    \
+  SM_EXPORT const char __objc_class_name_##c;                                                      \
+  const char __objc_class_name_##c = 0;
 SM_CLASS_NAME_SYMBOL(NSObject)
 SM_CLASS_NAME_SYMBOL(NSString)
 SM_CLASS_NAME_SYMBOL(NSError)

@@ -48,8 +48,8 @@ static void reflection_destroy(sm_obj *o) {
   sm__release(((sm_reflection *)o)->arguments);
 }
 
-static sm_class buffer_binding_class = {"SMBufferBinding", sizeof(sm_binding), binding_destroy,
-                                        Nil, 0};
+static sm_class buffer_binding_class = {"SMBufferBinding", sizeof(sm_binding), binding_destroy, Nil,
+                                        0};
 static sm_class threadgroup_binding_class = {"SMThreadgroupBinding", sizeof(sm_binding),
                                              binding_destroy, Nil, 0};
 static sm_class argument_class = {"MTLArgument", sizeof(sm_binding), binding_destroy, Nil, 0};
@@ -126,7 +126,7 @@ static id device_new_pipeline_reflect(id self, SEL cmd, id function, NSUInteger 
     sm__fatal("-[SMDevice %s]: MTLPipelineOptionFailOnBinaryArchiveMiss needs a descriptor with "
               "binaryArchives (newComputePipelineStateWithDescriptor:options:reflection:error:)",
               sel);
-  id p = ((id (*)(id, SEL, id, id *))(void (*)(void))sm__lookup(
+  id p = ((id(*)(id, SEL, id, id *))(void (*)(void))sm__lookup(
       self, "newComputePipelineStateWithFunction:error:"))(
       self, sel_registerName("newComputePipelineStateWithFunction:error:"), function, error);
   if (!sm__reflect_into(p, options, reflection, sel)) {
@@ -137,21 +137,59 @@ static id device_new_pipeline_reflect(id self, SEL cmd, id function, NSUInteger 
 }
 
 /* MTLBinding, MTLBufferBinding, MTLThreadgroupBinding; MTLArgument. */
-static id b_name(id self, SEL cmd) { (void)cmd; return ((sm_binding *)self)->name; }
-static NSInteger b_type(id self, SEL cmd) { (void)cmd; return ((sm_binding *)self)->type; }
+static id b_name(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_binding *)self)->name;
+}
+static NSInteger b_type(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_binding *)self)->type;
+}
 static NSUInteger a_type(id self, SEL cmd) {
   (void)cmd;
   return (NSUInteger)((sm_binding *)self)->type;
 }
-static NSUInteger b_access(id self, SEL cmd) { (void)cmd; return ((sm_binding *)self)->access; }
-static NSUInteger b_index(id self, SEL cmd) { (void)cmd; return ((sm_binding *)self)->index; }
-static BOOL b_yes(id self, SEL cmd) { (void)self; (void)cmd; return YES; }
-static BOOL b_no(id self, SEL cmd) { (void)self; (void)cmd; return NO; }
-static NSUInteger b_zero(id self, SEL cmd) { (void)self; (void)cmd; return 0; }
-static NSUInteger b_align(id self, SEL cmd) { (void)self; (void)cmd; return 16; }
-static id b_nil(id self, SEL cmd) { (void)self; (void)cmd; return nil; }
-static id r_bindings(id self, SEL cmd) { (void)cmd; return ((sm_reflection *)self)->bindings; }
-static id r_arguments(id self, SEL cmd) { (void)cmd; return ((sm_reflection *)self)->arguments; }
+static NSUInteger b_access(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_binding *)self)->access;
+}
+static NSUInteger b_index(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_binding *)self)->index;
+}
+static BOOL b_yes(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return YES;
+}
+static BOOL b_no(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return NO;
+}
+static NSUInteger b_zero(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return 0;
+}
+static NSUInteger b_align(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return 16;
+}
+static id b_nil(id self, SEL cmd) {
+  (void)self;
+  (void)cmd;
+  return nil;
+}
+static id r_bindings(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_reflection *)self)->bindings;
+}
+static id r_arguments(id self, SEL cmd) {
+  (void)cmd;
+  return ((sm_reflection *)self)->arguments;
+}
 
 static void common_methods(Class c, bool argument) {
   sm__method(c, "name", SM_IMP(b_name), "@@:");
@@ -179,8 +217,9 @@ static void threadgroup_methods(Class c) {
 }
 
 const sm_method_def sm__device_reflect_methods[] = {
-  SM_METHOD("newComputePipelineStateWithFunction:options:reflection:error:", device_new_pipeline_reflect, "@@:@Q^@^@"),
-  {NULL, NULL, NULL},
+    SM_METHOD("newComputePipelineStateWithFunction:options:reflection:error:",
+              device_new_pipeline_reflect, "@@:@Q^@^@"),
+    {NULL, NULL, NULL},
 };
 
 void sm__register_reflect(void) {

@@ -8,36 +8,36 @@ extern "C" {
 #endif
 
 struct softmetal_stats {
-  long live_objects;  /* objects alive now, all classes */
-  long allocs;        /* objects created since load */
-  long deallocs;      /* objects destroyed since load */
-  long retains;       /* retain messages since load */
-  long releases;      /* release messages since load */
-  long autoreleases;  /* autorelease messages since load */
-  long live_buffer_bytes; /* bytes held by live buffers */
-  long kernel_compiles;   /* libraries checked since load (cache misses of
+  long live_objects;              /* objects alive now, all classes */
+  long allocs;                    /* objects created since load */
+  long deallocs;                  /* objects destroyed since load */
+  long retains;                   /* retain messages since load */
+  long releases;                  /* release messages since load */
+  long autoreleases;              /* autorelease messages since load */
+  long live_buffer_bytes;         /* bytes held by live buffers */
+  long kernel_compiles;           /* libraries checked since load (cache misses of
                              newLibraryWithSource:: preprocessing, front end, syntax check) */
-  long kernel_cache_hits; /* libraries taken from the cache since load (nothing run) */
-  long unsafe_math_libraries; /* libraries made with fast or relaxed math
+  long kernel_cache_hits;         /* libraries taken from the cache since load (nothing run) */
+  long unsafe_math_libraries;     /* libraries made with fast or relaxed math
                                  (options nil included) since load */
   long blocked_in_command_buffer; /* threads now blocked in -[MTLCommandQueue commandBuffer]
                                      because the queue's maximum is reached */
-  long archive_restores;  /* compiled functions taken from a binary archive
+  long archive_restores;          /* compiled functions taken from a binary archive
                              (MTLBinaryArchive) instead of the compiler */
-  long syntax_checks;     /* clang -fsyntax-only runs (newLibraryWithSource: checks
+  long syntax_checks;             /* clang -fsyntax-only runs (newLibraryWithSource: checks
                              the whole source; no code is generated) */
-  long function_compiles; /* code generations: one function each, when its first
+  long function_compiles;         /* code generations: one function each, when its first
                              pipeline is made and its code is in no cache */
-  long function_cache_hits; /* functions' code loaded from the kernel cache */
-  long tool_spawns;       /* processes started for the compiler and the linker
+  long function_cache_hits;       /* functions' code loaded from the kernel cache */
+  long tool_spawns;               /* processes started for the compiler and the linker
                              (the compiler server counts once) */
-  long compiler_forks;    /* workers the compiler server forked: each runs
+  long compiler_forks;            /* workers the compiler server forked: each runs
                              compiler commands one after another in its process */
-  long tool_cpu_us;       /* CPU microseconds of those commands and processes
+  long tool_cpu_us;               /* CPU microseconds of those commands and processes
                              (the server's own start excluded) */
-  long compiler_served;   /* compiler commands the compiler server's workers ran
+  long compiler_served;           /* compiler commands the compiler server's workers ran
                              (instead of a new process each) */
-  long lenient_api_uses;  /* API misuse tolerated as a Mac without Metal's validation layer
+  long lenient_api_uses;          /* API misuse tolerated as a Mac without Metal's validation layer
                              tolerates it (MTL_DEBUG_LAYER unset): a threadgroup memory
                              length rounded up to a multiple of 16 */
 };

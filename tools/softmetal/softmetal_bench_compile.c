@@ -30,11 +30,11 @@ id MTLCreateSystemDefaultDevice(void);
 void *objc_autoreleasePoolPush(void);
 void objc_autoreleasePoolPop(void *token);
 
-#define SEND(R, PROTO, obj, sel, ...)                                                  \
-  ((R(*) PROTO)(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(         \
+#define SEND(R, PROTO, obj, sel, ...)                                                              \
+  ((R(*) PROTO)(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(                     \
       (obj), sel_registerName(sel), __VA_ARGS__)
-#define SEND0(R, obj, sel)                                                             \
-  ((R(*)(id, SEL))(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(      \
+#define SEND0(R, obj, sel)                                                                         \
+  ((R(*)(id, SEL))(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(                  \
       (obj), sel_registerName(sel))
 
 static id g_dev;
@@ -77,8 +77,8 @@ static id library(const char *src, long math) {
     SEND(void, (id, SEL, NSInteger), opts, "setMathMode:", (NSInteger)math);
   }
   id error = 0;
-  id lib = SEND(id, (id, SEL, id, id, id *), g_dev, "newLibraryWithSource:options:error:",
-                str(src), opts, &error);
+  id lib = SEND(id, (id, SEL, id, id, id *), g_dev, "newLibraryWithSource:options:error:", str(src),
+                opts, &error);
   if (opts) SEND0(void, opts, "release");
   if (!lib) {
     fprintf(stderr, "softmetal-bench: library failed: %s\n", error_text(error));
@@ -96,14 +96,14 @@ static id pipeline(id lib, const char *name, const NSUInteger *idx, const bool *
     for (int i = 0; i < n; i++)
       SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv,
            "setConstantValue:type:atIndex:", &val[i], 53ul, idx[i]);
-    fn = SEND(id, (id, SEL, id, id, id *), lib, "newFunctionWithName:constantValues:error:",
-              str(name), cv, &error);
+    fn = SEND(id, (id, SEL, id, id, id *), lib,
+              "newFunctionWithName:constantValues:error:", str(name), cv, &error);
     SEND0(void, cv, "release");
   } else {
     fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", str(name));
   }
-  id p = fn ? SEND(id, (id, SEL, id, id *), g_dev, "newComputePipelineStateWithFunction:error:",
-                   fn, &error)
+  id p = fn ? SEND(id, (id, SEL, id, id *), g_dev, "newComputePipelineStateWithFunction:error:", fn,
+                   &error)
             : 0;
   if (!p) {
     fprintf(stderr, "softmetal-bench: pipeline %s failed: %s\n", name, error_text(error));
@@ -193,9 +193,12 @@ int sm_bench_compile_main(int argc, char **argv) {
   bool ggml = true, mlx = true;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--hit") == 0 && i + 1 < argc) return hit_child(argv[i + 1]);
-    if (strcmp(argv[i], "--corpus") == 0 && i + 1 < argc) corpus = argv[++i];
-    else if (strcmp(argv[i], "--no-ggml") == 0) ggml = false;
-    else if (strcmp(argv[i], "--no-mlx") == 0) mlx = false;
+    if (strcmp(argv[i], "--corpus") == 0 && i + 1 < argc)
+      corpus = argv[++i];
+    else if (strcmp(argv[i], "--no-ggml") == 0)
+      ggml = false;
+    else if (strcmp(argv[i], "--no-mlx") == 0)
+      mlx = false;
     else {
       fprintf(stderr, "usage: softmetal-bench compile [--corpus DIR] [--no-ggml] [--no-mlx]\n");
       return 2;
@@ -281,8 +284,8 @@ int sm_bench_compile_main(int argc, char **argv) {
     pclose(c);
     if (t < best) best = t;
   }
-  printf("| %-58s | %9.3f s | %8s | %-8s |\n",
-         "20-line kernel: library + pipeline, new process", best, "-", "-");
+  printf("| %-58s | %9.3f s | %8s | %-8s |\n", "20-line kernel: library + pipeline, new process",
+         best, "-", "-");
   remove_cache(dir);
 
   char path[1024];

@@ -28,16 +28,18 @@
 #include "softmetal.h"
 
 typedef unsigned long NSUInteger;
-typedef struct { NSUInteger width, height, depth; } MTLSize;
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
 id MTLCreateSystemDefaultDevice(void);
 void *objc_autoreleasePoolPush(void);
 void objc_autoreleasePoolPop(void *token);
 
-#define SEND(R, PROTO, obj, sel, ...)                                                  \
-  ((R(*) PROTO)(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(         \
+#define SEND(R, PROTO, obj, sel, ...)                                                              \
+  ((R(*) PROTO)(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(                     \
       (obj), sel_registerName(sel), __VA_ARGS__)
-#define SEND0(R, obj, sel)                                                             \
-  ((R(*)(id, SEL))(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(      \
+#define SEND0(R, obj, sel)                                                                         \
+  ((R(*)(id, SEL))(void (*)(void))objc_msg_lookup((obj), sel_registerName(sel)))(                  \
       (obj), sel_registerName(sel))
 
 static const char SRC[] =
@@ -90,8 +92,8 @@ typedef struct {
 static id pipeline(ctx *c, const char *name) {
   id fn = SEND(id, (id, SEL, id), c->lib, "newFunctionWithName:", str(name));
   id err = 0;
-  id p = SEND(id, (id, SEL, id, id *), c->dev, "newComputePipelineStateWithFunction:error:", fn,
-              &err);
+  id p =
+      SEND(id, (id, SEL, id, id *), c->dev, "newComputePipelineStateWithFunction:error:", fn, &err);
   SEND0(void, fn, "release");
   if (!p) {
     fprintf(stderr, "softmetal-bench: no pipeline for %s\n", name);
@@ -116,8 +118,8 @@ static void open_ctx(ctx *c, unsigned threads) {
   }
   c->queue = SEND0(id, c->dev, "newCommandQueue");
   id err = 0;
-  c->lib = SEND(id, (id, SEL, id, id, id *), c->dev, "newLibraryWithSource:options:error:",
-                str(SRC), (id)0, &err);
+  c->lib = SEND(id, (id, SEL, id, id, id *), c->dev,
+                "newLibraryWithSource:options:error:", str(SRC), (id)0, &err);
   if (!c->lib) {
     fprintf(stderr, "softmetal-bench: compile failed\n");
     exit(1);
@@ -142,8 +144,8 @@ static void close_ctx(ctx *c) {
 }
 
 static id buffer(ctx *c, size_t len) {
-  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), c->dev, "newBufferWithLength:options:",
-              (NSUInteger)len, 0ul);
+  id b = SEND(id, (id, SEL, NSUInteger, NSUInteger), c->dev,
+              "newBufferWithLength:options:", (NSUInteger)len, 0ul);
   if (!b) {
     fprintf(stderr, "softmetal-bench: no buffer of %zu bytes\n", len);
     exit(1);
@@ -161,8 +163,8 @@ static double run(ctx *c, id p, id *bufs, int nbufs, size_t n, double *cpu) {
   for (int i = 0; i < nbufs; i++)
     SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", bufs[i],
          0ul, (NSUInteger)i);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc, "dispatchThreads:threadsPerThreadgroup:",
-       ((MTLSize){n, 1, 1}), ((MTLSize){256, 1, 1}));
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", ((MTLSize){n, 1, 1}), ((MTLSize){256, 1, 1}));
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
@@ -182,8 +184,10 @@ int sm_bench_exec_main(int argc, char **argv) {
   int reps = 5;
   unsigned threads = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) n = strtoul(argv[++i], NULL, 10);
-    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+    if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
+      n = strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = atoi(argv[++i]);
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
       threads = (unsigned)atoi(argv[++i]);
     else {

@@ -13,10 +13,18 @@
 typedef unsigned long NSUInteger;
 typedef long NSInteger;
 typedef double CFTimeInterval;
-typedef struct { NSUInteger location, length; } NSRange;
-typedef struct { NSUInteger width, height, depth; } MTLSize;
-typedef struct { NSUInteger size, align; } MTLSizeAndAlign;
-typedef struct { NSInteger majorVersion, minorVersion, patchVersion; } NSOperatingSystemVersion;
+typedef struct {
+  NSUInteger location, length;
+} NSRange;
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
+typedef struct {
+  NSUInteger size, align;
+} MTLSizeAndAlign;
+typedef struct {
+  NSInteger majorVersion, minorVersion, patchVersion;
+} NSOperatingSystemVersion;
 
 @class NSString, NSArray, NSDictionary, NSError, NSURL;
 
@@ -83,7 +91,9 @@ typedef struct {
 - (void)addObject:(id)o;
 @end
 @interface NSDictionary : NSObject <NSFastEnumeration>
-+ (instancetype)dictionaryWithObjects:(const id *)objects forKeys:(const id *)keys count:(NSUInteger)n;
++ (instancetype)dictionaryWithObjects:(const id *)objects
+                              forKeys:(const id *)keys
+                                count:(NSUInteger)n;
 - (NSUInteger)count;
 - (id)objectForKey:(id)k;
 - (id)objectForKeyedSubscript:(id)k;
@@ -137,20 +147,21 @@ enum { MTLCaptureDestinationGPUTraceDocument = 2 };
 enum { MTLResourceUsageRead = 1 };
 extern NSString *MTLLibraryErrorDomain;
 
-@protocol MTLDevice, MTLCommandBuffer, MTLSharedEvent;
+@protocol MTLDevice
+, MTLCommandBuffer, MTLSharedEvent;
 @protocol MTLResource <NSObject>
-@property (readonly) id<MTLDevice> device;
-@property (copy) NSString *label;
+@property(readonly) id<MTLDevice> device;
+@property(copy) NSString *label;
 @end
 @protocol MTLBuffer <MTLResource>
 - (void *)contents;
-@property (readonly) NSUInteger length;
-@property (readonly) NSUInteger allocatedSize;
-@property (readonly) id heap;
+@property(readonly) NSUInteger length;
+@property(readonly) NSUInteger allocatedSize;
+@property(readonly) id heap;
 @end
 @protocol MTLHeap <NSObject>
-@property (readonly) NSUInteger size;
-@property (readonly) NSUInteger usedSize;
+@property(readonly) NSUInteger size;
+@property(readonly) NSUInteger usedSize;
 - (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
 - (NSUInteger)maxAvailableSizeWithAlignment:(NSUInteger)alignment;
 @end
@@ -160,17 +171,17 @@ extern NSString *MTLLibraryErrorDomain;
 - (void)commit;
 - (void)requestResidency;
 - (void)endResidency;
-@property (readonly) NSUInteger allocatedSize;
-@property (readonly) NSUInteger allocationCount;
+@property(readonly) NSUInteger allocatedSize;
+@property(readonly) NSUInteger allocationCount;
 @end
 @protocol MTLFunction <NSObject>
-@property (readonly) NSString *name;
+@property(readonly) NSString *name;
 @end
 @protocol MTLLibrary <NSObject>
 - (id<MTLFunction>)newFunctionWithName:(NSString *)name;
 @end
 @protocol MTLComputePipelineState <NSObject>
-@property (readonly) NSUInteger maxTotalThreadsPerThreadgroup;
+@property(readonly) NSUInteger maxTotalThreadsPerThreadgroup;
 @end
 @protocol MTLComputeCommandEncoder <NSObject>
 - (void)setComputePipelineState:(id<MTLComputePipelineState>)p;
@@ -183,11 +194,11 @@ extern NSString *MTLLibraryErrorDomain;
 - (void)endEncoding;
 @end
 @protocol MTLCommandBuffer <NSObject>
-@property (copy) NSString *label;
-@property (readonly) NSUInteger status;
-@property (readonly) NSError *error;
-@property (readonly) CFTimeInterval GPUStartTime;
-@property (readonly) CFTimeInterval GPUEndTime;
+@property(copy) NSString *label;
+@property(readonly) NSUInteger status;
+@property(readonly) NSError *error;
+@property(readonly) CFTimeInterval GPUStartTime;
+@property(readonly) CFTimeInterval GPUEndTime;
 - (id<MTLComputeCommandEncoder>)computeCommandEncoder;
 - (void)pushDebugGroup:(NSString *)s;
 - (void)popDebugGroup;
@@ -205,15 +216,16 @@ extern NSString *MTLLibraryErrorDomain;
 @end
 @protocol MTLSharedEvent <NSObject>
 @property uint64_t signaledValue;
-- (void)notifyListener:(MTLSharedEventListener *)l atValue:(uint64_t)v
+- (void)notifyListener:(MTLSharedEventListener *)l
+               atValue:(uint64_t)v
                  block:(void (^)(id<MTLSharedEvent>, uint64_t))block;
 - (BOOL)waitUntilSignaledValue:(uint64_t)v timeoutMS:(uint64_t)ms;
 @end
 @protocol MTLArchitecture <NSObject>
-@property (readonly) NSString *name;
+@property(readonly) NSString *name;
 @end
 @interface MTLCompileOptions : NSObject
-@property (copy) NSDictionary *preprocessorMacros;
+@property(copy) NSDictionary *preprocessorMacros;
 @end
 @interface MTLHeapDescriptor : NSObject
 @property NSUInteger size;
@@ -222,7 +234,7 @@ extern NSString *MTLLibraryErrorDomain;
 @interface MTLResidencySetDescriptor : NSObject
 @end
 @interface MTLCaptureDescriptor : NSObject
-@property (retain) id captureObject;
+@property(retain) id captureObject;
 @property NSInteger destination;
 @end
 @interface MTLCaptureManager : NSObject
@@ -230,16 +242,17 @@ extern NSString *MTLLibraryErrorDomain;
 - (BOOL)startCaptureWithDescriptor:(MTLCaptureDescriptor *)d error:(NSError **)error;
 @end
 @protocol MTLDevice <NSObject>
-@property (readonly) NSString *name;
-@property (readonly) id<MTLArchitecture> architecture;
-@property (readonly) NSUInteger maxThreadgroupMemoryLength;
+@property(readonly) NSString *name;
+@property(readonly) id<MTLArchitecture> architecture;
+@property(readonly) NSUInteger maxThreadgroupMemoryLength;
 - (BOOL)supportsFamily:(NSInteger)family;
 - (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
 - (id<MTLCommandQueue>)newCommandQueue;
 - (id<MTLHeap>)newHeapWithDescriptor:(MTLHeapDescriptor *)d;
 - (id<MTLResidencySet>)newResidencySetWithDescriptor:(MTLResidencySetDescriptor *)d
                                                error:(NSError **)error;
-- (id<MTLLibrary>)newLibraryWithSource:(NSString *)s options:(MTLCompileOptions *)o
+- (id<MTLLibrary>)newLibraryWithSource:(NSString *)s
+                               options:(MTLCompileOptions *)o
                                  error:(NSError **)error;
 - (id<MTLLibrary>)newLibraryWithFile:(NSString *)path error:(NSError **)error;
 - (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)f

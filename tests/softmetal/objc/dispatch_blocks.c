@@ -24,14 +24,14 @@ void *objc_autoreleasePoolPush(void);
 void objc_autoreleasePoolPop(void *token);
 
 static int failures;
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);  \
-      fprintf(stderr, __VA_ARGS__);                                             \
-      fputc('\n', stderr);                                                      \
-      failures++;                                                               \
-    }                                                                           \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                     \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+      failures++;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 static dispatch_time_t after_ms(int64_t ms) {
@@ -42,8 +42,7 @@ static dispatch_time_t after_ms(int64_t ms) {
 static void *autoreleased_string(void) {
   id cls = (id)objc_getClass("NSString");
   SEL sel = sel_registerName("stringWithUTF8String:");
-  void *(*imp)(id, SEL, const char *) =
-      (void *(*)(id, SEL, const char *))objc_msg_lookup(cls, sel);
+  void *(*imp)(id, SEL, const char *) = (void *(*)(id, SEL, const char *))objc_msg_lookup(cls, sel);
   return imp(cls, sel, "made in a block");
 }
 
@@ -62,7 +61,9 @@ static void serial_queue_runs_in_order_one_at_a_time(void) {
       atomic_fetch_sub(&inside, 1);
     });
   __block int seen = -1;
-  dispatch_sync(q, ^{ seen = n; }); /* after every block before it */
+  dispatch_sync(q, ^{
+    seen = n;
+  }); /* after every block before it */
   CHECK(seen == N, "dispatch_sync ran after %d of %d blocks", seen, N);
   for (int i = 0; i < N; i++) CHECK(order[i] == i, "order[%d] = %d", i, order[i]);
   CHECK(atomic_load(&most) == 1, "%d blocks of a serial queue ran at once", atomic_load(&most));
@@ -71,13 +72,17 @@ static void serial_queue_runs_in_order_one_at_a_time(void) {
 
 /* Block a waits for b: only a queue that runs them at once finishes. */
 static void concurrent_queue_runs_blocks_at_once(void) {
-  dispatch_queue_t q = dispatch_queue_create("org.cmetal.test.concurrent",
-                                              DISPATCH_QUEUE_CONCURRENT);
+  dispatch_queue_t q =
+      dispatch_queue_create("org.cmetal.test.concurrent", DISPATCH_QUEUE_CONCURRENT);
   dispatch_group_t g = dispatch_group_create();
   dispatch_semaphore_t sem = dispatch_semaphore_create(0);
   __block intptr_t waited = -1;
-  dispatch_group_async(g, q, ^{ waited = dispatch_semaphore_wait(sem, after_ms(10000)); });
-  dispatch_group_async(g, q, ^{ dispatch_semaphore_signal(sem); });
+  dispatch_group_async(g, q, ^{
+    waited = dispatch_semaphore_wait(sem, after_ms(10000));
+  });
+  dispatch_group_async(g, q, ^{
+    dispatch_semaphore_signal(sem);
+  });
   CHECK(dispatch_group_wait(g, after_ms(20000)) == 0, "the group did not finish");
   CHECK(waited == 0, "block a timed out waiting for block b");
   dispatch_release(sem);
@@ -88,13 +93,17 @@ static void concurrent_queue_runs_blocks_at_once(void) {
 static void apply_runs_every_iteration_once(void) {
   enum { N = 10000 };
   static atomic_int hits[N];
-  dispatch_apply(N, dispatch_get_global_queue(0, 0), ^(size_t i) { atomic_fetch_add(&hits[i], 1); });
-  for (int i = 0; i < N; i++) CHECK(atomic_load(&hits[i]) == 1, "iteration %d ran %d times", i,
-                                    atomic_load(&hits[i]));
+  dispatch_apply(N, dispatch_get_global_queue(0, 0), ^(size_t i) {
+    atomic_fetch_add(&hits[i], 1);
+  });
+  for (int i = 0; i < N; i++)
+    CHECK(atomic_load(&hits[i]) == 1, "iteration %d ran %d times", i, atomic_load(&hits[i]));
   dispatch_queue_t serial = dispatch_queue_create(NULL, DISPATCH_QUEUE_SERIAL);
   __block size_t next = 0;
   __block int out_of_order = 0;
-  dispatch_apply(100, serial, ^(size_t i) { out_of_order += i != next++; });
+  dispatch_apply(100, serial, ^(size_t i) {
+    out_of_order += i != next++;
+  });
   CHECK(next == 100 && out_of_order == 0, "serial apply: %zu ran, %d out of order", next,
         out_of_order);
   dispatch_release(serial);
@@ -167,7 +176,9 @@ static void objects_are_reference_counted(void) {
   dispatch_release(q);
   CHECK(softmetal_live_count("OS_dispatch_queue") == queues + 1, "the queue is alive");
   __block int ran = 0;
-  dispatch_async(q, ^{ ran = 1; });
+  dispatch_async(q, ^{
+    ran = 1;
+  });
   dispatch_release(q); /* the queued block keeps it until it has run */
   softmetal_quiesce();
   CHECK(ran == 1, "the block of a released queue ran");
@@ -193,7 +204,9 @@ static void data_destructors(void) {
   dispatch_release(d);
   __block int ran = 0;
   char local[8] = {0};
-  d = dispatch_data_create(local, sizeof local, NULL, ^{ ran = 1; });
+  d = dispatch_data_create(local, sizeof local, NULL, ^{
+    ran = 1;
+  });
   dispatch_release(d);
   CHECK(ran == 1, "the destructor block ran when the data was released");
 }
@@ -210,11 +223,14 @@ int main(void) {
   data_destructors();
   objc_autoreleasePoolPop(pool);
   softmetal_quiesce();
-  long left = softmetal_live_count("OS_dispatch_group") + softmetal_live_count("OS_dispatch_queue") +
+  long left = softmetal_live_count("OS_dispatch_group") +
+              softmetal_live_count("OS_dispatch_queue") +
               softmetal_live_count("OS_dispatch_semaphore");
   CHECK(left == 0, "%ld dispatch objects alive at the end", left);
-  if (failures) fprintf(stderr, "dispatch_blocks: %d check(s) failed\n", failures);
-  else printf("dispatch_blocks: every check passed\n");
+  if (failures)
+    fprintf(stderr, "dispatch_blocks: %d check(s) failed\n", failures);
+  else
+    printf("dispatch_blocks: every check passed\n");
   /* Exit does not wait for a block that never finishes (ctest's timeout
    * catches a hang). */
   static dispatch_semaphore_t never;

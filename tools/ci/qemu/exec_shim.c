@@ -68,13 +68,13 @@ int execve(const char *path, char *const argv[], char *const envp[]) {
         args[n++] = library_path;
     }
     if (argv[0] != NULL) {
-        args[n++] = "-0";   /* keep the child's argv[0] (BoxFort names its workers) */
+        args[n++] = "-0"; /* keep the child's argv[0] (BoxFort names its workers) */
         args[n++] = argv[0];
     }
     args[n++] = (char *)path;
     for (int i = 1; argv[0] != NULL && argv[i] != NULL; i++) {
         if (n >= MAX_ARGS - 1)
-            return host_execve(path, argv, envp);   /* fails as it would have */
+            return host_execve(path, argv, envp); /* fails as it would have */
         args[n++] = argv[i];
     }
     args[n] = NULL;

@@ -42,8 +42,12 @@ typedef double NSTimeInterval;
 typedef unsigned long NSStringEncoding;
 
 #ifndef NS_ENUM
-#define NS_ENUM(type, name) enum name : type name; enum name : type
-#define NS_OPTIONS(type, name) enum name : type name; enum name : type
+#define NS_ENUM(type, name)                                                                        \
+  enum name : type name;                                                                           \
+  enum name : type
+#define NS_OPTIONS(type, name)                                                                     \
+  enum name : type name;                                                                           \
+  enum name : type
 #endif
 #ifndef API_AVAILABLE
 #define API_AVAILABLE(...)
@@ -172,7 +176,7 @@ typedef struct {
 - (ObjectType)lastObject;
 - (BOOL)containsObject:(ObjectType)object;
 @end
-@interface NSMutableArray<ObjectType> : NSArray<ObjectType>
+@interface NSMutableArray<ObjectType> : NSArray <ObjectType>
 + (instancetype)arrayWithCapacity:(NSUInteger)capacity;
 - (instancetype)initWithCapacity:(NSUInteger)capacity;
 - (void)addObject:(ObjectType)object;
@@ -194,7 +198,7 @@ typedef struct {
 - (NSArray<KeyType> *)allKeys;
 - (NSArray<ObjectType> *)allValues;
 @end
-@interface NSMutableDictionary<KeyType, ObjectType> : NSDictionary<KeyType, ObjectType>
+@interface NSMutableDictionary<KeyType, ObjectType> : NSDictionary <KeyType, ObjectType>
 + (instancetype)dictionaryWithCapacity:(NSUInteger)capacity;
 - (instancetype)initWithCapacity:(NSUInteger)capacity;
 - (void)setObject:(ObjectType)object forKey:(KeyType)key;
@@ -259,15 +263,15 @@ extern NSErrorDomain NSPOSIXErrorDomain;
 
 @interface NSProcessInfo : NSObject
 + (NSProcessInfo *)processInfo;
-@property (readonly, copy) NSDictionary<NSString *, NSString *> *environment;
-@property (readonly, copy) NSArray<NSString *> *arguments;
-@property (readonly, copy) NSString *processName;
-@property (readonly) int processIdentifier;
-@property (readonly) NSOperatingSystemVersion operatingSystemVersion;
-@property (readonly, copy) NSString *operatingSystemVersionString;
-@property (readonly) NSUInteger processorCount;
-@property (readonly) NSUInteger activeProcessorCount;
-@property (readonly) unsigned long long physicalMemory;
+@property(readonly, copy) NSDictionary<NSString *, NSString *> *environment;
+@property(readonly, copy) NSArray<NSString *> *arguments;
+@property(readonly, copy) NSString *processName;
+@property(readonly) int processIdentifier;
+@property(readonly) NSOperatingSystemVersion operatingSystemVersion;
+@property(readonly, copy) NSString *operatingSystemVersionString;
+@property(readonly) NSUInteger processorCount;
+@property(readonly) NSUInteger activeProcessorCount;
+@property(readonly) unsigned long long physicalMemory;
 - (BOOL)isOperatingSystemAtLeastVersion:(NSOperatingSystemVersion)version;
 @end
 
@@ -277,12 +281,12 @@ extern NSErrorDomain NSPOSIXErrorDomain;
 + (NSArray<NSBundle *> *)allBundles;
 + (NSArray<NSBundle *> *)allFrameworks;
 - (instancetype)initWithPath:(NSString *)path;
-@property (readonly, copy) NSString *bundlePath;
-@property (readonly, copy) NSString *resourcePath;
-@property (readonly, copy) NSString *executablePath;
-@property (readonly, copy) NSString *bundleIdentifier;
-@property (readonly, copy) NSURL *bundleURL;
-@property (readonly, copy) NSURL *resourceURL;
+@property(readonly, copy) NSString *bundlePath;
+@property(readonly, copy) NSString *resourcePath;
+@property(readonly, copy) NSString *executablePath;
+@property(readonly, copy) NSString *bundleIdentifier;
+@property(readonly, copy) NSURL *bundleURL;
+@property(readonly, copy) NSURL *resourceURL;
 - (NSString *)pathForResource:(NSString *)name ofType:(NSString *)ext;
 - (NSURL *)URLForResource:(NSString *)name withExtension:(NSString *)ext;
 @end

@@ -113,8 +113,7 @@ void dispatch_group_notify_f(dispatch_group_t group, dispatch_queue_t queue, voi
                              dispatch_function_t work);
 #ifdef __BLOCKS__
 void dispatch_group_async(dispatch_group_t group, dispatch_queue_t queue, dispatch_block_t block);
-void dispatch_group_notify(dispatch_group_t group, dispatch_queue_t queue,
-                           dispatch_block_t block);
+void dispatch_group_notify(dispatch_group_t group, dispatch_queue_t queue, dispatch_block_t block);
 #endif
 
 /* Semaphores. */
