@@ -28,7 +28,8 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 # kernel compiler; bookworm's default clang 14 builds the library and the tests).
 pkgs=(build-essential cmake pkg-config libobjc-12-dev libblocksruntime-dev libdlpack-dev clang clang-19)
 if [ "$want_test" = 1 ]; then
-  pkgs+=(libcriterion-dev valgrind libclang-rt-14-dev
+  # clang-format-19: the pinned formatter (tools/ci/check-format.sh).
+  pkgs+=(libcriterion-dev valgrind libclang-rt-14-dev clang-format-19
          python3 python3-numpy python3-torch
          qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross)
   # nodejs from NodeSource bundles npm and conflicts with Debian's npm package.

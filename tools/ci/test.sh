@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The whole test suite, as README.md's test command runs it:
+#   0. every C file as clang-format-19 formats it (tools/ci/check-format.sh)
 #   1. release build with -Werror; through ctest, every test that the
 #      valgrind stage does not run on these binaries
 #   2. every suite built with ASan + UBSan
@@ -26,6 +27,9 @@ step() {
   printf '\n==== %s\n' "$*"
   passed=$((passed + 1))
 }
+
+step "format (clang-format-19)"
+tools/ci/check-format.sh
 
 step "build (RelWithDebInfo, -Werror)"
 # Both builds share softmetal's kernel cache: the kernels compiled for the
