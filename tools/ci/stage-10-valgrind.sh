@@ -58,12 +58,12 @@ export -f check_suite
 # The suites: tools/ci/valgrind-suites.sh says which and why. They run
 # only here in the release build (tools/ci/test.sh leaves them out of its
 # ctest run): a failing test fails this stage as it would fail ctest.
-# The op matrix runs a third of its cases here (CMETAL_TEST_SAMPLE, picked
+# The op matrix runs a quarter of its cases here (CMETAL_TEST_SAMPLE, picked
 # by a hash so every op, dtype, shape and layout still comes up): its
 # instrumented kernels made it a quarter of this stage. Every other build runs
 # them all. The longest suites start first, so that neither core waits
 # alone at the end.
-export CMETAL_TEST_SAMPLE=3
+export CMETAL_TEST_SAMPLE=4
 first='/test_ops_matrix_(metal|cpu_double_ref)$|/test_objc_(apple|gnu)$|/test_dlpack$'
 suites=$(tools/ci/valgrind-suites.sh "$list")
 { grep -E "$first" <<<"$suites" || true; grep -vE "$first" <<<"$suites" || true; } |

@@ -10,9 +10,9 @@
 # (test_softmetal_conformance_*): they check MSL answers through the same
 # library, pipeline and dispatch paths the other softmetal suites run under
 # valgrind, and would add about 190 s (valgrind-clean when added). So are
-# the MSL-language suites of softmetal (test_softmetal_{msl_front,types,
-# stdlib,vectors,patterns}, about 80 s here): they differ from the others
-# only in the kernels' source, and kernel code's memory is watched by
+# the MSL-language suites of softmetal (test_softmetal_{msl,msl_front,
+# types,stdlib,vectors,patterns}, about 170 s here): they differ from the
+# others only in the kernels' source, and kernel code's memory is watched by
 # softmetal itself (guard pages, bounds checks) in every build. test_tables
 # only reads msl/'s text against the op and dtype tables (no library call;
 # valgrind-clean when added, 12 s).
@@ -21,4 +21,4 @@ list=${1:-build/ci/criterion-tests.txt}
 [ -f "$list" ] || { echo "valgrind-suites: $list missing; run the build first" >&2; exit 1; }
 grep -v -e '^$' -e '/test_ops_matrix_cpu$' -e '/test_dlpack_v1_header$' \
   -e '/test_softmetal_conformance_' -e '/test_tables$' \
-  -e '/test_softmetal_\(msl_front\|types\|stdlib\|vectors\|patterns\)$' "$list" || true
+  -e '/test_softmetal_\(msl\|msl_front\|types\|stdlib\|vectors\|patterns\)$' "$list" || true
