@@ -129,6 +129,17 @@ inline long cm_offset(long i, uint ndim, constant long *shape, constant long *st
     return off;
 }
 
+// Whether out and in0 (and in1 when operands is 3) are each one contiguous
+// run of 4-byte elements (the host coalesces contiguous axes into one):
+// the elementwise kernels then index float pointers directly. The same for
+// every thread of the grid.
+inline bool cm_contiguous_f32(constant cm_ew_args &a, uint operands) {
+    if (a.ndim != 1u || a.out_strides[0] != 1 || a.in0_strides[0] != 1 ||
+        (a.out_offset | a.in0_offset) % 4 != 0)
+        return false;
+    return operands < 3u || (a.in1_strides[0] == 1 && a.in1_offset % 4 == 0);
+}
+
 // ---------------------------------------------------------------- floats
 
 inline bool cm_isnan(float f) {

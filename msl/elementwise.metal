@@ -77,6 +77,13 @@ kernel void cm_unary(device uchar *out [[buffer(0)]],
                      constant cm_ew_args &a [[buffer(2)]],
                      uint gid [[thread_position_in_grid]],
                      uint gsize [[threads_per_grid]]) {
+    if (a.out_dtype == CM_FLOAT32 && cm_contiguous_f32(a, 2u)) { // the common case, undecoded
+        device float *o = (device float *)(out + a.out_offset);
+        device const float *x = (device const float *)(in0 + a.in0_offset);
+        for (long i = long(gid); i < a.numel; i += long(gsize))
+            o[i] = cm_unary_float(a.code, x[i]);
+        return;
+    }
     const uint dt = a.out_dtype, size = cm_dtype_size(dt), dom = cm_domain(dt);
     for (long i = long(gid); i < a.numel; i += long(gsize)) {
         const long o = cm_offset(i, a.ndim, a.shape, a.out_strides);
@@ -173,9 +180,18 @@ kernel void cm_binary(device uchar *out [[buffer(0)]],
                       constant cm_ew_args &a [[buffer(3)]],
                       uint gid [[thread_position_in_grid]],
                       uint gsize [[threads_per_grid]]) {
+    const bool compare = cm_binary_compares(a.code);
+    if (a.in0_dtype == CM_FLOAT32 && a.out_dtype == CM_FLOAT32 && !compare &&
+        cm_contiguous_f32(a, 3u)) { // the common case, without the decoding
+        device float *o = (device float *)(out + a.out_offset);
+        device const float *x = (device const float *)(in0 + a.in0_offset);
+        device const float *y = (device const float *)(in1 + a.in1_offset);
+        for (long i = long(gid); i < a.numel; i += long(gsize))
+            o[i] = cm_binary_float(a.code, x[i], y[i]);
+        return;
+    }
     const uint dt = a.in0_dtype, size = cm_dtype_size(dt), dom = cm_domain(dt);
     const uint odt = a.out_dtype, osize = cm_dtype_size(odt);
-    const bool compare = cm_binary_compares(a.code);
     for (long i = long(gid); i < a.numel; i += long(gsize)) {
         const long o = cm_offset(i, a.ndim, a.shape, a.out_strides);
         const long s0 = cm_offset(i, a.ndim, a.shape, a.in0_strides);
