@@ -75,6 +75,9 @@ typedef struct cm_memory_info {
     uint64_t wired_limit;    /* bytes the residency set may hold; 0: nothing is
                               added (always 0 without residency sets) */
     bool residency_set;      /* the device has a residency set (macOS 15) */
+    uint64_t heaps;          /* MTLHeaps held for small buffers */
+    uint64_t heap_bytes;     /* their sizes (what their buffers take is in
+                              active_bytes and cached_bytes too) */
 } cm_memory_info;
 
 /* Ownership (every function below): borrows the device for the call;
