@@ -332,8 +332,8 @@ static cm_status cm__alloc_take(const char *func, cm__metal_alloc *a, cm__id dev
         }
         /* The cache gives way so that everything held fits the limit. */
         const uint64_t room = a->memory_limit - a->active - len;
-        const uint64_t free = a->heap_bytes - a->heap_used; /* heaps' room */
-        cm__evict_to(a, room > free ? room - free : 0, &evicted);
+        const uint64_t in_heaps = a->heap_bytes - a->heap_used; /* room in heaps */
+        cm__evict_to(a, room > in_heaps ? room - in_heaps : 0, &evicted);
     }
     if (index != 0)
         hit = a->classes[slot][index];
