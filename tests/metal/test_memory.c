@@ -348,22 +348,56 @@ Test(memory, threads_share_the_cache) {
 
 /* ---- small buffers from heaps */
 
-/* A 1-D int32 tensor of n elements filled with v. */
-static cm_tensor *int_tensor(cm_device *d, int64_t n, int32_t v) {
+/* The storage mode whose small buffers come from heaps on this device:
+ * shared on Apple GPUs, else private (which every Mac has heaps of). A
+ * fresh device answers; test_labels.c checks which modes a device has. */
+static cm_storage_mode small_storage = CM_STORAGE_SHARED;
+static cm_device *heap_device(void) {
+    cm_device *d = metal();
+    cm_buffer_release(buffer(d, 16, CM_STORAGE_SHARED));
+    small_storage = meminfo(d).heaps > 0 ? CM_STORAGE_SHARED : CM_STORAGE_PRIVATE;
+    cm_device_release(d);
+    return metal();
+}
+
+/* A 1-D int32 tensor of n elements of small_storage filled with v, or
+ * NULL (errors are the caller's). */
+static cm_tensor *try_int_tensor(cm_device *d, int64_t n, int32_t v) {
     cm_tensor *t = NULL;
-    CHECK(cm_tensor_create(d, &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1, .shape = &n}, &t));
-    CHECK(cm_fill(t, CM_INT32, &v, NULL));
+    if (cm_tensor_create(
+            d,
+            &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1, .shape = &n, .storage = small_storage},
+            &t) != CM_OK)
+        return NULL;
+    if (cm_fill(t, CM_INT32, &v, NULL) != CM_OK) {
+        cm_tensor_release(t);
+        return NULL;
+    }
     return t;
+}
+
+static cm_tensor *int_tensor(cm_device *d, int64_t n, int32_t v) {
+    cm_tensor *t = try_int_tensor(d, n, v);
+    cr_assert_not_null(t, "%s", cm_last_error());
+    return t;
+}
+
+/* Element i of t, read through its buffer (private storage included);
+ * false on an error. */
+static bool try_element(cm_tensor *t, int64_t i, int32_t *v) {
+    cm_tensor_info ti;
+    return cm_tensor_get_info(t, &ti) == CM_OK &&
+           cm_buffer_read(ti.buffer, (size_t)ti.byte_offset + (size_t)i * 4, v, 4) == CM_OK;
 }
 
 static int32_t element(cm_tensor *t, int64_t i) {
     int32_t v = -1;
-    CHECK(cm_tensor_get_element(t, &i, CM_INT32, &v));
+    cr_assert(try_element(t, i, &v), "%s", cm_last_error());
     return v;
 }
 
 Test(memory, many_small_tensors_share_a_few_heaps) {
-    cm_device *d = metal();
+    cm_device *d = heap_device();
     enum { N = 300 };
     static const int64_t sizes[] = {1, 25, 100, 1000, 4096}; /* 4 bytes to 16 KiB */
     const long heaps0 = sm_present() ? sm_live("SMHeap") : 0;
@@ -405,7 +439,7 @@ Test(memory, many_small_tensors_share_a_few_heaps) {
 }
 
 Test(memory, with_the_cache_off_small_buffers_have_their_own) {
-    cm_device *d = metal();
+    cm_device *d = heap_device();
     CHECK(cm_device_set_cache_limit(d, 0, NULL));
     enum { N = 40 };
     cm_tensor *t[N];
@@ -425,7 +459,7 @@ Test(memory, with_the_cache_off_small_buffers_have_their_own) {
 }
 
 Test(memory, heaps_made_before_the_cache_goes_off_leave_with_their_buffers) {
-    cm_device *d = metal();
+    cm_device *d = heap_device();
     cm_tensor *a = int_tensor(d, 100, 1), *b = int_tensor(d, 100, 2);
     cr_assert_eq(meminfo(d).heaps, 1);
     CHECK(cm_device_set_cache_limit(d, 0, NULL));
@@ -443,7 +477,7 @@ Test(memory, heaps_made_before_the_cache_goes_off_leave_with_their_buffers) {
 }
 
 Test(memory, a_new_heap_counts_whole_against_the_memory_limit) {
-    cm_device *d = metal();
+    cm_device *d = heap_device();
     /* Below one heap: small buffers have their own MTLBuffers. */
     CHECK(cm_device_set_memory_limit(d, 512 << 10, NULL));
     cm_tensor *a = int_tensor(d, 100, 1);
@@ -464,13 +498,14 @@ Test(memory, a_new_heap_counts_whole_against_the_memory_limit) {
 }
 
 Test(memory, a_handed_out_heap_buffer_keeps_its_heap_until_the_device_goes) {
-    cm_device *d = metal();
-    cm_buffer *b = buffer(d, 256, CM_STORAGE_SHARED);
+    cm_device *d = heap_device();
+    cm_buffer *b = buffer(d, 256, small_storage);
     cr_assert_eq(meminfo(d).heaps, 1);
     cm_buffer_info info;
     CHECK(cm_buffer_get_info(b, &info));
     cr_assert_not_null(info.native, "a heap buffer is an MTLBuffer like any other");
-    memset(info.host, 0x5a, 256);
+    if (info.host != NULL)
+        memset(info.host, 0x5a, 256);
     cm_buffer_release(b);
     CHECK(cm_device_clear_cache(d));
     cm_memory_info m = meminfo(d);
@@ -489,22 +524,15 @@ static void *small_churn(void *arg) {
         for (int i = 0; i < SMALL_ALIVE; ++i) {
             const int64_t n = 1 + (me * 37 + r * 11 + i * 53) % 3000;
             const int32_t v = me * 100000 + r * 100 + i;
-            t[i] = NULL;
-            if (cm_tensor_create(shared_device,
-                                 &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1, .shape = &n},
-                                 &t[i]) != CM_OK ||
-                cm_fill(t[i], CM_INT32, &v, NULL) != CM_OK)
+            if ((t[i] = try_int_tensor(shared_device, n, v)) == NULL)
                 return (void *)1;
         }
         for (int i = 0; i < SMALL_ALIVE; ++i) {
             const int32_t v = me * 100000 + r * 100 + i;
             cm_tensor_info ti;
             int32_t first = -1, last = -1;
-            if (cm_tensor_get_info(t[i], &ti) != CM_OK ||
-                cm_tensor_get_element(t[i], &(int64_t){0}, CM_INT32, &first) != CM_OK ||
-                cm_tensor_get_element(t[i], &(int64_t){ti.shape[0] - 1}, CM_INT32, &last) !=
-                    CM_OK ||
-                first != v || last != v)
+            if (cm_tensor_get_info(t[i], &ti) != CM_OK || !try_element(t[i], 0, &first) ||
+                !try_element(t[i], ti.shape[0] - 1, &last) || first != v || last != v)
                 return (void *)2;
             cm_tensor_release(t[i]);
         }
@@ -515,7 +543,7 @@ static void *small_churn(void *arg) {
 }
 
 Test(memory, threads_share_heaps) {
-    shared_device = metal();
+    shared_device = heap_device();
     pthread_t th[SMALL_THREADS];
     for (int i = 0; i < SMALL_THREADS; ++i)
         cr_assert_eq(pthread_create(&th[i], NULL, small_churn, (void *)(intptr_t)i), 0);
