@@ -17,7 +17,9 @@
  *   was handed out (cm_buffer_get_info's native, a kDLMetal export: the
  *   program may still hold it) are never cached: their MTLBuffer is
  *   released with them.
- * - Small buffers: while the cache is on, a new buffer whose size class is
+ * - Small buffers: while the cache is on (with a cache limit of at least
+ *   1 MiB: a smaller cache would keep emptying heaps), a new buffer whose
+ *   size class is
  *   at most 16 KiB (one page of Apple silicon: a buffer of its own takes at
  *   least a page) comes from an MTLHeap of 1 MiB shared with other small
  *   buffers, where the device has heaps of its storage mode: private

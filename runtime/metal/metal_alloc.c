@@ -351,9 +351,11 @@ static cm_status cm__alloc_take(const char *func, cm__metal_alloc *a, cm__id dev
     if (a->active > a->peak)
         a->peak = a->active;
     const cm__uint options = cm__storage_options(storage);
-    /* A small miss, cache on: from a heap where the storage mode has them. */
+    /* A small miss: from a heap where the storage mode has them, while the
+     * cache can hold a heap's worth (below that, released buffers would
+     * leave heaps empty, made and released again and again). */
     if (mtl == NULL && index != 0 && len <= CM__HEAP_SMALL && a->heap_storage[slot] &&
-        a->cache_limit != 0)
+        a->cache_limit >= CM__HEAP_SIZE)
         mtl = cm__heap_take(a, device, slot, len, options, heap);
     pthread_mutex_unlock(&a->lock);
     cm__free(hit);

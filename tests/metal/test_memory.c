@@ -440,21 +440,27 @@ Test(memory, many_small_tensors_share_a_few_heaps) {
 
 Test(memory, with_the_cache_off_small_buffers_have_their_own) {
     cm_device *d = heap_device();
-    CHECK(cm_device_set_cache_limit(d, 0, NULL));
+    /* Off, and a cache smaller than one heap (1 MiB). */
+    static const uint64_t limits[] = {0, (1 << 20) - 1};
     enum { N = 40 };
-    cm_tensor *t[N];
-    for (int i = 0; i < N; ++i)
-        t[i] = int_tensor(d, 100, i);
-    cm_memory_info m = meminfo(d);
-    cr_assert_eq(m.heaps, 0, "no heap: every byte goes back at release");
-    cr_assert_eq(m.allocations, N);
-    if (sm_present())
-        cr_assert_eq(sm_live("SMHeap"), 0);
-    for (int i = 0; i < N; ++i) {
-        cr_assert_eq(element(t[i], 99), i);
-        cm_tensor_release(t[i]);
+    for (int k = 0; k < 2; ++k) {
+        CHECK(cm_device_set_cache_limit(d, limits[k], NULL));
+        const uint64_t made = meminfo(d).allocations;
+        cm_tensor *t[N];
+        for (int i = 0; i < N; ++i)
+            t[i] = int_tensor(d, 100, i);
+        cm_memory_info m = meminfo(d);
+        cr_assert_eq(m.heaps, 0, "cache limit %llu: no heap", (unsigned long long)limits[k]);
+        cr_assert_eq(m.allocations - made, N);
+        if (sm_present())
+            cr_assert_eq(sm_live("SMHeap"), 0);
+        for (int i = 0; i < N; ++i) {
+            cr_assert_eq(element(t[i], 99), i);
+            cm_tensor_release(t[i]);
+        }
     }
-    cr_assert_eq(meminfo(d).cached_bytes, 0);
+    CHECK(cm_device_set_cache_limit(d, 0, NULL));
+    cr_assert_eq(meminfo(d).cached_bytes, 0, "every byte goes back at release");
     cm_device_release(d);
 }
 
