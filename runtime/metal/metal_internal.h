@@ -110,6 +110,7 @@ typedef struct cm__metal_cached cm__metal_cached;
 #define CM__SIZE_CLASSES 512
 
 typedef struct cm__metal_pooled cm__metal_pooled;
+typedef struct cm__metal_heap cm__metal_heap;
 
 /* A device's caching allocator of MTLBuffers (cmetal/memory.h). Under
  * `lock`: released MTLBuffers by storage mode and size class (most recent
@@ -122,6 +123,12 @@ typedef struct cm__metal_alloc {
     uint64_t cache_limit, memory_limit; /* 0: cache off; no memory limit */
     uint64_t active, peak, cached;      /* bytes, in size classes */
     uint64_t allocations, hits, misses;
+    /* The MTLHeaps that small buffers come from (metal_alloc.c), newest
+     * first; heap_storage[slot]: the storage modes that use them. */
+    cm__metal_heap *heaps;
+    bool heap_storage[3];
+    uint64_t heap_bytes, heap_count; /* the heaps' sizes; how many */
+    uint64_t heap_used;              /* size classes of the buffers in them */
     /* The residency set of the MTLBuffers made here (macOS 15, GPU family
      * Apple6 and later), +1, or NULL where the device has none: then
      * nothing is ever added. Its sends happen under `lock`. */
@@ -236,6 +243,7 @@ typedef struct cm__metal_buffer {
     bool host_dirty;       /* managed: host copy newer than device's */
     size_t pooled_length;  /* the MTLBuffer's size class when it came
                                * from the device's allocator, else 0 */
+    cm__metal_heap *heap;  /* the allocator's heap it lives in, or NULL */
     size_t dirty_begin, dirty_end;
 } cm__metal_buffer;
 
@@ -285,21 +293,22 @@ cm_status cm__metal_set_label(const char *func, const char *arg, cm__id obj, con
 
 /* An MTLBuffer (+1 in *out) of at least `size` bytes (0 counts as 1) of the
  * storage mode for a new cm_buffer: a cached one of the size class, else a
- * new one of `device` (added to the residency set within the wired
- * limit); *length is what it holds, to give back. It is labelled `label`
+ * new one from one of the allocator's heaps (a small one, cache on) or of
+ * `device` (added to the residency set within the wired limit); *length
+ * is what it holds and *heap its heap (or NULL), to give back. It is labelled `label`
  * (NULL: none, also clearing a cached one's). Errors as `func`:
  * CM_ERR_OUT_OF_MEMORY past the memory limit or when Metal refuses (after
  * releasing the cache and trying again); CM_ERR_INVALID_ARGUMENT for a
  * label that is not UTF-8 (nothing taken). */
 cm_status cm__metal_alloc_take(const char *func, cm__metal_alloc *a, cm__id device, size_t size,
                                cm_storage_mode storage, uint64_t max_length, const char *label,
-                               cm__id *out, size_t *length);
+                               cm__id *out, size_t *length, cm__metal_heap **heap);
 
 /* Gives back what take handed out, once the device is done with it: into
  * the cache when `reusable` and the cache has room (staying in the
  * residency set), else released (and taken out of the set). */
-void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length, cm_storage_mode storage,
-                          bool reusable);
+void cm__metal_alloc_give(cm__metal_alloc *a, cm__id mtl, size_t length, cm__metal_heap *heap,
+                          cm_storage_mode storage, bool reusable);
 
 /* The backend's cmetal/memory.h entries. */
 extern const cm__memory_backend cm__metal_memory_backend;

@@ -453,14 +453,16 @@ cm_status cm__metal_buffer_alloc_unpooled(cm_device *device, cm_buffer *buffer, 
     /* Metal has no empty buffers: an empty cm_buffer holds one byte. */
     cm__id mtl = NULL;
     size_t length = 0;
-    const cm_status status =
-        cm__metal_alloc_take("cm_buffer_create", &d->alloc, d->device, buffer->size,
-                             buffer->storage, d->info.max_buffer_length, label, &mtl, &length);
+    cm__metal_heap *heap = NULL;
+    const cm_status status = cm__metal_alloc_take(
+        "cm_buffer_create", &d->alloc, d->device, buffer->size, buffer->storage,
+        d->info.max_buffer_length, label, &mtl, &length, &heap);
     if (status != CM_OK) {
         cm__buffer_impl_free(buffer);
         return status;
     }
     cm__mtl_buf(buffer)->pooled_length = length;
+    cm__mtl_buf(buffer)->heap = heap;
     cm__buffer_adopt(buffer, mtl);
     return CM_OK;
 }
@@ -706,6 +708,7 @@ void cm__metal_buffer_free_unpooled(cm_buffer *buffer) {
     for (int i = 0; i < CM__METAL_USE_SLOTS; ++i)
         cm__use_clear(&b->uses[i]);
     const size_t pooled = b->pooled_length;
+    cm__metal_heap *heap = b->heap;
     cm__buffer_impl_free(buffer);
     if (pooled == 0) {
         cm__objc_release(buffer->native);
@@ -714,7 +717,7 @@ void cm__metal_buffer_free_unpooled(cm_buffer *buffer) {
     /* The device is done with it (unless the wait failed): it may serve
      * a later buffer, unless the program may still hold it. */
     const bool reusable = status == CM_OK && !atomic_load(&buffer->native_shared);
-    cm__metal_alloc_give(&cm__mtl_dev(buffer->device)->alloc, buffer->native, pooled,
+    cm__metal_alloc_give(&cm__mtl_dev(buffer->device)->alloc, buffer->native, pooled, heap,
                          buffer->storage, reusable);
 }
 

@@ -51,6 +51,12 @@
     X(newBinaryArchiveWithDescriptor_error, "newBinaryArchiveWithDescriptor:error:", id_id_idp)    \
     X(newResidencySetWithDescriptor_error,                                                         \
       "newResidencySetWithDescriptor:error:", id_id_idp) /* macOS 15 */                            \
+    X(newHeapWithDescriptor, "newHeapWithDescriptor:", id_id)                                      \
+    /* MTLHeapDescriptor (alloc, init); MTLHeap (newBufferWithLength:options: as \
+     * MTLDevice's) */                 \
+    X(setSize, "setSize:", void_uint)                                                              \
+    X(setResourceOptions, "setResourceOptions:", void_uint)                                        \
+    X(size, "size", uint)                                                                          \
     /* MTLResidencySet (commit as MTLCommandBuffer's) */                                           \
     X(addAllocation, "addAllocation:", void_id)                                                    \
     X(removeAllocation, "removeAllocation:", void_id)                                              \
@@ -176,6 +182,7 @@
     X(MTLFunctionConstantValues, "MTLFunctionConstantValues")                                      \
     X(MTLComputePipelineDescriptor, "MTLComputePipelineDescriptor")                                \
     X(MTLResidencySetDescriptor, "MTLResidencySetDescriptor")                                      \
+    X(MTLHeapDescriptor, "MTLHeapDescriptor")                                                      \
     X(MTLBinaryArchiveDescriptor, "MTLBinaryArchiveDescriptor")                                    \
     X(MTLCaptureManager, "MTLCaptureManager")                                                      \
     X(MTLCaptureDescriptor, "MTLCaptureDescriptor")                                                \

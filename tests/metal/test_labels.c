@@ -219,8 +219,10 @@ Test(residency, buffers_are_in_the_set_until_released_or_evicted) {
     cr_assert_eq(m.resident_bytes, 0);
     cr_assert_eq(set_count(set), 0);
 
+    /* Above 16 KiB: buffers of their own (smaller ones share heaps, whose
+     * residency the test below checks). */
     cm_buffer *a = NULL, *b = NULL;
-    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 1000}, &a));
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 20000}, &a));
     CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 50000, .storage = CM_STORAGE_PRIVATE}, &b));
     m = meminfo(d);
     cr_assert_eq(m.resident_bytes, m.active_bytes, "every new MTLBuffer is resident");
@@ -250,18 +252,18 @@ Test(residency, the_wired_limit_bounds_the_set) {
     void *set = NULL;
     CHECK(cm_device_get_metal_residency_set(d, &set));
     uint64_t old = 0;
-    CHECK(cm_device_set_wired_limit(d, 40000, &old));
+    CHECK(cm_device_set_wired_limit(d, 80000, &old));
     cr_assert_gt(old, 0);
     cm_buffer *b[3] = {NULL};
     for (int i = 0; i < 3; ++i)
-        CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 16384}, &b[i]));
+        CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 32768}, &b[i]));
     cm_memory_info m = meminfo(d);
-    cr_assert_eq(m.wired_limit, 40000);
-    cr_assert_eq(m.resident_bytes, 2 * 16384, "the third buffer stays out of the set");
+    cr_assert_eq(m.wired_limit, 80000);
+    cr_assert_eq(m.resident_bytes, 2 * 32768, "the third buffer stays out of the set");
     cr_assert_eq(set_count(set), 2);
-    CHECK(cm_device_set_wired_limit(d, 20000, NULL));
+    CHECK(cm_device_set_wired_limit(d, 40000, NULL));
     m = meminfo(d);
-    cr_assert_eq(m.resident_bytes, 16384, "a lower limit takes buffers out until it fits");
+    cr_assert_eq(m.resident_bytes, 32768, "a lower limit takes buffers out until it fits");
     cr_assert_eq(set_count(set), 1);
     CHECK(cm_device_set_wired_limit(d, 0, NULL));
     cr_assert_eq(meminfo(d).resident_bytes, 0);
@@ -293,10 +295,69 @@ Test(residency, streams_attach_the_set_and_work_runs) {
     const void *p = NULL;
     CHECK(cm_tensor_host_read(t, CM_FLOAT32, &p));
     cr_assert_eq(((const float *)p)[3], 2.0f);
-    cr_assert_eq(meminfo(d).resident_bytes, resident ? 4096u : 0u);
+    /* 4 KiB: a small buffer, in a heap; the heap is what is resident. */
+    const cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.resident_bytes, resident ? m.heap_bytes : 0u);
     cm_tensor_release(t);
     cm_stream_release(adopted);
     cm__objc_release(own);
     cm_stream_release(s);
+    cm_device_release(d);
+}
+
+Test(residency, small_buffers_are_resident_through_their_heap) {
+    cm_device *d = metal();
+    if (!has_residency(d))
+        cr_skip_test("the device has no residency sets");
+    void *set = NULL;
+    CHECK(cm_device_get_metal_residency_set(d, &set));
+    cm_buffer *b[3] = {NULL};
+    for (int i = 0; i < 3; ++i)
+        CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 1000}, &b[i]));
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.heaps, 1);
+    cr_assert_eq(set_count(set), 1, "the heap is in the set, not its three buffers");
+    cr_assert_eq(m.resident_bytes, m.heap_bytes);
+    /* A wired limit below the heap takes it out. */
+    CHECK(cm_device_set_wired_limit(d, 1000, NULL));
+    cr_assert_eq(set_count(set), 0);
+    cr_assert_eq(meminfo(d).resident_bytes, 0);
+    for (int i = 0; i < 3; ++i)
+        cm_buffer_release(b[i]);
+    CHECK(cm_device_clear_cache(d));
+    cr_assert_eq(meminfo(d).heaps, 0);
+    cm_device_release(d);
+}
+
+/* MTLGPUFamilyApple1: a Mac whose heaps take shared storage. */
+Test(heaps, shared_small_buffers_share_heaps_only_on_apple_gpus) {
+    cm_device *d = metal();
+    void *dev = NULL;
+    CHECK(cm_device_get_metal_device(d, &dev));
+    const bool apple = cm__msg_supportsFamily(dev, 1001);
+    cm_buffer *s[2] = {NULL}, *p[2] = {NULL};
+    for (int i = 0; i < 2; ++i) {
+        CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 512}, &s[i]));
+        CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 512, .storage = CM_STORAGE_PRIVATE},
+                               &p[i]));
+    }
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.heaps, apple ? 2u : 1u, "private heaps everywhere, shared ones on Apple GPUs");
+    cr_assert_eq(m.allocations, apple ? 2u : 3u);
+    cm_buffer *managed = NULL;
+    CHECK(cm_buffer_create(d, &(cm_buffer_desc){.size = 512, .storage = CM_STORAGE_MANAGED},
+                           &managed));
+    cr_assert_eq(meminfo(d).heaps, m.heaps, "managed buffers never come from heaps");
+    /* Shared ones work from the host as any other. */
+    const uint32_t v = 0xabcd1234u;
+    uint32_t back = 0;
+    CHECK(cm_buffer_write(s[1], 508, &v, 4));
+    CHECK(cm_buffer_read(s[1], 508, &back, 4));
+    cr_assert_eq(back, v);
+    cm_buffer_release(managed);
+    for (int i = 0; i < 2; ++i) {
+        cm_buffer_release(s[i]);
+        cm_buffer_release(p[i]);
+    }
     cm_device_release(d);
 }

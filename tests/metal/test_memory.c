@@ -345,3 +345,224 @@ Test(memory, threads_share_the_cache) {
     cr_assert_leq(m.allocations, m.cache_misses);
     cm_device_release(shared_device);
 }
+
+/* ---- small buffers from heaps */
+
+/* The storage mode whose small buffers come from heaps on this device:
+ * shared on Apple GPUs, else private (which every Mac has heaps of). A
+ * fresh device answers; test_labels.c checks which modes a device has. */
+static cm_storage_mode small_storage = CM_STORAGE_SHARED;
+static cm_device *heap_device(void) {
+    cm_device *d = metal();
+    cm_buffer_release(buffer(d, 16, CM_STORAGE_SHARED));
+    small_storage = meminfo(d).heaps > 0 ? CM_STORAGE_SHARED : CM_STORAGE_PRIVATE;
+    cm_device_release(d);
+    return metal();
+}
+
+/* A 1-D int32 tensor of n elements of small_storage filled with v, or
+ * NULL (errors are the caller's). */
+static cm_tensor *try_int_tensor(cm_device *d, int64_t n, int32_t v) {
+    cm_tensor *t = NULL;
+    if (cm_tensor_create(
+            d,
+            &(cm_tensor_desc){.dtype = CM_INT32, .ndim = 1, .shape = &n, .storage = small_storage},
+            &t) != CM_OK)
+        return NULL;
+    if (cm_fill(t, CM_INT32, &v, NULL) != CM_OK) {
+        cm_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+static cm_tensor *int_tensor(cm_device *d, int64_t n, int32_t v) {
+    cm_tensor *t = try_int_tensor(d, n, v);
+    cr_assert_not_null(t, "%s", cm_last_error());
+    return t;
+}
+
+/* Element i of t, read through its buffer (private storage included);
+ * false on an error. */
+static bool try_element(cm_tensor *t, int64_t i, int32_t *v) {
+    cm_tensor_info ti;
+    return cm_tensor_get_info(t, &ti) == CM_OK &&
+           cm_buffer_read(ti.buffer, (size_t)ti.byte_offset + (size_t)i * 4, v, 4) == CM_OK;
+}
+
+static int32_t element(cm_tensor *t, int64_t i) {
+    int32_t v = -1;
+    cr_assert(try_element(t, i, &v), "%s", cm_last_error());
+    return v;
+}
+
+Test(memory, many_small_tensors_share_a_few_heaps) {
+    cm_device *d = heap_device();
+    enum { N = 300 };
+    static const int64_t sizes[] = {1, 25, 100, 1000, 4096}; /* 4 bytes to 16 KiB */
+    const long heaps0 = sm_present() ? sm_live("SMHeap") : 0;
+    cm_tensor *t[N];
+    for (int i = 0; i < N; ++i)
+        t[i] = int_tensor(d, sizes[i % 5], i);
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.cache_misses, N);
+    cr_assert_gt(m.heaps, 0, "small buffers come from heaps");
+    cr_assert_leq(m.allocations, N / 10, "%llu Metal allocations for %d tensors",
+                  (unsigned long long)m.allocations, N);
+    cr_assert_eq(m.allocations, m.heaps, "no buffer of its own");
+    cr_assert_geq(m.heap_bytes, m.active_bytes);
+    if (sm_present())
+        cr_assert_eq(sm_live("SMHeap") - heaps0, (long)m.heaps, "softmetal holds as many heaps");
+    /* Each tensor keeps its own bytes: no two share memory. */
+    for (int i = 0; i < N; ++i) {
+        const int64_t n = sizes[i % 5];
+        cr_assert_eq(element(t[i], 0), i, "tensor %d, first element", i);
+        cr_assert_eq(element(t[i], n - 1), i, "tensor %d, last element", i);
+    }
+    for (int i = 0; i < N; ++i)
+        cm_tensor_release(t[i]);
+    m = meminfo(d);
+    cr_assert_eq(m.active_bytes, 0);
+    cr_assert_gt(m.heaps, 0, "cached buffers keep their heaps");
+    /* The cache serves them again: no new heap. */
+    const uint64_t made = m.allocations;
+    for (int i = 0; i < N; ++i)
+        cm_tensor_release(int_tensor(d, sizes[i % 5], i));
+    cr_assert_eq(meminfo(d).allocations, made);
+    CHECK(cm_device_clear_cache(d));
+    m = meminfo(d);
+    cr_assert_eq(m.heaps, 0, "clearing the cache gives back the emptied heaps");
+    cr_assert_eq(m.heap_bytes, 0);
+    if (sm_present())
+        cr_assert_eq(sm_live("SMHeap"), heaps0);
+    cm_device_release(d);
+}
+
+Test(memory, with_the_cache_off_small_buffers_have_their_own) {
+    cm_device *d = heap_device();
+    /* Off, and a cache smaller than one heap (1 MiB). */
+    static const uint64_t limits[] = {0, (1 << 20) - 1};
+    enum { N = 40 };
+    for (int k = 0; k < 2; ++k) {
+        CHECK(cm_device_set_cache_limit(d, limits[k], NULL));
+        const uint64_t made = meminfo(d).allocations;
+        cm_tensor *t[N];
+        for (int i = 0; i < N; ++i)
+            t[i] = int_tensor(d, 100, i);
+        cm_memory_info m = meminfo(d);
+        cr_assert_eq(m.heaps, 0, "cache limit %llu: no heap", (unsigned long long)limits[k]);
+        cr_assert_eq(m.allocations - made, N);
+        if (sm_present())
+            cr_assert_eq(sm_live("SMHeap"), 0);
+        for (int i = 0; i < N; ++i) {
+            cr_assert_eq(element(t[i], 99), i);
+            cm_tensor_release(t[i]);
+        }
+    }
+    CHECK(cm_device_set_cache_limit(d, 0, NULL));
+    cr_assert_eq(meminfo(d).cached_bytes, 0, "every byte goes back at release");
+    cm_device_release(d);
+}
+
+Test(memory, heaps_made_before_the_cache_goes_off_leave_with_their_buffers) {
+    cm_device *d = heap_device();
+    cm_tensor *a = int_tensor(d, 100, 1), *b = int_tensor(d, 100, 2);
+    cr_assert_eq(meminfo(d).heaps, 1);
+    CHECK(cm_device_set_cache_limit(d, 0, NULL));
+    cm_tensor *c = int_tensor(d, 100, 3);
+    cr_assert_eq(meminfo(d).heaps, 1, "c has a buffer of its own");
+    cm_tensor_release(a);
+    cr_assert_eq(meminfo(d).heaps, 1, "b still lives in the heap");
+    cm_tensor_release(b);
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.heaps, 0, "the last buffer takes its heap with it");
+    cr_assert_eq(m.cached_bytes, 0);
+    cr_assert_eq(element(c, 99), 3);
+    cm_tensor_release(c);
+    cm_device_release(d);
+}
+
+Test(memory, a_new_heap_counts_whole_against_the_memory_limit) {
+    cm_device *d = heap_device();
+    /* Below one heap: small buffers have their own MTLBuffers. */
+    CHECK(cm_device_set_memory_limit(d, 512 << 10, NULL));
+    cm_tensor *a = int_tensor(d, 100, 1);
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.heaps, 0, "a heap would pass the limit");
+    cr_assert_eq(m.allocations, 1);
+    /* Room for a heap: small buffers share it. */
+    CHECK(cm_device_set_memory_limit(d, 4 << 20, NULL));
+    cm_tensor *b = int_tensor(d, 100, 2), *c = int_tensor(d, 100, 3);
+    m = meminfo(d);
+    cr_assert_eq(m.heaps, 1);
+    cr_assert_eq(m.allocations, 2);
+    cr_assert_eq(element(a, 99) + element(b, 99) + element(c, 99), 6);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_tensor_release(c);
+    cm_device_release(d);
+}
+
+Test(memory, a_handed_out_heap_buffer_keeps_its_heap_until_the_device_goes) {
+    cm_device *d = heap_device();
+    cm_buffer *b = buffer(d, 256, small_storage);
+    cr_assert_eq(meminfo(d).heaps, 1);
+    cm_buffer_info info;
+    CHECK(cm_buffer_get_info(b, &info));
+    cr_assert_not_null(info.native, "a heap buffer is an MTLBuffer like any other");
+    if (info.host != NULL)
+        memset(info.host, 0x5a, 256);
+    cm_buffer_release(b);
+    CHECK(cm_device_clear_cache(d));
+    cm_memory_info m = meminfo(d);
+    cr_assert_eq(m.heaps, 1, "the program may still use the buffer");
+    cr_assert_eq(m.active_bytes + m.cached_bytes, 0);
+    cm_device_release(d);
+}
+
+/* Threads making, checking and releasing small tensors, many alive at once. */
+enum { SMALL_THREADS = 4, SMALL_ROUNDS = 20, SMALL_ALIVE = 24 };
+
+static void *small_churn(void *arg) {
+    const int me = (int)(intptr_t)arg;
+    for (int r = 0; r < SMALL_ROUNDS; ++r) {
+        cm_tensor *t[SMALL_ALIVE];
+        for (int i = 0; i < SMALL_ALIVE; ++i) {
+            const int64_t n = 1 + (me * 37 + r * 11 + i * 53) % 3000;
+            const int32_t v = me * 100000 + r * 100 + i;
+            if ((t[i] = try_int_tensor(shared_device, n, v)) == NULL)
+                return (void *)1;
+        }
+        for (int i = 0; i < SMALL_ALIVE; ++i) {
+            const int32_t v = me * 100000 + r * 100 + i;
+            cm_tensor_info ti;
+            int32_t first = -1, last = -1;
+            if (cm_tensor_get_info(t[i], &ti) != CM_OK || !try_element(t[i], 0, &first) ||
+                !try_element(t[i], ti.shape[0] - 1, &last) || first != v || last != v)
+                return (void *)2;
+            cm_tensor_release(t[i]);
+        }
+        if (me == 0 && r % 5 == 4)
+            (void)cm_device_clear_cache(shared_device);
+    }
+    return NULL;
+}
+
+Test(memory, threads_share_heaps) {
+    shared_device = heap_device();
+    pthread_t th[SMALL_THREADS];
+    for (int i = 0; i < SMALL_THREADS; ++i)
+        cr_assert_eq(pthread_create(&th[i], NULL, small_churn, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < SMALL_THREADS; ++i) {
+        void *ret = NULL;
+        pthread_join(th[i], &ret);
+        cr_assert_null(ret, "thread %d failed (%p): %s", i, ret, cm_last_error());
+    }
+    cm_memory_info m = meminfo(shared_device);
+    cr_assert_eq(m.active_bytes, 0);
+    cr_assert_lt(m.allocations, SMALL_THREADS * SMALL_ROUNDS * SMALL_ALIVE / 10);
+    CHECK(cm_device_clear_cache(shared_device));
+    m = meminfo(shared_device);
+    cr_assert_eq(m.heaps + m.heap_bytes + m.cached_bytes, 0);
+    cm_device_release(shared_device);
+}

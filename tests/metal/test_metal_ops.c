@@ -737,7 +737,9 @@ static void big_in_small_out(bool reduce) {
             sm_stats(&s);
             buffers0 = sm_live("SMBuffer");
             bytes0 = s.live_buffer_bytes;
-            /* What one output holds (softmetal rounds allocations up). */
+            /* What one output holds (softmetal rounds allocations up; 0
+             * when it comes from a heap already made: small buffers share
+             * heaps, counted once). */
             cm_tensor *probe = reduce ? new_tensor(d, CM_FLOAT32, 0, NULL)
                                       : tensor_1d(d, CM_FLOAT32, 4, CM_STORAGE_SHARED);
             sm_stats(&s);
@@ -749,7 +751,6 @@ static void big_in_small_out(bool reduce) {
     if (sm) {
         struct softmetal_stats s;
         sm_stats(&s);
-        cr_assert_gt(out_bytes, 0);
         cr_assert_eq(sm_live("SMBuffer"), buffers0 + ROUNDS,
                      "%ld MTLBuffers beyond the %d outputs: released inputs are kept alive",
                      sm_live("SMBuffer") - buffers0 - ROUNDS, ROUNDS);

@@ -85,6 +85,30 @@ Test(persona, managed_buffers_work_on_every_persona) {
   sm_release(b);
 }
 
+/* Heaps: private on every Mac; shared only on Apple GPUs (Apple's
+ * MTLHeapDescriptor.storageMode), nil elsewhere. */
+static id heap_of(NSUInteger storage) {
+  id fresh = SEND0(id, sm_class_named("MTLHeapDescriptor"), "alloc"); /* SEND0 evaluates */
+  id hd = SEND0(id, fresh, "init");                                   /* its receiver twice */
+  SEND(void, (id, SEL, NSUInteger), hd, "setSize:", 1ul << 16);
+  SEND(void, (id, SEL, NSUInteger), hd, "setStorageMode:", storage);
+  id heap = SEND(id, (id, SEL, id), sm_dev, "newHeapWithDescriptor:", hd);
+  sm_release(hd);
+  return heap;
+}
+Test(persona, shared_heaps_only_on_apple_gpus) {
+  id priv = heap_of(2);
+  cr_assert_not_null(priv, "private heaps on every persona");
+  sm_release(priv);
+  id shared = heap_of(0);
+  if (persona() == AMD) {
+    cr_assert_null(shared, "a Mac without Apple silicon makes no shared heap");
+  } else {
+    cr_assert_not_null(shared);
+    sm_release(shared);
+  }
+}
+
 /* SIMD-group indices and widths without SIMD-group functions: every persona
  * has them. */
 static const char ATTRS[] =

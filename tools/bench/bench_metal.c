@@ -285,6 +285,42 @@ static double bm_alloc_loop(cm_device *dev, bool cache, int rounds) {
     return t;
 }
 
+/* Seconds per round of a loop that makes BM_SMALL small float32 tensors
+ * (4 B to 4 KiB), fills them, then releases them all: with the cache on
+ * and cleared at the end of each round (every buffer is new and comes
+ * from a heap; every byte is given back), or with the cache off (each its
+ * own MTLBuffer). *made gets the Metal allocations of a round. */
+enum { BM_SMALL = 256 };
+static double bm_small_loop(cm_device *dev, bool cache, int rounds, double *made) {
+    uint64_t limit = 0;
+    if (!cache)
+        BM_TRY(cm_device_set_cache_limit(dev, 0, &limit));
+    cm_memory_info m0, m1;
+    BM_TRY(cm_device_get_memory_info(dev, &m0));
+    const float one = 1;
+    double t = 0;
+    BM_TRY(cm_device_clear_cache(dev));
+    for (int r = 0; r < rounds; ++r) {
+        const double t0 = bm_now();
+        cm_tensor *ts[BM_SMALL];
+        for (int i = 0; i < BM_SMALL; ++i) {
+            const int64_t n = (int64_t)1 << (i % 11);
+            BM_TRY(cm_tensor_create(
+                dev, &(cm_tensor_desc){.dtype = CM_FLOAT32, .ndim = 1, .shape = &n}, &ts[i]));
+            BM_TRY(cm_fill(ts[i], CM_FLOAT32, &one, NULL));
+        }
+        for (int i = 0; i < BM_SMALL; ++i)
+            cm_tensor_release(ts[i]);       /* waits for the fills */
+        BM_TRY(cm_device_clear_cache(dev)); /* every byte back, as with the cache off */
+        t += bm_now() - t0;
+    }
+    BM_TRY(cm_device_get_memory_info(dev, &m1));
+    *made = (double)(m1.allocations - m0.allocations) / rounds;
+    if (!cache)
+        BM_TRY(cm_device_set_cache_limit(dev, limit, NULL));
+    return t / rounds;
+}
+
 static double bm_best(int reps, double (*fn)(void *), void *ctx) {
     fn(ctx);
     double best = 1e30;
@@ -351,6 +387,9 @@ int bench_metal(bool json, long mib, int reps) {
     (void)bm_alloc_loop(dev, true, 4); /* compiles the fill */
     const double loop_off = bm_alloc_loop(dev, false, 100);
     const double loop_on = bm_alloc_loop(dev, true, 100);
+    double made_off = 0, made_heaps = 0;
+    const double small_off = bm_small_loop(dev, false, 20, &made_off);
+    const double small_heaps = bm_small_loop(dev, true, 20, &made_heaps);
     const double k64 = bm_kernel_dispatch(dev, 1024, 64, false, &gk64);
     const double b64 = bm_kernel_dispatch(dev, 1024, 64, true, &gb64);
     const bm_row rows[] = {
@@ -398,6 +437,12 @@ int bench_metal(bool json, long mib, int reps) {
          "tensors of 4 KiB, 256 KiB, 1 MiB per round"},
         {"alloc+fill+free loop, cache off", loop_off * 1e6, "us", "cache limit 0"},
         {"cache off / cache on", loop_off / loop_on, "x", "the same loop"},
+        {"256 small tensors, new buffers, heaps", small_heaps * 1e6, "us",
+         "4 B..4 KiB each, make+fill+free, then clear_cache"},
+        {"  Metal allocations per round, heaps", made_heaps, "count", "MTLHeaps made"},
+        {"256 small tensors, cache off", small_off * 1e6, "us", "each its own MTLBuffer"},
+        {"  Metal allocations per round, cache off", made_off, "count", "MTLBuffers made"},
+        {"cache off / heaps, small tensors", small_off / small_heaps, "x", "the same loop"},
         {"host -> device (private) / memcpy", t_memcpy / t_write, "ratio",
          "cm_buffer_write: staging + blit + wait"},
         {"device (private) -> host / memcpy", t_memcpy / t_read, "ratio",

@@ -7,13 +7,15 @@
 # (64-lane SIMD groups, no unified memory, Mac2). The test step ran them as
 # an Apple-silicon Mac. MTL_DEBUG_LAYER=1 comes from the tests' environment.
 # The op matrix runs a third of its cases here (CMETAL_TEST_SAMPLE).
+# test_memory checks that small buffers come from heaps of the storage mode
+# each kind of Mac has (private only on the AMD one; about 2 s each).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 jobs=$(nproc 2>/dev/null || echo 2)
 [ -d build/ci ] || { echo "stage-personas: build/ci is missing; tools/ci/test.sh makes it" >&2; exit 1; }
 # softmetal's own suites describe an Apple-silicon softmetal (its names,
 # several devices, 32 lanes); test_softmetal_persona_* cover the personas.
-suites='^(test_metal|test_labels|test_tensor_metal|test_dlpack_metal|test_metal_ops|test_kernel|test_ops_matrix_metal|test_metal(_ops)?_without_debug_layer|readme_kernels|demo_metal|test_softmetal_validation)$'
+suites='^(test_metal|test_labels|test_memory|test_tensor_metal|test_dlpack_metal|test_metal_ops|test_kernel|test_ops_matrix_metal|test_metal(_ops)?_without_debug_layer|readme_kernels|demo_metal|test_softmetal_validation)$'
 export CMETAL_TEST_SAMPLE=3
 failed=""
 for persona in paravirtual amd-discrete; do

@@ -142,6 +142,13 @@ static id device_new_heap(id self, SEL cmd, id desc) {
                d->storage);
     return nil;
   }
+  /* Apple's MTLHeapDescriptor.storageMode: shared heaps on Apple silicon
+   * only; a Mac without it (the amd-discrete persona) makes private ones. */
+  if (d->storage == ST_SHARED && !sm__persona_supports_family(1001 /* Apple1 */)) {
+    sm__refuse(sel, "descriptor.storageMode = Shared (0): heaps of a Mac GPU without Apple silicon "
+                    "take Private (2) only");
+    return nil;
+  }
   if (d->cache > 1 || d->hazard > HAZARD_TRACKED) {
     sm__refuse(sel, "descriptor.cpuCacheMode = %lu or hazardTrackingMode = %lu is not valid",
                d->cache, d->hazard);
