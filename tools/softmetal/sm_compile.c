@@ -86,11 +86,16 @@ enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
  * These are the parts of -ffast-math (the same compiler settings), spelt
  * out because -ffast-math also links crtfastmath.o, whose constructor
  * would turn on flush-to-zero in the process that loads the kernel.
- * SM_UNSAFE_MATH tells metal_stdlib to keep precise:: precise. */
-enum { MAX_MATH_FLAGS = 9 };
+ * SM_UNSAFE_MATH tells metal_stdlib to keep precise:: precise.
+ * -mrecip=none: no reciprocal or square-root estimates refined by Newton
+ * steps, which LLVM uses for vector division under full fast math and
+ * which give NaN where a GPU gives 0 (x / inf: 0 * inf in the refinement);
+ * GPUs' fast division multiplies by a reciprocal, and 1/inf is 0 there. */
+enum { MAX_MATH_FLAGS = 10 };
 #define UNSAFE_MATH_FLAGS                                                                          \
   "-DSM_UNSAFE_MATH=1", "-fno-signed-zeros", "-fassociative-math", "-freciprocal-math",            \
-      "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func"
+      "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func",              \
+      "-mrecip=none"
 static const char *const MATH_FLAGS[][MAX_MATH_FLAGS] = {
     [0] = {NULL},                                    /* Safe */
     [1] = {UNSAFE_MATH_FLAGS, NULL},                 /* Relaxed */
