@@ -374,7 +374,7 @@ bool sm__debug_layer(void);
 void sm__api_misuse_abort(const char *cls, const char *msg);
 /* Misuse that a Mac without the validation layer tolerates, tolerated:
  * counted, and a warning to stderr once per rule (0..31). */
-enum { SM_LENIENT_TG_LENGTH = 0 };
+enum { SM_LENIENT_TG_LENGTH = 0, SM_LENIENT_FC_VALUE = 1 };
 void sm__lenient(unsigned rule, const char *what);
 long sm__lenient_uses(void);
 
