@@ -443,6 +443,9 @@ typedef struct sm_fault {
   int trap_kind; /* clang's -fsanitize-trap check kind, or -1 */
   bool stack_overflow;
   void *addr, *pc;
+  /* integer division by zero faults (MTL_SHADER_VALIDATION=1); else it
+   * gives a value and the kernel goes on, as on a GPU */
+  bool divide_faults;
 } sm_fault;
 extern __thread sm_fault *sm__t_fault __attribute__((tls_model("initial-exec")));
 void sm__fault_init(void); /* installs the handlers once */
