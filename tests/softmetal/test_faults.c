@@ -121,9 +121,16 @@ Test(faults, a_remainder_by_zero_gives_a_value_without_shader_validation) {
   id bufs[3] = {sm_buffer(&args, sizeof args), sm_buffer(NULL, 256),
                 sm_buffer(NULL, 2 * 8 * 32 * 4)};
   id cb = run_on(sm_queue, "masked_rows", bufs, 3, 8 * 32, 32);
+  if (RUNNING_ON_VALGRIND) { /* there it stays a fault (sm_fault.c) */
+    static const char *const want[] = {"integer division or remainder by zero", NULL};
+    expect_fault(cb, want);
+    for (int i = 0; i < 3; i++) sm_release(bufs[i]);
+    return;
+  }
   cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
   const float *out = sm_contents(bufs[2]);
-  for (int i = 0; i < 8 * 32; i++) cr_assert_eq(out[i], (float)i, "out[%d]", i);
+  for (int i = 0; i < 8 * 32; i++)
+    cr_assert_eq(out[i], (float)i, "out[%d] = %g, row %g", i, (double)out[i], (double)out[256 + i]);
   for (int i = 0; i < 3; i++) sm_release(bufs[i]);
 }
 
