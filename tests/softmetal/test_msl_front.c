@@ -731,6 +731,10 @@ static const char GUARDED[] =
     "  if (op_kind == 0) y[i] = a[i] + b[j];\n"
     "  if (op_kind == 2) y[i] = a[i] * b[j];\n"
     "  if (false) y[i] += float(unused_bias);\n"
+    "}\n"
+    "kernel void nested(device float *y [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  if (row_bc) { if (op_kind == 3) y[i] = float(nb_cols); }\n"
+    "  if (row_bc) y[i] += float(nb_cols);\n"
     "}\n";
 
 Test(front, function_constants_under_folded_branches_need_no_value) {
@@ -771,6 +775,10 @@ Test(front, function_constants_under_folded_branches_need_no_value) {
   SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), v,
        "setConstantValue:type:atIndex:", &op, (NSUInteger)37, (NSUInteger)300);
   expect_missing(lib, "bin", v, "'nb_cols' (index 303)");
+  /* a use under a narrower guard first, then under a broader one: the
+   * broader one keeps nb_cols needed (op 1, row broadcast) */
+  set_index(v, &t, DataTypeBool, 301);
+  expect_missing(lib, "nested", v, "'nb_cols' (index 303)");
   /* without op_kind, which every path reads */
   sm_release(v);
   v = values();

@@ -1931,11 +1931,23 @@ static void note_use(int c, const char *g, need_ctx *x) {
     return;
   }
   buf *b = &x->guards[c];
-  if (b->p && strstr(b->p, g)) return;
+  buf alt = {0};
+  put_s(&alt, "( ");
+  put_s(&alt, g);
+  put_s(&alt, " )");
+  if (alt.oom) x->oom = true;
+  /* the same alternative already there (whole, between "||"s) */
+  for (const char *q = b->p; alt.p && q && (q = strstr(q, alt.p)) != NULL; q++) {
+    bool starts = q == b->p || (q - b->p >= 4 && strncmp(q - 4, " || ", 4) == 0);
+    bool ends = q[alt.n] == 0 || strncmp(q + alt.n, " || ", 4) == 0;
+    if (starts && ends) {
+      free(alt.p);
+      return;
+    }
+  }
   if (b->n) put_s(b, " || ");
-  put_s(b, "( ");
-  put_s(b, g);
-  put_s(b, " )");
+  if (alt.p) sm__text_put(b, alt.p, alt.n);
+  free(alt.p);
 }
 
 /* Walks function def as reach() does, under the guard outer (empty: none):
