@@ -1875,7 +1875,10 @@ static size_t stmt_last(const fe *f, size_t s, size_t end, int depth) {
  * whose condition is a constant condition (found once), whether it was
  * walked unguarded and the last guard it was walked under. */
 typedef struct {
-  size_t **ifs;
+  size_t k, cp, e, e2; /* `if`, its ')', the then part's last token, the else part's (or 0) */
+} guard_if;
+typedef struct {
+  guard_if **ifs;
   size_t *nifs;
   bool *found, *plain;
   char **last;
@@ -1892,33 +1895,30 @@ static void find_ifs(const fe *f, int def, need_ctx *x) {
     if (!is(f, k, "if") || !is(f, k + 1, "(")) continue;
     size_t cp = match(f, k + 1);
     if (cp >= d->body1 || !constant_condition(f, k + 2, cp)) continue;
-    size_t *a = realloc(x->ifs[def], (x->nifs[def] + 1) * sizeof *a);
+    guard_if *a = realloc(x->ifs[def], (x->nifs[def] + 1) * sizeof *a);
     if (!a) {
       x->oom = true;
       return;
     }
     x->ifs[def] = a;
-    a[x->nifs[def]++] = k;
+    size_t e = stmt_last(f, cp + 1, d->body1, 0);
+    size_t e2 = e < d->body1 && is(f, e + 1, "else") ? stmt_last(f, e + 2, d->body1, 0) : 0;
+    a[x->nifs[def]++] = (guard_if){k, cp, e, e2};
   }
 }
 
 /* The guard of the use at token i of function def's body: "( c1 ) && ! ( c2 )"
  * for the ifs with constant conditions around it, after what out holds. */
 static void guard_of(const fe *f, int def, size_t i, const need_ctx *x, buf *out) {
-  const fdef *d = &f->f[def];
   for (size_t j = 0; j < x->nifs[def]; j++) {
-    size_t k = x->ifs[def][j];
-    if (k >= i) break;
-    size_t cp = match(f, k + 1);
-    if (i <= cp) continue;
-    size_t e = stmt_last(f, cp + 1, d->body1, 0);
-    bool in_then = i <= e, in_else = false;
-    if (!in_then && e < d->body1 && is(f, e + 1, "else"))
-      in_else = i <= stmt_last(f, e + 2, d->body1, 0);
+    const guard_if *g = &x->ifs[def][j];
+    if (g->k >= i) break;
+    if (i <= g->cp) continue;
+    bool in_then = i <= g->e, in_else = !in_then && g->e2 && i <= g->e2;
     if (!in_then && !in_else) continue;
     if (out->n) put_s(out, " && ");
     put_s(out, in_else ? "! ( " : "( ");
-    span_text(f, k + 2, cp, out);
+    span_text(f, g->k + 2, g->cp, out);
     put_s(out, " )");
   }
 }
@@ -2293,10 +2293,10 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
   bool *c_seen = calloc(f.nc + 1, sizeof *c_seen);
   if (!fn_seen || !c_seen) f.oom = true;
-  need_ctx need = {calloc(f.nf + 1, sizeof(size_t *)), calloc(f.nf + 1, sizeof(size_t)),
-                   calloc(f.nf + 1, sizeof(bool)),     calloc(f.nf + 1, sizeof(bool)),
-                   calloc(f.nf + 1, sizeof(char *)),   calloc(f.nc + 1, sizeof(bool)),
-                   calloc(f.nc + 1, sizeof(buf)),      false};
+  need_ctx need = {calloc(f.nf + 1, sizeof(guard_if *)), calloc(f.nf + 1, sizeof(size_t)),
+                   calloc(f.nf + 1, sizeof(bool)),       calloc(f.nf + 1, sizeof(bool)),
+                   calloc(f.nf + 1, sizeof(char *)),     calloc(f.nc + 1, sizeof(bool)),
+                   calloc(f.nc + 1, sizeof(buf)),        false};
   if (!need.ifs || !need.nifs || !need.found || !need.plain || !need.last || !need.always ||
       !need.guards)
     f.oom = true;
