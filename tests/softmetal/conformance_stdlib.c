@@ -189,6 +189,47 @@ Test(conformance_stdlib, math_functions_under_fast_math) {
   cr_log_info("chapter 6 math under fast math: %d cases, %d differ", CONF_N(c), bad);
 }
 
+/* Fast math (Metal's default): a quotient whose divisor overflowed to
+ * infinity is 0, as on Apple GPUs, whose fast division multiplies by the
+ * reciprocal (1/inf = 0). SiLU, sigmoid and quick GELU of a large negative
+ * x, written x / (1 + exp(-x)), depend on it. An elementwise kernel (one
+ * element a thread, threadgroups of 128), whose loop over the threads the
+ * CPU compile vectorises; inputs from -150 to 150. */
+Test(conformance_stdlib, fast_math_activations_of_large_inputs_are_finite) {
+  static const char src[] =
+      "#include <metal_stdlib>\n"
+      "using namespace metal;\n"
+      "kernel void act(device const float *x [[buffer(0)]], device float *y [[buffer(1)]],\n"
+      "                constant uint &n [[buffer(2)]],\n"
+      "                uint i [[thread_position_in_grid]]) {\n"
+      "  const float v = x[i];\n"
+      "  y[i] = v / (1 + exp(-v));\n"
+      "  y[n + i] = 1 / (1 + exp(-v));\n"
+      "  y[2 * n + i] = v * (1 / (1 + exp(-1.702f * v)));\n"
+      "}\n";
+  enum { N = 256 };
+  id error = 0;
+  id lib = sm_compile(src, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  uint32_t n = N;
+  id bufs[3] = {sm_buffer(NULL, N * sizeof(float)), sm_buffer(NULL, 3 * N * sizeof(float)),
+                sm_buffer(&n, sizeof n)};
+  float *x = sm_contents(bufs[0]);
+  for (int i = 0; i < N; i++) x[i] = -150.0f + 300.0f * (float)i / (N - 1);
+  sm_dispatch(lib, "act", bufs, 3, SM_SIZE(N, 1, 1), SM_SIZE(128, 1, 1), false, 0);
+  const float *y = sm_contents(bufs[1]);
+  for (int i = 0; i < N; i++) {
+    double v = x[i], s = 1.0 / (1.0 + exp(-v)), q = 1.0 / (1.0 + exp(-1.702 * v));
+    double want[3] = {v * s, s, v * q};
+    for (int k = 0; k < 3; k++)
+      cr_expect(fabs(y[k * N + i] - want[k]) <= 1e-5 * fmax(1.0, fabs(want[k])),
+                "activation %d of x = %.9g: %.9g, expected %.9g (fast math keeps x / inf = 0)", k,
+                v, (double)y[k * N + i], want[k]);
+  }
+  for (int i = 0; i < 3; i++) sm_release(bufs[i]);
+  sm_release(lib);
+}
+
 /* 6.5: T is a floating scalar or vector; Ti the int of as many elements */
 Test(conformance_stdlib, vector_and_half_forms_of_math_functions) {
   const struct conf_case c[] = {

@@ -604,6 +604,27 @@ static id specialize(id lib, const char *name, id v, id *error) {
   return SEND(id, (id, SEL, id, id, id *), lib,
               "newFunctionWithName:constantValues:error:", sm_str(name), v, error);
 }
+/* Specializing `name` with v, which lacks the value of a constant the
+ * kernel uses: an error naming it under MTL_DEBUG_LAYER=1 (want: its
+ * "'name' (index n)"), else the function, the constant reading as 0
+ * (test_validation.c checks both). */
+static void expect_missing(id lib, const char *name, id v, const char *want) {
+  const char *d = getenv("MTL_DEBUG_LAYER");
+  id error = 0;
+  struct softmetal_stats s0, s1;
+  softmetal_stats(&s0);
+  id fn = specialize(lib, name, v, &error);
+  softmetal_stats(&s1);
+  if (d && strcmp(d, "1") == 0) {
+    cr_assert_null(fn);
+    cr_assert(strstr(sm_error_text(error), want) && strstr(sm_error_text(error), "is required"),
+              "%s", sm_error_text(error));
+  } else {
+    cr_assert_not_null(fn, "%s", sm_error_text(error));
+    cr_assert_geq(s1.lenient_api_uses - s0.lenient_api_uses, 1, "%s: counted", want);
+    sm_release(fn);
+  }
+}
 
 /* A range that runs past NSUIntegerMax would wrap its second value to
  * index 0 and specialize the wrong constant: it is refused (an abort, as
@@ -658,10 +679,8 @@ Test(front, function_constants_missing_or_mistyped_are_errors) {
   id v = values();
   bool b = false;
   set_index(v, &b, DataTypeBool, 1);
+  expect_missing(lib, "fc", v, "'scale' (index 0)");
   id error = 0;
-  cr_assert_null(specialize(lib, "fc", v, &error));
-  cr_assert(strstr(sm_error_text(error), "'scale' (index 0) is required"), "%s",
-            sm_error_text(error));
   /* a float given for a uint */
   float f = 2.0f;
   set_index(v, &f, DataTypeFloat, 0);
@@ -682,6 +701,93 @@ Test(front, function_constants_missing_or_mistyped_are_errors) {
   id p = pipeline_of(fn);
   sm_release(p);
   sm_release(fn);
+  sm_release(lib);
+}
+
+/* A constant read only under `if (other constant)` is needed only when
+ * the given values keep that branch: Metal specializes by folding the
+ * constants, and a dead use needs no value (a binary-op kernel with
+ * row- and column-broadcast flags, specialized without the column flag when
+ * the row flag is false, as ggml's do). Where the branch stays, or the use
+ * is outside any such branch, a missing value is still an error. */
+static const char GUARDED[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "#define FC_OPS 300\n"
+    "constant short op_kind [[function_constant(FC_OPS + 0)]];\n"
+    "constant bool  row_bc  [[function_constant(FC_OPS + 1)]];\n"
+    "constant bool  col_bc  [[function_constant(FC_OPS + 2)]];\n"
+    "constant int   nb_cols [[function_constant(FC_OPS + 3)]];\n"
+    "constant int   unused_bias [[function_constant(FC_OPS + 4)]];\n"
+    "static uint col_of(uint i, uint n) { return col_bc ? i % n : i; }\n"
+    "kernel void bin(device const float *a [[buffer(0)]], device const float *b [[buffer(1)]],\n"
+    "                device float *y [[buffer(2)]], uint i [[thread_position_in_grid]]) {\n"
+    "  uint j = i;\n"
+    "  if (row_bc) {\n"
+    "    j = col_of(i, 4);\n"
+    "  } else if (op_kind == 1) {\n"
+    "    j = i % uint(nb_cols);\n"
+    "  }\n"
+    "  if (op_kind == 0) y[i] = a[i] + b[j];\n"
+    "  if (op_kind == 2) y[i] = a[i] * b[j];\n"
+    "  if (false) y[i] += float(unused_bias);\n"
+    "}\n"
+    "kernel void nested(device float *y [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+    "  if (row_bc) { if (op_kind == 3) y[i] = float(nb_cols); }\n"
+    "  if (row_bc) y[i] += float(nb_cols);\n"
+    "}\n";
+
+Test(front, function_constants_under_folded_branches_need_no_value) {
+  id lib = compile_ok(GUARDED);
+  enum { N = 16 };
+  id a = buffer(N * 4), b = buffer(N * 4), y = buffer(N * 4);
+  for (int i = 0; i < N; i++) {
+    ((float *)contents(a))[i] = (float)i;
+    ((float *)contents(b))[i] = 100.0f * (float)i;
+  }
+  /* op 2 (mul), no broadcast: col_bc and nb_cols are dead, unused_bias too */
+  id v = values();
+  short op = 2;
+  bool f = false, t = true;
+  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), v,
+       "setConstantValue:type:atIndex:", &op, (NSUInteger)37 /* short */, (NSUInteger)300);
+  set_index(v, &f, DataTypeBool, 301);
+  id error = 0;
+  struct softmetal_stats s0, s1;
+  softmetal_stats(&s0);
+  id fn = specialize(lib, "bin", v, &error);
+  softmetal_stats(&s1);
+  cr_assert_not_null(fn, "%s", sm_error_text(error));
+  cr_assert_eq(s1.lenient_api_uses, s0.lenient_api_uses, "no constant it uses lacks a value");
+  id p = pipeline_of(fn);
+  id bufs[] = {a, b, y};
+  run(p, bufs, 3, N, 8);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(((float *)contents(y))[i], (float)i * 100.0f * (float)i, "[%d]", i);
+  sm_release(p);
+  sm_release(fn);
+  /* row broadcast kept: the helper it calls reads col_bc, which has no value */
+  set_index(v, &t, DataTypeBool, 301);
+  expect_missing(lib, "bin", v, "'col_bc' (index 302)");
+  /* op 1 without broadcast: the else-if branch reads nb_cols */
+  op = 1;
+  set_index(v, &f, DataTypeBool, 301);
+  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), v,
+       "setConstantValue:type:atIndex:", &op, (NSUInteger)37, (NSUInteger)300);
+  expect_missing(lib, "bin", v, "'nb_cols' (index 303)");
+  /* a use under a narrower guard first, then under a broader one: the
+   * broader one keeps nb_cols needed (op 1, row broadcast) */
+  set_index(v, &t, DataTypeBool, 301);
+  expect_missing(lib, "nested", v, "'nb_cols' (index 303)");
+  /* without op_kind, which every path reads */
+  sm_release(v);
+  v = values();
+  set_index(v, &f, DataTypeBool, 301);
+  expect_missing(lib, "bin", v, "'op_kind' (index 300)");
+  sm_release(v);
+  sm_release(a);
+  sm_release(b);
+  sm_release(y);
   sm_release(lib);
 }
 

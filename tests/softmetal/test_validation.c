@@ -220,6 +220,60 @@ Test(validation, a_function_with_constants_needs_constant_values) {
   sm_release(g_lib);
 }
 
+/* A required function constant the kernel still reads, given no value
+ * (ggml's one-op binary kernel reads its column-broadcast flag, which the
+ * host never sets): Apple documents that it needs one, and a Mac without
+ * the validation layer specializes anyway. Without MTL_DEBUG_LAYER it reads
+ * as 0 (false), counted; with it, newFunctionWithName:constantValues:error:
+ * fails naming the constant. */
+Test(validation, a_required_constant_without_a_value_reads_as_zero_or_is_an_error) {
+  static const char src[] =
+      "#include <metal_stdlib>\n"
+      "using namespace metal;\n"
+      "constant short k_op [[function_constant(10)]];\n"
+      "constant bool  k_cb [[function_constant(11)]];\n"
+      "kernel void bin1(device const float *a [[buffer(0)]], device float *y [[buffer(1)]],\n"
+      "                 uint i [[thread_position_in_grid]]) {\n"
+      "  const uint j = k_cb ? i % 4 : i;\n"
+      "  y[i] = k_op == 0 ? a[i] + a[j] : a[i] * a[j];\n"
+      "}\n";
+  id error = 0;
+  id lib = sm_compile(src, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  id fresh = SEND0(id, sm_class_named("MTLFunctionConstantValues"), "alloc");
+  id cv = SEND0(id, fresh, "init"); /* SEND0 evaluates its receiver twice */
+  short op = 0;
+  SEND(void, (id, SEL, const void *, NSUInteger, NSUInteger), cv,
+       "setConstantValue:type:atIndex:", &op, 37ul /* Short */, 10ul);
+  struct softmetal_stats s0, s1;
+  softmetal_stats(&s0);
+  error = 0;
+  id fn = SEND(id, (id, SEL, id, id, id *), lib,
+               "newFunctionWithName:constantValues:error:", sm_str("bin1"), cv, &error);
+  softmetal_stats(&s1);
+  if (debug_layer()) {
+    cr_assert_null(fn);
+    cr_assert(strstr(sm_error_text(error), "'k_cb' (index 11) is required"), "%s",
+              sm_error_text(error));
+  } else {
+    cr_assert_not_null(fn, "%s", sm_error_text(error));
+    cr_assert_eq(s1.lenient_api_uses - s0.lenient_api_uses, 1, "counted");
+    id p = SEND(id, (id, SEL, id, id *), sm_dev, "newComputePipelineStateWithFunction:error:", fn,
+                &error);
+    cr_assert_not_null(p, "%s", sm_error_text(error));
+    id bufs[] = {sm_buffer(NULL, 64 * 4), sm_buffer(NULL, 64 * 4)};
+    for (unsigned i = 0; i < 64; i++) ((float *)sm_contents(bufs[0]))[i] = (float)i;
+    sm_dispatch_pipeline(p, "bin1", bufs, 2, SM_SIZE(64, 1, 1), SM_SIZE(32, 1, 1), false, 0);
+    for (unsigned i = 0; i < 64; i++)
+      cr_assert_eq(((float *)sm_contents(bufs[1]))[i], 2.0f * (float)i, "k_cb read as false");
+    sm_release(bufs[0]);
+    sm_release(bufs[1]);
+    sm_release(fn);
+  }
+  sm_release(cv);
+  sm_release(lib);
+}
+
 /* Kernel-side failures stay loud in both modes: the command buffer fails
  * (here a write past the end of a buffer, under shader validation). */
 Test(validation, kernel_side_failures_fail_the_command_buffer_in_both_modes) {

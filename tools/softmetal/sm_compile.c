@@ -86,11 +86,16 @@ enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
  * These are the parts of -ffast-math (the same compiler settings), spelt
  * out because -ffast-math also links crtfastmath.o, whose constructor
  * would turn on flush-to-zero in the process that loads the kernel.
- * SM_UNSAFE_MATH tells metal_stdlib to keep precise:: precise. */
-enum { MAX_MATH_FLAGS = 9 };
+ * SM_UNSAFE_MATH tells metal_stdlib to keep precise:: precise.
+ * -mrecip=none: no reciprocal or square-root estimates refined by Newton
+ * steps, which LLVM uses for vector division under full fast math and
+ * which give NaN where a GPU gives 0 (x / inf: 0 * inf in the refinement);
+ * GPUs' fast division multiplies by a reciprocal, and 1/inf is 0 there. */
+enum { MAX_MATH_FLAGS = 10 };
 #define UNSAFE_MATH_FLAGS                                                                          \
   "-DSM_UNSAFE_MATH=1", "-fno-signed-zeros", "-fassociative-math", "-freciprocal-math",            \
-      "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func"
+      "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fapprox-func",              \
+      "-mrecip=none"
 static const char *const MATH_FLAGS[][MAX_MATH_FLAGS] = {
     [0] = {NULL},                                    /* Safe */
     [1] = {UNSAFE_MATH_FLAGS, NULL},                 /* Relaxed */
@@ -697,7 +702,10 @@ static bool parse_manifest(sm_compiled_library *l, char **diag) {
   l->kernels = calloc(nk + 1, sizeof *l->kernels);
   l->constants = calloc(nc + 1, sizeof *l->constants);
   l->arrays = calloc(nums, sizeof *l->arrays);
-  if (!l->kernels || !l->constants || !l->arrays) return false;
+  l->fc_guards = calloc(nk + 1, sizeof *l->fc_guards);
+  l->fc_guard_count = calloc(nk + 1, sizeof *l->fc_guard_count);
+  if (!l->kernels || !l->constants || !l->arrays || !l->fc_guards || !l->fc_guard_count)
+    return false;
   uint32_t *arr = l->arrays;
   for (char *p = l->strings; *p;) {
     char *eol = strchr(p, '\n');
@@ -720,6 +728,9 @@ static bool parse_manifest(sm_compiled_library *l, char **diag) {
       k->fc_conds = arr;
       for (uint32_t i = 0; i < 3 * k->fc_cond_count; i++) *arr++ = (uint32_t)strtoul(q, &q, 10);
       k->name = q + (*q == ' ');
+    } else if (kind == 'G' && l->n_kernels) {
+      unsigned k = l->n_kernels - 1;
+      if (!l->fc_guard_count[k]++) l->fc_guards[k] = p + (*p == ' ');
     } else if (kind == 'C') {
       struct sm_constant_desc *c = &l->constants[l->n_constants++];
       for (int i = 0; i < 4; i++) v[i] = strtoul(q, &q, 10);
@@ -740,6 +751,8 @@ void sm__compiled_library_free(sm_compiled_library *l) {
   free(l->constants);
   free(l->strings);
   free(l->arrays);
+  free(l->fc_guards);
+  free(l->fc_guard_count);
   free(l->path);
   free(l->compiler_path);
   memset(l, 0, sizeof *l);

@@ -38,8 +38,13 @@ typedef struct {
   unsigned n_kernels;
   struct sm_constant_desc *constants;
   unsigned n_constants;
-  char *strings;          /* names of kernels[] and constants[] */
-  uint32_t *arrays;       /* fc_used and fc_conds of kernels[] */
+  char *strings;    /* names of kernels[] and constants[] */
+  uint32_t *arrays; /* fc_used and fc_conds of kernels[] */
+  /* Per kernel: its manifest's G lines ("c guard": constant c is used only
+   * where guard holds), consecutive NUL-terminated strings in strings, and
+   * their count. */
+  const char **fc_guards;
+  uint32_t *fc_guard_count;
   sm_digest key;          /* the library's key */
   char *path;             /* l-<...>.ii */
   sm_digest compiler_key; /* cc-<...>.txt */

@@ -444,6 +444,7 @@ static bool run_group_fibers(run_state *r, const uint32_t g[3], const uint32_t s
   s.r = r;
   s.fault.land = fiber_land;
   s.fault.arg = &s;
+  s.fault.divide_faults = sm__shader_validation();
   s.ucontext = r->ucontext;
   err[0] = 0;
 #if SM_TSAN
@@ -572,6 +573,7 @@ static bool run_group_guarded(run_state *r, const uint32_t g[3], const uint32_t 
   loop_fault lf;
   memset(&lf.fault, 0, sizeof lf.fault);
   lf.fault.land = loop_land;
+  lf.fault.divide_faults = sm__shader_validation();
   lf.r = r;
   lf.t = NULL;
   lf.err = err;
@@ -777,6 +779,7 @@ static bool run_chunk(run_state *r, uint64_t first, uint64_t end, char *err, siz
   chunk_fault cf;
   memset(&cf.lf.fault, 0, sizeof cf.lf.fault);
   cf.lf.fault.land = loop_land;
+  cf.lf.fault.divide_faults = sm__shader_validation();
   cf.lf.r = r;
   cf.lf.t = NULL;
   cf.lf.err = err;

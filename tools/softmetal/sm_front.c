@@ -1815,6 +1815,187 @@ static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync)
   }
 }
 
+/* ------------------------------------------------- guarded constant uses
+ * A function constant without a value is an error at specialization only
+ * where the function still uses it once the given constants are folded:
+ * a use inside `if (cond)` (or its else), with cond made of constants
+ * alone, is dead when cond folds the other way (a kernel that reads
+ * constant B only under `if (A)` specializes with A false and no B, as on
+ * Metal). The front end records such guards; sm_msl.c folds them. */
+
+/* Whether tokens [a, b) are a condition of function constants alone:
+ * integer and bool constants, integer literals, true/false, ! && || and
+ * comparisons, + - and parentheses (what sm_msl.c folds). */
+static bool constant_condition(const fe *f, size_t a, size_t b) {
+  static const char *const OPS[] = {
+      "(", ")", "!", "&&", "||", "==", "!=", "<", ">", "<=", ">=", "+", "-"};
+  if (a >= b) return false;
+  for (size_t k = a; k < b; k++) {
+    char w[128];
+    text_of(f, k, w, sizeof w);
+    bool ok = false;
+    if (f->t[k].kind == T_NUM) {
+      size_t d = strspn(w, "0123456789");
+      ok = d > 0 && (w[d] == 0 || ((w[d] == 'u' || w[d] == 'U') && w[d + 1] == 0));
+    } else if (f->t[k].kind == T_PUN) {
+      for (size_t o = 0; o < sizeof OPS / sizeof *OPS && !ok; o++) ok = strcmp(w, OPS[o]) == 0;
+    } else if (f->t[k].kind == T_ID) {
+      int c = find_const(f, w);
+      ok = strcmp(w, "true") == 0 || strcmp(w, "false") == 0 ||
+           (c >= 0 && f->c[c].index >= 0 && f->c[c].size <= 8 && f->c[c].mtl_type != 3 &&
+            f->c[c].mtl_type != 16 && f->c[c].mtl_type != 121 && !strchr(f->c[c].type, ' ') &&
+            strspn(f->c[c].type + strlen(f->c[c].type) - 1, "234") == 0);
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/* The last token of the statement starting at s (within [s, end]). */
+static size_t stmt_last(const fe *f, size_t s, size_t end, int depth) {
+  if (s > end || depth > 64) return end;
+  if (is(f, s, "{")) return match(f, s);
+  if ((is(f, s, "if") || is(f, s, "for") || is(f, s, "while") || is(f, s, "switch")) &&
+      is(f, s + 1, "(")) {
+    size_t cp = match(f, s + 1);
+    if (cp >= end) return end;
+    size_t e = stmt_last(f, cp + 1, end, depth + 1);
+    if (is(f, s, "if") && e < end && is(f, e + 1, "else"))
+      return stmt_last(f, e + 2, end, depth + 1);
+    return e;
+  }
+  for (size_t k = s; k <= end; k++) {
+    if (is(f, k, ";")) return k;
+    if (is(f, k, "(") || is(f, k, "[") || is(f, k, "{")) k = match(f, k);
+  }
+  return end;
+}
+
+/* What need_walk keeps for one kernel: per function, the ifs of its body
+ * whose condition is a constant condition (found once), whether it was
+ * walked unguarded and the last guard it was walked under. */
+typedef struct {
+  size_t k, cp, e, e2; /* `if`, its ')', the then part's last token, the else part's (or 0) */
+} guard_if;
+typedef struct {
+  guard_if **ifs;
+  size_t *nifs;
+  bool *found, *plain;
+  char **last;
+  bool *always; /* [nc] */
+  buf *guards;  /* [nc] */
+  bool oom;
+} need_ctx;
+
+static void find_ifs(const fe *f, int def, need_ctx *x) {
+  if (x->found[def]) return;
+  x->found[def] = true;
+  const fdef *d = &f->f[def];
+  for (size_t k = d->body0; k <= d->body1 && k < f->nt; k++) {
+    if (!is(f, k, "if") || !is(f, k + 1, "(")) continue;
+    size_t cp = match(f, k + 1);
+    if (cp >= d->body1 || !constant_condition(f, k + 2, cp)) continue;
+    guard_if *a = realloc(x->ifs[def], (x->nifs[def] + 1) * sizeof *a);
+    if (!a) {
+      x->oom = true;
+      return;
+    }
+    x->ifs[def] = a;
+    size_t e = stmt_last(f, cp + 1, d->body1, 0);
+    size_t e2 = e < d->body1 && is(f, e + 1, "else") ? stmt_last(f, e + 2, d->body1, 0) : 0;
+    a[x->nifs[def]++] = (guard_if){k, cp, e, e2};
+  }
+}
+
+/* The guard of the use at token i of function def's body: "( c1 ) && ! ( c2 )"
+ * for the ifs with constant conditions around it, after what out holds. */
+static void guard_of(const fe *f, int def, size_t i, const need_ctx *x, buf *out) {
+  for (size_t j = 0; j < x->nifs[def]; j++) {
+    const guard_if *g = &x->ifs[def][j];
+    if (g->k >= i) break;
+    if (i <= g->cp) continue;
+    bool in_then = i <= g->e, in_else = !in_then && g->e2 && i <= g->e2;
+    if (!in_then && !in_else) continue;
+    if (out->n) put_s(out, " && ");
+    put_s(out, in_else ? "! ( " : "( ");
+    span_text(f, g->k + 2, g->cp, out);
+    put_s(out, " )");
+  }
+}
+
+/* A use of constant c under guard g (empty: unguarded). */
+static void note_use(int c, const char *g, need_ctx *x) {
+  if (x->always[c]) return;
+  if (!*g) {
+    x->always[c] = true;
+    return;
+  }
+  buf *b = &x->guards[c];
+  buf alt = {0};
+  put_s(&alt, "( ");
+  put_s(&alt, g);
+  put_s(&alt, " )");
+  if (alt.oom) x->oom = true;
+  /* the same alternative already there (whole, between "||"s) */
+  for (const char *q = b->p; alt.p && q && (q = strstr(q, alt.p)) != NULL; q++) {
+    bool starts = q == b->p || (q - b->p >= 4 && strncmp(q - 4, " || ", 4) == 0);
+    bool ends = q[alt.n] == 0 || strncmp(q + alt.n, " || ", 4) == 0;
+    if (starts && ends) {
+      free(alt.p);
+      return;
+    }
+  }
+  if (b->n) put_s(b, " || ");
+  if (alt.p) sm__text_put(b, alt.p, alt.n);
+  free(alt.p);
+}
+
+/* Walks function def as reach() does, under the guard outer (empty: none):
+ * always[c] when some use of c is unguarded, else guards[c] the
+ * disjunction of the guards of its uses. */
+static void need_walk(const fe *f, int def, const char *outer, need_ctx *x, int depth) {
+  if (depth > 8) outer = ""; /* too deep to track: unguarded */
+  if (x->plain[def]) return;
+  if (!*outer) {
+    x->plain[def] = true;
+  } else {
+    if (x->last[def] && strcmp(x->last[def], outer) == 0) return;
+    free(x->last[def]);
+    x->last[def] = strdup(outer);
+  }
+  find_ifs(f, def, x);
+  const fdef *d = &f->f[def];
+  for (size_t i = d->body0; i <= d->body1 && i < f->nt && !x->oom; i++) {
+    if (!is_id(f, i)) continue;
+    char w[128];
+    text_of(f, i, w, sizeof w);
+    int c = find_const(f, w);
+    bool call = false;
+    for (size_t g = 0; g < f->nf && !call; g++) call = strcmp(f->f[g].name, w) == 0;
+    if (c < 0 && !call) continue;
+    buf g = {0};
+    put_s(&g, outer);
+    guard_of(f, def, i, x, &g);
+    const char *gt = g.p ? g.p : "";
+    if (c >= 0) {
+      note_use(c, gt, x);
+      /* a derived constant reads its initialiser's constants */
+      for (size_t k = f->c[c].init0; k < f->c[c].init1; k++) {
+        char v[128];
+        if (!is_id(f, k)) continue;
+        text_of(f, k, v, sizeof v);
+        int c2 = find_const(f, v);
+        if (c2 >= 0) note_use(c2, gt, x);
+      }
+    }
+    if (call)
+      for (size_t fn = 0; fn < f->nf; fn++)
+        if (strcmp(f->f[fn].name, w) == 0) need_walk(f, (int)fn, gt, x, depth + 1);
+    if (g.oom) x->oom = true;
+    free(g.p);
+  }
+}
+
 /* The features (SM_FEATURE_* of sm_internal.h: 1 SIMD-group permutes, 2
  * SIMD-group reductions, 4 SIMD-group matrices) that the bodies of the
  * functions seen use, by name: pipeline creation refuses them on a device
@@ -2112,6 +2293,13 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
   bool *c_seen = calloc(f.nc + 1, sizeof *c_seen);
   if (!fn_seen || !c_seen) f.oom = true;
+  need_ctx need = {calloc(f.nf + 1, sizeof(guard_if *)), calloc(f.nf + 1, sizeof(size_t)),
+                   calloc(f.nf + 1, sizeof(bool)),       calloc(f.nf + 1, sizeof(bool)),
+                   calloc(f.nf + 1, sizeof(char *)),     calloc(f.nc + 1, sizeof(bool)),
+                   calloc(f.nc + 1, sizeof(buf)),        false};
+  if (!need.ifs || !need.nifs || !need.found || !need.plain || !need.last || !need.always ||
+      !need.guards)
+    f.oom = true;
   /* trampolines and the table */
   put_s(&table, "\n# 1 \"softmetal_kernel_table\"\n");
   for (size_t n = 0; n < f.nk && !f.oom; n++)
@@ -2224,6 +2412,26 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
       if (k->p[i].fc >= 0 && (k->p[i].kind == P_BUFFER || k->p[i].kind == P_TG))
         sm__text_printf(&manifest, " %d %d %d", k->p[i].kind == P_TG, k->p[i].index, k->p[i].fc);
     sm__text_printf(&manifest, " %s\n", k->host);
+    /* G c guard: constant c is used only where guard holds */
+    if (need.always && need.guards) {
+      for (size_t c = 0; c < f.nc; c++) {
+        need.always[c] = c_global[c];
+        free(need.guards[c].p);
+        memset(&need.guards[c], 0, sizeof need.guards[c]);
+      }
+      for (int i = 0; i < k->np; i++)
+        if (k->p[i].fc >= 0) need.always[k->p[i].fc] = true;
+      for (size_t g = 0; g < f.nf; g++) {
+        need.plain[g] = false;
+        free(need.last[g]);
+        need.last[g] = NULL;
+      }
+      need_walk(&f, k->def, "", &need, 0);
+      if (need.oom) f.oom = true;
+      for (size_t c = 0; c < f.nc; c++)
+        if (c_seen[c] && f.c[c].index >= 0 && !need.always[c] && need.guards[c].n)
+          sm__text_printf(&manifest, "G %zu %s\n", c, need.guards[c].p);
+    }
     sm__text_printf(
         &entries,
         "  {\"%s\", sm_tramp_%zu, %du, 0x%xu, 0x%xu, sm_written_%zu, sm_fc_used_%zu + 1, "
@@ -2327,6 +2535,18 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
   free(tg_owner);
   free(f.err.p);
   free(fn_seen);
+  for (size_t g = 0; g < f.nf; g++) {
+    if (need.ifs) free(need.ifs[g]);
+    if (need.last) free(need.last[g]);
+  }
+  for (size_t c = 0; c < f.nc && need.guards; c++) free(need.guards[c].p);
+  free(need.ifs);
+  free(need.nifs);
+  free(need.found);
+  free(need.plain);
+  free(need.last);
+  free(need.always);
+  free(need.guards);
   free(c_seen);
   free(c_global);
   free(fn_global);

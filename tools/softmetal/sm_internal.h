@@ -374,7 +374,7 @@ bool sm__debug_layer(void);
 void sm__api_misuse_abort(const char *cls, const char *msg);
 /* Misuse that a Mac without the validation layer tolerates, tolerated:
  * counted, and a warning to stderr once per rule (0..31). */
-enum { SM_LENIENT_TG_LENGTH = 0 };
+enum { SM_LENIENT_TG_LENGTH = 0, SM_LENIENT_FC_VALUE = 1 };
 void sm__lenient(unsigned rule, const char *what);
 long sm__lenient_uses(void);
 
@@ -443,6 +443,9 @@ typedef struct sm_fault {
   int trap_kind; /* clang's -fsanitize-trap check kind, or -1 */
   bool stack_overflow;
   void *addr, *pc;
+  /* integer division by zero faults (MTL_SHADER_VALIDATION=1); else it
+   * gives a value and the kernel goes on, as on a GPU */
+  bool divide_faults;
 } sm_fault;
 extern __thread sm_fault *sm__t_fault __attribute__((tls_model("initial-exec")));
 void sm__fault_init(void); /* installs the handlers once */

@@ -360,9 +360,164 @@ static const fc_entry *find_value(const sm_constant_values *v, const struct sm_c
   return NULL;
 }
 
+/* Folding a guard (the front end's G lines: tokens separated by spaces)
+ * with the given values: integer and bool constants with values, integer
+ * literals, true/false, ! && || comparisons + - and parentheses. Anything
+ * else, or a constant without a value, cannot be folded. */
+typedef struct {
+  const char *p;
+  const sm_library *l;
+  const unsigned char *vals, *defined;
+  bool bad;
+} fold_state;
+
+static bool fold_next(fold_state *s, char *w, size_t cap) {
+  while (*s->p == ' ') s->p++;
+  size_t n = strcspn(s->p, " ");
+  if (n == 0 || n >= cap) return false;
+  memcpy(w, s->p, n);
+  w[n] = 0;
+  return true;
+}
+static bool fold_take(fold_state *s, const char *t) {
+  char w[128];
+  if (!fold_next(s, w, sizeof w) || strcmp(w, t) != 0) return false;
+  while (*s->p == ' ') s->p++;
+  s->p += strlen(t);
+  return true;
+}
+static long long fold_or(fold_state *s);
+static long long fold_unary(fold_state *s) {
+  char w[128];
+  if (s->bad || !fold_next(s, w, sizeof w)) {
+    s->bad = true;
+    return 0;
+  }
+  if (fold_take(s, "!")) return !fold_unary(s);
+  if (fold_take(s, "-")) return -fold_unary(s);
+  if (fold_take(s, "(")) {
+    long long v = fold_or(s);
+    if (!fold_take(s, ")")) s->bad = true;
+    return v;
+  }
+  fold_take(s, w);
+  if (strcmp(w, "true") == 0) return 1;
+  if (strcmp(w, "false") == 0) return 0;
+  if (isdigit((unsigned char)w[0])) return strtoll(w, NULL, 10);
+  for (unsigned c = 0; c < s->l->n_constants; c++) {
+    const struct sm_constant_desc *cd = &s->l->constants[c];
+    if (strcmp(cd->name, w) != 0) continue;
+    if (cd->index == UINT32_MAX || !s->defined[c]) break;
+    const unsigned char *v = s->vals + (size_t)c * SM_FC_SLOT;
+    switch (cd->type) {
+    case 53:
+    case 49: return v[0];              /* bool, uchar */
+    case 45: return (signed char)v[0]; /* char */
+    case 37: {
+      int16_t x;
+      memcpy(&x, v, 2);
+      return x;
+    }
+    case 41: {
+      uint16_t x;
+      memcpy(&x, v, 2);
+      return x;
+    }
+    case 29: {
+      int32_t x;
+      memcpy(&x, v, 4);
+      return x;
+    }
+    case 33: {
+      uint32_t x;
+      memcpy(&x, v, 4);
+      return x;
+    }
+    case 81:
+    case 85: {
+      long long x;
+      memcpy(&x, v, 8);
+      return x;
+    }
+    default: break;
+    }
+    break;
+  }
+  s->bad = true;
+  return 0;
+}
+static long long fold_add(fold_state *s) {
+  long long v = fold_unary(s);
+  for (;;) {
+    if (fold_take(s, "+"))
+      v += fold_unary(s);
+    else if (fold_take(s, "-"))
+      v -= fold_unary(s);
+    else
+      return v;
+  }
+}
+static long long fold_cmp(fold_state *s) {
+  long long v = fold_add(s);
+  for (;;) {
+    if (fold_take(s, "=="))
+      v = v == fold_add(s);
+    else if (fold_take(s, "!="))
+      v = v != fold_add(s);
+    else if (fold_take(s, "<="))
+      v = v <= fold_add(s);
+    else if (fold_take(s, ">="))
+      v = v >= fold_add(s);
+    else if (fold_take(s, "<"))
+      v = v < fold_add(s);
+    else if (fold_take(s, ">"))
+      v = v > fold_add(s);
+    else
+      return v;
+  }
+}
+static long long fold_and(fold_state *s) {
+  long long v = fold_cmp(s);
+  while (fold_take(s, "&&")) {
+    long long r = fold_cmp(s); /* folded whole: a guard has no side effects */
+    v = v && r;
+  }
+  return v;
+}
+static long long fold_or(fold_state *s) {
+  long long v = fold_and(s);
+  while (fold_take(s, "||")) {
+    long long r = fold_and(s);
+    v = v || r;
+  }
+  return v;
+}
+
+/* Whether kernel k still uses constant c once the given values are folded:
+ * false only when every use is under a guard that folds to false. */
+static bool constant_still_used(const sm_library *l, const struct sm_kernel_desc *k, unsigned c,
+                                const unsigned char *vals, const unsigned char *defined) {
+  unsigned ki = (unsigned)(k - l->kernels);
+  const char *g = l->cl.fc_guards ? l->cl.fc_guards[ki] : NULL;
+  for (uint32_t j = 0; g && j < l->cl.fc_guard_count[ki]; j++, g += strlen(g) + 3) {
+    char *end;
+    unsigned long gc = strtoul(g, &end, 10);
+    if (gc != c) continue;
+    fold_state s = {end, l, vals, defined, false};
+    long long v = fold_or(&s);
+    while (*s.p == ' ') s.p++;
+    return s.bad || *s.p || v != 0;
+  }
+  return true;
+}
+
 /* Specializes a kernel: values are looked up by index, then by name; values
  * that match no constant are ignored; a required constant the kernel uses
- * must have a value of its type. */
+ * must have a value of its type, unless every use of it is under an
+ * `if` whose constant condition the given values make false (Metal
+ * specializes by folding the constants; the dead use goes with it). A
+ * used one without a value is an error under MTL_DEBUG_LAYER=1 and, as on
+ * a Mac without the validation layer, 0 (counted, warned once) otherwise. */
 static id library_new_function_constants(id self, SEL cmd, id name, id values, id *error) {
   sm_library *l = (sm_library *)self;
   const char *n = sm__string_utf8(name);
@@ -387,8 +542,6 @@ static id library_new_function_constants(id self, SEL cmd, id name, id values, i
   for (unsigned c = 0; c < l->n_constants; c++) {
     const struct sm_constant_desc *cd = &l->constants[c];
     if (cd->index == UINT32_MAX) continue;
-    bool used = false;
-    for (uint32_t u = 0; u < k->fc_used_count; u++) used = used || k->fc_used[u] == c;
     const fc_entry *e = find_value(v, cd);
     if (e && e->type != cd->type) {
       set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
@@ -398,18 +551,36 @@ static id library_new_function_constants(id self, SEL cmd, id name, id values, i
                                  (unsigned long)e->type));
       goto fail;
     }
-    if (!e && used && !cd->optional) {
-      set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
-                                 "%s: function constant '%s' (index %u) is required by function "
-                                 "'%s' and has no value (give one by index or name, or test "
-                                 "it with is_function_constant_defined)",
-                                 sel_getName(cmd), cd->name, cd->index, n));
-      goto fail;
-    }
     if (e) {
       memcpy(vals + (size_t)c * SM_FC_SLOT, e->value, SM_FC_SLOT);
       defined[c] = 1;
     }
+  }
+  for (unsigned c = 0; c < l->n_constants; c++) {
+    const struct sm_constant_desc *cd = &l->constants[c];
+    if (cd->index == UINT32_MAX || defined[c] || cd->optional) continue;
+    bool used = false;
+    for (uint32_t u = 0; u < k->fc_used_count; u++) used = used || k->fc_used[u] == c;
+    if (!used || !constant_still_used(l, k, c, vals, defined)) continue;
+    if (!sm__debug_layer()) {
+      /* Apple documents that required constants need values, but a Mac
+       * without the validation layer specializes without one (ggml's
+       * kernel_bin_fuse for ACC gives no FC_bin_cb, which it reads): the
+       * constant reads as 0 (false), counted and warned about once. */
+      char what[300];
+      snprintf(what, sizeof what,
+               "%s: function constant '%s' (index %u) is required by function '%s' and "
+               "has no value; it reads as 0",
+               sel_getName(cmd), cd->name, cd->index, n);
+      sm__lenient(SM_LENIENT_FC_VALUE, what);
+      continue;
+    }
+    set_error(error, sm__error(LIB_ERROR_DOMAIN, LIB_ERROR_COMPILE_FAILURE,
+                               "%s: function constant '%s' (index %u) is required by function "
+                               "'%s' and has no value (give one by index or name, or test "
+                               "it with is_function_constant_defined)",
+                               sel_getName(cmd), cd->name, cd->index, n));
+    goto fail;
   }
   sm_function *f = new_function(l, k);
   if (!f) goto fail;
