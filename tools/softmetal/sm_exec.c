@@ -894,14 +894,15 @@ static void job_fail(job *j, const char *msg) {
 
 /* Tracked code (sm_dispatch.touched): this thread's record of the current
  * dispatch, its ranges by descending start. */
-static _Thread_local struct sm_touched *t_touched;
-static _Thread_local unsigned t_ntouched;
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct sm_touched *t_touched;
+static __attribute__((tls_model("initial-exec"))) _Thread_local unsigned t_ntouched;
 
 void sm__touch(unsigned long address, unsigned long n, int write) {
   uintptr_t a = address, z;
   if (__builtin_add_overflow(a, n, &z)) z = UINTPTR_MAX;
-  for (unsigned i = 0; i < t_ntouched; i++) {
-    struct sm_touched *t = &t_touched[i];
+  struct sm_touched *all = t_touched;
+  for (unsigned i = 0, count = t_ntouched; i < count; i++) {
+    struct sm_touched *t = &all[i];
     if (a < t->start || a >= t->end) continue;
     if (write) {
       if (a < t->wlo) t->wlo = a;
