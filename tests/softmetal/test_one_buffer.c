@@ -30,13 +30,18 @@ static const char *const KERNELS =
     "                device float *dst [[buffer(1)]], uint i [[thread_position_in_grid]]) {\n"
     "  dst[i] = a[i] + b[i];\n"
     "}\n"
+    "kernel void scale_below(device const float *src [[buffer(0)]],\n"
+    "                        device float *dst [[buffer(1)]], constant float &k [[buffer(2)]],\n"
+    "                        uint i [[thread_position_in_grid]]) {\n"
+    "  dst[i] = src[int(i) - 64] * k;\n"
+    "}\n"
     "kernel void scale_rw(device float *src [[buffer(0)]], device float *dst [[buffer(1)]],\n"
     "                     constant float &k [[buffer(2)]],\n"
     "                     uint i [[thread_position_in_grid]]) {\n"
     "  dst[i] = src[i] * k;\n"
     "}\n";
 
-static id dev, queue, lib, pso, pso_rw, pso_add, buf;
+static id dev, queue, lib, pso, pso_rw, pso_add, pso_neg, buf;
 static float *mem;
 static void *pool;
 
@@ -57,6 +62,11 @@ static void setup(void) {
   pso_rw =
       SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
   cr_assert_not_null(pso_rw, "%s", sm_error_text(error));
+  sm_release(fn);
+  fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("scale_below"));
+  pso_neg =
+      SEND(id, (id, SEL, id, id *), dev, "newComputePipelineStateWithFunction:error:", fn, &error);
+  cr_assert_not_null(pso_neg, "%s", sm_error_text(error));
   sm_release(fn);
   fn = SEND(id, (id, SEL, id), lib, "newFunctionWithName:", sm_str("add"));
   pso_add =
@@ -80,6 +90,7 @@ static void teardown(void) {
   sm_release(pso);
   sm_release(pso_rw);
   sm_release(pso_add);
+  sm_release(pso_neg);
   sm_release(lib);
   objc_autoreleasePoolPop(pool);
   sm_release(queue);
@@ -236,6 +247,22 @@ Test(one_buffer, overlapping_ranges_at_different_offsets_need_a_barrier) {
   view_op(enc, pso, 2 * TENSOR + 4, 5 * TENSOR, N, 1.0f); /* reads [2052, 3076) */
   cr_assert_eq(run(cb, enc), Completed, "%s", error_of(cb));
   for (int i = 0; i < N - 1; i++) cr_assert_eq(at(5, i), 2.0f * (float)(i + 1));
+}
+
+/* A kernel may index below its binding's offset (src[-64]) within the buffer. */
+Test(one_buffer, bytes_below_a_binding_offset_count) {
+  id cb = SEND0(id, queue, "commandBuffer");
+  id enc = concurrent(cb);
+  view_op(enc, pso, 0, 0, N / 4, 2.0f);                   /* writes [0, 256) */
+  view_op(enc, pso_neg, TENSOR, 2 * TENSOR, N, 1.0f);     /* reads [768, 1792) */
+  view_op(enc, pso_neg, TENSOR / 2, 3 * TENSOR, N, 1.0f); /* reads [256, 1280) */
+  cr_assert_eq(run(cb, enc), Completed, "%s", error_of(cb));
+  cb = SEND0(id, queue, "commandBuffer");
+  enc = concurrent(cb);
+  view_op(enc, pso, 0, 0, N / 4, 2.0f);                   /* writes [0, 256) */
+  view_op(enc, pso_neg, TENSOR / 4, 2 * TENSOR, N, 1.0f); /* reads [0, 1024) */
+  cr_assert_eq(run(cb, enc), Error);
+  cr_assert(strstr(error_of(cb), "they overlap at [0, 256)"), "%s", error_of(cb));
 }
 
 Test(one_buffer, reads_that_overlap_need_no_barrier) {

@@ -608,6 +608,14 @@ static bool run_dispatch(sm_hz_run *hz, const command *c, char *err, size_t errl
                                         0};
       d.ntouched++;
     }
+    /* a buffer's lowest range starts at its first byte: bytes a kernel
+     * reaches below its offset count too */
+    for (unsigned i = 0; i < d.ntouched; i++) {
+      bool lowest = true;
+      for (unsigned o = i + 1; o < d.ntouched && lowest; o++)
+        lowest = touched[o].owner != touched[i].owner;
+      if (lowest) touched[i].start = (uintptr_t)((const sm_buffer *)touched[i].owner)->gpu;
+    }
     d.touched = touched;
   }
   if (r->indirect) { /* MTLDispatchThreadgroupsIndirectArguments: uint32_t[3] */
