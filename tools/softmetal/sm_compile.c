@@ -78,6 +78,57 @@ static const char *const CXX_FLAGS[] = {
 };
 enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
 
+/* A function's tracked code (concurrent compute passes, sm_hazard.c): every
+ * load, store, atomic and memory intrinsic calls __sm_touch_* with its
+ * address, through the address sanitizer's instrumentation with its own
+ * callback prefix and nothing else of it (no shadow checks, no runtime, no
+ * constructor). TOUCH_CALLBACKS, appended to the unit, defines them. */
+static const char *const TOUCH_FLAGS[] = {
+    "-fsanitize=address",
+    "-fsanitize-address-use-after-return=never",
+    "-fno-sanitize-address-use-after-scope",
+    "-mllvm",
+    "-asan-instrumentation-with-call-threshold=0",
+    "-mllvm",
+    "-asan-memory-access-callback-prefix=__sm_touch_",
+    "-mllvm",
+    "-asan-stack=0",
+    "-mllvm",
+    "-asan-globals=0",
+    "-mllvm",
+    "-asan-constructor-kind=none",
+};
+enum { N_TOUCH_FLAGS = sizeof TOUCH_FLAGS / sizeof TOUCH_FLAGS[0] };
+static const char TOUCH_CALLBACKS[] =
+    "\n#define SM_TOUCH_FN extern \"C\" __attribute__((no_sanitize(\"address\"), "
+    "visibility(\"default\")))\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) void (*softmetal_touch)(unsigned "
+    "long, unsigned long, int);\n"
+    "void (*softmetal_touch)(unsigned long, unsigned long, int);\n"
+    "#define SM_TOUCH_SIZE(n) \\\n"
+    "  SM_TOUCH_FN void __sm_touch_load##n(unsigned long a) { softmetal_touch(a, n, 0); } \\\n"
+    "  SM_TOUCH_FN void __sm_touch_store##n(unsigned long a) { softmetal_touch(a, n, 1); }\n"
+    "SM_TOUCH_SIZE(1) SM_TOUCH_SIZE(2) SM_TOUCH_SIZE(4) SM_TOUCH_SIZE(8) SM_TOUCH_SIZE(16)\n"
+    "SM_TOUCH_FN void __sm_touch_loadN(unsigned long a, unsigned long n) { softmetal_touch(a, n, "
+    "0); "
+    "}\n"
+    "SM_TOUCH_FN void __sm_touch_storeN(unsigned long a, unsigned long n) { softmetal_touch(a, n, "
+    "1); }\n"
+    "SM_TOUCH_FN void *__sm_touch_memcpy(void *d, const void *s, unsigned long n) {\n"
+    "  softmetal_touch((unsigned long)s, n, 0);\n"
+    "  softmetal_touch((unsigned long)d, n, 1);\n"
+    "  return __builtin_memcpy(d, s, n);\n"
+    "}\n"
+    "SM_TOUCH_FN void *__sm_touch_memmove(void *d, const void *s, unsigned long n) {\n"
+    "  softmetal_touch((unsigned long)s, n, 0);\n"
+    "  softmetal_touch((unsigned long)d, n, 1);\n"
+    "  return __builtin_memmove(d, s, n);\n"
+    "}\n"
+    "SM_TOUCH_FN void *__sm_touch_memset(void *d, int c, unsigned long n) {\n"
+    "  softmetal_touch((unsigned long)d, n, 1);\n"
+    "  return __builtin_memset(d, c, n);\n"
+    "}\n";
+
 /* MTLMathMode (NSInteger) and the flags that give the CPU compile the same
  * licence as Metal's: Safe compiles as IEEE; Relaxed allows unsafe
  * optimisations but keeps infinities and NaNs; Fast (Metal's default, also
@@ -107,7 +158,7 @@ static const char *const MATH_MODE_NAMES[] = {"Safe", "Relaxed", "Fast"};
  * address-space words left as words; its precompiled form the same way. */
 static const char FRONTEND_FLAG[] = "-DSM_FRONTEND=1";
 
-enum { MAX_ARGS = N_CXX_FLAGS + MAX_MATH_FLAGS + 24 };
+enum { MAX_ARGS = N_CXX_FLAGS + MAX_MATH_FLAGS + N_TOUCH_FLAGS + 24 };
 /* MTLMathFloatingPointFunctions: whether unqualified exp, log... are the fast
  * ones (metal_stdlib reads SM_FAST_FUNCTIONS). */
 static const char *functions_flag(bool fast_functions) {
@@ -1003,10 +1054,11 @@ bool sm__compile_library(const char *source, int math_mode, bool fast_functions,
 static const char KEY_TRAILER[] = "\nsoftmetal-key ";
 enum { TRAILER_LEN = sizeof KEY_TRAILER - 1 + 64 + 1 };
 
-void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *key, char **path) {
+void sm__function_key(const sm_compiled_library *l, unsigned index, bool tracked, sm_digest *key,
+                      char **path) {
   sm_sha256 s;
   sm__sha256_init(&s);
-  key_str(&s, "softmetal function");
+  key_str(&s, tracked ? "softmetal function tracked" : "softmetal function");
   key_digest(&s, &l->key);
   uint32_t i = index;
   sm__sha256_update(&s, &i, sizeof i);
@@ -1276,10 +1328,11 @@ static void *load_function(const char *path) {
   return dlopen(path, RTLD_NOW | RTLD_LOCAL);
 }
 
-void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag) {
+void *sm__compile_function(const sm_compiled_library *l, unsigned index, bool tracked,
+                           char **diag) {
   sm_digest key;
   char *path = NULL;
-  sm__function_key(l, index, &key, &path);
+  sm__function_key(l, index, tracked, &key, &path);
   if (!path) {
     *diag = strdup("out of memory");
     return NULL;
@@ -1311,6 +1364,15 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   snprintf(so, sizeof so, "%s/k.so", work);
   snprintf(log, sizeof log, "%s/log", work);
   unit = select_kernel(l->tu, index);
+  if (unit && tracked) {
+    size_t n = strlen(unit);
+    char *grown = realloc(unit, n + sizeof TOUCH_CALLBACKS);
+    if (grown)
+      memcpy(grown + n, TOUCH_CALLBACKS, sizeof TOUCH_CALLBACKS);
+    else
+      free(unit);
+    unit = grown;
+  }
   if (!unit || !write_file(tu, unit, strlen(unit))) {
     *diag = strdup("cannot write the function's translation unit into the kernel cache");
     goto out;
@@ -1319,6 +1381,7 @@ void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **
   int a = 0;
   argv[a++] = st.cxx;
   put_flags(argv, &a, &st);
+  for (int i = 0; tracked && i < N_TOUCH_FLAGS; i++) argv[a++] = TOUCH_FLAGS[i];
   put_pch(argv, &a, &st);
   argv[a++] = "-c";
   argv[a++] = "-x";

@@ -64,11 +64,15 @@ bool sm__compile_library(const char *source, int math_mode, bool fast_functions,
                          bool *internal);
 void sm__compiled_library_free(sm_compiled_library *l);
 
-/* The key and cache path of kernel `index`'s code (nothing is compiled). */
-void sm__function_key(const sm_compiled_library *l, unsigned index, sm_digest *key, char **path);
+/* The key and cache path of kernel `index`'s code (nothing is compiled);
+ * tracked: the code that reports every memory access (softmetal_touch). */
+void sm__function_key(const sm_compiled_library *l, unsigned index, bool tracked, sm_digest *key,
+                      char **path);
 /* Generates kernel `index`'s code (or takes it from the cache or an
- * archive) and dlopens it; NULL with *diag on failure. */
-void *sm__compile_function(const sm_compiled_library *l, unsigned index, char **diag);
+ * archive) and dlopens it; NULL with *diag on failure. Tracked code calls
+ * its exported function pointer softmetal_touch(address, bytes, write) at
+ * every memory access, which the caller sets. */
+void *sm__compile_function(const sm_compiled_library *l, unsigned index, bool tracked, char **diag);
 
 /* Running the compiler and the linker (sm_spawn.c). */
 /* Starts the compiler server (sm_ccserver.c) for cxx (exe: its resolved

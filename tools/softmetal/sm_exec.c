@@ -895,6 +895,29 @@ static void job_fail(job *j, const char *msg) {
   atomic_store(&j->stop, true);
 }
 
+/* Tracked code (sm_dispatch.touched): this thread's record of the current
+ * dispatch, its ranges by descending start. */
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct sm_touched *t_touched;
+static __attribute__((tls_model("initial-exec"))) _Thread_local unsigned t_ntouched;
+
+void sm__touch(unsigned long address, unsigned long n, int write) {
+  uintptr_t a = address, z;
+  if (__builtin_add_overflow(a, n, &z)) z = UINTPTR_MAX;
+  struct sm_touched *all = t_touched;
+  for (unsigned i = 0, count = t_ntouched; i < count; i++) {
+    struct sm_touched *t = &all[i];
+    if (a < t->start || a >= t->end) continue;
+    if (write) {
+      if (a < t->wlo) t->wlo = a;
+      if (z > t->whi) t->whi = z;
+    } else {
+      if (a < t->rlo) t->rlo = a;
+      if (z > t->rhi) t->rhi = z;
+    }
+    return;
+  }
+}
+
 /* One participant's share: its own threadgroup memory, SIMD slots, fibers
  * and fault record; threadgroups until none is left or one failed. */
 static void job_work(job *j) {
@@ -904,6 +927,17 @@ static void job_work(job *j) {
   memset(&r, 0, sizeof r);
   r.d = d;
   r.k = d->pipeline->desc;
+  struct sm_kernel_desc tracked_desc;
+  struct sm_touched mine[SM_MAX_BINDINGS];
+  if (d->touched) {
+    tracked_desc = *r.k;
+    tracked_desc.fn = d->pipeline->tracked_fn;
+    tracked_desc.group_fn = d->pipeline->tracked_group_fn;
+    r.k = &tracked_desc;
+    memcpy(mine, d->touched, d->ntouched * sizeof *mine);
+    t_touched = mine;
+    t_ntouched = d->ntouched;
+  }
   r.seeded = j->seeded;
   r.ucontext = j->ucontext;
   r.seed = j->seed;
@@ -966,6 +1000,19 @@ static void job_work(job *j) {
       else
         ok = run_group_guarded(&r, g, sz, err, sizeof err);
     }
+  }
+  if (d->touched) {
+    t_touched = NULL;
+    t_ntouched = 0;
+    pthread_mutex_lock(&j->mu);
+    for (unsigned i = 0; i < d->ntouched; i++) {
+      struct sm_touched *all = &d->touched[i];
+      if (mine[i].rlo < all->rlo) all->rlo = mine[i].rlo;
+      if (mine[i].rhi > all->rhi) all->rhi = mine[i].rhi;
+      if (mine[i].wlo < all->wlo) all->wlo = mine[i].wlo;
+      if (mine[i].whi > all->whi) all->whi = mine[i].whi;
+    }
+    pthread_mutex_unlock(&j->mu);
   }
   if (!ok) job_fail(j, err);
   /* A kernel that reached a SIMD-group function wrote its slot. */

@@ -2,7 +2,8 @@
 /* softmetal's hazard checks: Metal's validation of how passes use buffers,
  * not Metal's behaviour (see tools/softmetal/README.md, Strictness).
  * Untracked buffers between passes (the hazard graph, checked at commit) and
- * dispatches of a concurrent compute pass. */
+ * dispatches of a concurrent compute pass (checked as they run, by the byte
+ * ranges each dispatch actually touched). */
 #include "sm_metal.h"
 
 #include <stdio.h>
@@ -347,46 +348,100 @@ void sm__hazard_observed(sm_cmdbuf *cb) {
 }
 
 /* ------------------------------------------------------------- concurrent passes */
-/* In a concurrent pass, a dispatch that uses what an earlier dispatch since
- * the last barrier wrote (or writes what it read) races with it. The unit is
- * a binding: a buffer and the offset it is bound at. softmetal knows where a
- * binding starts, not how far the kernel reads or writes from there (any
- * two ranges that run to the buffer's end overlap), so one buffer bound at
- * two offsets is taken as two objects (as a program that keeps many tensors
- * in one MTLBuffer and places its barriers by byte range uses it), and
- * bound at one offset as one object. Metal reports none of these races; a
- * refusal where the program's ranges are disjoint would break it. */
-bool sm__hazard_concurrent(sm_encoder *e, const char *sel, const dispatch_rec *r, char *err,
-                           size_t len) {
-  const struct sm_kernel_desc *k = r->pipeline->desc;
-  unsigned no = ++e->ndispatch;
-  for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
-    sm_buffer *b = r->buffers[i];
-    if (!(k->buffer_mask >> i & 1u) || !b) continue;
-    bool write = k->written_mask >> i & 1u;
-    for (size_t j = 0; j < e->nsince; j++) {
-      struct since_barrier *s = &e->since[j];
-      if (s->buf != b || s->off != r->offsets[i] || s->dispatch == no || !(s->write || write))
-        continue;
-      char name[96], at[48] = "";
-      buffer_name(b, name, sizeof name);
-      if (r->offsets[i]) snprintf(at, sizeof at, " (offset %lu)", r->offsets[i]);
-      snprintf(err, len,
-               "concurrent dispatch hazard: in a computeCommandEncoderWithDispatchType: "
-               "(MTLDispatchTypeConcurrent) pass, %s dispatch %u (kernel %s) %s buffer %s%s "
-               "at [[buffer(%u)]], which dispatch %u (kernel %s) %s, with no "
-               "memoryBarrierWithScope: (MTLBarrierScopeBuffers) or "
-               "memoryBarrierWithResources:count: between them; concurrent dispatches are "
-               "not ordered, tracked buffers or not",
-               sel, no, k->name, write ? "writes" : "reads", name, at, i, s->dispatch, s->kernel,
-               s->write ? "writes" : "reads");
-      return false;
+/* In a concurrent pass, a dispatch that touches bytes an earlier dispatch
+ * since the last barrier wrote (or writes bytes it read) races with it.
+ * The bytes are those each dispatch actually touched: a dispatch of a
+ * concurrent pass runs its kernel's tracked code, which reports every
+ * memory access (sm_exec.c records, per binding, the lowest and highest
+ * address read and written from the binding's offset up to the next
+ * binding's offset in the same buffer). So one buffer holding many tensors
+ * at disjoint ranges (ggml) never conflicts, and bindings at different
+ * offsets whose bytes overlap do. Metal reports none of these races. */
+struct hz_touch {
+  const void *buf;
+  uintptr_t lo, hi; /* byte offsets in buf */
+  bool write;
+  unsigned dispatch;
+  const char *kernel;
+};
+
+static const struct hz_touch *touch_conflict(const sm_hz_run *s, const struct hz_touch *t) {
+  for (size_t i = 0; i < s->n; i++) {
+    const struct hz_touch *o = &s->t[i];
+    if (o->buf == t->buf && (o->write || t->write) && o->lo < t->hi && t->lo < o->hi) return o;
+  }
+  return NULL;
+}
+
+static void touch_push(sm_hz_run *s, struct hz_touch t) {
+  if (s->n == s->cap) {
+    if (!sm__grow(&s->t, &s->cap, sizeof *s->t, 8)) sm__fatal("hazard tracking: out of memory");
+  }
+  s->t[s->n++] = t;
+}
+
+bool sm__hazard_dispatched(sm_hz_run *s, const command *c, const struct sm_touched *t, unsigned n,
+                           char *err, size_t len) {
+  const dispatch_rec *r = c->dispatch;
+  if (s->pass != c->pass) {
+    s->pass = c->pass;
+    s->n = 0;
+  }
+  size_t before = s->n; /* its own ranges never conflict with each other */
+  for (unsigned i = 0; i < n; i++) {
+    const sm_buffer *b = t[i].owner;
+    uintptr_t base = (uintptr_t)b->gpu;
+    struct hz_touch mine[2] = {
+        {b, t[i].wlo - base, t[i].whi - base, true, r->number, r->pipeline->desc->name},
+        {b, t[i].rlo - base, t[i].rhi - base, false, r->number, r->pipeline->desc->name}};
+    bool touched[2] = {t[i].wlo < t[i].whi, t[i].rlo < t[i].rhi};
+    for (int k = 0; k < 2; k++) {
+      if (!touched[k]) continue;
+      sm_hz_run earlier = {s->pass, s->t, before, before};
+      const struct hz_touch *o = touch_conflict(&earlier, &mine[k]);
+      if (o) {
+        char name[96];
+        buffer_name(b, name, sizeof name);
+        snprintf(err, len,
+                 "concurrent dispatch hazard: in a computeCommandEncoderWithDispatchType: "
+                 "(MTLDispatchTypeConcurrent) pass, %s dispatch %u (kernel %s) %s buffer %s at "
+                 "bytes [%lu, %lu), which dispatch %u (kernel %s) %s at bytes [%lu, %lu): they "
+                 "overlap at [%lu, %lu), with no memoryBarrierWithScope: (MTLBarrierScopeBuffers) "
+                 "or memoryBarrierWithResources:count: between them; concurrent dispatches are "
+                 "not ordered, tracked buffers or not",
+                 c->op_sel, r->number, mine[k].kernel, mine[k].write ? "writes" : "reads", name,
+                 (unsigned long)mine[k].lo, (unsigned long)mine[k].hi, o->dispatch, o->kernel,
+                 o->write ? "writes" : "reads", (unsigned long)o->lo, (unsigned long)o->hi,
+                 (unsigned long)(o->lo > mine[k].lo ? o->lo : mine[k].lo),
+                 (unsigned long)(o->hi < mine[k].hi ? o->hi : mine[k].hi));
+        return false;
+      }
+      touch_push(s, mine[k]);
     }
-    if (e->nsince == e->since_cap) {
-      if (!sm__grow(&e->since, &e->since_cap, sizeof *e->since, 8))
-        sm__fatal("%s: out of memory", sel);
-    }
-    e->since[e->nsince++] = (struct since_barrier){b, r->offsets[i], write, no, k->name};
   }
   return true;
+}
+
+void sm__hazard_barrier(sm_hz_run *s, const command *c) {
+  if (s->pass != c->pass) {
+    s->pass = c->pass;
+    s->n = 0;
+  }
+  if (!c->barrier) {
+    s->n = 0;
+    return;
+  }
+  size_t keep = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    bool named = false;
+    for (size_t k = 0; k < c->nbarrier && !named; k++) named = s->t[i].buf == c->barrier[k];
+    if (!named) s->t[keep++] = s->t[i];
+  }
+  s->n = keep;
+}
+
+void sm__hazard_run_free(sm_hz_run *s) {
+  free(s->t);
+  s->t = NULL;
+  s->n = s->cap = 0;
 }

@@ -401,8 +401,16 @@ typedef struct {
   NSUInteger max_threads;
   NSUInteger static_tg; /* staticThreadgroupMemoryLength: threadgroup variables of bodies */
   bool logging;         /* its library's MTLCompileOptions.enableLogging: os_log prints */
+  /* Its tracked code (sm__pipeline_tracked), set once before tracked_ready. */
+  sm_kernel_fn tracked_fn, tracked_group_fn;
+  atomic_bool tracked_ready;
 } sm_pipeline;
 extern sm_class sm__pipeline_class;
+/* Makes p's tracked code (every memory access reported to sm__touch) on
+ * first need; false with *diag (malloc'd) when it cannot be generated. */
+bool sm__pipeline_tracked(sm_pipeline *p, char **diag);
+/* The tracked code's hook: a kernel accessed bytes [address, address + n). */
+void sm__touch(unsigned long address, unsigned long n, int write);
 
 /* A recorded compute dispatch; bindings resolved at execution. */
 typedef struct {
@@ -414,7 +422,20 @@ typedef struct {
   MTLSize grid;   /* threads per grid */
   MTLSize tg;     /* threads per threadgroup */
   MTLSize groups; /* threadgroups per grid */
+  /* Runs the pipeline's tracked code and records, per range (touched[],
+   * by descending start), the lowest and highest addresses read and
+   * written: NULL when not tracked. */
+  struct sm_touched *touched;
+  unsigned ntouched;
 } sm_dispatch;
+/* A range of a buffer from a binding's address up to the next binding's
+ * address in the same buffer (or the buffer's end), and the bytes a
+ * dispatch touched in it: [lo, hi) as addresses, lo > hi when none. */
+struct sm_touched {
+  uintptr_t start, end;
+  const void *owner; /* the buffer */
+  uintptr_t rlo, rhi, wlo, whi;
+};
 
 /* Threadgroup variables declared in function bodies (sm_thread.tg_var): an
  * arena per running threadgroup; begin() at each threadgroup start. */

@@ -491,6 +491,7 @@ static void command_free(sm_cmdbuf *cb, command *c) {
   release_ref(cb, c->dst);
   sm__release((id)c->event);
   sm__release((id)c->fence);
+  free(c->barrier);
   if (c->dispatch) {
     dispatch_rec *d = c->dispatch;
     sm__release((id)d->pipeline);
@@ -572,7 +573,8 @@ static bool range_ok(NSUInteger off, NSUInteger size, NSUInteger length) {
 }
 
 static bool size_mul(MTLSize a, MTLSize b, MTLSize *out);
-static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
+static bool run_dispatch(sm_hz_run *hz, const command *c, char *err, size_t errlen) {
+  dispatch_rec *r = c->dispatch;
   sm_dispatch d;
   memset(&d, 0, sizeof d);
   d.pipeline = r->pipeline;
@@ -587,6 +589,35 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
   d.grid = r->grid;
   d.tg = r->tg;
   d.groups = r->groups;
+  struct sm_touched touched[SM_MAX_BINDINGS];
+  if (r->concurrent) { /* the bindings' ranges by descending start */
+    const struct sm_kernel_desc *k = r->pipeline->desc;
+    for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
+      if (!r->buffers[i] || !(k->buffer_mask >> i & 1u)) continue;
+      uintptr_t start = (uintptr_t)d.buffers[i];
+      unsigned at = 0;
+      while (at < d.ntouched && touched[at].start > start) at++;
+      if (at < d.ntouched && touched[at].start == start) continue;
+      memmove(&touched[at + 1], &touched[at], (d.ntouched - at) * sizeof *touched);
+      touched[at] = (struct sm_touched){start,
+                                        (uintptr_t)(r->buffers[i]->gpu + r->buffers[i]->length),
+                                        r->buffers[i],
+                                        UINTPTR_MAX,
+                                        0,
+                                        UINTPTR_MAX,
+                                        0};
+      d.ntouched++;
+    }
+    /* a buffer's lowest range starts at its first byte: bytes a kernel
+     * reaches below its offset count too */
+    for (unsigned i = 0; i < d.ntouched; i++) {
+      bool lowest = true;
+      for (unsigned o = i + 1; o < d.ntouched && lowest; o++)
+        lowest = touched[o].owner != touched[i].owner;
+      if (lowest) touched[i].start = (uintptr_t)((const sm_buffer *)touched[i].owner)->gpu;
+    }
+    d.touched = touched;
+  }
   if (r->indirect) { /* MTLDispatchThreadgroupsIndirectArguments: uint32_t[3] */
     uint32_t g[3];
     memcpy(g, r->indirect->gpu + r->indirect_off, sizeof g);
@@ -602,17 +633,19 @@ static bool run_dispatch(dispatch_rec *r, char *err, size_t errlen) {
       return false;
     }
   }
-  return sm__run_dispatch(&d, err, errlen);
+  if (!sm__run_dispatch(&d, err, errlen)) return false;
+  return !r->concurrent || sm__hazard_dispatched(hz, c, touched, d.ntouched, err, errlen);
 }
 
-static bool run_command(command *c, char *err, size_t errlen) {
+static bool run_command(sm_hz_run *hz, command *c, char *err, size_t errlen) {
   switch (c->kind) {
   case CMD_COPY: memmove(c->dst->gpu + c->dst_off, c->src->gpu + c->src_off, c->size); return true;
   case CMD_FILL: memset(c->dst->gpu + c->dst_off, c->fill, c->size); return true;
   case CMD_SYNC: /* Managed: the host copy takes the GPU's */
     memcpy(c->dst->mem, c->dst->gpu, c->dst->length);
     return true;
-  case CMD_DISPATCH: return run_dispatch(c->dispatch, err, errlen);
+  case CMD_DISPATCH: return run_dispatch(hz, c, err, errlen);
+  case CMD_BARRIER: sm__hazard_barrier(hz, c); return true;
   case CMD_SIGNAL: event_set(c->event, c->value); return true;
   case CMD_WAIT: event_wait(c->event, c->value); return true;
   case CMD_UPDATE_FENCE:
@@ -631,7 +664,9 @@ static void cmdbuf_execute(sm_cmdbuf *cb) {
     snprintf(err, sizeof err, "%s", cb->encode_error);
     ok = false;
   }
-  for (size_t i = 0; ok && i < cb->ncmds; i++) ok = run_command(&cb->cmds[i], err, sizeof err);
+  sm_hz_run hz = {-1, NULL, 0, 0};
+  for (size_t i = 0; ok && i < cb->ncmds; i++) ok = run_command(&hz, &cb->cmds[i], err, sizeof err);
+  sm__hazard_run_free(&hz);
   if (!ok) {
     /* Signals after a failure still happen, so waiters on other queues go on. */
     for (size_t i = 0; i < cb->ncmds; i++)
@@ -1099,7 +1134,6 @@ static void cb_wait_event(id self, SEL cmd, id event, uint64_t value) {
 
 static void encoder_destroy(sm_obj *o) {
   sm_encoder *e = (sm_encoder *)o;
-  free(e->since);
   if (!e->ended) sm__fatal("-[%s dealloc]: encoder released without endEncoding", o->cls->name);
   for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
     free(e->bytes[i]);
@@ -1490,9 +1524,17 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   r->groups = groups;
   command *c = enc_cmd(self, cmd, CMD_DISPATCH);
   c->dispatch = r;
-  char err[1024];
-  if (e->concurrent && !sm__hazard_concurrent(e, sel, r, err, sizeof err))
-    encode_fail(cb, "%s", err);
+  if (e->concurrent) { /* its accesses are recorded as it runs */
+    r->concurrent = true;
+    r->number = ++e->ndispatch;
+    char *diag = NULL;
+    if (!sm__pipeline_tracked(p, &diag)) {
+      encode_fail(cb, "%s: cannot generate the tracked code of kernel %s: %s", sel, k->name,
+                  diag ? diag : "?");
+      r->concurrent = false;
+    }
+    free(diag);
+  }
 }
 
 void sm__encoder_dispatch_indirect(id self, SEL cmd, id buffer, NSUInteger offset, MTLSize tg) {
@@ -1549,7 +1591,8 @@ static NSUInteger comp_dispatch_type(id self, SEL cmd) {
 
 static void comp_barrier_scope(id self, SEL cmd, NSUInteger scope) {
   enc_open(self, cmd);
-  if (scope & BARRIER_SCOPE_BUFFERS) ((sm_encoder *)self)->nsince = 0;
+  if ((scope & BARRIER_SCOPE_BUFFERS) && ((sm_encoder *)self)->concurrent)
+    enc_cmd(self, cmd, CMD_BARRIER);
 }
 
 static void comp_barrier_resources(id self, SEL cmd, const id *resources, NSUInteger count) {
@@ -1558,14 +1601,22 @@ static void comp_barrier_resources(id self, SEL cmd, const id *resources, NSUInt
   if (count && !resources)
     sm__fatal("-[SMComputeCommandEncoder %s]: resources = NULL with count = %lu", sel_getName(cmd),
               count);
+  sm_buffer **named = count ? calloc(count, sizeof *named) : NULL;
+  if (count && !named) sm__fatal("-[SMComputeCommandEncoder %s]: out of memory", sel_getName(cmd));
   for (NSUInteger i = 0; i < count; i++) {
-    sm_buffer *b = as_buffer(cb, sel_getName(cmd), "resources[i]", resources[i]);
-    if (!b) return;
-    size_t keep = 0;
-    for (size_t k = 0; k < e->nsince; k++)
-      if (e->since[k].buf != b) e->since[keep++] = e->since[k];
-    e->nsince = keep;
+    named[i] = as_buffer(cb, sel_getName(cmd), "resources[i]", resources[i]);
+    if (!named[i]) {
+      free(named);
+      return;
+    }
   }
+  if (!e->concurrent || !count) {
+    free(named);
+    return;
+  }
+  command *c = enc_cmd(self, cmd, CMD_BARRIER);
+  c->barrier = named;
+  c->nbarrier = count;
 }
 
 /* ------------------------------------------------------------- registration */

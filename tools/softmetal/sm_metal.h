@@ -73,7 +73,8 @@ enum {
   CMD_SIGNAL,
   CMD_WAIT,
   CMD_UPDATE_FENCE,
-  CMD_WAIT_FENCE
+  CMD_WAIT_FENCE,
+  CMD_BARRIER /* a memory barrier in a concurrent compute pass */
 };
 
 typedef struct {
@@ -90,6 +91,10 @@ typedef struct {
   sm_buffer *used[SM_MAX_USED];
   bool used_write[SM_MAX_USED];
   unsigned nused;
+  /* In a concurrent pass: runs tracked code, checked against the dispatches
+   * since the last barrier (sm_hazard.c); its number in the pass. */
+  bool concurrent;
+  unsigned number;
 } dispatch_rec;
 
 typedef struct {
@@ -101,6 +106,8 @@ typedef struct {
   uint64_t value;
   dispatch_rec *dispatch;
   sm_fence *fence;              /* retained */
+  sm_buffer **barrier;          /* CMD_BARRIER: the buffers it names (compared only), or NULL */
+  size_t nbarrier;              /* for all buffers (MTLBarrierScopeBuffers) */
   int pass;                     /* encoder number in its command buffer, -1 for its own commands */
   const char *enc_sel, *op_sel; /* the encoder's creating selector; the command's */
 } command;
@@ -179,15 +186,6 @@ typedef struct {
   const char *sel; /* the selector that made it */
   bool concurrent; /* MTLDispatchTypeConcurrent */
   unsigned ndispatch;
-  /* Concurrent passes: what the dispatches since the last barrier use. */
-  struct since_barrier {
-    sm_buffer *buf; /* compared only */
-    NSUInteger off; /* the bound offset: where the object the kernel gets starts */
-    bool write;
-    unsigned dispatch;
-    const char *kernel;
-  } *since;
-  size_t nsince, since_cap;
   /* Untracked buffers named by useResource:usage: (retained as bindings). */
   sm_buffer *used[SM_MAX_USED];
   bool used_write[SM_MAX_USED];
@@ -201,11 +199,21 @@ typedef struct {
 bool sm__hazard_commit(sm_cmdbuf *cb, char *err, size_t len);
 /* The host saw cb complete: its passes are ordered before all later commits. */
 void sm__hazard_observed(sm_cmdbuf *cb);
-/* In a concurrent pass, whether dispatch r (of selector sel) races with a
- * dispatch since the last barrier; false with the message in err. Records
- * its uses. */
-bool sm__hazard_concurrent(sm_encoder *e, const char *sel, const dispatch_rec *r, char *err,
-                           size_t len);
+/* Concurrent passes, checked as their commands run (one per executing
+ * command buffer; zeroed to start). */
+typedef struct {
+  int pass; /* the pass the records are of */
+  struct hz_touch *t;
+  size_t n, cap;
+} sm_hz_run;
+/* Dispatch command c of a concurrent pass ran and touched what t[0..n)
+ * says: whether it races with a dispatch since the last barrier (false with
+ * the message in err); records its ranges. */
+bool sm__hazard_dispatched(sm_hz_run *s, const command *c, const struct sm_touched *t, unsigned n,
+                           char *err, size_t len);
+/* Barrier command c ran: forgets what it orders. */
+void sm__hazard_barrier(sm_hz_run *s, const command *c);
+void sm__hazard_run_free(sm_hz_run *s);
 /* Their destructors drop what the hazard graph holds for them. */
 void sm__hazard_buffer_gone(sm_buffer *b);
 void sm__hazard_fence_gone(sm_fence *f);

@@ -40,6 +40,9 @@ typedef struct {
   unsigned long long (*tg_static_bytes)(unsigned kernel);
   sm_code code; /* the kernel cache's files of it (binary archives) */
   char *path;
+  /* Its tracked code (concurrent passes), made at first need. */
+  void *tracked_dl;
+  sm_kernel_fn tracked_fn, tracked_group_fn;
 } sm_fn_code;
 
 typedef struct {
@@ -152,6 +155,7 @@ static void library_destroy(sm_obj *o) {
   sm_library *l = (sm_library *)o;
   for (unsigned i = 0; l->code && i < l->n; i++) {
     if (l->code[i].dl) dlclose(l->code[i].dl);
+    if (l->code[i].tracked_dl) dlclose(l->code[i].tracked_dl);
     free(l->code[i].path);
   }
   free(l->code);
@@ -259,7 +263,7 @@ static const sm_fn_code *function_code(sm_library *l, unsigned i, char **diag) {
     pthread_mutex_unlock(&l->lock);
     return c;
   }
-  void *dl = sm__compile_function(&l->cl, i, diag);
+  void *dl = sm__compile_function(&l->cl, i, false, diag);
   if (!dl) {
     pthread_mutex_unlock(&l->lock);
     return NULL;
@@ -283,7 +287,7 @@ static const sm_fn_code *function_code(sm_library *l, unsigned i, char **diag) {
   memcpy(&c->constant_value, &value_fn, sizeof value_fn);
   memcpy(&c->tg_static_bytes, &tg_fn, sizeof tg_fn);
   sm_digest key;
-  sm__function_key(&l->cl, i, &key, &c->path);
+  sm__function_key(&l->cl, i, false, &key, &c->path);
   memcpy(c->code.key, key.d, 32);
   c->code.path = c->path;
   memcpy(c->code.library_key, l->cl.key.d, 32);
@@ -293,6 +297,43 @@ static const sm_fn_code *function_code(sm_library *l, unsigned i, char **diag) {
   c->dl = dl; /* last: the entry is complete */
   pthread_mutex_unlock(&l->lock);
   return c;
+}
+
+bool sm__pipeline_tracked(sm_pipeline *p, char **diag) {
+  if (atomic_load(&p->tracked_ready)) return true;
+  sm_function *f = (sm_function *)p->function;
+  sm_library *l = f->library;
+  unsigned i = (unsigned)(f->desc - l->kernels);
+  pthread_mutex_lock(&l->lock);
+  sm_fn_code *c = &l->code[i];
+  if (!c->tracked_dl) {
+    void *dl = sm__compile_function(&l->cl, i, true, diag);
+    const struct sm_kernel_desc *kernels = dl ? dlsym(dl, "softmetal_kernels") : NULL;
+    void *hook = dl ? dlsym(dl, "softmetal_touch") : NULL;
+    if (dl &&
+        (!kernels || !hook || strcmp(kernels[i].name, l->kernels[i].name) != 0 || !kernels[i].fn)) {
+      dlclose(dl);
+      dl = NULL;
+      sm_text b = {0};
+      sm__text_printf(&b, "the tracked code of function '%s' has no kernel table or no hook",
+                      l->kernels[i].name);
+      *diag = b.p;
+    }
+    if (!dl) {
+      pthread_mutex_unlock(&l->lock);
+      return false;
+    }
+    void (*touch)(unsigned long, unsigned long, int) = sm__touch;
+    memcpy(hook, &touch, sizeof touch);
+    c->tracked_fn = kernels[i].fn;
+    c->tracked_group_fn = kernels[i].group_fn;
+    c->tracked_dl = dl;
+  }
+  p->tracked_fn = c->tracked_fn;
+  p->tracked_group_fn = c->tracked_group_fn;
+  atomic_store(&p->tracked_ready, true);
+  pthread_mutex_unlock(&l->lock);
+  return true;
 }
 
 static const struct sm_kernel_desc *find_kernel(sm_library *l, const char *n) {
@@ -864,7 +905,7 @@ bool sm__function_code_key(id function, unsigned char key[32]) {
   if (!function || !sm__is(function, &function_class)) return false;
   sm_function *f = (sm_function *)function;
   sm_digest d;
-  sm__function_key(&f->library->cl, (unsigned)(f->desc - f->library->kernels), &d, NULL);
+  sm__function_key(&f->library->cl, (unsigned)(f->desc - f->library->kernels), false, &d, NULL);
   memcpy(key, d.d, 32);
   return true;
 }
