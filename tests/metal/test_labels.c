@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "softmetal_hooks.h"
 
 #include "objc/bridge.h"
 
@@ -117,6 +118,35 @@ Test(labels, stream_desc_labels_the_queue) {
     cr_assert_str_eq(text, "cmetal stream");
     cm_stream_release(plain);
     cm_stream_release(s);
+    cm_device_release(d);
+}
+
+/* cmetal's own command buffers and encoders say what they run ("cmetal:
+ * " and the function): read back as committed (softmetal keeps them). */
+Test(labels, command_buffers_and_encoders_name_what_they_run) {
+    cm_device *d = metal();
+    const int64_t n = 64;
+    const cm_tensor_desc desc = {.dtype = CM_FLOAT32, .ndim = 1, .shape = &n};
+    cm_tensor *a = NULL, *b = NULL;
+    CHECK(cm_tensor_create(d, &desc, &a));
+    CHECK(cm_tensor_create(d, &desc, &b));
+    CHECK(cm_device_synchronize(d));
+    const double one = 1.0;
+    CHECK(cm_fill(a, CM_FLOAT64, &one, NULL));
+    CHECK(cm_binary(CM_BINARY_ADD, a, a, b, NULL));
+    CHECK(cm_device_synchronize(d));
+    size_t (*labels)(char *, size_t);
+    void *sym = softmetal_hook("softmetal_last_commit_labels");
+    memcpy(&labels, &sym, sizeof labels);
+    char text[512];
+    const size_t len = labels(text, sizeof text);
+    cr_assert_lt(len, sizeof text);
+    /* The command buffer was opened by the fill; its passes are the fill's
+     * and the add's, in order. */
+    cr_assert_str_eq(text, "cmetal: cm_fill\ncmetal: cm_fill\ncmetal: cm_binary\n",
+                     "labels of the last commit: \"%s\"", text);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
     cm_device_release(d);
 }
 

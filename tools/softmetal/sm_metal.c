@@ -517,6 +517,7 @@ static void cmdbuf_destroy(sm_obj *o) {
   for (size_t i = 0; i < cb->nhandlers; i++) sm__block_release(cb->handlers[i]);
   free(cb->handlers);
   free(cb->encode_error);
+  free(cb->enc_labels);
   sm__release(cb->error);
   sm__release((id)cb->queue);
 }
@@ -1046,10 +1047,38 @@ static void cb_enqueue(id self, SEL cmd) {
   atomic_store(&cb->status, CB_ENQUEUED);
 }
 
+/* The labels of the command buffer committed last (softmetal.h). */
+static pthread_mutex_t g_last_commit_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *g_last_commit;
+
+static void note_commit(const sm_cmdbuf *cb) {
+  const char *own = cb->hdr.label ? sm__string_utf8(cb->hdr.label) : "";
+  const char *encs = cb->enc_labels ? cb->enc_labels : "";
+  size_t n = strlen(own) + 1 + strlen(encs) + 1;
+  char *text = malloc(n);
+  if (!text) sm__fatal("-[SMCommandBuffer commit]: out of memory");
+  snprintf(text, n, "%s\n%s", own, encs);
+  pthread_mutex_lock(&g_last_commit_mu);
+  char *old = g_last_commit;
+  g_last_commit = text;
+  pthread_mutex_unlock(&g_last_commit_mu);
+  free(old);
+}
+
+SM_EXPORT size_t softmetal_last_commit_labels(char *out, size_t cap) {
+  pthread_mutex_lock(&g_last_commit_mu);
+  const char *text = g_last_commit ? g_last_commit : "";
+  size_t n = strlen(text);
+  if (out && cap) snprintf(out, cap, "%s", text);
+  pthread_mutex_unlock(&g_last_commit_mu);
+  return n;
+}
+
 static void cb_commit(id self, SEL cmd) {
   sm_cmdbuf *cb = (sm_cmdbuf *)self;
   cb_require_open(cb, sel_name(cmd));
   cb_require_no_encoder(cb, sel_name(cmd));
+  note_commit(cb);
   char err[1024];
   if (!cb->encode_error && !sm__hazard_commit(cb, err, sizeof err)) encode_fail(cb, "%s", err);
   sm_queue *q = cb->queue;
@@ -1193,9 +1222,23 @@ static sm_cmdbuf *enc_open(id self, SEL cmd) {
   return e->cb;
 }
 
+/* Appends text and a newline to the command buffer's list of encoder labels. */
+static void cb_note_label(sm_cmdbuf *cb, const char *text) {
+  size_t n = strlen(text);
+  while (cb->enc_labels_cap - cb->enc_labels_len < n + 2) {
+    if (!sm__grow(&cb->enc_labels, &cb->enc_labels_cap, 1, 256))
+      sm__fatal("-[SMCommandBuffer commit]: out of memory");
+  }
+  memcpy(cb->enc_labels + cb->enc_labels_len, text, n);
+  cb->enc_labels_len += n;
+  cb->enc_labels[cb->enc_labels_len++] = '\n';
+  cb->enc_labels[cb->enc_labels_len] = '\0';
+}
+
 static void enc_end(id self, SEL cmd) {
   sm_encoder *e = (sm_encoder *)self;
   enc_open(self, cmd);
+  cb_note_label(e->cb, e->hdr.label ? sm__string_utf8(e->hdr.label) : "");
   e->ended = true;
   if (e->cb->active_encoder == self) e->cb->active_encoder = nil;
 }

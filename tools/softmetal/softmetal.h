@@ -3,6 +3,7 @@
  * The runtime itself only uses the Apple-named exports; these are for tests. */
 #ifndef SOFTMETAL_H
 #define SOFTMETAL_H
+#include <stddef.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -55,6 +56,14 @@ void softmetal_quiesce(void);
 /* Live objects of the class named class_name (e.g. "SMBuffer"), or -1 when
  * softmetal has no such class. Thread-safety: any thread. */
 long softmetal_live_count(const char *class_name);
+
+/* The labels of the command buffer committed last in the process, as a
+ * debugger or a GPU trace would show them: the command buffer's own, then
+ * each of its encoders' in the order they ended, a line each (an empty
+ * line for no label). Writes at most cap - 1 bytes and a NUL to out (out
+ * may be NULL when cap is 0) and returns the whole text's length, "" before
+ * any commit. Thread-safety: any thread. */
+size_t softmetal_last_commit_labels(char *out, size_t cap);
 
 /* The argument table of a compute pipeline state: bit n of *buffers for each
  * [[buffer(n)]] the kernel takes (after function constants), of *written for
