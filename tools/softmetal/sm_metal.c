@@ -517,7 +517,7 @@ static void cmdbuf_destroy(sm_obj *o) {
   for (size_t i = 0; i < cb->nhandlers; i++) sm__block_release(cb->handlers[i]);
   free(cb->handlers);
   free(cb->encode_error);
-  free(cb->enc_labels);
+  free(cb->enc_labels.p);
   sm__release(cb->error);
   sm__release((id)cb->queue);
 }
@@ -1052,15 +1052,13 @@ static pthread_mutex_t g_last_commit_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *g_last_commit;
 
 static void note_commit(const sm_cmdbuf *cb) {
-  const char *own = cb->hdr.label ? sm__string_utf8(cb->hdr.label) : "";
-  const char *encs = cb->enc_labels ? cb->enc_labels : "";
-  size_t n = strlen(own) + 1 + strlen(encs) + 1;
-  char *text = malloc(n);
-  if (!text) sm__fatal("-[SMCommandBuffer commit]: out of memory");
-  snprintf(text, n, "%s\n%s", own, encs);
+  sm_text text = {0};
+  sm__text_printf(&text, "%s\n%s", cb->hdr.label ? sm__string_utf8(cb->hdr.label) : "",
+                  cb->enc_labels.p ? cb->enc_labels.p : "");
+  if (text.oom) sm__fatal("-[SMCommandBuffer commit]: out of memory");
   pthread_mutex_lock(&g_last_commit_mu);
   char *old = g_last_commit;
-  g_last_commit = text;
+  g_last_commit = text.p;
   pthread_mutex_unlock(&g_last_commit_mu);
   free(old);
 }
@@ -1222,23 +1220,10 @@ static sm_cmdbuf *enc_open(id self, SEL cmd) {
   return e->cb;
 }
 
-/* Appends text and a newline to the command buffer's list of encoder labels. */
-static void cb_note_label(sm_cmdbuf *cb, const char *text) {
-  size_t n = strlen(text);
-  while (cb->enc_labels_cap - cb->enc_labels_len < n + 2) {
-    if (!sm__grow(&cb->enc_labels, &cb->enc_labels_cap, 1, 256))
-      sm__fatal("-[SMCommandBuffer commit]: out of memory");
-  }
-  memcpy(cb->enc_labels + cb->enc_labels_len, text, n);
-  cb->enc_labels_len += n;
-  cb->enc_labels[cb->enc_labels_len++] = '\n';
-  cb->enc_labels[cb->enc_labels_len] = '\0';
-}
-
 static void enc_end(id self, SEL cmd) {
   sm_encoder *e = (sm_encoder *)self;
   enc_open(self, cmd);
-  cb_note_label(e->cb, e->hdr.label ? sm__string_utf8(e->hdr.label) : "");
+  sm__text_printf(&e->cb->enc_labels, "%s\n", e->hdr.label ? sm__string_utf8(e->hdr.label) : "");
   e->ended = true;
   if (e->cb->active_encoder == self) e->cb->active_encoder = nil;
 }

@@ -5,6 +5,7 @@
 #ifndef SM_METAL_H
 #define SM_METAL_H
 
+#include "sm_front.h"
 #include "sm_internal.h"
 
 #include <pthread.h>
@@ -125,14 +126,13 @@ struct sm_cmdbuf {
   void **handlers;
   size_t nhandlers;
   id error;
-  char *encode_error; /* first encoding error, reported at execution */
-  id active_encoder;  /* weak */
-  uint64_t seq;       /* commit number on its queue */
-  sm_cmdbuf *next;    /* queue list */
-  uint64_t serial;    /* creation number, names it in messages */
-  int npasses;        /* encoders made */
-  char *enc_labels;   /* its encoders' labels, a line each (softmetal_last_commit_labels) */
-  size_t enc_labels_len, enc_labels_cap;
+  char *encode_error;   /* first encoding error, reported at execution */
+  id active_encoder;    /* weak */
+  uint64_t seq;         /* commit number on its queue */
+  sm_cmdbuf *next;      /* queue list */
+  uint64_t serial;      /* creation number, names it in messages */
+  int npasses;          /* encoders made */
+  sm_text enc_labels;   /* its encoders' labels, a line each */
   pass_vec passes;      /* its passes in the hazard graph (retained, under g_hz) */
   atomic_bool observed; /* the host saw it complete */
   /* Under the queue's core->mu: */
