@@ -29,7 +29,8 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 pkgs=(build-essential cmake pkg-config libobjc-12-dev libblocksruntime-dev libdlpack-dev clang clang-19)
 if [ "$want_test" = 1 ]; then
   # clang-format-19: the pinned formatter (tools/ci/check-format.sh).
-  pkgs+=(libcriterion-dev valgrind libclang-rt-14-dev clang-format-19
+  # elfutils: eu-stack, for the stacks of a step that hangs (tools/ci/guard.sh).
+  pkgs+=(libcriterion-dev valgrind libclang-rt-14-dev clang-format-19 elfutils
          python3 python3-numpy python3-torch
          qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross)
   # nodejs from NodeSource bundles npm and conflicts with Debian's npm package.
