@@ -158,7 +158,7 @@ static const char *const MATH_MODE_NAMES[] = {"Safe", "Relaxed", "Fast"};
  * address-space words left as words; its precompiled form the same way. */
 static const char FRONTEND_FLAG[] = "-DSM_FRONTEND=1";
 
-enum { MAX_ARGS = N_CXX_FLAGS + MAX_MATH_FLAGS + N_TOUCH_FLAGS + 24 };
+enum { MAX_ARGS = N_CXX_FLAGS + MAX_MATH_FLAGS + N_TOUCH_FLAGS + 25 };
 /* MTLMathFloatingPointFunctions: whether unqualified exp, log... are the fast
  * ones (metal_stdlib reads SM_FAST_FUNCTIONS). */
 static const char *functions_flag(bool fast_functions) {
@@ -473,6 +473,7 @@ typedef struct {
   sm_digest headers, ident, ident_file, flags;
   char version_flag[40];
   char target_flag[80]; /* --target=SOFTMETAL_TARGET, or empty */
+  const char *cpu_flag;  /* -mf16c where the CPU has it, or NULL */
   int math_mode;
   bool fast_functions;
 } setting;
@@ -480,11 +481,32 @@ typedef struct {
 /* Appends the compile flags of st to argv at *a. */
 static void put_flags(const char **argv, int *a, const setting *st) {
   if (st->target_flag[0]) argv[(*a)++] = st->target_flag;
+  if (st->cpu_flag) argv[(*a)++] = st->cpu_flag;
   for (int i = 0; i < N_CXX_FLAGS; i++) argv[(*a)++] = CXX_FLAGS[i];
   for (int i = 0; i < MAX_MATH_FLAGS && MATH_FLAGS[st->math_mode][i]; i++)
     argv[(*a)++] = MATH_FLAGS[st->math_mode][i];
   argv[(*a)++] = functions_flag(st->fast_functions);
   if (st->version_flag[0]) argv[(*a)++] = st->version_flag;
+}
+
+/* half <-> float conversions in kernels. Baseline x86-64 has no
+ * instruction for them: every conversion (each half operation is two or
+ * three) is a call to compiler-rt's software routine. Where this CPU has
+ * F16C, kernels for it are compiled with -mf16c, which converts in one
+ * instruction with the same result (round to nearest even, the MXCSR
+ * default, which softmetal leaves alone); it also lets the compiler use
+ * AVX registers. Not for kernels of another target (SOFTMETAL_TARGET), nor
+ * with SOFTMETAL_F16C=0 (comparisons). The flag is part of the cache key. */
+static const char *half_conversion_flag(bool cross) {
+#if defined(__x86_64__)
+  const char *v = getenv("SOFTMETAL_F16C");
+  if (cross || (v && strcmp(v, "0") == 0)) return NULL;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("f16c") ? "-mf16c" : NULL;
+#else
+  (void)cross;
+  return NULL;
+#endif
 }
 
 static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_functions,
@@ -531,6 +553,7 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
     }
     snprintf(st->target_flag, sizeof st->target_flag, "--target=%s", target);
   }
+  st->cpu_flag = half_conversion_flag(st->target_flag[0] != 0);
   sm_sha256 s;
   sm__sha256_init(&s);
   key_str(&s, "softmetal headers");
@@ -552,6 +575,7 @@ static bool setting_init(setting *st, const char *cxx, int math_mode, bool fast_
   key_str(&s, functions_flag(st->fast_functions));
   key_str(&s, st->version_flag);
   key_str(&s, st->target_flag);
+  key_str(&s, st->cpu_flag ? st->cpu_flag : "");
   key_str(&s, FRONTEND_FLAG);
   sm__sha256_final(&s, &st->flags);
   char hex[65];

@@ -17,12 +17,16 @@
  *    (MTLDispatchTypeConcurrent: tracked code, every memory access
  *    recorded for the hazard check) against a serial pass, alternating:
  *    the cost of the tracking.
+ * 5. half arithmetic (a chain of half multiply-adds per thread) compiled
+ *    without F16C (SOFTMETAL_F16C=0: each conversion a call) and with it
+ *    where the CPU has it, alternating; the results must be the same bits.
  * Each figure is the best of R runs (default 5). Kernels are compiled (or
  * taken from the kernel cache) before any timing. */
 #define _POSIX_C_SOURCE 200809L
 #include <objc/message.h>
 #include <objc/runtime.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +75,16 @@ static const char SRC[] =
     "    threadgroup_barrier(mem_flags::mem_threadgroup);\n"
     "  }\n"
     "  out[i] = b;\n"
+    "}\n";
+
+static const char HALF_SRC[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void halves(device const half *x [[buffer(0)]], device half *y [[buffer(1)]],\n"
+    "                   uint i [[thread_position_in_grid]]) {\n"
+    "  half a = x[i], b = 0.5h;\n"
+    "  for (int k = 0; k < 64; k++) b = b * 0.999h + a;\n"
+    "  y[i] = b;\n"
     "}\n";
 
 static double sys_seconds(void) {
@@ -328,6 +342,47 @@ int sm_bench_exec_main(int argc, char **argv) {
          threads, nc, ax[1], ax[0], ax[1] / ax[0], sp[1], sp[0], sp[1] / sp[0]);
   SEND0(void, cbufs[0], "release");
   SEND0(void, cbufs[1], "release");
+
+  /* 5. half arithmetic without and with F16C, alternating */
+  id hp[2];
+  for (int k = 0; k < 2; k++) {
+    if (k == 0)
+      setenv("SOFTMETAL_F16C", "0", 1);
+    else
+      unsetenv("SOFTMETAL_F16C");
+    id err = 0;
+    id lib = SEND(id, (id, SEL, id, id, id *), c.dev, "newLibraryWithSource:options:error:",
+                  str(HALF_SRC), (id)0, &err);
+    if (!lib) {
+      fprintf(stderr, "softmetal-bench: the half kernel did not compile\n");
+      return 1;
+    }
+    id saved = c.lib;
+    c.lib = lib;
+    hp[k] = pipeline(&c, "halves");
+    c.lib = saved;
+    SEND0(void, lib, "release");
+  }
+  size_t nh = 4096 * 256;
+  id hbufs[3] = {buffer(&c, nh * 2), buffer(&c, nh * 2), buffer(&c, nh * 2)};
+  uint16_t *hx = SEND0(void *, hbufs[0], "contents");
+  for (size_t i = 0; i < nh; i++) hx[i] = (uint16_t)(0x2000u + (i & 0x1fffu)); /* small halves */
+  double hbest[2] = {1e30, 1e30};
+  for (int r = 0; r <= reps; r++)
+    for (int k = 0; k < 2; k++) {
+      id io[2] = {hbufs[0], hbufs[1 + k]};
+      double t = run(&c, hp[k], io, 2, nh, NULL);
+      if (r > 0 && t < hbest[k]) hbest[k] = t;
+    }
+  if (memcmp(SEND0(void *, hbufs[1], "contents"), SEND0(void *, hbufs[2], "contents"), nh * 2)) {
+    fprintf(stderr, "softmetal-bench: half results differ with and without F16C\n");
+    return 1;
+  }
+  printf("half arithmetic, %zu threads, 64 multiply-adds each, %u participants: without F16C "
+         "%.3f s, with it where the CPU has it %.3f s, ratio %.2fx (same bits)\n",
+         nh, threads, hbest[0], hbest[1], hbest[0] / hbest[1]);
+  for (int k = 0; k < 3; k++) SEND0(void, hbufs[k], "release");
+  for (int k = 0; k < 2; k++) SEND0(void, hp[k], "release");
   close_ctx(&c);
   objc_autoreleasePoolPop(pool);
   return 0;
