@@ -17,7 +17,17 @@ case $limit in '' | *[!0-9]*) echo "guard.sh: SECONDS = '$limit' is not a whole 
 setsid "$@" &
 pid=$!
 
-session_pids() { ps -eo pid=,sid= | awk -v s="$pid" '$2 == s { print $1 }'; }
+# The processes of COMMAND's session, from /proc (a fresh Debian machine may
+# have no ps): the session is the fourth field after the command's ")".
+session_pids() {
+  local f rest
+  for f in /proc/[0-9]*/stat; do
+    rest=$(cat "$f" 2>/dev/null) || continue
+    rest=${rest##*) }
+    set -- $rest
+    [ "${4:-}" = "$pid" ] && { f=${f#/proc/}; echo "${f%/stat}"; }
+  done
+}
 
 stacks_of() {
   local p=$1
@@ -37,10 +47,11 @@ stacks_of() {
 
 report() {
   echo "guard: $name ran past its limit of $limit s; its processes and their stacks:" >&2
-  ps -o pid,ppid,etimes,stat,args -s "$pid" >&2 || true
   local p
   for p in $(session_pids); do
-    [ "$p" = "$pid" ] && continue
+    echo "  $p: $(tr '\0' ' ' < /proc/"$p"/cmdline 2>/dev/null | cut -c1-200)" >&2
+  done
+  for p in $(session_pids); do
     echo "---- stacks of $p: $(tr '\0' ' ' < /proc/"$p"/cmdline 2>/dev/null | cut -c1-200)" >&2
     stacks_of "$p" >&2
   done
