@@ -896,25 +896,54 @@ static void job_fail(job *j, const char *msg) {
 }
 
 /* Tracked code (sm_dispatch.touched): this thread's record of the current
- * dispatch, its ranges by descending start. */
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct sm_touched *t_touched;
-static __attribute__((tls_model("initial-exec"))) _Thread_local unsigned t_ntouched;
+ * dispatch, its ranges by descending start; [lo, hi) spans them all (empty
+ * when nothing is tracked), and `last` is the range hit last. Most accesses
+ * fall in the range of the one before, and accesses outside every binding
+ * (threadgroup memory, the stack, constants) are common: both are decided
+ * without a search. */
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+  struct sm_touched *all;
+  unsigned n, last;
+  uintptr_t lo, hi;
+} t_track = {NULL, 0, 0, UINTPTR_MAX, 0};
+
+static void track_begin(struct sm_touched *all, unsigned n) {
+  t_track.all = all;
+  t_track.n = n;
+  t_track.last = 0;
+  t_track.lo = UINTPTR_MAX;
+  t_track.hi = 0;
+  for (unsigned i = 0; i < n; i++) {
+    if (all[i].start < t_track.lo) t_track.lo = all[i].start;
+    if (all[i].end > t_track.hi) t_track.hi = all[i].end;
+  }
+}
+
+static void track_end(void) {
+  t_track.all = NULL;
+  t_track.n = 0;
+  t_track.lo = UINTPTR_MAX;
+  t_track.hi = 0;
+}
 
 void sm__touch(unsigned long address, unsigned long n, int write) {
   uintptr_t a = address, z;
+  if (a < t_track.lo || a >= t_track.hi) return;
+  struct sm_touched *t = &t_track.all[t_track.last];
+  if (a < t->start || a >= t->end) {
+    unsigned i = 0;
+    while (i < t_track.n && (a < t_track.all[i].start || a >= t_track.all[i].end)) i++;
+    if (i == t_track.n) return; /* between bindings */
+    t_track.last = i;
+    t = &t_track.all[i];
+  }
   if (__builtin_add_overflow(a, n, &z)) z = UINTPTR_MAX;
-  struct sm_touched *all = t_touched;
-  for (unsigned i = 0, count = t_ntouched; i < count; i++) {
-    struct sm_touched *t = &all[i];
-    if (a < t->start || a >= t->end) continue;
-    if (write) {
-      if (a < t->wlo) t->wlo = a;
-      if (z > t->whi) t->whi = z;
-    } else {
-      if (a < t->rlo) t->rlo = a;
-      if (z > t->rhi) t->rhi = z;
-    }
-    return;
+  if (write) {
+    if (a < t->wlo) t->wlo = a;
+    if (z > t->whi) t->whi = z;
+  } else {
+    if (a < t->rlo) t->rlo = a;
+    if (z > t->rhi) t->rhi = z;
   }
 }
 
@@ -935,8 +964,7 @@ static void job_work(job *j) {
     tracked_desc.group_fn = d->pipeline->tracked_group_fn;
     r.k = &tracked_desc;
     memcpy(mine, d->touched, d->ntouched * sizeof *mine);
-    t_touched = mine;
-    t_ntouched = d->ntouched;
+    track_begin(mine, d->ntouched);
   }
   r.seeded = j->seeded;
   r.ucontext = j->ucontext;
@@ -1002,8 +1030,7 @@ static void job_work(job *j) {
     }
   }
   if (d->touched) {
-    t_touched = NULL;
-    t_ntouched = 0;
+    track_end();
     pthread_mutex_lock(&j->mu);
     for (unsigned i = 0; i < d->ntouched; i++) {
       struct sm_touched *all = &d->touched[i];

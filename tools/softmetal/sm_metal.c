@@ -609,6 +609,14 @@ static bool run_dispatch(sm_hz_run *hz, const command *c, char *err, size_t errl
                                         0};
       d.ntouched++;
     }
+    /* a range ends where the next binding of its buffer starts, so that
+     * ranges of one buffer are disjoint */
+    for (unsigned i = 0; i < d.ntouched; i++)
+      for (unsigned o = i; o-- > 0;)
+        if (touched[o].owner == touched[i].owner) {
+          touched[i].end = touched[o].start;
+          break;
+        }
     /* a buffer's lowest range starts at its first byte: bytes a kernel
      * reaches below its offset count too */
     for (unsigned i = 0; i < d.ntouched; i++) {
