@@ -502,7 +502,8 @@ static const char *half_conversion_flag(bool cross) {
   const char *v = getenv("SOFTMETAL_F16C");
   if (cross || (v && strcmp(v, "0") == 0)) return NULL;
   __builtin_cpu_init();
-  return __builtin_cpu_supports("f16c") ? "-mf16c" : NULL;
+  /* "avx": the OS saves the AVX registers (F16C's instructions are VEX) */
+  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c") ? "-mf16c" : NULL;
 #else
   (void)cross;
   return NULL;
