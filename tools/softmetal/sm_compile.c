@@ -473,7 +473,7 @@ typedef struct {
   sm_digest headers, ident, ident_file, flags;
   char version_flag[40];
   char target_flag[80]; /* --target=SOFTMETAL_TARGET, or empty */
-  const char *cpu_flag;  /* -mf16c where the CPU has it, or NULL */
+  const char *cpu_flag; /* -mf16c where the CPU has it, or NULL */
   int math_mode;
   bool fast_functions;
 } setting;

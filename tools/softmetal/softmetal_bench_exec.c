@@ -351,8 +351,8 @@ int sm_bench_exec_main(int argc, char **argv) {
     else
       unsetenv("SOFTMETAL_F16C");
     id err = 0;
-    id lib = SEND(id, (id, SEL, id, id, id *), c.dev, "newLibraryWithSource:options:error:",
-                  str(HALF_SRC), (id)0, &err);
+    id lib = SEND(id, (id, SEL, id, id, id *), c.dev,
+                  "newLibraryWithSource:options:error:", str(HALF_SRC), (id)0, &err);
     if (!lib) {
       fprintf(stderr, "softmetal-bench: the half kernel did not compile\n");
       return 1;
