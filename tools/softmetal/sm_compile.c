@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <unistd.h>
 
 extern char **environ;
@@ -501,9 +504,17 @@ static const char *half_conversion_flag(bool cross) {
 #if defined(__x86_64__)
   const char *v = getenv("SOFTMETAL_F16C");
   if (cross || (v && strcmp(v, "0") == 0)) return NULL;
-  __builtin_cpu_init();
-  /* "avx": the OS saves the AVX registers (F16C's instructions are VEX) */
-  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c") ? "-mf16c" : NULL;
+  /* CPUID.1:ECX: F16C (29), AVX (28), OSXSAVE (27); XCR0 bits 1-2: the OS
+   * saves the SSE and AVX registers (F16C's instructions are VEX). Asked
+   * directly: not every compiler's __builtin_cpu_supports knows "f16c". */
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return NULL;
+  const unsigned need = 1u << 29 | 1u << 28 | 1u << 27;
+  if ((c & need) != need) return NULL;
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  return (lo & 6u) == 6u ? "-mf16c" : NULL;
 #else
   (void)cross;
   return NULL;
