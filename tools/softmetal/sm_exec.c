@@ -907,6 +907,7 @@ static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
   uintptr_t lo, hi;
 } t_track = {NULL, 0, 0, UINTPTR_MAX, 0};
 
+/* Starts tracking the n ranges at all for this thread; (NULL, 0) stops. */
 static void track_begin(struct sm_touched *all, unsigned n) {
   t_track.all = all;
   t_track.n = n;
@@ -917,13 +918,6 @@ static void track_begin(struct sm_touched *all, unsigned n) {
     if (all[i].start < t_track.lo) t_track.lo = all[i].start;
     if (all[i].end > t_track.hi) t_track.hi = all[i].end;
   }
-}
-
-static void track_end(void) {
-  t_track.all = NULL;
-  t_track.n = 0;
-  t_track.lo = UINTPTR_MAX;
-  t_track.hi = 0;
 }
 
 void sm__touch(unsigned long address, unsigned long n, int write) {
@@ -1030,7 +1024,7 @@ static void job_work(job *j) {
     }
   }
   if (d->touched) {
-    track_end();
+    track_begin(NULL, 0);
     pthread_mutex_lock(&j->mu);
     for (unsigned i = 0; i < d->ntouched; i++) {
       struct sm_touched *all = &d->touched[i];
