@@ -73,6 +73,34 @@ static const char *const KERNEL_PARTS[] = {
     "  for (uint i = 0; i < lane % 4 + 1; i++) acc += simd_sum(1);\n"
     "  out[tid] = acc * 1000 + simd_sum(1);\n"
     "}\n"
+    "// Lanes read their scratch slot in every iteration of a loop that\n"
+    "// synchronises; after the loop, lane 0 reuses the first slots, with no\n"
+    "// barrier between (ggml's flash-attention vector kernels do this). A GPU\n"
+    "// reconverges the lanes where the loop ends, so none reads lane 0's values.\n"
+    "float scratch_loop(threadgroup float *ss, uint lane, int n, uint kind) {\n"
+    "  float acc = 0;\n"
+    "  int i = 0;\n"
+    "  if (kind == 0) {\n"
+    "    for (; i < n; i++) { acc += simd_sum(1.0f); acc += ss[lane]; }\n"
+    "  } else if (kind == 1) {\n"
+    "    while (true) { acc += simd_max(32.0f); acc += ss[lane]; if (++i == n) break; }\n"
+    "  } else {\n"
+    "    do { acc += simd_sum(1.0f); acc += ss[lane]; } while (++i < n);\n"
+    "  }\n"
+    "  return acc;\n"
+    "}\n"
+    "kernel void scratch_after_loop(device float *out [[buffer(0)]],\n"
+    "                               uint tid [[thread_position_in_grid]],\n"
+    "                               uint kind [[threadgroup_position_in_grid]],\n"
+    "                               uint lane [[thread_index_in_simdgroup]]) {\n"
+    "  threadgroup float ss[32];\n"
+    "  ss[lane] = float(lane);\n"
+    "  simdgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  float acc = scratch_loop(ss, lane, int(out[96]), kind);\n"
+    "  if (lane == 0) { ss[0] = -1000.0f; ss[1] = -2000.0f; }\n"
+    "  simdgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  out[tid] = acc + ss[1];\n"
+    "}\n"
     "// A lane-varying but loop-invariant condition inside a loop.\n"
     "kernel void loop_invariant_branch(device int *out [[buffer(0)]],\n"
     "                                  uint tid [[thread_index_in_threadgroup]],\n"
@@ -325,6 +353,16 @@ Test(simd, loop_invariant_lane_condition_keeps_lanes_together) {
   o[32] = 3; /* iterations, unknown to the compiler */
   expect_ok(run("loop_invariant_branch", 32, 32, &out, 1));
   for (int t = 0; t < 32; t++) cr_assert_eq(o[t], 736, "thread %d: %d", t, o[t]);
+  sm_release(out);
+}
+
+Test(simd, lanes_leave_a_synchronising_loop_together) {
+  id out = buffer(97 * 4);
+  float *o = contents(out);
+  o[96] = 3; /* iterations, unknown to the compiler */
+  expect_ok(run("scratch_after_loop", 96, 32, &out, 1));
+  for (int t = 0; t < 96; t++) /* for, while with break, do-while */
+    cr_assert_eq(o[t], 3 * 32 + 3 * (t % 32) - 2000, "thread %d (loop %d): %g", t, t / 32, o[t]);
   sm_release(out);
 }
 

@@ -1855,6 +1855,12 @@ static bool constant_condition(const fe *f, size_t a, size_t b) {
 static size_t stmt_last(const fe *f, size_t s, size_t end, int depth) {
   if (s > end || depth > 64) return end;
   if (is(f, s, "{")) return match(f, s);
+  if (is(f, s, "do")) { /* do BODY while (COND); */
+    size_t e = stmt_last(f, s + 1, end, depth + 1);
+    if (e >= end || !is(f, e + 1, "while") || !is(f, e + 2, "(")) return end;
+    size_t cp = match(f, e + 2);
+    return cp < end && is(f, cp + 1, ";") ? cp + 1 : end;
+  }
   if ((is(f, s, "if") || is(f, s, "for") || is(f, s, "while") || is(f, s, "switch")) &&
       is(f, s + 1, "(")) {
     size_t cp = match(f, s + 1);
@@ -2146,6 +2152,104 @@ static int cmp_edit(const void *a, const void *b) {
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* ------------------------------------------------- reconvergence
+ * A GPU runs the lanes of a SIMD group together and reconverges them where
+ * a loop ends; softmetal runs each lane on to its next synchronisation in
+ * turn. So after every loop that synchronises inside (a barrier or a
+ * SIMD-group function in its body, directly or through a call), the front
+ * end adds a SIMD-group rendezvous (sm::reconverge): no lane runs the code
+ * after the loop while lanes of its SIMD group are still in the loop's last
+ * iteration, reading what that code writes. */
+static bool sync_word(const char *w) {
+  for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
+    if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0) return true;
+  return false;
+}
+
+typedef struct {
+  const char *name;
+  size_t def;
+} fname;
+typedef struct {
+  const fe *f;
+  fname *by_name; /* the functions, sorted by name */
+  bool *syncs;    /* [nf]: the function can reach a synchronisation */
+} sync_map;
+
+static int cmp_fname(const void *a, const void *b) {
+  return strcmp(((const fname *)a)->name, ((const fname *)b)->name);
+}
+
+/* Whether the identifier at token i synchronises or names a function that can. */
+static bool token_syncs(const sync_map *m, size_t i) {
+  const fe *f = m->f;
+  char w[128];
+  text_of(f, i, w, sizeof w);
+  if (sync_word(w)) return true;
+  size_t lo = 0, hi = f->nf;
+  while (lo < hi) { /* the first function named w */
+    size_t mid = (lo + hi) / 2;
+    if (strcmp(m->by_name[mid].name, w) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (; lo < f->nf && strcmp(m->by_name[lo].name, w) == 0; lo++)
+    if (m->syncs[m->by_name[lo].def]) return true;
+  return false;
+}
+
+static bool range_syncs(const sync_map *m, size_t a, size_t b) {
+  for (size_t i = a; i <= b && i < m->f->nt; i++)
+    if (is_id(m->f, i) && !attr_word(m->f, i) && token_syncs(m, i)) return true;
+  return false;
+}
+
+static bool is_constexpr(const fe *f, const fdef *d) {
+  for (size_t i = d->decl0; i < d->body0 && i < f->nt; i++)
+    if (is(f, i, "constexpr") || is(f, i, "consteval")) return true;
+  return false;
+}
+
+static void reconverge_loops(fe *f) {
+  sync_map m = {f, malloc((f->nf + 1) * sizeof(fname)), calloc(f->nf + 1, sizeof(bool))};
+  bool *handled = calloc(f->nt + 1, sizeof *handled); /* loop keywords seen (and do's while) */
+  if (!m.by_name || !m.syncs || !handled) {
+    f->oom = true;
+    goto out;
+  }
+  for (size_t g = 0; g < f->nf; g++) m.by_name[g] = (fname){f->f[g].name, g};
+  qsort(m.by_name, f->nf, sizeof *m.by_name, cmp_fname);
+  for (bool changed = true; changed;) { /* until no caller learns it can synchronise */
+    changed = false;
+    for (size_t g = 0; g < f->nf; g++)
+      if (!m.syncs[g] && range_syncs(&m, f->f[g].body0, f->f[g].body1))
+        m.syncs[g] = changed = true;
+  }
+  for (size_t g = 0; g < f->nf; g++) {
+    const fdef *d = &f->f[g];
+    if (!m.syncs[g] || is_constexpr(f, d)) continue;
+    for (size_t k = d->body0 + 1; k < d->body1 && k < f->nt; k++) {
+      bool loop = is(f, k, "do") || ((is(f, k, "for") || is(f, k, "while")) && is(f, k + 1, "("));
+      if (!loop || handled[k]) continue;
+      handled[k] = true;
+      size_t last = stmt_last(f, k, d->body1, 0);
+      if (last >= d->body1) continue;
+      if (is(f, k, "do")) handled[stmt_last(f, k + 1, d->body1, 0) + 1] = true; /* its while */
+      /* only a loop that is a statement of a block: the call goes after it */
+      bool in_block = is(f, k - 1, ";") || is(f, k - 1, "{") || is(f, k - 1, "}") ||
+                      is(f, k - 1, ":");
+      if (!in_block || f->t[last].done || !range_syncs(&m, k, last)) continue;
+      size_t at = f->t[last].off + f->t[last].len;
+      add_edit(f, at, at, " ::sm::reconverge();");
+    }
+  }
+out:
+  free(m.by_name);
+  free(m.syncs);
+  free(handled);
+}
+
 /* ------------------------------------------------------------- argument buffers */
 /* After each struct of program_source (at namespace scope) that has
  * [[id(k)]] members or device/constant pointer members, defines
@@ -2288,6 +2392,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
     rewrite_tokens(&f);
     argbuf_structs(&f);
+    reconverge_loops(&f);
   }
   buf out = {0}, table = {0}, entries = {0}, manifest = {0};
   bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
