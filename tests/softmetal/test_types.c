@@ -161,6 +161,37 @@ Test(types, half_arithmetic_rounds_at_each_operation) {
   cr_expect_eq(o[2], 1.0009765625f, "a + (b + c) = %.9g", o[2]);
 }
 
+/* Integer to half conversions of many threads at once (the thread loop is
+ * vectorised) and of vectors: each integer type, exact below 2048. */
+Test(types, integers_convert_to_half_in_vectorised_loops_and_vectors) {
+  enum { N = 256, ROWS = 5 };
+  static const char *const src =
+      HEAD "kernel void k(device const half *in [[buffer(0)]], device float *o [[buffer(1)]],\n"
+           "              uint i [[thread_position_in_grid]]) {\n"
+           "  o[i] = in[0] + i * in[1];\n" /* mlx's arange */
+           "  o[1 * 256 + i] = half4(uint4(i, i + 1, i + 2, i + 3)).w;\n"
+           "  o[2 * 256 + i] = half4(int4(i) - 300).y;\n"
+           "  o[3 * 256 + i] = half4(ushort4(i) + ushort4(0, 1, 2, 5)).w;\n"
+           "  o[4 * 256 + i] = half(uchar(i)) + half(short(-int(i)));\n"
+           "}\n";
+  id error = 0;
+  id lib = sm_compile(src, &error);
+  cr_assert_not_null(lib, "%s", sm_error_text(error));
+  const uint16_t in[2] = {0x3800, 0x3000}; /* 0.5, 0.125 */
+  id bufs[2] = {sm_buffer(in, sizeof in), sm_buffer(NULL, ROWS * N * sizeof(float))};
+  sm_dispatch(lib, "k", bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(64, 1, 1), false, 0);
+  const float *o = sm_contents(bufs[1]);
+  for (int i = 0; i < N; i++) {
+    const float want[ROWS] = {0.5f + 0.125f * (float)i, (float)(i + 3), (float)(i - 300),
+                              (float)(i + 5), 0.0f};
+    for (int r = 0; r < ROWS; r++)
+      cr_expect_eq(o[r * N + i], want[r], "row %d, thread %d: %g, want %g", r, i, o[r * N + i],
+                   want[r]);
+  }
+  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
+  sm_release(lib);
+}
+
 Test(types, log1p_and_erf_beside_a_user_complex_type) {
   /* as mlx writes them: its own float, bfloat and complex overloads */
   const float in[2] = {0.5f, 1.0f};
@@ -222,6 +253,7 @@ Test(types, volatile_vectors_are_assigned_and_read) {
 /* A clang older than softmetal needs is refused by name, with the minimum. */
 Test(types, a_clang_that_is_too_old_is_refused_by_name) {
   char dir[256], cxx[300];
+  mkdir(getenv("SOFTMETAL_CACHE_DIR"), 0700); /* the first compile makes it; none may have run */
   snprintf(dir, sizeof dir, "%s/old-clang-%d", getenv("SOFTMETAL_CACHE_DIR"), (int)getpid());
   cr_assert_eq(mkdir(dir, 0700), 0);
   snprintf(cxx, sizeof cxx, "%s/clang++-14", dir);

@@ -476,7 +476,7 @@ typedef struct {
   sm_digest headers, ident, ident_file, flags;
   char version_flag[40];
   char target_flag[80]; /* --target=SOFTMETAL_TARGET, or empty */
-  const char *cpu_flag; /* -mf16c where the CPU has it, or NULL */
+  const char *cpu_flag; /* -DSM_F16C=1 where the CPU has F16C, or NULL */
   int math_mode;
   bool fast_functions;
 } setting;
@@ -494,12 +494,15 @@ static void put_flags(const char **argv, int *a, const setting *st) {
 
 /* half <-> float conversions in kernels. Baseline x86-64 has no
  * instruction for them: every conversion (each half operation is two or
- * three) is a call to compiler-rt's software routine. Where this CPU has
- * F16C, kernels for it are compiled with -mf16c, which converts in one
- * instruction with the same result (round to nearest even, the MXCSR
- * default, which softmetal leaves alone); it also lets the compiler use
- * AVX registers. Not for kernels of another target (SOFTMETAL_TARGET), nor
- * with SOFTMETAL_F16C=0 (comparisons). The flag is part of the cache key. */
+ * three) is a call to the compiler's runtime routine (__extendhfsf2,
+ * __truncsfhf2). Where this CPU has F16C, kernels for it are compiled with
+ * SM_F16C=1, and metal_stdlib defines those two routines in the kernel's own
+ * unit with one F16C instruction each (the same results: round to nearest
+ * even, the MXCSR default, which softmetal leaves alone). Not -mf16c: clang
+ * 19 lowers vector unsigned-int -> half conversions (uint4 -> half4, and the
+ * vectoriser's own) to NaN under it. Not for kernels of another target
+ * (SOFTMETAL_TARGET), nor with SOFTMETAL_F16C=0 (comparisons). The flag is
+ * part of the cache key. */
 static const char *half_conversion_flag(bool cross) {
 #if defined(__x86_64__)
   const char *v = getenv("SOFTMETAL_F16C");
@@ -514,7 +517,7 @@ static const char *half_conversion_flag(bool cross) {
   unsigned lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   (void)hi;
-  return (lo & 6u) == 6u ? "-mf16c" : NULL;
+  return (lo & 6u) == 6u ? "-DSM_F16C=1" : NULL;
 #else
   (void)cross;
   return NULL;

@@ -2223,8 +2223,7 @@ static void reconverge_loops(fe *f) {
   for (bool changed = true; changed;) { /* until no caller learns it can synchronise */
     changed = false;
     for (size_t g = 0; g < f->nf; g++)
-      if (!m.syncs[g] && range_syncs(&m, f->f[g].body0, f->f[g].body1))
-        m.syncs[g] = changed = true;
+      if (!m.syncs[g] && range_syncs(&m, f->f[g].body0, f->f[g].body1)) m.syncs[g] = changed = true;
   }
   for (size_t g = 0; g < f->nf; g++) {
     const fdef *d = &f->f[g];
@@ -2237,8 +2236,8 @@ static void reconverge_loops(fe *f) {
       if (last >= d->body1) continue;
       if (is(f, k, "do")) handled[stmt_last(f, k + 1, d->body1, 0) + 1] = true; /* its while */
       /* only a loop that is a statement of a block: the call goes after it */
-      bool in_block = is(f, k - 1, ";") || is(f, k - 1, "{") || is(f, k - 1, "}") ||
-                      is(f, k - 1, ":");
+      bool in_block =
+          is(f, k - 1, ";") || is(f, k - 1, "{") || is(f, k - 1, "}") || is(f, k - 1, ":");
       if (!in_block || f->t[last].done || !range_syncs(&m, k, last)) continue;
       size_t at = f->t[last].off + f->t[last].len;
       add_edit(f, at, at, " ::sm::reconverge();");
