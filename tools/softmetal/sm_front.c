@@ -1776,6 +1776,12 @@ static void rewrite_tokens(fe *f) {
 /* ------------------------------------------------------------- kernel analysis */
 static const char *const SYNC_PREFIXES[] = {"threadgroup_barrier", "simdgroup_barrier", "simd_",
                                             "quad_", "simdgroup_"};
+/* Whether identifier w is a barrier or a SIMD-group function (by name). */
+static bool sync_word(const char *w) {
+  for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
+    if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0) return true;
+  return false;
+}
 
 /* Whether token i is inside an attribute [[...]] (built-in names there are
  * not calls). */
@@ -1796,8 +1802,7 @@ static void reach(const fe *f, int def, bool *fn_seen, bool *c_seen, bool *sync)
     if (!is_id(f, i)) continue;
     char w[128];
     text_of(f, i, w, sizeof w);
-    for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
-      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0) *sync = true;
+    if (sync_word(w)) *sync = true;
     int c = find_const(f, w);
     if (c >= 0 && !c_seen[c]) {
       c_seen[c] = true;
@@ -2160,11 +2165,6 @@ static int cmp_edit(const void *a, const void *b) {
  * end adds a SIMD-group rendezvous (sm::reconverge): no lane runs the code
  * after the loop while lanes of its SIMD group are still in the loop's last
  * iteration, reading what that code writes. */
-static bool sync_word(const char *w) {
-  for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
-    if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0) return true;
-  return false;
-}
 
 typedef struct {
   const char *name;
@@ -2430,8 +2430,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     if (covered[i] || !is_id(&f, i) || attr_word(&f, i)) continue;
     char w[128];
     text_of(&f, i, w, sizeof w);
-    for (size_t s = 0; s < sizeof SYNC_PREFIXES / sizeof *SYNC_PREFIXES; s++)
-      if (strncmp(w, SYNC_PREFIXES[s], strlen(SYNC_PREFIXES[s])) == 0) global_sync = true;
+    if (sync_word(w)) global_sync = true;
     int c = find_const(&f, w);
     if (c >= 0) c_global[c] = true;
     if (f.t[i].proto || !(is(&f, i + 1, "(") || is(&f, i + 1, "{"))) continue;
