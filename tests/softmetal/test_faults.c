@@ -59,6 +59,15 @@ static const char SRC[] =
     "kernel void sum_next(device const float *in [[buffer(0)]], device float *out [[buffer(1)]],\n"
     "                     uint id [[thread_position_in_grid]]) {\n"
     "  out[id] = in[id] + in[id + 1];\n"
+    "}\n"
+    "kernel void fill_strided(device float *out [[buffer(0)]],\n"
+    "                         threadgroup float4 *so [[threadgroup(0)]],\n"
+    "                         ushort lane [[thread_index_in_simdgroup]]) {\n"
+    "  /* each lane fills 3 entries 32 apart from its own: up to so[95] */\n"
+    "  so += lane;\n"
+    "  for (short i = 0; i < 3; ++i) so[i * 32] = float4(lane + i);\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  out[lane] = so[0].x + so[64].x;\n"
     "}\n";
 
 static void setup(void) { sm_run_open_library(SRC); }
@@ -216,6 +225,43 @@ Test(faults, shader_validation_reports_a_read_past_the_end_of_a_buffer) {
   cr_assert_eq(((float *)sm_contents(bufs[1]))[62], 62.0f + 63.0f);
   for (int i = 0; i < 2; i++) sm_release(bufs[i]);
   unsetenv("MTL_SHADER_VALIDATION");
+}
+
+/* Runs fill_strided as one threadgroup of 32 with `tg_len` bytes of
+ * threadgroup memory. */
+static id run_fill_strided(id out, NSUInteger tg_len) {
+  id p = sm_pipeline(sm_lib, "fill_strided");
+  id cb = SEND0(id, sm_queue, "commandBuffer");
+  id enc = SEND0(id, cb, "computeCommandEncoder");
+  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", out, 0ul,
+       0ul);
+  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:", tg_len,
+       0ul);
+  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+       "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(32, 1, 1), SM_SIZE(32, 1, 1));
+  SEND0(void, enc, "endEncoding");
+  SEND0(void, cb, "commit");
+  SEND0(void, cb, "waitUntilCompleted");
+  sm_release(p);
+  return cb;
+}
+
+/* Threadgroup memory past the length set is undefined in MSL. A kernel
+ * that fills 96 float4 (1536 bytes) in 1024 fails its command buffer,
+ * naming threadgroup memory, with or without shader validation, and
+ * softmetal's own memory stays intact; given 1536 bytes it runs. */
+Test(faults, a_write_past_the_end_of_threadgroup_memory_fails_the_command_buffer) {
+  id out = sm_buffer(NULL, 32 * 4);
+  static const char *const want[] = {"kernel fill_strided", "invalid memory write",
+                                     "past the end of threadgroup memory",
+                                     "[[threadgroup(0)]] has 1024 bytes", NULL};
+  expect_fault(run_fill_strided(out, 1024), want);
+  id cb = run_fill_strided(out, 1536);
+  cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+  const float *o = sm_contents(out);
+  for (int l = 0; l < 32; l++) cr_assert_eq(o[l], (float)(2 * l + 2));
+  sm_release(out);
 }
 
 /* Dispatches kernel int_mod as `groups` threadgroups of one thread, directly

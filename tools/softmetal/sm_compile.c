@@ -85,7 +85,12 @@ enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
  * load, store, atomic and memory intrinsic calls __sm_touch_* with its
  * address, through the address sanitizer's instrumentation with its own
  * callback prefix and nothing else of it (no shadow checks, no runtime, no
- * constructor). TOUCH_CALLBACKS, appended to the unit, defines them. */
+ * constructor). TOUCH_CALLBACKS, appended to the unit, defines them: each
+ * first tests the address against the calling thread's window (the span of
+ * the dispatch's tracked bindings, sm_exec.c), read at
+ * softmetal_touch_window bytes from the thread pointer, and calls
+ * softmetal_touch only inside it; threadgroup memory, the stack and
+ * constants, most of a kernel's accesses, cost no call. */
 static const char *const TOUCH_FLAGS[] = {
     "-fsanitize=address",
     "-fsanitize-address-use-after-return=never",
@@ -104,19 +109,40 @@ static const char *const TOUCH_FLAGS[] = {
 enum { N_TOUCH_FLAGS = sizeof TOUCH_FLAGS / sizeof TOUCH_FLAGS[0] };
 static const char TOUCH_CALLBACKS[] =
     "\n#define SM_TOUCH_FN extern \"C\" __attribute__((no_sanitize(\"address\"), "
-    "visibility(\"default\")))\n"
-    "extern \"C\" __attribute__((visibility(\"default\"))) void (*softmetal_touch)(unsigned "
-    "long, unsigned long, int);\n"
+    "visibility(\"hidden\")))\n"
+    "#define SM_TOUCH_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n"
+    "SM_TOUCH_EXPORT void (*softmetal_touch)(unsigned long, unsigned long, int);\n"
     "void (*softmetal_touch)(unsigned long, unsigned long, int);\n"
-    "#define SM_TOUCH_SIZE(n) \\\n"
-    "  SM_TOUCH_FN void __sm_touch_load##n(unsigned long a) { softmetal_touch(a, n, 0); } \\\n"
-    "  SM_TOUCH_FN void __sm_touch_store##n(unsigned long a) { softmetal_touch(a, n, 1); }\n"
-    "SM_TOUCH_SIZE(1) SM_TOUCH_SIZE(2) SM_TOUCH_SIZE(4) SM_TOUCH_SIZE(8) SM_TOUCH_SIZE(16)\n"
-    "SM_TOUCH_FN void __sm_touch_loadN(unsigned long a, unsigned long n) { softmetal_touch(a, n, "
-    "0); "
+    "SM_TOUCH_EXPORT long softmetal_touch_window;\n"
+    "long softmetal_touch_window;\n"
+    "__attribute__((no_sanitize(\"address\"), always_inline)) static inline bool\n"
+    "sm_touch_in_window(unsigned long a) {\n"
+    "  unsigned long lo, hi;\n"
+    "#if defined(__x86_64__)\n"
+    "  __asm__ volatile(\"movq %%fs:(%1), %0\" : \"=r\"(lo) : \"r\"(softmetal_touch_window));\n"
+    "  __asm__ volatile(\"movq %%fs:8(%1), %0\" : \"=r\"(hi) : \"r\"(softmetal_touch_window));\n"
+    "#else\n"
+    "  char *tp;\n"
+    "  __asm__ volatile(\"mrs %0, tpidr_el0\" : \"=r\"(tp));\n"
+    "  const volatile unsigned long *w =\n"
+    "      (const volatile unsigned long *)(tp + softmetal_touch_window);\n"
+    "  lo = w[0];\n"
+    "  hi = w[1];\n"
+    "#endif\n"
+    "  return a >= lo && a < hi;\n"
     "}\n"
-    "SM_TOUCH_FN void __sm_touch_storeN(unsigned long a, unsigned long n) { softmetal_touch(a, n, "
-    "1); }\n"
+    "#define SM_TOUCH_CALL(a, n, w) \\\n"
+    "  if (sm_touch_in_window(a)) softmetal_touch(a, n, w)\n"
+    "#define SM_TOUCH_SIZE(n) \\\n"
+    "  SM_TOUCH_FN void __sm_touch_load##n(unsigned long a) { SM_TOUCH_CALL(a, n, 0); } \\\n"
+    "  SM_TOUCH_FN void __sm_touch_store##n(unsigned long a) { SM_TOUCH_CALL(a, n, 1); }\n"
+    "SM_TOUCH_SIZE(1) SM_TOUCH_SIZE(2) SM_TOUCH_SIZE(4) SM_TOUCH_SIZE(8) SM_TOUCH_SIZE(16)\n"
+    "SM_TOUCH_FN void __sm_touch_loadN(unsigned long a, unsigned long n) {\n"
+    "  softmetal_touch(a, n, 0);\n"
+    "}\n"
+    "SM_TOUCH_FN void __sm_touch_storeN(unsigned long a, unsigned long n) {\n"
+    "  softmetal_touch(a, n, 1);\n"
+    "}\n"
     "SM_TOUCH_FN void *__sm_touch_memcpy(void *d, const void *s, unsigned long n) {\n"
     "  softmetal_touch((unsigned long)s, n, 0);\n"
     "  softmetal_touch((unsigned long)d, n, 1);\n"
@@ -1098,6 +1124,7 @@ void sm__function_key(const sm_compiled_library *l, unsigned index, bool tracked
   sm_sha256 s;
   sm__sha256_init(&s);
   key_str(&s, tracked ? "softmetal function tracked" : "softmetal function");
+  if (tracked) key_str(&s, TOUCH_CALLBACKS);
   key_digest(&s, &l->key);
   uint32_t i = index;
   sm__sha256_update(&s, &i, sizeof i);

@@ -299,6 +299,17 @@ static void fault_message(const run_state *r, const struct sm_thread *t, bool th
       return;
     }
   }
+  /* the threadgroup block's end meets a guard (tg_room) */
+  uintptr_t tg = (uintptr_t)r->tg_block, tg_end = tg + (r->tg_bytes + 15) / 16 * 16;
+  if (r->tg_bytes && a >= tg_end && a - tg_end < guard) {
+    unsigned last = 0;
+    for (unsigned i = 0; i < SM_MAX_BINDINGS; i++)
+      if (r->d->tg_len[i]) last = i;
+    snprintf(err + len, errlen - (size_t)len,
+             "; out of bounds: byte %lu past the end of threadgroup memory, whose last "
+             "argument [[threadgroup(%u)]] has %lu bytes (setThreadgroupMemoryLength:atIndex:)",
+             (unsigned long)(a - tg_end), last, (unsigned long)r->d->tg_len[last]);
+  }
 }
 
 /* The fields that differ between the threads of a threadgroup. */
@@ -650,7 +661,7 @@ static void drop_fibers(exec_cache *c) {
 static void cache_free(void *arg) {
   exec_cache *c = arg;
   drop_fibers(c);
-  free(c->tg_block);
+  sm__guarded_free(c->tg_block, c->tg_cap);
   free(c->simd_slots);
   sm__tg_arena_free(c->tg_arena);
   free(c->order);
@@ -677,13 +688,19 @@ static exec_cache *cache_get(void) {
   return c;
 }
 
-/* Grows *p to hold n bytes (contents not kept); false when out of memory. */
-static bool cache_room(unsigned char **p, size_t *cap, size_t n) {
-  if (*cap >= n && *p) return true;
-  free(*p);
-  *p = malloc(n ? n : 1);
-  *cap = *p ? n : 0;
-  return *p != NULL;
+/* Where a dispatch's n bytes of threadgroup memory start: the cache's
+ * block, grown where too small, has a guard page after it, and the bytes
+ * (rounded to 16, the unit of threadgroup lengths) end at it, so that an
+ * access past the end faults; NULL when out of memory. */
+static unsigned char *tg_room(exec_cache *c, size_t n) {
+  size_t need = (n + 15) / 16 * 16;
+  if (c->tg_cap < need || !c->tg_block) {
+    sm__guarded_free(c->tg_block, c->tg_cap);
+    c->tg_block = sm__guarded_alloc(need ? need : 16);
+    c->tg_cap = c->tg_block ? (need ? need : 16) : 0;
+    if (!c->tg_block) return NULL;
+  }
+  return c->tg_block + (c->tg_cap - need);
 }
 
 /* Under valgrind the fiber stacks are not registered with
@@ -902,10 +919,24 @@ static void job_fail(job *j, const char *msg) {
  * (threadgroup memory, the stack, constants) are common: both are decided
  * without a search. */
 static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+  uintptr_t lo, hi; /* first: the tracked code's window (sm__touch_window) */
   struct sm_touched *all;
   unsigned n, last;
-  uintptr_t lo, hi;
-} t_track = {NULL, 0, 0, UINTPTR_MAX, 0};
+} t_track = {UINTPTR_MAX, 0, NULL, 0, 0};
+
+/* Initial-exec TLS sits at the same offset from the thread pointer in every
+ * thread, so the tracked code reads {lo, hi} there with no call. */
+long sm__touch_window(void) {
+  char *tp;
+#if defined(__x86_64__)
+  __asm__("movq %%fs:0, %0" : "=r"(tp)); /* the TCB's pointer to itself */
+#elif defined(__aarch64__)
+  __asm__("mrs %0, tpidr_el0" : "=r"(tp));
+#else
+#error "softmetal's tracked code reads the thread pointer of x86-64 or aarch64"
+#endif
+  return (long)((char *)&t_track.lo - tp);
+}
 
 /* Starts tracking the n ranges at all for this thread; (NULL, 0) stops. */
 static void track_begin(struct sm_touched *all, unsigned n) {
@@ -970,7 +1001,8 @@ static void job_work(job *j) {
    * the SIMD-group slots start zeroed, as calloc's. */
   exec_cache *c = cache_get();
   const size_t simd_bytes = 2 * (size_t)max_threads * SM_SIMD_SLOT;
-  bool ok = c && cache_room(&c->tg_block, &c->tg_cap, r.tg_bytes);
+  unsigned char *tg_block = c ? tg_room(c, r.tg_bytes) : NULL;
+  bool ok = tg_block != NULL;
   if (ok && (c->simd_cap < simd_bytes || !c->simd_slots)) {
     free(c->simd_slots);
     c->simd_slots = calloc(1, simd_bytes);
@@ -989,7 +1021,7 @@ static void job_work(job *j) {
     ok = c->order != NULL;
   }
   if (ok) {
-    r.tg_block = c->tg_block;
+    r.tg_block = tg_block;
     r.simd_slots = c->simd_slots;
     r.tg_arena = c->tg_arena;
     r.order = c->order;

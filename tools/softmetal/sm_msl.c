@@ -310,8 +310,9 @@ bool sm__pipeline_tracked(sm_pipeline *p, char **diag) {
     void *dl = sm__compile_function(&l->cl, i, true, diag);
     const struct sm_kernel_desc *kernels = dl ? dlsym(dl, "softmetal_kernels") : NULL;
     void *hook = dl ? dlsym(dl, "softmetal_touch") : NULL;
-    if (dl &&
-        (!kernels || !hook || strcmp(kernels[i].name, l->kernels[i].name) != 0 || !kernels[i].fn)) {
+    long *window = dl ? dlsym(dl, "softmetal_touch_window") : NULL;
+    if (dl && (!kernels || !hook || !window || strcmp(kernels[i].name, l->kernels[i].name) != 0 ||
+               !kernels[i].fn)) {
       dlclose(dl);
       dl = NULL;
       sm_text b = {0};
@@ -325,6 +326,7 @@ bool sm__pipeline_tracked(sm_pipeline *p, char **diag) {
     }
     void (*touch)(unsigned long, unsigned long, int) = sm__touch;
     memcpy(hook, &touch, sizeof touch);
+    *window = sm__touch_window();
     c->tracked_fn = kernels[i].fn;
     c->tracked_group_fn = kernels[i].group_fn;
     c->tracked_dl = dl;
