@@ -355,6 +355,46 @@ Test(hazards, concurrent_dispatches_that_depend_need_a_barrier) {
   sm_release(c);
 }
 
+static long code_loads(void) {
+  struct softmetal_stats st;
+  softmetal_stats(&st);
+  return st.function_compiles + st.function_cache_hits;
+}
+
+/* Only dispatches of a concurrent pass that share a segment (no barrier for
+ * all buffers between them) can race, so only they run tracked code, made
+ * when one first needs it: a pass whose dispatches barriers keep apart
+ * makes none, and runs in order; two dispatches side by side make it once. */
+Test(hazards, only_dispatches_that_share_a_segment_run_tracked_code) {
+  id a = buffer(0, "a"), b = buffer(0, "b"), c = buffer(0, "c");
+  id ids = pipeline("ids"), twice = pipeline("twice");
+  long before = code_loads();
+  id cb = cmdbuf();
+  id e = concurrent(cb);
+  dispatch(e, ids, a, NULL);
+  SEND(void, (id, SEL, NSUInteger), e, "memoryBarrierWithScope:", 1ul);
+  dispatch(e, twice, a, b);
+  SEND(void, (id, SEL, NSUInteger), e, "memoryBarrierWithScope:", 1ul);
+  end(e);
+  cr_assert_eq(run(cb), Completed, "%s", error_of(cb));
+  cr_assert_eq(words(b)[N - 1], 2 * N);
+  cr_assert_eq(code_loads(), before, "a dispatch alone in its segment made tracked code");
+
+  cb = cmdbuf();
+  e = concurrent(cb);
+  dispatch(e, twice, a, b);
+  dispatch(e, twice, a, c); /* both read a: no race, but tracked */
+  end(e);
+  cr_assert_eq(run(cb), Completed, "%s", error_of(cb));
+  cr_assert_eq(words(c)[N - 1], 2 * N);
+  cr_assert_eq(code_loads(), before + 1);
+  sm_release(ids);
+  sm_release(twice);
+  sm_release(a);
+  sm_release(b);
+  sm_release(c);
+}
+
 Test(hazards, const_device_and_constant_parameters_are_read_only) {
   id a = buffer(0, "a"), b = buffer(0, "b"), c = buffer(0, "c"), d = buffer(0, "d");
   id twice = pipeline("twice"), twice_too = pipeline("twice_too"), plus = pipeline("plus_one");

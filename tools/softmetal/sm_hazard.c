@@ -350,8 +350,9 @@ void sm__hazard_observed(sm_cmdbuf *cb) {
 /* ------------------------------------------------------------- concurrent passes */
 /* In a concurrent pass, a dispatch that touches bytes an earlier dispatch
  * since the last barrier wrote (or writes bytes it read) races with it.
- * The bytes are those each dispatch actually touched: a dispatch of a
- * concurrent pass runs its kernel's tracked code, which reports every
+ * The bytes are those each dispatch actually touched: a dispatch that
+ * shares its segment with another (mark_segments in sm_metal.c; one alone
+ * cannot race) runs its kernel's tracked code, which reports every
  * memory access (sm_exec.c records, per binding, the lowest and highest
  * address read and written from the binding's offset up to the next
  * binding's offset in the same buffer). So one buffer holding many tensors

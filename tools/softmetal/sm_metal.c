@@ -591,7 +591,17 @@ static bool run_dispatch(sm_hz_run *hz, const command *c, char *err, size_t errl
   d.tg = r->tg;
   d.groups = r->groups;
   struct sm_touched touched[SM_MAX_BINDINGS];
-  if (r->concurrent) { /* the bindings' ranges by descending start */
+  const bool tracked = r->concurrent && r->shares_segment;
+  if (tracked) {
+    char *diag = NULL;
+    if (!sm__pipeline_tracked(r->pipeline, &diag)) {
+      snprintf(err, errlen, "%s: cannot generate the tracked code of kernel %s: %s", c->op_sel,
+               r->pipeline->desc->name, diag ? diag : "out of memory");
+      free(diag);
+      return false;
+    }
+  }
+  if (tracked) { /* the bindings' ranges by descending start */
     const struct sm_kernel_desc *k = r->pipeline->desc;
     for (unsigned i = 0; i < SM_MAX_BINDINGS; i++) {
       if (!r->buffers[i] || !(k->buffer_mask >> i & 1u)) continue;
@@ -643,7 +653,25 @@ static bool run_dispatch(sm_hz_run *hz, const command *c, char *err, size_t errl
     }
   }
   if (!sm__run_dispatch(&d, err, errlen)) return false;
-  return !r->concurrent || sm__hazard_dispatched(hz, c, touched, d.ntouched, err, errlen);
+  return !tracked || sm__hazard_dispatched(hz, c, touched, d.ntouched, err, errlen);
+}
+
+/* Marks the dispatches of concurrent passes that share their segment (the
+ * commands of a pass between barriers for all buffers) with another. */
+static void mark_segments(sm_cmdbuf *cb) {
+  size_t start = 0;
+  unsigned n = 0;
+  for (size_t i = 0; i <= cb->ncmds; i++) {
+    const command *c = i < cb->ncmds ? &cb->cmds[i] : NULL;
+    bool full_barrier = c && c->kind == CMD_BARRIER && !c->barrier;
+    if (!c || c->pass != cb->cmds[start].pass || full_barrier) {
+      for (size_t k = start; k < i; k++)
+        if (cb->cmds[k].kind == CMD_DISPATCH) cb->cmds[k].dispatch->shares_segment = n > 1;
+      start = full_barrier ? i + 1 : i;
+      n = 0;
+    }
+    if (c && c->kind == CMD_DISPATCH && c->dispatch->concurrent) n++;
+  }
 }
 
 static bool run_command(sm_hz_run *hz, command *c, char *err, size_t errlen) {
@@ -674,6 +702,7 @@ static void cmdbuf_execute(sm_cmdbuf *cb) {
     ok = false;
   }
   sm_hz_run hz = {-1, NULL, 0, 0};
+  mark_segments(cb);
   for (size_t i = 0; ok && i < cb->ncmds; i++) ok = run_command(&hz, &cb->cmds[i], err, sizeof err);
   sm__hazard_run_free(&hz);
   if (!ok) {
@@ -1560,16 +1589,9 @@ static void comp_dispatch(id self, SEL cmd, MTLSize grid_or_groups, MTLSize tg, 
   r->groups = groups;
   command *c = enc_cmd(self, cmd, CMD_DISPATCH);
   c->dispatch = r;
-  if (e->concurrent) { /* its accesses are recorded as it runs */
+  if (e->concurrent) { /* its accesses are recorded as it runs (run_dispatch) */
     r->concurrent = true;
     r->number = ++e->ndispatch;
-    char *diag = NULL;
-    if (!sm__pipeline_tracked(p, &diag)) {
-      encode_fail(cb, "%s: cannot generate the tracked code of kernel %s: %s", sel, k->name,
-                  diag ? diag : "?");
-      r->concurrent = false;
-    }
-    free(diag);
   }
 }
 

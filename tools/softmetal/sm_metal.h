@@ -92,9 +92,12 @@ typedef struct {
   sm_buffer *used[SM_MAX_USED];
   bool used_write[SM_MAX_USED];
   unsigned nused;
-  /* In a concurrent pass: runs tracked code, checked against the dispatches
-   * since the last barrier (sm_hazard.c); its number in the pass. */
+  /* In a concurrent pass: its number in the pass; and, set at execution,
+   * whether another dispatch shares its segment (no barrier for all buffers
+   * between them). Only then can it race: it runs tracked code, checked
+   * against the dispatches since the last barrier (sm_hazard.c). */
   bool concurrent;
+  bool shares_segment;
   unsigned number;
 } dispatch_rec;
 
