@@ -841,3 +841,85 @@ Test(stdlib, precise_divide_by_a_shared_divisor_is_correctly_rounded) {
   sm_release(db);
   sm_release(l);
 }
+
+static const char NAN_MIN_MAX[] =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "kernel void nan_min_max(device const float *a [[buffer(0)]],\n"
+    "                        device const float *b [[buffer(1)]], device float *o [[buffer(2)]],\n"
+    "                        uint i [[thread_position_in_grid]]) {\n"
+    "  device float *r = o + 6 * i;\n"
+    "  r[0] = max(a[i], b[i]);\n"
+    "  r[1] = min(a[i], b[i]);\n"
+    "  r[2] = fmax(a[i], b[i]);\n"
+    "  r[3] = fmin(a[i], b[i]);\n"
+    "  r[4] = float(max(half(a[i]), half(b[i])));\n"
+    "  r[5] = max(float2(a[i]), float2(b[i])).y;\n"
+    "}\n"
+    "/* ggml's flash-attention block scan: the extremes of a block of half\n"
+    " * values, some lanes reading NaN bits */\n"
+    "kernel void nan_block_extremes(device const half *m [[buffer(0)]],\n"
+    "                               device half *o [[buffer(1)]],\n"
+    "                               ushort lane [[thread_index_in_simdgroup]]) {\n"
+    "  half lo = MAXHALF, hi = -MAXHALF;\n"
+    "  for (short k = 0; k < 2; ++k) {\n"
+    "    lo = min(lo, m[k * 32 + lane]);\n"
+    "    hi = max(hi, m[k * 32 + lane]);\n"
+    "  }\n"
+    "  lo = simd_min(lo);\n"
+    "  hi = simd_max(hi);\n"
+    "  if (lane == 0) { o[0] = lo; o[1] = hi; }\n"
+    "}\n";
+
+/* Apple GPUs' min and max give the other operand where one is NaN, fast
+ * math (the default) included; a NaN in a block ggml scans for its extremes
+ * (rows past a tensor's end) must not turn them into NaN. */
+Test(stdlib, min_and_max_of_a_nan_give_the_other_operand_under_fast_math) {
+  id error = 0;
+  id l = sm_compile(NAN_MIN_MAX, &error);
+  cr_assert_not_null(l, "%s", sm_error_text(error));
+  const uint32_t qnan = 0x7FC00000u;
+  float nan;
+  memcpy(&nan, &qnan, 4);
+  const float a[4] = {1.0f, nan, nan, -2.0f}, b[4] = {nan, 3.0f, nan, 5.0f};
+  const float want_max[4] = {1.0f, 3.0f, nan, 5.0f}, want_min[4] = {1.0f, 3.0f, nan, -2.0f};
+  id ob = sm_buffer(NULL, 4 * 6 * 4), ab = sm_buffer(a, sizeof a), bb = sm_buffer(b, sizeof b);
+  id bufs[] = {ab, bb, ob};
+  sm_dispatch(l, "nan_min_max", bufs, 3, SM_SIZE(4, 1, 1), SM_SIZE(4, 1, 1), false, 0);
+  const float *o = sm_contents(ob);
+  for (int i = 0; i < 4; i++) {
+    const float want[6] = {want_max[i], want_min[i], want_max[i],
+                           want_min[i], want_max[i], want_max[i]};
+    for (int k = 0; k < 6; k++) {
+      if (isnan(want[k]))
+        cr_expect(isnan(o[6 * i + k]), "case %d result %d: %g, want NaN", i, k,
+                  (double)o[6 * i + k]);
+      else
+        cr_expect_eq(o[6 * i + k], want[k], "case %d result %d: %g, want %g", i, k,
+                     (double)o[6 * i + k], (double)want[k]);
+    }
+  }
+  /* 64 halves from -63/128 up by 1/64 (none 0: normal halves, made from
+   * the float's bits); the bits of lanes 3, 17 and 40 NaN */
+  uint16_t m[64];
+  for (int k = 0; k < 64; k++) {
+    float v = -0.5f + ((float)k + 0.5f) / 64.0f;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    m[k] = (uint16_t)(((u >> 16) & 0x8000u) | ((((u >> 23) & 0xFFu) - 112u) << 10) |
+                      ((u >> 13) & 0x3FFu));
+  }
+  m[3] = m[17] = m[40] = 0x7E00u;
+  id mb = sm_buffer(m, sizeof m), hb = sm_buffer(NULL, 4);
+  id bufs2[] = {mb, hb};
+  sm_dispatch(l, "nan_block_extremes", bufs2, 2, SM_SIZE(32, 1, 1), SM_SIZE(32, 1, 1), false, 0);
+  const uint16_t *h = sm_contents(hb);
+  cr_expect_eq(h[0], m[0], "simd_min of the block: 0x%04x, want 0x%04x", h[0], m[0]);
+  cr_expect_eq(h[1], m[63], "simd_max of the block: 0x%04x, want 0x%04x", h[1], m[63]);
+  sm_release(ob);
+  sm_release(ab);
+  sm_release(bb);
+  sm_release(mb);
+  sm_release(hb);
+  sm_release(l);
+}
