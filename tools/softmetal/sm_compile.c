@@ -85,12 +85,13 @@ enum { N_CXX_FLAGS = sizeof CXX_FLAGS / sizeof CXX_FLAGS[0] };
  * load, store, atomic and memory intrinsic calls __sm_touch_* with its
  * address, through the address sanitizer's instrumentation with its own
  * callback prefix and nothing else of it (no shadow checks, no runtime, no
- * constructor). TOUCH_CALLBACKS, appended to the unit, defines them: each
- * first tests the address against the calling thread's window (the span of
- * the dispatch's tracked bindings, sm_exec.c), read at
- * softmetal_touch_window bytes from the thread pointer, and calls
- * softmetal_touch only inside it; threadgroup memory, the stack and
- * constants, most of a kernel's accesses, cost no call. */
+ * constructor). TOUCH_CALLBACKS, appended to the unit, defines them. They
+ * read the calling thread's tracking state (sm_exec.c's t_track and its
+ * struct sm_touched ranges, whose layouts they repeat) at
+ * softmetal_touch_window bytes from the thread pointer: an address outside
+ * every binding (threadgroup memory, the stack, constants) returns at once,
+ * one in the range hit last widens that range's bounds in place, and only
+ * the rest call softmetal_touch (sm__touch), which finds the range. */
 static const char *const TOUCH_FLAGS[] = {
     "-fsanitize=address",
     "-fsanitize-address-use-after-return=never",
@@ -115,46 +116,60 @@ static const char TOUCH_CALLBACKS[] =
     "void (*softmetal_touch)(unsigned long, unsigned long, int);\n"
     "SM_TOUCH_EXPORT long softmetal_touch_window;\n"
     "long softmetal_touch_window;\n"
-    "__attribute__((no_sanitize(\"address\"), always_inline)) static inline bool\n"
-    "sm_touch_in_window(unsigned long a) {\n"
+    "struct sm_touch_range {\n"
+    "  unsigned long start, end;\n"
+    "  const void *owner;\n"
+    "  unsigned long rlo, rhi, wlo, whi;\n"
+    "};\n"
+    "struct sm_touch_state {\n"
     "  unsigned long lo, hi;\n"
-    "#if defined(__x86_64__)\n"
-    "  __asm__ volatile(\"movq %%fs:(%1), %0\" : \"=r\"(lo) : \"r\"(softmetal_touch_window));\n"
-    "  __asm__ volatile(\"movq %%fs:8(%1), %0\" : \"=r\"(hi) : \"r\"(softmetal_touch_window));\n"
-    "#else\n"
+    "  sm_touch_range *all;\n"
+    "  unsigned n, last;\n"
+    "};\n"
+    "__attribute__((no_sanitize(\"address\"), always_inline)) static inline void\n"
+    "sm_touch_at(unsigned long a, unsigned long n, int w) {\n"
     "  char *tp;\n"
+    "#if defined(__x86_64__)\n"
+    "  __asm__ volatile(\"movq %%fs:0, %0\" : \"=r\"(tp));\n"
+    "#else\n"
     "  __asm__ volatile(\"mrs %0, tpidr_el0\" : \"=r\"(tp));\n"
-    "  const volatile unsigned long *w =\n"
-    "      (const volatile unsigned long *)(tp + softmetal_touch_window);\n"
-    "  lo = w[0];\n"
-    "  hi = w[1];\n"
     "#endif\n"
-    "  return a >= lo && a < hi;\n"
+    "  volatile sm_touch_state *s = (volatile sm_touch_state *)(tp + softmetal_touch_window);\n"
+    "  if (a < s->lo || a >= s->hi) return;\n"
+    "  volatile sm_touch_range *t = s->all + s->last;\n"
+    "  if (a < t->start || a >= t->end) {\n"
+    "    softmetal_touch(a, n, w);\n"
+    "    return;\n"
+    "  }\n"
+    "  unsigned long z = a + n < a ? ~0ul : a + n;\n"
+    "  if (w) {\n"
+    "    if (a < t->wlo) t->wlo = a;\n"
+    "    if (z > t->whi) t->whi = z;\n"
+    "  } else {\n"
+    "    if (a < t->rlo) t->rlo = a;\n"
+    "    if (z > t->rhi) t->rhi = z;\n"
+    "  }\n"
     "}\n"
-    "#define SM_TOUCH_CALL(a, n, w) \\\n"
-    "  if (sm_touch_in_window(a)) softmetal_touch(a, n, w)\n"
     "#define SM_TOUCH_SIZE(n) \\\n"
-    "  SM_TOUCH_FN void __sm_touch_load##n(unsigned long a) { SM_TOUCH_CALL(a, n, 0); } \\\n"
-    "  SM_TOUCH_FN void __sm_touch_store##n(unsigned long a) { SM_TOUCH_CALL(a, n, 1); }\n"
+    "  SM_TOUCH_FN void __sm_touch_load##n(unsigned long a) { sm_touch_at(a, n, 0); } \\\n"
+    "  SM_TOUCH_FN void __sm_touch_store##n(unsigned long a) { sm_touch_at(a, n, 1); }\n"
     "SM_TOUCH_SIZE(1) SM_TOUCH_SIZE(2) SM_TOUCH_SIZE(4) SM_TOUCH_SIZE(8) SM_TOUCH_SIZE(16)\n"
-    "SM_TOUCH_FN void __sm_touch_loadN(unsigned long a, unsigned long n) {\n"
-    "  softmetal_touch(a, n, 0);\n"
+    "SM_TOUCH_FN void __sm_touch_loadN(unsigned long a, unsigned long n) { sm_touch_at(a, n, 0); "
     "}\n"
-    "SM_TOUCH_FN void __sm_touch_storeN(unsigned long a, unsigned long n) {\n"
-    "  softmetal_touch(a, n, 1);\n"
+    "SM_TOUCH_FN void __sm_touch_storeN(unsigned long a, unsigned long n) { sm_touch_at(a, n, 1); "
     "}\n"
     "SM_TOUCH_FN void *__sm_touch_memcpy(void *d, const void *s, unsigned long n) {\n"
-    "  softmetal_touch((unsigned long)s, n, 0);\n"
-    "  softmetal_touch((unsigned long)d, n, 1);\n"
+    "  sm_touch_at((unsigned long)s, n, 0);\n"
+    "  sm_touch_at((unsigned long)d, n, 1);\n"
     "  return __builtin_memcpy(d, s, n);\n"
     "}\n"
     "SM_TOUCH_FN void *__sm_touch_memmove(void *d, const void *s, unsigned long n) {\n"
-    "  softmetal_touch((unsigned long)s, n, 0);\n"
-    "  softmetal_touch((unsigned long)d, n, 1);\n"
+    "  sm_touch_at((unsigned long)s, n, 0);\n"
+    "  sm_touch_at((unsigned long)d, n, 1);\n"
     "  return __builtin_memmove(d, s, n);\n"
     "}\n"
     "SM_TOUCH_FN void *__sm_touch_memset(void *d, int c, unsigned long n) {\n"
-    "  softmetal_touch((unsigned long)d, n, 1);\n"
+    "  sm_touch_at((unsigned long)d, n, 1);\n"
     "  return __builtin_memset(d, c, n);\n"
     "}\n";
 

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -918,14 +919,24 @@ static void job_fail(job *j, const char *msg) {
  * fall in the range of the one before, and accesses outside every binding
  * (threadgroup memory, the stack, constants) are common: both are decided
  * without a search. */
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
-  uintptr_t lo, hi; /* first: the tracked code's window (sm__touch_window) */
+struct track_state {
+  uintptr_t lo, hi;
   struct sm_touched *all;
   unsigned n, last;
-} t_track = {UINTPTR_MAX, 0, NULL, 0, 0};
+};
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct track_state t_track = {
+    UINTPTR_MAX, 0, NULL, 0, 0};
+/* The tracked code (sm_compile.c's TOUCH_CALLBACKS) reads and updates these
+ * in place, with their layouts written out again there. */
+_Static_assert(offsetof(struct track_state, all) == 16 && offsetof(struct track_state, n) == 24 &&
+                   offsetof(struct track_state, last) == 28,
+               "TOUCH_CALLBACKS' sm_touch_state");
+_Static_assert(sizeof(struct sm_touched) == 56 && offsetof(struct sm_touched, owner) == 16 &&
+                   offsetof(struct sm_touched, rlo) == 24 && offsetof(struct sm_touched, whi) == 48,
+               "TOUCH_CALLBACKS' sm_touch_range");
 
 /* Initial-exec TLS sits at the same offset from the thread pointer in every
- * thread, so the tracked code reads {lo, hi} there with no call. */
+ * thread, so the tracked code finds t_track there with no call. */
 long sm__touch_window(void) {
   char *tp;
 #if defined(__x86_64__)
@@ -935,7 +946,7 @@ long sm__touch_window(void) {
 #else
 #error "softmetal's tracked code reads the thread pointer of x86-64 or aarch64"
 #endif
-  return (long)((char *)&t_track.lo - tp);
+  return (long)((char *)&t_track - tp);
 }
 
 /* Starts tracking the n ranges at all for this thread; (NULL, 0) stops. */

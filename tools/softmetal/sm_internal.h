@@ -411,9 +411,9 @@ extern sm_class sm__pipeline_class;
 bool sm__pipeline_tracked(sm_pipeline *p, char **diag);
 /* The tracked code's hook: a kernel accessed bytes [address, address + n). */
 void sm__touch(unsigned long address, unsigned long n, int write);
-/* Where the calling thread's tracking window {lo, hi} (two uintptr_t: the
- * span of the bindings it tracks, empty when none) lies, in bytes from the
- * thread pointer; the same in every thread. */
+/* Where the calling thread's tracking state (sm_exec.c's t_track: the span
+ * of the bindings it tracks, empty when none, then its ranges) lies, in
+ * bytes from the thread pointer; the same in every thread. */
 long sm__touch_window(void);
 
 /* A recorded compute dispatch; bindings resolved at execution. */
