@@ -96,10 +96,11 @@ static inline id sm_pipeline_bools(id lib, const char *kernel, const NSUInteger 
   return p;
 }
 
-/* Binds bufs[i] at index i (none where NULL), dispatches pipeline p and
- * releases it; groups=false: grid counts threads. */
-static inline void sm_dispatch_pipeline(id p, const char *kernel, id *bufs, int n, MTLSize grid,
-                                        MTLSize tg, bool groups, NSUInteger tg_mem) {
+/* Binds bufs[i] at index i (none where NULL), dispatches pipeline p,
+ * releases it and returns the finished command buffer (autoreleased),
+ * whatever its status; groups=false: grid counts threads. */
+static inline id sm_dispatch_cb(id p, id *bufs, int n, MTLSize grid, MTLSize tg, bool groups,
+                                NSUInteger tg_mem) {
   id cb = SEND0(id, sm_queue, "commandBuffer");
   id enc = SEND0(id, cb, "computeCommandEncoder");
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
@@ -117,9 +118,15 @@ static inline void sm_dispatch_pipeline(id p, const char *kernel, id *bufs, int 
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
   SEND0(void, cb, "waitUntilCompleted");
+  sm_release(p);
+  return cb;
+}
+/* The same, asserting that the command buffer completed. */
+static inline void sm_dispatch_pipeline(id p, const char *kernel, id *bufs, int n, MTLSize grid,
+                                        MTLSize tg, bool groups, NSUInteger tg_mem) {
+  id cb = sm_dispatch_cb(p, bufs, n, grid, tg, groups, tg_mem);
   cr_assert_eq(sm_u(cb, "status"), 4 /* Completed */, "%s: %s", kernel,
                sm_error_text(SEND0(id, cb, "error")));
-  sm_release(p);
 }
 static inline void sm_dispatch(id lib, const char *kernel, id *bufs, int n, MTLSize grid,
                                MTLSize tg, bool groups, NSUInteger tg_mem) {

@@ -230,21 +230,8 @@ Test(faults, shader_validation_reports_a_read_past_the_end_of_a_buffer) {
 /* Runs fill_strided as one threadgroup of 32 with `tg_len` bytes of
  * threadgroup memory. */
 static id run_fill_strided(id out, NSUInteger tg_len) {
-  id p = sm_pipeline(sm_lib, "fill_strided");
-  id cb = SEND0(id, sm_queue, "commandBuffer");
-  id enc = SEND0(id, cb, "computeCommandEncoder");
-  SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
-  SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", out, 0ul,
-       0ul);
-  SEND(void, (id, SEL, NSUInteger, NSUInteger), enc, "setThreadgroupMemoryLength:atIndex:", tg_len,
-       0ul);
-  SEND(void, (id, SEL, MTLSize, MTLSize), enc,
-       "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(32, 1, 1), SM_SIZE(32, 1, 1));
-  SEND0(void, enc, "endEncoding");
-  SEND0(void, cb, "commit");
-  SEND0(void, cb, "waitUntilCompleted");
-  sm_release(p);
-  return cb;
+  return sm_dispatch_cb(sm_pipeline(sm_lib, "fill_strided"), &out, 1, SM_SIZE(32, 1, 1),
+                        SM_SIZE(32, 1, 1), false, tg_len);
 }
 
 /* Threadgroup memory past the length set is undefined in MSL. A kernel
