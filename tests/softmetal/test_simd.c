@@ -112,7 +112,28 @@ static const char *const KERNEL_PARTS[] = {
     "    a = simd_sum(a) % 1000;\n"
     "  }\n"
     "  out[tid] = a;\n"
-    "}\n"
+    "}\n",
+    "// Lanes of a simdgroup share threadgroup memory with no simdgroup_barrier,\n"
+    "// as they may on a Mac, whose GPUs run a simdgroup's lanes together: all\n"
+    "// read a value before one lane replaces it in a branch; all read what one\n"
+    "// lane wrote in a branch, or some lanes in a loop, before them.\n"
+    "kernel void lanes_share_threadgroup(device int *out [[buffer(0)]],\n"
+    "                                    uint tid [[thread_index_in_threadgroup]],\n"
+    "                                    uint sg [[simdgroup_index_in_threadgroup]],\n"
+    "                                    uint lane [[thread_index_in_simdgroup]]) {\n"
+    "  threadgroup int cells[2][2];\n"
+    "  threadgroup int rows[2][8];\n"
+    "  threadgroup int *mine = cells[sg];\n"
+    "  if (lane == 0) { mine[0] = 10; mine[1] = 0; }\n"
+    "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+    "  int before = mine[0];\n"
+    "  if (lane == 0) mine[0] = before + 1;\n"
+    "  if (lane == 31) mine[1] = before + 7;\n"
+    "  int from_last = mine[1];\n"
+    "  for (uint i = lane; i < 8; i += 32) rows[sg][i] = int(i) * 3;\n"
+    "  int row = rows[sg][(lane + 1) % 8];\n"
+    "  out[tid] = before * 10000 + from_last * 100 + row;\n"
+    "}\n",
     "kernel void shuffle_inactive(device uint *out [[buffer(0)]],\n"
     "                             uint lane [[thread_index_in_simdgroup]]) {\n"
     "  uint r = 0;\n"
@@ -364,6 +385,24 @@ Test(simd, lanes_leave_a_synchronising_loop_together) {
   for (int t = 0; t < 96; t++) /* for, while with break, do-while */
     cr_assert_eq(o[t], 3 * 32 + 3 * (t % 32) - 2000, "thread %d (loop %d): %g", t, t / 32, o[t]);
   sm_release(out);
+}
+
+Test(simd, lanes_share_threadgroup_memory_across_branches_and_loops_as_in_lockstep) {
+  static const char *const schedules[] = {NULL, "random:1", "random:2", "random:3"};
+  for (size_t s = 0; s < sizeof schedules / sizeof schedules[0]; s++) {
+    if (schedules[s])
+      setenv("SOFTMETAL_SCHEDULE", schedules[s], 1);
+    else
+      unsetenv("SOFTMETAL_SCHEDULE");
+    id out = buffer(64 * 4);
+    expect_ok(run("lanes_share_threadgroup", 64, 64, &out, 1));
+    int *o = contents(out);
+    for (int t = 0; t < 64; t++)
+      cr_assert_eq(o[t], 10 * 10000 + 17 * 100 + (t % 32 + 1) % 8 * 3, "schedule %s, thread %d: %d",
+                   schedules[s] ? schedules[s] : "in-order", t, o[t]);
+    sm_release(out);
+  }
+  unsetenv("SOFTMETAL_SCHEDULE");
 }
 
 Test(simd, shuffle_from_an_inactive_lane_fails_the_command_buffer) {

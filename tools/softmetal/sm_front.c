@@ -2159,12 +2159,19 @@ static int cmp_edit(const void *a, const void *b) {
 
 /* ------------------------------------------------- reconvergence
  * A GPU runs the lanes of a SIMD group together and reconverges them where
- * a loop ends; softmetal runs each lane on to its next synchronisation in
- * turn. So after every loop that synchronises inside (a barrier or a
- * SIMD-group function in its body, directly or through a call), the front
- * end adds a SIMD-group rendezvous (sm::reconverge): no lane runs the code
- * after the loop while lanes of its SIMD group are still in the loop's last
- * iteration, reading what that code writes. */
+ * a branch or a loop ends; softmetal runs each lane on to its next
+ * synchronisation in turn. So, in every function that can synchronise (a
+ * barrier or a SIMD-group function in its body, directly or through a call),
+ * the front end adds SIMD-group rendezvous (sm::reconverge):
+ * - after every loop that synchronises inside: no lane runs the code after
+ *   the loop while lanes of its SIMD group are still in its last iteration,
+ *   reading what that code writes;
+ * - before and after every if, for, while or do statement that writes
+ *   threadgroup memory: every lane has made the reads before it (which a lane
+ *   inside it may overwrite, as `if (lane == 0) tg[0] = total;` after all
+ *   lanes read tg[0]) before any lane enters, and every lane inside has made
+ *   its writes before any lane goes on to read them.
+ * Straight-line code between two rendezvous still runs lane after lane. */
 
 typedef struct {
   const char *name;
@@ -2211,9 +2218,74 @@ static bool is_constexpr(const fe *f, const fdef *d) {
   return false;
 }
 
-static void reconverge_loops(fe *f) {
+/* Whether token i is a name in names[0, n) (token indices). */
+static bool in_names(const fe *f, const size_t *names, size_t n, size_t i) {
+  for (size_t k = 0; k < n; k++)
+    if (f->t[names[k]].len == f->t[i].len &&
+        memcmp(f->pp + f->t[names[k]].off, f->pp + f->t[i].off, f->t[i].len) == 0)
+      return true;
+  return false;
+}
+
+/* The names declared threadgroup in tokens [a, b) (parameters and locals:
+ * `threadgroup T *p`, `threadgroup T x[N]`), as token indices; a cast adds
+ * its type's name, which is never assigned. */
+static size_t *threadgroup_names(fe *f, size_t a, size_t b, size_t *n) {
+  size_t *names = NULL, cap = 0;
+  *n = 0;
+  for (size_t i = a; i < b && i < f->nt; i++) {
+    if (!is(f, i, "threadgroup") || attr_word(f, i)) continue;
+    size_t last = 0;
+    for (size_t j = i + 1; j < b; j++) {
+      if (is(f, j, "<")) {
+        j = match_angle(f, j) - 1;
+        continue;
+      }
+      if (is(f, j, ",") || is(f, j, ")") || is(f, j, ";") || is(f, j, "=") || is(f, j, "[") ||
+          is(f, j, "{") || is(f, j, ":"))
+        break;
+      if (is_id(f, j)) last = j;
+    }
+    if (!last) continue;
+    size_t *g = grow(names, &cap, *n, sizeof *g, &f->oom);
+    if (!g) break;
+    names = g;
+    names[(*n)++] = last;
+  }
+  return names;
+}
+
+static bool assigns(const fe *f, size_t i) {
+  static const char *const ops[] = {"=",  "+=", "-=", "*=", "/=",  "%=",  "&=",
+                                    "|=", "^=", "++", "--", "<<=", ">>="};
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+    if (is(f, i, ops[k])) return true;
+  return false;
+}
+
+/* Whether tokens [a, b] assign through a threadgroup name: `name = `,
+ * `name[i] += `, `name[i].x = `, `name->m = `, `++name[i]`. */
+static bool writes_threadgroup(const fe *f, const size_t *names, size_t n, size_t a, size_t b) {
+  for (size_t j = a; j <= b && j < f->nt; j++) {
+    if (!is_id(f, j) || !in_names(f, names, n, j)) continue;
+    if (j > 0 && (is(f, j - 1, "++") || is(f, j - 1, "--"))) return true;
+    size_t p = j + 1;
+    for (;;) {
+      if (is(f, p, "["))
+        p = match(f, p) + 1;
+      else if ((is(f, p, ".") || is(f, p, "->")) && is_id(f, p + 1))
+        p += 2;
+      else
+        break;
+    }
+    if (p <= b && assigns(f, p)) return true;
+  }
+  return false;
+}
+
+static void reconverge(fe *f) {
   sync_map m = {f, malloc((f->nf + 1) * sizeof(fname)), calloc(f->nf + 1, sizeof(bool))};
-  bool *handled = calloc(f->nt + 1, sizeof *handled); /* loop keywords seen (and do's while) */
+  bool *handled = calloc(f->nt + 1, sizeof *handled); /* statement keywords seen (and do's while) */
   if (!m.by_name || !m.syncs || !handled) {
     f->oom = true;
     goto out;
@@ -2228,20 +2300,31 @@ static void reconverge_loops(fe *f) {
   for (size_t g = 0; g < f->nf; g++) {
     const fdef *d = &f->f[g];
     if (!m.syncs[g] || is_constexpr(f, d)) continue;
+    size_t ntg = 0;
+    size_t *tg = threadgroup_names(f, d->decl0, d->body1, &ntg);
     for (size_t k = d->body0 + 1; k < d->body1 && k < f->nt; k++) {
       bool loop = is(f, k, "do") || ((is(f, k, "for") || is(f, k, "while")) && is(f, k + 1, "("));
-      if (!loop || handled[k]) continue;
+      bool branch = is(f, k, "if") && is(f, k + 1, "(");
+      if ((!loop && !branch) || handled[k]) continue;
       handled[k] = true;
       size_t last = stmt_last(f, k, d->body1, 0);
       if (last >= d->body1) continue;
       if (is(f, k, "do")) handled[stmt_last(f, k + 1, d->body1, 0) + 1] = true; /* its while */
-      /* only a loop that is a statement of a block: the call goes after it */
+      /* only a statement of a block: the calls go before and after it */
       bool in_block =
           is(f, k - 1, ";") || is(f, k - 1, "{") || is(f, k - 1, "}") || is(f, k - 1, ":");
-      if (!in_block || f->t[last].done || !range_syncs(&m, k, last)) continue;
-      size_t at = f->t[last].off + f->t[last].len;
-      add_edit(f, at, at, " ::sm::reconverge();");
+      if (!in_block || f->t[k].done || f->t[last].done) continue;
+      bool writes = ntg && writes_threadgroup(f, tg, ntg, k, last);
+      if (writes) { /* after the token before it: a loop's `#pragma clang loop` stays on the loop */
+        size_t at = f->t[k - 1].off + f->t[k - 1].len;
+        add_edit(f, at, at, " ::sm::reconverge();");
+      }
+      if (writes || (loop && range_syncs(&m, k, last))) {
+        size_t at = f->t[last].off + f->t[last].len;
+        add_edit(f, at, at, " ::sm::reconverge();");
+      }
     }
+    free(tg);
   }
 out:
   free(m.by_name);
@@ -2391,7 +2474,7 @@ char *sm__front(const char *pp, size_t len, const char *src_path, char **err) {
     if (end < f.nt) error_at(&f, f.t[end].line, f.t[end].col, "unbalanced '}'");
     rewrite_tokens(&f);
     argbuf_structs(&f);
-    reconverge_loops(&f);
+    reconverge(&f);
   }
   buf out = {0}, table = {0}, entries = {0}, manifest = {0};
   bool *fn_seen = calloc(f.nf + 1, sizeof *fn_seen);
