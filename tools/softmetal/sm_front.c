@@ -2256,8 +2256,8 @@ static size_t *threadgroup_names(fe *f, size_t a, size_t b, size_t *n) {
 }
 
 static bool assigns(const fe *f, size_t i) {
-  static const char *const ops[] = {"=",  "+=", "-=", "*=", "/=",  "%=",  "&=",
-                                    "|=", "^=", "++", "--", "<<=", ">>="};
+  static const char *const ops[] = {
+      "=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "++", "--", "<<=", ">>="};
   for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
     if (is(f, i, ops[k])) return true;
   return false;
