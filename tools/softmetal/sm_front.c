@@ -2286,7 +2286,8 @@ static bool writes_threadgroup(const fe *f, const size_t *names, size_t n, size_
 static void reconverge(fe *f) {
   sync_map m = {f, malloc((f->nf + 1) * sizeof(fname)), calloc(f->nf + 1, sizeof(bool))};
   bool *handled = calloc(f->nt + 1, sizeof *handled); /* statement keywords seen (and do's while) */
-  if (!m.by_name || !m.syncs || !handled) {
+  bool *after = calloc(f->nt + 1, sizeof *after);     /* a rendezvous follows this token */
+  if (!m.by_name || !m.syncs || !handled || !after) {
     f->oom = true;
     goto out;
   }
@@ -2315,13 +2316,16 @@ static void reconverge(fe *f) {
           is(f, k - 1, ";") || is(f, k - 1, "{") || is(f, k - 1, "}") || is(f, k - 1, ":");
       if (!in_block || f->t[k].done || f->t[last].done) continue;
       bool writes = ntg && writes_threadgroup(f, tg, ntg, k, last);
-      if (writes) { /* after the token before it: a loop's `#pragma clang loop` stays on the loop */
+      if (writes && !after[k - 1]) { /* after the token before it, so that a loop's
+                                        `#pragma clang loop` stays on the loop */
         size_t at = f->t[k - 1].off + f->t[k - 1].len;
         add_edit(f, at, at, " ::sm::reconverge();");
+        after[k - 1] = true;
       }
       if (writes || (loop && range_syncs(&m, k, last))) {
         size_t at = f->t[last].off + f->t[last].len;
-        add_edit(f, at, at, " ::sm::reconverge();");
+        if (!after[last]) add_edit(f, at, at, " ::sm::reconverge();");
+        after[last] = true;
       }
     }
     free(tg);
@@ -2330,6 +2334,7 @@ out:
   free(m.by_name);
   free(m.syncs);
   free(handled);
+  free(after);
 }
 
 /* ------------------------------------------------------------- argument buffers */
