@@ -130,6 +130,7 @@ static const char *const KERNEL_PARTS[] = {
     "  if (lane == 0) mine[0] = before + 1;\n"
     "  if (lane == 31) mine[1] = before + 7;\n"
     "  int from_last = mine[1];\n"
+    "#pragma clang loop unroll(disable)\n"
     "  for (uint i = lane; i < 8; i += 32) rows[sg][i] = int(i) * 3;\n"
     "  int row = rows[sg][(lane + 1) % 8];\n"
     "  out[tid] = before * 10000 + from_last * 100 + row;\n"
