@@ -114,24 +114,26 @@ static const char *const KERNEL_PARTS[] = {
     "  out[tid] = a;\n"
     "}\n",
     "// Lanes of a simdgroup share threadgroup memory with no simdgroup_barrier,\n"
-    "// as they may on a Mac, whose GPUs run a simdgroup's lanes together: all\n"
-    "// read a value before one lane replaces it in a branch; all read what one\n"
-    "// lane wrote in a branch, or some lanes in a loop, before them.\n"
+    "// as they may on a Mac, whose GPUs run a simdgroup's lanes together (any\n"
+    "// width from 8 to 64): all read a value before one lane replaces it in a\n"
+    "// branch; all read what one lane wrote in a branch, or some lanes in a\n"
+    "// loop, before them.\n"
     "kernel void lanes_share_threadgroup(device int *out [[buffer(0)]],\n"
     "                                    uint tid [[thread_index_in_threadgroup]],\n"
     "                                    uint sg [[simdgroup_index_in_threadgroup]],\n"
-    "                                    uint lane [[thread_index_in_simdgroup]]) {\n"
-    "  threadgroup int cells[2][2];\n"
-    "  threadgroup int rows[2][8];\n"
+    "                                    uint lane [[thread_index_in_simdgroup]],\n"
+    "                                    uint width [[threads_per_simdgroup]]) {\n"
+    "  threadgroup int cells[8][2];\n"
+    "  threadgroup int rows[8][8];\n"
     "  threadgroup int *mine = cells[sg];\n"
     "  if (lane == 0) { mine[0] = 10; mine[1] = 0; }\n"
     "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
     "  int before = mine[0];\n"
     "  if (lane == 0) mine[0] = before + 1;\n"
-    "  if (lane == 31) mine[1] = before + 7;\n"
+    "  if (lane == width - 1) mine[1] = before + 7;\n"
     "  int from_last = mine[1];\n"
     "#pragma clang loop unroll(disable)\n"
-    "  for (uint i = lane; i < 8; i += 32) rows[sg][i] = int(i) * 3;\n"
+    "  for (uint i = lane; i < 8; i += width) rows[sg][i] = int(i) * 3;\n"
     "  int row = rows[sg][(lane + 1) % 8];\n"
     "  out[tid] = before * 10000 + from_last * 100 + row;\n"
     "}\n",
@@ -399,7 +401,7 @@ Test(simd, lanes_share_threadgroup_memory_across_branches_and_loops_as_in_lockst
     expect_ok(run("lanes_share_threadgroup", 64, 64, &out, 1));
     int *o = contents(out);
     for (int t = 0; t < 64; t++)
-      cr_assert_eq(o[t], 10 * 10000 + 17 * 100 + (t % 32 + 1) % 8 * 3, "schedule %s, thread %d: %d",
+      cr_assert_eq(o[t], 10 * 10000 + 17 * 100 + (t + 1) % 8 * 3, "schedule %s, thread %d: %d",
                    schedules[s] ? schedules[s] : "in-order", t, o[t]);
     sm_release(out);
   }

@@ -214,6 +214,11 @@ static bool is(const fe *f, size_t i, const char *s) {
   return f->t[i].len == n && memcmp(f->pp + f->t[i].off, s, n) == 0;
 }
 static bool is_id(const fe *f, size_t i) { return i < f->nt && f->t[i].kind == T_ID; }
+/* Whether tokens a and b have the same text. */
+static bool same_token(const fe *f, size_t a, size_t b) {
+  return f->t[a].len == f->t[b].len &&
+         memcmp(f->pp + f->t[a].off, f->pp + f->t[b].off, f->t[a].len) == 0;
+}
 static void text_of(const fe *f, size_t i, char *out, size_t cap) {
   size_t n = f->t[i].len < cap - 1 ? f->t[i].len : cap - 1;
   memcpy(out, f->pp + f->t[i].off, n);
@@ -1609,9 +1614,7 @@ static size_t norm_next(norm_it *it, bool *is_const) {
  * on that of a pointer: one function or type on a CPU). */
 static bool same_but_address_spaces(const fe *f, size_t a0, size_t a1, size_t b0, size_t b1) {
   bool raw_same = a1 - a0 == b1 - b0;
-  for (size_t k = 0; raw_same && k < a1 - a0; k++)
-    raw_same = f->t[a0 + k].len == f->t[b0 + k].len &&
-               memcmp(f->pp + f->t[a0 + k].off, f->pp + f->t[b0 + k].off, f->t[a0 + k].len) == 0;
+  for (size_t k = 0; raw_same && k < a1 - a0; k++) raw_same = same_token(f, a0 + k, b0 + k);
   if (raw_same) return false; /* a redeclaration, as it is in MSL */
   norm_it x = {f, a0, a1, false}, y = {f, b0, b1, false};
   for (;;) {
@@ -1622,9 +1625,7 @@ static bool same_but_address_spaces(const fe *f, size_t a0, size_t a1, size_t b0
       if (xc != yc) return false;
       continue;
     }
-    if (f->t[a].len != f->t[b].len ||
-        memcmp(f->pp + f->t[a].off, f->pp + f->t[b].off, f->t[a].len) != 0)
-      return false;
+    if (!same_token(f, a, b)) return false;
   }
 }
 
@@ -2221,9 +2222,7 @@ static bool is_constexpr(const fe *f, const fdef *d) {
 /* Whether token i is a name in names[0, n) (token indices). */
 static bool in_names(const fe *f, const size_t *names, size_t n, size_t i) {
   for (size_t k = 0; k < n; k++)
-    if (f->t[names[k]].len == f->t[i].len &&
-        memcmp(f->pp + f->t[names[k]].off, f->pp + f->t[i].off, f->t[i].len) == 0)
-      return true;
+    if (same_token(f, names[k], i)) return true;
   return false;
 }
 
