@@ -4,6 +4,8 @@
  * command buffer with a message naming the kernel, the thread and the rule;
  * the process, the queue and later command buffers go on. Without shader
  * validation a division by zero gives a value, as on a GPU (x86-64). */
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +61,13 @@ static const char SRC[] =
     "kernel void sum_next(device const float *in [[buffer(0)]], device float *out [[buffer(1)]],\n"
     "                     uint id [[thread_position_in_grid]]) {\n"
     "  out[id] = in[id] + in[id + 1];\n"
+    "}\n"
+    "kernel void big_private(device const uint *in [[buffer(0)]], device float *out "
+    "[[buffer(1)]],\n"
+    "                        uint id [[thread_position_in_grid]]) {\n"
+    "  float a[65536]; /* 256 KiB on the stack of the thread that runs it */\n"
+    "  for (uint i = 0; i < 65536; i++) a[i] = float(i ^ id);\n"
+    "  out[id] = a[in[id] & 65535u];\n"
     "}\n"
     "kernel void fill_strided(device float *out [[buffer(0)]],\n"
     "                         threadgroup float4 *so [[threadgroup(0)]],\n"
@@ -295,4 +304,72 @@ Test(faults, more_threadgroups_than_2_64_fail_instead_of_wrapping) {
   static const char *const indirect[] = {
       "kernel int_mod", "{4294967295, 4294967295, 4294967295} threadgroups are over 2^64", NULL};
   expect_fault(cb, indirect);
+}
+
+/* A program may block the fault signals (a thread that leaves signals to
+ * another): softmetal's threads inherit its mask, yet a kernel fault still
+ * fails only its command buffer, as a GPU fault would. */
+Test(faults, a_kernel_fault_fails_its_command_buffer_where_the_program_blocks_fault_signals) {
+  sigset_t faults;
+  sigemptyset(&faults);
+  sigaddset(&faults, SIGSEGV);
+  sigaddset(&faults, SIGBUS);
+  sigaddset(&faults, SIGFPE);
+  sigaddset(&faults, SIGILL);
+  cr_assert_eq(pthread_sigmask(SIG_BLOCK, &faults, NULL), 0);
+  id bufs[2] = {sm_buffer(NULL, 8), sm_buffer(NULL, 64 * 4)};
+  *(uint64_t *)sm_contents(bufs[0]) = 0x10;
+  if (RUNNING_ON_VALGRIND) VALGRIND_DISABLE_ADDR_ERROR_REPORTING_IN_RANGE(0, 4096);
+  static const char *const want[] = {"kernel wild_write", "at address 0x10", NULL};
+  for (int i = 0; i < 4; i++) expect_fault(run_on(sm_queue, "wild_write", bufs, 2, 64, 16), want);
+  if (RUNNING_ON_VALGRIND) VALGRIND_ENABLE_ADDR_ERROR_REPORTING_IN_RANGE(0, 4096);
+  for (int i = 0; i < 2; i++) sm_release(bufs[i]);
+}
+
+/* The thread that waits for a command buffer may have a small stack (a
+ * worker thread of the program's own pool); the kernels run as on a queue
+ * thread whatever stack the waiter has. */
+typedef struct {
+  id cb;
+} wait_arg;
+static void *wait_for(void *arg) {
+  SEND0(void, ((wait_arg *)arg)->cb, "waitUntilCompleted");
+  return NULL;
+}
+
+Test(faults, a_thread_with_a_small_stack_may_wait_for_a_kernel_with_a_large_one) {
+  enum { N = 16 };
+  id in = sm_buffer(NULL, N * 4), out = sm_buffer(NULL, N * 4);
+  uint32_t *pin = sm_contents(in);
+  for (uint32_t i = 0; i < N; i++) pin[i] = i * 1021u;
+  id p = sm_pipeline(sm_lib, "big_private");
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  cr_assert_eq(pthread_attr_setstacksize(&attr, 128 * 1024), 0);
+  for (int round = 0; round < 32; round++) {
+    memset(sm_contents(out), 0, N * 4);
+    id cb = SEND0(id, sm_queue, "commandBuffer");
+    id enc = SEND0(id, cb, "computeCommandEncoder");
+    SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", in, 0ul,
+         0ul);
+    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", out, 0ul,
+         1ul);
+    SEND(void, (id, SEL, MTLSize, MTLSize), enc,
+         "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1));
+    SEND0(void, enc, "endEncoding");
+    SEND0(void, cb, "commit");
+    wait_arg a = {cb};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, &attr, wait_for, &a), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    cr_assert_eq(sm_u(cb, "status"), 4, "%s", sm_error_text(SEND0(id, cb, "error")));
+    const float *o = sm_contents(out);
+    for (uint32_t i = 0; i < N; i++)
+      cr_assert_eq(o[i], (float)(((i * 1021u) & 65535u) ^ i), "out[%u] = %g", i, o[i]);
+  }
+  pthread_attr_destroy(&attr);
+  sm_release(p);
+  sm_release(in);
+  sm_release(out);
 }

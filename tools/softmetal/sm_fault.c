@@ -224,11 +224,18 @@ void sm__fault_init(void) {
   pthread_once(&once, install);
 }
 
-/* An alternate signal stack for this thread while it runs kernels, unless it
- * has one (sanitizer runtimes give their threads one). */
+/* For a thread made to run kernels: the fault signals unblocked, and an
+ * alternate signal stack while it runs them, unless it has one (sanitizer
+ * runtimes give their threads one). */
 enum { ALT_SIZE = 64 * 1024 };
 void sm__altstack_push(sm_altstack *a) {
   a->mem = NULL;
+  /* A thread inherits its maker's mask: a program that blocks these would
+   * otherwise have kernel faults kill it. */
+  sigset_t ours;
+  sigemptyset(&ours);
+  for (int i = 0; i < NSIG_OURS; i++) sigaddset(&ours, SIGNALS[i]);
+  pthread_sigmask(SIG_UNBLOCK, &ours, NULL);
   stack_t cur;
   if (sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE)) return;
   void *m = mmap(NULL, ALT_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -247,6 +254,63 @@ void sm__altstack_pop(sm_altstack *a) {
   sigaltstack(&ss, NULL);
   munmap(a->mem, ALT_SIZE);
   a->mem = NULL;
+}
+
+/* A thread that waits for a command buffer may run it (sm_metal.c), where
+ * its kernels' faults are caught as on a queue thread: the fault signals
+ * are not blocked, the stack has room, and it has a signal stack, made here
+ * once and kept until the thread ends. */
+enum { WAITER_STACK_ROOM = 1024 * 1024 };
+static pthread_key_t g_alt_key;
+static _Thread_local uintptr_t t_stack_lo; /* 0: not yet asked */
+static _Thread_local void *t_alt;          /* the signal stack made here */
+
+static void alt_free(void *mem) {
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == mem) {
+    stack_t off = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
+    sigaltstack(&off, NULL);
+  }
+  munmap(mem, ALT_SIZE);
+}
+static void alt_key_make(void) {
+  if (pthread_key_create(&g_alt_key, alt_free) != 0)
+    sm__fatal("softmetal: pthread_key_create failed");
+}
+
+bool sm__fault_thread_ready(void) {
+  sigset_t mask;
+  if (pthread_sigmask(SIG_BLOCK, NULL, &mask) != 0) return false;
+  for (int i = 0; i < NSIG_OURS; i++)
+    if (sigismember(&mask, SIGNALS[i])) return false;
+  if (!t_stack_lo) {
+    pthread_attr_t a;
+    void *lo;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &a) != 0) return false;
+    bool ok = pthread_attr_getstack(&a, &lo, &size) == 0;
+    pthread_attr_destroy(&a);
+    if (!ok) return false;
+    t_stack_lo = (uintptr_t)lo + 1;
+  }
+  char here;
+  if ((uintptr_t)&here < t_stack_lo + WAITER_STACK_ROOM) return false;
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) != 0) return false;
+  if (!(cur.ss_flags & SS_DISABLE)) return true; /* ours or the program's */
+  if (!t_alt) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, alt_key_make);
+    void *m = mmap(NULL, ALT_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return false;
+    if (pthread_setspecific(g_alt_key, m) != 0) {
+      munmap(m, ALT_SIZE);
+      return false;
+    }
+    t_alt = m;
+  }
+  stack_t ss = {.ss_sp = t_alt, .ss_size = ALT_SIZE, .ss_flags = 0};
+  return sigaltstack(&ss, NULL) == 0;
 }
 
 const char *sm__fault_rule(const sm_fault *f, char *buf, size_t len) {

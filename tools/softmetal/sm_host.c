@@ -243,6 +243,14 @@ static void host_cb_finished(id cb) {
   h->finished = true;
   pthread_mutex_unlock(&h->mu);
 }
+static bool host_cb_has_scheduled(id cb) {
+  struct sm_host *h = host_if(cb);
+  if (!h) return false;
+  pthread_mutex_lock(&h->mu);
+  bool any = h->nsched > 0;
+  pthread_mutex_unlock(&h->mu);
+  return any;
+}
 static double cb_time(id self, int which) {
   struct sm_host *h = host_if(self);
   if (!h) return 0;
@@ -1295,8 +1303,8 @@ static const sm_method_def fdesc_methods[] = {
 
 void sm__register_host(void) {
   sm__host_free_hook = host_free;
-  sm__host_hooks =
-      (sm_host_hooks){host_cb_scheduled, host_cb_finished, host_event_signaled, host_debug_groups};
+  sm__host_hooks = (sm_host_hooks){host_cb_scheduled, host_cb_finished, host_cb_has_scheduled,
+                                   host_event_signaled, host_debug_groups};
   SM_CLASS_DEFINE(&cb_desc_class, Nil, cb_desc_methods);
   SM_CLASS_DEFINE(&arch_class, Nil, arch_methods);
   /* events: SMEvent, an MTLEvent, is SMSharedEvent without its shared-only methods */

@@ -310,8 +310,9 @@ void sm__encoder_dispatch_indirect(id encoder, SEL cmd, id buffer, NSUInteger of
  * sm__host_hooks (sm_hooks.c), which sm__register_host fills; a NULL one is
  * skipped. */
 typedef struct {
-  void (*cb_scheduled)(id cmdbuf); /* queue thread: before its first command runs */
-  void (*cb_finished)(id cmdbuf);  /* queue thread: after its last, before its status */
+  void (*cb_scheduled)(id cmdbuf);     /* queue thread: before its first command runs */
+  void (*cb_finished)(id cmdbuf);      /* queue thread: after its last, before its status */
+  bool (*cb_has_scheduled)(id cmdbuf); /* it has scheduled handlers (committed: fixed) */
   void (*event_signaled)(id event, uint64_t value); /* after the value is set */
   /* Appends " (debug groups: ...)" naming the open debug groups, if any. */
   void (*debug_groups)(id cmdbuf, id encoder, char *out, size_t len);
@@ -322,6 +323,9 @@ static inline void sm__host_cb_scheduled(id cmdbuf) {
 }
 static inline void sm__host_cb_finished(id cmdbuf) {
   if (sm__host_hooks.cb_finished) sm__host_hooks.cb_finished(cmdbuf);
+}
+static inline bool sm__host_cb_has_scheduled(id cmdbuf) {
+  return sm__host_hooks.cb_has_scheduled && sm__host_hooks.cb_has_scheduled(cmdbuf);
 }
 static inline void sm__host_event_signaled(id event, uint64_t value) {
   if (sm__host_hooks.event_signaled) sm__host_hooks.event_signaled(event, value);
@@ -477,8 +481,13 @@ void sm__fault_init(void); /* installs the handlers once */
 typedef struct {
   void *mem;
 } sm_altstack;
-void sm__altstack_push(sm_altstack *a); /* this thread's signal stack while it runs kernels */
+/* A thread made to run kernels: fault signals unblocked, a signal stack. */
+void sm__altstack_push(sm_altstack *a);
 void sm__altstack_pop(sm_altstack *a);
+/* Whether this thread, not made to run kernels, may run them now: faults
+ * would be caught as on softmetal's own threads (it gets a signal stack,
+ * kept until it ends, if it has none). */
+bool sm__fault_thread_ready(void);
 /* The rule a fault broke, in words (buf: scratch). */
 const char *sm__fault_rule(const sm_fault *f, char *buf, size_t len);
 /* MTL_SHADER_VALIDATION=1: buffers softmetal allocates end at an inaccessible

@@ -751,6 +751,13 @@ static uint64_t splitmix64(uint64_t *state) {
  * Metal promises neither. */
 static void cmdbuf_complete(queue_core *core, sm_cmdbuf *cb) {
   slot_release(cb);
+  if (!cb->nhandlers) { /* no coin to toss */
+    pthread_mutex_lock(&core->mu);
+    cb->waitable = true;
+    pthread_mutex_unlock(&core->mu);
+    pthread_cond_broadcast(&core->done_cv);
+    return;
+  }
   pthread_mutex_lock(&core->mu);
   bool late = splitmix64(&core->rng) & 1;
   pthread_mutex_unlock(&core->mu);
@@ -886,6 +893,33 @@ SM_EXPORT void softmetal_quiesce(void) {
   reap_threads();
 }
 
+/* Takes the queue's next command buffer to run on this thread. Under
+ * core->mu, with core->head set and core->busy clear. */
+static sm_cmdbuf *queue_take(queue_core *core) {
+  sm_cmdbuf *cb = core->head;
+  core->head = cb->next;
+  if (!core->head) core->tail = NULL;
+  core->busy = true;
+  return cb;
+}
+
+/* Runs and completes a command buffer queue_take gave this thread, and drops
+ * the queue's reference to it. Called and returns under core->mu, which it
+ * releases meanwhile. */
+static void queue_run(queue_core *core, sm_cmdbuf *cb) {
+  pthread_mutex_unlock(&core->mu);
+  cmdbuf_execute(cb);
+  completing_add(1); /* before any waiter may return */
+  cmdbuf_complete(core, cb);
+  uint64_t seq = cb->seq;
+  sm__release((id)cb); /* may destroy the queue, which sets stop */
+  completing_add(-1);
+  pthread_mutex_lock(&core->mu);
+  core->busy = false;
+  core->finished = seq;
+  inflight_add(-1);
+}
+
 static void *queue_main(void *arg) {
   objc_thread_add();
   t_queue_thread = true;
@@ -896,21 +930,9 @@ static void *queue_main(void *arg) {
   queue_core *core = arg;
   pthread_mutex_lock(&core->mu);
   for (;;) {
-    while (!core->head && !core->stop) pthread_cond_wait(&core->cv, &core->mu);
-    sm_cmdbuf *cb = core->head;
-    if (!cb) break;
-    core->head = cb->next;
-    if (!core->head) core->tail = NULL;
-    pthread_mutex_unlock(&core->mu);
-    cmdbuf_execute(cb);
-    completing_add(1); /* before any waiter may return */
-    cmdbuf_complete(core, cb);
-    uint64_t seq = cb->seq;
-    sm__release((id)cb); /* may destroy the queue, which sets stop */
-    completing_add(-1);
-    pthread_mutex_lock(&core->mu);
-    core->finished = seq;
-    inflight_add(-1);
+    while ((!core->head || core->busy) && !core->stop) pthread_cond_wait(&core->cv, &core->mu);
+    if (!core->head) break;
+    queue_run(core, queue_take(core));
   }
   pthread_mutex_unlock(&core->mu);
   sm__altstack_pop(&alt);
@@ -1148,7 +1170,16 @@ static void cb_wait(id self, SEL cmd) {
               "this would wait forever",
               sel_name(cmd), st, status_name(st));
   queue_core *core = cb->queue->core;
+  /* A command buffer its queue has not started, with no handlers to run on
+   * a thread of their own, is run by the thread that waits for it: a Mac
+   * runs it meanwhile, and this saves two thread wake-ups. */
+  bool ready = st == CB_COMMITTED && sm__fault_thread_ready();
   pthread_mutex_lock(&core->mu);
+  if (ready && core->head == cb && !core->busy && !cb->nhandlers &&
+      !sm__host_cb_has_scheduled(self)) {
+    queue_run(core, queue_take(core));
+    if (core->head) pthread_cond_signal(&core->cv);
+  }
   cb->waiting++;
   while (!cb->waitable) pthread_cond_wait(&core->done_cv, &core->mu);
   cb->waiting--;

@@ -151,6 +151,7 @@ typedef struct {
   sm_cmdbuf *head, *tail;
   uint64_t committed, finished; /* sequence numbers, in commit order */
   bool stop;
+  bool busy;                  /* one of its command buffers is running (queue thread or a waiter) */
   NSUInteger max_uncompleted; /* commandBuffer blocks when this many are alive */
   NSUInteger uncompleted;     /* made and neither completed nor destroyed */
   pthread_cond_t slot_cv;     /* one of them completed */
