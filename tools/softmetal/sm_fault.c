@@ -15,6 +15,7 @@
 #define _GNU_SOURCE /* REG_RIP, MAP_ANONYMOUS */
 #include "sm_internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -278,7 +279,18 @@ static void alt_key_make(void) {
     sm__fatal("softmetal: pthread_key_create failed");
 }
 
+/* Kernels' code defines thread-locals: a thread that ran them keeps their
+ * dynamic TLS after the code is unloaded, and LeakSanitizer's tracer (libasan
+ * up to GCC 13 / LLVM 16) can crash walking such a thread still alive at
+ * exit ("Tracer caught signal 11"). Where LeakSanitizer is in the process,
+ * only softmetal's own threads, joined before exit, run kernels. */
+static bool g_lsan;
+static void lsan_look(void) { g_lsan = dlsym(RTLD_DEFAULT, "__lsan_do_leak_check") != NULL; }
+
 bool sm__fault_thread_ready(void) {
+  static pthread_once_t lsan_once = PTHREAD_ONCE_INIT;
+  pthread_once(&lsan_once, lsan_look);
+  if (g_lsan) return false;
   sigset_t mask;
   if (pthread_sigmask(SIG_BLOCK, NULL, &mask) != 0) return false;
   for (int i = 0; i < NSIG_OURS; i++)
