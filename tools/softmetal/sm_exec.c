@@ -675,10 +675,19 @@ static void cache_key_make(void) {
     sm__fatal("softmetal: pthread_key_create failed");
 }
 
+static pthread_once_t g_cache_once = PTHREAD_ONCE_INIT;
+
+void sm__exec_thread_done(void) {
+  pthread_once(&g_cache_once, cache_key_make);
+  exec_cache *c = pthread_getspecific(g_cache_key);
+  if (!c) return;
+  pthread_setspecific(g_cache_key, NULL);
+  cache_free(c);
+}
+
 /* This thread's cache, or NULL when out of memory. */
 static exec_cache *cache_get(void) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, cache_key_make);
+  pthread_once(&g_cache_once, cache_key_make);
   exec_cache *c = pthread_getspecific(g_cache_key);
   if (c) return c;
   c = calloc(1, sizeof *c);

@@ -456,6 +456,9 @@ void *sm__tg_var(struct sm_thread *t, uint32_t decl, uint32_t size, uint32_t ali
 /* Runs d, its threadgroups on the calling thread and the workers of the
  * pool (sm_exec.c). On failure writes a message and returns false. */
 bool sm__run_dispatch(const sm_dispatch *d, char *err, size_t errlen);
+/* Frees what this thread keeps between dispatches (as when it ends): for
+ * the thread that exits the process, which ran kernels while waiting. */
+void sm__exec_thread_done(void);
 /* Joins the pool's workers (when the last device is released). */
 void sm__exec_shutdown(void);
 

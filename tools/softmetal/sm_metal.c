@@ -856,6 +856,7 @@ static void reap_at_exit(void) {
   while (g_completing && !t_queue_thread) pthread_cond_wait(&g_completing_cv, &g_reap_mu);
   pthread_mutex_unlock(&g_reap_mu);
   reap_threads();
+  sm__exec_thread_done();
 }
 static void reap_register(void) { atexit(reap_at_exit); }
 
