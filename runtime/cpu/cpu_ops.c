@@ -33,11 +33,58 @@ typedef struct cm__fill_ctx {
 
 static bool cm__fill_streaming(char *dst, int64_t n, const cm__fill_ctx *c);
 
+/* A strided fill of a large destination: its lines are only partly
+ * written, so each is read before its stores retire, and the few lines the
+ * store buffer holds at once (several stores each) kept a 16-core Xeon at
+ * 0.33 of memset of the same bytes on one core (0.53 at 16 threads); asking
+ * for each line 4 KiB ahead reached 0.54 (0.76). Lines past the end are
+ * only prefetched, which never faults. */
+#define CM__STRIDED_AHEAD(T, n, dst, ds, value)                                                    \
+    do {                                                                                           \
+        const int64_t step_ = (ds) > 0 ? (ds) : -(ds);                                             \
+        const int64_t per_line_ = step_ < 64 ? 64 / step_ : 1, ahead_ = 4096 / step_ + 1;          \
+        for (int64_t i_ = 0; i_ < (n); i_ += per_line_) {                                          \
+            __builtin_prefetch(                                                                    \
+                (const void *)((uintptr_t)(dst) + (uintptr_t)((i_ + ahead_) * (ds))), 1);          \
+            const int64_t end_ = i_ + per_line_ < (n) ? i_ + per_line_ : (n);                      \
+            for (int64_t k_ = i_; k_ < end_; ++k_)                                                 \
+                *(T *)(void *)((dst) + k_ * (ds)) = (value);                                       \
+        }                                                                                          \
+    } while (0)
+
+static void cm__fill_strided_ahead(int64_t n, char *dst, int64_t ds, const cm__fill_ctx *c) {
+    switch (c->size) {
+    case 1: CM__STRIDED_AHEAD(uint8_t, n, dst, ds, c->value[0]); break;
+    case 2: {
+        uint16_t v;
+        memcpy(&v, c->value, sizeof v);
+        CM__STRIDED_AHEAD(uint16_t, n, dst, ds, v);
+        break;
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, c->value, sizeof v);
+        CM__STRIDED_AHEAD(uint32_t, n, dst, ds, v);
+        break;
+    }
+    default: {
+        uint64_t v;
+        memcpy(&v, c->value, sizeof v);
+        CM__STRIDED_AHEAD(uint64_t, n, dst, ds, v);
+        break;
+    }
+    }
+}
+
 static void cm__fill_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__fill_ctx *c = ctx;
     if (c->streaming && s[0] == (int64_t)c->size && (size_t)n * c->size >= c->min_run &&
         cm__fill_streaming(p[0], n, c))
         return;
+    if (c->streaming && s[0] != (int64_t)c->size && s[0] != 0) {
+        cm__fill_strided_ahead(n, p[0], s[0], c);
+        return;
+    }
     if (c->bytes_equal && s[0] == (int64_t)c->size) {
         memset(p[0], c->value[0], (size_t)n * c->size);
         return;
@@ -567,7 +614,7 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         cm__cpu_nd_simplify(&nd, 0);
         /* Streaming when the whole destination is large (bytes counts the
          * elements written; a strided view's lines are only partly
-         * written, and stay with ordinary stores, run by run). */
+         * written: ordinary stores, each line asked for ahead). */
         c.streaming = cm__use_streaming((size_t)bytes);
         c.min_run = atomic_load_explicit(&cm__streaming_mode, memory_order_relaxed) > 0 ? 0 : 4096;
         cm__cpu_nd_split(pool, &nd, bytes, cm__fill_part, &c);

@@ -342,6 +342,33 @@ static void check_fills(void) {
                 free(before);
             }
         }
+        /* every 2nd, 3rd and 9th element of 1000, forward from 1 up to 900
+         * and backward from 898 down to 100 */
+        static const int64_t steps[] = {2, 3, 9, -1, -2, -9};
+        for (size_t si = 0; si < sizeof steps / sizeof steps[0]; ++si) {
+            const int64_t step = steps[si], total[1] = {1000};
+            cm_tensor *whole = patterned(cpu(), d, 1, total, (unsigned)(si + 5));
+            const void *p = NULL;
+            CHECK(cm_tensor_host_read(whole, d, &p));
+            uint8_t *before = malloc(1000 * size);
+            cr_assert_not_null(before);
+            memcpy(before, p, 1000 * size);
+            cm_tensor *view = NULL;
+            CHECK(step > 0 ? cm_tensor_slice(whole, 0, 1, 900, step, &view)
+                           : cm_tensor_slice(whole, 0, 898, 100, step, &view));
+            CHECK(cm_fill(view, d, &value, NULL));
+            CHECK(cm_tensor_host_read(whole, d, &p));
+            for (int64_t i = 0; i < 1000; ++i) {
+                const bool inside = step > 0 ? i >= 1 && i < 900 && (i - 1) % step == 0
+                                             : i <= 898 && i > 100 && (898 - i) % -step == 0;
+                const uint8_t *want = inside ? (const uint8_t *)&value : before + i * size;
+                cr_assert(memcmp((const uint8_t *)p + i * size, want, size) == 0,
+                          "%zu-byte elements, step %ld: element %ld", size, (long)step, (long)i);
+            }
+            cm_tensor_release(view);
+            cm_tensor_release(whole);
+            free(before);
+        }
         /* 2-d: 37 rows of 70 elements, every other row (runs of 70 apart) */
         const int64_t shape[2] = {74, 70};
         cm_tensor *base = patterned(cpu(), d, 2, shape, 99);
