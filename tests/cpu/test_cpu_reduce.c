@@ -172,8 +172,8 @@ Test(cpu_reduce, byte_sums_are_exact_with_either_kernel) {
     CHECK(cm_device_release(dev));
 }
 
-/* The float max/min of one contiguous float32 run (below the length read
- * as quarters) as its 16 lanes give it: element i into lane i % 16, a lane
+/* The float max/min of one contiguous float32 run of up to 2^18 elements
+ * (one block) as its 16 lanes give it: element i into lane i % 16, a lane
  * keeps its first NaN, else its first largest (smallest) element; the
  * lanes are then taken in order the same way. */
 static uint32_t lane_model(const float *x, int64_t n, bool max) {
@@ -200,8 +200,8 @@ static uint32_t lane_model(const float *x, int64_t n, bool max) {
 Test(cpu_reduce, float_max_min_pick_as_the_lanes_do) {
     cm_device *dev = NULL;
     CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
-    static const int64_t lens[] = {17, 31, 32, 33, 48, 1000, 4099, 20000};
-    static float x[20000];
+    static const int64_t lens[] = {17, 31, 32, 33, 48, 1000, 4099, 20000, 65536, 70001, 262144};
+    static float x[262144];
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li)
         for (int mode = 0; mode < 3; ++mode) { /* zeros; ones and NaNs; zeros, NaNs late */
             const int64_t n[1] = {lens[li]};
