@@ -52,68 +52,43 @@ static bool cm__fill_streaming(char *dst, int64_t n, const cm__fill_ctx *c);
         }                                                                                          \
     } while (0)
 
-static void cm__fill_strided_ahead(int64_t n, char *dst, int64_t ds, const cm__fill_ctx *c) {
+/* The fill value as T (its `size` bytes) stored by LOOP at n places ds
+ * bytes apart. */
+#define CM__FILL_AS(T, LOOP)                                                                       \
+    do {                                                                                           \
+        T v_;                                                                                      \
+        memcpy(&v_, c->value, sizeof v_);                                                          \
+        LOOP(T, n, dst, ds, v_);                                                                   \
+    } while (0)
+#define CM__FILL_CASE(T)                                                                           \
+    if (ahead)                                                                                     \
+        CM__FILL_AS(T, CM__STRIDED_AHEAD);                                                         \
+    else                                                                                           \
+        CM__FILL_AS(T, CM__TYPED_LOOP);                                                            \
+    break
+
+static void cm__fill_elements(int64_t n, char *dst, int64_t ds, const cm__fill_ctx *c, bool ahead) {
     switch (c->size) {
-    case 1: CM__STRIDED_AHEAD(uint8_t, n, dst, ds, c->value[0]); break;
-    case 2: {
-        uint16_t v;
-        memcpy(&v, c->value, sizeof v);
-        CM__STRIDED_AHEAD(uint16_t, n, dst, ds, v);
-        break;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, c->value, sizeof v);
-        CM__STRIDED_AHEAD(uint32_t, n, dst, ds, v);
-        break;
-    }
-    default: {
-        uint64_t v;
-        memcpy(&v, c->value, sizeof v);
-        CM__STRIDED_AHEAD(uint64_t, n, dst, ds, v);
-        break;
-    }
+    case 1: CM__FILL_CASE(uint8_t);
+    case 2: CM__FILL_CASE(uint16_t);
+    case 4: CM__FILL_CASE(uint32_t);
+    default: CM__FILL_CASE(uint64_t);
     }
 }
+#undef CM__FILL_CASE
+#undef CM__FILL_AS
 
 static void cm__fill_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__fill_ctx *c = ctx;
     if (c->streaming && s[0] == (int64_t)c->size && (size_t)n * c->size >= c->min_run &&
         cm__fill_streaming(p[0], n, c))
         return;
-    if (c->streaming && s[0] != (int64_t)c->size && s[0] != 0) {
-        cm__fill_strided_ahead(n, p[0], s[0], c);
-        return;
-    }
     if (c->bytes_equal && s[0] == (int64_t)c->size) {
         memset(p[0], c->value[0], (size_t)n * c->size);
         return;
     }
-    switch (c->size) {
-    case 1: {
-        const uint8_t v = c->value[0];
-        CM__TYPED_LOOP(uint8_t, n, p[0], s[0], v);
-        break;
-    }
-    case 2: {
-        uint16_t v;
-        memcpy(&v, c->value, sizeof v);
-        CM__TYPED_LOOP(uint16_t, n, p[0], s[0], v);
-        break;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, c->value, sizeof v);
-        CM__TYPED_LOOP(uint32_t, n, p[0], s[0], v);
-        break;
-    }
-    default: {
-        uint64_t v;
-        memcpy(&v, c->value, sizeof v);
-        CM__TYPED_LOOP(uint64_t, n, p[0], s[0], v);
-        break;
-    }
-    }
+    /* a large destination's partly written lines are asked for ahead */
+    cm__fill_elements(n, p[0], s[0], c, c->streaming && s[0] != (int64_t)c->size && s[0] != 0);
 }
 
 /* ------------------------------------------------------------ copy */

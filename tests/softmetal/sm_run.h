@@ -97,10 +97,11 @@ static inline id sm_pipeline_bools(id lib, const char *kernel, const NSUInteger 
 }
 
 /* Binds bufs[i] at index i (none where NULL), dispatches pipeline p,
- * releases it and returns the finished command buffer (autoreleased),
- * whatever its status; groups=false: grid counts threads. */
-static inline id sm_dispatch_cb(id p, id *bufs, int n, MTLSize grid, MTLSize tg, bool groups,
-                                NSUInteger tg_mem) {
+ * commits, releases p and returns the command buffer (autoreleased);
+ * groups=false: grid counts threads. sm_dispatch_cb also waits for it and
+ * returns it finished, whatever its status. */
+static inline id sm_commit_cb(id p, id *bufs, int n, MTLSize grid, MTLSize tg, bool groups,
+                              NSUInteger tg_mem) {
   id cb = SEND0(id, sm_queue, "commandBuffer");
   id enc = SEND0(id, cb, "computeCommandEncoder");
   SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
@@ -117,8 +118,13 @@ static inline id sm_dispatch_cb(id p, id *bufs, int n, MTLSize grid, MTLSize tg,
        grid, tg);
   SEND0(void, enc, "endEncoding");
   SEND0(void, cb, "commit");
-  SEND0(void, cb, "waitUntilCompleted");
   sm_release(p);
+  return cb;
+}
+static inline id sm_dispatch_cb(id p, id *bufs, int n, MTLSize grid, MTLSize tg, bool groups,
+                                NSUInteger tg_mem) {
+  id cb = sm_commit_cb(p, bufs, n, grid, tg, groups, tg_mem);
+  SEND0(void, cb, "waitUntilCompleted");
   return cb;
 }
 /* The same, asserting that the command buffer completed. */

@@ -348,17 +348,9 @@ Test(faults, a_thread_with_a_small_stack_may_wait_for_a_kernel_with_a_large_one)
   cr_assert_eq(pthread_attr_setstacksize(&attr, 128 * 1024), 0);
   for (int round = 0; round < 32; round++) {
     memset(sm_contents(out), 0, N * 4);
-    id cb = SEND0(id, sm_queue, "commandBuffer");
-    id enc = SEND0(id, cb, "computeCommandEncoder");
-    SEND(void, (id, SEL, id), enc, "setComputePipelineState:", p);
-    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", in, 0ul,
-         0ul);
-    SEND(void, (id, SEL, id, NSUInteger, NSUInteger), enc, "setBuffer:offset:atIndex:", out, 0ul,
-         1ul);
-    SEND(void, (id, SEL, MTLSize, MTLSize), enc,
-         "dispatchThreads:threadsPerThreadgroup:", SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1));
-    SEND0(void, enc, "endEncoding");
-    SEND0(void, cb, "commit");
+    id bufs[2] = {in, out};
+    id cb =
+        sm_commit_cb(SEND0(id, p, "retain"), bufs, 2, SM_SIZE(N, 1, 1), SM_SIZE(N, 1, 1), false, 0);
     wait_arg a = {cb};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, &attr, wait_for, &a), 0);

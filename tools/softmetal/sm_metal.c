@@ -751,17 +751,13 @@ static uint64_t splitmix64(uint64_t *state) {
  * Metal promises neither. */
 static void cmdbuf_complete(queue_core *core, sm_cmdbuf *cb) {
   slot_release(cb);
-  if (!cb->nhandlers) { /* no coin to toss */
+  bool late = false; /* without handlers, no coin to toss */
+  if (cb->nhandlers) {
     pthread_mutex_lock(&core->mu);
-    cb->waitable = true;
+    late = splitmix64(&core->rng) & 1;
     pthread_mutex_unlock(&core->mu);
-    pthread_cond_broadcast(&core->done_cv);
-    return;
+    if (!late) run_handlers(cb);
   }
-  pthread_mutex_lock(&core->mu);
-  bool late = splitmix64(&core->rng) & 1;
-  pthread_mutex_unlock(&core->mu);
-  if (!late) run_handlers(cb);
   /* Each broadcast here and below comes after the unlock, so that a thread
    * it wakes does not at once sleep again on the mutex. */
   pthread_mutex_lock(&core->mu);
