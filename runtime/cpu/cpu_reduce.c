@@ -1713,8 +1713,12 @@ typedef struct cm__rows_ctx {
     int64_t m, rn, rs; /* columns, rows, row stride (bytes) */
     const char *base;  /* row 0, column 0 */
     int64_t chunk;     /* rows per task */
-    cm__acc *part;     /* ntasks x m */
-    cm__vacc *vacc;    /* one per task */
+    int64_t ntasks;
+    cm__acc *part;   /* ntasks x m */
+    cm__vacc *vacc;  /* one per task */
+    char *out;       /* output column 0 */
+    int64_t os;      /* output column stride (bytes) */
+    int64_t threads; /* tasks that combine the partials */
 } cm__rows_ctx;
 
 static void cm__rows_task(void *ctx, int64_t t) {
@@ -1746,6 +1750,19 @@ static cm__acc cm__combine(const cm__red *r, cm__acc a, cm__acc x) {
     return a;
 }
 
+/* Columns [j0, j1) of the partial rows, combined in slab order (each
+ * column apart, so cutting the columns keeps the bits). */
+static void cm__rows_combine(void *ctx, int64_t t) {
+    const cm__rows_ctx *c = ctx;
+    const int64_t j0 = c->m * t / c->threads, j1 = c->m * (t + 1) / c->threads;
+    for (int64_t j = j0; j < j1; ++j) {
+        cm__acc a = c->part[j];
+        for (int64_t k = 1; k < c->ntasks; ++k)
+            a = cm__combine(c->r, a, c->part[k * c->m + j]);
+        cm__red_store(c->r, c->out + j * c->os, a);
+    }
+}
+
 #define CM__ROWS_PART_MAX ((size_t)32 << 20) /* bytes of partial results */
 
 /* The reduction of kept (out, in; one axis, contiguous in the input) over
@@ -1767,8 +1784,11 @@ static bool cm__red_rows_parallel(const cm__red *r, const cm__cpu_nd *kept, cons
                       .rn = rn,
                       .rs = red->strides[0][0],
                       .base = kept->base[1],
-                      .chunk = cm__div_up_i64(rn, threads)};
-    const int64_t ntasks = cm__div_up_i64(rn, c.chunk);
+                      .chunk = cm__div_up_i64(rn, threads),
+                      .out = kept->base[0],
+                      .os = kept->strides[0][0],
+                      .threads = threads};
+    const int64_t ntasks = c.ntasks = cm__div_up_i64(rn, c.chunk);
     size_t part = 0, vacc = 0;
     if (cm__mul_overflow_size((size_t)ntasks * (size_t)m, sizeof(cm__acc), &part) ||
         part > CM__ROWS_PART_MAX || cm__mul_overflow_size((size_t)ntasks, sizeof(cm__vacc), &vacc))
@@ -1781,12 +1801,8 @@ static bool cm__red_rows_parallel(const cm__red *r, const cm__cpu_nd *kept, cons
         return false;
     }
     cm__cpu_pool_run(pool, ntasks, cm__rows_task, &c);
-    for (int64_t j = 0; j < m; ++j) {
-        cm__acc a = c.part[j];
-        for (int64_t t = 1; t < ntasks; ++t)
-            a = cm__combine(r, a, c.part[t * m + j]);
-        cm__red_store(r, kept->base[0] + j * kept->strides[0][0], a);
-    }
+    /* On the threads too: 16 slabs of 8192 columns took 0.2 ms on one core. */
+    cm__cpu_pool_run(pool, threads, cm__rows_combine, &c);
     cm__free(c.part);
     cm__free(c.vacc);
     return true;

@@ -374,6 +374,60 @@ Test(cpu_threads, float_column_max_min_pick_across_row_slabs) {
     free(v);
 }
 
+/* Float sums down the rows of contiguous matrices: float64 elements of
+ * full mantissas and exponents 2^-20..2^19, so that any other order of
+ * additions changes the bits (the float32 matrices above sum exactly in
+ * float64, whatever the order). 1223 rows (38 blocks of 32 and 7 rows),
+ * and 8200 columns (more than one chunk of columns), sum and mean, at 2,
+ * 3 and 4 threads against 1. */
+static void fsum_columns(uint32_t threads, cm_reduce_op op, int64_t rows, int64_t cols,
+                         const double *data, double *out) {
+    cm_device *dev = open_threads(threads);
+    const int64_t shape[2] = {rows, cols}, kept[1] = {cols};
+    cm_tensor *x = new_tensor(dev, CM_FLOAT64, 2, shape), *o = new_tensor(dev, CM_FLOAT64, 1, kept);
+    void *p = NULL;
+    CHECK(cm_tensor_host_write(x, CM_FLOAT64, &p));
+    memcpy(p, data, sizeof(double) * (size_t)(rows * cols));
+    CHECK(cm_reduce(op, x, 0, o, NULL));
+    const void *q = NULL;
+    CHECK(cm_tensor_host_read(o, CM_FLOAT64, &q));
+    memcpy(out, q, sizeof(double) * (size_t)cols);
+    cm_tensor_release(x);
+    cm_tensor_release(o);
+    cm_device_release(dev);
+}
+
+Test(cpu_threads, float_column_sums_keep_their_bits_at_every_thread_count) {
+    const int64_t shapes[2][2] = {{1223, 1034}, {225, 8200}};
+    const cm_reduce_op ops[2] = {CM_REDUCE_SUM, CM_REDUCE_MEAN};
+    for (int k = 0; k < 2; ++k) {
+        const int64_t rows = shapes[k][0], cols = shapes[k][1];
+        double *data = malloc(sizeof(double) * (size_t)(rows * cols)),
+               *ref = malloc(sizeof(double) * (size_t)cols),
+               *got = malloc(sizeof(double) * (size_t)cols);
+        cr_assert(data != NULL && ref != NULL && got != NULL);
+        for (int64_t i = 0; i < rows * cols; ++i) {
+            const uint64_t h = mix((uint64_t)i + 17u);
+            const double v = ldexp((double)(h >> 11) * 0x1p-53, (int)(h % 40) - 20);
+            data[i] = (h >> 10) & 1 ? -v : v;
+        }
+        for (int o = 0; o < 2; ++o) {
+            fsum_columns(1, ops[o], rows, cols, data, ref);
+            for (uint32_t threads = 2; threads <= 4; ++threads) {
+                fsum_columns(threads, ops[o], rows, cols, data, got);
+                for (int64_t j = 0; j < cols; ++j)
+                    cr_assert(memcmp(&ref[j], &got[j], sizeof(double)) == 0,
+                              "%ld x %ld, op %d, %u threads: column %ld is %a, one thread %a",
+                              (long)rows, (long)cols, (int)ops[o], threads, (long)j, got[j],
+                              ref[j]);
+            }
+        }
+        free(data);
+        free(ref);
+        free(got);
+    }
+}
+
 /* Integer reductions down the rows against a plain loop: int8 and uint16
  * matrices wider than one chunk of columns (32 KiB of a row for these
  * sizes) and taller than 4 rows a pass, at 1 and 3 threads. */
