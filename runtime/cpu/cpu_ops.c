@@ -504,6 +504,9 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
 typedef struct cm__map_ctx {
     cm__cpu_map1_fn f1;
     cm__cpu_map2_fn f2;
+    cm__cpu_map2_fn f2_stream; /* contiguous runs of min_run bytes or more; NULL: none */
+    size_t size;               /* element bytes (every operand of f2_stream) */
+    size_t min_run;
 } cm__map_ctx;
 
 static void cm__map1_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
@@ -511,7 +514,13 @@ static void cm__map1_run(int64_t n, char *const *p, const int64_t *s, void *ctx)
 }
 
 static void cm__map2_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
-    ((const cm__map_ctx *)ctx)->f2(n, p[0], s[0], p[1], s[1], p[2], s[2]);
+    const cm__map_ctx *c = ctx;
+    const int64_t size = (int64_t)c->size;
+    if (c->f2_stream != NULL && s[0] == size && s[1] == size && s[2] == size &&
+        (size_t)n * c->size >= c->min_run)
+        c->f2_stream(n, p[0], s[0], p[1], s[1], p[2], s[2]);
+    else
+        c->f2(n, p[0], s[0], p[1], s[1], p[2], s[2]);
 }
 
 /* ------------------------------------------------------------ entry */
@@ -555,6 +564,10 @@ static void cm__map1_part(cm__cpu_nd *part, void *ctx) {
 
 static void cm__map2_part(cm__cpu_nd *part, void *ctx) {
     cm__cpu_nd_foreach(part, cm__map2_run, ctx);
+#if defined(CM__HAVE_STREAMING)
+    if (((const cm__map_ctx *)ctx)->f2_stream != NULL) /* each thread orders its own stores */
+        cm__streaming_fence();
+#endif
 }
 
 /* Bytes an elementwise op touches: every element of the output and of
@@ -620,9 +633,17 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         return CM_OK;
     }
     case CM__OP_BINARY: {
-        cm__map_ctx c = {.f2 = cm__cpu_binary_kernel((cm_binary_op)op->code, op->in[0].dtype)};
+        cm__map_ctx c = {.f2 = cm__cpu_binary_kernel((cm_binary_op)op->code, op->in[0].dtype),
+                         .size = size};
         if (c.f2 == NULL)
             break;
+        /* Streaming when the output is large, as the fill (its bytes:
+         * numel elements of `size`, which the output's buffer holds). */
+        if (op->out.dtype == op->in[0].dtype && cm__use_streaming((size_t)op->numel * size)) {
+            c.f2_stream = cm__cpu_binary_stream_kernel((cm_binary_op)op->code, op->out.dtype);
+            c.min_run =
+                atomic_load_explicit(&cm__streaming_mode, memory_order_relaxed) > 0 ? 0 : 4096;
+        }
         cm__cpu_nd_simplify(&nd, 0);
         cm__cpu_nd_split(pool, &nd, bytes, cm__map2_part, &c);
         return CM_OK;

@@ -15,10 +15,10 @@ typedef void (*cm__cpu_map1_fn)(int64_t n, char *o, int64_t os, const char *a, i
 typedef void (*cm__cpu_map2_fn)(int64_t n, char *o, int64_t os, const char *a, int64_t as,
                                 const char *b, int64_t bs);
 
-/* Test and benchmark hook for the tiled transpose's destination stores:
- * 0 chooses by size (streaming, non-temporal stores for destinations
- * larger than four L2 caches, on x86-64), 1 always streams, -1 never does.
- * Process-wide. */
+/* Test and benchmark hook for the destination stores of the tiled
+ * transpose, contiguous fills and float arithmetic: 0 chooses by size
+ * (streaming, non-temporal stores for destinations larger than four L2
+ * caches, on x86-64), 1 always streams, -1 never does. Process-wide. */
 void cm__cpu_copy_force_streaming(int mode);
 
 /* Conversion kernel from one dtype to another (cast). */
@@ -39,6 +39,11 @@ const char *cm__cpu_cast_f16_hardware(void);
 /* Elementwise kernels; NULL for pairs the core refuses. */
 cm__cpu_map1_fn cm__cpu_unary_kernel(cm_unary_op op, cm_dtype dtype);
 cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype);
+
+/* The binary kernel with non-temporal stores for runs of contiguous
+ * elements (all three operands), or NULL where there is none (float32 and
+ * float64 add, sub, mul and div on x86-64). The caller fences the stores. */
+cm__cpu_map2_fn cm__cpu_binary_stream_kernel(cm_binary_op op, cm_dtype dtype);
 
 /* Reduction of an op the core validated, over host memory, with the
  * device's pool (NULL: the calling thread alone). */

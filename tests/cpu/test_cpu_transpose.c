@@ -4,7 +4,9 @@
  * views' strides over raw memory: ragged tile edges, every element size,
  * negative strides, sliced sources, batches and strided destinations.
  * Every byte of the destination's buffer is checked, so a tile that writes
- * outside its piece fails too. */
+ * outside its piece fails too. Fills and float arithmetic, whose large
+ * destinations are stored with streaming (non-temporal) stores too, are
+ * checked here with the streaming forced on and off. */
 #include "cpu/cpu_ops.h"
 #include "ops/ops_util.h"
 
@@ -397,4 +399,138 @@ Test(cpu_transpose, streaming_fills) {
     check_fills();
     cm__cpu_copy_force_streaming(0);
     check_fills(); /* the same with ordinary stores */
+}
+
+/* Float arithmetic whose output streams (non-temporal stores, float32 and
+ * float64 add/sub/mul/div over contiguous runs; by size only outputs
+ * larger than four L2 caches) against the scalar operation in C: every
+ * bit, NaNs, infinities, signed zeros and subnormals included; an output
+ * one element off a 16-byte boundary (the ragged head), a length that
+ * leaves a tail, in place, and a strided output (ordinary stores); the
+ * elements around the output view keep their bytes. */
+static void check_arithmetic(cm_dtype d) {
+    const int64_t n = 1029, full[1] = {n + 2};
+    const size_t size = dsize(d);
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    cm_tensor *a = new_tensor(dev, d, 1, full), *b = new_tensor(dev, d, 1, full);
+    cm_tensor *o = new_tensor(dev, d, 1, full);
+    uint8_t *ha = malloc((size_t)(n + 2) * size), *hb = malloc((size_t)(n + 2) * size);
+    cr_assert(ha != NULL && hb != NULL);
+    for (int64_t i = 0; i < n + 2; ++i) {
+        const uint64_t h = mix((uint64_t)i * 3u + 1u), g = mix((uint64_t)i * 5u + 2u);
+        if (d == CM_FLOAT32) {
+            uint32_t x = (uint32_t)h, y = (uint32_t)g;
+            if (i % 97 == 3)
+                x = 0x7fc00000u | (uint32_t)i; /* a NaN with a payload */
+            if (i % 89 == 5)
+                y = 0x80000000u; /* -0.0 */
+            if (i % 83 == 7)
+                x = 0x00000005u; /* a subnormal */
+            memcpy(ha + (size_t)i * size, &x, size);
+            memcpy(hb + (size_t)i * size, &y, size);
+        } else {
+            uint64_t x = h, y = g;
+            if (i % 97 == 3)
+                x = 0x7ff8000000000000u | (uint64_t)i;
+            if (i % 89 == 5)
+                y = 0x8000000000000000u;
+            if (i % 83 == 7)
+                x = 0x0000000000000005u;
+            memcpy(ha + (size_t)i * size, &x, size);
+            memcpy(hb + (size_t)i * size, &y, size);
+        }
+    }
+    const cm_binary_op ops[4] = {CM_BINARY_ADD, CM_BINARY_SUB, CM_BINARY_MUL, CM_BINARY_DIV};
+    for (int k = 0; k < 4; ++k)
+        for (int in_place = 0; in_place < 2; ++in_place) {
+            void *p = NULL;
+            CHECK(cm_tensor_host_write(a, d, &p));
+            memcpy(p, ha, (size_t)(n + 2) * size);
+            CHECK(cm_tensor_host_write(b, d, &p));
+            memcpy(p, hb, (size_t)(n + 2) * size);
+            CHECK(cm_tensor_host_write(o, d, &p));
+            memset(p, 0xa5, (size_t)(n + 2) * size);
+            cm_tensor *va = NULL, *vb = NULL, *vo = NULL;
+            CHECK(cm_tensor_slice(a, 0, 1, n + 1, 1, &va));
+            CHECK(cm_tensor_slice(b, 0, 1, n + 1, 1, &vb));
+            CHECK(cm_tensor_slice(in_place ? a : o, 0, 1, n + 1, 1, &vo));
+            CHECK(cm_binary(ops[k], va, vb, vo, NULL));
+            const void *q = NULL;
+            CHECK(cm_tensor_host_read(in_place ? a : o, d, &q));
+            for (int64_t i = 0; i < n + 2; ++i) {
+                uint8_t want[8];
+                const uint8_t *x = ha + (size_t)i * size, *y = hb + (size_t)i * size;
+                if (i == 0 || i == n + 1) {
+                    memcpy(want, in_place ? x : (const uint8_t *)"\xa5\xa5\xa5\xa5\xa5\xa5\xa5\xa5",
+                           size);
+                } else if (d == CM_FLOAT32) {
+                    float u, v, r;
+                    memcpy(&u, x, size);
+                    memcpy(&v, y, size);
+                    r = k == 0 ? u + v : k == 1 ? u - v : k == 2 ? u * v : u / v;
+                    memcpy(want, &r, size);
+                } else {
+                    double u, v, r;
+                    memcpy(&u, x, size);
+                    memcpy(&v, y, size);
+                    r = k == 0 ? u + v : k == 1 ? u - v : k == 2 ? u * v : u / v;
+                    memcpy(want, &r, size);
+                }
+                cr_assert(memcmp((const uint8_t *)q + (size_t)i * size, want, size) == 0,
+                          "%zu-byte floats, op %d%s: element %ld", size, (int)ops[k],
+                          in_place ? " in place" : "", (long)i);
+            }
+            cm_tensor_release(va);
+            cm_tensor_release(vb);
+            cm_tensor_release(vo);
+        }
+    /* A strided output: every other element of o (ordinary stores). */
+    const int64_t half = (n + 3) / 2; /* o has n + 2 elements */
+    cm_tensor *va = NULL, *vb = NULL, *vo = NULL;
+    CHECK(cm_tensor_slice(a, 0, 0, half, 1, &va));
+    CHECK(cm_tensor_slice(b, 0, 0, half, 1, &vb));
+    CHECK(cm_tensor_slice(o, 0, 0, CM_SLICE_DEFAULT, 2, &vo));
+    void *p = NULL;
+    CHECK(cm_tensor_host_write(a, d, &p));
+    memcpy(p, ha, (size_t)(n + 2) * size);
+    CHECK(cm_binary(CM_BINARY_MUL, va, vb, vo, NULL));
+    const void *q = NULL;
+    CHECK(cm_tensor_host_read(o, d, &q));
+    for (int64_t i = 0; i < half; ++i) {
+        uint8_t want[8];
+        if (d == CM_FLOAT32) {
+            float u, v, r;
+            memcpy(&u, ha + (size_t)i * size, size);
+            memcpy(&v, hb + (size_t)i * size, size);
+            r = u * v;
+            memcpy(want, &r, size);
+        } else {
+            double u, v, r;
+            memcpy(&u, ha + (size_t)i * size, size);
+            memcpy(&v, hb + (size_t)i * size, size);
+            r = u * v;
+            memcpy(want, &r, size);
+        }
+        cr_assert(memcmp((const uint8_t *)q + (size_t)(2 * i) * size, want, size) == 0,
+                  "%zu-byte floats, strided output: element %ld", size, (long)i);
+    }
+    cm_tensor_release(va);
+    cm_tensor_release(vb);
+    cm_tensor_release(vo);
+    cm_tensor_release(a);
+    cm_tensor_release(b);
+    cm_tensor_release(o);
+    cm_device_release(dev);
+    free(ha);
+    free(hb);
+}
+
+Test(cpu_transpose, streaming_arithmetic) {
+    cm__cpu_copy_force_streaming(1);
+    check_arithmetic(CM_FLOAT32);
+    check_arithmetic(CM_FLOAT64);
+    cm__cpu_copy_force_streaming(0);
+    check_arithmetic(CM_FLOAT32); /* the same with ordinary stores */
+    check_arithmetic(CM_FLOAT64);
 }
