@@ -318,6 +318,145 @@ CM__FAST_CAST(CM_FLOAT32, float, CM_BFLOAT16, uint16_t, cm__fast_f32_to_bf16)
 CM__FAST_CAST(CM_BFLOAT16, uint16_t, CM_FLOAT32, float, cm__fast_bf16_to_f32)
 #undef CM__FAST_CAST
 
+/* ------------------------------------------------------------ streaming
+ * The four float16/bfloat16 casts over contiguous runs with non-temporal
+ * stores (x86-64; the caller fences them), for outputs too large to stay
+ * in cache (cpu_ops.c decides): an ordinary store first reads its line
+ * for ownership, which for float16 -> float32 adds two thirds to the
+ * traffic. Each input line is asked for ahead on Intel, once per 64 bytes.
+ * The stores start at the output's first 16-byte (float32: 32-byte)
+ * boundary; the head, the tail and blocks holding a NaN take the ordinary
+ * kernels' scalar path, so the bits are theirs. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CM__STREAM_PF(p)                                                                           \
+    do {                                                                                           \
+        if (cm__pf != 0) {                                                                         \
+            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);                     \
+            __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);                 \
+        }                                                                                          \
+    } while (0)
+
+/* Elements before o + i is aligned to `align` bytes (at most n). */
+static int64_t cm__stream_head(const void *o, size_t esize, size_t align, int64_t n) {
+    const int64_t head = (int64_t)(((align - (uintptr_t)o % align) % align) / esize);
+    return head < n ? head : n;
+}
+
+__attribute__((target("avx,f16c"))) static void cm__f32_to_f16_stream(int64_t n, uint16_t *o,
+                                                                      const float *a) {
+    const uintptr_t cm__pf = cm__cpu_prefetch_distance();
+    int64_t i = cm__stream_head(o, sizeof *o, 16, n);
+    CM__SCALAR_LOOP(i, o, a, cm__f32_to_f16);
+    for (; i + 16 <= n; i += 16) {
+        CM__STREAM_PF(a + i);
+        for (int k = 0; k < 16; k += 8) {
+            const __m256 v = _mm256_loadu_ps(a + i + k);
+            if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+                CM__SCALAR_LOOP(8, o + i + k, a + i + k, cm__f32_to_f16);
+                continue;
+            }
+            _mm_stream_si128((__m128i *)(void *)(o + i + k),
+                             _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+    }
+    CM__SCALAR_LOOP(n - i, o + i, a + i, cm__f32_to_f16);
+}
+
+__attribute__((target("avx,f16c"))) static void cm__f16_to_f32_stream(int64_t n, float *o,
+                                                                      const uint16_t *a) {
+    const uintptr_t cm__pf = cm__cpu_prefetch_distance();
+    const __m128i magnitude = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
+    int64_t i = cm__stream_head(o, sizeof *o, 32, n);
+    CM__SCALAR_LOOP(i, o, a, cm__f16_to_f32);
+    for (; i + 32 <= n; i += 32) {
+        CM__STREAM_PF(a + i);
+        for (int k = 0; k < 32; k += 8) {
+            const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(a + i + k));
+            if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, magnitude), inf)) != 0) {
+                CM__SCALAR_LOOP(8, o + i + k, a + i + k, cm__f16_to_f32);
+                continue;
+            }
+            _mm256_stream_ps(o + i + k, _mm256_cvtph_ps(h));
+        }
+    }
+    CM__SCALAR_LOOP(n - i, o + i, a + i, cm__f16_to_f32);
+}
+
+static void cm__f32_to_bf16_stream(int64_t n, uint16_t *o, const float *a) {
+    const uintptr_t cm__pf = cm__cpu_prefetch_distance();
+    const __m128i magnitude = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
+    const __m128i bias = _mm_set1_epi32(0x7fff), one = _mm_set1_epi32(1);
+    int64_t i = cm__stream_head(o, sizeof *o, 16, n);
+    CM__SCALAR_LOOP(i, o, a, cm__f32_to_bf16);
+    for (; i + 16 <= n; i += 16) {
+        CM__STREAM_PF(a + i);
+        for (int k = 0; k < 16; k += 8) {
+            const __m128i u0 = _mm_loadu_si128((const __m128i *)(const void *)(a + i + k));
+            const __m128i u1 = _mm_loadu_si128((const __m128i *)(const void *)(a + i + k + 4));
+            const __m128i nan = _mm_or_si128(_mm_cmpgt_epi32(_mm_and_si128(u0, magnitude), inf),
+                                             _mm_cmpgt_epi32(_mm_and_si128(u1, magnitude), inf));
+            if (_mm_movemask_epi8(nan) != 0) {
+                CM__SCALAR_LOOP(8, o + i + k, a + i + k, cm__f32_to_bf16);
+                continue;
+            }
+            const __m128i r0 =
+                _mm_add_epi32(_mm_add_epi32(u0, bias), _mm_and_si128(_mm_srli_epi32(u0, 16), one));
+            const __m128i r1 =
+                _mm_add_epi32(_mm_add_epi32(u1, bias), _mm_and_si128(_mm_srli_epi32(u1, 16), one));
+            _mm_stream_si128((__m128i *)(void *)(o + i + k),
+                             _mm_packs_epi32(_mm_srai_epi32(r0, 16), _mm_srai_epi32(r1, 16)));
+        }
+    }
+    CM__SCALAR_LOOP(n - i, o + i, a + i, cm__f32_to_bf16);
+}
+
+static void cm__bf16_to_f32_stream(int64_t n, float *o, const uint16_t *a) {
+    const uintptr_t cm__pf = cm__cpu_prefetch_distance();
+    const __m128i zero = _mm_setzero_si128();
+    int64_t i = cm__stream_head(o, sizeof *o, 16, n);
+    CM__SCALAR_LOOP(i, o, a, cm__bf16_to_f32);
+    for (; i + 32 <= n; i += 32) {
+        CM__STREAM_PF(a + i);
+        for (int k = 0; k < 32; k += 8) {
+            const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(a + i + k));
+            /* zero below each element: the element shifted up 16 bits */
+            _mm_stream_si128((__m128i *)(void *)(o + i + k), _mm_unpacklo_epi16(zero, h));
+            _mm_stream_si128((__m128i *)(void *)(o + i + k + 4), _mm_unpackhi_epi16(zero, h));
+        }
+    }
+    CM__SCALAR_LOOP(n - i, o + i, a + i, cm__bf16_to_f32);
+}
+
+#define CM__STREAM_CAST(SE, ST, DE, DT, FAST)                                                      \
+    static void cm__casts_##SE##_##DE(int64_t n, char *o, int64_t os, const char *a, int64_t as) { \
+        (void)os, (void)as; /* contiguous: the caller checked */                                   \
+        FAST(n, (DT *)(void *)o, (const ST *)(const void *)a);                                     \
+    }
+CM__STREAM_CAST(CM_FLOAT32, float, CM_FLOAT16, uint16_t, cm__f32_to_f16_stream)
+CM__STREAM_CAST(CM_FLOAT16, uint16_t, CM_FLOAT32, float, cm__f16_to_f32_stream)
+CM__STREAM_CAST(CM_FLOAT32, float, CM_BFLOAT16, uint16_t, cm__f32_to_bf16_stream)
+CM__STREAM_CAST(CM_BFLOAT16, uint16_t, CM_FLOAT32, float, cm__bf16_to_f32_stream)
+#undef CM__STREAM_CAST
+
+cm__cpu_map1_fn cm__cpu_cast_stream_kernel(cm_dtype from, cm_dtype to) {
+    const bool f16 = cm__f16_hw_usable();
+    if (from == CM_FLOAT32 && to == CM_FLOAT16 && f16)
+        return cm__casts_CM_FLOAT32_CM_FLOAT16;
+    if (from == CM_FLOAT16 && to == CM_FLOAT32 && f16)
+        return cm__casts_CM_FLOAT16_CM_FLOAT32;
+    if (from == CM_FLOAT32 && to == CM_BFLOAT16)
+        return cm__casts_CM_FLOAT32_CM_BFLOAT16;
+    if (from == CM_BFLOAT16 && to == CM_FLOAT32)
+        return cm__casts_CM_BFLOAT16_CM_FLOAT32;
+    return NULL;
+}
+#else
+cm__cpu_map1_fn cm__cpu_cast_stream_kernel(cm_dtype from, cm_dtype to) {
+    (void)from, (void)to;
+    return NULL;
+}
+#endif
+
 #define CM__CAST_ENTRY(SE, DE, DT, DDOM, DLD, DKIND, DSAT, DMTL) [DE] = cm__cast_##SE##_##DE,
 #define CM__CAST_ROW(SE, ST, SDOM, SLD, SKIND, SSAT, SMTL)                                         \
     [SE] = {CM__DTYPE_LIST_WITH(CM__CAST_ENTRY, SE)},

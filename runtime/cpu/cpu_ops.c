@@ -501,23 +501,28 @@ static bool cm__copy_tiled(cm__cpu_nd *nd, size_t size) {
 
 /* ------------------------------------------------------------ elementwise */
 
+/* f1_stream and f2_stream, where set, take the contiguous runs whose
+ * output is at least min_run bytes (cm__use_streaming). */
 typedef struct cm__map_ctx {
-    cm__cpu_map1_fn f1;
-    cm__cpu_map2_fn f2;
-    cm__cpu_map2_fn f2_stream; /* contiguous runs of min_run bytes or more; NULL: none */
-    size_t size;               /* element bytes (every operand of f2_stream) */
+    cm__cpu_map1_fn f1, f1_stream;
+    cm__cpu_map2_fn f2, f2_stream;
+    int64_t osize, isize; /* element bytes of the output and the inputs */
     size_t min_run;
 } cm__map_ctx;
 
 static void cm__map1_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
-    ((const cm__map_ctx *)ctx)->f1(n, p[0], s[0], p[1], s[1]);
+    const cm__map_ctx *c = ctx;
+    if (c->f1_stream != NULL && s[0] == c->osize && s[1] == c->isize &&
+        (size_t)n * (size_t)c->osize >= c->min_run)
+        c->f1_stream(n, p[0], s[0], p[1], s[1]);
+    else
+        c->f1(n, p[0], s[0], p[1], s[1]);
 }
 
 static void cm__map2_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     const cm__map_ctx *c = ctx;
-    const int64_t size = (int64_t)c->size;
-    if (c->f2_stream != NULL && s[0] == size && s[1] == size && s[2] == size &&
-        (size_t)n * c->size >= c->min_run)
+    if (c->f2_stream != NULL && s[0] == c->osize && s[1] == c->isize && s[2] == c->isize &&
+        (size_t)n * (size_t)c->osize >= c->min_run)
         c->f2_stream(n, p[0], s[0], p[1], s[1], p[2], s[2]);
     else
         c->f2(n, p[0], s[0], p[1], s[1], p[2], s[2]);
@@ -560,6 +565,10 @@ static void cm__copy_part(cm__cpu_nd *part, void *ctx) {
 
 static void cm__map1_part(cm__cpu_nd *part, void *ctx) {
     cm__cpu_nd_foreach(part, cm__map1_run, ctx);
+#if defined(CM__HAVE_STREAMING)
+    if (((const cm__map_ctx *)ctx)->f1_stream != NULL) /* each thread orders its own stores */
+        cm__streaming_fence();
+#endif
 }
 
 static void cm__map2_part(cm__cpu_nd *part, void *ctx) {
@@ -579,6 +588,15 @@ static int64_t cm__op_bytes(const cm__op *op) {
         per += (int64_t)cm__dtype(op->in[i].dtype)->size;
     int64_t bytes = 0;
     return cm__mul_overflow_i64(op->numel, per, &bytes) ? INT64_MAX : bytes;
+}
+
+/* Whether the output of an elementwise op (numel elements of `size`
+ * bytes, which its buffer holds) streams, as a fill's does; min_run: the
+ * shortest contiguous run of output bytes that does (partial lines stream
+ * slowly; forced streaming, a test hook, streams every run). */
+static bool cm__stream_output(const cm__op *op, size_t size, size_t *min_run) {
+    *min_run = atomic_load_explicit(&cm__streaming_mode, memory_order_relaxed) > 0 ? 0 : 4096;
+    return cm__use_streaming((size_t)op->numel * size);
 }
 
 cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
@@ -619,7 +637,11 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         return CM_OK;
     }
     case CM__OP_CAST: {
-        cm__map_ctx c = {.f1 = cm__cpu_cast_kernel(op->in[0].dtype, op->out.dtype)};
+        cm__map_ctx c = {.f1 = cm__cpu_cast_kernel(op->in[0].dtype, op->out.dtype),
+                         .osize = (int64_t)size,
+                         .isize = (int64_t)cm__dtype(op->in[0].dtype)->size};
+        if (cm__stream_output(op, size, &c.min_run))
+            c.f1_stream = cm__cpu_cast_stream_kernel(op->in[0].dtype, op->out.dtype);
         cm__cpu_nd_simplify(&nd, 0);
         cm__cpu_nd_split(pool, &nd, bytes, cm__map1_part, &c);
         return CM_OK;
@@ -634,16 +656,12 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
     }
     case CM__OP_BINARY: {
         cm__map_ctx c = {.f2 = cm__cpu_binary_kernel((cm_binary_op)op->code, op->in[0].dtype),
-                         .size = size};
+                         .osize = (int64_t)size,
+                         .isize = (int64_t)cm__dtype(op->in[0].dtype)->size};
         if (c.f2 == NULL)
             break;
-        /* Streaming when the output is large, as the fill (its bytes:
-         * numel elements of `size`, which the output's buffer holds). */
-        if (op->out.dtype == op->in[0].dtype && cm__use_streaming((size_t)op->numel * size)) {
+        if (op->out.dtype == op->in[0].dtype && cm__stream_output(op, size, &c.min_run))
             c.f2_stream = cm__cpu_binary_stream_kernel((cm_binary_op)op->code, op->out.dtype);
-            c.min_run =
-                atomic_load_explicit(&cm__streaming_mode, memory_order_relaxed) > 0 ? 0 : 4096;
-        }
         cm__cpu_nd_simplify(&nd, 0);
         cm__cpu_nd_split(pool, &nd, bytes, cm__map2_part, &c);
         return CM_OK;

@@ -24,6 +24,12 @@ void cm__cpu_copy_force_streaming(int mode);
 /* Conversion kernel from one dtype to another (cast). */
 cm__cpu_map1_fn cm__cpu_cast_kernel(cm_dtype from, cm_dtype to);
 
+/* The cast kernel with non-temporal stores for runs of contiguous
+ * elements (both operands), or NULL where there is none (float32 <->
+ * float16 with F16C, float32 <-> bfloat16, on x86-64). The caller fences
+ * the stores. */
+cm__cpu_map1_fn cm__cpu_cast_stream_kernel(cm_dtype from, cm_dtype to);
+
 /* Test hook: with `scalar_only`, float16 casts use the portable scalar
  * path even where the CPU has conversion instructions. Process-wide. */
 void cm__cpu_cast_force_scalar(bool scalar_only);

@@ -7,7 +7,8 @@
  * conversion instructions where it has them (F16C, arm64 fcvtn/fcvtl), and
  * with the scalar path forced (cm__cpu_cast_force_scalar). The arrays are
  * cast from an odd offset with an odd length, so vector blocks and scalar
- * tails both run, and NaNs fall inside vector blocks. */
+ * tails both run, and NaNs fall inside vector blocks; once more with the
+ * output stored by streaming stores (cm__cpu_copy_force_streaming). */
 #include "check.h"
 #include "cpu/cpu_ops.h"
 
@@ -301,4 +302,17 @@ Test(cpu_cast, float32_narrowing_with_prefetch_forced) {
         from_f32_directed(CM_BFLOAT16, true);
     }
     cm__cpu_reduce_force_prefetch(-1);
+}
+
+/* Every case above with the output stored by streaming (non-temporal)
+ * stores, which by size only outputs larger than four L2 caches get
+ * (x86-64; elsewhere ordinary stores either way): the ragged head before
+ * the first aligned store, NaN blocks and the tail keep the same bits. */
+Test(cpu_cast, every_case_with_streaming_stores) {
+    cm__cpu_copy_force_streaming(1);
+    to_f32_all(CM_FLOAT16, false);
+    to_f32_all(CM_BFLOAT16, true);
+    from_f32_directed(CM_FLOAT16, false);
+    from_f32_directed(CM_BFLOAT16, true);
+    cm__cpu_copy_force_streaming(0);
 }
