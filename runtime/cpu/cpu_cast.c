@@ -22,10 +22,8 @@
 #define CM__CAST_PF_DECL const uintptr_t cm__pf = cm__cpu_prefetch_distance()
 #define CM__CAST_PF(p, i)                                                                          \
     do {                                                                                           \
-        if (cm__pf != 0 && (i) % 16 == 0) {                                                        \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);                     \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);                 \
-        }                                                                                          \
+        if ((i) % 16 == 0)                                                                         \
+            cm__cpu_prefetch_ahead(p, cm__pf);                                                     \
     } while (0)
 #else
 #define CM__CAST_PF_DECL const int cm__pf = 0
@@ -328,14 +326,6 @@ CM__FAST_CAST(CM_BFLOAT16, uint16_t, CM_FLOAT32, float, cm__fast_bf16_to_f32)
  * boundary; the head, the tail and blocks holding a NaN take the ordinary
  * kernels' scalar path, so the bits are theirs. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CM__STREAM_PF(p)                                                                           \
-    do {                                                                                           \
-        if (cm__pf != 0) {                                                                         \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);                     \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);                 \
-        }                                                                                          \
-    } while (0)
-
 /* Elements before o + i is aligned to `align` bytes (at most n). */
 static int64_t cm__stream_head(const void *o, size_t esize, size_t align, int64_t n) {
     const int64_t head = (int64_t)(((align - (uintptr_t)o % align) % align) / esize);
@@ -348,7 +338,7 @@ __attribute__((target("avx,f16c"))) static void cm__f32_to_f16_stream(int64_t n,
     int64_t i = cm__stream_head(o, sizeof *o, 16, n);
     CM__SCALAR_LOOP(i, o, a, cm__f32_to_f16);
     for (; i + 16 <= n; i += 16) {
-        CM__STREAM_PF(a + i);
+        cm__cpu_prefetch_ahead(a + i, cm__pf);
         for (int k = 0; k < 16; k += 8) {
             const __m256 v = _mm256_loadu_ps(a + i + k);
             if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
@@ -369,7 +359,7 @@ __attribute__((target("avx,f16c"))) static void cm__f16_to_f32_stream(int64_t n,
     int64_t i = cm__stream_head(o, sizeof *o, 32, n);
     CM__SCALAR_LOOP(i, o, a, cm__f16_to_f32);
     for (; i + 32 <= n; i += 32) {
-        CM__STREAM_PF(a + i);
+        cm__cpu_prefetch_ahead(a + i, cm__pf);
         for (int k = 0; k < 32; k += 8) {
             const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(a + i + k));
             if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, magnitude), inf)) != 0) {
@@ -389,7 +379,7 @@ static void cm__f32_to_bf16_stream(int64_t n, uint16_t *o, const float *a) {
     int64_t i = cm__stream_head(o, sizeof *o, 16, n);
     CM__SCALAR_LOOP(i, o, a, cm__f32_to_bf16);
     for (; i + 16 <= n; i += 16) {
-        CM__STREAM_PF(a + i);
+        cm__cpu_prefetch_ahead(a + i, cm__pf);
         for (int k = 0; k < 16; k += 8) {
             const __m128i u0 = _mm_loadu_si128((const __m128i *)(const void *)(a + i + k));
             const __m128i u1 = _mm_loadu_si128((const __m128i *)(const void *)(a + i + k + 4));
@@ -416,7 +406,7 @@ static void cm__bf16_to_f32_stream(int64_t n, float *o, const uint16_t *a) {
     int64_t i = cm__stream_head(o, sizeof *o, 16, n);
     CM__SCALAR_LOOP(i, o, a, cm__bf16_to_f32);
     for (; i + 32 <= n; i += 32) {
-        CM__STREAM_PF(a + i);
+        cm__cpu_prefetch_ahead(a + i, cm__pf);
         for (int k = 0; k < 32; k += 8) {
             const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(a + i + k));
             /* zero below each element: the element shifted up 16 bits */

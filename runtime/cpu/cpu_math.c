@@ -292,12 +292,8 @@ cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype) {
         for (; i < n && (uintptr_t)(po + i) % 16 != 0; ++i)                                        \
             po[i] = pa[i] OP pb[i];                                                                \
         for (; i + 4 * PER <= n; i += 4 * PER) {                                                   \
-            if (pf != 0) {                                                                         \
-                __builtin_prefetch((const char *)(pa + i) + pf, 0, 3);                             \
-                __builtin_prefetch((const char *)(pb + i) + pf, 0, 3);                             \
-                __builtin_prefetch((const char *)(pa + i) + 4 * pf, 0, 1);                         \
-                __builtin_prefetch((const char *)(pb + i) + 4 * pf, 0, 1);                         \
-            }                                                                                      \
+            cm__cpu_prefetch_ahead(pa + i, pf);                                                    \
+            cm__cpu_prefetch_ahead(pb + i, pf);                                                    \
             for (int k = 0; k < 4 * PER; k += PER)                                                 \
                 STREAM(po + i + k, VOP(LOADU(pa + i + k), LOADU(pb + i + k)));                     \
         }                                                                                          \

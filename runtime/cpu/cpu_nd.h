@@ -60,6 +60,19 @@ void cm__cpu_nd_split(cm__cpu_pool *pool, const cm__cpu_nd *nd, int64_t bytes, c
  * (cpu_nd.c; cm__cpu_reduce_force_prefetch sets it for tests). */
 uintptr_t cm__cpu_prefetch_distance(void);
 
+/* Asks for the line at p + pf into L1 and the one at p + 4 pf into L2
+ * (pf: cm__cpu_prefetch_distance(); 0 asks for nothing). */
+static inline void cm__cpu_prefetch_ahead(const void *p, uintptr_t pf) {
+#if defined(__GNUC__) || defined(__clang__)
+    if (pf != 0) {
+        __builtin_prefetch((const void *)((uintptr_t)p + pf), 0, 3);
+        __builtin_prefetch((const void *)((uintptr_t)p + 4 * pf), 0, 1);
+    }
+#else
+    (void)p, (void)pf;
+#endif
+}
+
 /* Test hook: the contiguous and column kernels ask for lines `distance`
  * bytes ahead (and 4 x distance) on x86-64 whatever the CPU's vendor; 0
  * none; negative: back to the CPU's choice (4096 on Intel, none elsewhere).

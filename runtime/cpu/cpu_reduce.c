@@ -175,13 +175,7 @@ typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
  * ahead into L1 and four times as far into L2 (cpu_nd.c says why). */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define CM__PF_DECL const uintptr_t cm__pf = cm__cpu_prefetch_distance()
-#define CM__PREFETCH(p)                                                                            \
-    do {                                                                                           \
-        if (cm__pf != 0) {                                                                         \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + cm__pf), 0, 3);                     \
-            __builtin_prefetch((const void *)((uintptr_t)(p) + 4 * cm__pf), 0, 1);                 \
-        }                                                                                          \
-    } while (0)
+#define CM__PREFETCH(p) cm__cpu_prefetch_ahead(p, cm__pf)
 /* Column max/min (CM__COLS_MM): each of `rows` rows (stride rs) asks for
  * its line at byte offset o + cm__pf into L1 and o + 4 cm__pf into L2,
  * once per 64 bytes. (The float column sums' eight rows a pass read
@@ -191,8 +185,7 @@ typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
         if (cm__pf != 0 && ((o) & 63) == 0)                                                        \
             for (int64_t pr_ = 0; pr_ < (rows); ++pr_) {                                           \
                 const uintptr_t a_ = (uintptr_t)(base) + (uintptr_t)(pr_ * (rs)) + (o);            \
-                __builtin_prefetch((const void *)(a_ + cm__pf), 0, 3);                             \
-                __builtin_prefetch((const void *)(a_ + 4 * cm__pf), 0, 1);                         \
+                cm__cpu_prefetch_ahead((const void *)a_, cm__pf);                                  \
             }                                                                                      \
     } while (0)
 #else
