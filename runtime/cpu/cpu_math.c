@@ -268,61 +268,151 @@ cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype) {
 }
 
 /* ------------------------------------------------------------ streaming
- * Float arithmetic over contiguous runs whose output bypasses the caches
- * (non-temporal stores, x86-64 SSE2), each input line asked for
- * cm__cpu_prefetch_distance() bytes ahead into L1 and four times as far
- * into L2. An ordinary store reads its line for ownership first: a third
- * more traffic for a + b, and on a Xeon host one core's loop then reached
- * 0.55-0.64 of memcpy, the streaming one 0.99-1.0 (16 threads: 66-80 ->
- * 110-123 GB/s; tools/bench/README.md). Each vector op is the IEEE
- * operation the scalar loop does, so the bits are the same. The caller
- * orders the stores (sfence) before the op returns. */
+ * The memory-bound float ops over contiguous runs whose output bypasses
+ * the caches (non-temporal stores, x86-64 SSE2), each input line asked
+ * for cm__cpu_prefetch_distance() bytes ahead into L1 and four times as
+ * far into L2. An ordinary store reads its line for ownership first: a
+ * third more traffic for a + b, and on a Xeon host one core's loop then
+ * reached 0.55-0.64 of memcpy, the streaming one 0.99-1.0 (16 threads:
+ * 66-80 -> 110-123 GB/s; tools/bench/README.md). Each vector form below
+ * gives, lane by lane, the bits of the scalar expression in
+ * CM__FLOAT_DEFS (the same IEEE operations and NaN rules); the unaligned
+ * head and the tail run the scalar kernel itself. The caller orders the
+ * stores (sfence) before the op returns. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <emmintrin.h>
 
-#define CM__STREAM_BIN(name, T, V, LOADU, STREAM, VOP, OP)                                         \
-    static void name(int64_t n, char *o, int64_t os, const char *a, int64_t as, const char *b,     \
-                     int64_t bs) {                                                                 \
-        (void)os, (void)as, (void)bs; /* contiguous: the caller checked */                         \
-        enum { PER = (int)(16 / sizeof(T)) };                                                      \
+/* V: the vector type, S: the intrinsics' suffix (ps, pd). */
+#define CM__VEC_DEFS(E, T, V, S)                                                                   \
+    static inline V cm__v_add_##E(V x, V y) {                                                      \
+        return _mm_add_##S(x, y);                                                                  \
+    }                                                                                              \
+    static inline V cm__v_sub_##E(V x, V y) {                                                      \
+        return _mm_sub_##S(x, y);                                                                  \
+    }                                                                                              \
+    static inline V cm__v_mul_##E(V x, V y) {                                                      \
+        return _mm_mul_##S(x, y);                                                                  \
+    }                                                                                              \
+    static inline V cm__v_div_##E(V x, V y) {                                                      \
+        return _mm_div_##S(x, y);                                                                  \
+    }                                                                                              \
+    /* x where x is NaN or x < y (x > y), else y */                                                \
+    static inline V cm__v_min_##E(V x, V y) {                                                      \
+        const V m = _mm_or_##S(_mm_cmpunord_##S(x, x), _mm_cmplt_##S(x, y));                       \
+        return _mm_or_##S(_mm_and_##S(m, x), _mm_andnot_##S(m, y));                                \
+    }                                                                                              \
+    static inline V cm__v_max_##E(V x, V y) {                                                      \
+        const V m = _mm_or_##S(_mm_cmpunord_##S(x, x), _mm_cmpgt_##S(x, y));                       \
+        return _mm_or_##S(_mm_and_##S(m, x), _mm_andnot_##S(m, y));                                \
+    }                                                                                              \
+    static inline V cm__v_neg_##E(V x) {                                                           \
+        return _mm_xor_##S(x, _mm_set1_##S((T) - 0.0));                                            \
+    }                                                                                              \
+    static inline V cm__v_abs_##E(V x) {                                                           \
+        return _mm_andnot_##S(_mm_set1_##S((T) - 0.0), x);                                         \
+    }                                                                                              \
+    static inline V cm__v_square_##E(V x) {                                                        \
+        return _mm_mul_##S(x, x);                                                                  \
+    }                                                                                              \
+    /* x where x is NaN or x > 0, else +0 */                                                       \
+    static inline V cm__v_relu_##E(V x) {                                                          \
+        return _mm_and_##S(                                                                        \
+            _mm_or_##S(_mm_cmpunord_##S(x, x), _mm_cmpgt_##S(x, _mm_setzero_##S())), x);           \
+    }                                                                                              \
+    static inline V cm__v_sqrt_##E(V x) {                                                          \
+        return _mm_sqrt_##S(x);                                                                    \
+    }                                                                                              \
+    static inline V cm__v_rsqrt_##E(V x) {                                                         \
+        return _mm_div_##S(_mm_set1_##S((T)1), _mm_sqrt_##S(x));                                   \
+    }
+
+#define CM__STREAM_BIN(op, E, T, V, S)                                                             \
+    static void cm__stream_##op##_##E(int64_t n, char *o, int64_t os, const char *a, int64_t as,   \
+                                      const char *b, int64_t bs) {                                 \
+        enum { PER = (int)(sizeof(V) / sizeof(T)) }; /* contiguous: the caller checked */          \
+        const int64_t z = (int64_t)sizeof(T);                                                      \
+        const uintptr_t pf = cm__cpu_prefetch_distance();                                          \
+        int64_t i = (int64_t)((16 - (uintptr_t)o % 16) % 16) / z;                                  \
+        i = i < n ? i : n;                                                                         \
+        cm__##op##_##E(i, o, os, a, as, b, bs);                                                    \
         T *po = (T *)(void *)o;                                                                    \
         const T *pa = (const T *)(const void *)a, *pb = (const T *)(const void *)b;                \
-        const uintptr_t pf = cm__cpu_prefetch_distance();                                          \
-        int64_t i = 0;                                                                             \
-        for (; i < n && (uintptr_t)(po + i) % 16 != 0; ++i)                                        \
-            po[i] = pa[i] OP pb[i];                                                                \
         for (; i + 4 * PER <= n; i += 4 * PER) {                                                   \
             cm__cpu_prefetch_ahead(pa + i, pf);                                                    \
             cm__cpu_prefetch_ahead(pb + i, pf);                                                    \
             for (int k = 0; k < 4 * PER; k += PER)                                                 \
-                STREAM(po + i + k, VOP(LOADU(pa + i + k), LOADU(pb + i + k)));                     \
+                _mm_stream_##S(po + i + k, cm__v_##op##_##E(_mm_loadu_##S(pa + i + k),             \
+                                                            _mm_loadu_##S(pb + i + k)));           \
         }                                                                                          \
-        for (; i < n; ++i)                                                                         \
-            po[i] = pa[i] OP pb[i];                                                                \
+        cm__##op##_##E(n - i, o + i * z, os, a + i * z, as, b + i * z, bs);                        \
     }
-CM__STREAM_BIN(cm__stream_add_f32, float, __m128, _mm_loadu_ps, _mm_stream_ps, _mm_add_ps, +)
-CM__STREAM_BIN(cm__stream_sub_f32, float, __m128, _mm_loadu_ps, _mm_stream_ps, _mm_sub_ps, -)
-CM__STREAM_BIN(cm__stream_mul_f32, float, __m128, _mm_loadu_ps, _mm_stream_ps, _mm_mul_ps, *)
-CM__STREAM_BIN(cm__stream_div_f32, float, __m128, _mm_loadu_ps, _mm_stream_ps, _mm_div_ps, /)
-CM__STREAM_BIN(cm__stream_add_f64, double, __m128d, _mm_loadu_pd, _mm_stream_pd, _mm_add_pd, +)
-CM__STREAM_BIN(cm__stream_sub_f64, double, __m128d, _mm_loadu_pd, _mm_stream_pd, _mm_sub_pd, -)
-CM__STREAM_BIN(cm__stream_mul_f64, double, __m128d, _mm_loadu_pd, _mm_stream_pd, _mm_mul_pd, *)
-CM__STREAM_BIN(cm__stream_div_f64, double, __m128d, _mm_loadu_pd, _mm_stream_pd, _mm_div_pd, /)
+
+#define CM__STREAM_UN(op, E, T, V, S)                                                              \
+    static void cm__stream_##op##_##E(int64_t n, char *o, int64_t os, const char *a, int64_t as) { \
+        enum { PER = (int)(sizeof(V) / sizeof(T)) }; /* contiguous: the caller checked */          \
+        const int64_t z = (int64_t)sizeof(T);                                                      \
+        const uintptr_t pf = cm__cpu_prefetch_distance();                                          \
+        int64_t i = (int64_t)((16 - (uintptr_t)o % 16) % 16) / z;                                  \
+        i = i < n ? i : n;                                                                         \
+        cm__##op##_##E(i, o, os, a, as);                                                           \
+        T *po = (T *)(void *)o;                                                                    \
+        const T *pa = (const T *)(const void *)a;                                                  \
+        for (; i + 4 * PER <= n; i += 4 * PER) {                                                   \
+            cm__cpu_prefetch_ahead(pa + i, pf);                                                    \
+            for (int k = 0; k < 4 * PER; k += PER)                                                 \
+                _mm_stream_##S(po + i + k, cm__v_##op##_##E(_mm_loadu_##S(pa + i + k)));           \
+        }                                                                                          \
+        cm__##op##_##E(n - i, o + i * z, os, a + i * z, as);                                       \
+    }
+
+/* The ops that stream, with their enum names. */
+#define CM__STREAM_BIN_OPS(X, ...)                                                                 \
+    X(ADD, add, __VA_ARGS__)                                                                       \
+    X(SUB, sub, __VA_ARGS__)                                                                       \
+    X(MUL, mul, __VA_ARGS__)                                                                       \
+    X(DIV, div, __VA_ARGS__)                                                                       \
+    X(MIN, min, __VA_ARGS__)                                                                       \
+    X(MAX, max, __VA_ARGS__)
+#define CM__STREAM_UN_OPS(X, ...)                                                                  \
+    X(NEG, neg, __VA_ARGS__)                                                                       \
+    X(ABS, abs, __VA_ARGS__)                                                                       \
+    X(SQUARE, square, __VA_ARGS__)                                                                 \
+    X(RELU, relu, __VA_ARGS__)                                                                     \
+    X(SQRT, sqrt, __VA_ARGS__)                                                                     \
+    X(RSQRT, rsqrt, __VA_ARGS__)
+
+#define CM__STREAM_BIN_FN(NAME, op, E, T, V, S) CM__STREAM_BIN(op, E, T, V, S)
+#define CM__STREAM_UN_FN(NAME, op, E, T, V, S) CM__STREAM_UN(op, E, T, V, S)
+#define CM__STREAM_DEFS(E, T, V, S)                                                                \
+    CM__VEC_DEFS(E, T, V, S)                                                                       \
+    CM__STREAM_BIN_OPS(CM__STREAM_BIN_FN, E, T, V, S)                                              \
+    CM__STREAM_UN_OPS(CM__STREAM_UN_FN, E, T, V, S)
+CM__STREAM_DEFS(CM_FLOAT32, float, __m128, ps)
+CM__STREAM_DEFS(CM_FLOAT64, double, __m128d, pd)
+
+#define CM__STREAM_BIN_ENTRY(NAME, op, E) [CM_BINARY_##NAME][E] = cm__stream_##op##_##E,
+#define CM__STREAM_UN_ENTRY(NAME, op, E) [CM_UNARY_##NAME][E] = cm__stream_##op##_##E,
+static const cm__cpu_map2_fn cm__binary_stream_table[CM_BINARY_COUNT][CM_DTYPE_COUNT] = {
+    CM__STREAM_BIN_OPS(CM__STREAM_BIN_ENTRY, CM_FLOAT32)
+        CM__STREAM_BIN_OPS(CM__STREAM_BIN_ENTRY, CM_FLOAT64)};
+static const cm__cpu_map1_fn cm__unary_stream_table[CM_UNARY_COUNT][CM_DTYPE_COUNT] = {
+    CM__STREAM_UN_OPS(CM__STREAM_UN_ENTRY, CM_FLOAT32)
+        CM__STREAM_UN_OPS(CM__STREAM_UN_ENTRY, CM_FLOAT64)};
 
 cm__cpu_map2_fn cm__cpu_binary_stream_kernel(cm_binary_op op, cm_dtype dtype) {
-    const bool f32 = dtype == CM_FLOAT32;
-    if (!f32 && dtype != CM_FLOAT64)
-        return NULL;
-    switch (op) {
-    case CM_BINARY_ADD: return f32 ? cm__stream_add_f32 : cm__stream_add_f64;
-    case CM_BINARY_SUB: return f32 ? cm__stream_sub_f32 : cm__stream_sub_f64;
-    case CM_BINARY_MUL: return f32 ? cm__stream_mul_f32 : cm__stream_mul_f64;
-    case CM_BINARY_DIV: return f32 ? cm__stream_div_f32 : cm__stream_div_f64;
-    default: return NULL;
-    }
+    return cm__binary_stream_table[op][dtype];
+}
+
+cm__cpu_map1_fn cm__cpu_unary_stream_kernel(cm_unary_op op, cm_dtype dtype) {
+    return cm__unary_stream_table[op][dtype];
 }
 #else
 cm__cpu_map2_fn cm__cpu_binary_stream_kernel(cm_binary_op op, cm_dtype dtype) {
+    (void)op, (void)dtype;
+    return NULL;
+}
+
+cm__cpu_map1_fn cm__cpu_unary_stream_kernel(cm_unary_op op, cm_dtype dtype) {
     (void)op, (void)dtype;
     return NULL;
 }

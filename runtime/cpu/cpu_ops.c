@@ -647,9 +647,13 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         return CM_OK;
     }
     case CM__OP_UNARY: {
-        cm__map_ctx c = {.f1 = cm__cpu_unary_kernel((cm_unary_op)op->code, op->out.dtype)};
+        cm__map_ctx c = {.f1 = cm__cpu_unary_kernel((cm_unary_op)op->code, op->out.dtype),
+                         .osize = (int64_t)size,
+                         .isize = (int64_t)size};
         if (c.f1 == NULL)
             break;
+        if (cm__stream_output(op, size, &c.min_run))
+            c.f1_stream = cm__cpu_unary_stream_kernel((cm_unary_op)op->code, op->out.dtype);
         cm__cpu_nd_simplify(&nd, 0);
         cm__cpu_nd_split(pool, &nd, bytes, cm__map1_part, &c);
         return CM_OK;

@@ -46,10 +46,12 @@ const char *cm__cpu_cast_f16_hardware(void);
 cm__cpu_map1_fn cm__cpu_unary_kernel(cm_unary_op op, cm_dtype dtype);
 cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype);
 
-/* The binary kernel with non-temporal stores for runs of contiguous
- * elements (all three operands), or NULL where there is none (float32 and
- * float64 add, sub, mul and div on x86-64). The caller fences the stores. */
+/* The kernels with non-temporal stores for runs of contiguous elements
+ * (every operand), or NULL where there is none (float32 and float64 add,
+ * sub, mul, div, min, max, neg, abs, square, relu, sqrt and rsqrt on
+ * x86-64). The caller fences the stores. */
 cm__cpu_map2_fn cm__cpu_binary_stream_kernel(cm_binary_op op, cm_dtype dtype);
+cm__cpu_map1_fn cm__cpu_unary_stream_kernel(cm_unary_op op, cm_dtype dtype);
 
 /* Reduction of an op the core validated, over host memory, with the
  * device's pool (NULL: the calling thread alone). */

@@ -401,14 +401,66 @@ Test(cpu_transpose, streaming_fills) {
     check_fills(); /* the same with ordinary stores */
 }
 
-/* Float arithmetic whose output streams (non-temporal stores, float32 and
- * float64 add/sub/mul/div over contiguous runs; by size only outputs
- * larger than four L2 caches) against the scalar operation in C: every
- * bit, NaNs, infinities, signed zeros and subnormals included; an output
- * one element off a 16-byte boundary (the ragged head), a length that
- * leaves a tail, in place, and a strided output (ordinary stores); the
- * elements around the output view keep their bytes. */
-static void check_arithmetic(cm_dtype d) {
+/* The float ops whose output streams (non-temporal stores over contiguous
+ * runs of float32/float64 add, sub, mul, div, min, max, neg, abs, square,
+ * relu, sqrt and rsqrt; by size only outputs larger than four L2 caches)
+ * against the scalar operation in C, written here from ops.h: every bit,
+ * NaN payloads, infinities, signed zeros, subnormals and negatives under
+ * sqrt included; an output one element off a 16-byte boundary (the ragged
+ * head), a length that leaves a tail, in place, and a strided output
+ * (ordinary stores); the elements around the output view keep their
+ * bytes. Unary ops take the first input (ops < 0 below). */
+static const int float_ops[] = {CM_BINARY_ADD,    CM_BINARY_SUB,  CM_BINARY_MUL,  CM_BINARY_DIV,
+                                CM_BINARY_MIN,    CM_BINARY_MAX,  -CM_UNARY_NEG,  -CM_UNARY_ABS,
+                                -CM_UNARY_SQUARE, -CM_UNARY_RELU, -CM_UNARY_SQRT, -CM_UNARY_RSQRT};
+
+#define FLOAT_REF(T, SQRT, FABS)                                                                   \
+    switch (op) {                                                                                  \
+    case CM_BINARY_ADD: return x + y;                                                              \
+    case CM_BINARY_SUB: return x - y;                                                              \
+    case CM_BINARY_MUL: return x * y;                                                              \
+    case CM_BINARY_DIV: return x / y;                                                              \
+    case CM_BINARY_MIN: return isnan(x) || x < y ? x : y; /* NaN propagates */                     \
+    case CM_BINARY_MAX: return isnan(x) || x > y ? x : y;                                          \
+    case -CM_UNARY_NEG: return -x;                                                                 \
+    case -CM_UNARY_ABS: return FABS(x);                                                            \
+    case -CM_UNARY_SQUARE: return x * x;                                                           \
+    case -CM_UNARY_RELU: return isnan(x) || x > 0 ? x : (T)0; /* NaN stays NaN */                  \
+    case -CM_UNARY_SQRT: return SQRT(x);                                                           \
+    default: return (T)1 / SQRT(x);                                                                \
+    }
+static float ref_f32(int op, float x, float y) {
+    FLOAT_REF(float, sqrtf, fabsf)
+}
+static double ref_f64(int op, double x, double y) {
+    FLOAT_REF(double, sqrt, fabs)
+}
+
+/* The expected bytes of element i of op's output (x, y: its inputs). */
+static void float_ref(cm_dtype d, int op, const uint8_t *x, const uint8_t *y, uint8_t *want) {
+    if (d == CM_FLOAT32) {
+        float u, v;
+        memcpy(&u, x, sizeof u);
+        memcpy(&v, y, sizeof v);
+        const float r = ref_f32(op, u, v);
+        memcpy(want, &r, sizeof r);
+    } else {
+        double u, v;
+        memcpy(&u, x, sizeof u);
+        memcpy(&v, y, sizeof v);
+        const double r = ref_f64(op, u, v);
+        memcpy(want, &r, sizeof r);
+    }
+}
+
+static void run_float_op(int op, cm_tensor *x, cm_tensor *y, cm_tensor *out) {
+    if (op > 0)
+        CHECK(cm_binary((cm_binary_op)op, x, y, out, NULL));
+    else
+        CHECK(cm_unary((cm_unary_op)-op, x, out, NULL));
+}
+
+static void check_float_ops(cm_dtype d) {
     const int64_t n = 1029, full[1] = {n + 2};
     const size_t size = dsize(d);
     cm_device *dev = NULL;
@@ -418,32 +470,32 @@ static void check_arithmetic(cm_dtype d) {
     uint8_t *ha = malloc((size_t)(n + 2) * size), *hb = malloc((size_t)(n + 2) * size);
     cr_assert(ha != NULL && hb != NULL);
     for (int64_t i = 0; i < n + 2; ++i) {
-        const uint64_t h = mix((uint64_t)i * 3u + 1u), g = mix((uint64_t)i * 5u + 2u);
-        if (d == CM_FLOAT32) {
-            uint32_t x = (uint32_t)h, y = (uint32_t)g;
-            if (i % 97 == 3)
-                x = 0x7fc00000u | (uint32_t)i; /* a NaN with a payload */
-            if (i % 89 == 5)
-                y = 0x80000000u; /* -0.0 */
-            if (i % 83 == 7)
-                x = 0x00000005u; /* a subnormal */
-            memcpy(ha + (size_t)i * size, &x, size);
-            memcpy(hb + (size_t)i * size, &y, size);
-        } else {
-            uint64_t x = h, y = g;
-            if (i % 97 == 3)
-                x = 0x7ff8000000000000u | (uint64_t)i;
-            if (i % 89 == 5)
-                y = 0x8000000000000000u;
-            if (i % 83 == 7)
-                x = 0x0000000000000005u;
-            memcpy(ha + (size_t)i * size, &x, size);
-            memcpy(hb + (size_t)i * size, &y, size);
+        uint64_t x = mix((uint64_t)i * 3u + 1u), y = mix((uint64_t)i * 5u + 2u);
+        const int shift = d == CM_FLOAT32 ? 32 : 0; /* specials in the high bits of a double */
+        if (i % 97 == 3)
+            x = (d == CM_FLOAT32 ? 0x7fc00000u : 0x7ff8000000000000u) | (uint64_t)i; /* NaN */
+        if (i % 89 == 5)
+            y = (uint64_t)1 << (63 - shift); /* -0.0 */
+        if (i % 83 == 7)
+            x = 5; /* a subnormal */
+        if (i % 79 == 9)
+            x = (uint64_t)(d == CM_FLOAT32 ? 0x7f800000u : 0x7ff0000000000000u); /* +inf */
+        if (i % 73 == 11)
+            x = y; /* equal operands */
+        if (i % 71 == 13) {
+            x = (uint64_t)1 << (63 - shift); /* -0.0 and +0.0: min and max take y */
+            y = 0;
         }
+        if (i % 67 == 15) {
+            x = 0;
+            y = (uint64_t)1 << (63 - shift);
+        }
+        memcpy(ha + (size_t)i * size, &x, size); /* the low bytes (little-endian) */
+        memcpy(hb + (size_t)i * size, &y, size);
     }
-    const cm_binary_op ops[4] = {CM_BINARY_ADD, CM_BINARY_SUB, CM_BINARY_MUL, CM_BINARY_DIV};
-    for (int k = 0; k < 4; ++k)
+    for (size_t k = 0; k < sizeof float_ops / sizeof float_ops[0]; ++k)
         for (int in_place = 0; in_place < 2; ++in_place) {
+            const int op = float_ops[k];
             void *p = NULL;
             CHECK(cm_tensor_host_write(a, d, &p));
             memcpy(p, ha, (size_t)(n + 2) * size);
@@ -455,30 +507,19 @@ static void check_arithmetic(cm_dtype d) {
             CHECK(cm_tensor_slice(a, 0, 1, n + 1, 1, &va));
             CHECK(cm_tensor_slice(b, 0, 1, n + 1, 1, &vb));
             CHECK(cm_tensor_slice(in_place ? a : o, 0, 1, n + 1, 1, &vo));
-            CHECK(cm_binary(ops[k], va, vb, vo, NULL));
+            run_float_op(op, va, vb, vo);
             const void *q = NULL;
             CHECK(cm_tensor_host_read(in_place ? a : o, d, &q));
             for (int64_t i = 0; i < n + 2; ++i) {
                 uint8_t want[8];
                 const uint8_t *x = ha + (size_t)i * size, *y = hb + (size_t)i * size;
-                if (i == 0 || i == n + 1) {
+                if (i == 0 || i == n + 1)
                     memcpy(want, in_place ? x : (const uint8_t *)"\xa5\xa5\xa5\xa5\xa5\xa5\xa5\xa5",
                            size);
-                } else if (d == CM_FLOAT32) {
-                    float u, v, r;
-                    memcpy(&u, x, size);
-                    memcpy(&v, y, size);
-                    r = k == 0 ? u + v : k == 1 ? u - v : k == 2 ? u * v : u / v;
-                    memcpy(want, &r, size);
-                } else {
-                    double u, v, r;
-                    memcpy(&u, x, size);
-                    memcpy(&v, y, size);
-                    r = k == 0 ? u + v : k == 1 ? u - v : k == 2 ? u * v : u / v;
-                    memcpy(want, &r, size);
-                }
+                else
+                    float_ref(d, op, x, y, want);
                 cr_assert(memcmp((const uint8_t *)q + (size_t)i * size, want, size) == 0,
-                          "%zu-byte floats, op %d%s: element %ld", size, (int)ops[k],
+                          "%zu-byte floats, op %d%s: element %ld", size, op,
                           in_place ? " in place" : "", (long)i);
             }
             cm_tensor_release(va);
@@ -499,19 +540,7 @@ static void check_arithmetic(cm_dtype d) {
     CHECK(cm_tensor_host_read(o, d, &q));
     for (int64_t i = 0; i < half; ++i) {
         uint8_t want[8];
-        if (d == CM_FLOAT32) {
-            float u, v, r;
-            memcpy(&u, ha + (size_t)i * size, size);
-            memcpy(&v, hb + (size_t)i * size, size);
-            r = u * v;
-            memcpy(want, &r, size);
-        } else {
-            double u, v, r;
-            memcpy(&u, ha + (size_t)i * size, size);
-            memcpy(&v, hb + (size_t)i * size, size);
-            r = u * v;
-            memcpy(want, &r, size);
-        }
+        float_ref(d, CM_BINARY_MUL, ha + (size_t)i * size, hb + (size_t)i * size, want);
         cr_assert(memcmp((const uint8_t *)q + (size_t)(2 * i) * size, want, size) == 0,
                   "%zu-byte floats, strided output: element %ld", size, (long)i);
     }
@@ -526,11 +555,11 @@ static void check_arithmetic(cm_dtype d) {
     free(hb);
 }
 
-Test(cpu_transpose, streaming_arithmetic) {
+Test(cpu_transpose, streaming_float_ops) {
     cm__cpu_copy_force_streaming(1);
-    check_arithmetic(CM_FLOAT32);
-    check_arithmetic(CM_FLOAT64);
+    check_float_ops(CM_FLOAT32);
+    check_float_ops(CM_FLOAT64);
     cm__cpu_copy_force_streaming(0);
-    check_arithmetic(CM_FLOAT32); /* the same with ordinary stores */
-    check_arithmetic(CM_FLOAT64);
+    check_float_ops(CM_FLOAT32); /* the same with ordinary stores */
+    check_float_ops(CM_FLOAT64);
 }
