@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "softmetal/sm_test.h"
 
@@ -459,15 +460,30 @@ static void thread_handler(struct sm_test_block *b, id cb) {
   atomic_fetch_add(&b->ctx->calls, 1);
 }
 
+/* A scheduled handler that holds its command buffer 2 ms before it runs. */
+static void hold_handler(struct sm_test_block *b, id cb) {
+  (void)cb;
+  const struct timespec hold = {0, 2000000};
+  nanosleep(&hold, NULL);
+  atomic_fetch_add(&b->ctx->calls, 1);
+}
+
+/* softmetal lets a waiter return before the handlers run (a late coin) when
+ * the waiter comes within 0.2 ms of the completion; each command buffer here
+ * is held 2 ms before it runs, so that its waiter is there first even when
+ * the test shares a slow machine (qemu, two suites at once). */
 Test(commands, completed_handlers_run_on_another_thread_before_or_after_the_wait) {
   enum { N = 64 };
   setenv("SOFTMETAL_SEED", "12345", 1); /* the queue's coins: reproducible */
   id q = SEND0(id, dev, "newCommandQueue");
   static struct thread_ctx ctx[N];
-  struct sm_test_block blk[N];
+  static struct sm_test_ctx held[N];
+  struct sm_test_block blk[N], hold[N];
   int late = 0, early = 0;
   for (int i = 0; i < N; i++) {
     id cb = SEND0(id, q, "commandBuffer");
+    hold[i] = sm_block((void (*)(void))hold_handler, &held[i]);
+    SEND(void, (id, SEL, void *), cb, "addScheduledHandler:", &hold[i]);
     blk[i] = sm_block((void (*)(void))thread_handler, &ctx[i].base);
     SEND(void, (id, SEL, void *), cb, "addCompletedHandler:", &blk[i]);
     commit_wait(cb);
@@ -479,6 +495,7 @@ Test(commands, completed_handlers_run_on_another_thread_before_or_after_the_wait
   }
   softmetal_quiesce();
   for (int i = 0; i < N; i++) {
+    cr_assert_eq(atomic_load(&held[i].calls), 1);
     cr_assert_eq(atomic_load(&ctx[i].base.calls), 1);
     cr_assert_eq(atomic_load(&ctx[i].base.disposes), 1);
     cr_assert(!pthread_equal(ctx[i].thread, pthread_self()), "handlers run on another thread");
