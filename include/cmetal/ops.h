@@ -120,9 +120,11 @@ typedef enum cm_binary_op {
     CM_BINARY_INVALID = 0,
     /* Arithmetic: every dtype but bool; out has the inputs' dtype.
      * Integers wrap modulo 2^bits. Integer div truncates toward zero;
-     * x / 0 gives 0 and MIN / -1 gives MIN (no trap). Float min/max
-     * propagate NaN (as NumPy's minimum/maximum). min and max also accept
-     * bool (logical and / or). */
+     * x / 0 gives 0 and MIN / -1 gives MIN (no trap). Float arithmetic is
+     * IEEE 754's in the dtype; which payload a NaN result carries is not
+     * specified (of two NaN inputs, either may win, as compilers and GPUs
+     * differ). Float min/max propagate NaN (as NumPy's minimum/maximum).
+     * min and max also accept bool (logical and / or). */
     CM_BINARY_ADD = 1,
     CM_BINARY_SUB = 2,
     CM_BINARY_MUL = 3,

@@ -276,9 +276,11 @@ cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype) {
  * reached 0.55-0.64 of memcpy, the streaming one 0.99-1.0 (16 threads:
  * 66-80 -> 110-123 GB/s; tools/bench/README.md). Each vector form below
  * gives, lane by lane, the bits of the scalar expression in
- * CM__FLOAT_DEFS (the same IEEE operations and NaN rules); the unaligned
- * head and the tail run the scalar kernel itself. The caller orders the
- * stores (sfence) before the op returns. */
+ * CM__FLOAT_DEFS (the same IEEE operations and NaN rules), but for which
+ * payload a sum or product of two NaNs keeps: compilers order the operands
+ * of a commutative op either way, in the scalar loop too (ops.h leaves it
+ * open). The unaligned head and the tail run the scalar kernel itself. The
+ * caller orders the stores (sfence) before the op returns. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <emmintrin.h>
 

@@ -167,11 +167,12 @@ static void push_directed(list *l, bool bf16) {
 
 /* Casts n elements of `in` (dtype `from`) into `out` (dtype `to`) through
  * cm_cast, starting at element 3 of both tensors so that the data is
- * unaligned for vectors. */
+ * unaligned for vectors; the 3 destination elements before the view and
+ * the 8 after it must keep their bytes. */
 static void run_cast(cm_dtype from, const void *in, cm_dtype to, void *out, size_t n) {
     cm_device *cpu = NULL;
     CHECK(cm_device_open(CM_DEVICE_CPU, 0, &cpu));
-    const int64_t total[1] = {(int64_t)n + 3};
+    const int64_t total[1] = {(int64_t)n + 3 + 8};
     cm_tensor_desc sd = {.dtype = from, .ndim = 1, .shape = total};
     cm_tensor_desc dd = {.dtype = to, .ndim = 1, .shape = total};
     cm_tensor *src = NULL, *dst = NULL, *src_view = NULL, *dst_view = NULL;
@@ -183,12 +184,17 @@ static void run_cast(cm_dtype from, const void *in, cm_dtype to, void *out, size
     void *p = NULL;
     CHECK(cm_tensor_host_write(src, from, &p));
     memcpy((char *)p + 3 * si.size, in, n * si.size);
-    CHECK(cm_tensor_slice(src, 0, 3, CM_SLICE_DEFAULT, 1, &src_view));
-    CHECK(cm_tensor_slice(dst, 0, 3, CM_SLICE_DEFAULT, 1, &dst_view));
+    CHECK(cm_tensor_host_write(dst, to, &p));
+    memset(p, 0xa5, (n + 3 + 8) * di.size);
+    CHECK(cm_tensor_slice(src, 0, 3, 3 + (int64_t)n, 1, &src_view));
+    CHECK(cm_tensor_slice(dst, 0, 3, 3 + (int64_t)n, 1, &dst_view));
     CHECK(cm_cast(src_view, dst_view, NULL));
-    const void *q = NULL;
-    CHECK(cm_tensor_host_read(dst, to, &q));
-    memcpy(out, (const char *)q + 3 * di.size, n * di.size);
+    const uint8_t *q = NULL;
+    CHECK(cm_tensor_host_read(dst, to, (const void **)&q));
+    memcpy(out, q + 3 * di.size, n * di.size);
+    for (size_t i = 0; i < (n + 3 + 8) * di.size; ++i)
+        if (i < 3 * di.size || i >= (n + 3) * di.size)
+            cr_assert_eq(q[i], 0xa5, "byte %zu of the destination, outside the view, changed", i);
     cm_tensor_release(src_view);
     cm_tensor_release(dst_view);
     cm_tensor_release(src);
