@@ -334,7 +334,7 @@ static int64_t cm__stream_head(const void *o, size_t esize, size_t align, int64_
 
 __attribute__((target("avx,f16c"))) static void cm__f32_to_f16_stream(int64_t n, uint16_t *o,
                                                                       const float *a) {
-    const uintptr_t cm__pf = cm__cpu_prefetch_distance();
+    CM__CAST_PF_DECL;
     int64_t i = cm__stream_head(o, sizeof *o, 16, n);
     CM__SCALAR_LOOP(i, o, a, cm__f32_to_f16);
     for (; i + 16 <= n; i += 16) {
@@ -354,7 +354,7 @@ __attribute__((target("avx,f16c"))) static void cm__f32_to_f16_stream(int64_t n,
 
 __attribute__((target("avx,f16c"))) static void cm__f16_to_f32_stream(int64_t n, float *o,
                                                                       const uint16_t *a) {
-    const uintptr_t cm__pf = cm__cpu_prefetch_distance();
+    CM__CAST_PF_DECL;
     const __m128i magnitude = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
     int64_t i = cm__stream_head(o, sizeof *o, 32, n);
     CM__SCALAR_LOOP(i, o, a, cm__f16_to_f32);
@@ -373,7 +373,7 @@ __attribute__((target("avx,f16c"))) static void cm__f16_to_f32_stream(int64_t n,
 }
 
 static void cm__f32_to_bf16_stream(int64_t n, uint16_t *o, const float *a) {
-    const uintptr_t cm__pf = cm__cpu_prefetch_distance();
+    CM__CAST_PF_DECL;
     const __m128i magnitude = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
     const __m128i bias = _mm_set1_epi32(0x7fff), one = _mm_set1_epi32(1);
     int64_t i = cm__stream_head(o, sizeof *o, 16, n);
@@ -401,7 +401,7 @@ static void cm__f32_to_bf16_stream(int64_t n, uint16_t *o, const float *a) {
 }
 
 static void cm__bf16_to_f32_stream(int64_t n, float *o, const uint16_t *a) {
-    const uintptr_t cm__pf = cm__cpu_prefetch_distance();
+    CM__CAST_PF_DECL;
     const __m128i zero = _mm_setzero_si128();
     int64_t i = cm__stream_head(o, sizeof *o, 16, n);
     CM__SCALAR_LOOP(i, o, a, cm__bf16_to_f32);
