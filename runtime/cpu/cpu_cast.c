@@ -26,7 +26,7 @@
             cm__cpu_prefetch_ahead(p, cm__pf);                                                     \
     } while (0)
 #else
-#define CM__CAST_PF_DECL const int cm__pf = 0
+#define CM__CAST_PF_DECL const uintptr_t cm__pf = 0
 #define CM__CAST_PF(p, i) ((void)cm__pf)
 #endif
 
