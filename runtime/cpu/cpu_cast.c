@@ -326,16 +326,10 @@ CM__FAST_CAST(CM_BFLOAT16, uint16_t, CM_FLOAT32, float, cm__fast_bf16_to_f32)
  * boundary; the head, the tail and blocks holding a NaN take the ordinary
  * kernels' scalar path, so the bits are theirs. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* Elements before o + i is aligned to `align` bytes (at most n). */
-static int64_t cm__stream_head(const void *o, size_t esize, size_t align, int64_t n) {
-    const int64_t head = (int64_t)(((align - (uintptr_t)o % align) % align) / esize);
-    return head < n ? head : n;
-}
-
 __attribute__((target("avx,f16c"))) static void cm__f32_to_f16_stream(int64_t n, uint16_t *o,
                                                                       const float *a) {
     CM__CAST_PF_DECL;
-    int64_t i = cm__stream_head(o, sizeof *o, 16, n);
+    int64_t i = cm__cpu_unaligned_head(o, sizeof *o, 16, n);
     CM__SCALAR_LOOP(i, o, a, cm__f32_to_f16);
     for (; i + 16 <= n; i += 16) {
         cm__cpu_prefetch_ahead(a + i, cm__pf);
@@ -356,7 +350,7 @@ __attribute__((target("avx,f16c"))) static void cm__f16_to_f32_stream(int64_t n,
                                                                       const uint16_t *a) {
     CM__CAST_PF_DECL;
     const __m128i magnitude = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
-    int64_t i = cm__stream_head(o, sizeof *o, 32, n);
+    int64_t i = cm__cpu_unaligned_head(o, sizeof *o, 32, n);
     CM__SCALAR_LOOP(i, o, a, cm__f16_to_f32);
     for (; i + 32 <= n; i += 32) {
         cm__cpu_prefetch_ahead(a + i, cm__pf);
@@ -376,7 +370,7 @@ static void cm__f32_to_bf16_stream(int64_t n, uint16_t *o, const float *a) {
     CM__CAST_PF_DECL;
     const __m128i magnitude = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
     const __m128i bias = _mm_set1_epi32(0x7fff), one = _mm_set1_epi32(1);
-    int64_t i = cm__stream_head(o, sizeof *o, 16, n);
+    int64_t i = cm__cpu_unaligned_head(o, sizeof *o, 16, n);
     CM__SCALAR_LOOP(i, o, a, cm__f32_to_bf16);
     for (; i + 16 <= n; i += 16) {
         cm__cpu_prefetch_ahead(a + i, cm__pf);
@@ -403,7 +397,7 @@ static void cm__f32_to_bf16_stream(int64_t n, uint16_t *o, const float *a) {
 static void cm__bf16_to_f32_stream(int64_t n, float *o, const uint16_t *a) {
     CM__CAST_PF_DECL;
     const __m128i zero = _mm_setzero_si128();
-    int64_t i = cm__stream_head(o, sizeof *o, 16, n);
+    int64_t i = cm__cpu_unaligned_head(o, sizeof *o, 16, n);
     CM__SCALAR_LOOP(i, o, a, cm__bf16_to_f32);
     for (; i + 32 <= n; i += 32) {
         cm__cpu_prefetch_ahead(a + i, cm__pf);

@@ -284,20 +284,17 @@ cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <emmintrin.h>
 
-/* V: the vector type, S: the intrinsics' suffix (ps, pd). */
+/* V: the vector type, S: the intrinsics' suffix (ps, pd); the four
+ * arithmetic ops are the intrinsics of their names. */
+#define CM__VEC_OP2(op, E, V, S)                                                                   \
+    static inline V cm__v_##op##_##E(V x, V y) {                                                   \
+        return _mm_##op##_##S(x, y);                                                               \
+    }
 #define CM__VEC_DEFS(E, T, V, S)                                                                   \
-    static inline V cm__v_add_##E(V x, V y) {                                                      \
-        return _mm_add_##S(x, y);                                                                  \
-    }                                                                                              \
-    static inline V cm__v_sub_##E(V x, V y) {                                                      \
-        return _mm_sub_##S(x, y);                                                                  \
-    }                                                                                              \
-    static inline V cm__v_mul_##E(V x, V y) {                                                      \
-        return _mm_mul_##S(x, y);                                                                  \
-    }                                                                                              \
-    static inline V cm__v_div_##E(V x, V y) {                                                      \
-        return _mm_div_##S(x, y);                                                                  \
-    }                                                                                              \
+    CM__VEC_OP2(add, E, V, S)                                                                      \
+    CM__VEC_OP2(sub, E, V, S)                                                                      \
+    CM__VEC_OP2(mul, E, V, S)                                                                      \
+    CM__VEC_OP2(div, E, V, S)                                                                      \
     /* x where x is NaN or x < y (x > y), else y */                                                \
     static inline V cm__v_min_##E(V x, V y) {                                                      \
         const V m = _mm_or_##S(_mm_cmpunord_##S(x, x), _mm_cmplt_##S(x, y));                       \
@@ -334,8 +331,7 @@ cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype) {
         enum { PER = (int)(sizeof(V) / sizeof(T)) }; /* contiguous: the caller checked */          \
         const int64_t z = (int64_t)sizeof(T);                                                      \
         const uintptr_t pf = cm__cpu_prefetch_distance();                                          \
-        int64_t i = (int64_t)((16 - (uintptr_t)o % 16) % 16) / z;                                  \
-        i = i < n ? i : n;                                                                         \
+        int64_t i = cm__cpu_unaligned_head(o, sizeof(T), 16, n);                                   \
         cm__##op##_##E(i, o, os, a, as, b, bs);                                                    \
         T *po = (T *)(void *)o;                                                                    \
         const T *pa = (const T *)(const void *)a, *pb = (const T *)(const void *)b;                \
@@ -354,8 +350,7 @@ cm__cpu_map2_fn cm__cpu_binary_kernel(cm_binary_op op, cm_dtype dtype) {
         enum { PER = (int)(sizeof(V) / sizeof(T)) }; /* contiguous: the caller checked */          \
         const int64_t z = (int64_t)sizeof(T);                                                      \
         const uintptr_t pf = cm__cpu_prefetch_distance();                                          \
-        int64_t i = (int64_t)((16 - (uintptr_t)o % 16) % 16) / z;                                  \
-        i = i < n ? i : n;                                                                         \
+        int64_t i = cm__cpu_unaligned_head(o, sizeof(T), 16, n);                                   \
         cm__##op##_##E(i, o, os, a, as);                                                           \
         T *po = (T *)(void *)o;                                                                    \
         const T *pa = (const T *)(const void *)a;                                                  \

@@ -73,6 +73,13 @@ static inline void cm__cpu_prefetch_ahead(const void *p, uintptr_t pf) {
 #endif
 }
 
+/* Elements of esize bytes from o to the first address aligned to `align`
+ * bytes, at most n: the head a kernel with aligned stores runs apart. */
+static inline int64_t cm__cpu_unaligned_head(const void *o, size_t esize, size_t align, int64_t n) {
+    const int64_t head = (int64_t)(((align - (uintptr_t)o % align) % align) / esize);
+    return head < n ? head : n;
+}
+
 /* Test hook: the contiguous and column kernels ask for lines `distance`
  * bytes ahead (and 4 x distance) on x86-64 whatever the CPU's vendor; 0
  * none; negative: back to the CPU's choice (4096 on Intel, none elsewhere).

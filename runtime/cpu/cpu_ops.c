@@ -590,8 +590,8 @@ static int64_t cm__op_bytes(const cm__op *op) {
     return cm__mul_overflow_i64(op->numel, per, &bytes) ? INT64_MAX : bytes;
 }
 
-/* Whether the output of an elementwise op (numel elements of `size`
- * bytes, which its buffer holds) streams, as a fill's does; min_run: the
+/* Whether the output of a fill or an elementwise op (numel elements of
+ * `size` bytes, which its buffer holds) streams; min_run: the
  * shortest contiguous run of output bytes that does (partial lines stream
  * slowly; forced streaming, a test hook, streams every run). */
 static bool cm__stream_output(const cm__op *op, size_t size, size_t *min_run) {
@@ -621,8 +621,7 @@ cm_status cm__cpu_run_op(cm_device *device, const cm__op *op) {
         /* Streaming when the whole destination is large (bytes counts the
          * elements written; a strided view's lines are only partly
          * written: ordinary stores, each line asked for ahead). */
-        c.streaming = cm__use_streaming((size_t)bytes);
-        c.min_run = atomic_load_explicit(&cm__streaming_mode, memory_order_relaxed) > 0 ? 0 : 4096;
+        c.streaming = cm__stream_output(op, size, &c.min_run);
         cm__cpu_nd_split(pool, &nd, bytes, cm__fill_part, &c);
         return CM_OK;
     }

@@ -16,7 +16,7 @@ typedef void (*cm__cpu_map2_fn)(int64_t n, char *o, int64_t os, const char *a, i
                                 const char *b, int64_t bs);
 
 /* Test and benchmark hook for the destination stores of the tiled
- * transpose, contiguous fills and float arithmetic: 0 chooses by size
+ * transpose, fills and the streaming elementwise kernels (below): 0 chooses by size
  * (streaming, non-temporal stores for destinations larger than four L2
  * caches, on x86-64), 1 always streams, -1 never does. Process-wide. */
 void cm__cpu_copy_force_streaming(int mode);
