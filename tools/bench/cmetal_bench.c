@@ -16,7 +16,11 @@
  * (reductions), memset of the same bytes for fills, and memcpy for ops
  * that read and write (each thread a slab). "ceil" is the op's bandwidth
  * over that, so 1.0 means "as fast as this machine reads (sets, copies)
- * those bytes with that many threads".
+ * those bytes with that many threads". On a shared host the machine's
+ * bandwidth drifts between runs, and the best op and the best ceiling may
+ * come from different moments; "ceil med" is the median over the rounds of
+ * the ratio of the op to the ceiling run just before it (more --reps, a
+ * steadier median).
  *
  * --device metal measures the Metal device instead (bench_metal.c):
  * dispatch overhead, allocation and private-storage transfers.
@@ -72,8 +76,9 @@ typedef struct bench_case {
     double seconds;   /* best */
     double memcpy_bw; /* bytes moved per second by memcpy, same run */
     double ratio;
-    double ceiling_bw; /* the machine's reads, memset or copies, same threads, same run */
-    double ceiling;    /* op bandwidth / ceiling_bw */
+    double ceiling_bw;  /* the machine's reads, memset or copies, same threads, same run */
+    double ceiling;     /* op bandwidth / ceiling_bw */
+    double ceiling_med; /* median over rounds of op bandwidth / the ceiling's in that round */
     const char *ceiling_kind;
 } bench_case;
 
@@ -297,10 +302,21 @@ static cm_tensor *tensor(cm_device *dev, cm_dtype d, int32_t ndim, const int64_t
     return t;
 }
 
-/* Best times of fn, ref and ceil, run in turn. */
+static int compare_doubles(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Best times of fn, ref and ceil, run in turn; *ceil_over_fn: the median
+ * over the rounds of the ceiling's time over fn's. */
 static void best_of_three(int reps, void (*fn)(void *), void *ctx, void (*ref)(void *),
                           void *ref_ctx, ceil_pool *ceil, double *best_fn, double *best_ref,
-                          double *best_ceil) {
+                          double *best_ceil, double *ceil_over_fn) {
+    double *rounds = malloc((size_t)reps * sizeof *rounds);
+    if (rounds == NULL) {
+        fprintf(stderr, "cmetal-bench: no memory for %d rounds\n", reps);
+        exit(1);
+    }
     fn(ctx); /* warm-up */
     ref(ref_ctx);
     run_ceiling(ceil);
@@ -313,15 +329,19 @@ static void best_of_three(int reps, void (*fn)(void *), void *ctx, void (*ref)(v
             *best_ref = t;
         t0 = now_s();
         run_ceiling(ceil);
-        t = now_s() - t0;
-        if (t < *best_ceil)
-            *best_ceil = t;
+        const double t_ceil = now_s() - t0;
+        if (t_ceil < *best_ceil)
+            *best_ceil = t_ceil;
         t0 = now_s();
         fn(ctx);
         t = now_s() - t0;
         if (t < *best_fn)
             *best_fn = t;
+        rounds[r] = t_ceil / t;
     }
+    qsort(rounds, (size_t)reps, sizeof *rounds, compare_doubles);
+    *ceil_over_fn = reps % 2 ? rounds[reps / 2] : 0.5 * (rounds[reps / 2 - 1] + rounds[reps / 2]);
+    free(rounds);
 }
 
 typedef struct op_ctx {
@@ -536,16 +556,18 @@ static void measure(bench_env *env, which w, bench_case *out) {
     }
     default: break;
     }
-    double t_memcpy, t_ceil;
+    double t_memcpy, t_ceil, ceil_over_op;
     const ceil_kind ck = ceiling_of(w);
     env->ceil->kind = ck;
     env->ceil->bytes = w == B_FILL || w == B_FILL_STRIDED ? (size_t)n4 * 4 : env->bytes;
     best_of_three(env->reps, run_op, &c, run_memcpy, env, env->ceil, &out->seconds, &t_memcpy,
-                  &t_ceil);
+                  &t_ceil, &ceil_over_op);
     out->memcpy_bw = 2.0 * (double)env->bytes / t_memcpy;
     out->ratio = out->bytes / out->seconds / out->memcpy_bw;
     out->ceiling_bw = (double)env->ceil->bytes * (ck == C_COPY ? 2.0 : 1.0) / t_ceil;
     out->ceiling = out->bytes / out->seconds / out->ceiling_bw;
+    out->ceiling_med =
+        ceil_over_op * out->bytes / ((double)env->ceil->bytes * (ck == C_COPY ? 2.0 : 1.0));
     out->ceiling_kind = ck == C_READ ? "read" : ck == C_MEMSET ? "memset" : "copy";
     cm_tensor_release(c.a);
     cm_tensor_release(c.b);
@@ -700,27 +722,29 @@ static void print_json_cases(const bench_case *cases, const bench_case *one) {
         printf("  {\"name\": \"%s\", \"bytes\": %.0f, \"seconds\": %.6g, \"gb_per_s\": %.4g, "
                "\"memcpy_gb_per_s\": %.4g, \"ratio_to_memcpy\": %.4g, \"goal\": %.3g, "
                "\"ceiling\": \"%s\", \"ceiling_gb_per_s\": %.4g, \"ratio_to_ceiling\": %.4g, "
+               "\"ratio_to_ceiling_median\": %.4g, "
                "\"speedup_vs_1_thread\": %.4g}%s\n",
                cases[w].name, cases[w].bytes, cases[w].seconds,
                cases[w].bytes / cases[w].seconds * 1e-9, cases[w].memcpy_bw * 1e-9, cases[w].ratio,
                cases[w].goal, cases[w].ceiling_kind, cases[w].ceiling_bw * 1e-9, cases[w].ceiling,
-               one[w].seconds / cases[w].seconds, w + 1 < B_COUNT ? "," : "");
+               cases[w].ceiling_med, one[w].seconds / cases[w].seconds, w + 1 < B_COUNT ? "," : "");
 }
 
 static void print_table(const bench_case *cases, const bench_case *one, long threads) {
     printf("\n-- %ld thread%s: ratio to one thread's memcpy; ceil: to this machine's reads, "
-           "memset or copies at %ld thread%s\n",
+           "memset or copies at %ld thread%s (best over best; med: median of the rounds)\n",
            threads, threads > 1 ? "s" : "", threads, threads > 1 ? "s" : "");
-    printf("%-36s %9s %8s %11s %7s %6s %7s %7s %7s  %s\n", "op", "ms", "GB/s", "memcpy GB/s",
-           "ratio", "goal", "ceil", "of", "vs 1thr", "note");
+    printf("%-36s %9s %8s %11s %7s %6s %7s %8s %7s %7s  %s\n", "op", "ms", "GB/s", "memcpy GB/s",
+           "ratio", "goal", "ceil", "ceil med", "of", "vs 1thr", "note");
     for (int w = 0; w < B_COUNT; ++w) {
         char goal[16] = "-";
         if (cases[w].goal > 0)
             snprintf(goal, sizeof goal, ">=%.1f", cases[w].goal);
-        printf("%-36s %9.2f %8.2f %11.2f %7.2f %6s %7.2f %7s %7.2f  %s\n", cases[w].name,
+        printf("%-36s %9.2f %8.2f %11.2f %7.2f %6s %7.2f %8.2f %7s %7.2f  %s\n", cases[w].name,
                cases[w].seconds * 1e3, cases[w].bytes / cases[w].seconds * 1e-9,
                cases[w].memcpy_bw * 1e-9, cases[w].ratio, goal, cases[w].ceiling,
-               cases[w].ceiling_kind, one[w].seconds / cases[w].seconds, cases[w].note);
+               cases[w].ceiling_med, cases[w].ceiling_kind, one[w].seconds / cases[w].seconds,
+               cases[w].note);
     }
 }
 
@@ -832,16 +856,17 @@ int main(int argc, char **argv) {
         for (int k = 0; k < ncounts; ++k)
             print_table(cases[k], cases[base], counts[k]);
         if (ncounts > 2 || (ncounts == 2 && counts[0] != 1)) {
-            printf("\nScaling: GB/s, and in brackets the ratio to the ceiling at that count\n");
+            printf("\nScaling: GB/s, and in brackets the ratio to the ceiling at that count (best "
+                   "over best, median of the rounds)\n");
             printf("%-36s", "op");
             for (int k = 0; k < ncounts; ++k)
-                printf(" %9ld thr", counts[k]);
+                printf(" %14ld thr", counts[k]);
             printf("\n");
             for (int w = 0; w < B_COUNT; ++w) {
                 printf("%-36s", cases[0][w].name);
                 for (int k = 0; k < ncounts; ++k)
-                    printf(" %6.1f (%4.2f)", cases[k][w].bytes / cases[k][w].seconds * 1e-9,
-                           cases[k][w].ceiling);
+                    printf(" %6.1f (%4.2f %4.2f)", cases[k][w].bytes / cases[k][w].seconds * 1e-9,
+                           cases[k][w].ceiling, cases[k][w].ceiling_med);
                 printf("\n");
             }
             static const char *const kinds[3] = {"read", "memset", "copy"};
@@ -855,7 +880,7 @@ int main(int argc, char **argv) {
                         if (strcmp(cases[k][w].ceiling_kind, kinds[q]) == 0 &&
                             cases[k][w].ceiling_bw > best)
                             best = cases[k][w].ceiling_bw;
-                    printf(" %6.1f       ", best * 1e-9);
+                    printf(" %6.1f            ", best * 1e-9);
                 }
                 printf("\n");
             }
