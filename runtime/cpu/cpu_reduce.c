@@ -417,7 +417,7 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
  * each pass asks for the next pass's rows (CM__VPF_AHEAD below), a line at
  * a time into L1, while it reads its own. A Xeon host, 8192 x 8192 float32
  * and 8192 x 16384 float16, the two alternated call by call (31 pairs, a
- * 512 MiB memcpy before each call), median speed-up of a pair: 1.03-1.09
+ * 512 MiB memcpy before each call), median speed-up of a pair: 1.03-1.10
  * at 16 threads and 1.11-1.13 at 8. */
 #define CM__VPF_AHEAD 8
 #define CM__VPF_MAX 4096
