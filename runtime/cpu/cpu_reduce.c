@@ -411,17 +411,19 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
  * 32 streams of one line each, read 0.1-0.2 of memcpy slower on a Xeon
  * and at about half the speed on an AMD EPYC; tools/bench/README.md has the figures.)
  * `below`: the rows of the column after these.
- * Narrow pieces (CM__VPF_MAX bytes of each row or less: 512 float32
- * columns of an 8192-wide matrix at 16 threads) are too short for the
- * hardware's stream prefetch, which starts over on every row. On Intel
- * each pass asks for the next pass's rows (CM__VPF_AHEAD below), a line at
- * a time into L1, while it reads its own. A Xeon host, 8192 x 8192 float32
- * and 8192 x 16384 float16, the two alternated call by call (31 pairs, a
+ * Narrow pieces (CM__VPF_MAX bytes of each row or less, with a gap to the
+ * next row: 512 float32 columns of an 8192-wide matrix at 16 threads) are
+ * too short for the hardware's stream prefetch, which starts over on every
+ * row. On Intel each pass asks for the rows CM__VPF_AHEAD below its own, a
+ * line at a time into L1, while it reads its own. A Xeon host, 8192 x 8192
+ * float32 and 8192 x 16384 float16, the prefetch on and off alternated call
+ * by call (31 pairs, a
  * 512 MiB memcpy before each call), median speed-up of a pair: 1.03-1.10
  * at 16 threads and 1.11-1.13 at 8. */
 #define CM__VPF_AHEAD 8
 #define CM__VPF_MAX 4096
-/* Rows of a pass that ask for the row CM__VPF_AHEAD below: min(left, n). */
+/* Rows of a pass that ask for the row CM__VPF_AHEAD below: min(left, n),
+ * 0 when left <= 0. */
 static inline int cm__vpf_rows(int64_t left, int64_t n) {
     return left <= 0 ? 0 : (int)(left < n ? left : n);
 }
@@ -471,9 +473,10 @@ static inline int cm__vpf_rows(int64_t left, int64_t n) {
     __attribute__((target("avx2,f16c"))) static void name(                                         \
         int64_t m, int64_t rows, const char *p, int64_t rs, double *cur, int64_t below) {          \
         const int64_t quads = QUADS ? rows / 4 * 4 : 0;                                            \
-        const bool pf = cm__cpu_prefetch_distance() != 0 && m * (int64_t)sizeof(T) <= CM__VPF_MAX; \
+        const int64_t w = m * (int64_t)sizeof(T);                                                  \
+        const bool pf = cm__cpu_prefetch_distance() != 0 && w <= CM__VPF_MAX && rs > w;            \
         int64_t i = 0;                                                                             \
-        /* rows from a pass's start whose row CM__VPF_AHEAD below is in the column */              \
+        /* rows from the block's start whose row CM__VPF_AHEAD below is in the column */           \
         const int64_t left = rows + below - CM__VPF_AHEAD;                                         \
         for (; i + 8 <= quads; i += 8)                                                             \
             name##_pass(m, p + i * rs, rs, cur, i == 0, 2, 0, pf ? cm__vpf_rows(left - i, 8) : 0); \

@@ -263,25 +263,34 @@ static size_t every_reduction(cm_device *dev, cm_tensor *x, int32_t ndim, const 
 }
 
 /* Software prefetching (on x86-64 Intel only unless forced: the lines 4
- * and 16 KiB ahead in the contiguous kernels and each row's in the column
- * max/min) changes no bit: every reduction with it forced on, at the usual
+ * and 16 KiB ahead in the contiguous kernels, each row's in the column
+ * max/min, and the rows 8 below in float column sums whose threads take 4
+ * KiB or less of each row: 600 x 1000 on two threads) changes no bit: every reduction with it forced on, at the usual
  * and at an odd distance, against it off, for float and integer dtypes, on
  * runs long enough to be read as quarters side by side and on matrices
  * whose columns take the vector form (float column max/min with NaN and
  * signed zeros). */
 Test(cpu_reduce, prefetching_changes_no_bit) {
-    cm_device *dev = NULL;
-    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    cm_device *one = NULL, *two = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &one));
+    const cm_device_desc desc = {.type = CM_DEVICE_CPU, .cpu_threads = 2};
+    CHECK(cm_device_open_desc(&desc, &two));
     static const struct {
         int32_t ndim;
         int64_t shape[2];
-    } cases[] = {{1, {300007, 0}}, {2, {131, 1045}}, {2, {77, 4099}}, {2, {5, 70001}}};
+        int threads;
+    } cases[] = {{1, {300007, 0}, 1},
+                 {2, {131, 1045}, 1},
+                 {2, {77, 4099}, 1},
+                 {2, {5, 70001}, 1},
+                 {2, {600, 1000}, 2}};
     static const cm_dtype ds[] = {CM_FLOAT16, CM_BFLOAT16, CM_FLOAT32, CM_FLOAT64,
                                   CM_INT8,    CM_UINT16,   CM_INT32,   CM_INT64};
     static uint64_t want[3 * (1 + 70001 + 5)], got[3 * (1 + 70001 + 5)];
     static const int dists[] = {4096, 64, 192};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci)
         for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            cm_device *dev = cases[ci].threads == 2 ? two : one;
             const int32_t nd = cases[ci].ndim;
             const int64_t *shape = cases[ci].shape;
             const int64_t count = nd == 1 ? shape[0] : shape[0] * shape[1];
@@ -321,5 +330,6 @@ Test(cpu_reduce, prefetching_changes_no_bit) {
             CHECK(cm_tensor_release(x));
             CHECK(cm_tensor_release(f));
         }
-    CHECK(cm_device_release(dev));
+    CHECK(cm_device_release(one));
+    CHECK(cm_device_release(two));
 }

@@ -19,8 +19,8 @@
  * those bytes with that many threads". On a shared host the machine's
  * bandwidth drifts between runs, and the best op and the best ceiling may
  * come from different moments; "ceil med" is the median over the rounds of
- * the ratio of the op to the ceiling run just before it (more --reps, a
- * steadier median).
+ * the ratio of the op to the ceiling run just before it (a disturbed round
+ * moves it less than it moves a best time, given many --reps).
  *
  * --device metal measures the Metal device instead (bench_metal.c):
  * dispatch overhead, allocation and private-storage transfers.
@@ -312,7 +312,7 @@ static int compare_doubles(const void *a, const void *b) {
 static void best_of_three(int reps, void (*fn)(void *), void *ctx, void (*ref)(void *),
                           void *ref_ctx, ceil_pool *ceil, double *best_fn, double *best_ref,
                           double *best_ceil, double *ceil_over_fn) {
-    double *rounds = malloc((size_t)reps * sizeof *rounds);
+    double *rounds = calloc((size_t)reps, sizeof *rounds);
     if (rounds == NULL) {
         fprintf(stderr, "cmetal-bench: no memory for %d rounds\n", reps);
         exit(1);
