@@ -652,6 +652,21 @@ static double cm__pairs_fold(const cm__pairs *c) {
  * as long a chain of dependent picks per element: the loop was bound by
  * it on a Xeon). */
 #ifdef CM__VEC
+/* The lanes l[16] after i elements: the rest of the n (into lanes 0, 1...),
+ * then the lanes in order; returns the pick. */
+#define CM__FMM_FINISH(OP)                                                                         \
+    do {                                                                                           \
+        for (int j = 0; i < n; ++i, ++j) {                                                         \
+            const float x = q[i];                                                                  \
+            if (l[j] == l[j] && (x != x || x OP l[j]))                                             \
+                l[j] = x;                                                                          \
+        }                                                                                          \
+        float m = l[0];                                                                            \
+        for (int j = 1; j < CM__LANES; ++j)                                                        \
+            if (m == m && (l[j] != l[j] || l[j] OP m))                                             \
+                m = l[j];                                                                          \
+        return m;                                                                                  \
+    } while (0)
 /* a, or x where x comes later and wins: a not NaN and x NaN or beyond a */
 #define CM__FMM_PICK(a, x, OP)                                                                     \
     __extension__({                                                                                \
@@ -686,16 +701,7 @@ static double cm__pairs_fold(const cm__pairs *c) {
         }                                                                                          \
         memcpy(l, &a0, sizeof a0);                                                                 \
         memcpy(l + 8, &a1, sizeof a1);                                                             \
-        for (int j = 0; i < n; ++i, ++j) {                                                         \
-            const float x = q[i];                                                                  \
-            if (l[j] == l[j] && (x != x || x OP l[j]))                                             \
-                l[j] = x;                                                                          \
-        }                                                                                          \
-        float m = l[0];                                                                            \
-        for (int j = 1; j < CM__LANES; ++j)                                                        \
-            if (m == m && (l[j] != l[j] || l[j] OP m))                                             \
-                m = l[j];                                                                          \
-        return m;                                                                                  \
+        CM__FMM_FINISH(OP);                                                                        \
     }
 #else
 #define CM__FMM_F32(name, OP)                                                                      \
@@ -718,6 +724,57 @@ static double cm__pairs_fold(const cm__pairs *c) {
 #endif
 CM__FMM_F32(cm__max_f32, >)
 CM__FMM_F32(cm__min_f32, <)
+
+#ifdef CM__X86
+/* The same lanes and picks without NaN: x86's maxps(x, a) is "x > a ? x :
+ * a" and minps(x, a) "x < a ? x : a", the pick itself when neither is NaN
+ * (ties, +0 against -0 included, keep a). The vector steps also note any
+ * NaN; *out is written and true returned only when there was none (the
+ * exact kernel then reads the run again). One instruction a pick instead
+ * of five: on a Xeon host at a 1.9 GHz clock the exact loop read 0.34 of
+ * memcpy on one core, where NumPy read 0.69; a 1 MiB run in cache on one
+ * core of an AMD EPYC took 1.0 ns a line, now 0.55. */
+#define CM__FMM_AVX(name, VOP, OP)                                                                 \
+    __attribute__((target("avx2"))) static bool name##_avx(int64_t n, const float *q, float init,  \
+                                                           float *out) {                           \
+        float l[CM__LANES];                                                                        \
+        int64_t i = 0;                                                                             \
+        CM__PF_DECL;                                                                               \
+        __m256 a0 = _mm256_set1_ps(init), a1 = a0, nan = _mm256_setzero_ps();                      \
+        for (; i + 2 * CM__LANES <= n; i += 2 * CM__LANES) {                                       \
+            CM__PREFETCH(q + i);                                                                   \
+            CM__PREFETCH(q + i + CM__LANES);                                                       \
+            __m256 x0 = _mm256_loadu_ps(q + i), x1 = _mm256_loadu_ps(q + i + 8);                   \
+            const __m256 y0 = _mm256_loadu_ps(q + i + 16), y1 = _mm256_loadu_ps(q + i + 24);       \
+            nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(x0, y0, _CMP_UNORD_Q),              \
+                                                 _mm256_cmp_ps(x1, y1, _CMP_UNORD_Q)));            \
+            x0 = VOP(y0, x0);                                                                      \
+            x1 = VOP(y1, x1);                                                                      \
+            a0 = VOP(x0, a0);                                                                      \
+            a1 = VOP(x1, a1);                                                                      \
+        }                                                                                          \
+        for (; i + CM__LANES <= n; i += CM__LANES) {                                               \
+            const __m256 x0 = _mm256_loadu_ps(q + i), x1 = _mm256_loadu_ps(q + i + 8);             \
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));                          \
+            a0 = VOP(x0, a0);                                                                      \
+            a1 = VOP(x1, a1);                                                                      \
+        }                                                                                          \
+        if (_mm256_movemask_ps(nan) != 0)                                                          \
+            return false;                                                                          \
+        _mm256_storeu_ps(l, a0);                                                                   \
+        _mm256_storeu_ps(l + 8, a1);                                                               \
+        *out = cm__fmm_finish_##name(l, i, n, q);                                                  \
+        return true;                                                                               \
+    }
+#define CM__FMM_FINISH_FN(name, OP)                                                                \
+    static float cm__fmm_finish_##name(float *l, int64_t i, int64_t n, const float *q) {           \
+        CM__FMM_FINISH(OP);                                                                        \
+    }
+CM__FMM_FINISH_FN(cm__max_f32, >)
+CM__FMM_FINISH_FN(cm__min_f32, <)
+CM__FMM_AVX(cm__max_f32, _mm256_max_ps, >)
+CM__FMM_AVX(cm__min_f32, _mm256_min_ps, <)
+#endif
 
 /* Integer sums of contiguous elements, modulo 2^64: 32- and 64-bit ones
  * widen to 64-bit lanes. */
@@ -880,8 +937,59 @@ CM__IMM_PAIR(u32, uint32_t, cm__v8u32, cm__v8i32)
 CM__IMM_PAIR(i64, int64_t, cm__v4i64, cm__v4i64)
 CM__IMM_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64)
 
+/* AVX2's own max and min of 8-, 16- and 32-bit integers (one instruction,
+ * where the compare and blend above make a dependent chain), four vectors
+ * a step. Exact in any order. 64-bit integers have none before AVX-512.
+ * A 1 MiB run in cache on one core of an AMD EPYC: int32 0.80 -> 0.50 ns
+ * a line, int8 1.3 -> 0.61. */
+#ifdef CM__X86
+#define CM__IMM_AVX(name, T, VOP, OP)                                                              \
+    __attribute__((target("avx2"))) static T name(int64_t n, const T *q, T init) {                 \
+        enum { NL = (int)(32 / sizeof(T)) };                                                       \
+        T l[NL];                                                                                   \
+        for (int j = 0; j < NL; ++j)                                                               \
+            l[j] = init;                                                                           \
+        __m256i a0 = _mm256_loadu_si256((const __m256i *)(const void *)l), a1 = a0, a2 = a0,       \
+                a3 = a0;                                                                           \
+        int64_t i = 0;                                                                             \
+        CM__PF_DECL;                                                                               \
+        for (; i + 4 * NL <= n; i += 4 * NL) {                                                     \
+            const __m256i *v = (const __m256i *)(const void *)(q + i);                             \
+            CM__PREFETCH(q + i);                                                                   \
+            CM__PREFETCH(q + i + 2 * NL);                                                          \
+            a0 = VOP(a0, _mm256_loadu_si256(v));                                                   \
+            a1 = VOP(a1, _mm256_loadu_si256(v + 1));                                               \
+            a2 = VOP(a2, _mm256_loadu_si256(v + 2));                                               \
+            a3 = VOP(a3, _mm256_loadu_si256(v + 3));                                               \
+        }                                                                                          \
+        for (; i + NL <= n; i += NL)                                                               \
+            a0 = VOP(a0, _mm256_loadu_si256((const __m256i *)(const void *)(q + i)));              \
+        _mm256_storeu_si256((__m256i *)(void *)l, VOP(VOP(a0, a1), VOP(a2, a3)));                  \
+        T m = init;                                                                                \
+        for (int j = 0; j < NL; ++j)                                                               \
+            m = l[j] OP m ? l[j] : m;                                                              \
+        for (; i < n; ++i)                                                                         \
+            m = q[i] OP m ? q[i] : m;                                                              \
+        return m;                                                                                  \
+    }
+#define CM__IMM_AVX_PAIR(E, T, MAXI, MINI)                                                         \
+    CM__IMM_AVX(cm__imax_avx_##E, T, MAXI, >)                                                      \
+    CM__IMM_AVX(cm__imin_avx_##E, T, MINI, <)
+CM__IMM_AVX_PAIR(i8, int8_t, _mm256_max_epi8, _mm256_min_epi8)
+CM__IMM_AVX_PAIR(u8, uint8_t, _mm256_max_epu8, _mm256_min_epu8)
+CM__IMM_AVX_PAIR(i16, int16_t, _mm256_max_epi16, _mm256_min_epi16)
+CM__IMM_AVX_PAIR(u16, uint16_t, _mm256_max_epu16, _mm256_min_epu16)
+CM__IMM_AVX_PAIR(i32, int32_t, _mm256_max_epi32, _mm256_min_epi32)
+CM__IMM_AVX_PAIR(u32, uint32_t, _mm256_max_epu32, _mm256_min_epu32)
+#define CM__IMM_BEST(KIND, E) (cm__avx2_usable() ? cm__i##KIND##_avx_##E : cm__i##KIND##_##E)
+#else
+#define CM__IMM_BEST(KIND, E) cm__i##KIND##_##E
+#endif
+/* 64-bit integers: the compare and blend everywhere. */
+#define CM__IMM_PLAIN(KIND, E) cm__i##KIND##_##E
+
 /* The contiguous integer kernels as cm__acc_fn (s is the element size). */
-#define CM__IFAST(E, SUF, T, FIELD, AT, TMIN, TMAX)                                                \
+#define CM__IFAST(E, SUF, T, FIELD, AT, TMIN, TMAX, PICK)                                          \
     static void cm__fsum_##E(int64_t n, const char *p, int64_t s, void *acc) {                     \
         (void)s;                                                                                   \
         ((cm__acc *)acc)->u += cm__isum_##SUF(n, (const T *)(const void *)p);                      \
@@ -890,7 +998,7 @@ CM__IMM_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64)
         (void)s;                                                                                   \
         cm__acc *acc = acc_;                                                                       \
         if (n > 0) {                                                                               \
-            const AT v = (AT)cm__imax_##SUF(n, (const T *)(const void *)p, TMIN);                  \
+            const AT v = (AT)PICK(max, SUF)(n, (const T *)(const void *)p, TMIN);                  \
             acc->FIELD = CM__IMAX(acc->FIELD, v);                                                  \
         }                                                                                          \
     }                                                                                              \
@@ -898,19 +1006,19 @@ CM__IMM_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64)
         (void)s;                                                                                   \
         cm__acc *acc = acc_;                                                                       \
         if (n > 0) {                                                                               \
-            const AT v = (AT)cm__imin_##SUF(n, (const T *)(const void *)p, TMAX);                  \
+            const AT v = (AT)PICK(min, SUF)(n, (const T *)(const void *)p, TMAX);                  \
             acc->FIELD = CM__IMIN(acc->FIELD, v);                                                  \
         }                                                                                          \
     }
-CM__IFAST(CM_BOOL, u8, uint8_t, i, int64_t, 0, UINT8_MAX)
-CM__IFAST(CM_INT8, i8, int8_t, i, int64_t, INT8_MIN, INT8_MAX)
-CM__IFAST(CM_INT16, i16, int16_t, i, int64_t, INT16_MIN, INT16_MAX)
-CM__IFAST(CM_INT32, i32, int32_t, i, int64_t, INT32_MIN, INT32_MAX)
-CM__IFAST(CM_INT64, i64, int64_t, i, int64_t, INT64_MIN, INT64_MAX)
-CM__IFAST(CM_UINT8, u8, uint8_t, u, uint64_t, 0, UINT8_MAX)
-CM__IFAST(CM_UINT16, u16, uint16_t, u, uint64_t, 0, UINT16_MAX)
-CM__IFAST(CM_UINT32, u32, uint32_t, u, uint64_t, 0, UINT32_MAX)
-CM__IFAST(CM_UINT64, u64, uint64_t, u, uint64_t, 0, UINT64_MAX)
+CM__IFAST(CM_BOOL, u8, uint8_t, i, int64_t, 0, UINT8_MAX, CM__IMM_BEST)
+CM__IFAST(CM_INT8, i8, int8_t, i, int64_t, INT8_MIN, INT8_MAX, CM__IMM_BEST)
+CM__IFAST(CM_INT16, i16, int16_t, i, int64_t, INT16_MIN, INT16_MAX, CM__IMM_BEST)
+CM__IFAST(CM_INT32, i32, int32_t, i, int64_t, INT32_MIN, INT32_MAX, CM__IMM_BEST)
+CM__IFAST(CM_INT64, i64, int64_t, i, int64_t, INT64_MIN, INT64_MAX, CM__IMM_PLAIN)
+CM__IFAST(CM_UINT8, u8, uint8_t, u, uint64_t, 0, UINT8_MAX, CM__IMM_BEST)
+CM__IFAST(CM_UINT16, u16, uint16_t, u, uint64_t, 0, UINT16_MAX, CM__IMM_BEST)
+CM__IFAST(CM_UINT32, u32, uint32_t, u, uint64_t, 0, UINT32_MAX, CM__IMM_BEST)
+CM__IFAST(CM_UINT64, u64, uint64_t, u, uint64_t, 0, UINT64_MAX, CM__IMM_PLAIN)
 
 /* Float max and min over contiguous float32, or float16/bfloat16 converted
  * to float32 a leaf at a time (exact), at any stride. */
@@ -927,7 +1035,12 @@ static void cm__fminmax_run(cm_dtype d, bool max, int64_t n, const char *p, int6
         } else {
             cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p + i * s, s);
         }
-        const double v = max ? cm__max_f32(m, q, init) : cm__min_f32(m, q, init);
+        float v;
+#ifdef CM__X86
+        if (!cm__avx2_usable() ||
+            !(max ? cm__max_f32_avx(m, q, init, &v) : cm__min_f32_avx(m, q, init, &v)))
+#endif
+            v = max ? cm__max_f32(m, q, init) : cm__min_f32(m, q, init);
         acc->d = max ? CM__FMAX(acc->d, v) : CM__FMIN(acc->d, v);
         i += m;
     }

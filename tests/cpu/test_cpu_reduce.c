@@ -172,6 +172,80 @@ Test(cpu_reduce, byte_sums_are_exact_with_either_kernel) {
     CHECK(cm_device_release(dev));
 }
 
+/* Integer max and min (AVX2's own instructions for 8- to 32-bit elements,
+ * compare and blend otherwise) are exact with the vector kernels and with
+ * the portable loops: against a scan here, for every integer dtype, on
+ * lengths around the 4-vector step and long enough to be read as quarters
+ * side by side, with the extremes planted in the body, in the tail and not
+ * at all. */
+Test(cpu_reduce, integer_max_min_are_exact_with_either_kernel) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t lens[] = {1, 31, 32, 33, 127, 128, 129, 4097, 70001, 300007};
+    static const cm_dtype ds[] = {CM_BOOL,  CM_INT8,   CM_UINT8, CM_INT16, CM_UINT16,
+                                  CM_INT32, CM_UINT32, CM_INT64, CM_UINT64};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di)
+            for (int plant = 0; plant < 3; ++plant) { /* none; in the body; last element */
+                const int64_t n[1] = {lens[li]};
+                cm_dtype_info info;
+                CHECK(cm_dtype_get_info(ds[di], &info));
+                const bool is_signed = info.kind == CM_KIND_SIGNED;
+                const int bits = 8 * (int)info.size;
+                cm_tensor *x = new_tensor(dev, ds[di], 1, n);
+                uint8_t *p = NULL;
+                CHECK(cm_tensor_host_write(x, ds[di], (void **)&p));
+                uint64_t h = 7 + li * 31 + di * 5 + (uint64_t)plant;
+                const int64_t at = plant == 1 ? n[0] / 3 : n[0] - 1;
+                for (int64_t i = 0; i < n[0]; ++i) {
+                    h = h * 6364136223846793005u + 1442695040888963407u;
+                    /* values away from the extremes, which the plant sets */
+                    uint64_t v = (h >> 33) % ((uint64_t)1 << (bits - 2 < 31 ? bits - 2 : 31));
+                    v += ds[di] == CM_BOOL ? 0 : (uint64_t)1 << (bits - 3);
+                    if (ds[di] == CM_BOOL)
+                        v &= 1;
+                    if (plant > 0 && (i == at || i == n[0] - 1 - at / 2))
+                        v = i == at ? (is_signed ? (uint64_t)1 << (bits - 1) : 0) /* the minimum */
+                                    : (ds[di] == CM_BOOL ? 1
+                                       : is_signed       ? ((uint64_t)1 << (bits - 1)) - 1
+                                                         : UINT64_MAX >> (64 - bits));
+                    memcpy(p + i * (int64_t)info.size, &v, info.size); /* little-endian */
+                }
+                /* the scan: sign-extend signed elements */
+                int64_t smax = INT64_MIN, smin = INT64_MAX;
+                uint64_t umax = 0, umin = UINT64_MAX;
+                for (int64_t i = 0; i < n[0]; ++i) {
+                    uint64_t v = 0;
+                    memcpy(&v, p + i * (int64_t)info.size, info.size);
+                    const int64_t sv = bits < 64 && (v >> (bits - 1) & 1)
+                                           ? (int64_t)(v | ~(UINT64_MAX >> (64 - bits)))
+                                           : (int64_t)v;
+                    smax = sv > smax ? sv : smax;
+                    smin = sv < smin ? sv : smin;
+                    umax = v > umax ? v : umax;
+                    umin = v < umin ? v : umin;
+                }
+                const cm_dtype od = is_signed || ds[di] == CM_BOOL ? CM_INT64 : CM_UINT64;
+                cm_tensor *o = new_tensor(dev, od, 0, NULL);
+                for (int k = 0; k < 4; ++k) {
+                    cm__cpu_reduce_force_portable(k >= 2);
+                    CHECK(
+                        cm_reduce(k & 1 ? CM_REDUCE_MAX : CM_REDUCE_MIN, x, CM_AXIS_ALL, o, NULL));
+                    cm__cpu_reduce_force_portable(false);
+                    const uint64_t *q = NULL;
+                    CHECK(cm_tensor_host_read(o, od, (const void **)&q));
+                    const uint64_t want =
+                        is_signed ? (uint64_t)(k & 1 ? smax : smin) : (k & 1 ? umax : umin);
+                    cr_assert_eq(*q, want, "%s %s of %lld (plant %d, portable %d): %llx, want %llx",
+                                 info.name, k & 1 ? "max" : "min", (long long)n[0], plant, k >= 2,
+                                 (unsigned long long)*q, (unsigned long long)want);
+                }
+                CHECK(cm_tensor_release(o));
+                CHECK(cm_tensor_release(x));
+            }
+    CHECK(cm_device_release(dev));
+}
+
 /* The float max/min of one contiguous float32 run of up to 2^18 elements
  * (one block) as its 16 lanes give it: element i into lane i % 16, a lane
  * keeps its first NaN, else its first largest (smallest) element; the
@@ -196,7 +270,8 @@ static uint32_t lane_model(const float *x, int64_t n, bool max) {
 
 /* Which of +0 and -0, or which NaN (payloads differ), a float32 max/min
  * returns is fixed by the lanes and their order: the vector loop (two
- * steps of 16 picked between themselves first) gives the model's bits. */
+ * steps of 16 picked between themselves first) gives the model's bits,
+ * with AVX2's max/min (runs without NaN) and with the portable loop. */
 Test(cpu_reduce, float_max_min_pick_as_the_lanes_do) {
     cm_device *dev = NULL;
     CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
@@ -225,15 +300,18 @@ Test(cpu_reduce, float_max_min_pick_as_the_lanes_do) {
             CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
             memcpy(p, x, (size_t)n[0] * sizeof(float));
             cm_tensor *o = new_tensor(dev, CM_FLOAT32, 0, NULL);
-            for (int mx = 0; mx < 2; ++mx) {
-                CHECK(cm_reduce(mx ? CM_REDUCE_MAX : CM_REDUCE_MIN, t, CM_AXIS_ALL, o, NULL));
+            for (int mx = 0; mx < 4; ++mx) {
+                cm__cpu_reduce_force_portable(mx >= 2);
+                CHECK(cm_reduce(mx & 1 ? CM_REDUCE_MAX : CM_REDUCE_MIN, t, CM_AXIS_ALL, o, NULL));
+                cm__cpu_reduce_force_portable(false);
                 const float *q = NULL;
                 CHECK(cm_tensor_host_read(o, CM_FLOAT32, (const void **)&q));
                 uint32_t got;
                 memcpy(&got, q, sizeof got);
-                const uint32_t want = lane_model(x, n[0], mx != 0);
-                cr_assert_eq(got, want, "%s of %lld (mode %d): bits %08x, lanes give %08x",
-                             mx ? "max" : "min", (long long)n[0], mode, got, want);
+                const uint32_t want = lane_model(x, n[0], (mx & 1) != 0);
+                cr_assert_eq(got, want,
+                             "%s of %lld (mode %d, portable %d): bits %08x, lanes give %08x",
+                             mx & 1 ? "max" : "min", (long long)n[0], mode, mx >= 2, got, want);
             }
             CHECK(cm_tensor_release(o));
             CHECK(cm_tensor_release(t));
