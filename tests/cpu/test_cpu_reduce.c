@@ -126,6 +126,67 @@ Test(cpu_reduce, integer_columns_are_exact) {
     CHECK(cm_device_release(dev));
 }
 
+/* The pairwise tree of ops.h written out here: a leaf of at most 512
+ * elements adds element i into lane i % 16 in order from 0.0, then the
+ * lanes pairwise (lane j += lane j + w for w = 8, 4, 2, 1); a longer run
+ * is cut after ceil(leaves / 2) leaves, its halves added. */
+static double model_sum(const float *x, int64_t n) {
+    if (n <= 512) {
+        double l[16] = {0};
+        for (int64_t i = 0; i < n; ++i)
+            l[i % 16] += (double)x[i];
+        for (int w = 8; w >= 1; w /= 2)
+            for (int j = 0; j < w; ++j)
+                l[j] = l[j] + l[j + w];
+        return l[0];
+    }
+    const int64_t h = ((n + 511) / 512 + 1) / 2 * 512;
+    const double a = model_sum(x, h);
+    return a + model_sum(x + h, n - h);
+}
+
+/* A float32 sum over all elements gives the model's bits, with the vector
+ * kernels (four streams side by side from 64Ki elements) and with the
+ * portable loops, on lengths around a leaf, two
+ * and three leaves, and the side-by-side threshold; the data spans
+ * exponents so that any other order changes the bits. */
+Test(cpu_reduce, float_sums_follow_the_pairwise_tree) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t lens[] = {1,     15,    16,    17,    511,    512,   513,  1023,
+                                   1024,  1025,  1535,  1536,  1537,   2048,  2049, 5000,
+                                   65535, 65536, 65537, 70001, 131072, 300007};
+    static float x[300007];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li) {
+        const int64_t n[1] = {lens[li]};
+        uint32_t h = 11 + (uint32_t)li;
+        for (int64_t i = 0; i < n[0]; ++i) {
+            h = h * 1664525u + 1013904223u;
+            const float mant = (float)(h >> 8) / 16777216.0f - 0.5f;
+            x[i] = ldexpf(mant, (int)(h % 61) - 30);
+        }
+        cm_tensor *t = new_tensor(dev, CM_FLOAT32, 1, n);
+        float *p = NULL;
+        CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
+        memcpy(p, x, (size_t)n[0] * sizeof(float));
+        cm_tensor *o = new_tensor(dev, CM_FLOAT64, 0, NULL);
+        const double want = model_sum(x, n[0]);
+        for (int portable = 0; portable < 2; ++portable) {
+            cm__cpu_reduce_force_portable(portable != 0);
+            CHECK(cm_reduce(CM_REDUCE_SUM, t, CM_AXIS_ALL, o, NULL));
+            cm__cpu_reduce_force_portable(false);
+            const double *q = NULL;
+            CHECK(cm_tensor_host_read(o, CM_FLOAT64, (const void **)&q));
+            cr_assert(memcmp(q, &want, sizeof want) == 0,
+                      "sum of %lld, portable %d: %a, the tree gives %a", (long long)n[0], portable,
+                      *q, want);
+        }
+        CHECK(cm_tensor_release(o));
+        CHECK(cm_tensor_release(t));
+    }
+    CHECK(cm_device_release(dev));
+}
+
 /* Byte sums (int8, uint8, bool; AVX2 adds each eight bytes at once, signed
  * bytes biased by 128) are exact with the vector kernels and with the
  * portable loops: against sums computed here, on lengths around the
