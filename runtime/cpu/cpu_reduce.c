@@ -200,24 +200,33 @@ typedef uint16_t cm__v16u16 __attribute__((vector_size(32)));
 #endif
 
 /* A leaf of m <= CM__LEAF contiguous floats or doubles (T, loaded as
- * four-lane vectors VT, widened by WIDEN). */
+ * four-lane vectors VT, widened by WIDEN). Four named accumulators: GCC
+ * kept an array of them in memory, each add waiting on the last one's
+ * store (float64 leaves in cache on one AMD EPYC core: 1.48 ns a line). */
 #ifdef CM__VEC
 #define CM__LEAF_F(name, T, VT, WIDEN)                                                             \
     CM__CLONES static double name(int64_t m, const T *q) {                                         \
         double l[CM__LANES];                                                                       \
         int64_t i = 0;                                                                             \
         CM__PF_DECL;                                                                               \
-        cm__v4d a[4] = {{0}, {0}, {0}, {0}};                                                       \
+        cm__v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                            \
         for (; i + CM__LANES <= m; i += CM__LANES) {                                               \
             for (size_t o = 0; o < CM__LANES * sizeof(T); o += 64) /* each line */                 \
                 CM__PREFETCH((const char *)(q + i) + o);                                           \
-            for (int j = 0; j < 4; ++j) {                                                          \
-                VT x;                                                                              \
-                memcpy(&x, q + i + 4 * j, sizeof x);                                               \
-                a[j] += WIDEN(x);                                                                  \
-            }                                                                                      \
+            VT x0, x1, x2, x3;                                                                     \
+            memcpy(&x0, q + i, sizeof x0);                                                         \
+            memcpy(&x1, q + i + 4, sizeof x1);                                                     \
+            memcpy(&x2, q + i + 8, sizeof x2);                                                     \
+            memcpy(&x3, q + i + 12, sizeof x3);                                                    \
+            a0 += WIDEN(x0);                                                                       \
+            a1 += WIDEN(x1);                                                                       \
+            a2 += WIDEN(x2);                                                                       \
+            a3 += WIDEN(x3);                                                                       \
         }                                                                                          \
-        memcpy(l, a, sizeof l);                                                                    \
+        memcpy(l, &a0, sizeof a0);                                                                 \
+        memcpy(l + 4, &a1, sizeof a1);                                                             \
+        memcpy(l + 8, &a2, sizeof a2);                                                             \
+        memcpy(l + 12, &a3, sizeof a3);                                                            \
         for (int j = 0; i < m; ++i, ++j)                                                           \
             l[j] += (double)q[i];                                                                  \
         return cm__lane_tree(l);                                                                   \
@@ -920,8 +929,65 @@ static uint64_t cm__isum_u8(int64_t n, const uint8_t *q) {
 }
 CM__ISUM_SMALL(cm__isum_i16, int16_t, int32_t, int64_t)
 CM__ISUM_SMALL(cm__isum_u16, uint16_t, uint32_t, uint64_t)
-CM__ISUM_WIDE(cm__isum_i32, int32_t, cm__v4i32, cm__v4i64, int64_t)
-CM__ISUM_WIDE(cm__isum_u32, uint32_t, cm__v4u32, cm__v4u64, uint64_t)
+CM__ISUM_WIDE(cm__isum_i32_lanes, int32_t, cm__v4i32, cm__v4i64, int64_t)
+CM__ISUM_WIDE(cm__isum_u32_lanes, uint32_t, cm__v4u32, cm__v4u64, uint64_t)
+#ifdef CM__X86
+/* 32-bit sums with AVX2: each element as lo + 65536 hi (lo its low 16
+ * bits, hi the rest, signed for int32), summed in 32-bit lanes over
+ * chunks of 2^16 elements a lane (no lane overflows; callers pass 64Ki
+ * elements or fewer, cm__side_walk), then into 64 bits:
+ * exact modulo 2^64 with no widening per element. (GCC lowered the
+ * widening to three shuffles each four elements: 1.9 ns a line in cache
+ * on one AMD EPYC core.) */
+__attribute__((target("avx2"))) static uint64_t cm__isum_32_avx(int64_t n, const uint32_t *q,
+                                                                bool sgn) {
+    const __m256i low = _mm256_set1_epi32(0xffff);
+    uint64_t s = 0;
+    int64_t i = 0;
+    CM__PF_DECL;
+    while (n - i >= 16) {
+        const int64_t left = (n - i) / 16 * 16;
+        const int64_t end = i + (left < ((int64_t)16 << 16) ? left : ((int64_t)16 << 16));
+        __m256i lo0 = _mm256_setzero_si256(), lo1 = lo0, hi0 = lo0, hi1 = lo0;
+        for (; i < end; i += 16) {
+            CM__PREFETCH(q + i);
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(q + i));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(q + i + 8));
+            lo0 = _mm256_add_epi32(lo0, _mm256_and_si256(x0, low));
+            lo1 = _mm256_add_epi32(lo1, _mm256_and_si256(x1, low));
+            hi0 =
+                _mm256_add_epi32(hi0, sgn ? _mm256_srai_epi32(x0, 16) : _mm256_srli_epi32(x0, 16));
+            hi1 =
+                _mm256_add_epi32(hi1, sgn ? _mm256_srai_epi32(x1, 16) : _mm256_srli_epi32(x1, 16));
+        }
+        uint32_t l[32];
+        _mm256_storeu_si256((__m256i *)(void *)l, lo0);
+        _mm256_storeu_si256((__m256i *)(void *)(l + 8), lo1);
+        _mm256_storeu_si256((__m256i *)(void *)(l + 16), hi0);
+        _mm256_storeu_si256((__m256i *)(void *)(l + 24), hi1);
+        for (int j = 0; j < 16; ++j)
+            s += (uint64_t)l[j] +
+                 ((sgn ? (uint64_t)(int64_t)(int32_t)l[16 + j] : (uint64_t)l[16 + j]) << 16);
+    }
+    for (; i < n; ++i)
+        s += sgn ? (uint64_t)(int64_t)(int32_t)q[i] : (uint64_t)q[i];
+    return s;
+}
+#endif
+static uint64_t cm__isum_i32(int64_t n, const int32_t *q) {
+#ifdef CM__X86
+    if (cm__avx2_usable())
+        return cm__isum_32_avx(n, (const uint32_t *)(const void *)q, true);
+#endif
+    return cm__isum_i32_lanes(n, q);
+}
+static uint64_t cm__isum_u32(int64_t n, const uint32_t *q) {
+#ifdef CM__X86
+    if (cm__avx2_usable())
+        return cm__isum_32_avx(n, q, false);
+#endif
+    return cm__isum_u32_lanes(n, q);
+}
 CM__ISUM_WIDE(cm__isum_i64, int64_t, cm__v4i64, cm__v4i64, int64_t)
 CM__ISUM_WIDE(cm__isum_u64, uint64_t, cm__v4u64, cm__v4u64, uint64_t)
 

@@ -130,11 +130,11 @@ Test(cpu_reduce, integer_columns_are_exact) {
  * elements adds element i into lane i % 16 in order from 0.0, then the
  * lanes pairwise (lane j += lane j + w for w = 8, 4, 2, 1); a longer run
  * is cut after ceil(leaves / 2) leaves, its halves added. */
-static double model_sum(const float *x, int64_t n) {
+static double model_sum(const double *x, int64_t n) {
     if (n <= 512) {
         double l[16] = {0};
         for (int64_t i = 0; i < n; ++i)
-            l[i % 16] += (double)x[i];
+            l[i % 16] += x[i];
         for (int w = 8; w >= 1; w /= 2)
             for (int j = 0; j < w; ++j)
                 l[j] = l[j] + l[j + w];
@@ -145,45 +145,54 @@ static double model_sum(const float *x, int64_t n) {
     return a + model_sum(x + h, n - h);
 }
 
-/* A float32 sum over all elements gives the model's bits, with the vector
- * kernels (four streams side by side from 64Ki elements) and with the
- * portable loops, on lengths around a leaf, two
- * and three leaves, and the side-by-side threshold; the data spans
- * exponents so that any other order changes the bits. */
+/* A float32 or float64 sum over all elements gives the model's bits, with
+ * the vector kernels (four streams side by side from 64Ki elements) and
+ * with the portable loops, on lengths around a leaf, two and three leaves,
+ * and the side-by-side threshold; the data spans exponents so that any
+ * other order changes the bits. */
 Test(cpu_reduce, float_sums_follow_the_pairwise_tree) {
     cm_device *dev = NULL;
     CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
-    static const int64_t lens[] = {1,     15,    16,    17,    511,    512,   513,  1023,
-                                   1024,  1025,  1535,  1536,  1537,   2048,  2049, 5000,
-                                   65535, 65536, 65537, 70001, 131072, 300007};
-    static float x[300007];
-    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li) {
-        const int64_t n[1] = {lens[li]};
-        uint32_t h = 11 + (uint32_t)li;
-        for (int64_t i = 0; i < n[0]; ++i) {
-            h = h * 1664525u + 1013904223u;
-            const float mant = (float)(h >> 8) / 16777216.0f - 0.5f;
-            x[i] = ldexpf(mant, (int)(h % 61) - 30);
+    static const int64_t lens[] = {1,     15,    16,    17,    511,   512,   513,    1023,
+                                   1024,  1025,  1535,  1536,  1537,  2048,  2049,   5000,
+                                   32767, 32768, 65535, 65536, 65537, 70001, 131072, 300007};
+    static double x[300007];
+    for (int f64 = 0; f64 < 2; ++f64)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li) {
+            const int64_t n[1] = {lens[li]};
+            const cm_dtype d = f64 ? CM_FLOAT64 : CM_FLOAT32;
+            uint64_t h = 11 + li + 100 * (uint64_t)f64;
+            for (int64_t i = 0; i < n[0]; ++i) {
+                h = h * 6364136223846793005u + 1442695040888963407u;
+                /* float32 mantissas, or float64 ones of 53 bits */
+                const double mant = f64 ? (double)(h >> 11) / 9007199254740992.0 - 0.5
+                                        : (double)(h >> 40) / 16777216.0 - 0.5;
+                x[i] = ldexp(mant, (int)(h % 61) - 30);
+            }
+            cm_tensor *t = new_tensor(dev, d, 1, n);
+            void *p = NULL;
+            CHECK(cm_tensor_host_write(t, d, &p));
+            for (int64_t i = 0; i < n[0]; ++i) {
+                if (f64)
+                    ((double *)p)[i] = x[i];
+                else
+                    ((float *)p)[i] = (float)x[i]; /* exact: 24-bit mantissas */
+            }
+            cm_tensor *o = new_tensor(dev, CM_FLOAT64, 0, NULL);
+            const double want = model_sum(x, n[0]);
+            for (int portable = 0; portable < 2; ++portable) {
+                cm__cpu_reduce_force_portable(portable != 0);
+                CHECK(cm_reduce(CM_REDUCE_SUM, t, CM_AXIS_ALL, o, NULL));
+                cm__cpu_reduce_force_portable(false);
+                const double *q = NULL;
+                CHECK(cm_tensor_host_read(o, CM_FLOAT64, (const void **)&q));
+                cr_assert(memcmp(q, &want, sizeof want) == 0,
+                          "%s sum of %lld, portable %d: %a, the tree gives %a",
+                          f64 ? "float64" : "float32", (long long)n[0], portable, *q, want);
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(t));
         }
-        cm_tensor *t = new_tensor(dev, CM_FLOAT32, 1, n);
-        float *p = NULL;
-        CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
-        memcpy(p, x, (size_t)n[0] * sizeof(float));
-        cm_tensor *o = new_tensor(dev, CM_FLOAT64, 0, NULL);
-        const double want = model_sum(x, n[0]);
-        for (int portable = 0; portable < 2; ++portable) {
-            cm__cpu_reduce_force_portable(portable != 0);
-            CHECK(cm_reduce(CM_REDUCE_SUM, t, CM_AXIS_ALL, o, NULL));
-            cm__cpu_reduce_force_portable(false);
-            const double *q = NULL;
-            CHECK(cm_tensor_host_read(o, CM_FLOAT64, (const void **)&q));
-            cr_assert(memcmp(q, &want, sizeof want) == 0,
-                      "sum of %lld, portable %d: %a, the tree gives %a", (long long)n[0], portable,
-                      *q, want);
-        }
-        CHECK(cm_tensor_release(o));
-        CHECK(cm_tensor_release(t));
-    }
     CHECK(cm_device_release(dev));
 }
 
@@ -226,6 +235,62 @@ Test(cpu_reduce, byte_sums_are_exact_with_either_kernel) {
                 CHECK(cm_tensor_host_read(o, CM_INT64, (const void **)&q));
                 cr_assert_eq(*q, want, "%s sum of %lld, portable %d: %lld", info.name,
                              (long long)n[0], portable, (long long)*q);
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(x));
+        }
+    CHECK(cm_device_release(dev));
+}
+
+/* Sums of 16- to 64-bit integers (AVX2 sums 32-bit ones as low and high
+ * halves in 32-bit lanes) are exact modulo 2^64 with the vector kernels and
+ * with the portable loops: against a sum here, on lengths around the
+ * 16-element step, in one pass (under 64Ki elements) and walked as quarters
+ * side by side, with runs of each extreme. */
+Test(cpu_reduce, wide_integer_sums_are_exact_with_either_kernel) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t lens[] = {1, 15, 16, 17, 4097, 300007, 65535, (1 << 20) + 17};
+    static const cm_dtype ds[] = {CM_INT16, CM_UINT16, CM_INT32, CM_UINT32, CM_INT64, CM_UINT64};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di) {
+            const int64_t n[1] = {lens[li]};
+            cm_dtype_info info;
+            CHECK(cm_dtype_get_info(ds[di], &info));
+            const bool is_signed = info.kind == CM_KIND_SIGNED;
+            const int bits = 8 * (int)info.size;
+            const uint64_t ones = UINT64_MAX >> (64 - bits);
+            cm_tensor *x = new_tensor(dev, ds[di], 1, n);
+            uint8_t *p = NULL;
+            CHECK(cm_tensor_host_write(x, ds[di], (void **)&p));
+            uint64_t h = 13 + li * 7 + di, want = 0;
+            for (int64_t i = 0; i < n[0]; ++i) {
+                h = h * 6364136223846793005u + 1442695040888963407u;
+                /* runs of 2^16: the minimum, the maximum, -1 (all ones), then random */
+                const int64_t run = i >> 16 & 3;
+                uint64_t v = run == 0   ? (is_signed ? (uint64_t)1 << (bits - 1) : 0)
+                             : run == 1 ? (is_signed ? ones >> 1 : ones)
+                             : run == 2 ? ones
+                                        : h >> 11;
+                if (lens[li] < 1 << 16) /* short runs: mixed */
+                    v = (h >> 60) == 0   ? (uint64_t)1 << (bits - 1)
+                        : (h >> 60) == 1 ? ones >> 1
+                                         : h >> 7;
+                v &= ones;
+                memcpy(p + i * (int64_t)info.size, &v, info.size); /* little-endian */
+                want += is_signed && bits < 64 && (v >> (bits - 1) & 1) ? v | ~ones : v;
+            }
+            const cm_dtype od = is_signed ? CM_INT64 : CM_UINT64;
+            cm_tensor *o = new_tensor(dev, od, 0, NULL);
+            for (int portable = 0; portable < 2; ++portable) {
+                cm__cpu_reduce_force_portable(portable != 0);
+                CHECK(cm_reduce(CM_REDUCE_SUM, x, CM_AXIS_ALL, o, NULL));
+                cm__cpu_reduce_force_portable(false);
+                const uint64_t *q = NULL;
+                CHECK(cm_tensor_host_read(o, od, (const void **)&q));
+                cr_assert_eq(*q, want, "%s sum of %lld, portable %d: %llx, want %llx", info.name,
+                             (long long)n[0], portable, (unsigned long long)*q,
+                             (unsigned long long)want);
             }
             CHECK(cm_tensor_release(o));
             CHECK(cm_tensor_release(x));
