@@ -53,8 +53,12 @@ Test(cpu_reduce, vector_kernels_and_portable_loops_give_the_same_bits) {
             uint32_t h = 7;
             for (int64_t i = 0; i < shapes[si][0] * shapes[si][1]; ++i) {
                 h = h * 1664525u + 1013904223u;
-                /* mixed magnitudes and signs: roundings matter */
-                p[i] = (float)((int32_t)h >> 8) * ((h & 3) == 0 ? 1e-3f : 1.0f);
+                /* signs and exponents spread over the dtype's range (float16's: an
+                 * infinity would give every order the same sum), so that float64
+                 * totals and float32 fours round and any other order changes bits */
+                const float mant = (float)(h >> 8) / 16777216.0f - 0.5f;
+                const int e = ds[di] == CM_FLOAT16 ? (int)(h % 40) - 24 : (int)(h % 61) - 30;
+                p[i] = ldexpf(mant, e);
             }
             CHECK(cm_cast(f, x, NULL));
             cm__cpu_reduce_force_portable(false);
