@@ -1482,6 +1482,82 @@ CM__COLS_PAIR(u32, uint32_t, cm__v8u32, cm__v8i32, uint64_t, 0)
 CM__COLS_PAIR(i64, int64_t, cm__v4i64, cm__v4i64, int64_t, 0)
 CM__COLS_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64, uint64_t, 0)
 
+#ifdef CM__X86
+/* The same passes with AVX2's max and min (cm__max_f32_avx and
+ * CM__IMM_AVX say why): float32 through maxps/minps, which pick as the
+ * exact loop does when no NaN is met; false when one was (the exact loop
+ * then reads the columns again). 8- to 32-bit integers through vpmax and
+ * vpmin. */
+#define CM__COLS_AVX(name, T, VOP, OP, FLOAT, VT, LOAD, STORE, NANS)                               \
+    __attribute__((target("avx2"))) static bool name##_avx(int64_t m, int64_t rn, const char *p,   \
+                                                           int64_t rs, T init, T *acc) {           \
+        enum { NL = (int)(32 / sizeof(T)) };                                                       \
+        for (int64_t j = 0; j < m; ++j)                                                            \
+            acc[j] = init;                                                                         \
+        __m256 nan = _mm256_setzero_ps();                                                          \
+        for (int64_t i = 0; i < rn; i += CM__COLS_ROWS) {                                          \
+            const T *r[CM__COLS_ROWS];                                                             \
+            for (int t = 0; t < CM__COLS_ROWS; ++t)                                                \
+                r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs);          \
+            int64_t j = 0;                                                                         \
+            CM__PF_DECL;                                                                           \
+            for (; j + NL <= m; j += NL) {                                                         \
+                CM__PREFETCH_ROWS(p + i * rs, rn - i < CM__COLS_ROWS ? rn - i : CM__COLS_ROWS, rs, \
+                                  (uintptr_t)j * sizeof(T));                                       \
+                VT a = LOAD(acc + j);                                                              \
+                const VT x0 = LOAD(r[0] + j), x1 = LOAD(r[1] + j);                                 \
+                const VT x2 = LOAD(r[2] + j), x3 = LOAD(r[3] + j);                                 \
+                NANS;                                                                              \
+                a = VOP(x3, VOP(x2, VOP(x1, VOP(x0, a))));                                         \
+                STORE(acc + j, a);                                                                 \
+            }                                                                                      \
+            for (; j < m; ++j) {                                                                   \
+                T a = acc[j];                                                                      \
+                for (int t = 0; t < CM__COLS_ROWS; ++t) {                                          \
+                    const T x = r[t][j];                                                           \
+                    if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))                     \
+                        a = x;                                                                     \
+                }                                                                                  \
+                acc[j] = a;                                                                        \
+            }                                                                                      \
+        }                                                                                          \
+        return _mm256_movemask_ps(nan) == 0;                                                       \
+    }
+#define CM__COLS_LOADF(q) _mm256_loadu_ps(q)
+#define CM__COLS_STOREF(q, v) _mm256_storeu_ps(q, v)
+#define CM__COLS_LOADI(q) _mm256_loadu_si256((const __m256i *)(const void *)(q))
+#define CM__COLS_STOREI(q, v) _mm256_storeu_si256((__m256i *)(void *)(q), v)
+#define CM__COLS_NANS                                                                              \
+    nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(x0, x1, _CMP_UNORD_Q),                      \
+                                         _mm256_cmp_ps(x2, x3, _CMP_UNORD_Q)))
+#define CM__COLS_NONE (void)0
+CM__COLS_AVX(cm__cmax_f32, float, _mm256_max_ps, >, 1, __m256, CM__COLS_LOADF, CM__COLS_STOREF,
+             CM__COLS_NANS)
+CM__COLS_AVX(cm__cmin_f32, float, _mm256_min_ps, <, 1, __m256, CM__COLS_LOADF, CM__COLS_STOREF,
+             CM__COLS_NANS)
+#define CM__COLS_AVX_I(E, T, MAXI, MINI)                                                           \
+    CM__COLS_AVX(cm__cmax_##E, T, MAXI, >, 0, __m256i, CM__COLS_LOADI, CM__COLS_STOREI,            \
+                 CM__COLS_NONE)                                                                    \
+    CM__COLS_AVX(cm__cmin_##E, T, MINI, <, 0, __m256i, CM__COLS_LOADI, CM__COLS_STOREI,            \
+                 CM__COLS_NONE)
+CM__COLS_AVX_I(i8, int8_t, _mm256_max_epi8, _mm256_min_epi8)
+CM__COLS_AVX_I(u8, uint8_t, _mm256_max_epu8, _mm256_min_epu8)
+CM__COLS_AVX_I(b8, uint8_t, _mm256_max_epu8, _mm256_min_epu8)
+CM__COLS_AVX_I(i16, int16_t, _mm256_max_epi16, _mm256_min_epi16)
+CM__COLS_AVX_I(u16, uint16_t, _mm256_max_epu16, _mm256_min_epu16)
+CM__COLS_AVX_I(i32, int32_t, _mm256_max_epi32, _mm256_min_epi32)
+CM__COLS_AVX_I(u32, uint32_t, _mm256_max_epu32, _mm256_min_epu32)
+#define CM__COLS_RUN(KIND, SUF, m, rn, p, rs, init, acc)                                           \
+    ((cm__avx2_usable() && cm__c##KIND##_##SUF##_avx(m, rn, p, rs, init, acc)) ||                  \
+     (cm__c##KIND##_##SUF(m, rn, p, rs, init, acc), true))
+#define CM__COLS_PLAIN(KIND, SUF, m, rn, p, rs, init, acc)                                         \
+    (cm__c##KIND##_##SUF(m, rn, p, rs, init, acc))
+#else
+#define CM__COLS_RUN(KIND, SUF, m, rn, p, rs, init, acc)                                           \
+    (cm__c##KIND##_##SUF(m, rn, p, rs, init, acc))
+#define CM__COLS_PLAIN CM__COLS_RUN
+#endif
+
 /* The column max/min of the vector form where there is one: true when
  * done, the results left in the element type in v's scratch
  * (cm__cols_scratch; cm__vec_result reads them). m may be up to
@@ -1496,24 +1572,24 @@ static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char 
                             cm__vacc *v) {
     const bool mx = r->kind == CM__RMAX;
     void *scratch = cm__cols_scratch(r, v);
-#define CM__COLS_CASE(E, SUF, T, FIELD, TMIN, TMAX)                                                \
+#define CM__COLS_CASE(E, SUF, T, FIELD, TMIN, TMAX, RUN)                                           \
     case E:                                                                                        \
         if (mx)                                                                                    \
-            cm__cmax_##SUF(m, rn, p, rs, (T)(TMIN), (T *)scratch);                                 \
+            (void)RUN(max, SUF, m, rn, p, rs, (T)(TMIN), (T *)scratch);                            \
         else                                                                                       \
-            cm__cmin_##SUF(m, rn, p, rs, (T)(TMAX), (T *)scratch);                                 \
+            (void)RUN(min, SUF, m, rn, p, rs, (T)(TMAX), (T *)scratch);                            \
         return true;
     switch (r->in) {
-        CM__COLS_CASE(CM_FLOAT32, f32, float, d, -INFINITY, INFINITY)
-        CM__COLS_CASE(CM_BOOL, b8, uint8_t, i, 0, UINT8_MAX)
-        CM__COLS_CASE(CM_INT8, i8, int8_t, i, INT8_MIN, INT8_MAX)
-        CM__COLS_CASE(CM_UINT8, u8, uint8_t, u, 0, UINT8_MAX)
-        CM__COLS_CASE(CM_INT16, i16, int16_t, i, INT16_MIN, INT16_MAX)
-        CM__COLS_CASE(CM_UINT16, u16, uint16_t, u, 0, UINT16_MAX)
-        CM__COLS_CASE(CM_INT32, i32, int32_t, i, INT32_MIN, INT32_MAX)
-        CM__COLS_CASE(CM_UINT32, u32, uint32_t, u, 0, UINT32_MAX)
-        CM__COLS_CASE(CM_INT64, i64, int64_t, i, INT64_MIN, INT64_MAX)
-        CM__COLS_CASE(CM_UINT64, u64, uint64_t, u, 0, UINT64_MAX)
+        CM__COLS_CASE(CM_FLOAT32, f32, float, d, -INFINITY, INFINITY, CM__COLS_RUN)
+        CM__COLS_CASE(CM_BOOL, b8, uint8_t, i, 0, UINT8_MAX, CM__COLS_RUN)
+        CM__COLS_CASE(CM_INT8, i8, int8_t, i, INT8_MIN, INT8_MAX, CM__COLS_RUN)
+        CM__COLS_CASE(CM_UINT8, u8, uint8_t, u, 0, UINT8_MAX, CM__COLS_RUN)
+        CM__COLS_CASE(CM_INT16, i16, int16_t, i, INT16_MIN, INT16_MAX, CM__COLS_RUN)
+        CM__COLS_CASE(CM_UINT16, u16, uint16_t, u, 0, UINT16_MAX, CM__COLS_RUN)
+        CM__COLS_CASE(CM_INT32, i32, int32_t, i, INT32_MIN, INT32_MAX, CM__COLS_RUN)
+        CM__COLS_CASE(CM_UINT32, u32, uint32_t, u, 0, UINT32_MAX, CM__COLS_RUN)
+        CM__COLS_CASE(CM_INT64, i64, int64_t, i, INT64_MIN, INT64_MAX, CM__COLS_PLAIN)
+        CM__COLS_CASE(CM_UINT64, u64, uint64_t, u, 0, UINT64_MAX, CM__COLS_PLAIN)
     default: return false;
     }
 #undef CM__COLS_CASE

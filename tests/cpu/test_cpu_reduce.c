@@ -470,6 +470,66 @@ static size_t every_reduction(cm_device *dev, cm_tensor *x, int32_t ndim, const 
     return k;
 }
 
+/* Float32 max/min down the rows pick per column as a scan in row order
+ * does (a column keeps its first NaN, else its first largest or smallest
+ * element: of +0 and -0, the earlier), with AVX2's max/min (no NaN met)
+ * and with the portable loop: columns of zeros of both signs and ones,
+ * with NaNs or none, on row counts around the four-row pass and column
+ * counts around the vector. */
+Test(cpu_reduce, float_column_max_min_pick_as_a_scan_does) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t rows[] = {1, 3, 4, 5, 17, 100}, cols[] = {8, 9, 33, 1000};
+    static float x[100 * 1000];
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ++ri)
+        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ++ci)
+            for (int nans = 0; nans < 2; ++nans) {
+                const int64_t shape[2] = {rows[ri], cols[ci]}, kept[1] = {cols[ci]};
+                uint32_t h = 5 + (uint32_t)(ri * 16 + ci * 2) + (uint32_t)nans;
+                for (int64_t i = 0; i < shape[0] * shape[1]; ++i) {
+                    h = h * 1664525u + 1013904223u;
+                    const uint32_t r = h >> 24;
+                    x[i] = r % 5 == 0 ? 1.0f : r % 5 == 1 ? -1.0f : (r & 1) ? 0.0f : -0.0f;
+                    if (nans && r % 37 == 0) {
+                        const uint32_t nan = 0x7fc00000u | (h >> 8 & 0xffffu);
+                        memcpy(&x[i], &nan, sizeof nan);
+                    }
+                }
+                cm_tensor *t = new_tensor(dev, CM_FLOAT32, 2, shape);
+                float *p = NULL;
+                CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
+                memcpy(p, x, (size_t)(shape[0] * shape[1]) * sizeof(float));
+                cm_tensor *o = new_tensor(dev, CM_FLOAT32, 1, kept);
+                for (int k = 0; k < 4; ++k) {
+                    const bool mx = k & 1;
+                    cm__cpu_reduce_force_portable(k >= 2);
+                    CHECK(cm_reduce(mx ? CM_REDUCE_MAX : CM_REDUCE_MIN, t, 0, o, NULL));
+                    cm__cpu_reduce_force_portable(false);
+                    const float *q = NULL;
+                    CHECK(cm_tensor_host_read(o, CM_FLOAT32, (const void **)&q));
+                    for (int64_t j = 0; j < shape[1]; ++j) {
+                        float a = mx ? -INFINITY : INFINITY;
+                        for (int64_t i = 0; i < shape[0]; ++i) {
+                            const float v = x[i * shape[1] + j];
+                            if (a == a && (v != v || (mx ? v > a : v < a)))
+                                a = v;
+                        }
+                        uint32_t got, want;
+                        memcpy(&got, &q[j], sizeof got);
+                        memcpy(&want, &a, sizeof want);
+                        cr_assert_eq(got, want,
+                                     "%s of %lld x %lld (NaNs %d, portable %d), column %lld: "
+                                     "%08x, the scan gives %08x",
+                                     mx ? "max" : "min", (long long)shape[0], (long long)shape[1],
+                                     nans, k >= 2, (long long)j, got, want);
+                    }
+                }
+                CHECK(cm_tensor_release(o));
+                CHECK(cm_tensor_release(t));
+            }
+    CHECK(cm_device_release(dev));
+}
+
 /* Software prefetching (on x86-64 Intel only unless forced: the lines 4
  * and 16 KiB ahead in the contiguous kernels, each row's in the column
  * max/min, and the rows 8 below in float column sums whose threads take 4
