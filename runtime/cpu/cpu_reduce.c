@@ -760,14 +760,14 @@ CM__FMM_F32(cm__min_f32, <)
         float l[CM__LANES];                                                                        \
         int64_t i = 0;                                                                             \
         CM__PF_DECL;                                                                               \
-        __m256 a0 = _mm256_set1_ps(init), a1 = a0, nan = _mm256_setzero_ps();                      \
+        __m256 a0 = _mm256_set1_ps(init), a1 = a0, nans = _mm256_setzero_ps();                     \
         for (; i + 2 * CM__LANES <= n; i += 2 * CM__LANES) {                                       \
             CM__PREFETCH(q + i);                                                                   \
             CM__PREFETCH(q + i + CM__LANES);                                                       \
             __m256 x0 = _mm256_loadu_ps(q + i), x1 = _mm256_loadu_ps(q + i + 8);                   \
             const __m256 y0 = _mm256_loadu_ps(q + i + 16), y1 = _mm256_loadu_ps(q + i + 24);       \
-            nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(x0, y0, _CMP_UNORD_Q),              \
-                                                 _mm256_cmp_ps(x1, y1, _CMP_UNORD_Q)));            \
+            nans = _mm256_or_ps(nans, _mm256_or_ps(_mm256_cmp_ps(x0, y0, _CMP_UNORD_Q),            \
+                                                   _mm256_cmp_ps(x1, y1, _CMP_UNORD_Q)));          \
             x0 = VOP(y0, x0);                                                                      \
             x1 = VOP(y1, x1);                                                                      \
             a0 = VOP(x0, a0);                                                                      \
@@ -775,11 +775,11 @@ CM__FMM_F32(cm__min_f32, <)
         }                                                                                          \
         for (; i + CM__LANES <= n; i += CM__LANES) {                                               \
             const __m256 x0 = _mm256_loadu_ps(q + i), x1 = _mm256_loadu_ps(q + i + 8);             \
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));                          \
+            nans = _mm256_or_ps(nans, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));                        \
             a0 = VOP(x0, a0);                                                                      \
             a1 = VOP(x1, a1);                                                                      \
         }                                                                                          \
-        if (_mm256_movemask_ps(nan) != 0)                                                          \
+        if (_mm256_movemask_ps(nans) != 0)                                                         \
             return false;                                                                          \
         _mm256_storeu_ps(l, a0);                                                                   \
         _mm256_storeu_ps(l + 8, a1);                                                               \
@@ -1494,7 +1494,7 @@ CM__COLS_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64, uint64_t, 0)
         enum { NL = (int)(32 / sizeof(T)) };                                                       \
         for (int64_t j = 0; j < m; ++j)                                                            \
             acc[j] = init;                                                                         \
-        __m256 nan = _mm256_setzero_ps();                                                          \
+        __m256 nans = _mm256_setzero_ps();                                                         \
         for (int64_t i = 0; i < rn; i += CM__COLS_ROWS) {                                          \
             const T *r[CM__COLS_ROWS];                                                             \
             for (int t = 0; t < CM__COLS_ROWS; ++t)                                                \
@@ -1521,15 +1521,15 @@ CM__COLS_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64, uint64_t, 0)
                 acc[j] = a;                                                                        \
             }                                                                                      \
         }                                                                                          \
-        return _mm256_movemask_ps(nan) == 0;                                                       \
+        return _mm256_movemask_ps(nans) == 0;                                                      \
     }
 #define CM__COLS_LOADF(q) _mm256_loadu_ps(q)
 #define CM__COLS_STOREF(q, v) _mm256_storeu_ps(q, v)
 #define CM__COLS_LOADI(q) _mm256_loadu_si256((const __m256i *)(const void *)(q))
 #define CM__COLS_STOREI(q, v) _mm256_storeu_si256((__m256i *)(void *)(q), v)
 #define CM__COLS_NANS                                                                              \
-    nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(x0, x1, _CMP_UNORD_Q),                      \
-                                         _mm256_cmp_ps(x2, x3, _CMP_UNORD_Q)))
+    nans = _mm256_or_ps(nans, _mm256_or_ps(_mm256_cmp_ps(x0, x1, _CMP_UNORD_Q),                    \
+                                           _mm256_cmp_ps(x2, x3, _CMP_UNORD_Q)))
 #define CM__COLS_NONE (void)0
 CM__COLS_AVX(cm__cmax_f32, float, _mm256_max_ps, >, 1, __m256, CM__COLS_LOADF, CM__COLS_STOREF,
              CM__COLS_NANS)

@@ -150,7 +150,7 @@ static double model_sum(const double *x, int64_t n) {
 }
 
 /* A float32 or float64 sum over all elements gives the model's bits, with
- * the vector kernels (four streams side by side from 64Ki elements) and
+ * the vector kernels (four streams side by side from 256 KiB) and
  * with the portable loops, on lengths around a leaf, two and three leaves,
  * and the side-by-side threshold; the data spans exponents so that any
  * other order changes the bits. */
@@ -468,6 +468,69 @@ static size_t every_reduction(cm_device *dev, cm_tensor *x, int32_t ndim, const 
             CHECK(cm_tensor_release(o));
         }
     return k;
+}
+
+/* One NaN at each position in turn, among zeros of both signs and ones:
+ * every vector step of the AVX2 loop must notice it (a missed one gives a
+ * number where the lanes give the NaN). */
+Test(cpu_reduce, float_max_min_see_one_nan_anywhere) {
+    cm_device *dev = NULL;
+    CHECK(cm_device_open(CM_DEVICE_CPU, 0, &dev));
+    static const int64_t lens[] = {16, 31, 32, 48, 64, 65, 96};
+    float x[96];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li) {
+        const int64_t n[1] = {lens[li]};
+        cm_tensor *t = new_tensor(dev, CM_FLOAT32, 1, n);
+        cm_tensor *o = new_tensor(dev, CM_FLOAT32, 0, NULL);
+        for (int64_t at = 0; at < n[0]; ++at) {
+            for (int64_t i = 0; i < n[0]; ++i)
+                x[i] = i % 3 == 0 ? 1.0f : (i & 1) ? -0.0f : 0.0f;
+            const uint32_t nan = 0x7fc00000u | (uint32_t)at;
+            memcpy(&x[at], &nan, sizeof nan);
+            float *p = NULL;
+            CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
+            memcpy(p, x, (size_t)n[0] * sizeof(float));
+            for (int k = 0; k < 2; ++k) {
+                CHECK(cm_reduce(k ? CM_REDUCE_MAX : CM_REDUCE_MIN, t, CM_AXIS_ALL, o, NULL));
+                const float *q = NULL;
+                CHECK(cm_tensor_host_read(o, CM_FLOAT32, (const void **)&q));
+                uint32_t got;
+                memcpy(&got, q, sizeof got);
+                cr_assert_eq(got, nan, "%s of %lld, NaN at %lld: %08x", k ? "max" : "min",
+                             (long long)n[0], (long long)at, got);
+            }
+        }
+        CHECK(cm_tensor_release(o));
+        CHECK(cm_tensor_release(t));
+    }
+    /* down the rows: one NaN at each (row, column) of small matrices */
+    for (int64_t rows = 1; rows <= 9; ++rows)
+        for (int64_t cols = 1; cols <= 17; ++cols) {
+            const int64_t shape[2] = {rows, cols}, kept[1] = {cols};
+            cm_tensor *t = new_tensor(dev, CM_FLOAT32, 2, shape);
+            cm_tensor *o = new_tensor(dev, CM_FLOAT32, 1, kept);
+            for (int64_t at = 0; at < rows * cols; ++at) {
+                float *p = NULL;
+                CHECK(cm_tensor_host_write(t, CM_FLOAT32, (void **)&p));
+                for (int64_t i = 0; i < rows * cols; ++i)
+                    p[i] = i % 3 == 0 ? 1.0f : (i & 1) ? -0.0f : 0.0f;
+                const uint32_t nan = 0x7fc00000u | (uint32_t)at;
+                memcpy(&p[at], &nan, sizeof nan);
+                for (int k = 0; k < 2; ++k) {
+                    CHECK(cm_reduce(k ? CM_REDUCE_MAX : CM_REDUCE_MIN, t, 0, o, NULL));
+                    const float *q = NULL;
+                    CHECK(cm_tensor_host_read(o, CM_FLOAT32, (const void **)&q));
+                    uint32_t got;
+                    memcpy(&got, &q[at % cols], sizeof got);
+                    cr_assert_eq(got, nan, "%s of %lld x %lld, NaN at %lld: column %lld %08x",
+                                 k ? "max" : "min", (long long)rows, (long long)cols, (long long)at,
+                                 (long long)(at % cols), got);
+                }
+            }
+            CHECK(cm_tensor_release(o));
+            CHECK(cm_tensor_release(t));
+        }
+    CHECK(cm_device_release(dev));
 }
 
 /* Float32 max/min down the rows pick per column as a scan in row order
