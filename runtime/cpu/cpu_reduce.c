@@ -924,20 +924,23 @@ __attribute__((target("avx2"))) static uint64_t cm__isum_8_avx(int64_t n, const 
     return s;
 }
 #endif
-static uint64_t cm__isum_i8(int64_t n, const int8_t *q) {
+/* name: the AVX2 kernel AVX (over the elements as unsigned UT, signed
+ * when SGN) where usable, else name##_lanes. */
 #ifdef CM__X86
-    if (cm__avx2_usable())
-        return cm__isum_8_avx(n, (const uint8_t *)(const void *)q, true);
+#define CM__ISUM_PICK(name, T, AVX, UT, SGN)                                                       \
+    static uint64_t name(int64_t n, const T *q) {                                                  \
+        if (cm__avx2_usable())                                                                     \
+            return AVX(n, (const UT *)(const void *)q, SGN);                                       \
+        return name##_lanes(n, q);                                                                 \
+    }
+#else
+#define CM__ISUM_PICK(name, T, AVX, UT, SGN)                                                       \
+    static uint64_t name(int64_t n, const T *q) {                                                  \
+        return name##_lanes(n, q);                                                                 \
+    }
 #endif
-    return cm__isum_i8_lanes(n, q);
-}
-static uint64_t cm__isum_u8(int64_t n, const uint8_t *q) {
-#ifdef CM__X86
-    if (cm__avx2_usable())
-        return cm__isum_8_avx(n, q, false);
-#endif
-    return cm__isum_u8_lanes(n, q);
-}
+CM__ISUM_PICK(cm__isum_i8, int8_t, cm__isum_8_avx, uint8_t, true)
+CM__ISUM_PICK(cm__isum_u8, uint8_t, cm__isum_8_avx, uint8_t, false)
 CM__ISUM_SMALL(cm__isum_i16, int16_t, int32_t, int64_t)
 CM__ISUM_SMALL(cm__isum_u16, uint16_t, uint32_t, uint64_t)
 CM__ISUM_WIDE(cm__isum_i32_lanes, int32_t, cm__v4i32, cm__v4i64, int64_t)
@@ -985,20 +988,8 @@ __attribute__((target("avx2"))) static uint64_t cm__isum_32_avx(int64_t n, const
     return s;
 }
 #endif
-static uint64_t cm__isum_i32(int64_t n, const int32_t *q) {
-#ifdef CM__X86
-    if (cm__avx2_usable())
-        return cm__isum_32_avx(n, (const uint32_t *)(const void *)q, true);
-#endif
-    return cm__isum_i32_lanes(n, q);
-}
-static uint64_t cm__isum_u32(int64_t n, const uint32_t *q) {
-#ifdef CM__X86
-    if (cm__avx2_usable())
-        return cm__isum_32_avx(n, q, false);
-#endif
-    return cm__isum_u32_lanes(n, q);
-}
+CM__ISUM_PICK(cm__isum_i32, int32_t, cm__isum_32_avx, uint32_t, true)
+CM__ISUM_PICK(cm__isum_u32, uint32_t, cm__isum_32_avx, uint32_t, false)
 CM__ISUM_WIDE(cm__isum_i64, int64_t, cm__v4i64, cm__v4i64, int64_t)
 CM__ISUM_WIDE(cm__isum_u64, uint64_t, cm__v4u64, cm__v4u64, uint64_t)
 
