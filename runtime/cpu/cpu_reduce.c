@@ -671,9 +671,8 @@ static double cm__pairs_fold(const cm__pairs *c) {
  * the pick then against the lanes (the same result, bit for bit, and half
  * as long a chain of dependent picks per element: the loop was bound by
  * it on a Xeon). */
-#ifdef CM__VEC
-/* The lanes l[16] after i elements: the rest of the n (into lanes 0, 1...),
- * then the lanes in order; returns the pick. */
+/* The lanes l[16] after i elements (a multiple of 16): the rest of the n
+ * (into lanes 0, 1...), then the lanes in order; returns the pick. */
 #define CM__FMM_FINISH(OP)                                                                         \
     do {                                                                                           \
         for (int j = 0; i < n; ++i, ++j) {                                                         \
@@ -687,6 +686,7 @@ static double cm__pairs_fold(const cm__pairs *c) {
                 m = l[j];                                                                          \
         return m;                                                                                  \
     } while (0)
+#ifdef CM__VEC
 /* a, or x where x comes later and wins: a not NaN and x NaN or beyond a */
 #define CM__FMM_PICK(a, x, OP)                                                                     \
     __extension__({                                                                                \
@@ -727,19 +727,16 @@ static double cm__pairs_fold(const cm__pairs *c) {
 #define CM__FMM_F32(name, OP)                                                                      \
     static float name(int64_t n, const float *q, float init) {                                     \
         float l[CM__LANES];                                                                        \
+        int64_t i = 0;                                                                             \
         for (int j = 0; j < CM__LANES; ++j)                                                        \
             l[j] = init;                                                                           \
-        for (int64_t i = 0; i < n; ++i) {                                                          \
-            const float x = q[i];                                                                  \
-            const int j = (int)(i % CM__LANES);                                                    \
-            if (l[j] == l[j] && (x != x || x OP l[j]))                                             \
-                l[j] = x;                                                                          \
-        }                                                                                          \
-        float m = l[0];                                                                            \
-        for (int j = 1; j < CM__LANES; ++j)                                                        \
-            if (m == m && (l[j] != l[j] || l[j] OP m))                                             \
-                m = l[j];                                                                          \
-        return m;                                                                                  \
+        for (; i + CM__LANES <= n; i += CM__LANES)                                                 \
+            for (int j = 0; j < CM__LANES; ++j) {                                                  \
+                const float x = q[i + j];                                                          \
+                if (l[j] == l[j] && (x != x || x OP l[j]))                                         \
+                    l[j] = x;                                                                      \
+            }                                                                                      \
+        CM__FMM_FINISH(OP);                                                                        \
     }
 #endif
 CM__FMM_F32(cm__max_f32, >)
@@ -1420,6 +1417,23 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
  * 0.53-0.56 -> 0.57-0.67 of memcpy in one session). */
 #ifdef CM__VEC
 #define CM__COLS_ROWS 4
+/* A pass's rows from row i (the last row repeated past rn), and its
+ * columns from j on picked one by one (after the vectors). */
+#define CM__COLS_PASS_ROWS(T)                                                                      \
+    const T *r[CM__COLS_ROWS];                                                                     \
+    for (int t = 0; t < CM__COLS_ROWS; ++t) {                                                      \
+        r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs);                  \
+    }
+#define CM__COLS_TAIL(T, OP, FLOAT)                                                                \
+    for (; j < m; ++j) {                                                                           \
+        T a = acc[j];                                                                              \
+        for (int t = 0; t < CM__COLS_ROWS; ++t) {                                                  \
+            const T x = r[t][j];                                                                   \
+            if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))                             \
+                a = x;                                                                             \
+        }                                                                                          \
+        acc[j] = a;                                                                                \
+    }
 #define CM__COLS_MM(name, T, VT, MT, OP, AT, FLOAT)                                                \
     CM__CLONES static void name(int64_t m, int64_t rn, const char *p, int64_t rs, T init,          \
                                 T *acc) {                                                          \
@@ -1427,9 +1441,7 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
         for (int64_t j = 0; j < m; ++j)                                                            \
             acc[j] = init;                                                                         \
         for (int64_t i = 0; i < rn; i += CM__COLS_ROWS) {                                          \
-            const T *r[CM__COLS_ROWS];                                                             \
-            for (int t = 0; t < CM__COLS_ROWS; ++t)                                                \
-                r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs);          \
+            CM__COLS_PASS_ROWS(T);                                                                 \
             int64_t j = 0;                                                                         \
             CM__PF_DECL;                                                                           \
             for (; j + NL <= m; j += NL) {                                                         \
@@ -1447,15 +1459,7 @@ static void cm__red_vsum_run(int64_t n, char *const *p, const int64_t *s, void *
                 }                                                                                  \
                 memcpy(acc + j, &a, sizeof a);                                                     \
             }                                                                                      \
-            for (; j < m; ++j) {                                                                   \
-                T a = acc[j];                                                                      \
-                for (int t = 0; t < CM__COLS_ROWS; ++t) {                                          \
-                    const T x = r[t][j];                                                           \
-                    if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))                     \
-                        a = x;                                                                     \
-                }                                                                                  \
-                acc[j] = a;                                                                        \
-            }                                                                                      \
+            CM__COLS_TAIL(T, OP, FLOAT);                                                           \
         }                                                                                          \
     }
 typedef int32_t cm__v8m32 __attribute__((vector_size(32)));
@@ -1487,9 +1491,7 @@ CM__COLS_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64, uint64_t, 0)
             acc[j] = init;                                                                         \
         __m256 nans = _mm256_setzero_ps();                                                         \
         for (int64_t i = 0; i < rn; i += CM__COLS_ROWS) {                                          \
-            const T *r[CM__COLS_ROWS];                                                             \
-            for (int t = 0; t < CM__COLS_ROWS; ++t)                                                \
-                r[t] = (const T *)(const void *)(p + (i + t < rn ? i + t : rn - 1) * rs);          \
+            CM__COLS_PASS_ROWS(T);                                                                 \
             int64_t j = 0;                                                                         \
             CM__PF_DECL;                                                                           \
             for (; j + NL <= m; j += NL) {                                                         \
@@ -1502,15 +1504,7 @@ CM__COLS_PAIR(u64, uint64_t, cm__v4u64, cm__v4i64, uint64_t, 0)
                 a = VOP(x3, VOP(x2, VOP(x1, VOP(x0, a))));                                         \
                 STORE(acc + j, a);                                                                 \
             }                                                                                      \
-            for (; j < m; ++j) {                                                                   \
-                T a = acc[j];                                                                      \
-                for (int t = 0; t < CM__COLS_ROWS; ++t) {                                          \
-                    const T x = r[t][j];                                                           \
-                    if ((!(FLOAT) || a == a) && ((FLOAT && x != x) || x OP a))                     \
-                        a = x;                                                                     \
-                }                                                                                  \
-                acc[j] = a;                                                                        \
-            }                                                                                      \
+            CM__COLS_TAIL(T, OP, FLOAT);                                                           \
         }                                                                                          \
         return _mm256_movemask_ps(nans) == 0;                                                      \
     }
