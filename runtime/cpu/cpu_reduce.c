@@ -437,9 +437,8 @@ __attribute__((target("avx2"))) static void cm__vadd_f32_avx(int64_t m, const fl
  * row. On Intel each pass asks for the rows CM__VPF_AHEAD below its own, a
  * line at a time into L1, while it reads its own. A Xeon host, 8192 x 8192
  * float32 and 8192 x 16384 float16, the prefetch on and off alternated call
- * by call (31 pairs, a
- * 512 MiB memcpy before each call), median speed-up of a pair: 1.03-1.10
- * at 16 threads and 1.11-1.13 at 8. */
+ * by call (31 pairs, a 512 MiB memcpy before each call), median speed-up of
+ * a pair: 1.03-1.10 at 16 threads and 1.11-1.13 at 8. */
 #define CM__VPF_AHEAD 8
 #define CM__VPF_MAX 4096
 /* Rows of a pass that ask for the row CM__VPF_AHEAD below: min(left, n),
@@ -746,14 +745,14 @@ CM__FMM_F32(cm__min_f32, <)
 /* The same lanes and picks without NaN: x86's maxps(x, a) is "x > a ? x :
  * a" and minps(x, a) "x < a ? x : a", the pick itself when neither is NaN
  * (ties, +0 against -0 included, keep a). The vector steps also note any
- * NaN; *out is written and true returned only when there was none (the
- * exact kernel then reads the run again). One instruction a pick instead
+ * NaN; *clean says whether there was none (else the result is not the pick
+ * and the exact kernel reads the run again). One instruction a pick instead
  * of five: on a Xeon host at a 1.9 GHz clock the exact loop read 0.34 of
  * memcpy on one core, where NumPy read 0.69; a 1 MiB run in cache on one
  * core of an AMD EPYC took 1.0 ns a line, now 0.55. */
 #define CM__FMM_AVX(name, VOP, OP)                                                                 \
-    __attribute__((target("avx2"))) static bool name##_avx(int64_t n, const float *q, float init,  \
-                                                           float *out) {                           \
+    __attribute__((target("avx2"))) static float name##_avx(int64_t n, const float *q, float init, \
+                                                            bool *clean) {                         \
         float l[CM__LANES];                                                                        \
         int64_t i = 0;                                                                             \
         CM__PF_DECL;                                                                               \
@@ -776,19 +775,11 @@ CM__FMM_F32(cm__min_f32, <)
             a0 = VOP(x0, a0);                                                                      \
             a1 = VOP(x1, a1);                                                                      \
         }                                                                                          \
-        if (_mm256_movemask_ps(nans) != 0)                                                         \
-            return false;                                                                          \
+        *clean = _mm256_movemask_ps(nans) == 0;                                                    \
         _mm256_storeu_ps(l, a0);                                                                   \
         _mm256_storeu_ps(l + 8, a1);                                                               \
-        *out = cm__fmm_finish_##name(l, i, n, q);                                                  \
-        return true;                                                                               \
-    }
-#define CM__FMM_FINISH_FN(name, OP)                                                                \
-    static float cm__fmm_finish_##name(float *l, int64_t i, int64_t n, const float *q) {           \
         CM__FMM_FINISH(OP);                                                                        \
     }
-CM__FMM_FINISH_FN(cm__max_f32, >)
-CM__FMM_FINISH_FN(cm__min_f32, <)
 CM__FMM_AVX(cm__max_f32, _mm256_max_ps, >)
 CM__FMM_AVX(cm__min_f32, _mm256_min_ps, <)
 #endif
@@ -1100,11 +1091,13 @@ static void cm__fminmax_run(cm_dtype d, bool max, int64_t n, const char *p, int6
         } else {
             cm__cpu_cast_kernel(d, CM_FLOAT32)(m, (char *)t, (int64_t)sizeof(float), p + i * s, s);
         }
-        float v;
+        float v = 0.0f;
+        bool clean = false;
 #ifdef CM__X86
-        if (!cm__avx2_usable() ||
-            !(max ? cm__max_f32_avx(m, q, init, &v) : cm__min_f32_avx(m, q, init, &v)))
+        if (cm__avx2_usable())
+            v = max ? cm__max_f32_avx(m, q, init, &clean) : cm__min_f32_avx(m, q, init, &clean);
 #endif
+        if (!clean)
             v = max ? cm__max_f32(m, q, init) : cm__min_f32(m, q, init);
         acc->d = max ? CM__FMAX(acc->d, v) : CM__FMIN(acc->d, v);
         i += m;
@@ -1532,16 +1525,18 @@ CM__COLS_AVX_I(i16, int16_t, _mm256_max_epi16, _mm256_min_epi16)
 CM__COLS_AVX_I(u16, uint16_t, _mm256_max_epu16, _mm256_min_epu16)
 CM__COLS_AVX_I(i32, int32_t, _mm256_max_epi32, _mm256_min_epi32)
 CM__COLS_AVX_I(u32, uint32_t, _mm256_max_epu32, _mm256_min_epu32)
+/* The AVX2 passes where usable, else (or after a NaN) the exact ones. */
 #define CM__COLS_RUN(KIND, SUF, m, rn, p, rs, init, acc)                                           \
-    ((cm__avx2_usable() && cm__c##KIND##_##SUF##_avx(m, rn, p, rs, init, acc)) ||                  \
-     (cm__c##KIND##_##SUF(m, rn, p, rs, init, acc), true))
-#define CM__COLS_PLAIN(KIND, SUF, m, rn, p, rs, init, acc)                                         \
-    (cm__c##KIND##_##SUF(m, rn, p, rs, init, acc))
+    do {                                                                                           \
+        if (!cm__avx2_usable() || !cm__c##KIND##_##SUF##_avx(m, rn, p, rs, init, acc))             \
+            cm__c##KIND##_##SUF(m, rn, p, rs, init, acc);                                          \
+    } while (0)
 #else
 #define CM__COLS_RUN(KIND, SUF, m, rn, p, rs, init, acc)                                           \
-    (cm__c##KIND##_##SUF(m, rn, p, rs, init, acc))
-#define CM__COLS_PLAIN CM__COLS_RUN
+    cm__c##KIND##_##SUF(m, rn, p, rs, init, acc)
 #endif
+#define CM__COLS_PLAIN(KIND, SUF, m, rn, p, rs, init, acc)                                         \
+    cm__c##KIND##_##SUF(m, rn, p, rs, init, acc)
 
 /* The column max/min of the vector form where there is one: true when
  * done, the results left in the element type in v's scratch
@@ -1560,9 +1555,9 @@ static bool cm__cols_minmax(const cm__red *r, int64_t m, int64_t rn, const char 
 #define CM__COLS_CASE(E, SUF, T, FIELD, TMIN, TMAX, RUN)                                           \
     case E:                                                                                        \
         if (mx)                                                                                    \
-            (void)RUN(max, SUF, m, rn, p, rs, (T)(TMIN), (T *)scratch);                            \
+            RUN(max, SUF, m, rn, p, rs, (T)(TMIN), (T *)scratch);                                  \
         else                                                                                       \
-            (void)RUN(min, SUF, m, rn, p, rs, (T)(TMAX), (T *)scratch);                            \
+            RUN(min, SUF, m, rn, p, rs, (T)(TMAX), (T *)scratch);                                  \
         return true;
     switch (r->in) {
         CM__COLS_CASE(CM_FLOAT32, f32, float, d, -INFINITY, INFINITY, CM__COLS_RUN)
