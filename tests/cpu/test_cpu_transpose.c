@@ -440,31 +440,30 @@ static double ref_f64(int op, double x, double y) {
 /* Whether got (element bytes) is op's result for inputs x and y. */
 static bool float_ok(cm_dtype d, int op, const uint8_t *x, const uint8_t *y, const uint8_t *got) {
     const bool arith = op >= CM_BINARY_ADD && op <= CM_BINARY_DIV;
+    const size_t z = d == CM_FLOAT32 ? 4 : 8;
+    const uint64_t quiet = z == 4 ? 0x00400000u : 0x0008000000000000u;
+    uint64_t g = 0, want = 0, qx = 0, qy = 0;
+    bool nans;
     if (d == CM_FLOAT32) {
         float u, v;
         memcpy(&u, x, sizeof u);
         memcpy(&v, y, sizeof v);
         const float r = ref_f32(op, u, v);
-        uint32_t g, want, qx, qy;
-        memcpy(&g, got, sizeof g);
-        memcpy(&want, &r, sizeof want);
-        memcpy(&qx, &u, sizeof qx);
-        memcpy(&qy, &v, sizeof qy);
-        if (arith && isnan(u) && isnan(v)) /* either payload, quieted */
-            return g == (qx | 0x00400000u) || g == (qy | 0x00400000u);
-        return g == want;
+        memcpy(&want, &r, sizeof r);
+        nans = isnan(u) && isnan(v);
+    } else {
+        double u, v;
+        memcpy(&u, x, sizeof u);
+        memcpy(&v, y, sizeof v);
+        const double r = ref_f64(op, u, v);
+        memcpy(&want, &r, sizeof r);
+        nans = isnan(u) && isnan(v);
     }
-    double u, v;
-    memcpy(&u, x, sizeof u);
-    memcpy(&v, y, sizeof v);
-    const double r = ref_f64(op, u, v);
-    uint64_t g, want, qx, qy;
-    memcpy(&g, got, sizeof g);
-    memcpy(&want, &r, sizeof want);
-    memcpy(&qx, &u, sizeof qx);
-    memcpy(&qy, &v, sizeof qy);
-    if (arith && isnan(u) && isnan(v))
-        return g == (qx | 0x0008000000000000u) || g == (qy | 0x0008000000000000u);
+    memcpy(&g, got, z); /* little-endian: the low z bytes */
+    memcpy(&qx, x, z);
+    memcpy(&qy, y, z);
+    if (arith && nans) /* either payload, quieted */
+        return g == (qx | quiet) || g == (qy | quiet);
     return g == want;
 }
 
